@@ -1,0 +1,24 @@
+# Two commands on a fresh clone: `make demo` and `make test`. Each sets up .venv itself.
+# torch is installed first and pinned so that pip takes the CPU wheel, not CUDA wheels.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/bertkit demo --out runs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -x --durations=15
+
+clean:
+	rm -rf $(VENV) runs

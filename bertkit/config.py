@@ -1,0 +1,144 @@
+"""Encoder configuration: one typed dataclass, its validation, and the named presets.
+
+The field names are ours; `to_hf` / `from_hf` translate to and from the `config.json` that
+Hugging Face `BertConfig` reads and writes, so a bertkit model directory is a BERT directory.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+
+
+class ConfigError(ValueError):
+    """A configuration whose sizes or values do not fit together."""
+
+
+@dataclass
+class EncoderConfig:
+    vocab_size: int = 30522
+    """Number of rows of the word-embedding table (and of the tied MLM decoder)."""
+    hidden_size: int = 768
+    """Width d of every token vector between blocks."""
+    num_layers: int = 12
+    """Number L of transformer blocks."""
+    num_heads: int = 12
+    """Attention heads per block; hidden_size must be a multiple of it."""
+    intermediate_size: int = 3072
+    """Width of the feed-forward layer inside each block (4d in BERT)."""
+    max_positions: int = 512
+    """Longest input in tokens: rows of the learned position-embedding table."""
+    type_vocab_size: int = 2
+    """Number of segment ids (A/B for sentence pairs)."""
+    hidden_dropout: float = 0.1
+    """Dropout on embeddings, attention output and feed-forward output."""
+    attention_dropout: float = 0.1
+    """Dropout on attention probabilities."""
+    layer_norm_eps: float = 1e-12
+    """Epsilon of every LayerNorm."""
+    activation: str = "gelu"
+    """Feed-forward non-linearity: one of ACTIVATIONS (exact erf GELU in BERT)."""
+    initializer_range: float = 0.02
+    """Standard deviation of the normal initialisation of weights."""
+    pad_token_id: int = 0
+    """Id of [PAD]; its embedding row starts at zero."""
+    extra: dict = field(default_factory=dict, repr=False, compare=False)
+    """Keys of config.json that bertkit does not model (labels, task), kept on a round trip."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                    "max_positions", "type_vocab_size")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(f"hidden_size {self.hidden_size} is not divisible by num_heads "
+                              f"{self.num_heads}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation {self.activation!r} is not one of {', '.join(ACTIVATIONS)}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary "
+                              f"of {self.vocab_size}")
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def replace(self, **changes) -> "EncoderConfig":
+        return dataclasses.replace(self, **changes)
+
+    # Hugging Face config.json ------------------------------------------------------------
+    def to_hf(self) -> dict:
+        hf = dict(self.extra)
+        hf.update({
+            "model_type": "bert",
+            "architectures": hf.get("architectures", ["BertForPreTraining"]),
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "intermediate_size": self.intermediate_size,
+            "max_position_embeddings": self.max_positions,
+            "type_vocab_size": self.type_vocab_size,
+            "hidden_dropout_prob": self.hidden_dropout,
+            "attention_probs_dropout_prob": self.attention_dropout,
+            "layer_norm_eps": self.layer_norm_eps,
+            "hidden_act": self.activation,
+            "initializer_range": self.initializer_range,
+            "pad_token_id": self.pad_token_id,
+            "position_embedding_type": "absolute",
+        })
+        return hf
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> "EncoderConfig":
+        if hf.get("model_type", "bert") != "bert":
+            raise ConfigError(f"model_type {hf.get('model_type')!r} is not a BERT model")
+        if hf.get("position_embedding_type", "absolute") != "absolute":
+            raise ConfigError("only absolute position embeddings are supported, got "
+                              f"{hf['position_embedding_type']!r}")
+        names = {
+            "vocab_size": "vocab_size", "hidden_size": "hidden_size",
+            "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
+            "intermediate_size": "intermediate_size", "max_position_embeddings": "max_positions",
+            "type_vocab_size": "type_vocab_size", "hidden_dropout_prob": "hidden_dropout",
+            "attention_probs_dropout_prob": "attention_dropout", "layer_norm_eps": "layer_norm_eps",
+            "hidden_act": "activation", "initializer_range": "initializer_range",
+            "pad_token_id": "pad_token_id",
+        }
+        kwargs = {ours: hf[theirs] for theirs, ours in names.items() if hf.get(theirs) is not None}
+        known = set(names) | {"model_type", "position_embedding_type"}
+        kwargs["extra"] = {k: v for k, v in hf.items() if k not in known}
+        return cls(**kwargs)
+
+
+def _preset(layers: int, hidden: int, heads: int, intermediate: int) -> dict:
+    return dict(num_layers=layers, hidden_size=hidden, num_heads=heads,
+                intermediate_size=intermediate)
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": _preset(2, 128, 2, 512),
+    "mini": _preset(4, 256, 4, 1024),
+    "small": _preset(4, 512, 8, 2048),
+    "medium": _preset(8, 512, 8, 2048),
+    "base": _preset(12, 768, 12, 3072),
+    "large": _preset(24, 1024, 16, 4096),
+}
+
+
+def preset(name: str, **overrides) -> EncoderConfig:
+    """The named preset (see PRESETS), with any field overridden, e.g. vocab_size."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return EncoderConfig(**{**PRESETS[name], **overrides})

@@ -1,0 +1,230 @@
+"""The BERT encoder, top to bottom: embeddings -> N post-LN blocks -> pooler, and its heads.
+
+Shapes: B batch, T tokens, H hidden, A heads, D = H / A head width, V vocabulary, N selected
+positions. Parameter names are bertkit's own (fused q/k/v); `hub.py` maps them to and from
+Hugging Face names.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import EncoderConfig
+
+
+def activation_fn(name: str):
+    if name == "gelu":
+        return F.gelu
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    if name == "silu":
+        return F.silu
+    raise ValueError(f"unknown activation {name!r}")
+
+
+class Embeddings(nn.Module):
+    """Word + learned position + segment embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.word = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.position = nn.Embedding(cfg.max_positions, cfg.hidden_size)
+        self.segment = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        T = input_ids.shape[-1]
+        if T > self.position.num_embeddings:
+            raise ValueError(f"input of {T} tokens is longer than the model's "
+                             f"{self.position.num_embeddings} positions")
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device)
+        x = self.word(input_ids) + self.position(position_ids)  # [B, T, H]
+        if token_type_ids is None:
+            x = x + self.segment.weight[0]
+        else:
+            x = x + self.segment(token_type_ids)
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head scaled dot-product attention with one fused q/k/v projection."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dropout_p = cfg.attention_dropout
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # 3 x [B, A, T, D]
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
+            # SDPA's own causal path cannot take a padding mask; `attention_mask` folds it in.
+            is_causal=causal and mask is None)
+        return self.out(y.transpose(1, 2).reshape(B, T, H))  # [B, A, T, D] -> [B, T, H]
+
+
+class Block(nn.Module):
+    """Post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.attn = SelfAttention(cfg)
+        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.act = activation_fn(cfg.activation)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, causal)))
+        return self.ffn_norm(x + self.dropout(self.down(self.act(self.up(x)))))
+
+
+def build_attention_mask(padding: torch.Tensor | None, T: int, causal: bool,
+                   device: torch.device) -> torch.Tensor | None:
+    """Boolean SDPA mask (True = may attend) from a [B, T] 1/0 padding mask.
+
+    Returns None when every position may attend (no padding, bidirectional), which lets SDPA
+    take its fastest kernel.
+    """
+    if padding is None or bool(padding.all()):
+        if not causal:
+            return None
+        return torch.ones(T, T, dtype=torch.bool, device=device).tril()  # [T, T]
+    keys = padding.bool()[:, None, None, :]  # [B, 1, 1, T]
+    if causal:
+        keys = keys & torch.ones(T, T, dtype=torch.bool, device=device).tril()  # [B, 1, T, T]
+    return keys
+
+
+class EncoderOutput(NamedTuple):
+    last_hidden_state: torch.Tensor
+    """[B, T, H] output of the last block."""
+    pooled: torch.Tensor
+    """[B, H] tanh(W h_[CLS] + b): the pooled sentence vector the NSP head reads."""
+    hidden_states: tuple[torch.Tensor, ...] | None
+    """L + 1 tensors [B, T, H] (embeddings, then each block) when asked for, else None."""
+
+
+class Encoder(nn.Module):
+    """The bidirectional transformer encoder (Hugging Face `BertModel`)."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.config = cfg
+        self.embeddings = Embeddings(cfg)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, *, causal: bool = False,
+                output_hidden_states: bool = False) -> EncoderOutput:
+        """input_ids, token_type_ids, attention_mask: [B, T]. `causal=True` lets each token
+        see only itself and the tokens to its left (the left-to-right variant)."""
+        x = self.embeddings(input_ids, token_type_ids)  # [B, T, H]
+        mask = build_attention_mask(attention_mask, input_ids.shape[1], causal, x.device)
+        states = [x] if output_hidden_states else None
+        for block in self.blocks:
+            x = block(x, mask, causal)
+            if states is not None:
+                states.append(x)
+        pooled = torch.tanh(self.pooler(x[:, 0]))  # [B, H]
+        return EncoderOutput(x, pooled, tuple(states) if states is not None else None)
+
+
+
+class MaskedLMHead(nn.Module):
+    """Dense + activation + LayerNorm, then the decoder tied to the word embeddings, plus bias."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = activation_fn(cfg.activation)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+
+    def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        """h: [..., H] (usually only the N selected positions) -> logits [..., V]."""
+        return F.linear(self.norm(self.act(self.dense(h))), word_embeddings, self.bias)
+
+
+class PretrainingModel(nn.Module):
+    """Encoder + masked-LM head + next-sentence head (Hugging Face `BertForPreTraining`)."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.config = cfg
+        self.encoder = Encoder(cfg)
+        self.mlm = MaskedLMHead(cfg)
+        self.nsp = nn.Linear(cfg.hidden_size, 2)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, *,
+                positions: torch.Tensor | None = None, causal: bool = False,
+                output_hidden_states: bool = False):
+        """Returns (mlm_logits, nsp_logits [B, 2], encoder output).
+
+        mlm_logits are [B, T, V] for every position, or [N, V] for `positions`, a [N] tensor
+        of flat indices into B*T: projecting only the selected positions onto the vocabulary
+        saves most of the head's compute.
+        """
+        out = self.encoder(input_ids, token_type_ids, attention_mask, causal=causal,
+                           output_hidden_states=output_hidden_states)
+        h = out.last_hidden_state
+        if positions is not None:
+            h = h.reshape(-1, h.shape[-1]).index_select(0, positions)  # [N, H]
+        mlm_logits = self.mlm(h, self.encoder.embeddings.word.weight)
+        return mlm_logits, self.nsp(out.pooled), out
+
+
+def init_weights(module: nn.Module, cfg: EncoderConfig) -> None:
+    """BERT's initialisation: N(0, initializer_range) weights, zero biases, unit LayerNorms."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=cfg.initializer_range)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=cfg.initializer_range)
+            if m.padding_idx is not None:
+                with torch.no_grad():
+                    m.weight[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, MaskedLMHead):
+            nn.init.zeros_(m.bias)
+
+
+def num_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def model_flops_per_token(cfg: EncoderConfig, seq_len: int, predicted_fraction: float) -> float:
+    """Training FLOPs per token (forward + backward = 3x forward) of the encoder and MLM head.
+
+    Counts matmuls only: 2 FLOPs per multiply-add. The vocabulary projection is paid only for
+    the predicted fraction of positions.
+    """
+    H, I, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.vocab_size
+    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H  # projections + QK^T and AV
+    head = 2 * H * H + 2 * H * V * predicted_fraction
+    return 3.0 * (L * per_layer + head)
+
+
+__all__ = ["Embeddings", "SelfAttention", "Block", "Encoder", "EncoderOutput", "MaskedLMHead",
+           "PretrainingModel", "build_attention_mask", "init_weights", "num_parameters",
+           "model_flops_per_token"]
