@@ -246,6 +246,11 @@ def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
     state = {k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
              for k, v in module.state_dict().items()}
     hf = to_hf_state_dict(state, prefix)
+    if config["architectures"] == ["BertForMaskedLM"]:
+        # transformers' BertForMaskedLM has neither pooler nor NSP head: leave them out so it
+        # loads with no unexpected keys (an MLM-only run never trains them anyway).
+        hf = {k: v for k, v in hf.items()
+              if not k.startswith(("bert.pooler.", "cls.seq_relationship."))}
     with atomic_dir(path) as tmp:
         save_file(hf, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,51 @@
+"""EncoderConfig: presets, validation messages, and the config.json round trip."""
+from __future__ import annotations
+
+import pytest
+
+from bertkit.config import PRESETS, ConfigError, EncoderConfig, preset
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("name,shape", [("tiny", (2, 128, 2, 512)), ("mini", (4, 256, 4, 1024)),
+                                        ("small", (4, 512, 8, 2048)), ("medium", (8, 512, 8, 2048)),
+                                        ("base", (12, 768, 12, 3072)),
+                                        ("large", (24, 1024, 16, 4096))])
+def test_presets(name, shape):
+    cfg = preset(name, vocab_size=1000)
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size) == shape
+    assert cfg.vocab_size == 1000 and name in PRESETS
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(hidden_size=100, num_heads=3), "not divisible by num_heads"),
+    (dict(num_layers=0), "num_layers must be a positive integer"),
+    (dict(hidden_dropout=1.5), "hidden_dropout must be in"),
+    (dict(activation="tanh"), "activation 'tanh' is not one of"),
+    (dict(pad_token_id=40000), "outside the vocabulary"),
+])
+def test_validation(change, message):
+    with pytest.raises(ConfigError, match=message):
+        EncoderConfig(**change)
+
+
+def test_unknown_preset():
+    with pytest.raises(ConfigError, match="unknown preset 'huge'"):
+        preset("huge")
+
+
+def test_hf_round_trip_keeps_unmodelled_keys():
+    cfg = EncoderConfig(vocab_size=500, num_layers=3, extra={"id2label": {"0": "neg"}})
+    hf = cfg.to_hf()
+    ref = transformers.BertConfig(**hf)
+    assert (ref.num_hidden_layers, ref.hidden_size, ref.vocab_size) == (3, 768, 500)
+    back = EncoderConfig.from_hf(hf)
+    assert back == cfg and back.extra["id2label"] == {"0": "neg"}
+
+
+def test_non_bert_configs_are_refused():
+    with pytest.raises(ConfigError, match="not a BERT model"):
+        EncoderConfig.from_hf({"model_type": "gpt2"})
+    with pytest.raises(ConfigError, match="absolute position"):
+        EncoderConfig.from_hf({"position_embedding_type": "relative_key"})
