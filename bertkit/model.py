@@ -161,15 +161,47 @@ class MaskedLMHead(nn.Module):
         return F.linear(self.norm(self.act(self.dense(h))), word_embeddings, self.bias)
 
 
-class PretrainingModel(nn.Module):
-    """Encoder + masked-LM head + next-sentence head (Hugging Face `BertForPreTraining`)."""
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span-boundary objective: predict each token of a masked span from the two
+    tokens just outside it and its offset in the span.
 
-    def __init__(self, cfg: EncoderConfig):
+    [h_left; h_right; P[offset]] -> Linear -> GELU -> LayerNorm -> Linear -> GELU -> LayerNorm,
+    then the decoder tied to the word embeddings (with the MLM head's bias).
+    """
+
+    def __init__(self, cfg: EncoderConfig, max_offset: int = 32):
+        super().__init__()
+        H = cfg.hidden_size
+        self.position = nn.Embedding(max_offset, H)
+        self.dense1 = nn.Linear(3 * H, H)
+        self.norm1 = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.dense2 = nn.Linear(H, H)
+        self.norm2 = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+
+    def forward(self, left: torch.Tensor, right: torch.Tensor, offset: torch.Tensor,
+                word_embeddings: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """left, right: [N, H] boundary outputs; offset: [N] 0-based position in the span
+        (longer spans share the last row) -> logits [N, V]."""
+        p = self.position(offset.clamp(max=self.position.num_embeddings - 1))  # [N, H]
+        x = self.norm1(F.gelu(self.dense1(torch.cat([left, right, p], dim=-1))))  # [N, H]
+        x = self.norm2(F.gelu(self.dense2(x)))
+        return F.linear(x, word_embeddings, bias)
+
+
+class PretrainingModel(nn.Module):
+    """Encoder + masked-LM head + next-sentence head (Hugging Face `BertForPreTraining`).
+
+    `sbo` optionally adds SpanBERT's span-boundary head; it has no Hugging Face name, so
+    `hub.save_model` must not see it (pretraining saves it apart, in sbo.safetensors).
+    """
+
+    def __init__(self, cfg: EncoderConfig, sbo: SpanBoundaryHead | None = None):
         super().__init__()
         self.config = cfg
         self.encoder = Encoder(cfg)
         self.mlm = MaskedLMHead(cfg)
         self.nsp = nn.Linear(cfg.hidden_size, 2)
+        self.sbo = sbo
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, *,
@@ -226,5 +258,5 @@ def model_flops_per_token(cfg: EncoderConfig, seq_len: int, predicted_fraction: 
 
 
 __all__ = ["Embeddings", "SelfAttention", "Block", "Encoder", "EncoderOutput", "MaskedLMHead",
-           "PretrainingModel", "build_attention_mask", "init_weights", "num_parameters",
-           "model_flops_per_token"]
+           "SpanBoundaryHead", "PretrainingModel", "build_attention_mask", "init_weights",
+           "num_parameters", "model_flops_per_token"]

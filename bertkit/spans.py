@@ -12,11 +12,60 @@ Span (i, l) starts at word i and holds l + 1 words.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .files import UserError, read_jsonl
+from .tagging import tags_to_spans
+
 NULL = 0
+
+
+@dataclass
+class SpanSentence:
+    """Words with entity spans (start, end exclusive, type) that may nest or overlap."""
+    tokens: list[str]
+    spans: list[tuple[int, int, str]]
+    text: str = ""
+    source: str = ""
+    tags: list[str] = field(default_factory=list)
+    """Unused (span data has no per-word tags); present so tagging code can read any sentence."""
+
+
+def gold_spans(sentence) -> list[tuple[int, int, str]]:
+    """Entity spans of a SpanSentence, or of a TaggedSentence's BIO/BIOES tags."""
+    if isinstance(sentence, SpanSentence):
+        return list(sentence.spans)
+    return tags_to_spans(sentence.tags)
+
+
+def read_span_jsonl(path: str | Path) -> list[SpanSentence]:
+    """Nested-entity data: one JSON object per line, {"tokens": [...], "entities": [[start, end,
+    "TYPE"], ...]} with word offsets, end exclusive."""
+    out = []
+    for number, obj in read_jsonl(path):
+        where = f"{path}:{number}"
+        tokens, ents = obj.get("tokens"), obj.get("entities", [])
+        if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
+            raise UserError(f"{where}: 'tokens' must be a list of non-empty strings")
+        if not tokens:
+            raise UserError(f"{where}: empty sentence (no tokens)")
+        found = []
+        for e in ents if isinstance(ents, list) else [None]:
+            if not (isinstance(e, list) and len(e) == 3 and all(isinstance(x, int) for x in e[:2])
+                    and isinstance(e[2], str)):
+                raise UserError(f"{where}: each entity must be [start, end, \"TYPE\"], got {e!r}")
+            if not 0 <= e[0] < e[1] <= len(tokens):
+                raise UserError(f"{where}: entity {e!r} is outside the {len(tokens)} tokens")
+            found.append((e[0], e[1], e[2]))
+        out.append(SpanSentence(tokens, found, " ".join(tokens), where))
+    if not out:
+        raise UserError(f"{path}: no sentences")
+    return out
 
 
 class SpanHead(nn.Module):
@@ -90,6 +139,8 @@ def too_long(entities: list[list[tuple[int, int, int]]], max_width: int) -> int:
 def span_loss(logits: torch.Tensor, target: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over the spans inside each sentence."""
     inside = span_mask(word_mask, logits.shape[2])
+    if not inside.any():  # a batch of sentences without words: nothing to learn, no NaN
+        return logits.sum() * 0.0
     return F.cross_entropy(logits[inside], target[inside])
 
 
@@ -132,5 +183,5 @@ def span_margins(logits: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
     return (logp[..., 1:].max(-1).values - logp[..., NULL])[span_mask(word_mask, logits.shape[2])]
 
 
-__all__ = ["NULL", "SpanHead", "span_mask", "span_targets", "too_long", "span_loss",
+__all__ = ["NULL", "SpanSentence", "gold_spans", "read_span_jsonl", "SpanHead", "span_mask", "span_targets", "too_long", "span_loss",
            "decode_spans", "span_margins"]

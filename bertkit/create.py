@@ -1,0 +1,43 @@
+"""A fresh model: a randomly initialised BERT of a preset's shape, sized to a tokenizer.
+
+The result is a complete model directory (weights, config.json and the tokenizer files) that
+`transformers` loads as BertForPreTraining, ready for pretraining.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .config import ConfigError, preset
+from .files import UserError
+from .hub import save_model
+from .model import PretrainingModel, init_weights
+from .tokenizer import Tokenizer
+
+
+def init_model(preset_name: str, tokenizer: str | Path | Tokenizer, out: str | Path, seed: int = 0,
+               **overrides) -> PretrainingModel:
+    """Build `preset_name` (tiny, mini, small, medium, base, large) with the vocabulary size and
+    [PAD] id of `tokenizer` (a directory or a loaded Tokenizer), initialise it as BERT does
+    from `seed`, and save it with the tokenizer to `out`. `overrides` set other EncoderConfig
+    fields, e.g. max_positions=128."""
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    for name, ours in (("vocab_size", tok.vocab_size), ("pad_token_id", tok.pad_id)):
+        if overrides.get(name, ours) != ours:
+            raise UserError(f"{name}={overrides[name]} contradicts the tokenizer's {ours}")
+        overrides[name] = ours
+    try:
+        config = preset(preset_name, **overrides)
+    except ConfigError as e:
+        raise UserError(f"preset {preset_name}: {e}") from None
+    except TypeError as e:  # an override that is not an EncoderConfig field
+        raise UserError(f"preset {preset_name}: {e}") from None
+    model = PretrainingModel(config)
+    # A private RNG stream: the caller's global torch seed is neither used nor disturbed.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        init_weights(model, config)
+    tok.model_max_length = config.max_positions
+    save_model(model, out, tokenizer=tok)
+    return model.eval()

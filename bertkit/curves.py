@@ -1,0 +1,80 @@
+"""Loss curves as PNG files, read from a run's metrics.jsonl (matplotlib, Agg backend)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .files import atomic_file
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The records of a metrics.jsonl file ([] if it does not exist)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, png: Path) -> None:
+    with atomic_file(png, "wb") as f:
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
+
+
+def plot_loss(metrics: str | Path, png: str | Path) -> Path | None:
+    """Training loss (and held-out loss when evaluated) against steps; None with no records."""
+    records = read_metrics(metrics)
+    train = [r for r in records if r["split"] == "train" and "loss" in r]
+    if not train:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss", lw=1.2)
+    evals = [r for r in records if r["split"] == "eval"]
+    key = next((k for k in ("eval_loss", "loss", "dev_loss") if evals and k in evals[0]), None)
+    if key:
+        ax.plot([r["step"] for r in evals], [r[key] for r in evals], "o-", label=key, lw=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, Path(png))
+    plt.close(fig)
+    return Path(png)
+
+
+def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: str,
+              x: str = "seconds", ylabel: str | None = None) -> Path:
+    """One line per run: `key` of the `split` records against `x` ("step" or "seconds").
+
+    Eval records carry no clock, so for x="seconds" each is placed at the clock of the train
+    record of the same step.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, path in runs.items():
+        records = read_metrics(Path(path) / "metrics.jsonl" if Path(path).is_dir() else path)
+        clock = {r["step"]: r.get("seconds") for r in records if r["split"] == "train"}
+        points = [(r["step"] if x == "step" else clock.get(r["step"]), r[key])
+                  for r in records if r["split"] == split and key in r]
+        points = [(a / 60 if x == "seconds" else a, b) for a, b in points if a is not None]
+        if points:
+            ax.plot(*zip(*points), label=label, lw=1.2, marker="o" if split == "eval" else None,
+                    ms=3)
+    ax.set_xlabel("training minutes" if x == "seconds" else "step")
+    ax.set_ylabel(ylabel or key)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, Path(png))
+    plt.close(fig)
+    return Path(png)
+
+
+__all__ = ["read_metrics", "plot_loss", "plot_runs"]

@@ -1,0 +1,556 @@
+"""Contextual vectors out of an encoder: tokens, words in context, sentences.
+
+BERT gives one vector per token *instance*. This module turns those into what people use:
+vectors from any layer or set of layers (the last four combined by mean, sum or
+concatenation), one vector per word (mean or first of its subword pieces), one per sentence
+([CLS] or the mean over the real tokens, optionally L2-normalised as sentence-transformers
+does), and files of any size embedded to `.npy` with an index of what each row is.
+
+Speed: texts are sorted by token count and batched with their neighbours, so a batch pads to
+almost nothing; the model runs under `torch.inference_mode`, in bf16 autocast on request.
+
+Layer numbers index the hidden states: 0 is the embedding layer's output, 1..L the blocks,
+negative numbers count from the last (-1, the default, is the last block).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .analysis import Standardizer
+from .files import UserError, atomic_file, read_lines, require_file
+from .hub import load_encoder
+from .model import Encoder
+
+Text = str | tuple[str, str]
+"""One input: a text, or a pair (text A, text B) encoded as [CLS] A [SEP] B [SEP]."""
+LayerSpec = int | Sequence[int] | str
+"""A layer number, a list of them, "last4" or "all"."""
+
+COMBINES = ("mean", "sum", "concat")
+POOLS = ("cls", "mean")
+SUBWORD_POOLS = ("mean", "first")
+PRECISIONS = ("fp32", "bf16")
+STANDARDIZER_FILE = "standardize.safetensors"
+
+
+def resolve_layers(spec: LayerSpec, num_layers: int) -> list[int]:
+    """Hidden-state indices (0..num_layers) for a layer spec; raises ValueError if out of range."""
+    n = num_layers + 1
+    if isinstance(spec, str):
+        if spec == "last4":
+            spec = [-4, -3, -2, -1]
+        elif spec == "all":
+            spec = list(range(n))
+        else:
+            try:
+                spec = [int(x) for x in spec.split(",")]
+            except ValueError:
+                raise ValueError(f"layers {spec!r}: expected a number, a comma-separated list, "
+                                 f"'last4' or 'all'") from None
+    if isinstance(spec, (int, np.integer)):
+        spec = [int(spec)]
+    out = []
+    for layer in spec:
+        if not -n <= layer < n:
+            raise ValueError(f"layer {layer} does not exist: the model has layers 0..{n - 1} "
+                             f"(0 = embeddings) or -{n}..-1")
+        out.append(layer % n)
+    if not out:
+        raise ValueError("no layers selected")
+    return out
+
+
+@dataclass
+class Encoded:
+    """One tokenized input, with what is needed to map pieces back to words and characters."""
+
+    ids: np.ndarray
+    """[T] token ids, [CLS] ... [SEP] (... [SEP])."""
+    type_ids: np.ndarray
+    """[T] segment ids."""
+    offsets: np.ndarray
+    """[T, 2] character span of each piece in its segment's text; (0, 0) for special tokens."""
+    word_ids: np.ndarray
+    """[T] index of the word each piece came from within its segment, -1 for special tokens."""
+    segment: np.ndarray
+    """[T] 0 for text A, 1 for text B, -1 for special tokens."""
+    truncated: bool
+
+
+@dataclass
+class WordRef:
+    """Which word of which input a row of `Embedder.words` is."""
+
+    item: int
+    """Index of the input text."""
+    word: int
+    """Index of the word within its segment (0-based, as the tokenizer splits words)."""
+    segment: int
+    """0 for text A, 1 for text B of a pair."""
+    start: int
+    end: int
+    """Character span of the word in its segment's text."""
+    text: str
+
+
+class _Progress:
+    """Items/s and ETA on stderr, at most every two seconds; silent when disabled."""
+
+    def __init__(self, total: int, what: str, enabled: bool):
+        self.total, self.what, self.enabled = total, what, enabled
+        self.done, self.start, self.last = 0, time.perf_counter(), 0.0
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if self.enabled and (now - self.last > 2.0 or self.done >= self.total):
+            self.last = now
+            rate = self.done / max(now - self.start, 1e-9)
+            eta = (self.total - self.done) / max(rate, 1e-9)
+            print(f"\r{self.what}: {self.done}/{self.total} ({rate:.0f}/s, ETA {eta:.0f}s)   ",
+                  end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
+
+
+class Embedder:
+    """A loaded encoder and tokenizer that turn texts into vectors.
+
+    Familiar to sentence-transformers users: `Embedder.load(dir).encode(sentences,
+    batch_size=32, normalize=True)`. Loading happens once; every method reuses the model.
+    """
+
+    def __init__(self, encoder: Encoder, tokenizer, *, max_length: int | None = None,
+                 precision: str = "fp32", standardizer: Standardizer | None = None):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        self.encoder = encoder.eval()
+        self.tokenizer = tokenizer
+        self.config = encoder.config
+        self.max_length = min(max_length or self.config.max_positions, self.config.max_positions)
+        self.precision = precision
+        self.standardizer = standardizer
+        self.device = next(encoder.parameters()).device
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
+             max_length: int | None = None) -> "Embedder":
+        """Load a bertkit / Hugging Face BERT directory.
+
+        The maximum length defaults to the directory's sentence-transformers setting
+        (`sentence_bert_config.json`) when it has one, else the model's positions. A fitted
+        standardizer saved in the directory (`standardize.safetensors`) is loaded, and applied
+        only when a call asks for `standardize=True`.
+        """
+        from .tokenizer import Tokenizer
+
+        path = Path(path)
+        encoder = load_encoder(path, device)
+        tokenizer = Tokenizer.load(path)
+        if max_length is None and (path / "sentence_bert_config.json").is_file():
+            try:
+                st = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
+                max_length = int(st.get("max_seq_length") or 0) or None
+            except (ValueError, TypeError):
+                pass
+        standardizer = None
+        if (path / STANDARDIZER_FILE).is_file():
+            standardizer = Standardizer.load(path / STANDARDIZER_FILE)
+        return cls(encoder, tokenizer, max_length=max_length, precision=precision,
+                   standardizer=standardizer)
+
+    # Tokenizing -------------------------------------------------------------------------------
+
+    def tokenize(self, texts: Sequence[Text], truncation: bool = True,
+                 names: Sequence[str] | None = None) -> list[Encoded]:
+        """Tokenize with offsets and word ids; over-long inputs are cut to `max_length`
+        (`truncation=True`, flagged `truncated`) or rejected with a UserError naming the input
+        (`names[i]`, e.g. "FILE:LINE", else "input i+1")."""
+        return _tokenize(self.tokenizer, texts, self.max_length, truncation, names)
+
+    # The forward pass -------------------------------------------------------------------------
+
+    def _batches(self, encoded: Sequence[Encoded], batch_size: int,
+                 progress: _Progress | None = None):
+        """Yield (item indices, ids, type_ids, mask) batches of similar token counts.
+
+        Longest first, so a batch too big for memory fails at once rather than at the end.
+        """
+        order = np.argsort([-len(e.ids) for e in encoded], kind="stable")
+        for lo in range(0, len(order), batch_size):
+            items = order[lo:lo + batch_size]
+            T = len(encoded[items[0]].ids)
+            ids = np.zeros((len(items), T), dtype=np.int64)
+            types = np.zeros((len(items), T), dtype=np.int64)
+            mask = np.zeros((len(items), T), dtype=np.int64)
+            for row, i in enumerate(items):
+                n = len(encoded[i].ids)
+                ids[row, :n], types[row, :n], mask[row, :n] = encoded[i].ids, encoded[i].type_ids, 1
+            yield items, ids, types, mask
+            if progress is not None:
+                progress.update(len(items))
+
+    def _states(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray, layers: list[int],
+                combine: str, standardize: bool) -> torch.Tensor:
+        """[B, T] arrays -> [B, T, H] (or [B, T, k*H] for concat) float32 vectors."""
+        dev = self.device
+        need_all = layers != [self.config.num_layers]
+        autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
+                                  enabled=self.precision == "bf16")
+        with torch.inference_mode(), autocast:
+            out = self.encoder(torch.from_numpy(ids).to(dev), torch.from_numpy(types).to(dev),
+                               torch.from_numpy(mask).to(dev), output_hidden_states=need_all)
+        states = out.hidden_states if need_all else {layers[0]: out.last_hidden_state}
+        picked = [states[i].float() for i in layers]
+        if standardize:
+            if self.standardizer is None:
+                raise UserError("standardization requested but no standardizer is fitted for "
+                                "this model (run `bertkit anisotropy --fit-standardizer`)")
+            picked = [self.standardizer.transform_layer(x, i) for x, i in zip(picked, layers)]
+        if len(picked) == 1:
+            return picked[0]
+        if combine == "concat":
+            return torch.cat(picked, dim=-1)
+        total = torch.stack(picked).sum(0)  # [k, B, T, H] -> [B, T, H]
+        return total / len(picked) if combine == "mean" else total
+
+    def _pool_groups(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
+                     layers: LayerSpec, combine: str, subword_pool: str, standardize: bool,
+                     batch_size: int, progress: bool, what: str) -> np.ndarray:
+        """The vectors of groups of token positions: `groups[i]` lists, for input i, one array
+        of positions per output row (rows numbered in order over i). Mean or first position."""
+        layers = resolve_layers(layers, self.config.num_layers)
+        _check_choice("combine", combine, COMBINES)
+        _check_choice("subword_pool", subword_pool, SUBWORD_POOLS)
+        first_row = np.cumsum([0] + [len(g) for g in groups])
+        width = self.config.hidden_size * (len(layers) if combine == "concat" else 1)
+        out = np.zeros((int(first_row[-1]), width), dtype=np.float32)
+        bar = _Progress(len(encoded), what, progress)
+        for items, ids, types, mask in self._batches(encoded, batch_size, bar):
+            T = ids.shape[1]
+            flat, rows = [], []
+            for b, i in enumerate(items):
+                for k, positions in enumerate(groups[i]):
+                    chosen = positions[:1] if subword_pool == "first" else positions
+                    flat.append(b * T + chosen)
+                    rows.append(np.full(len(chosen), first_row[i] + k))
+            if not flat:
+                continue
+            h = self._states(ids, types, mask, layers, combine, standardize)
+            h = h.reshape(-1, h.shape[-1])  # [B*T, H]
+            flat_t = torch.from_numpy(np.concatenate(flat)).to(h.device)
+            rows_np = np.concatenate(rows)
+            uniq, local = np.unique(rows_np, return_inverse=True)
+            sums = torch.zeros(len(uniq), h.shape[1], dtype=h.dtype, device=h.device)
+            sums.index_add_(0, torch.from_numpy(local).to(h.device), h.index_select(0, flat_t))
+            counts = np.bincount(local, minlength=len(uniq)).astype(np.float32)
+            out[uniq] = (sums.cpu().numpy() / counts[:, None])
+        return out
+
+    # Public API ------------------------------------------------------------------------------
+
+    def embed(self, texts: Sequence[Text], *, layers: LayerSpec = -1, combine: str = "mean",
+              pool: str = "mean", normalize: bool = False, standardize: bool = False,
+              batch_size: int = 32, truncation: bool = True,
+              progress: bool = False) -> np.ndarray:
+        """One float32 vector per text: [CLS] (`pool="cls"`) or the mean over its tokens
+        (`pool="mean"`, [CLS] and [SEP] included, as sentence-transformers does) of the chosen
+        layers. `normalize` scales each row to unit length. Returns [N, H] (or [N, k*H] for
+        `combine="concat"` over k layers)."""
+        _check_choice("pool", pool, POOLS)
+        encoded = self.tokenize(texts, truncation)
+        _warn_truncated(encoded)
+        groups = [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded]
+        vectors = self._pool_groups(encoded, groups, layers, combine, "mean", standardize,
+                                    batch_size, progress, "sentences")
+        return _l2_normalize(vectors) if normalize else vectors
+
+    def encode(self, sentences: str | Sequence[Text], batch_size: int = 32,
+               normalize: bool = False, pool: str = "mean",
+               show_progress_bar: bool = False) -> np.ndarray:
+        """sentence-transformers' `encode`: last layer, mean pooling; a single string gives a
+        single vector."""
+        single = isinstance(sentences, str)
+        vectors = self.embed([sentences] if single else sentences, pool=pool,
+                             normalize=normalize, batch_size=batch_size,
+                             progress=show_progress_bar)
+        return vectors[0] if single else vectors
+
+    def token_vectors(self, texts: Sequence[Text], *, layers: LayerSpec = -1,
+                      combine: str = "mean", standardize: bool = False,
+                      batch_size: int = 32) -> list[np.ndarray]:
+        """Every token's vector, special tokens included: one [T_i, H] array per text."""
+        encoded = self.tokenize(texts)
+        _warn_truncated(encoded)
+        groups = [[np.array([t]) for t in range(len(e.ids))] for e in encoded]
+        flat = self._pool_groups(encoded, groups, layers, combine, "mean", standardize,
+                                 batch_size, False, "texts")
+        bounds = np.cumsum([0] + [len(e.ids) for e in encoded])
+        return [flat[bounds[i]:bounds[i + 1]] for i in range(len(encoded))]
+
+    def word_vectors(self, texts: Sequence[str], spans: Sequence[tuple[int, int]], *,
+                     layers: LayerSpec = "last4", combine: str = "mean",
+                     subword_pool: str = "mean", standardize: bool = False,
+                     batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        """The vector of the word at `text[start:end]` in its context, for many targets.
+
+        Pools the subword pieces overlapping the character span (their mean, or the first
+        piece). Returns [N, H] float32, row i for (texts[i], spans[i]). A span that covers no
+        piece (only spaces, or cut off by truncation) raises ValueError naming the target.
+        """
+        if len(texts) != len(spans):
+            raise ValueError(f"{len(texts)} texts but {len(spans)} spans")
+        encoded = self.tokenize(list(texts))
+        groups = []
+        for i, (e, (start, end)) in enumerate(zip(encoded, spans)):
+            if not 0 <= start < end <= len(texts[i]):
+                raise ValueError(f"target {i}: span ({start}, {end}) is outside its text of "
+                                 f"{len(texts[i])} characters")
+            hit = np.flatnonzero((e.segment == 0) & (e.offsets[:, 0] < end)
+                                 & (e.offsets[:, 1] > start))
+            if hit.size == 0:
+                why = " (cut off by truncation)" if e.truncated else ""
+                raise ValueError(f"target {i}: span ({start}, {end}) "
+                                 f"{texts[i][start:end]!r} covers no token{why}")
+            groups.append([hit])
+        return self._pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
+                                 batch_size, progress, "targets")
+
+    def word_vector(self, text: str, char_span: tuple[int, int], **kwargs) -> np.ndarray:
+        """The vector [H] of the word at `text[start:end]` in this context (see word_vectors)."""
+        return self.word_vectors([text], [char_span], **kwargs)[0]
+
+    def words(self, texts: Sequence[Text], *, layers: LayerSpec = -1, combine: str = "mean",
+              subword_pool: str = "mean", standardize: bool = False, batch_size: int = 32,
+              truncation: bool = True,
+              progress: bool = False) -> tuple[np.ndarray, list[WordRef]]:
+        """A vector for every word of every text (special tokens left out), and which word
+        each row is."""
+        encoded = self.tokenize(texts, truncation)
+        _warn_truncated(encoded)
+        groups, refs = _word_groups(encoded, texts)
+        vectors = self._pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
+                                    batch_size, progress, "texts")
+        return vectors, refs
+
+
+# Files -----------------------------------------------------------------------------------------
+
+@dataclass
+class EmbedFileResult:
+    rows: int
+    """Rows written to the .npy file."""
+    lines: int
+    """Input lines read."""
+    truncated: int
+    """Lines cut to the model's maximum length."""
+    index_path: Path
+
+
+def index_path_for(out: str | Path) -> Path:
+    """Where the row index of `out.npy` goes: `out.index.jsonl` beside it."""
+    out = Path(out)
+    return out.with_name(out.name[:-4] + ".index.jsonl" if out.name.endswith(".npy")
+                         else out.name + ".index.jsonl")
+
+
+def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
+               words: bool = False, layers: LayerSpec = -1, combine: str = "mean",
+               pool: str = "mean", subword_pool: str = "mean", normalize: bool = False,
+               standardize: bool = False, batch_size: int = 32, chunk_lines: int = 20000,
+               progress: bool = True) -> EmbedFileResult:
+    """Embed every line of a UTF-8 file (a tab separates a pair) into a float32 `.npy` file.
+
+    One row per line (sentence vectors), or with `words=True` one row per word; the index
+    (JSON lines beside the output: `out.index.jsonl`) says which line / word each row is.
+    Streams the file in chunks, so memory does not grow with its size: a first pass checks
+    the text and counts rows, the second embeds into a memory-mapped file. Lines longer than
+    the model are cut (counted and warned about). Both files appear complete or not at all.
+    """
+    input_path = require_file(input_path)
+    out = Path(out)
+    layers_list = resolve_layers(layers, embedder.config.num_layers)
+    width = embedder.config.hidden_size * (len(layers_list) if combine == "concat" else 1)
+    if standardize and embedder.standardizer is None:
+        raise UserError("--standardize: no standardizer is fitted for this model (run "
+                        "`bertkit anisotropy --fit-standardizer` first)")
+
+    def chunks() -> Iterator[tuple[int, list[Text]]]:
+        first, texts = 1, []
+        for number, line in read_lines(input_path):
+            texts.append(tuple(line.split("\t", 1)) if "\t" in line else line)
+            if len(texts) == chunk_lines:
+                yield first, texts
+                first, texts = number + 1, []
+        if texts:
+            yield first, texts
+
+    # Pass 1: decode and count (tokenizing is cheap next to the model).
+    lines = rows = 0
+    for _, texts in chunks():
+        lines += len(texts)
+        rows += sum(len(g) for g in _word_groups(embedder.tokenize(texts), texts)[0]) \
+            if words else len(texts)
+    if rows == 0:
+        raise UserError(f"{input_path}: no words to embed")
+
+    index = index_path_for(out)
+    truncated = done = 0
+    bar = _Progress(lines, "lines", progress)
+    with _atomic_npy(out, (rows, width)) as matrix, atomic_file(index) as f_index:
+        for first_line, texts in chunks():
+            encoded = embedder.tokenize(texts)
+            truncated += sum(e.truncated for e in encoded)
+            if words:
+                groups, refs = _word_groups(encoded, texts)
+                if refs:
+                    block = embedder._pool_groups(encoded, groups, layers_list, combine,
+                                                  subword_pool, standardize, batch_size,
+                                                  False, "lines")
+                    matrix[done:done + len(block)] = _l2_normalize(block) if normalize else block
+                for k, r in enumerate(refs):
+                    f_index.write(json.dumps({"row": done + k, "line": first_line + r.item,
+                                              "word": r.word, "segment": r.segment,
+                                              "start": r.start, "end": r.end, "text": r.text},
+                                             ensure_ascii=False) + "\n")
+                done += len(refs)
+            else:
+                block = embedder._pool_groups(
+                    encoded, [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded],
+                    layers_list, combine, "mean", standardize, batch_size, False, "lines")
+                matrix[done:done + len(block)] = _l2_normalize(block) if normalize else block
+                for k, e in enumerate(encoded):
+                    f_index.write(json.dumps({"row": done + k, "line": first_line + k,
+                                              "truncated": e.truncated}) + "\n")
+                done += len(block)
+            bar.update(len(texts))
+    if truncated:
+        warnings.warn(f"{input_path}: {truncated} of {lines} lines were longer than "
+                      f"{embedder.max_length} tokens and were cut", stacklevel=2)
+    return EmbedFileResult(rows=rows, lines=lines, truncated=truncated, index_path=index)
+
+
+# Module-level shortcuts -----------------------------------------------------------------------
+
+def _embedder(model: "Embedder | str | Path") -> Embedder:
+    return model if isinstance(model, Embedder) else Embedder.load(model)
+
+
+def embed(model: "Embedder | str | Path", texts: Sequence[Text], **kwargs) -> np.ndarray:
+    """`Embedder.embed` on a loaded Embedder or a model directory."""
+    return _embedder(model).embed(texts, **kwargs)
+
+
+def word_vectors(model: "Embedder | str | Path", texts: Sequence[str],
+                 spans: Sequence[tuple[int, int]], **kwargs) -> np.ndarray:
+    """`Embedder.word_vectors` on a loaded Embedder or a model directory."""
+    return _embedder(model).word_vectors(texts, spans, **kwargs)
+
+
+def word_vector(model: "Embedder | str | Path", text: str, char_span: tuple[int, int],
+                **kwargs) -> np.ndarray:
+    """`Embedder.word_vector` on a loaded Embedder or a model directory."""
+    return _embedder(model).word_vector(text, char_span, **kwargs)
+
+
+# Helpers ----------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _atomic_npy(path: Path, shape: tuple[int, int]) -> Iterator[np.memmap]:
+    """A float32 .npy memory map at a temporary sibling of `path`, renamed onto it on success."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+        yield matrix
+        matrix.flush()
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(choices)}")
+
+
+def _l2_normalize(x: np.ndarray) -> np.ndarray:
+    # Same guard as torch.nn.functional.normalize (eps 1e-12), which sentence-transformers uses.
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def _warn_truncated(encoded: Sequence[Encoded]) -> None:
+    n = sum(e.truncated for e in encoded)
+    if n:
+        warnings.warn(f"{n} of {len(encoded)} texts were longer than the model's maximum "
+                      f"length and were cut", stacklevel=3)
+
+
+def _word_groups(encoded: Sequence[Encoded],
+                 texts: Sequence[Text]) -> tuple[list[list[np.ndarray]], list[WordRef]]:
+    """For each input, the piece positions of each of its words, and a WordRef per word."""
+    groups, refs = [], []
+    for item, (e, text) in enumerate(zip(encoded, texts)):
+        parts = (text,) if isinstance(text, str) else text
+        # A word is a run of pieces with the same (segment, word id); specials have word -1.
+        key = e.segment.astype(np.int64) * (1 << 32) + e.word_ids
+        real = np.flatnonzero(e.word_ids >= 0)
+        mine = []
+        if real.size:
+            starts = real[np.r_[True, key[real][1:] != key[real][:-1]]]
+            ends = np.r_[starts[1:], real[-1] + 1]
+            for s, t in zip(starts, ends):
+                positions = s + np.flatnonzero(key[s:t] == key[s])
+                seg = int(e.segment[s])
+                a, b = int(e.offsets[positions[0], 0]), int(e.offsets[positions[-1], 1])
+                mine.append(positions)
+                refs.append(WordRef(item, int(e.word_ids[s]), seg, a, b, parts[seg][a:b]))
+        groups.append(mine)
+    return groups, refs
+
+
+def _tokenize(tokenizer, texts: Sequence[Text], max_length: int, truncation: bool,
+              names: Sequence[str] | None = None) -> list[Encoded]:
+    """One Encoded per text, through bertkit's Tokenizer. Over-long texts are cut to
+    max_length (flagged `truncated`) or, with `truncation=False`, rejected (UserError)."""
+    firsts = [t if isinstance(t, str) else t[0] for t in texts]
+    seconds = [None if isinstance(t, str) else t[1] for t in texts]
+    pairs = seconds if any(p is not None for p in seconds) else None
+    batch = tokenizer.encode_batch(firsts, pairs, max_length=None if truncation else max_length,
+                                   truncation=False, names=names)
+    encodings = list(batch)
+    over = np.flatnonzero(batch.lengths > max_length)
+    if len(over):  # only the few over-long texts are tokenized a second time
+        cut = tokenizer.encode_batch([firsts[i] for i in over],
+                                     None if pairs is None else [pairs[i] for i in over],
+                                     max_length=max_length, truncation="longest_first")
+        for i, enc in zip(over, cut):
+            encodings[i] = enc
+    out = []
+    for enc, was_cut in zip(encodings, batch.lengths > max_length):
+        word_ids = np.array([-1 if w is None else w for w in enc.word_ids], dtype=np.int64)
+        types = np.asarray(enc.type_ids, dtype=np.int64)
+        out.append(Encoded(np.asarray(enc.ids, dtype=np.int64), types,
+                           np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2), word_ids,
+                           np.where(word_ids >= 0, types, -1), bool(was_cut)))
+    return out
+
+
+__all__ = ["Embedder", "Encoded", "WordRef", "EmbedFileResult", "embed", "word_vector",
+           "word_vectors", "embed_file", "resolve_layers", "index_path_for", "COMBINES",
+           "POOLS", "SUBWORD_POOLS", "PRECISIONS", "STANDARDIZER_FILE"]

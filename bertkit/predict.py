@@ -1,0 +1,464 @@
+"""Running a fine-tuned model: examples -> model inputs -> batched inference -> answers and scores.
+
+`TaskModel.load(dir)` reads a directory written by `bertkit finetune` (or a transformers task
+model); calling it predicts: `classify(texts)`, `tag(texts)` (entities with character offsets in
+the original text, or one label per word for POS-style tags), `answer(question, context)`.
+`evaluate(examples)` scores it on labelled examples. The same encoding and batching serve
+training (finetune.py).
+
+Inference sorts inputs by token count and batches neighbours, so a batch pads to almost
+nothing, and runs under `torch.inference_mode`.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from . import metrics, qa, spans
+from .crf import CRF, allowed_transitions
+from .heads import (QuestionAnswerer, SequenceClassifier, TokenClassifier, load_task_model,
+                    read_task)
+from .tagging import IGNORE_INDEX, align_labels, is_chunk_tag, tags_to_spans, word_tags_from_pieces
+from .tasks import QAExample, TaggedSentence, TextExample
+
+@dataclass
+class Item:
+    """One model input (a QA example gives one per window)."""
+    example: int
+    """Index of the example it came from."""
+    ids: list[int]
+    type_ids: list[int]
+    word_ids: list[int] | None = None
+    """Word index per token, -1 for specials (tagging and spans)."""
+    target: object = None
+    """Class id, float, multi-hot list, piece label ids, (start, end) or entity spans."""
+    window: qa.Window | None = None
+
+
+# Encoding ---------------------------------------------------------------------------------------
+
+def _word_ids(encoding_word_ids) -> list[int]:
+    return [-1 if w is None else w for w in encoding_word_ids]
+
+
+def encode_texts(tokenizer, examples: Sequence[TextExample], task: dict) -> list[Item]:
+    kind, labels = task.get("label_kind", "single"), task.get("labels") or []
+    index = {name: i for i, name in enumerate(labels)}
+    pairs = [ex.pair for ex in examples] if any(ex.pair is not None for ex in examples) \
+        else None
+    enc = tokenizer.encode_batch([ex.text for ex in examples], pairs,
+                                 max_length=task["max_length"], truncation="longest_first",
+                                 with_offsets=False)
+    items = []
+    for i, (ex, e) in enumerate(zip(examples, enc)):
+        target = None
+        if ex.label is not None:
+            if kind == "float":
+                target = float(ex.label)
+            elif kind == "multi":
+                target = [float(name in ex.label) for name in labels]
+            else:
+                target = index.get(ex.label)
+        items.append(Item(i, e.ids, e.type_ids, target=target))
+    return items
+
+
+def encode_sentences(tokenizer, sentences: Sequence[TaggedSentence], task: dict) -> list[Item]:
+    """Word-split sentences; piece labels aligned per task['alignment'] when tags are known."""
+    enc = tokenizer.encode_batch([s.tokens for s in sentences], max_length=task["max_length"],
+                                 truncation="longest_first", is_split_into_words=True)
+    labels = task["labels"]
+    index = {name: i for i, name in enumerate(labels)}
+    items, cut = [], 0
+    for i, (s, e) in enumerate(zip(sentences, enc)):
+        word_ids = _word_ids(e.word_ids)
+        cut += max(word_ids, default=-1) + 1 < len(s.tokens)
+        target = None
+        if s.tags and task["task"] == "tag":
+            target = align_labels(e.word_ids, s.tags, index, task.get("alignment", "copy"))
+        elif task["task"] == "spans" and (s.tags or getattr(s, "spans", None)):
+            kept = max(word_ids, default=-1) + 1
+            types = {name: k + 1 for k, name in enumerate(labels)}
+            target = [(a, b - 1, types[t]) for a, b, t in spans.gold_spans(s)
+                      if b <= kept and t in types]
+        items.append(Item(i, e.ids, e.type_ids, word_ids, target))
+    if cut:
+        warnings.warn(f"{cut} of {len(sentences)} sentences are longer than max_length "
+                      f"{task['max_length']} tokens; their last words are not seen", stacklevel=2)
+    return items
+
+
+def encode_questions(tokenizer, examples: Sequence[QAExample], task: dict, *,
+                     training: bool = False) -> tuple[list[Item], list[list[tuple[int, int]]]]:
+    """QA windows; with `training`, examples whose question leaves no room are skipped with a
+    count (else a UserError naming them) and answers are located in token positions."""
+    from .files import UserError
+    q = tokenizer.encode_batch([ex.question for ex in examples], add_special_tokens=False,
+                               with_offsets=False)
+    c = tokenizer.encode_batch([ex.context for ex in examples], add_special_tokens=False)
+    items, offsets, skipped, first = [], [], 0, ""
+    for i, (ex, qe, ce) in enumerate(zip(examples, q, c)):
+        offsets.append(ce.offsets)
+        try:
+            windows = qa.make_windows(i, qe.ids, ce.ids, max_length=task["max_length"],
+                                      stride=task["stride"], cls_id=tokenizer.cls_id,
+                                      sep_id=tokenizer.sep_id,
+                                      max_question=task.get("max_question"))
+        except ValueError as e:
+            message = f"{ex.source or f'question {ex.id}'}: question {ex.id}: {e}"
+            if not training:
+                raise UserError(message + "; raise --max-length") from None
+            skipped += 1
+            first = first or message
+            continue
+        answer = None
+        if ex.answers:
+            a = ex.answers[0]
+            answer = qa.char_span_to_tokens(ce.offsets, a.start, a.start + len(a.text))
+        for w in windows:
+            target = qa.target_positions(w, answer) if training else None
+            items.append(Item(i, w.input_ids, w.token_type_ids, target=target, window=w))
+    if skipped:
+        warnings.warn(f"skipped {skipped} questions with no room for their context (first: "
+                      f"{first})", stacklevel=2)
+    return items, offsets
+
+
+# Batching ---------------------------------------------------------------------------------------
+
+def collate(items: Sequence[Item], task: dict) -> dict:
+    """Pad a list of items to the longest: [B, T] tensors plus the task's targets."""
+    B, T = len(items), max(len(it.ids) for it in items)
+    ids = np.zeros((B, T), dtype=np.int64)
+    types = np.zeros((B, T), dtype=np.int64)
+    mask = np.zeros((B, T), dtype=np.int64)
+    for row, it in enumerate(items):
+        n = len(it.ids)
+        ids[row, :n], types[row, :n], mask[row, :n] = it.ids, it.type_ids, 1
+    batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(types),
+             "attention_mask": torch.from_numpy(mask)}
+    name = task["task"]
+    if items[0].word_ids is not None:
+        word_ids = np.full((B, T), -1, dtype=np.int64)
+        for row, it in enumerate(items):
+            word_ids[row, :len(it.word_ids)] = it.word_ids
+        batch["word_ids"] = torch.from_numpy(word_ids)
+    if items[0].target is None:
+        return batch
+    if name == "tag":
+        labels = np.full((B, T), IGNORE_INDEX, dtype=np.int64)
+        for row, it in enumerate(items):
+            labels[row, :len(it.target)] = it.target
+        batch["labels"] = torch.from_numpy(labels)
+    elif name == "qa":
+        batch["start_positions"] = torch.tensor([it.target[0] for it in items])
+        batch["end_positions"] = torch.tensor([it.target[1] for it in items])
+    elif name == "spans":
+        W = int(batch["word_ids"].max()) + 1
+        batch["span_target"] = spans.span_targets([it.target for it in items], max(W, 0),
+                                                  task["head"]["max_width"])
+    elif task.get("label_kind") == "float":
+        batch["labels"] = torch.tensor([it.target for it in items], dtype=torch.float32)
+    elif task.get("label_kind") == "multi":
+        batch["labels"] = torch.tensor([it.target for it in items], dtype=torch.float32)
+    else:
+        batch["labels"] = torch.tensor([it.target for it in items], dtype=torch.long)
+    return batch
+
+
+def length_batches(lengths: Sequence[int], batch_size: int,
+                   generator: torch.Generator | None = None) -> list[list[int]]:
+    """Index batches of similar lengths. With a generator (training): shuffle, sort by length
+    inside chunks of 50 batches, and shuffle the batch order, so batches stay random but pad
+    little. Without: sorted by length, longest first."""
+    n = len(lengths)
+    lengths = np.asarray(lengths)
+    if generator is None:
+        order = np.argsort(-lengths, kind="stable")
+        return [order[i:i + batch_size].tolist() for i in range(0, n, batch_size)]
+    perm = torch.randperm(n, generator=generator).numpy()
+    chunk = 50 * batch_size
+    out = []
+    for lo in range(0, n, chunk):
+        part = perm[lo:lo + chunk]
+        part = part[np.argsort(lengths[part], kind="stable")]
+        out += [part[i:i + batch_size].tolist() for i in range(0, len(part), batch_size)]
+    return [out[i] for i in torch.randperm(len(out), generator=generator).tolist()]
+
+
+# Inference --------------------------------------------------------------------------------------
+
+def _run(model, items: Sequence[Item], task: dict, batch_size: int, device) -> list:
+    """Model outputs per item, in item order (what each head's decoding needs)."""
+    out: list = [None] * len(items)
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for idx in length_batches([len(it.ids) for it in items], batch_size):
+            chosen = [items[i] for i in idx]
+            batch = {k: v.to(device) for k, v in collate(
+                [Item(it.example, it.ids, it.type_ids, it.word_ids) for it in chosen],
+                task).items()}
+            inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+            if isinstance(model, SequenceClassifier):
+                rows = model(*inputs).float().cpu().unbind(0)
+            elif isinstance(model, TokenClassifier):
+                logits = model(*inputs)
+                mask = batch["word_ids"] >= 0
+                if task.get("alignment", "copy") == "first":
+                    keep = torch.zeros_like(mask)
+                    keep[:, 1:] = batch["word_ids"][:, 1:] != batch["word_ids"][:, :-1]
+                    mask = mask & keep
+                labels = model.piece_labels(logits, mask)
+                probs = torch.softmax(logits.float(), -1).max(-1).values
+                rows = [(lab, p[m].tolist(), m.tolist()) for lab, p, m in
+                        zip(labels, probs.cpu(), mask.cpu())]
+            elif isinstance(model, QuestionAnswerer):
+                start, end = model(*inputs)
+                cs = torch.tensor([it.window.context_start for it in chosen], device=device)
+                cl = torch.tensor([it.window.length for it in chosen], device=device)
+                rows = list(zip(*(t.cpu().tolist() for t in qa.best_spans(
+                    start, end, cs, cl, task["max_answer_tokens"]))))
+            else:
+                logits, wmask = model(*inputs, word_ids=batch["word_ids"])
+                rows = [(logits[r].float().cpu(), wmask[r].cpu()) for r in range(len(chosen))]
+            for i, row in zip(idx, rows):
+                out[i] = row
+    model.train(was_training)
+    return out
+
+
+def _word_tags(row, item: Item, labels: list[str], alignment: str, num_words: int):
+    lab, prob, mask = row
+    names = [None] * len(item.word_ids)
+    scores = [None] * len(item.word_ids)
+    kept = [t for t, m in enumerate(mask[:len(item.word_ids)]) if m]
+    for t, label_id, p in zip(kept, lab, prob):
+        names[t], scores[t] = labels[label_id], p
+    tags = word_tags_from_pieces(names, [None if w < 0 else w for w in item.word_ids],
+                                 alignment, num_words)
+    word_score = [1.0] * num_words
+    for t, w in enumerate(item.word_ids):
+        if w >= 0 and scores[t] is not None and word_score[w] == 1.0:
+            word_score[w] = scores[t]
+    return tags, word_score
+
+
+@dataclass
+class TaskModel:
+    """A fine-tuned model with its tokenizer and task description, ready to predict."""
+    model: torch.nn.Module
+    tokenizer: object
+    task: dict
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    batch_size: int = 64
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu",
+             batch_size: int = 64) -> "TaskModel":
+        from .tokenizer import Tokenizer
+        described = read_task(path)
+        model, task = load_task_model(path, lambda k: CRF(k, allowed_transitions(
+            described["labels"], described.get("scheme"))), device)
+        task.setdefault("max_length", min(512, model.encoder.config.max_positions))
+        task.setdefault("stride", 128)
+        task.setdefault("max_answer_tokens", 30)
+        return cls(model, Tokenizer.load(path), task, torch.device(device), batch_size)
+
+    @property
+    def labels(self) -> list[str]:
+        return self.task.get("labels") or []
+
+    # Raw outputs over read examples ----------------------------------------------------------
+    def predict_texts(self, examples: Sequence[TextExample]) -> list:
+        """Per example: a label, a list of labels (multi-label) or a number; and its score."""
+        items = encode_texts(self.tokenizer, examples, {**self.task, "labels": self.labels})
+        rows = _run(self.model, items, self.task, self.batch_size, self.device)
+        kind = self.task.get("label_kind", "single")
+        out = []
+        for logits in rows:
+            if kind == "float":
+                out.append((float(logits[0]), None))
+            elif kind == "multi":
+                p = torch.sigmoid(logits)
+                out.append(([self.labels[k] for k in (p > 0.5).nonzero().flatten().tolist()],
+                            p.tolist()))
+            else:
+                p = torch.softmax(logits, -1)
+                out.append((self.labels[int(p.argmax())], float(p.max())))
+        return out
+
+    def predict_sentences(self, sentences: Sequence[TaggedSentence]):
+        """Per sentence: (word tags, word scores) for `tag`; entity spans (start word, end word
+        exclusive, type, score) for `spans`."""
+        items = encode_sentences(self.tokenizer, sentences, self.task)
+        rows = _run(self.model, items, self.task, self.batch_size, self.device)
+        if self.task["task"] == "spans":
+            margin, nested = self.task.get("span_margin", 0.0), self.task.get("nested", False)
+            out = []
+            for logits, wmask in rows:
+                found = spans.decode_spans(logits[None], wmask[None], margin, nested)[0]
+                out.append([(s, e + 1, self.labels[t - 1], sc) for s, e, t, sc in found])
+            return out
+        return [_word_tags(row, it, self.labels, self.task.get("alignment", "copy"),
+                           len(s.tokens)) for row, it, s in zip(rows, items, sentences)]
+
+    def predict_questions(self, examples: Sequence[QAExample]) -> list[qa.Prediction]:
+        items, offsets = encode_questions(self.tokenizer, examples, self.task)
+        rows = _run(self.model, items, self.task, self.batch_size, self.device)
+        scores, firsts, lasts, nulls = (torch.tensor(col) for col in zip(*rows)) if rows \
+            else (torch.zeros(0),) * 4
+        return qa.decode_answers([it.window for it in items], scores, firsts, lasts, nulls,
+                                 [ex.context for ex in examples], offsets,
+                                 self.task.get("null_threshold"))
+
+    # Scores ------------------------------------------------------------------------------------
+    def evaluate(self, examples: Sequence) -> dict:
+        """Metrics on labelled examples: accuracy / macro_f1 (classes), pearson / spearman
+        (regression), precision / recall / f1 per type (entities), token accuracy (tags), exact /
+        f1 with HasAns / NoAns (QA)."""
+        name = self.task["task"]
+        if name in ("classify", "pair", "regress"):
+            pred = [p for p, _ in self.predict_texts(examples)]
+            gold = [ex.label for ex in examples]
+            if self.task.get("label_kind") == "float":
+                return metrics.regression_scores(gold, pred)
+            if self.task.get("label_kind") == "multi":
+                return metrics.multilabel_scores(gold, pred, self.labels)
+            return metrics.classification_scores(gold, pred, self.labels)
+        if name == "tag":
+            pred = [tags for tags, _ in self.predict_sentences(examples)]
+            gold = [s.tags for s in examples]
+            if any(is_chunk_tag(t) and t != "O" for t in self.labels):
+                return metrics.entity_scores(gold, pred)
+            return {"accuracy": metrics.accuracy([t for s in gold for t in s],
+                                                 [t for s in pred for t in s])}
+        if name == "spans":
+            found = self.predict_sentences(examples)
+            return metrics.span_scores(
+                [spans.gold_spans(s) for s in examples], [[(a, b, t) for a, b, t, _ in f] for f in found])
+        preds = self.predict_questions(examples)
+        refs = {ex.id: [a.text for a in ex.answers] for ex in examples}
+        two = any(ex.is_impossible for ex in examples)
+        out = metrics.squad_scores({ex.id: p.text for ex, p in zip(examples, preds)}, refs)
+        if two:
+            raw = metrics.squad_scores({ex.id: p.span_text for ex, p in zip(examples, preds)},
+                                       refs, {ex.id: p.null_margin for ex, p in zip(examples, preds)})
+            out.update({k: raw[k] for k in ("best_exact", "best_exact_thresh", "best_f1",
+                                            "best_f1_thresh")})
+        return out
+
+    # The Python API ----------------------------------------------------------------------------
+    def classify(self, texts: Sequence[str] | str, pairs: Sequence[str] | None = None):
+        """[{"label", "score"}] per text (pipeline("text-classification") style); a number
+        under "score" for regression, a list of labels for multi-label."""
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        pairs = [pairs] if single and isinstance(pairs, str) else pairs
+        examples = [TextExample(t, None if pairs is None else pairs[i])
+                    for i, t in enumerate(texts)]
+        kind = self.task.get("label_kind", "single")
+        res = self.predict_texts(examples)
+        out = []
+        for label, score in res:
+            if kind == "float":
+                out.append({"score": label})
+            elif kind == "multi":
+                out.append({"labels": label, "scores": dict(zip(self.labels, score))})
+            else:
+                out.append({"label": label, "score": score})
+        return out[0] if single else out
+
+    def tag(self, texts: Sequence[str] | str):
+        """Per text: entities [{"label", "text", "start", "end", "score"}] with character
+        offsets into the text; for plain tags (POS), one {"word", "label", "start", "end"} per
+        word. Words are split as the tokenizer's pre-tokenizer splits them."""
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        words = split_words(self.tokenizer, texts)
+        sentences = [TaggedSentence([t[a:b] for a, b in w], [], t) for t, w in zip(texts, words)]
+        keep = [i for i, s in enumerate(sentences) if s.tokens]
+        found = self.predict_sentences([sentences[i] for i in keep])
+        results: list[list[dict]] = [[] for _ in texts]
+        chunked = self.task["task"] == "spans" or any(
+            is_chunk_tag(t) and t != "O" for t in self.labels)
+        for i, res in zip(keep, found):
+            text, spans_ = texts[i], words[i]
+            if self.task["task"] == "spans":
+                ents = [(a, b, t, float(np.exp(-np.logaddexp(0, -s)))) for a, b, t, s in res]
+            elif chunked:
+                tags, scores = res
+                ents = [(a, b, t, float(np.mean(scores[a:b]))) for a, b, t in tags_to_spans(tags)]
+            else:
+                tags, scores = res
+                results[i] = [{"word": text[s:e], "label": t, "start": s, "end": e,
+                               "score": sc} for (s, e), t, sc in zip(spans_, tags, scores)]
+                continue
+            for a, b, t, sc in ents:
+                s, e = spans_[a][0], spans_[b - 1][1]
+                results[i].append({"label": t, "text": text[s:e], "start": s, "end": e,
+                                   "score": sc})
+        return results[0] if single else results
+
+    def answer(self, question: str | Sequence[str], context: str | Sequence[str]):
+        """{"answer", "start", "end", "score"} (pipeline("question-answering") style); "" with
+        start -1 when the model judges the question unanswerable."""
+        single = isinstance(question, str)
+        questions = [question] if single else list(question)
+        contexts = [context] * len(questions) if isinstance(context, str) else list(context)
+        examples = [QAExample(str(i), q, c, []) for i, (q, c) in enumerate(zip(questions, contexts))]
+        out = [{"answer": p.text, "start": p.char_start,
+                "end": p.char_start + len(p.text) if p.text else -1,
+                "score": float(p.span_score), "null_margin": float(p.null_margin)}
+               for p in self.predict_questions(examples)]
+        return out[0] if single else out
+
+    def __call__(self, *args, **kwargs):
+        name = self.task["task"]
+        if name in ("classify", "pair", "regress"):
+            return self.classify(*args, **kwargs)
+        if name in ("tag", "spans"):
+            return self.tag(*args, **kwargs)
+        return self.answer(*args, **kwargs)
+
+
+def split_words(tokenizer, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+    """Character spans of the words of each text, as the tokenizer's pre-tokenizer cuts them
+    (whitespace and punctuation for WordPiece); words that make no tokens are left out."""
+    enc = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    out = []
+    for e in enc:
+        words: dict[int, list[int]] = {}
+        for w, (start, end) in zip(e.word_ids, e.offsets):
+            if w is not None:
+                span = words.setdefault(w, [start, end])
+                span[1] = max(span[1], end)
+        out.append([tuple(words[w]) for w in sorted(words)])
+    return out
+
+
+# Module-level shortcuts -------------------------------------------------------------------------
+
+def _model(model: "TaskModel | str | Path") -> TaskModel:
+    return model if isinstance(model, TaskModel) else TaskModel.load(model)
+
+
+def classify(model: "TaskModel | str | Path", texts, pairs=None):
+    return _model(model).classify(texts, pairs)
+
+
+def tag(model: "TaskModel | str | Path", texts):
+    return _model(model).tag(texts)
+
+
+def answer(model: "TaskModel | str | Path", question, context):
+    return _model(model).answer(question, context)
+
+
+__all__ = ["TaskModel", "Item", "encode_texts", "encode_sentences", "encode_questions",
+           "collate", "length_batches", "classify", "tag", "answer", "split_words"]
