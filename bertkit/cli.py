@@ -288,7 +288,126 @@ def add_pretraining_commands(sub) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def add_finetuning_commands(sub) -> None:
-    pass
+    def columns(p, with_task_flags: bool) -> None:
+        p.add_argument("--text-column", help="column of the text (default: text, sentence, "
+                       "premise, ... whichever the file has)")
+        p.add_argument("--pair-column", help="column of the second text of a pair")
+        p.add_argument("--label-column", help="column of the label (default: label, score, ...)")
+        p.add_argument("--conllu-column", default=None, choices=("upos", "xpos"),
+                       help="CoNLL-U tag column (default upos)")
+
+    p = sub.add_parser("finetune", help="train a task head on labelled data",
+                       description="Fine-tune a BERT directory on a task; the result is a "
+                       "Hugging Face directory (transformers loads it) with the task remembered.")
+    p.add_argument("task", choices=("classify", "pair", "regress", "tag", "qa", "spans"))
+    p.add_argument("--model", required=True, help="pretrained BERT directory (bertkit or HF)")
+    p.add_argument("--train", required=True, help="training file: JSONL/CSV/TSV, CoNLL, "
+                   "CoNLL-U or SQuAD JSON (recognised from the file)")
+    p.add_argument("--dev", help="dev file (default: hold out --dev-fraction of --train)")
+    p.add_argument("--out", required=True, help="output directory")
+    columns(p, True)
+    p.add_argument("--multi-label", action="store_true", help="classify: several labels per text")
+    p.add_argument("--crf", action="store_true", help="tag: a CRF layer over the tags")
+    p.add_argument("--scheme", choices=("IO", "BIO", "BIOES"), help="tag: re-tag in this scheme")
+    p.add_argument("--alignment", choices=("copy", "first"), default="copy",
+                   help="tag: subword labels copied from the word, or on its first piece only")
+    p.add_argument("--epochs", type=int, help="passes over the data (default by task)")
+    p.add_argument("--lr", type=float, default=5e-5, help="encoder learning rate (5e-5)")
+    p.add_argument("--head-lr", type=float, help="head learning rate (default 1e-3)")
+    p.add_argument("--batch-size", type=int, help="examples per step (default by task)")
+    p.add_argument("--max-length", type=int, help="longest input in tokens (default by task)")
+    p.add_argument("--train-layers", type=int, help="train only the top N encoder blocks "
+                   "(0 = frozen encoder); default all")
+    p.add_argument("--patience", type=int, default=3, help="early-stop after N evaluations "
+                   "without improvement (0 = never)")
+    p.add_argument("--dev-fraction", type=float, default=0.1)
+    p.add_argument("--max-span-width", type=int, default=8, help="spans: longest entity in words")
+    p.add_argument("--stride", type=int, default=128, help="qa: tokens shared by windows")
+    p.add_argument("--max-answer-tokens", type=int, default=30, help="qa: longest answer")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--max-time", type=float, help="stop after this many minutes")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=_finetune)
+
+    p = sub.add_parser("evaluate", help="score a fine-tuned model on a labelled file")
+    p.add_argument("--model", required=True, help="directory written by `bertkit finetune`")
+    p.add_argument("--test", required=True, help="labelled file in the task's format")
+    columns(p, False)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(run=_evaluate)
+
+    p = sub.add_parser("predict", help="run a fine-tuned model over a file, JSON lines out")
+    p.add_argument("--model", required=True, help="directory written by `bertkit finetune`")
+    p.add_argument("--input", required=True, help="texts: .txt (one per line), JSONL/CSV/TSV; "
+                   "tag: also CoNLL; qa: SQuAD JSON or JSONL with question/context")
+    p.add_argument("--out", help="output file (default: stdout)")
+    columns(p, False)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(run=_predict)
+
+
+def _finetune(args) -> int:
+    from .finetune import FinetuneConfig, finetune
+
+    cfg = FinetuneConfig(
+        text_column=args.text_column, pair_column=args.pair_column,
+        label_column=args.label_column, multi_label=args.multi_label,
+        conllu_column=args.conllu_column or "upos", scheme=args.scheme,
+        alignment=args.alignment, crf=args.crf, epochs=args.epochs, lr=args.lr,
+        head_lr=args.head_lr, batch_size=args.batch_size, max_length=args.max_length,
+        train_layers=args.train_layers, patience=args.patience or None,
+        dev_fraction=args.dev_fraction, max_span_width=args.max_span_width, stride=args.stride,
+        max_answer_tokens=args.max_answer_tokens, precision=args.precision,
+        max_time=args.max_time, seed=args.seed)
+    result = finetune(args.task, args.model, args.train, args.dev, args.out, cfg)
+    shown = {k: round(v, 4) for k, v in result.dev_metrics.items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    print(f"saved {result.out_dir} ({result.steps} steps, {result.train_seconds:.0f} s, "
+          f"stopped by {result.stopped_by}, best step {result.best_step}); dev: {shown}")
+    return 0
+
+
+def _task_overrides(args, task: dict) -> dict:
+    for flag, key in (("text_column", "text_column"), ("pair_column", "pair_column"),
+                      ("label_column", "label_column"), ("conllu_column", "conllu_column")):
+        if getattr(args, flag, None):
+            task[key] = getattr(args, flag)
+    return task
+
+
+def _evaluate(args) -> int:
+    import json
+
+    from .finetune import read_examples
+    from .predict import TaskModel
+
+    runner = TaskModel.load(args.model, batch_size=args.batch_size)
+    _task_overrides(args, runner.task)
+    scores = runner.evaluate(read_examples(runner.task, args.test))
+    if args.json:
+        print(json.dumps(scores, default=float))
+        return 0
+    for key, value in scores.items():
+        if isinstance(value, float):
+            print(f"{key:>20}  {value:.4f}")
+        elif isinstance(value, int):
+            print(f"{key:>20}  {value}")
+    per = scores.get("per_type") or scores.get("per_label") or {}
+    for name, s in per.items():
+        print(f"{name:>20}  precision {s['precision']:.4f}  recall {s['recall']:.4f}  "
+              f"f1 {s['f1']:.4f}  support {s['support']}")
+    return 0
+
+
+def _predict(args) -> int:
+    from .predict import TaskModel, predict_file
+
+    runner = TaskModel.load(args.model, batch_size=args.batch_size)
+    _task_overrides(args, runner.task)
+    n = predict_file(runner, args.input, args.out)
+    print(f"{n} predictions" + (f" written to {args.out}" if args.out else ""), file=sys.stderr)
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ import shutil
 import sys
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -76,8 +77,8 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
             cache_words: int = 300_000, progress: bool = True) -> dict:
     """Tokenize `corpus_files` into shards under `out_dir`; return the manifest.
 
-    heldout_fraction: share of documents (evenly spaced through the corpus) kept out of
-    training; a corpus of one document gives the last lines of it. shard_tokens: a shard is
+    heldout_fraction: share of documents (scattered through the corpus; see `_plan_documents`)
+    kept out of training; a corpus of one document gives the last lines of it. shard_tokens: a shard is
     closed once it holds at least this many tokens. workers: tokenizing processes (default:
     all cores; 1 = in this process). cache_words: distinct words cached per worker.
     """
@@ -98,7 +99,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     vocab_size = tokenizer.vocab_size
     dtype = np.dtype(np.uint16 if vocab_size <= 65536 else np.int32)
     fingerprint = tokenizer_fingerprint(tokenizer)
-    counts = _count_documents(files, kinds)
+    counts = _plan_documents(files, kinds, heldout_fraction)
     if counts["documents"] == 0:
         raise UserError(f"{files[0]}: no documents in the corpus (only blank lines)")
     plan = {"format": FORMAT, "tokenizer": fingerprint, "dtype": dtype.name,
@@ -106,7 +107,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
             "chunk_bytes": chunk_bytes,
             "sources": [{"path": str(f.resolve()), "bytes": f.stat().st_size,
                          "mtime_ns": f.stat().st_mtime_ns} for f in files],
-            "documents": counts["documents"], "cut_line": counts["cut_line"]}
+            **counts}
     created = not out.exists()
     try:
         return _prepare(files, kinds, tokenizer, out, plan, fingerprint, dtype, workers,
@@ -133,7 +134,7 @@ def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, d
 
     tokenizer_json = (out / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8")
     fast = _fast_path_ok(tokenizer_json, files, kinds)
-    heldout = _HeldoutRule(plan["documents"], plan["heldout_fraction"])
+    heldout = _HeldoutRule(plan["heldout"])
     reader = _chunks(files, kinds, position, plan["chunk_bytes"], plan["cut_line"])
     meter = _Progress(sum(f.stat().st_size for f in files), position, files, progress)
     writer = _ShardWriter(out / "shards", len(shards), dtype, plan["shard_tokens"], heldout)
@@ -173,22 +174,42 @@ def _kind(path: Path) -> str:
     return "text"
 
 
-def _count_documents(files: list[Path], kinds: list[str]) -> dict:
-    """A first pass over the bytes: refuse non-UTF-8 text before writing anything, count the
-    documents (to space the held-out ones evenly) and, for a corpus that is one document of
-    text, find the line where its held-out tail (the last 1% of its lines) starts."""
-    documents, first_doc_lines = 0, 0
+def _plan_documents(files: list[Path], kinds: list[str], fraction: float) -> dict:
+    """A first pass over the bytes: refuse non-UTF-8 text before writing anything, and choose
+    the held-out documents. Each document is held out with probability `fraction` (a hash of
+    its index, so the choice is scattered through the corpus and repeatable), unless it is
+    larger than 2 x fraction of the corpus (one huge document would make the held-out split
+    lopsided); at least one is when there are two or more. A corpus that is one document of
+    text has its last 1% of lines (at least one) made a second, held-out document."""
+    total = sum(f.stat().st_size for f in files)
+    cap = max(2 * fraction * total, 1 << 16)
+    documents, first_doc_lines, size = 0, 0, 0
+    heldout: list[int] = []
+    smallest = (float("inf"), -1)
+
+    def close(doc: int, size: int) -> None:
+        nonlocal smallest
+        if doc < 0:
+            return
+        if size <= cap and _unit_hash(doc) < fraction:
+            heldout.append(doc)
+        smallest = min(smallest, (size, doc))
+
     for path, kind in zip(files, kinds):
         in_doc = False
         for _, block in _blocks(path):
             for raw in block:
                 text = bool(raw.strip())
                 if kind == "jsonl" or (text and not in_doc):
-                    documents += text
+                    if text:
+                        close(documents - 1, size)
+                        documents, size = documents + 1, 0
                 in_doc = text
+                size += len(raw)
                 first_doc_lines += text and documents == 1
+    close(documents - 1, size)
     cut = None
-    if documents == 1 and kinds[0] == "text" and first_doc_lines >= 2:
+    if documents == 1 and kinds[0] == "text" and first_doc_lines >= 2 and fraction > 0:
         tail_start = first_doc_lines - max(1, round(first_doc_lines * 0.01)) + 1
         seen = 0
         for first_number, block in _blocks(files[0]):
@@ -196,7 +217,18 @@ def _count_documents(files: list[Path], kinds: list[str]) -> dict:
                 seen += bool(raw.strip())
                 if seen == tail_start and cut is None:
                     cut = [0, number]
-    return {"documents": documents, "cut_line": cut}
+        heldout = [1]
+    elif not heldout and documents >= 2 and fraction > 0:
+        heldout = [smallest[1]]
+    return {"documents": documents, "heldout": heldout, "cut_line": cut}
+
+
+def _unit_hash(i: int) -> float:
+    """A fixed pseudo-random number in [0, 1) for document i (splitmix64)."""
+    z = (i + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
 
 
 def _blocks(path: Path) -> Iterator[tuple[int, list[bytes]]]:
@@ -218,17 +250,13 @@ def _blocks(path: Path) -> Iterator[tuple[int, list[bytes]]]:
 
 
 class _HeldoutRule:
-    """Evenly spaced held-out documents: doc i is held out when floor((i+1)h/n) > floor(ih/n)."""
+    """Is each of these document indices one of the held-out documents?"""
 
-    def __init__(self, documents: int, fraction: float):
-        self.n = max(documents, 1)
-        self.h = 0 if fraction <= 0 or documents < 2 else max(1, round(fraction * documents))
+    def __init__(self, heldout: list[int]):
+        self.heldout = np.asarray(sorted(heldout), dtype=np.int64)
 
     def __call__(self, doc: np.ndarray) -> np.ndarray:
-        if self.h == 0:
-            return np.zeros(doc.shape, dtype=bool)
-        doc = np.asarray(doc, dtype=np.int64)
-        return ((doc + 1) * self.h // self.n > doc * self.h // self.n) & (doc < self.n)
+        return np.isin(np.asarray(doc, dtype=np.int64), self.heldout)
 
 
 def _chunks(files: list[Path], kinds: list[str], start: _Position, chunk_bytes: int,
@@ -292,14 +320,15 @@ def _json_text(line: str, path: Path, number: int) -> str:
 
 # Tokenizing: the word cache ------------------------------------------------------------------
 
-def _word_flags(word: str) -> tuple[bool, bool]:
-    """(the word can end a sentence, the word can start one)."""
-    ends = _SENTENCE_END.search(word) is not None
-    if ends and word.rstrip("\"'\u2019\u201d)]").endswith("."):
-        core = word.lstrip(_OPENERS).rstrip("\"'\u2019\u201d)]")[:-1].lower()
-        ends = not (core in _ABBREVIATIONS or len(core) == 1)
-    head = word.lstrip(_OPENERS)[:1]
-    return ends, head.isupper() or head.isdigit()
+def _word_flags(words: list[str]) -> tuple[list[bool], list[bool]]:
+    """For each word: (it can end a sentence, it can start one). "Mr." and "J." end none."""
+    closers = "\"'\u2019\u201d)]"
+    ends = [m is not None for m in map(_SENTENCE_END.search, words)]
+    for i in [i for i, e in enumerate(ends) if e and words[i].rstrip(closers).endswith(".")]:
+        core = words[i].lstrip(_OPENERS).rstrip(closers)[:-1].lower()
+        ends[i] = not (core in _ABBREVIATIONS or len(core) == 1)
+    heads = [w.lstrip(_OPENERS)[:1] for w in words]
+    return ends, [h.isupper() or h.isdigit() for h in heads]
 
 
 class _Growable:
@@ -337,26 +366,28 @@ class ChunkTokenizer:
         split = [line.split(" ") for line in lines]
         per_line = np.fromiter(map(len, split), dtype=np.int64, count=len(split))
         words = list(itertools.chain.from_iterable(split))
-        keep = self._add_missing(words)
-        get = self.index.__getitem__
-        entry = np.fromiter(map(get, words), dtype=np.int64, count=len(words))
+        # one dict lookup per word; only the misses (few once the cache is warm) cost more
+        entry = np.fromiter(map(self.index.get, words, itertools.repeat(-1)), dtype=np.int64,
+                            count=len(words))
+        misses = np.flatnonzero(entry < 0)
+        keep = self._add_missing({words[i] for i in misses})
+        entry[misses] = [self.index[words[i]] for i in misses]
         try:
             return self._assemble(lines, words, entry, per_line, np.asarray(line_doc, np.int64))
         finally:
             self._forget(keep)
 
-    def _add_missing(self, words: list[str]) -> int:
+    def _add_missing(self, new_words: set[str]) -> int:
         """Add the chunk's new words; return how many entries stay cached afterwards."""
         index = self.index
-        missing = sorted({w for w in words if w not in index},
-                         key=lambda w: len(w) > _CACHED_WORD_CHARS)
+        missing = sorted(new_words, key=lambda w: len(w) > _CACHED_WORD_CHARS)
         short = sum(len(w) <= _CACHED_WORD_CHARS for w in missing)
         keep = min(self.limit, self.start.n + short)
         if not missing:
             return self.start.n
-        flags = [_word_flags(w) for w in missing]
-        self.ends.extend([f[0] for f in flags])
-        self.opens.extend([f[1] for f in flags])
+        ends, opens = _word_flags(missing)
+        self.ends.extend(ends)
+        self.opens.extend(opens)
         if self.fast:
             encoded = self.backend.encode_batch_fast(missing, add_special_tokens=False)
             ids = [e.ids for e in encoded]
@@ -472,17 +503,22 @@ def _tokenize_chunks(reader, tokenizer_json: str, fast: bool, dtype, workers: in
             yield run(lines, docs), end
         return
     context = multiprocessing.get_context("spawn")  # no fork after the Rust pool has started
-    with context.Pool(workers, _worker_init,
-                      (tokenizer_json, fast, np.dtype(dtype).name, cache_words)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
+                             initargs=(tokenizer_json, fast, np.dtype(dtype).name,
+                                       cache_words)) as pool:
         pending: deque = deque()
-        for lines, docs, end in reader:
-            pending.append((pool.apply_async(_worker_run, (lines, docs)), end))
-            if len(pending) > 2 * workers:  # bounded: the reader never runs far ahead
-                result, end_ = pending.popleft()
-                yield result.get(), end_
-        while pending:
-            result, end_ = pending.popleft()
-            yield result.get(), end_
+        try:
+            for lines, docs, end in reader:
+                pending.append((pool.submit(_worker_run, lines, docs), end))
+                if len(pending) > 2 * workers:  # bounded: the reader never runs far ahead
+                    future, end_ = pending.popleft()
+                    yield future.result(), end_
+            while pending:
+                future, end_ = pending.popleft()
+                yield future.result(), end_
+        finally:
+            for future, _ in pending:
+                future.cancel()
 
 
 # Output: shards ------------------------------------------------------------------------------

@@ -5,20 +5,22 @@ The result is a complete model directory (weights, config.json and the tokenizer
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
 
-from .config import ConfigError, preset
+from .config import ConfigError
+from .config import preset as preset_config
 from .files import UserError
 from .hub import save_model
 from .model import PretrainingModel, init_weights
 from .tokenizer import Tokenizer
 
 
-def init_model(preset_name: str, tokenizer: str | Path | Tokenizer, out: str | Path, seed: int = 0,
+def init_model(preset: str, tokenizer: str | Path | Tokenizer, out: str | Path, seed: int = 0,
                **overrides) -> PretrainingModel:
-    """Build `preset_name` (tiny, mini, small, medium, base, large) with the vocabulary size and
+    """Build `preset` (tiny, mini, small, medium, base, large) with the vocabulary size and
     [PAD] id of `tokenizer` (a directory or a loaded Tokenizer), initialise it as BERT does
     from `seed`, and save it with the tokenizer to `out`. `overrides` set other EncoderConfig
     fields, e.g. max_positions=128."""
@@ -28,16 +30,15 @@ def init_model(preset_name: str, tokenizer: str | Path | Tokenizer, out: str | P
             raise UserError(f"{name}={overrides[name]} contradicts the tokenizer's {ours}")
         overrides[name] = ours
     try:
-        config = preset(preset_name, **overrides)
-    except ConfigError as e:
-        raise UserError(f"preset {preset_name}: {e}") from None
-    except TypeError as e:  # an override that is not an EncoderConfig field
-        raise UserError(f"preset {preset_name}: {e}") from None
-    model = PretrainingModel(config)
+        config = preset_config(preset, **overrides)
+    except (ConfigError, TypeError) as e:  # TypeError: an override that is not a config field
+        raise UserError(f"preset {preset}: {e}") from None
     # A private RNG stream: the caller's global torch seed is neither used nor disturbed.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        model = PretrainingModel(config)
         init_weights(model, config)
+    tok = copy.copy(tok)  # the caller's tokenizer keeps its own model_max_length
     tok.model_max_length = config.max_positions
     save_model(model, out, tokenizer=tok)
     return model.eval()

@@ -341,7 +341,12 @@ def tune_thresholds(runner: TaskModel, dev: list) -> dict:
     """SQuAD 2.0 null threshold or span-NER NULL margin that maximise dev F1."""
     task = runner.task
     if task["task"] == "qa" and any(ex.is_impossible for ex in dev):
-        task["null_threshold"] = runner.evaluate(dev)["best_f1_thresh"]
+        task.pop("null_threshold", None)
+        scores = runner.evaluate(dev)
+        task["null_threshold"] = scores["best_f1_thresh"]
+        if runner.evaluate(dev)["f1"] < scores["best_f1"] - 1e-9:
+            # The best is to answer nothing: the search reports that as threshold 0.
+            task["null_threshold"] = -1e9
     elif task["task"] == "spans":
         best = (-1.0, 0.0)
         for margin in (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0):
@@ -369,6 +374,8 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
     head_lr = cfg.head_lr or head_lr
     tokenizer = Tokenizer.load(model_dir)
     enc_cfg = hub.load_config(model_dir)
+    if cfg.max_length is None:  # the task's default, within what the model takes
+        task["max_length"] = min(task["max_length"], enc_cfg.max_positions)
     if task["max_length"] > enc_cfg.max_positions:
         raise UserError(f"--max-length {task['max_length']} is longer than the model's "
                         f"{enc_cfg.max_positions} positions")
@@ -404,6 +411,8 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
     def save(m: nn.Module, path: Path) -> None:
         tune_thresholds(runner, dev)
         final.update(runner.evaluate(dev))
+        if task_name != "spans" or all(getattr(s, "tags", None) for s in train_examples):
+            final["baseline"] = majority_baseline(task, train_examples, dev)
         heads.save_task_model(m, path, task=task, tokenizer=tokenizer,
                               labels=task.get("labels") if task_name != "regress" else None)
         write_json(path / "dev_metrics.json", final)

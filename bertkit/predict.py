@@ -24,6 +24,7 @@ from .crf import CRF, allowed_transitions
 from .heads import (QuestionAnswerer, SequenceClassifier, TokenClassifier, load_task_model,
                     read_task)
 from .tagging import IGNORE_INDEX, align_labels, is_chunk_tag, tags_to_spans, word_tags_from_pieces
+from .files import UserError
 from .tasks import QAExample, TaggedSentence, TextExample
 
 @dataclass
@@ -97,7 +98,6 @@ def encode_questions(tokenizer, examples: Sequence[QAExample], task: dict, *,
                      training: bool = False) -> tuple[list[Item], list[list[tuple[int, int]]]]:
     """QA windows; with `training`, examples whose question leaves no room are skipped with a
     count (else a UserError naming them) and answers are located in token positions."""
-    from .files import UserError
     q = tokenizer.encode_batch([ex.question for ex in examples], add_special_tokens=False,
                                with_offsets=False)
     c = tokenizer.encode_batch([ex.context for ex in examples], add_special_tokens=False)
@@ -442,6 +442,86 @@ def split_words(tokenizer, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
     return out
 
 
+# Files -----------------------------------------------------------------------------------------------
+
+def _read_inputs(runner: TaskModel, path: str | Path):
+    """(kind, inputs, keys) of a prediction input file: kind "texts", "sentences" or "questions"."""
+    from .files import read_jsonl, read_lines
+    from .tasks import detect_format, read_squad, read_tagged, read_text_examples
+    p = Path(path)
+    task = runner.task
+    if p.suffix.lower() == ".txt":
+        lines = [(n, line) for n, line in read_lines(p) if line.strip()]
+        if not lines:
+            raise UserError(f"{p}: no texts")
+        return "texts", [line for _, line in lines], [f"{p}:{n}" for n, _ in lines]
+    fmt = detect_format(p)
+    if task["task"] == "qa":
+        if fmt == "squad":
+            examples = read_squad(p)
+        else:
+            examples = []
+            for n, obj in read_jsonl(p):
+                if not isinstance(obj.get("question"), str) or not isinstance(obj.get("context"), str):
+                    raise UserError(f"{p}:{n}: expected \"question\" and \"context\" strings")
+                examples.append(QAExample(str(obj.get("id", n)), obj["question"], obj["context"],
+                                          [], source=f"{p}:{n}"))
+        return "questions", examples, [ex.id for ex in examples]
+    if fmt in ("conll", "conllu") and task["task"] in ("tag", "spans"):
+        sentences = read_tagged(p, task.get("conllu_column", "upos"))
+        return "sentences", sentences, [s.source for s in sentences]
+    if fmt not in ("jsonl", "csv", "tsv"):
+        raise UserError(f"{p}: a {task['task']} model reads .txt, JSONL, CSV or TSV here, not {fmt}")
+    examples = read_text_examples(p, text_column=task.get("text_column") or "text",
+                                  pair_column=task.get("pair_column"), label_column=None, fmt=fmt)
+    if task["task"] in ("tag", "spans"):
+        return "texts", [ex.text for ex in examples], [ex.source for ex in examples]
+    return "examples", examples, [ex.source for ex in examples]
+
+
+def predict_file(runner: TaskModel, path: str | Path, out: str | Path | None = None) -> int:
+    """Predict every input of a file; write one JSON object per input (to `out` atomically, or
+    to stdout). Returns the number of predictions."""
+    import json
+    import sys
+
+    from .files import atomic_file
+    kind, inputs, keys = _read_inputs(runner, path)
+    if kind == "questions":
+        preds = runner.answer([ex.question for ex in inputs], [ex.context for ex in inputs])
+        rows = [{"id": ex.id, **pr} for ex, pr in zip(inputs, preds)]
+    elif kind == "sentences":
+        found = runner.predict_sentences(inputs)
+        if runner.task["task"] == "spans":
+            rows = [{"tokens": s.tokens, "entities": [[a, b, t, round(sc, 4)] for a, b, t, sc in f]}
+                    for s, f in zip(inputs, found)]
+        else:
+            rows = [{"tokens": s.tokens, "tags": tags} for s, (tags, _) in zip(inputs, found)]
+    elif kind == "texts":
+        if runner.task["task"] in ("tag", "spans"):
+            rows = [{"text": t, "entities" if runner.labels and _chunked(runner) else "words": r}
+                    for t, r in zip(inputs, runner.tag(inputs))]
+        else:
+            rows = [{"text": t, **r} for t, r in zip(inputs, runner.classify(inputs))]
+    else:
+        res = runner.classify([ex.text for ex in inputs],
+                              [ex.pair for ex in inputs] if inputs[0].pair is not None else None)
+        rows = [{"text": ex.text, **({"pair": ex.pair} if ex.pair is not None else {}), **r}
+                for ex, r in zip(inputs, res)]
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if out is None:
+        sys.stdout.write(lines)
+    else:
+        with atomic_file(out) as f:
+            f.write(lines)
+    return len(rows)
+
+
+def _chunked(runner: TaskModel) -> bool:
+    return runner.task["task"] == "spans" or any(is_chunk_tag(t) and t != "O"
+                                                  for t in runner.labels)
+
+
 # Module-level shortcuts -------------------------------------------------------------------------
 
 def _model(model: "TaskModel | str | Path") -> TaskModel:
@@ -461,4 +541,4 @@ def answer(model: "TaskModel | str | Path", question, context):
 
 
 __all__ = ["TaskModel", "Item", "encode_texts", "encode_sentences", "encode_questions",
-           "collate", "length_batches", "classify", "tag", "answer", "split_words"]
+           "collate", "length_batches", "classify", "tag", "answer", "split_words", "predict_file"]

@@ -80,16 +80,17 @@ class EncodedBatch(Sequence[Encoding]):
     `as_tensors()` (the hot path) pads on the fly from flat numpy arrays.
     """
 
-    def __init__(self, encodings: list[tokenizers.Encoding], *, pad_to: int | None, pad_id: int,
-                 pad_token: str, has_pairs: bool, pieces: list[str] | None = None):
+    def __init__(self, encodings: list[tokenizers.Encoding], *, pad_to: int | str | None,
+                 pad_id: int, pad_token: str, has_pairs: bool, pieces: list[str] | None = None):
+        """pad_to: a length, "longest" (the longest item's), or None for no padding."""
         self._encodings = encodings
         self._pieces = pieces
-        self._pad_to = pad_to
         self._pad = (pad_id, pad_token)
         self._has_pairs = has_pairs
         self.lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64,
                                    count=len(encodings))
         """Number of real tokens (before padding) of each item."""
+        self._pad_to = int(self.lengths.max(initial=0)) if pad_to == "longest" else pad_to
 
     def __len__(self) -> int:
         return len(self._encodings)
@@ -101,20 +102,26 @@ class EncodedBatch(Sequence[Encoding]):
         n = 0 if self._pad_to is None else max(0, self._pad_to - len(e))
         pad_id, pad_token = self._pad
         ids = e.ids
-        tokens = e.tokens if self._pieces is None else [self._pieces[i] for i in ids]
+        tokens = e.tokens if self._pieces is None else [self._pieces[t] for t in ids]
         return Encoding(ids=ids + [pad_id] * n, tokens=tokens + [pad_token] * n,
                         type_ids=e.type_ids + [0] * n, attention_mask=e.attention_mask + [0] * n,
                         offsets=e.offsets + [(0, 0)] * n, word_ids=e.word_ids + [None] * n)
 
     def select(self, indices: Sequence[int]) -> "EncodedBatch":
-        """The items at `indices` as a batch of their own (e.g. a length bucket)."""
+        """The items at `indices` as a batch of their own (e.g. a length bucket), padded as
+        this batch is."""
         return EncodedBatch([self._encodings[i] for i in indices], pad_to=self._pad_to,
                             pad_id=self._pad[0], pad_token=self._pad[1],
                             has_pairs=self._has_pairs, pieces=self._pieces)
 
     @property
     def ids(self) -> list[list[int]]:
-        return [enc.ids for enc in self]
+        """Each item's ids (padded if the batch was), without building the other fields."""
+        rows = [e.ids for e in self._encodings]
+        if self._pad_to is None:
+            return rows
+        pad = self._pad[0]
+        return [row + [pad] * (self._pad_to - len(row)) for row in rows]
 
     def flat_ids(self) -> tuple[np.ndarray, np.ndarray]:
         """(all ids concatenated, int64 [sum of lengths]; lengths [B]), without padding."""
@@ -227,6 +234,9 @@ class Tokenizer:
                 bert_pipeline(backend, **_bert_flags(config))
             return cls(backend, model_max_length=max_length, source=str(p / "tokenizer.json"))
         if (p / "vocab.txt").is_file():
+            if not str(config.get("tokenizer_class", "BertTokenizer")).startswith("Bert"):
+                raise UserError(f"{p}: no tokenizer.json, and vocab.txt alone describes only a "
+                                f"BERT WordPiece tokenizer, not a {config['tokenizer_class']}")
             return cls.from_vocab(p / "vocab.txt", model_max_length=max_length,
                                   **_bert_flags(config))
         raise UserError(f"{p}: not a tokenizer directory (no tokenizer.json or vocab.txt)")
@@ -317,6 +327,9 @@ class Tokenizer:
                      names: Sequence[str] | None = None) -> EncodedBatch:
         """Encode texts (and their pairs: [CLS] A [SEP] B [SEP]) in Rust, in parallel.
 
+        Truncation is set on the shared Rust tokenizer for the duration of the call, so one
+        Tokenizer should not encode from several threads at once (processes are fine).
+
         max_length: longest result in tokens; None = no limit. truncation: how to cut an
         over-long input to max_length ("longest_first", "only_first", "only_second"), or False
         to refuse it with a UserError naming the input (`names[i]`, else "input i+1").
@@ -347,16 +360,21 @@ class Tokenizer:
         backend = self._backend
         if truncation and max_length is not None:
             backend.enable_truncation(max_length, strategy=truncation)
+        encode = backend.encode_batch if with_offsets else backend.encode_batch_fast
+        options = dict(is_pretokenized=is_split_into_words, add_special_tokens=add_special_tokens)
         try:
-            encode = backend.encode_batch if with_offsets else backend.encode_batch_fast
-            encodings = encode(inputs, is_pretokenized=is_split_into_words,
-                               add_special_tokens=add_special_tokens)
-        except Exception as e:  # a Rust truncation error: find and name the input
-            raise UserError(self._explain_failure(inputs, e, truncation, max_length, names,
-                                                  is_split_into_words)) from None
+            encodings = encode(inputs, **options)
+        except Exception as e:
+            if not (truncation and max_length is not None):
+                raise
+            # Rust cannot cut a pair as asked (only_first with a too short first text, ...).
+            raise UserError(self._name_failure(inputs, options, names) + f": cannot truncate "
+                            f"to max_length {max_length} with truncation={truncation} "
+                            f"({str(e).removeprefix('Truncation error: ')})") from None
         finally:
             backend.no_truncation()
-        batch = EncodedBatch(encodings, pad_to=None, pad_id=self.pad_id, pad_token=PAD,
+        batch = EncodedBatch(encodings, pad_to=max_length if padding == "max_length" else
+                             padding or None, pad_id=self.pad_id, pad_token=PAD,
                              has_pairs=has_pairs, pieces=self._pieces)
         if max_length is not None and not truncation:
             over = np.flatnonzero(batch.lengths > max_length)
@@ -365,22 +383,16 @@ class Tokenizer:
                 name = names[i] if names is not None else f"input {i + 1}"
                 raise UserError(f"{name}: {batch.lengths[i]} tokens, longer than max_length "
                                 f"{max_length} (truncation is off)")
-        if padding == "longest":
-            batch._pad_to = int(batch.lengths.max(initial=0))
-        elif padding == "max_length":
-            batch._pad_to = max_length
         return batch
 
-    def _explain_failure(self, inputs, error, truncation, max_length, names, pretokenized) -> str:
+    def _name_failure(self, inputs, options: dict, names) -> str:
+        """The name of the first input that fails to encode on its own (truncation still on)."""
         for i, item in enumerate(inputs):
             try:
-                self._backend.encode(*(item if isinstance(item, tuple) else (item,)),
-                                     is_pretokenized=pretokenized)
+                self._backend.encode(*(item if isinstance(item, tuple) else (item,)), **options)
             except Exception:
-                name = names[i] if names is not None else f"input {i + 1}"
-                return (f"{name}: cannot truncate to max_length {max_length} with "
-                        f"truncation={truncation} ({str(error).removeprefix('Truncation error: ')})")
-        return f"tokenizer failed: {error}"
+                return names[i] if names is not None else f"input {i + 1}"
+        return "a batch input"
 
     def __call__(self, texts: Sequence[str], pairs: Sequence[str | None] | None = None,
                  **kwargs) -> BatchTensors:

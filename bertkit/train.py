@@ -6,8 +6,7 @@
 * `loss_fn(model, batch) -> (loss, metrics)` — `loss` a scalar tensor (the mean over the
   batch's own targets), `metrics` a dict of scalar tensors (accuracies, part losses). Called
   in train mode under autocast; it must not call `.item()` (metrics are synced only at log
-  time). Under DDP every trainable parameter must receive a gradient: freeze the ones the loss
-  does not use (`p.requires_grad_(False)`).
+  time).
 * `batches` — an iterable of dicts of CPU tensors, iterated again when it runs out (epochs).
   Give it `state_dict()` / `load_state_dict()` for an exact resume; otherwise a resume skips
   the batches already seen. Under DDP each rank passes its own share.
@@ -314,8 +313,11 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
     net = torch.compile(model) if cfg.compile else model
     objective = _Objective(net, loss_fn)
     if distributed:
+        # A loss may leave weights unused (the pooler under plain MLM; freeze them to save
+        # the search): DDP then looks for them rather than failing.
         objective = nn.parallel.DistributedDataParallel(
-            objective, device_ids=[device.index] if device.type == "cuda" else None)
+            objective, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=True)
     params = [p for g in optimizer.param_groups for p in g["params"]]
 
     def should_stop_for_time() -> bool:

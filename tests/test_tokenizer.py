@@ -173,6 +173,13 @@ def test_trained_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, cased):
     assert vocab == [ours.id_to_token(i) for i in range(ours.vocab_size)]
     assert ours.encode("KALO").tokens[1:-1] != ours.encode("kalo").tokens[1:-1] or not cased
     assert ours.encode("ka [MASK] lo").ids.count(ours.mask_id) == 1
+    (tmp_path / "tok" / "tokenizer.json").unlink()
+    if kind == "unigram":  # its scores live only in tokenizer.json
+        with pytest.raises(UserError, match="no tokenizer.json"):
+            Tokenizer.load(tmp_path / "tok")
+    else:
+        assert ours_fields(Tokenizer.load(tmp_path / "tok").encode_batch(texts, pairs)) == \
+            ours_fields(ours.encode_batch(texts, pairs))
 
 
 def test_vocabulary_without_special_tokens_is_refused(tmp_path, minilm_dir):

