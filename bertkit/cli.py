@@ -192,9 +192,12 @@ def add_foundation_commands(sub) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _set_threads(world_size: int = 1) -> None:
+    """One thread per physical core (shared among local ranks), unless OMP_NUM_THREADS says."""
+    import os
     import torch
     from .pretrain import physical_cores
-    torch.set_num_threads(max(1, physical_cores() // world_size))
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, physical_cores() // world_size))
 
 
 def _run_pretrain(args) -> int:
@@ -226,7 +229,8 @@ def _add_pretrain_command(sub) -> None:
                    "base, large")
     p.add_argument("--init", metavar="DIR", help="continue pretraining this model directory")
     p.add_argument("--objective", choices=("mlm", "mlm+nsp", "span", "clm"))
-    p.add_argument("--masking", help="masking mode of the data (default: the objective's)")
+    p.add_argument("--masking", choices=("token", "whole-word"),
+                   help="mlm and mlm+nsp: mask single pieces (default) or whole words")
     p.add_argument("--seq-len", type=int, metavar="N")
     p.add_argument("--batch-size", type=int, metavar="N", help="sequences per step, all ranks")
     p.add_argument("--lr", type=float)
@@ -278,7 +282,38 @@ def _add_demo_command(sub) -> None:
     p.set_defaults(run=_run_demo)
 
 
+def _run_prepare(args) -> int:
+    from .corpus import prepare
+    manifest = prepare(args.corpus, args.tokenizer, args.out, heldout_fraction=args.heldout,
+                       workers=args.workers, shard_tokens=args.shard_tokens)
+    train, heldout = manifest["train"], manifest["heldout"]
+    print(f"{args.out}: train {train['tokens']:,} tokens in {train['documents']:,} documents, "
+          f"held out {heldout['tokens']:,} tokens in {heldout['documents']:,} documents, "
+          f"{len(manifest['shards'])} shard(s)")
+    return 0
+
+
+def _add_prepare_command(sub) -> None:
+    p = sub.add_parser("prepare", help="tokenize text into shards for pretraining",
+                       description="Plain text (one sentence or paragraph per line, a blank line "
+                       "between documents) or JSONL with a \"text\" field -> sentences -> "
+                       "memory-mapped token shards with a held-out split by documents. A re-run "
+                       "with the same inputs skips the finished shards.")
+    p.add_argument("--corpus", nargs="+", required=True, metavar="FILE")
+    p.add_argument("--tokenizer", required=True, metavar="DIR",
+                   help="tokenizer or model directory")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--heldout", type=float, default=0.01, metavar="F",
+                   help="share of documents held out for evaluation (default 0.01)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="tokenizing processes (default: all cores)")
+    p.add_argument("--shard-tokens", type=int, default=1 << 24, metavar="N",
+                   help="tokens per shard (default 16M)")
+    p.set_defaults(run=_run_prepare)
+
+
 def add_pretraining_commands(sub) -> None:
+    _add_prepare_command(sub)
     _add_pretrain_command(sub)
     _add_demo_command(sub)
 
@@ -572,6 +607,92 @@ def add_embedding_commands(sub) -> None:
                    help="head 0..A-1 (default: all heads in a grid)")
     q.add_argument("--out", required=True, help="output PNG")
     q.set_defaults(run=_run_plot_attention)
+
+    _add_wsd_commands(sub)
+    _add_static_commands(sub)
+
+
+# WSD and the static baseline ------------------------------------------------------------------
+
+def _add_wsd_commands(sub) -> None:
+    pass
+
+
+def _run_static_train(args) -> int:
+    from .static import SkipGramConfig, StaticVectors
+
+    tokenizer = None
+    if args.tokenizer:
+        from .tokenizer import Tokenizer
+        tokenizer = Tokenizer.load(args.tokenizer)
+    try:
+        config = SkipGramConfig(dim=args.dim, window=args.window, negatives=args.negatives,
+                                epochs=args.epochs, min_count=args.min_count,
+                                subsample=args.subsample, lr=args.lr,
+                                batch_size=args.batch_size, seed=args.seed)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    model = StaticVectors.train(args.corpus, config, tokenizer, progress=not args.quiet)
+    model.save(args.out)
+    print(f"{args.out}: {len(model.tokens):,} {model.tokenization.kind} x {model.dim} "
+          f"dimensions, {model.stats.pairs:,} pairs in {model.stats.seconds:.0f}s, "
+          f"final loss {model.stats.final_loss:.3f}")
+    return 0
+
+
+def _run_static_neighbors(args) -> int:
+    from .static import StaticVectors
+
+    model = StaticVectors.load(args.model)
+    for word in args.words:
+        pairs = model.neighbors(word, args.k)
+        print(f"{word}: " + ", ".join(f"{w} {c:.3f}" for w, c in pairs))
+    return 0
+
+
+def _run_static_similarity(args) -> int:
+    from .static import StaticVectors
+
+    print(f"{StaticVectors.load(args.model).similarity(args.a, args.b):.4f}")
+    return 0
+
+
+def _add_static_commands(sub) -> None:
+    p = sub.add_parser("static", help="static word vectors (skip-gram with negative sampling): "
+                       "train, neighbors, similarity")
+    kinds = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = kinds.add_parser("train", help="train word2vec skip-gram vectors on text files",
+                         description="Skip-gram with negative sampling: window, K negatives "
+                         "from unigram^0.75, frequent-word subsampling. Tokens are lowercase "
+                         "words (default) or a bertkit tokenizer's pieces (--tokenizer).")
+    q.add_argument("--corpus", nargs="+", required=True, help="UTF-8 text files, a paragraph a line")
+    how = q.add_mutually_exclusive_group()
+    how.add_argument("--tokenizer", help="tokenizer or model directory: train on its pieces")
+    how.add_argument("--words", action="store_true", help="whole lowercase words (the default)")
+    q.add_argument("--dim", type=int, default=100, help="vector width (default 100)")
+    q.add_argument("--window", type=int, default=5, help="largest context distance (default 5)")
+    q.add_argument("--negatives", type=int, default=5, help="noise words per pair (default 5)")
+    q.add_argument("--epochs", type=int, default=3, help="passes over the corpus (default 3)")
+    q.add_argument("--min-count", type=int, default=5,
+                   help="drop tokens seen fewer times (default 5)")
+    q.add_argument("--subsample", type=float, default=1e-4,
+                   help="frequent-word subsampling threshold t (default 1e-4; 0 = off)")
+    q.add_argument("--lr", type=float, default=0.025, help="starting SGD learning rate")
+    q.add_argument("--batch-size", type=int, default=2048, help="pairs per update")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", required=True, help="output directory")
+    q.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    q.set_defaults(run=_run_static_train)
+    q = kinds.add_parser("neighbors", help="nearest words by cosine")
+    q.add_argument("--model", required=True, help="directory from `bertkit static train`")
+    q.add_argument("-k", type=int, default=10, help="neighbours per word (default 10)")
+    q.add_argument("words", nargs="+", metavar="WORD")
+    q.set_defaults(run=_run_static_neighbors)
+    q = kinds.add_parser("similarity", help="cosine between two words")
+    q.add_argument("--model", required=True, help="directory from `bertkit static train`")
+    q.add_argument("a", metavar="WORD")
+    q.add_argument("b", metavar="WORD")
+    q.set_defaults(run=_run_static_similarity)
 
 
 # ---------------------------------------------------------------------------------------------

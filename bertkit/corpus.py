@@ -77,10 +77,11 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
             cache_words: int = 300_000, progress: bool = True) -> dict:
     """Tokenize `corpus_files` into shards under `out_dir`; return the manifest.
 
-    heldout_fraction: share of documents (scattered through the corpus; see `_plan_documents`)
-    kept out of training; a corpus of one document gives the last lines of it. shard_tokens: a shard is
-    closed once it holds at least this many tokens. workers: tokenizing processes (default:
-    all cores; 1 = in this process). cache_words: distinct words cached per worker.
+    heldout_fraction: share of documents kept out of training, scattered through the corpus
+    (see `_plan_documents`); a corpus of one document gives the last lines of it.
+    shard_tokens: a shard is closed once it holds at least this many tokens. workers:
+    tokenizing processes (default: all cores; 1 = in this process). chunk_bytes: text sent to
+    a worker at a time. cache_words: distinct words cached per worker.
     """
     from .tokenizer import Tokenizer
 
@@ -99,15 +100,15 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     vocab_size = tokenizer.vocab_size
     dtype = np.dtype(np.uint16 if vocab_size <= 65536 else np.int32)
     fingerprint = tokenizer_fingerprint(tokenizer)
-    counts = _plan_documents(files, kinds, heldout_fraction)
-    if counts["documents"] == 0:
+    layout = _plan_documents(files, kinds, heldout_fraction)
+    if layout["documents"] == 0:
         raise UserError(f"{files[0]}: no documents in the corpus (only blank lines)")
     plan = {"format": FORMAT, "tokenizer": fingerprint, "dtype": dtype.name,
             "heldout_fraction": heldout_fraction, "shard_tokens": shard_tokens,
             "chunk_bytes": chunk_bytes,
             "sources": [{"path": str(f.resolve()), "bytes": f.stat().st_size,
                          "mtime_ns": f.stat().st_mtime_ns} for f in files],
-            **counts}
+            **layout}
     created = not out.exists()
     try:
         return _prepare(files, kinds, tokenizer, out, plan, fingerprint, dtype, workers,

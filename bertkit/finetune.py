@@ -166,6 +166,8 @@ def describe_task(task: str, train_path: str | Path, cfg: FinetuneConfig) -> dic
             "multi" if cfg.multi_label else "single"
     elif task in ("tag", "spans"):
         desc.update(conllu_column=cfg.conllu_column, alignment=cfg.alignment)
+        if cfg.scheme is not None and task == "tag":
+            desc["scheme"] = cfg.scheme  # the data are re-tagged as they are read
         if cfg.alignment not in ("copy", "first"):
             raise UserError(f"alignment must be copy or first, got {cfg.alignment!r}")
         if cfg.scheme is not None and cfg.scheme not in SCHEMES:
@@ -382,7 +384,10 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
 
     train_examples = read_examples(task, train_path)
     if dev_path is None:
-        by = (lambda ex: ex.title or ex.context) if task_name == "qa" else None
+        by = None
+        if task_name == "qa":  # whole articles, or whole paragraphs of a single article
+            by = (lambda ex: ex.title) if len({ex.title for ex in train_examples}) > 1 \
+                else (lambda ex: ex.context)
         train_examples, dev = _split(train_examples, cfg.dev_fraction, cfg.seed, by)
     else:
         dev = read_examples(task, dev_path)
@@ -399,7 +404,7 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
         metric = "best_f1"
     if task_name == "tag" and not any(is_chunk_tag(t) and t != "O" for t in task["labels"]):
         metric = "accuracy"  # POS-style labels: no entities to score
-    runner = TaskModel(model, tokenizer, task, torch.device(cfg.device))
+    runner = TaskModel(model, tokenizer, task, torch.device(cfg.device), skip_no_room=True)
 
     def evaluate(m: nn.Module) -> dict:
         scores = runner.evaluate(dev)
@@ -441,6 +446,11 @@ def majority_baseline(task: dict, train: list, test: list) -> dict:
     most frequent tag of that word, unseen words the most frequent tag overall)."""
     from . import metrics
     name = task["task"]
+    if task.get("label_kind") == "multi":
+        sets = [tuple(ex.label) for ex in train]
+        top = list(max(set(sets), key=sets.count))
+        return metrics.multilabel_scores([ex.label for ex in test], [top] * len(test),
+                                         task["labels"])
     if name in ("classify", "pair"):
         labels = [ex.label for ex in train]
         top = max(set(labels), key=labels.count)

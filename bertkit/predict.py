@@ -25,7 +25,7 @@ from .heads import (QuestionAnswerer, SequenceClassifier, TokenClassifier, load_
                     read_task)
 from .tagging import IGNORE_INDEX, align_labels, is_chunk_tag, tags_to_spans, word_tags_from_pieces
 from .files import UserError
-from .tasks import QAExample, TaggedSentence, TextExample
+from .tasks import QAExample, TaggedSentence, TextExample, check_labels, check_tags
 
 @dataclass
 class Item:
@@ -95,9 +95,12 @@ def encode_sentences(tokenizer, sentences: Sequence[TaggedSentence], task: dict)
 
 
 def encode_questions(tokenizer, examples: Sequence[QAExample], task: dict, *,
-                     training: bool = False) -> tuple[list[Item], list[list[tuple[int, int]]]]:
-    """QA windows; with `training`, examples whose question leaves no room are skipped with a
-    count (else a UserError naming them) and answers are located in token positions."""
+                     training: bool = False, skip_no_room: bool | None = None
+                     ) -> tuple[list[Item], list[list[tuple[int, int]]]]:
+    """QA windows; with `training` answers are located in token positions. Examples whose
+    question leaves no room for the context are skipped with a count when `skip_no_room`
+    (default: when training), else a UserError names them."""
+    skip_no_room = training if skip_no_room is None else skip_no_room
     q = tokenizer.encode_batch([ex.question for ex in examples], add_special_tokens=False,
                                with_offsets=False)
     c = tokenizer.encode_batch([ex.context for ex in examples], add_special_tokens=False)
@@ -111,7 +114,7 @@ def encode_questions(tokenizer, examples: Sequence[QAExample], task: dict, *,
                                       max_question=task.get("max_question"))
         except ValueError as e:
             message = f"{ex.source or f'question {ex.id}'}: question {ex.id}: {e}"
-            if not training:
+            if not skip_no_room:
                 raise UserError(message + "; raise --max-length") from None
             skipped += 1
             first = first or message
@@ -257,6 +260,8 @@ class TaskModel:
     task: dict
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     batch_size: int = 64
+    skip_no_room: bool = False
+    """QA: skip (with a warning) questions that leave no room for the context, else refuse."""
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu",
@@ -309,7 +314,8 @@ class TaskModel:
                            len(s.tokens)) for row, it, s in zip(rows, items, sentences)]
 
     def predict_questions(self, examples: Sequence[QAExample]) -> list[qa.Prediction]:
-        items, offsets = encode_questions(self.tokenizer, examples, self.task)
+        items, offsets = encode_questions(self.tokenizer, examples, self.task,
+                                          skip_no_room=self.skip_no_room)
         rows = _run(self.model, items, self.task, self.batch_size, self.device)
         scores, firsts, lasts, nulls = (torch.tensor(col) for col in zip(*rows)) if rows \
             else (torch.zeros(0),) * 4
@@ -323,6 +329,10 @@ class TaskModel:
         (regression), precision / recall / f1 per type (entities), token accuracy (tags), exact /
         f1 with HasAns / NoAns (QA)."""
         name = self.task["task"]
+        if name in ("classify", "pair") or (name == "regress" and self.labels):
+            check_labels(examples, self.labels)  # an unknown label names its line
+        elif name == "tag":
+            check_tags(examples, self.labels)
         if name in ("classify", "pair", "regress"):
             pred = [p for p, _ in self.predict_texts(examples)]
             gold = [ex.label for ex in examples]

@@ -31,10 +31,12 @@ from safetensors.torch import save as safetensors_bytes
 from . import objectives
 from .config import ConfigError, PRESETS, TrainConfig, preset
 from .files import UserError
+from .masking import MaskingConfig
 from .model import PretrainingModel, SpanBoundaryHead, init_weights, num_parameters
 from .train import TrainResult, train
 
 SBO_FILE = "sbo.safetensors"
+MASKING = ("token", "whole-word")
 
 
 @dataclass
@@ -49,8 +51,9 @@ class PretrainOptions:
     """Model directory to continue pretraining from."""
     objective: str = "mlm"
     """"mlm" (RoBERTa: packed, no NSP), "mlm+nsp" (BERT), "span" (SpanBERT), "clm"."""
-    masking: str | None = None
-    """Masking mode passed to the data (None: the objective's default)."""
+    masking: str = "token"
+    """"token" (BERT's 15% of pieces) or "whole-word" (all pieces of a chosen word); the span
+    objective always masks spans of whole words."""
     seq_len: int = 128
     """Tokens per sequence, special tokens included."""
     batch_size: int = 32
@@ -72,6 +75,8 @@ class PretrainOptions:
         if self.objective not in objectives.OBJECTIVES:
             raise UserError(f"unknown objective {self.objective!r}; choose one of "
                             f"{', '.join(objectives.OBJECTIVES)}")
+        if self.masking not in MASKING:
+            raise UserError(f"unknown masking {self.masking!r}; choose one of {', '.join(MASKING)}")
         if self.seq_len < 8 or self.batch_size < 1:
             raise UserError(f"--seq-len must be at least 8 and --batch-size at least 1 (got "
                             f"{self.seq_len}, {self.batch_size})")
@@ -146,6 +151,20 @@ def save_pretrained(model: PretrainingModel, path: Path, tokenizer) -> None:
         model.sbo = sbo
 
 
+def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int) -> list[dict]:
+    """A fixed list of held-out batches: the same masks at every evaluation."""
+    from .examples import PretrainingBatches
+
+    try:
+        held = PretrainingBatches(opts.data, batch_size=opts.batch_size, split="heldout",
+                                  seed=seed, prefetch=0, **data_kwargs)
+    except UserError as e:
+        if "has no text" not in str(e):
+            raise
+        return []
+    return list(itertools.islice(iter(held), opts.eval_batches))
+
+
 def _data_fingerprint(data: Path) -> str:
     return hashlib.sha256((data / "manifest.json").read_bytes()).hexdigest()[:16]
 
@@ -172,15 +191,14 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
                   f"tokens per batch{f' x {cfg.grad_accum} accumulated' if cfg.grad_accum > 1 else ''}"
                   f", precision {cfg.precision}, {world} rank(s) on {device}, "
                   f"{torch.get_num_threads()} threads", file=sys.stderr)
-        data_kwargs = dict(objective=opts.objective, seq_len=opts.seq_len)
-        if opts.masking is not None:
-            data_kwargs["masking"] = opts.masking
-        batches = PretrainingBatches(opts.data, batch_size=opts.batch_size, split="train",
-                                     seed=cfg.seed, rank=rank, world_size=world, **data_kwargs)
+        data_kwargs = dict(objective=opts.objective, seq_len=opts.seq_len,
+                           masking=MaskingConfig(whole_word=opts.masking == "whole-word"))
+        # Each rank takes its rows of the same global batch: any number of ranks trains alike.
+        batches = PretrainingBatches(opts.data, batch_size=opts.batch_size // world,
+                                     split="train", seed=cfg.seed, rank=rank, world_size=world,
+                                     **data_kwargs)
         # Every rank builds them (a few batches) so that all agree whether to evaluate.
-        held = list(itertools.islice(PretrainingBatches(
-            opts.data, batch_size=opts.batch_size, split="heldout", seed=cfg.seed + 1, rank=0,
-            world_size=1, **data_kwargs), opts.eval_batches))
+        held = _heldout_batches(opts, data_kwargs, cfg.seed + 1)
         if rank == 0 and not held:
             print("warning: the held-out split is empty: no evaluation", file=sys.stderr)
 

@@ -169,6 +169,12 @@ class _Feed:
         self.index += 1
         return batch
 
+    def close(self) -> None:
+        """Stop the iterator (and any prefetching thread behind it)."""
+        if hasattr(self.it, "close"):
+            self.it.close()
+        self.it = None
+
     def state_dict(self) -> dict:
         state = {"epoch": self.epoch, "index": self.index}
         if hasattr(self.batches, "state_dict"):
@@ -470,11 +476,13 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                     if stopped_by == "interrupted":
                         log.say(f"saved a checkpoint at step {step}; continue with --resume")
     except BaseException:
+        feed.close()
         log.close()
         if main and created and step == 0 and out_dir.exists():
             shutil.rmtree(out_dir, ignore_errors=True)  # nothing worth keeping was written
         raise
 
+    feed.close()
     if evaluate is not None and last_eval_step != step and stopped_by != "interrupted":
         eval_metrics = run_evaluation()
         log.record({"step": step, "split": "eval", **eval_metrics})
