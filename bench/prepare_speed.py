@@ -101,7 +101,7 @@ def environment(workers: int) -> dict:
         if Path("/proc/cpuinfo").exists() else platform.processor()
     return {"python": platform.python_version(), "torch": torch.__version__,
             "tokenizers": tokenizers.__version__, "numpy": numpy.__version__,
-            "cpu": cpu, "cores": os.cpu_count(), "workers": workers,
+            "cpu": cpu, "cores": os.cpu_count(), "workers": workers or "auto",
             "load_average": os.getloadavg()}
 
 
@@ -156,7 +156,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100], metavar="MB")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--workers", type=int, default=None,
+                        help="tokenizing processes (default: prepare's own choice)")
     opts = parser.parse_args()
     if not CORPUS.is_dir():
         print(f"skipped: {CORPUS} is absent (it sits beside the repository)")

@@ -306,9 +306,10 @@ def _add_prepare_command(sub) -> None:
     p.add_argument("--heldout", type=float, default=0.01, metavar="F",
                    help="share of documents held out for evaluation (default 0.01)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="tokenizing processes (default: all cores)")
-    p.add_argument("--shard-tokens", type=int, default=1 << 24, metavar="N",
-                   help="tokens per shard (default 16M)")
+                   help="tokenizing processes (default: all cores for 16 MB of text or "
+                   "more, else 1)")
+    p.add_argument("--shard-tokens", type=int, default=1 << 22, metavar="N",
+                   help="tokens per shard (default 4M); memory grows with it, not the corpus")
     p.set_defaults(run=_run_prepare)
 
 

@@ -17,8 +17,8 @@ Output directory:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -169,6 +169,8 @@ def run_demo(opts: DemoOptions) -> dict:
     print(f"3/3 pretraining a {opts.preset} model for "
           f"{f'{opts.max_steps} steps' if opts.max_steps else f'{opts.minutes:g} minutes'}",
           file=sys.stderr)
+    if (out / "model").exists():
+        shutil.rmtree(out / "model")  # a demo run starts afresh
     cfg = TrainConfig(lr=opts.lr, max_steps=opts.max_steps,
                       max_time=None if opts.max_steps else opts.minutes, warmup_fraction=0.06,
                       precision=opts.precision,

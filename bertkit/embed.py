@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import warnings
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -131,7 +132,8 @@ class Embedder:
     """
 
     def __init__(self, encoder: Encoder, tokenizer, *, max_length: int | None = None,
-                 precision: str = "fp32", standardizer: Standardizer | None = None):
+                 precision: str = "fp32", standardizer: Standardizer | None = None,
+                 workers: int | None = None):
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         self.encoder = encoder.eval()
@@ -141,10 +143,14 @@ class Embedder:
         self.precision = precision
         self.standardizer = standardizer
         self.device = next(encoder.parameters()).device
+        self.workers = max(1, workers or torch.get_num_threads())
+        """Batches computed at once on the CPU, each on one thread: independent batches on
+        separate cores never wait for each other, where one batch split over all cores meets
+        at a barrier after every operation. 1 = one batch at a time on torch's threads."""
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
-             max_length: int | None = None) -> "Embedder":
+             max_length: int | None = None, workers: int | None = None) -> "Embedder":
         """Load a bertkit / Hugging Face BERT directory.
 
         The maximum length defaults to the directory's sentence-transformers setting
@@ -167,7 +173,7 @@ class Embedder:
         if (path / STANDARDIZER_FILE).is_file():
             standardizer = Standardizer.load(path / STANDARDIZER_FILE)
         return cls(encoder, tokenizer, max_length=max_length, precision=precision,
-                   standardizer=standardizer)
+                   standardizer=standardizer, workers=workers)
 
     # Tokenizing -------------------------------------------------------------------------------
 
@@ -180,25 +186,32 @@ class Embedder:
 
     # The forward pass -------------------------------------------------------------------------
 
-    def _batches(self, encoded: Sequence[Encoded], batch_size: int,
-                 progress: _Progress | None = None):
-        """Yield (item indices, ids, type_ids, mask) batches of similar token counts.
+    def _tasks(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
+               first_row: np.ndarray, batch_size: int, subword_pool: str) -> Iterator["_Task"]:
+        """Batches of texts of similar token counts, with the positions each output row pools.
 
         Longest first, so a batch too big for memory fails at once rather than at the end.
         """
         order = np.argsort([-len(e.ids) for e in encoded], kind="stable")
         for lo in range(0, len(order), batch_size):
             items = order[lo:lo + batch_size]
-            T = len(encoded[items[0]].ids)
-            ids = np.zeros((len(items), T), dtype=np.int64)
-            types = np.zeros((len(items), T), dtype=np.int64)
-            mask = np.zeros((len(items), T), dtype=np.int64)
-            for row, i in enumerate(items):
-                n = len(encoded[i].ids)
-                ids[row, :n], types[row, :n], mask[row, :n] = encoded[i].ids, encoded[i].type_ids, 1
-            yield items, ids, types, mask
-            if progress is not None:
-                progress.update(len(items))
+            lengths = np.array([len(encoded[i].ids) for i in items])
+            B, T = len(items), int(lengths.max())
+            mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int64)  # [B, T]
+            ids = np.zeros((B, T), dtype=np.int64)
+            types = np.zeros((B, T), dtype=np.int64)
+            ids[mask.astype(bool)] = np.concatenate([encoded[i].ids for i in items])
+            types[mask.astype(bool)] = np.concatenate([encoded[i].type_ids for i in items])
+            flat, local, rows = [], [], []
+            for b, i in enumerate(items):
+                for k, positions in enumerate(groups[i]):
+                    chosen = positions[:1] if subword_pool == "first" else positions
+                    flat.append(b * T + chosen)
+                    local.append(np.full(len(chosen), len(rows)))
+                    rows.append(first_row[i] + k)
+            if rows:
+                yield _Task(ids, types, mask, np.concatenate(flat), np.concatenate(local),
+                            np.asarray(rows), B)
 
     def _states(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray, layers: list[int],
                 combine: str, standardize: bool) -> torch.Tensor:
@@ -213,9 +226,6 @@ class Embedder:
         states = out.hidden_states if need_all else {layers[0]: out.last_hidden_state}
         picked = [states[i].float() for i in layers]
         if standardize:
-            if self.standardizer is None:
-                raise UserError("standardization requested but no standardizer is fitted for "
-                                "this model (run `bertkit anisotropy --fit-standardizer`)")
             picked = [self.standardizer.transform_layer(x, i) for x, i in zip(picked, layers)]
         if len(picked) == 1:
             return picked[0]
@@ -223,6 +233,17 @@ class Embedder:
             return torch.cat(picked, dim=-1)
         total = torch.stack(picked).sum(0)  # [k, B, T, H] -> [B, T, H]
         return total / len(picked) if combine == "mean" else total
+
+    def _run(self, task: "_Task", layers: list[int], combine: str,
+             standardize: bool) -> tuple[np.ndarray, np.ndarray]:
+        """One batch: (its output rows, their vectors [R, W]), each the mean of its positions."""
+        h = self._states(task.ids, task.types, task.mask, layers, combine, standardize)
+        h = h.reshape(-1, h.shape[-1])  # [B*T, W]
+        local = torch.from_numpy(task.local).to(h.device)
+        sums = torch.zeros(len(task.rows), h.shape[1], dtype=h.dtype, device=h.device)
+        sums.index_add_(0, local, h.index_select(0, torch.from_numpy(task.flat).to(h.device)))
+        counts = torch.bincount(local, minlength=len(task.rows)).to(h.dtype)
+        return task.rows, (sums / counts[:, None]).cpu().numpy()
 
     def _pool_groups(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
                      layers: LayerSpec, combine: str, subword_pool: str, standardize: bool,
@@ -232,29 +253,21 @@ class Embedder:
         layers = resolve_layers(layers, self.config.num_layers)
         _check_choice("combine", combine, COMBINES)
         _check_choice("subword_pool", subword_pool, SUBWORD_POOLS)
+        if batch_size < 1:
+            raise ValueError(f"batch size must be at least 1, got {batch_size}")
+        if standardize and self.standardizer is None:
+            raise UserError("standardization requested but no standardizer is fitted for "
+                            "this model (run `bertkit anisotropy --fit-standardizer`)")
         first_row = np.cumsum([0] + [len(g) for g in groups])
         width = self.config.hidden_size * (len(layers) if combine == "concat" else 1)
         out = np.zeros((int(first_row[-1]), width), dtype=np.float32)
         bar = _Progress(len(encoded), what, progress)
-        for items, ids, types, mask in self._batches(encoded, batch_size, bar):
-            T = ids.shape[1]
-            flat, rows = [], []
-            for b, i in enumerate(items):
-                for k, positions in enumerate(groups[i]):
-                    chosen = positions[:1] if subword_pool == "first" else positions
-                    flat.append(b * T + chosen)
-                    rows.append(np.full(len(chosen), first_row[i] + k))
-            if not flat:
-                continue
-            h = self._states(ids, types, mask, layers, combine, standardize)
-            h = h.reshape(-1, h.shape[-1])  # [B*T, H]
-            flat_t = torch.from_numpy(np.concatenate(flat)).to(h.device)
-            rows_np = np.concatenate(rows)
-            uniq, local = np.unique(rows_np, return_inverse=True)
-            sums = torch.zeros(len(uniq), h.shape[1], dtype=h.dtype, device=h.device)
-            sums.index_add_(0, torch.from_numpy(local).to(h.device), h.index_select(0, flat_t))
-            counts = np.bincount(local, minlength=len(uniq)).astype(np.float32)
-            out[uniq] = (sums.cpu().numpy() / counts[:, None])
+        tasks = self._tasks(encoded, groups, first_row, batch_size, subword_pool)
+        for (rows, vectors), n in _parallel_map(
+                lambda t: (self._run(t, layers, combine, standardize), t.size), tasks,
+                self.workers if self.device.type == "cpu" else 1):
+            out[rows] = vectors
+            bar.update(n)
         return out
 
     # Public API ------------------------------------------------------------------------------
@@ -464,6 +477,47 @@ def word_vector(model: "Embedder | str | Path", text: str, char_span: tuple[int,
 
 
 # Helpers ----------------------------------------------------------------------------------------
+
+@dataclass
+class _Task:
+    """One padded batch and the pooling it feeds."""
+
+    ids: np.ndarray
+    types: np.ndarray
+    mask: np.ndarray
+    """[B, T] token ids, segment ids, 1 = real token."""
+    flat: np.ndarray
+    """[P] positions (into the flattened B*T) that are pooled."""
+    local: np.ndarray
+    """[P] which of this batch's output rows each position adds to."""
+    rows: np.ndarray
+    """[R] the output rows, as indices into the whole result."""
+    size: int
+    """Number of texts in the batch."""
+
+
+def _parallel_map(fn, tasks: Iterator, workers: int) -> Iterator:
+    """fn over tasks on `workers` threads, each limited to one torch thread (torch releases
+    the GIL inside its kernels); results in completion order, at most 2 x workers in flight."""
+    if workers == 1:
+        yield from map(fn, tasks)
+        return
+    threads = torch.get_num_threads()
+    try:
+        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads,
+                                initargs=(1,)) as pool:
+            pending: set = set()
+            for task in tasks:
+                pending.add(pool.submit(fn, task))
+                if len(pending) >= 2 * workers:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    yield from (f.result() for f in done)
+            for f in pending:
+                yield f.result()
+    finally:
+        # torch also records the workers' count as the default for threads started later.
+        torch.set_num_threads(threads)
+
 
 @contextlib.contextmanager
 def _atomic_npy(path: Path, shape: tuple[int, int]) -> Iterator[np.memmap]:

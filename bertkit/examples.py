@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .corpus import load_manifest, load_split
+from .shards import load_manifest, load_split
 from .files import UserError
 from .masking import (IGNORE, MaskingConfig, mask_tokens, sampling_probs, span_mask,
                       special_tokens_mask, whole_word_mask)

@@ -97,39 +97,11 @@ def encode_sentences(tokenizer, sentences: Sequence[TaggedSentence], task: dict)
 def encode_questions(tokenizer, examples: Sequence[QAExample], task: dict, *,
                      training: bool = False, skip_no_room: bool | None = None
                      ) -> tuple[list[Item], list[list[tuple[int, int]]]]:
-    """QA windows; with `training` answers are located in token positions. Examples whose
-    question leaves no room for the context are skipped with a count when `skip_no_room`
-    (default: when training), else a UserError names them."""
-    skip_no_room = training if skip_no_room is None else skip_no_room
-    q = tokenizer.encode_batch([ex.question for ex in examples], add_special_tokens=False,
-                               with_offsets=False)
-    c = tokenizer.encode_batch([ex.context for ex in examples], add_special_tokens=False)
-    items, offsets, skipped, first = [], [], 0, ""
-    for i, (ex, qe, ce) in enumerate(zip(examples, q, c)):
-        offsets.append(ce.offsets)
-        try:
-            windows = qa.make_windows(i, qe.ids, ce.ids, max_length=task["max_length"],
-                                      stride=task["stride"], cls_id=tokenizer.cls_id,
-                                      sep_id=tokenizer.sep_id,
-                                      max_question=task.get("max_question"))
-        except ValueError as e:
-            message = f"{ex.source or f'question {ex.id}'}: question {ex.id}: {e}"
-            if not skip_no_room:
-                raise UserError(message + "; raise --max-length") from None
-            skipped += 1
-            first = first or message
-            continue
-        answer = None
-        if ex.answers:
-            a = ex.answers[0]
-            answer = qa.char_span_to_tokens(ce.offsets, a.start, a.start + len(a.text))
-        for w in windows:
-            target = qa.target_positions(w, answer) if training else None
-            items.append(Item(i, w.input_ids, w.token_type_ids, target=target, window=w))
-    if skipped:
-        warnings.warn(f"skipped {skipped} questions with no room for their context (first: "
-                      f"{first})", stacklevel=2)
-    return items, offsets
+    """QA windows as items (see qa.question_windows), and each context's token offsets."""
+    windows, offsets = qa.question_windows(tokenizer, examples, task, training=training,
+                                           skip_no_room=skip_no_room)
+    return [Item(w.example, w.input_ids, w.token_type_ids, target=target, window=w)
+            for w, target in windows], offsets
 
 
 # Batching ---------------------------------------------------------------------------------------

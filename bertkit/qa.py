@@ -12,9 +12,12 @@ Shapes: N windows, T tokens per window.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
+
+from .files import UserError
 
 
 @dataclass
@@ -113,6 +116,45 @@ def best_spans(start: torch.Tensor, end: torch.Tensor, context_start: torch.Tens
     return score, flat // T, flat % T, (start[:, 0] + end[:, 0]).float()
 
 
+def question_windows(tokenizer, examples, task: dict, *, training: bool = False,
+                     skip_no_room: bool | None = None):
+    """(window, target) pairs of every example and each context's token offsets.
+
+    `examples` are tasks.QAExample; `task` gives max_length, stride and max_question. With
+    `training` the first answer is located (target positions, (0, 0) outside the window),
+    else targets are None. Questions that leave no room for the context are skipped with a
+    warning counting them when `skip_no_room` (default: when training), else a UserError names
+    the file and line.
+    """
+    skip_no_room = training if skip_no_room is None else skip_no_room
+    q = tokenizer.encode_batch([ex.question for ex in examples], add_special_tokens=False,
+                               with_offsets=False)
+    c = tokenizer.encode_batch([ex.context for ex in examples], add_special_tokens=False)
+    out, offsets, skipped, first = [], [], 0, ""
+    for i, (ex, qe, ce) in enumerate(zip(examples, q, c)):
+        offsets.append(ce.offsets)
+        try:
+            windows = make_windows(i, qe.ids, ce.ids, max_length=task["max_length"],
+                                   stride=task["stride"], cls_id=tokenizer.cls_id,
+                                   sep_id=tokenizer.sep_id, max_question=task.get("max_question"))
+        except ValueError as e:
+            message = f"{ex.source or f'question {ex.id}'}: question {ex.id}: {e}"
+            if not skip_no_room:
+                raise UserError(message + "; raise --max-length") from None
+            skipped += 1
+            first = first or message
+            continue
+        answer = None
+        if training and ex.answers:
+            a = ex.answers[0]
+            answer = char_span_to_tokens(ce.offsets, a.start, a.start + len(a.text))
+        out += [(w, target_positions(w, answer) if training else None) for w in windows]
+    if skipped:
+        warnings.warn(f"skipped {skipped} questions with no room for their context (first: "
+                      f"{first})", stacklevel=3)
+    return out, offsets
+
+
 @dataclass
 class Prediction:
     text: str
@@ -164,4 +206,5 @@ def decode_answers(windows: list[Window], scores, firsts, lasts, nulls,
 
 
 __all__ = ["Window", "window_starts", "make_windows", "char_span_to_tokens", "target_positions",
+           "question_windows",
            "best_spans", "Prediction", "decode_answers"]

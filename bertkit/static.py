@@ -65,9 +65,13 @@ class SkipGramConfig:
     """(center, context) pairs per update."""
     seed: int = 0
     """Seeds initialisation, subsampling, windows, shuffling and negatives."""
+    threads: int = 1
+    """torch threads while training. The steps are many small gathers and scatters, which
+    run fastest on one thread: more threads spend their time waiting for each other."""
 
     def __post_init__(self) -> None:
-        for name in ("dim", "window", "negatives", "epochs", "min_count", "batch_size"):
+        for name in ("dim", "window", "negatives", "epochs", "min_count", "batch_size",
+                     "threads"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if not 0.0 <= self.subsample < 1.0:
@@ -84,6 +88,12 @@ class Tokenization:
 
     def __init__(self, tokenizer=None):
         self.tokenizer = tokenizer
+        self._pieces: list[str] = []
+        if tokenizer is not None:
+            vocab = tokenizer.get_vocab()
+            self._pieces = [""] * (max(vocab.values()) + 1)
+            for piece, i in vocab.items():
+                self._pieces[i] = piece
 
     @property
     def kind(self) -> str:
@@ -101,9 +111,13 @@ class Tokenization:
     def tokens(self, texts: Sequence[str]) -> list[list[str]]:
         if self.tokenizer is None:
             return [WORD.findall(t.lower()) for t in texts]
+        # The fast path computes ids only (no offsets, no token strings).
         batch = self.tokenizer.encode_batch(list(texts), add_special_tokens=False,
                                             with_offsets=False)
-        return [e.tokens for e in batch]
+        flat, lengths = batch.flat_ids()
+        pieces = [self._pieces[i] for i in flat.tolist()]
+        bounds = np.cumsum(np.r_[0, lengths]).tolist()
+        return [pieces[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 @dataclass
@@ -242,6 +256,16 @@ class TrainStats:
 def train_skipgram(corpus: Corpus, config: SkipGramConfig, *,
                    progress: bool = True) -> tuple[np.ndarray, np.ndarray, TrainStats]:
     """Train on a corpus; returns (input vectors [V, D], context vectors [V, D], stats)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        return _train(corpus, config, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(corpus: Corpus, config: SkipGramConfig,
+           progress: bool) -> tuple[np.ndarray, np.ndarray, TrainStats]:
     g = torch.Generator().manual_seed(config.seed)
     V, D = len(corpus.tokens), config.dim
     # word2vec's initialisation: small random input vectors, zero context vectors.

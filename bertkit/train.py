@@ -300,6 +300,9 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
     step, tokens, train_seconds = 0, 0, 0.0
     best_value, best_step, evals_since_best = None, None, 0
     latest = latest_checkpoint(ckpt_root) if cfg.resume else None
+    if not cfg.resume and latest_checkpoint(ckpt_root) is not None:
+        raise UserError(f"{out_dir}: holds checkpoints of an earlier run: resume it (--resume) "
+                        f"or choose another output directory")
     if latest is not None:
         state = load_checkpoint(latest, model=model, optimizer=optimizer, fingerprint=fp)
         step, tokens, train_seconds = state["step"], state["tokens"], state["train_seconds"]

@@ -1,9 +1,7 @@
 """Corpus preparation: exact tokens, sentences and documents, held-out split, resume, bad input."""
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +10,8 @@ import numpy as np
 import pytest
 
 from bertkit.cli import main
-from bertkit.corpus import check_tokenizer, load_manifest, load_split, prepare
+from bertkit.corpus import check_tokenizer, prepare
+from bertkit.shards import load_manifest, load_split
 from bertkit.files import UserError
 from bertkit.tokenizer import Tokenizer
 
@@ -230,3 +229,22 @@ def test_real_corpus_word_cache_equals_direct_encoding(tmp_path, shared_data, mi
     ref = np.concatenate([np.asarray(x, dtype=np.int64) for x in
                           tok.encode_batch(text, add_special_tokens=False).ids])
     assert np.array_equal(all_tokens(tmp_path / "data"), ref)
+
+
+def test_unigram_tokenizer_uses_the_word_cache_exactly(tmp_path):
+    from bertkit.vocab import train_tokenizer
+    write_corpus(tmp_path / "c.txt", docs=60, seed=5)
+    train_tokenizer([tmp_path / "c.txt"], vocab_size=300, kind="unigram",
+                    out=tmp_path / "uni", progress=False)
+    m = prepare([tmp_path / "c.txt"], tmp_path / "uni", tmp_path / "data", workers=1,
+                progress=False)
+    assert m["tokenizer"]["kind"] == "unigram" and m["tokenizer"]["word_cache"]
+    tok = Tokenizer.load(tmp_path / "uni")
+    lines = [l for l in (tmp_path / "c.txt").read_text(encoding="utf-8").split("\n") if l]
+    ref = np.concatenate([np.asarray(x) for x in
+                          tok.encode_batch(lines, add_special_tokens=False).ids])
+    assert np.array_equal(all_tokens(tmp_path / "data"), ref)
+    starts = np.load(tmp_path / "data" / "word_starts.npy")
+    vocab = tok.get_vocab()
+    assert all(starts[i] == p.startswith("\u2581") for p, i in vocab.items()
+               if i not in tok.special_ids)

