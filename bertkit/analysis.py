@@ -229,6 +229,10 @@ class LayerStats:
     intra_sentence: float
     rogue: list[RogueDimension]
     """Top dimensions of the raw vectors by their share of the expected cosine."""
+    typical_abs_mean: float
+    typical_std: float
+    """Median over dimensions of |mean| and of the standard deviation: what a rogue
+    dimension's mean and std stand out from."""
     anisotropy_std: float
     """The same three measures after standardization."""
     self_similarity_std: float
@@ -259,6 +263,18 @@ class AnisotropyReport:
             lines.append(f"| {s.layer} | {s.anisotropy:.3f} | {s.anisotropy_std:.3f} | "
                          f"{s.self_similarity:.3f} | {s.self_similarity_std:.3f} | "
                          f"{s.intra_sentence:.3f} | {s.intra_sentence_std:.3f} | {rogue} |")
+        return "\n".join(lines)
+
+    def rogue_table(self) -> str:
+        """The rogue dimensions of each layer with their mean and standard deviation, beside
+        the median dimension's."""
+        lines = ["| layer | dim | share of anisotropy | mean | std | median dim: abs mean, std |",
+                 "|---:|---:|---:|---:|---:|---|"]
+        for s in self.layers:
+            for k, r in enumerate(s.rogue):
+                typical = f"{s.typical_abs_mean:.3f}, {s.typical_std:.3f}" if k == 0 else ""
+                lines.append(f"| {s.layer if k == 0 else ''} | {r.dim} | {r.share:.1%} | "
+                             f"{r.mean:.3f} | {r.std:.3f} | {typical} |")
         return "\n".join(lines)
 
 
@@ -295,6 +311,8 @@ def anisotropy_report(embedder: "Embedder", texts: Sequence[str], *, layers="all
             layer=layer, anisotropy=expected_cosine(x, groups),
             self_similarity=self_raw, intra_sentence=intra_sentence_similarity(x, groups),
             rogue=rogue_dimensions(x, rogue_k, groups),
+            typical_abs_mean=float(np.median(np.abs(x.mean(0)))),
+            typical_std=float(np.median(x.std(0))),
             anisotropy_std=expected_cosine(z, groups),
             self_similarity_std=self_similarity(z, words, groups, min_count)[0],
             intra_sentence_std=intra_sentence_similarity(z, groups),

@@ -454,7 +454,8 @@ def _run_embed(args) -> int:
     from .embed import Embedder, embed_file
 
     layers = "last4" if args.last4 else (args.layers if args.layers is not None else args.layer)
-    embedder = Embedder.load(args.model, precision=args.precision, max_length=args.max_length)
+    embedder = Embedder.load(args.model, precision=args.precision, max_length=args.max_length,
+                             workers=args.workers)
     if args.standardizer:
         from .analysis import Standardizer
         embedder.standardizer = Standardizer.load(args.standardizer)
@@ -477,11 +478,17 @@ def _run_anisotropy(args) -> int:
     from .analysis import anisotropy_report, sample_lines
     from .embed import STANDARDIZER_FILE, Embedder
 
-    embedder = Embedder.load(args.model, precision=args.precision, max_length=args.max_length)
+    embedder = Embedder.load(args.model, precision=args.precision, max_length=args.max_length,
+                             workers=args.workers)
     texts = sample_lines(args.corpus, args.sentences, seed=args.seed)
+    given = None
+    if args.standardizer:
+        from .analysis import Standardizer
+        given = Standardizer.load(args.standardizer)
     try:
         report, standardizer = anisotropy_report(
-            embedder, texts, layers=args.layers, rogue_k=args.rogue, min_count=args.min_count,
+            embedder, texts, layers=args.layers, standardizer=given, rogue_k=args.rogue,
+            min_count=args.min_count,
             batch_size=args.batch_size, model_name=str(args.model), corpus_name=str(args.corpus),
             progress=not args.quiet)
     except ValueError as e:
@@ -490,8 +497,12 @@ def _run_anisotropy(args) -> int:
         print(json.dumps(report.to_json()))
     else:
         print(f"{report.words} words in {report.sentences} lines of {args.corpus}; "
-              f"self-similarity over {report.word_types} word types seen 5+ times")
+              f"self-similarity over {report.word_types} word types seen "
+              f"{args.min_count}+ times; standardized with "
+              f"{args.standardizer or 'the statistics of these words'}")
         print(report.table())
+        print()
+        print(report.rogue_table())
     if args.plot:
         from .plots import plot_anisotropy
         print(f"plot: {plot_anisotropy(report, args.plot)}", file=sys.stderr)
@@ -530,6 +541,9 @@ def _model_options(p, batch: bool = True) -> None:
                    help="cut inputs to this many tokens (default: the model's maximum)")
     if batch:
         p.add_argument("--batch-size", type=int, default=32)
+        p.add_argument("--workers", type=int, default=None,
+                       help="batches computed at once, one core each (default: torch's "
+                       "thread count); 1 = one batch at a time on all threads")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -576,6 +590,9 @@ def add_embedding_commands(sub) -> None:
                    help="instances a word needs for self-similarity (default 5)")
     p.add_argument("--plot", help="PNG of anisotropy per layer, before and after")
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
+    p.add_argument("--standardizer",
+                   help="standardize with this fitted file (e.g. from another corpus) instead "
+                   "of the statistics of the sample itself")
     p.add_argument("--fit-standardizer", action="store_true",
                    help="save the corpus mean/std for `embed --standardize`")
     p.add_argument("--standardizer-out",
@@ -615,8 +632,165 @@ def add_embedding_commands(sub) -> None:
 
 # WSD and the static baseline ------------------------------------------------------------------
 
+def _wsd_source(args, inventory=None):
+    from .senses import load_source
+
+    options = inventory.options if inventory is not None else None
+    model = args.model or inventory.model
+    return load_source(model, layers=options.layers if options else args.layers,
+                       subword_pool=options.subword_pool if options else args.subword_pool,
+                       window=options.window if options else args.window,
+                       batch_size=args.batch_size, progress=not args.quiet)
+
+
+def _run_wsd_split(args) -> int:
+    from .senses import read_examples, split_examples, write_examples
+
+    try:
+        train, test = split_examples(read_examples(args.data), args.fraction, args.seed)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    write_examples(train, args.train)
+    write_examples(test, args.test)
+    print(f"{args.train}: {len(train)} examples; {args.test}: {len(test)} examples")
+    return 0
+
+
+def _run_wsd_train(args) -> int:
+    from pathlib import Path
+
+    from .senses import read_examples
+    from .wsd import WsdOptions, train_wsd
+
+    options = WsdOptions(method=args.method, standardize=args.standardize,
+                         use_pos=not args.ignore_pos, layers=args.layers,
+                         subword_pool=args.subword_pool, window=args.window,
+                         gloss_weight=args.gloss_weight, prior_weight=args.prior_weight)
+    examples = read_examples(args.data)
+    inventory = train_wsd(examples, _wsd_source(args), options,
+                          model_name=str(Path(args.model).resolve()), progress=not args.quiet)
+    inventory.save(args.out)
+    lemmas = len({s.lemma for s in inventory.senses})
+    weights = (f" (gloss weight {inventory.options.gloss_weight}, prior weight "
+               f"{inventory.options.prior_weight})" if args.method == "gloss-prior" else "")
+    print(f"{args.out}: {len(inventory.senses)} senses of {lemmas} lemmas from "
+          f"{len(examples)} examples, method {args.method}{weights}")
+    return 0
+
+
+def _run_wsd_predict(args) -> int:
+    import json
+
+    from .files import atomic_file
+    from .senses import read_examples
+    from .wsd import SenseInventory, predict
+
+    inventory = SenseInventory.load(args.wsd)
+    examples = read_examples(args.data, labelled=False)
+    predictions = predict(inventory, examples, _wsd_source(args, inventory), args.method)
+    glosses = {s.synset: s.gloss for s in inventory.senses}
+
+    def write(f) -> None:
+        for e, p in zip(examples, predictions):
+            row = {"lemma": e.lemma, "pos": e.pos, "text": e.text, "start": e.start,
+                   "end": e.end, "predicted": p.synset, "predicted_gloss": glosses.get(p.synset),
+                   "score": p.score, "candidates": p.candidates, "fallback": p.fallback}
+            if e.synset is not None:
+                row["synset"] = e.synset
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    if args.out:
+        with atomic_file(args.out) as f:
+            write(f)
+        print(f"{args.out}: {len(predictions)} predictions", file=sys.stderr)
+    else:
+        write(sys.stdout)
+    return 0
+
+
+def _run_wsd_evaluate(args) -> int:
+    import json
+
+    from .senses import read_examples
+    from .wsd import SenseInventory, evaluate
+
+    inventory = SenseInventory.load(args.wsd)
+    report = evaluate(inventory, read_examples(args.data), _wsd_source(args, inventory),
+                      args.method)
+    print(json.dumps(report.to_json()) if args.json else report.summary())
+    return 0
+
+
 def _add_wsd_commands(sub) -> None:
-    pass
+    p = sub.add_parser("wsd", help="word-sense disambiguation with sense embeddings: split, "
+                       "train, predict, evaluate")
+    kinds = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def common(q, model_required: bool) -> None:
+        q.add_argument("--model", required=model_required,
+                       help="BERT directory or `bertkit static` directory" +
+                       ("" if model_required else " (default: the one the senses were built "
+                        "from)"))
+        q.add_argument("--batch-size", type=int, default=32)
+        q.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    q = kinds.add_parser("split", help="reproducible train/test split of sense-labelled data",
+                         description="For each sense, one instance drawn at random stays in "
+                         "training and each other instance goes to the test side with "
+                         "probability --fraction: every test sense has training instances.")
+    q.add_argument("--data", required=True, help="sense-labelled JSON lines")
+    q.add_argument("--fraction", type=float, default=0.5,
+                   help="chance that a non-reserved instance is held out (default 0.5)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--train", required=True, help="output JSON lines: training part")
+    q.add_argument("--test", required=True, help="output JSON lines: held-out part")
+    q.set_defaults(run=_run_wsd_split)
+
+    q = kinds.add_parser("train", help="sense embeddings from sense-labelled examples",
+                         description="Each sense's embedding is the mean vector of its training "
+                         "instances. Methods: gloss-prior (default: nearest sense embedding + "
+                         "gloss similarity + log sense-frequency prior, weights tuned by "
+                         "leave-one-out on the training data) or 1nn (the nearest sense "
+                         "embedding alone).")
+    common(q, True)
+    q.add_argument("--data", required=True, help="sense-labelled JSON lines (lemma, pos, "
+                   "synset, sense_rank, gloss, text, start, end)")
+    q.add_argument("--out", required=True, help="output directory")
+    q.add_argument("--method", choices=("gloss-prior", "1nn"), default="gloss-prior")
+    q.add_argument("--standardize", action="store_true",
+                   help="z-score target vectors with the training instances' mean and std")
+    q.add_argument("--ignore-pos", action="store_true",
+                   help="candidates are all senses of the lemma, whatever the part of speech")
+    q.add_argument("--layers", default="last4",
+                   help="layers averaged into word vectors (default last4)")
+    q.add_argument("--subword-pool", choices=("mean", "first"), default="mean")
+    q.add_argument("--window", type=int, default=5,
+                   help="static models: context words on each side of the target")
+    q.add_argument("--gloss-weight", type=float, default=None,
+                   help="fix the gloss weight instead of tuning it")
+    q.add_argument("--prior-weight", type=float, default=None,
+                   help="fix the prior weight instead of tuning it")
+    q.set_defaults(run=_run_wsd_train)
+
+    q = kinds.add_parser("predict", help="label examples with senses (JSON lines out)")
+    common(q, False)
+    q.add_argument("--wsd", required=True, help="directory from `bertkit wsd train`")
+    q.add_argument("--data", required=True, help="JSON lines with lemma, text, start, end "
+                   "(pos when the senses were built with it)")
+    q.add_argument("--out", help="output JSON lines (default: stdout)")
+    q.add_argument("--method", choices=("gloss-prior", "1nn", "mfs"), default=None,
+                   help="score with another method than the one trained")
+    q.set_defaults(run=_run_wsd_predict)
+
+    q = kinds.add_parser("evaluate", help="accuracy against the most-frequent-sense baseline")
+    common(q, False)
+    q.add_argument("--wsd", required=True, help="directory from `bertkit wsd train`")
+    q.add_argument("--data", required=True, help="sense-labelled JSON lines")
+    q.add_argument("--json", action="store_true", help="one JSON object")
+    q.add_argument("--method", choices=("gloss-prior", "1nn", "mfs"), default=None,
+                   help="score with another method than the one trained (1nn works on "
+                   "gloss-prior senses: same sense embeddings)")
+    q.set_defaults(run=_run_wsd_evaluate)
 
 
 def _run_static_train(args) -> int:
@@ -658,6 +832,27 @@ def _run_static_similarity(args) -> int:
     return 0
 
 
+def _run_static_contexts(args) -> int:
+    from .static import StaticVectors, cosine_matrix, find_word
+
+    spans = [find_word(t, args.word) for t in args.texts]
+    tables = [("static (one vector per word type)",
+               StaticVectors.load(args.model).instance_vectors(args.texts, spans))]
+    if args.bert:
+        from .embed import Embedder
+        tables.append(("contextual (last four layers, mean over pieces)",
+                       Embedder.load(args.bert).word_vectors(args.texts, spans)))
+    for i, text in enumerate(args.texts, 1):
+        print(f"[{i}] {text}")
+    for title, vectors in tables:
+        cos = cosine_matrix(vectors)
+        print(f"\ncosine of {args.word!r} between contexts, {title}:")
+        print("     " + "".join(f"{f'[{j}]':>8}" for j in range(1, len(cos) + 1)))
+        for i, row in enumerate(cos, 1):
+            print(f"{f'[{i}]':>5}" + "".join(f"{c:8.3f}" for c in row))
+    return 0
+
+
 def _add_static_commands(sub) -> None:
     p = sub.add_parser("static", help="static word vectors (skip-gram with negative sampling): "
                        "train, neighbors, similarity")
@@ -694,6 +889,15 @@ def _add_static_commands(sub) -> None:
     q.add_argument("a", metavar="WORD")
     q.add_argument("b", metavar="WORD")
     q.set_defaults(run=_run_static_similarity)
+    q = kinds.add_parser("contexts", help="one word in several texts: its static vector is the "
+                         "same everywhere, contextual vectors are not",
+                         description="Cosines between the vectors of WORD in each TEXT: static "
+                         "(always exactly 1) and, with --bert, contextual.")
+    q.add_argument("--model", required=True, help="directory from `bertkit static train`")
+    q.add_argument("--bert", help="BERT directory to compare with")
+    q.add_argument("--word", required=True)
+    q.add_argument("texts", nargs="+", metavar="TEXT")
+    q.set_defaults(run=_run_static_contexts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import numpy as np
 
 from .files import UserError, read_json, require_file, write_json
 from .shards import FORMAT, SPLITS, ShardWriter, load_json, load_manifest
-from .wordcache import fast_path_ok, tokenize_chunks
+from .wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
 
 
 @dataclass
@@ -116,7 +116,8 @@ def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, d
 
     tokenizer_json = (out / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8")
     first = next(_chunks(files, kinds, _Position(), 1 << 16, None), ([], [], None))[0]
-    fast = fast_path_ok(tokenizer_json, first[:400])
+    probe = ChunkTokenizer(tokenizer_json, fast=True, dtype=dtype, cache_words=cache_words)
+    fast = fast_path_ok(probe, first[:400])
     heldout = _HeldoutRule(plan["heldout"])
     reader = _chunks(files, kinds, position, plan["chunk_bytes"], plan["cut_line"])
     meter = _Progress(sum(f.stat().st_size for f in files), position, files, progress)
@@ -125,7 +126,7 @@ def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, d
     if workers is None:
         workers = os.cpu_count() or 1 if meter.total - meter.done >= 16_000_000 else 1
     for chunk_result, end in tokenize_chunks(reader, tokenizer_json, fast, dtype, workers,
-                                             cache_words):
+                                             cache_words, local=probe if fast else None):
         meter.update(end, len(chunk_result[0]))
         shard = writer.add(chunk_result, vars(end))
         if shard is not None:

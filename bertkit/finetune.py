@@ -102,7 +102,8 @@ class FinetuneConfig:
     max_answer_tokens: int = 30
     """qa: longest answer in tokens."""
     max_time: float | None = None
-    """Stop after this many minutes of training."""
+    """Stop after this many minutes of training; without `epochs` the learning-rate schedule
+    then decays over the time budget instead of the default epochs."""
     device: str = "cpu"
     show_progress: bool = True
 
@@ -423,8 +424,10 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
         write_json(path / "dev_metrics.json", final)
 
     eval_every = max(1, steps_per_epoch // max(1, cfg.evals_per_epoch))
+    # A time budget without --epochs: the schedule follows the clock, as long as it lasts.
+    max_steps = None if cfg.max_time and not cfg.epochs else epochs * steps_per_epoch
     train_cfg = TrainConfig(
-        lr=cfg.lr, max_steps=epochs * steps_per_epoch, max_time=cfg.max_time,
+        lr=cfg.lr, max_steps=max_steps, max_time=cfg.max_time,
         warmup_fraction=cfg.warmup, weight_decay=cfg.weight_decay, eps=1e-8,
         precision=cfg.precision, seed=cfg.seed, log_every=max(1, min(50, eval_every // 4)),
         eval_every=eval_every, best_metric=f"dev_{metric}", best_mode="max",

@@ -52,6 +52,15 @@ class SenseInstance:
     """A short definition of the sense, shown in the legend when present."""
 
 
+def _context(inst: SenseInstance, words: int = 4) -> str:
+    """A few words either side of the target, the target in capitals: "...his more WORKS"."""
+    left = inst.text[:inst.start].split()
+    right = inst.text[inst.end:].split()
+    return " ".join((["…"] if len(left) > words else []) + left[-words:]
+                    + [inst.text[inst.start:inst.end].upper()] + right[:words]
+                    + (["…"] if len(right) > words else []))
+
+
 def read_sense_instances(path: str | Path, lemma: str, max_per_sense: int = 50,
                          min_per_sense: int = 1) -> list[SenseInstance]:
     """The instances of `lemma` in sense-labelled JSON lines ({"text", "start", "end",
@@ -128,13 +137,11 @@ def plot_senses(embedder: "Embedder", instances: Sequence[SenseInstance], out: s
         ax.scatter(points[rows, 0], points[rows, 1], s=60, color=cmap(k % cmap.N),
                    marker=markers[k % len(markers)], edgecolor="black", linewidth=0.4,
                    label=f"{label} ({len(rows)})")
-    # Label a few points, spread over the senses, with the words around the target.
-    step = max(1, len(instances) // max(annotate, 1))
-    for j in list(range(0, len(instances), step))[:annotate]:
-        i = instances[j]
-        context = textwrap.shorten(i.text[max(0, i.start - 25):i.end + 25], 50)
-        ax.annotate(context, points[j], fontsize=7, alpha=0.8, xytext=(4, 4),
-                    textcoords="offset points")
+    # Label one point of each of the first senses with the words around the target.
+    for sense in senses[:annotate]:
+        j = next(j for j, i in enumerate(instances) if i.sense == sense)
+        ax.annotate(_context(instances[j]), points[j], fontsize=7, alpha=0.85,
+                    xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel(axis[0])
     ax.set_ylabel(axis[1])
     word = title_word or instances[0].text[instances[0].start:instances[0].end]

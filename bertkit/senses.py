@@ -9,9 +9,14 @@ One JSON object per line, the target word at `text[start:end]`:
 `lemma`, `text`, `start`, `end` are always needed; `synset` (the sense label) for training
 and evaluation; `pos`, `sense_rank` (1 = most frequent, as in WordNet / SemCor) and `gloss`
 are used when present. Every problem is reported as FILE:LINE.
+
+The vectors of examples come from a `ContextualSource` (a BERT-style encoder: the target's
+word vector, the text's sentence vector) or a `StaticSource` (static word vectors: the mean
+vector of the words around the target, of the words of a text).
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .files import UserError, read_jsonl
+from .files import UserError, atomic_file, read_jsonl
 
 # Forms that share no first letter with their lemma; any other inflection does.
 _SUPPLETIVE = {"be": {"is", "am", "are", "was", "were", "'s", "'re", "'m", "ai"},
@@ -148,10 +153,6 @@ def split_examples(examples: Sequence[SenseExample], fraction: float = 0.3,
 
 def write_examples(examples: Sequence[SenseExample], path: str | Path) -> None:
     """Write examples back as JSON lines (atomically), fields as read."""
-    import json
-
-    from .files import atomic_file
-
     with atomic_file(path) as f:
         for e in examples:
             obj = {"lemma": e.lemma, "pos": e.pos or None, "synset": e.synset,
@@ -161,4 +162,63 @@ def write_examples(examples: Sequence[SenseExample], path: str | Path) -> None:
                                ensure_ascii=False) + "\n")
 
 
-__all__ = ["SenseExample", "check_target", "read_examples", "split_examples", "write_examples"]
+# Where vectors come from ---------------------------------------------------------------------------
+
+class ContextualSource:
+    """Word and sentence vectors from a BERT-style encoder (an `Embedder`)."""
+
+    kind = "contextual"
+
+    def __init__(self, embedder, layers: str = "last4", subword_pool: str = "mean",
+                 batch_size: int = 32, progress: bool = True):
+        self.embedder, self.layers, self.subword_pool = embedder, layers, subword_pool
+        self.batch_size, self.progress = batch_size, progress
+
+    def targets(self, examples: Sequence[SenseExample]) -> np.ndarray:
+        try:
+            return self.embedder.word_vectors(
+                [e.text for e in examples], [(e.start, e.end) for e in examples],
+                layers=self.layers, subword_pool=self.subword_pool,
+                batch_size=self.batch_size, progress=self.progress)
+        except ValueError as e:  # names "target i": say which line that is
+            message = str(e)
+            if message.startswith("target "):
+                i = int(message.split()[1].rstrip(":"))
+                message = f"{examples[i].where}: {message.split(':', 1)[1].strip()}"
+            raise UserError(message) from None
+
+    def sentences(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embedder.embed(list(texts), layers=-1, pool="mean",
+                                   batch_size=self.batch_size, progress=self.progress)
+
+
+class StaticSource:
+    """What a static model offers: the mean vector of the words around the target, and the
+    mean vector of a text's words."""
+
+    kind = "static"
+
+    def __init__(self, vectors, window: int = 5):
+        self.vectors, self.window = vectors, window
+
+    def targets(self, examples: Sequence[SenseExample]) -> np.ndarray:
+        return self.vectors.context_vectors([e.text for e in examples],
+                                            [(e.start, e.end) for e in examples], self.window)
+
+    def sentences(self, texts: Sequence[str]) -> np.ndarray:
+        return self.vectors.text_vectors(list(texts))
+
+
+def load_source(model: str | Path, *, layers: str = "last4", subword_pool: str = "mean",
+                window: int = 5, batch_size: int = 32, progress: bool = True):
+    """A ContextualSource for a BERT directory, a StaticSource for `bertkit static` output."""
+    from .static import StaticVectors, is_static_dir
+
+    if is_static_dir(model):
+        return StaticSource(StaticVectors.load(model), window)
+    from .embed import Embedder
+    return ContextualSource(Embedder.load(model), layers, subword_pool, batch_size, progress)
+
+
+__all__ = ["SenseExample", "check_target", "read_examples", "split_examples", "write_examples",
+           "ContextualSource", "StaticSource", "load_source"]

@@ -402,6 +402,12 @@ class StaticVectors:
                 out[i] = self.vectors[ids].mean(0)
         return out
 
+    def instance_vectors(self, texts: Sequence[str],
+                         spans: Sequence[tuple[int, int]]) -> np.ndarray:
+        """What a static model gives for a word *instance* text[start:end]: the vector of
+        its type, the same in every context. [N, D]; UserError for an unknown word."""
+        return np.stack([self.vector(t[a:b]) for t, (a, b) in zip(texts, spans)])
+
     def context_vectors(self, texts: Sequence[str], spans: Sequence[tuple[int, int]],
                         window: int = 5, include_target: bool = False) -> np.ndarray:
         """What a static model can say about a word in context: the mean vector of the known
@@ -473,6 +479,22 @@ def is_static_dir(path: str | Path) -> bool:
     return (p / VOCAB_FILE).is_file() and (p / VECTORS_FILE).is_file()
 
 
+def cosine_matrix(x: np.ndarray) -> np.ndarray:
+    """Cosines between all rows of x [N, D] -> [N, N]."""
+    u = np.asarray(x, dtype=np.float64)
+    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+    return u @ u.T
+
+
+def find_word(text: str, word: str) -> tuple[int, int]:
+    """Character span of the first whole-word, case-insensitive occurrence of `word`."""
+    m = re.search(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", text, flags=re.IGNORECASE)
+    if m is None:
+        raise UserError(f"{word!r} does not occur as a word in {text!r}")
+    return m.span()
+
+
 __all__ = ["SkipGramConfig", "Tokenization", "Corpus", "read_corpus", "noise_distribution",
            "sample_negatives", "keep_probabilities", "subsample", "skipgram_pairs", "sgns_loss",
-           "TrainStats", "train_skipgram", "StaticVectors", "is_static_dir", "WORD"]
+           "sgns_gradients", "TrainStats", "train_skipgram", "StaticVectors", "is_static_dir",
+           "cosine_matrix", "find_word", "WORD"]

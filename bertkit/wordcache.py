@@ -23,7 +23,7 @@ import numpy as np
 import tokenizers
 
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr st jr sr prof rev gen col capt lt sgt mt ft vs etc e.g i.e no vol fig "
+    "mr mrs ms dr st jr sr prof rev gen col capt lt sgt mt ft vs etc e.g i.e vol fig "
     "jan feb mar apr jun jul aug sep sept oct nov dec inc ltd co corp dept est approx".split())
 _SENTENCE_END = re.compile(r"[.!?\u2026][\"'\u2019\u201d)\]]*$")
 _OPENERS = "\"'\u201c\u2018([{"
@@ -59,11 +59,15 @@ class _Growable:
 class ChunkTokenizer:
     """Lines of one chunk -> (tokens, sentence lengths, document of each sentence)."""
 
-    def __init__(self, tokenizer_json: str, *, fast: bool, dtype=np.int32,
+    def __init__(self, tokenizer: str | tokenizers.Tokenizer, *, fast: bool, dtype=np.int32,
                  cache_words: int = 300_000):
-        self.backend = tokenizers.Tokenizer.from_str(tokenizer_json)
-        self.backend.no_truncation()
-        self.backend.no_padding()
+        """tokenizer: a tokenizers JSON string, or a backend to share (without truncation or
+        padding)."""
+        if isinstance(tokenizer, str):
+            tokenizer = tokenizers.Tokenizer.from_str(tokenizer)
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
+        self.backend = tokenizer
         self.fast, self.dtype, self.limit = fast, np.dtype(dtype), cache_words
         self.index: dict[str, int] = {}
         self.pieces = _Growable(np.int32, 1 << 20)
@@ -159,10 +163,11 @@ class ChunkTokenizer:
         return tokens.astype(self.dtype), sent_len.astype(np.int64), sent_doc
 
 
-def fast_path_ok(tokenizer_json: str, lines: list[str]) -> bool:
+def fast_path_ok(probe: "ChunkTokenizer", lines: list[str]) -> bool:
     """Word-by-word encoding equals whole-line encoding for pipelines that split at spaces and
-    normalize character by character; check that on real lines of this corpus too."""
-    spec = json.loads(tokenizer_json)
+    normalize character by character; check that on real lines of this corpus too. `probe`
+    is a fast ChunkTokenizer (left warm for the caller)."""
+    spec = json.loads(probe.backend.to_str())
     local = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"}
     splitting = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
 
@@ -189,8 +194,8 @@ def fast_path_ok(tokenizer_json: str, lines: list[str]) -> bool:
     if not ok:
         return False
     docs = list(range(len(lines)))
-    fast = ChunkTokenizer(tokenizer_json, fast=True)(lines, docs)
-    slow = ChunkTokenizer(tokenizer_json, fast=False)(lines, docs)
+    fast = probe(lines, docs)
+    slow = ChunkTokenizer(probe.backend, fast=False, dtype=probe.dtype)(lines, docs)
     return all(np.array_equal(a, b) for a, b in zip(fast, slow))
 
 
@@ -208,10 +213,12 @@ def _worker_run(lines: list[str], docs: list[int]):
 
 
 def tokenize_chunks(reader, tokenizer_json: str, fast: bool, dtype, workers: int,
-                     cache_words: int):
-    """Yield ((tokens, sentence lengths, sentence docs), end position) in input order."""
+                     cache_words: int, local: ChunkTokenizer | None = None):
+    """Yield ((tokens, sentence lengths, sentence docs), end position) in input order.
+    With one worker, chunks are tokenized here, by `local` if given."""
     if workers <= 1:
-        run = ChunkTokenizer(tokenizer_json, fast=fast, dtype=dtype, cache_words=cache_words)
+        run = local or ChunkTokenizer(tokenizer_json, fast=fast, dtype=dtype,
+                                      cache_words=cache_words)
         for lines, docs, end in reader:
             yield run(lines, docs), end
         return

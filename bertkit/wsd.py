@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -75,65 +75,6 @@ class WsdOptions:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise UserError(f"unknown WSD method {self.method!r}: use one of {', '.join(METHODS)}")
-
-
-# Where vectors come from ---------------------------------------------------------------------------
-
-class ContextualSource:
-    """Word and sentence vectors from a BERT-style encoder (an `Embedder`)."""
-
-    kind = "contextual"
-
-    def __init__(self, embedder, layers: str = "last4", subword_pool: str = "mean",
-                 batch_size: int = 32, progress: bool = True):
-        self.embedder, self.layers, self.subword_pool = embedder, layers, subword_pool
-        self.batch_size, self.progress = batch_size, progress
-
-    def targets(self, examples: Sequence[SenseExample]) -> np.ndarray:
-        try:
-            return self.embedder.word_vectors(
-                [e.text for e in examples], [(e.start, e.end) for e in examples],
-                layers=self.layers, subword_pool=self.subword_pool,
-                batch_size=self.batch_size, progress=self.progress)
-        except ValueError as e:  # names "target i": say which line that is
-            message = str(e)
-            if message.startswith("target "):
-                i = int(message.split()[1].rstrip(":"))
-                message = f"{examples[i].where}: {message.split(':', 1)[1].strip()}"
-            raise UserError(message) from None
-
-    def sentences(self, texts: Sequence[str]) -> np.ndarray:
-        return self.embedder.embed(list(texts), layers=-1, pool="mean",
-                                   batch_size=self.batch_size, progress=self.progress)
-
-
-class StaticSource:
-    """What a static model offers: the mean vector of the words around the target, and the
-    mean vector of a text's words."""
-
-    kind = "static"
-
-    def __init__(self, vectors, window: int = 5):
-        self.vectors, self.window = vectors, window
-
-    def targets(self, examples: Sequence[SenseExample]) -> np.ndarray:
-        return self.vectors.context_vectors([e.text for e in examples],
-                                            [(e.start, e.end) for e in examples], self.window)
-
-    def sentences(self, texts: Sequence[str]) -> np.ndarray:
-        return self.vectors.text_vectors(list(texts))
-
-
-def load_source(model: str | Path, options: WsdOptions, batch_size: int = 32,
-                progress: bool = True):
-    """A ContextualSource for a BERT directory, a StaticSource for `bertkit static` output."""
-    from .static import StaticVectors, is_static_dir
-
-    if is_static_dir(model):
-        return StaticSource(StaticVectors.load(model), options.window)
-    from .embed import Embedder
-    return ContextualSource(Embedder.load(model), options.layers, options.subword_pool,
-                            batch_size, progress)
 
 
 # The sense inventory -------------------------------------------------------------------------------
@@ -242,10 +183,12 @@ class SenseInventory:
             raise UserError(f"{p / VECTORS_FILE}: unreadable sense vectors ({e})") from None
         if sorted(rows) != list(range(len(arrays["centroids"]))):
             raise UserError(f"{p}: the index and the sense vectors do not match")
-        standardizer = Standardizer.load(p / STANDARDIZER_FILE) \
-            if (p / STANDARDIZER_FILE).is_file() else None
+        # The index says whether to standardize: a file left from an earlier run into the
+        # same directory must not switch it on.
+        options = WsdOptions(**index["options"])
+        standardizer = Standardizer.load(p / STANDARDIZER_FILE) if options.standardize else None
         return cls([rows[i] for i in range(len(rows))], arrays["centroids"],
-                   arrays.get("glosses"), WsdOptions(**index["options"]), index["model"],
+                   arrays.get("glosses"), options, index["model"],
                    index["kind"], standardizer, index.get("tuning", {}))
 
 
@@ -285,23 +228,10 @@ def _best_per_row(rows: np.ndarray, scores: np.ndarray, tiebreak: np.ndarray,
 
 # Training ------------------------------------------------------------------------------------------
 
-@dataclass
-class _Features:
-    """The per-pair terms of the score, for (row, sense) candidate pairs."""
-    rows: np.ndarray
-    senses: np.ndarray
-    instance: np.ndarray
-    gloss: np.ndarray
-    prior: np.ndarray
-
-    def score(self, gloss_weight: float, prior_weight: float) -> np.ndarray:
-        return self.instance + gloss_weight * self.gloss + prior_weight * self.prior
-
-
 def train_wsd(examples: Sequence[SenseExample], source, options: WsdOptions | None = None,
               model_name: str = "", progress: bool = True) -> SenseInventory:
-    """Build a sense inventory from labelled examples with vectors from `source`
-    (ContextualSource or StaticSource)."""
+    """Build a sense inventory from labelled examples with vectors from `source` (a
+    `senses.ContextualSource` or `senses.StaticSource`; see `senses.load_source`)."""
     options = options or WsdOptions()
     if not examples:
         raise UserError("no training examples")
@@ -341,8 +271,8 @@ def train_wsd(examples: Sequence[SenseExample], source, options: WsdOptions | No
                         for e in examples])
         inventory.tuning = _tune(inventory, examples, vectors, sentences, sums, counts, own,
                                  progress)
-        options.gloss_weight = inventory.tuning["gloss_weight"]
-        options.prior_weight = inventory.tuning["prior_weight"]
+        inventory.options = replace(options, gloss_weight=inventory.tuning["gloss_weight"],
+                                    prior_weight=inventory.tuning["prior_weight"])
     return inventory
 
 
@@ -358,9 +288,10 @@ def _tune(inv: SenseInventory, examples, vectors, sentences, sums, counts, own,
     rows, senses, fallback = inv.candidates(examples)
     keep = (counts[own] >= 2)[rows] & ~fallback[rows]
     rows, senses = rows[keep], senses[keep]
+    given = [inv.options.gloss_weight, inv.options.prior_weight]
     if len(rows) == 0:
-        return {"gloss_weight": 0.0, "prior_weight": 0.0, "instances": 0,
-                "note": "no sense has two training instances: nothing to tune on"}
+        return {"gloss_weight": given[0] or 0.0, "prior_weight": given[1] or 0.0,
+                "instances": 0, "note": "no sense has two training instances: nothing to tune on"}
     mine = senses == own[rows]  # the pair of each row with its gold sense
     centroid = sums[senses] / counts[senses, None]
     centroid[mine] = (sums[senses[mine]] - vectors[rows[mine]]) / (counts[senses[mine], None] - 1)
@@ -369,21 +300,19 @@ def _tune(inv: SenseInventory, examples, vectors, sentences, sums, counts, own,
     prior = inv.prior[senses].copy()
     by_count = inv.prior_by_count[senses] & mine
     prior[by_count] = np.log(counts[senses[by_count]] - 1)
-    feats = _Features(rows, senses, instance, gloss, prior)
     n_rows = int(rows.max()) + 1
-    gold = np.zeros(len(rows), dtype=bool)
-    gold[mine] = True
     scored = np.unique(rows).size
 
     def accuracy(a: float, b: float) -> float:
-        best = _best_per_row(rows, feats.score(a, b), inv.mfs_order[senses], n_rows)
-        return float(gold[best[best >= 0]].sum()) / scored
+        best = _best_per_row(rows, instance + a * gloss + b * prior, inv.mfs_order[senses],
+                             n_rows)
+        return float(mine[best[best >= 0]].sum()) / scored
 
-    weights = [0.0, 0.0]
+    base = accuracy(0.0, 0.0)
+    weights = [w or 0.0 for w in given]
     best_acc = accuracy(*weights)
-    base = best_acc
     for _ in range(2):
-        for which in (0, 1):
+        for which in (i for i in (0, 1) if given[i] is None):
             for value in _WEIGHT_GRID:
                 trial = list(weights)
                 trial[which] = value
@@ -412,12 +341,13 @@ class Prediction:
 
 
 def score_pairs(inv: SenseInventory, rows: np.ndarray, senses: np.ndarray,
-                targets: np.ndarray, sentences: np.ndarray | None) -> np.ndarray:
-    """The method's score of each (row, sense) candidate pair. targets: [N, H] target
-    vectors (standardized already when the inventory standardizes); sentences: [N, H']
-    vectors of the instances' texts (gloss-prior only)."""
+                targets: np.ndarray, sentences: np.ndarray | None,
+                method: str | None = None) -> np.ndarray:
+    """The score of each (row, sense) candidate pair under `method` (default: the
+    inventory's). targets: [N, H] target vectors (standardized already when the inventory
+    standardizes); sentences: [N, H'] vectors of the instances' texts (gloss-prior only)."""
     score = (inv.centroids[senses] * _unit(targets)[rows]).sum(1)
-    if inv.options.method == "gloss-prior":
+    if (method or inv.options.method) == "gloss-prior":
         score += inv.options.gloss_weight * (inv.glosses[senses]
                                              * _unit(sentences)[rows]).sum(1)
         score += inv.options.prior_weight * inv.prior[senses]
@@ -427,7 +357,15 @@ def score_pairs(inv: SenseInventory, rows: np.ndarray, senses: np.ndarray,
 def predict(inv: SenseInventory, examples: Sequence[SenseExample], source,
             method: str | None = None) -> list[Prediction]:
     """Label each example with a sense from the inventory (see the module docstring).
-    `method="mfs"` gives the most-frequent-sense baseline instead."""
+
+    `method` overrides the inventory's: "1nn" scores a gloss-prior inventory by its sense
+    embeddings alone (the same centroids), "mfs" gives the most-frequent-sense baseline."""
+    method = method or inv.options.method
+    if method not in METHODS + ("mfs",):
+        raise UserError(f"unknown WSD method {method!r}: use one of {', '.join(METHODS)}, mfs")
+    if method == "gloss-prior" and inv.glosses is None:
+        raise UserError("these senses were built with --method 1nn: they have no gloss "
+                        "vectors for gloss-prior")
     rows, senses, fallback = inv.candidates(examples)
     n = len(examples)
     if method == "mfs" or len(rows) == 0:
@@ -437,8 +375,8 @@ def predict(inv: SenseInventory, examples: Sequence[SenseExample], source,
         if inv.standardizer is not None:
             targets = inv.standardizer.transform(targets)
         sentences = source.sentences([e.text for e in examples]) \
-            if inv.options.method == "gloss-prior" else None
-        scores = score_pairs(inv, rows, senses, targets, sentences)
+            if method == "gloss-prior" else None
+        scores = score_pairs(inv, rows, senses, targets, sentences, method)
         # A lemma seen only with another part of speech: its most frequent sense.
         scores[fallback[rows]] = 0.0
     best = _best_per_row(rows, scores, inv.mfs_order[senses], n)
@@ -487,9 +425,11 @@ class WsdReport:
         return "\n".join(lines)
 
 
-def evaluate(inv: SenseInventory, examples: Sequence[SenseExample], source) -> WsdReport:
-    """Accuracy of the inventory's method and of the most-frequent-sense baseline."""
-    predicted = predict(inv, examples, source)
+def evaluate(inv: SenseInventory, examples: Sequence[SenseExample], source,
+             method: str | None = None) -> WsdReport:
+    """Accuracy of the inventory's method (or `method`, see `predict`) and of the
+    most-frequent-sense baseline."""
+    predicted = predict(inv, examples, source, method)
     baseline = predict(inv, examples, source, method="mfs")
     gold = [e.synset for e in examples]
     hit = np.array([p.synset == g for p, g in zip(predicted, gold)])
@@ -501,13 +441,12 @@ def evaluate(inv: SenseInventory, examples: Sequence[SenseExample], source) -> W
         by_pos[pos] = {"instances": int(m.sum()), "accuracy": float(hit[m].mean()),
                        "mfs_accuracy": float(mfs_hit[m].mean())}
     n = len(examples)
-    return WsdReport(inv.options.method, n, int(hit.sum()), float(hit.mean()),
+    return WsdReport(method or inv.options.method, n, int(hit.sum()), float(hit.mean()),
                      int(mfs_hit.sum()), float(mfs_hit.mean()),
                      float(np.mean(known)) if known else 0.0,
                      sum(p.fallback == "unknown lemma" for p in predicted),
                      sum(p.fallback == "most frequent sense" for p in predicted), by_pos)
 
 
-__all__ = ["METHODS", "DEFAULT_METHOD", "WsdOptions", "ContextualSource", "StaticSource",
-           "load_source", "Sense", "SenseInventory", "train_wsd", "score_pairs", "predict",
+__all__ = ["METHODS", "DEFAULT_METHOD", "WsdOptions", "Sense", "SenseInventory", "train_wsd", "score_pairs", "predict",
            "Prediction", "WsdReport", "evaluate"]

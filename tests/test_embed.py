@@ -83,6 +83,16 @@ def test_sentence_vectors_match_a_single_unpadded_run(embedder):
         np.testing.assert_allclose(cls[i], states[2][0].numpy(), atol=1e-5)
 
 
+def test_parallel_batches_equal_one_batch_at_a_time(model_dir):
+    threads = torch.get_num_threads()
+    parallel = Embedder.load(model_dir, workers=3)
+    plain = Embedder.load(model_dir, workers=1)
+    texts = SENTENCES * 5
+    np.testing.assert_allclose(parallel.embed(texts, batch_size=2, layers="last4"),
+                               plain.embed(texts, batch_size=2, layers="last4"), atol=1e-5)
+    assert torch.get_num_threads() == threads  # the caller's thread setting is left alone
+
+
 def test_layer_combinations(embedder):
     text = SENTENCES[0]
     states = reference_states(embedder, text)

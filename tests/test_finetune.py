@@ -349,3 +349,10 @@ def test_question_leaving_no_room_for_the_context(bert, data, tmp_path):
     runner.task["max_question"] = None
     with pytest.raises(UserError, match=r"sq\.json:\d+: question q0a: the question takes"):
         runner.evaluate(runner_examples(runner, tmp_path / "sq.json"))
+
+
+def test_time_budget_without_epochs_follows_the_clock(bert, data, tmp_path):
+    result = finetune("classify", bert, data["train"], data["dev"], tmp_path / "t",
+                      FinetuneConfig(max_time=0.01, batch_size=16, **FAST))
+    assert result.stopped_by == "max_time" and result.steps >= 1
+    assert (tmp_path / "t" / "model.safetensors").is_file()

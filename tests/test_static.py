@@ -187,6 +187,12 @@ def test_cli(planted, tmp_path, capsys):
     assert float(capsys.readouterr().out) == pytest.approx(1.0, abs=1e-5)
     assert cli.main(["static", "similarity", "--model", str(out), "a0", "zebra"]) == 2
     assert "not in the vocabulary" in capsys.readouterr().err
+    assert cli.main(["static", "contexts", "--model", str(out), "--word", "a0",
+                     "f1 a0 f2", "f9 f8 A0"]) == 0
+    table = capsys.readouterr().out
+    assert "[1]   1.000   1.000" in table and "[2]   1.000   1.000" in table
+    assert cli.main(["static", "contexts", "--model", str(out), "--word", "a0", "f1 f2"]) == 2
+    assert "does not occur as a word" in capsys.readouterr().err
     # One real process: the installed console script.
     exe = Path(sys.executable).parent / "bertkit"
     done = subprocess.run([str(exe), "static", "neighbors", "--model", str(out), "b0"],
