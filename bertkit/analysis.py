@@ -249,6 +249,8 @@ class AnisotropyReport:
     word_types: int
     """Word types with at least `min_count` instances (used for self-similarity)."""
     layers: list[LayerStats]
+    standardized_with: str = "this sample"
+    """Whose statistics standardized the vectors: this sample, or a fitted file's corpus."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -301,8 +303,12 @@ def anisotropy_report(embedder: "Embedder", texts: Sequence[str], *, layers="all
     del vectors
     groups = np.array([r.item for r in refs])
     words = [r.text.lower() for r in refs]
+    standardized_with = "this sample"
     if standardizer is None:
         standardizer = Standardizer.fit(per_layer, chosen, source=corpus_name)
+    else:
+        standardized_with = f"{Path(standardizer.source).name or 'a fitted file'} " \
+                            f"({standardizer.count} words)"
     stats, types = [], 0
     for layer, x in zip(chosen, per_layer):
         z = standardizer.transform(x, layer)
@@ -317,7 +323,8 @@ def anisotropy_report(embedder: "Embedder", texts: Sequence[str], *, layers="all
             self_similarity_std=self_similarity(z, words, groups, min_count)[0],
             intra_sentence_std=intra_sentence_similarity(z, groups),
             rogue_std=rogue_dimensions(z, rogue_k, groups)))
-    report = AnisotropyReport(model_name, corpus_name, len(texts), len(refs), types, stats)
+    report = AnisotropyReport(model_name, corpus_name, len(texts), len(refs), types, stats,
+                              standardized_with)
     return report, standardizer
 
 

@@ -498,8 +498,8 @@ def _run_anisotropy(args) -> int:
     else:
         print(f"{report.words} words in {report.sentences} lines of {args.corpus}; "
               f"self-similarity over {report.word_types} word types seen "
-              f"{args.min_count}+ times; standardized with "
-              f"{args.standardizer or 'the statistics of these words'}")
+              f"{args.min_count}+ times; standardized with the statistics of "
+              f"{report.standardized_with}")
         print(report.table())
         print()
         print(report.rogue_table())
@@ -519,8 +519,12 @@ def _run_plot_senses(args) -> int:
 
     instances = read_sense_instances(args.data, args.lemma, args.max_per_sense, args.min_per_sense)
     embedder = Embedder.load(args.model, precision=args.precision)
+    if args.standardizer:
+        from .analysis import Standardizer
+        embedder.standardizer = Standardizer.load(args.standardizer)
     print(plot_senses(embedder, instances, args.out, layers="last4" if args.last4 else args.layer,
-                      method=args.method, standardize=args.standardize, title_word=args.lemma))
+                      method=args.method, standardize=args.standardize or bool(args.standardizer),
+                      title_word=args.lemma))
     return 0
 
 
@@ -611,7 +615,9 @@ def add_embedding_commands(sub) -> None:
     layer = q.add_mutually_exclusive_group()
     layer.add_argument("--layer", type=int, default=-1)
     layer.add_argument("--last4", action="store_true")
-    q.add_argument("--standardize", action="store_true")
+    q.add_argument("--standardize", action="store_true",
+                   help="z-score with the model's fitted standardizer first")
+    q.add_argument("--standardizer", help="standardizer file (implies --standardize)")
     q.add_argument("--max-per-sense", type=int, default=50)
     q.add_argument("--min-per-sense", type=int, default=1,
                    help="leave out senses with fewer instances")

@@ -107,21 +107,29 @@ class WordRef:
 
 
 class _Progress:
-    """Items/s and ETA on stderr, at most every two seconds; silent when disabled."""
+    """Texts done, tokens/s and ETA on stderr, at most every two seconds; silent when disabled.
 
-    def __init__(self, total: int, what: str, enabled: bool):
-        self.total, self.what, self.enabled = total, what, enabled
-        self.done, self.start, self.last = 0, time.perf_counter(), 0.0
+    The rate is in tokens because batches go longest first: texts/s would start slow and
+    make the first ETA far too long.
+    """
 
-    def update(self, n: int) -> None:
-        self.done += n
+    def __init__(self, texts: int, tokens: int, what: str, enabled: bool):
+        self.texts, self.tokens, self.what, self.enabled = texts, tokens, what, enabled
+        self.done_texts = self.done_tokens = 0
+        self.start, self.last = time.perf_counter(), 0.0
+
+    def update(self, texts: int, tokens: int) -> None:
+        self.done_texts += texts
+        self.done_tokens += tokens
         now = time.perf_counter()
-        if self.enabled and (now - self.last > 2.0 or self.done >= self.total):
+        finished = self.done_texts >= self.texts
+        if self.enabled and (now - self.last > 2.0 or finished):
             self.last = now
-            rate = self.done / max(now - self.start, 1e-9)
-            eta = (self.total - self.done) / max(rate, 1e-9)
-            print(f"\r{self.what}: {self.done}/{self.total} ({rate:.0f}/s, ETA {eta:.0f}s)   ",
-                  end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
+            rate = self.done_tokens / max(now - self.start, 1e-9)
+            eta = (self.tokens - self.done_tokens) / max(rate, 1e-9)
+            print(f"\r{self.what}: {self.done_texts}/{self.texts}, {rate:,.0f} tokens/s, "
+                  f"ETA {eta:.0f}s   ", end="\n" if finished else "", file=sys.stderr,
+                  flush=True)
 
 
 class Embedder:
@@ -261,13 +269,13 @@ class Embedder:
         first_row = np.cumsum([0] + [len(g) for g in groups])
         width = self.config.hidden_size * (len(layers) if combine == "concat" else 1)
         out = np.zeros((int(first_row[-1]), width), dtype=np.float32)
-        bar = _Progress(len(encoded), what, progress)
+        bar = _Progress(len(encoded), sum(len(e.ids) for e in encoded), what, progress)
         tasks = self._tasks(encoded, groups, first_row, batch_size, subword_pool)
         for (rows, vectors), n in _parallel_map(
-                lambda t: (self._run(t, layers, combine, standardize), t.size), tasks,
+                lambda t: (self._run(t, layers, combine, standardize), t), tasks,
                 self.workers if self.device.type == "cpu" else 1):
             out[rows] = vectors
-            bar.update(n)
+            bar.update(n.size, int(n.mask.sum()))
         return out
 
     # Public API ------------------------------------------------------------------------------
@@ -289,11 +297,13 @@ class Embedder:
         return _l2_normalize(vectors) if normalize else vectors
 
     def encode(self, sentences: str | Sequence[Text], batch_size: int = 32,
-               normalize: bool = False, pool: str = "mean",
-               show_progress_bar: bool = False) -> np.ndarray:
+               normalize: bool = False, pool: str = "mean", show_progress_bar: bool = False,
+               normalize_embeddings: bool | None = None) -> np.ndarray:
         """sentence-transformers' `encode`: last layer, mean pooling; a single string gives a
-        single vector."""
+        single vector. `normalize_embeddings` is sentence-transformers' name for `normalize`."""
         single = isinstance(sentences, str)
+        if normalize_embeddings is not None:
+            normalize = normalize_embeddings
         vectors = self.embed([sentences] if single else sentences, pool=pool,
                              normalize=normalize, batch_size=batch_size,
                              progress=show_progress_bar)
@@ -409,17 +419,18 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
             yield first, texts
 
     # Pass 1: decode and count (tokenizing is cheap next to the model).
-    lines = rows = 0
+    lines = rows = tokens = 0
     for _, texts in chunks():
+        encoded = embedder.tokenize(texts)
         lines += len(texts)
-        rows += sum(len(g) for g in _word_groups(embedder.tokenize(texts), texts)[0]) \
-            if words else len(texts)
+        tokens += sum(len(e.ids) for e in encoded)
+        rows += sum(len(g) for g in _word_groups(encoded, texts)[0]) if words else len(texts)
     if rows == 0:
         raise UserError(f"{input_path}: no words to embed")
 
     index = index_path_for(out)
     truncated = done = 0
-    bar = _Progress(lines, "lines", progress)
+    bar = _Progress(lines, tokens, "lines", progress)
     with _atomic_npy(out, (rows, width)) as matrix, atomic_file(index) as f_index:
         for first_line, texts in chunks():
             encoded = embedder.tokenize(texts)
@@ -446,7 +457,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                     f_index.write(json.dumps({"row": done + k, "line": first_line + k,
                                               "truncated": e.truncated}) + "\n")
                 done += len(block)
-            bar.update(len(texts))
+            bar.update(len(texts), sum(len(e.ids) for e in encoded))
     if truncated:
         warnings.warn(f"{input_path}: {truncated} of {lines} lines were longer than "
                       f"{embedder.max_length} tokens and were cut", stacklevel=2)

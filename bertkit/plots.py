@@ -184,8 +184,10 @@ def plot_anisotropy(report: "AnisotropyReport", out: str | Path) -> Path:
     left.set_xlabel("layer (0 = embedding layer)")
     left.set_ylabel("mean cosine")
     left.set_xticks(layers)
-    left.set_title("Cosine between word vectors, before and after standardization")
-    left.legend(fontsize=8)
+    left.set_title("Cosine between word vectors, before and after standardization\n"
+                   f"(standardized with the mean and std of {report.standardized_with})",
+                   fontsize=10)
+    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     left.grid(alpha=0.3)
 
     k = len(report.layers[0].rogue)

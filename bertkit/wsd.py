@@ -170,26 +170,27 @@ class SenseInventory:
         index = read_json(p / INDEX_FILE, "WSD index")
         if not isinstance(index, dict) or index.get("format") != "bertkit-wsd":
             raise UserError(f"{p / INDEX_FILE}: not a bertkit WSD index")
-        rows: dict[int, Sense] = {}
-        for lemma, by_pos in index["lemmas"].items():
-            for pos, senses in by_pos.items():
-                for s in senses:
-                    rows[s["row"]] = Sense(lemma, pos, s["synset"], s["gloss"], s["count"],
-                                           s["rank"])
+        try:
+            rows = {s["row"]: Sense(lemma, pos, s["synset"], s["gloss"], s["count"], s["rank"])
+                    for lemma, by_pos in index["lemmas"].items()
+                    for pos, senses in by_pos.items() for s in senses}
+            options = WsdOptions(**index["options"])
+            model, kind, tuning = index["model"], index["kind"], index.get("tuning", {})
+        except (KeyError, TypeError, AttributeError) as e:
+            raise UserError(f"{p / INDEX_FILE}: malformed WSD index ({type(e).__name__}: {e})") \
+                from None
         try:
             with safe_open(str(p / VECTORS_FILE), "np") as f:
                 arrays = {k: f.get_tensor(k) for k in f.keys()}
         except Exception as e:  # safetensors raises its own error types
             raise UserError(f"{p / VECTORS_FILE}: unreadable sense vectors ({e})") from None
-        if sorted(rows) != list(range(len(arrays["centroids"]))):
+        if "centroids" not in arrays or sorted(rows) != list(range(len(arrays["centroids"]))):
             raise UserError(f"{p}: the index and the sense vectors do not match")
         # The index says whether to standardize: a file left from an earlier run into the
         # same directory must not switch it on.
-        options = WsdOptions(**index["options"])
         standardizer = Standardizer.load(p / STANDARDIZER_FILE) if options.standardize else None
         return cls([rows[i] for i in range(len(rows))], arrays["centroids"],
-                   arrays.get("glosses"), options, index["model"],
-                   index["kind"], standardizer, index.get("tuning", {}))
+                   arrays.get("glosses"), options, model, kind, standardizer, tuning)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

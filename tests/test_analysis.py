@@ -145,6 +145,12 @@ def test_anisotropy_command_fits_a_standardizer_for_embed(model_dir, tmp_path, c
     # Standardized with the statistics of these same words: zero mean, unit variance.
     np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-4)
     np.testing.assert_allclose(z.std(0), 1.0, atol=1e-3)
+    # A standardizer fitted elsewhere evaluates this corpus as held-out data.
+    assert main(["anisotropy", "--model", str(model_dir), "--corpus", str(corpus), "--json",
+                 "--standardizer", str(model_dir / STANDARDIZER_FILE), "--sentences", "3",
+                 "--min-count", "2", "--quiet"]) == 0
+    held_out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert held_out["standardized_with"].startswith("corpus.txt")
     (model_dir / STANDARDIZER_FILE).unlink()
     (tmp_path / "empty.txt").write_text("")
     assert main(["anisotropy", "--model", str(model_dir), "--corpus",

@@ -108,6 +108,7 @@ def test_normalize_gives_unit_rows(embedder):
     v = embedder.embed(SENTENCES, normalize=True)
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-6)
     assert embedder.encode(SENTENCES[0]).shape == (32,)
+    np.testing.assert_allclose(embedder.encode(SENTENCES, normalize_embeddings=True), v)
 
 
 def test_word_vector_pools_the_pieces_of_the_word(embedder):
@@ -166,6 +167,13 @@ def test_truncation_warns_and_cuts(tmp_path):
     assert v.shape == (2, 32)
     with pytest.raises(UserError, match="longer than"):
         small.tokenize(["the bank raised rates on the river bank water"], truncation=False)
+    source = tmp_path / "long.txt"
+    source.write_text("the bank raised rates on the river bank water\nwe sat\n")
+    with pytest.warns(UserWarning, match="1 of 2 lines"):
+        result = embed_file(small, source, tmp_path / "v.npy", progress=False)
+    assert result.truncated == 1 and np.load(tmp_path / "v.npy").shape == (2, 32)
+    index = [json.loads(line) for line in index_path_for(tmp_path / "v.npy").open()]
+    assert [r["truncated"] for r in index] == [True, False]
 
 
 def test_embed_file_sentences_and_words(embedder, tmp_path):
