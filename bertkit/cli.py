@@ -478,6 +478,9 @@ def _run_anisotropy(args) -> int:
     from .analysis import anisotropy_report, sample_lines
     from .embed import STANDARDIZER_FILE, Embedder
 
+    if args.fit_standardizer and args.standardizer:
+        raise UserError("--fit-standardizer fits a new standardizer; --standardizer applies an "
+                        "existing one: give one of them")
     embedder = Embedder.load(args.model, precision=args.precision, max_length=args.max_length,
                              workers=args.workers)
     texts = sample_lines(args.corpus, args.sentences, seed=args.seed)

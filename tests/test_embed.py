@@ -257,17 +257,22 @@ MIXED = ["A man is eating food.", "The bank raised its interest rates by half a 
          "so that the batch has very different lengths in it.", ""]
 
 
-def test_sentence_vectors_equal_sentence_transformers(minilm_dir):
+@pytest.fixture(scope="module")
+def minilm(minilm_dir) -> Embedder:
+    return Embedder.load(minilm_dir)
+
+
+def test_sentence_vectors_equal_sentence_transformers(minilm_dir, minilm):
     st = pytest.importorskip("sentence_transformers")
-    ours = Embedder.load(minilm_dir).encode(MIXED, batch_size=2, normalize=True)
+    ours = minilm.encode(MIXED, batch_size=2, normalize=True)
     theirs = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(
         MIXED, batch_size=2, normalize_embeddings=True)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 
-def test_token_vectors_equal_transformers(minilm_dir):
+def test_token_vectors_equal_transformers(minilm_dir, minilm):
     transformers = pytest.importorskip("transformers")
-    embedder = Embedder.load(minilm_dir)
+    embedder = minilm
     reference = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()
     tok = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
     batch = tok(MIXED[:4], padding=True, return_tensors="pt")
@@ -279,8 +284,9 @@ def test_token_vectors_equal_transformers(minilm_dir):
             np.testing.assert_allclose(vectors, hf[layers][i, :len(vectors)].numpy(), atol=1e-5)
 
 
-def test_bf16_stays_close_to_fp32(minilm_dir):
-    exact = Embedder.load(minilm_dir).encode(MIXED, normalize=True)
-    fast = Embedder.load(minilm_dir, precision="bf16").encode(MIXED, normalize=True)
+def test_bf16_stays_close_to_fp32(minilm):
+    exact = minilm.encode(MIXED, normalize=True)
+    fast = Embedder(minilm.encoder, minilm.tokenizer, max_length=minilm.max_length,
+                    precision="bf16").encode(MIXED, normalize=True)
     assert np.abs(fast - exact).max() < 2e-2
     assert (fast * exact).sum(1).min() > 0.99

@@ -55,6 +55,17 @@ def test_classify_like_a_pipeline(models):
     assert single["label"] == "positive"
 
 
+def test_length_bucketed_batches_equal_one_at_a_time(models):
+    model = TaskModel.load(models["dir"] / "cls", batch_size=4)
+    texts = ["good", "the plot was so awful and the film was poor", "fine film",
+             "a really great movie and a good plot", "bad", "the movie is fine"]
+    batched = model.classify(texts)
+    for text, row in zip(texts, batched):
+        alone = model.classify(text)
+        assert alone["label"] == row["label"]
+        assert abs(alone["score"] - row["score"]) < 1e-5
+
+
 @pytest.mark.parametrize("kind", ["tag", "spans"])
 def test_tag_returns_entities_with_offsets_into_the_original_text(models, kind):
     model = TaskModel.load(models["dir"] / kind)
