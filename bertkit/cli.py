@@ -433,6 +433,12 @@ def _evaluate(args) -> int:
     for name, s in per.items():
         print(f"{name:>20}  precision {s['precision']:.4f}  recall {s['recall']:.4f}  "
               f"f1 {s['f1']:.4f}  support {s['support']}")
+    if "confusion_matrix" in scores:
+        labels = [str(label)[:12] for label in scores["labels"]]
+        print("confusion (rows gold, columns predicted):")
+        print(" " * 14 + "".join(f"{label:>13}" for label in labels))
+        for label, row in zip(labels, scores["confusion_matrix"]):
+            print(f"{label:>13} " + "".join(f"{n:>13}" for n in row))
     return 0
 
 
@@ -849,8 +855,14 @@ def _run_static_contexts(args) -> int:
                StaticVectors.load(args.model).instance_vectors(args.texts, spans))]
     if args.bert:
         from .embed import Embedder
+        embedder = Embedder.load(args.bert)
         tables.append(("contextual (last four layers, mean over pieces)",
-                       Embedder.load(args.bert).word_vectors(args.texts, spans)))
+                       embedder.word_vectors(args.texts, spans)))
+        if args.standardizer:
+            from .analysis import Standardizer
+            embedder.standardizer = Standardizer.load(args.standardizer)
+            tables.append(("contextual, standardized",
+                           embedder.word_vectors(args.texts, spans, standardize=True)))
     for i, text in enumerate(args.texts, 1):
         print(f"[{i}] {text}")
     for title, vectors in tables:
@@ -877,11 +889,11 @@ def _add_static_commands(sub) -> None:
     q.add_argument("--dim", type=int, default=100, help="vector width (default 100)")
     q.add_argument("--window", type=int, default=5, help="largest context distance (default 5)")
     q.add_argument("--negatives", type=int, default=5, help="noise words per pair (default 5)")
-    q.add_argument("--epochs", type=int, default=3, help="passes over the corpus (default 3)")
+    q.add_argument("--epochs", type=int, default=5, help="passes over the corpus (default 5)")
     q.add_argument("--min-count", type=int, default=5,
                    help="drop tokens seen fewer times (default 5)")
-    q.add_argument("--subsample", type=float, default=1e-4,
-                   help="frequent-word subsampling threshold t (default 1e-4; 0 = off)")
+    q.add_argument("--subsample", type=float, default=1e-3,
+                   help="frequent-word subsampling threshold t (default 1e-3; 0 = off)")
     q.add_argument("--lr", type=float, default=0.025, help="starting SGD learning rate")
     q.add_argument("--batch-size", type=int, default=2048, help="pairs per update")
     q.add_argument("--seed", type=int, default=0)
@@ -904,6 +916,8 @@ def _add_static_commands(sub) -> None:
                          "(always exactly 1) and, with --bert, contextual.")
     q.add_argument("--model", required=True, help="directory from `bertkit static train`")
     q.add_argument("--bert", help="BERT directory to compare with")
+    q.add_argument("--standardizer", help="also show the contextual vectors standardized with "
+                   "this file (from `bertkit anisotropy --fit-standardizer`)")
     q.add_argument("--word", required=True)
     q.add_argument("texts", nargs="+", metavar="TEXT")
     q.set_defaults(run=_run_static_contexts)

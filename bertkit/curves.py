@@ -54,16 +54,25 @@ def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: 
               x: str = "seconds", ylabel: str | None = None) -> Path:
     """One line per run: `key` of the `split` records against `x` ("step" or "seconds").
 
-    Eval records carry no clock, so for x="seconds" each is placed at the clock of the train
-    record of the same step.
+    Records without a clock (older eval records) take the clock of the last train record at
+    or before their step.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, path in runs.items():
         records = read_metrics(Path(path) / "metrics.jsonl" if Path(path).is_dir() else path)
-        clock = {r["step"]: r.get("seconds") for r in records if r["split"] == "train"}
-        points = [(r["step"] if x == "step" else clock.get(r["step"]), r[key])
-                  for r in records if r["split"] == split and key in r]
+        clock = sorted((r["step"], r["seconds"]) for r in records
+                       if r["split"] == "train" and "seconds" in r)
+
+        def when(r):
+            if x == "step":
+                return r["step"]
+            if "seconds" in r:
+                return r["seconds"]
+            before = [s for step, s in clock if step <= r["step"]]
+            return before[-1] if before else None
+
+        points = [(when(r), r[key]) for r in records if r["split"] == split and key in r]
         points = [(a / 60 if x == "seconds" else a, b) for a, b in points if a is not None]
         if points:
             ax.plot(*zip(*points), label=label, lw=1.2, marker="o" if split == "eval" else None,

@@ -6,8 +6,9 @@ concatenation), one vector per word (mean or first of its subword pieces), one p
 ([CLS] or the mean over the real tokens, optionally L2-normalised as sentence-transformers
 does), and files of any size embedded to `.npy` with an index of what each row is.
 
-Speed: texts are sorted by token count and batched with their neighbours, so a batch pads to
-almost nothing; the model runs under `torch.inference_mode`, in bf16 autocast on request.
+Speed: texts are sorted by token count and batched with neighbours of (nearly) the same
+length, so almost no position is padding; independent batches run on separate cores; the
+model runs under `torch.inference_mode`, in bf16 autocast on request.
 
 Layer numbers index the hidden states: 0 is the embedding layer's output, 1..L the blocks,
 negative numbers count from the last (-1, the default, is the last block).
@@ -141,7 +142,7 @@ class Embedder:
 
     def __init__(self, encoder: Encoder, tokenizer, *, max_length: int | None = None,
                  precision: str = "fp32", standardizer: Standardizer | None = None,
-                 workers: int | None = None):
+                 workers: int | None = None, max_padding: float = 0.02):
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         self.encoder = encoder.eval()
@@ -151,6 +152,9 @@ class Embedder:
         self.precision = precision
         self.standardizer = standardizer
         self.device = next(encoder.parameters()).device
+        self.max_padding = max_padding
+        """Largest share of a batch's positions that may be padding (see plan_batches):
+        2% costs a few more batches than fixed-size ones and saves the padding's compute."""
         self.workers = max(1, workers or torch.get_num_threads())
         """Batches computed at once on the CPU, each on one thread: independent batches on
         separate cores never wait for each other, where one batch split over all cores meets
@@ -200,9 +204,8 @@ class Embedder:
 
         Longest first, so a batch too big for memory fails at once rather than at the end.
         """
-        order = np.argsort([-len(e.ids) for e in encoded], kind="stable")
-        for lo in range(0, len(order), batch_size):
-            items = order[lo:lo + batch_size]
+        for items in plan_batches(np.array([len(e.ids) for e in encoded]), batch_size,
+                                  self.max_padding):
             lengths = np.array([len(encoded[i].ids) for i in items])
             B, T = len(items), int(lengths.max())
             mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int64)  # [B, T]
@@ -255,9 +258,13 @@ class Embedder:
 
     def _pool_groups(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
                      layers: LayerSpec, combine: str, subword_pool: str, standardize: bool,
-                     batch_size: int, progress: bool, what: str) -> np.ndarray:
+                     batch_size: int, progress: bool, what: str,
+                     out: np.ndarray | None = None) -> np.ndarray:
         """The vectors of groups of token positions: `groups[i]` lists, for input i, one array
-        of positions per output row (rows numbered in order over i). Mean or first position."""
+        of positions per output row (rows numbered in order over i). Mean or first position.
+
+        Written into `out` when given (e.g. a slice of a memory-mapped file), so that a large
+        result never has to fit in memory."""
         layers = resolve_layers(layers, self.config.num_layers)
         _check_choice("combine", combine, COMBINES)
         _check_choice("subword_pool", subword_pool, SUBWORD_POOLS)
@@ -268,7 +275,10 @@ class Embedder:
                             "this model (run `bertkit anisotropy --fit-standardizer`)")
         first_row = np.cumsum([0] + [len(g) for g in groups])
         width = self.config.hidden_size * (len(layers) if combine == "concat" else 1)
-        out = np.zeros((int(first_row[-1]), width), dtype=np.float32)
+        if out is None:
+            out = np.zeros((int(first_row[-1]), width), dtype=np.float32)
+        elif out.shape != (int(first_row[-1]), width):
+            raise ValueError(f"out has shape {out.shape}, expected {(int(first_row[-1]), width)}")
         bar = _Progress(len(encoded), sum(len(e.ids) for e in encoded), what, progress)
         tasks = self._tasks(encoded, groups, first_row, batch_size, subword_pool)
         for (rows, vectors), n in _parallel_map(
@@ -390,7 +400,7 @@ def index_path_for(out: str | Path) -> Path:
 def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                words: bool = False, layers: LayerSpec = -1, combine: str = "mean",
                pool: str = "mean", subword_pool: str = "mean", normalize: bool = False,
-               standardize: bool = False, batch_size: int = 32, chunk_lines: int = 20000,
+               standardize: bool = False, batch_size: int = 32, chunk_lines: int = 10000,
                progress: bool = True) -> EmbedFileResult:
     """Embed every line of a UTF-8 file (a tab separates a pair) into a float32 `.npy` file.
 
@@ -438,10 +448,11 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
             if words:
                 groups, refs = _word_groups(encoded, texts)
                 if refs:
-                    block = embedder._pool_groups(encoded, groups, layers_list, combine,
-                                                  subword_pool, standardize, batch_size,
-                                                  False, "lines")
-                    matrix[done:done + len(block)] = _l2_normalize(block) if normalize else block
+                    block = matrix[done:done + len(refs)]
+                    embedder._pool_groups(encoded, groups, layers_list, combine, subword_pool,
+                                          standardize, batch_size, False, "lines", out=block)
+                    if normalize:
+                        block[:] = _l2_normalize(block)
                 for k, r in enumerate(refs):
                     f_index.write(json.dumps({"row": done + k, "line": first_line + r.item,
                                               "word": r.word, "segment": r.segment,
@@ -449,10 +460,13 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                                              ensure_ascii=False) + "\n")
                 done += len(refs)
             else:
-                block = embedder._pool_groups(
+                block = matrix[done:done + len(encoded)]
+                embedder._pool_groups(
                     encoded, [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded],
-                    layers_list, combine, "mean", standardize, batch_size, False, "lines")
-                matrix[done:done + len(block)] = _l2_normalize(block) if normalize else block
+                    layers_list, combine, "mean", standardize, batch_size, False, "lines",
+                    out=block)
+                if normalize:
+                    block[:] = _l2_normalize(block)
                 for k, e in enumerate(encoded):
                     f_index.write(json.dumps({"row": done + k, "line": first_line + k,
                                               "truncated": e.truncated}) + "\n")
@@ -505,6 +519,30 @@ class _Task:
     """[R] the output rows, as indices into the whole result."""
     size: int
     """Number of texts in the batch."""
+
+
+def plan_batches(lengths: np.ndarray, batch_size: int, max_padding: float = 0.0) -> list[np.ndarray]:
+    """Group texts into batches of at most `batch_size`, longest first, so that padding is at
+    most `max_padding` of each batch's positions (0: only texts of equal length share a
+    batch, so no position is padding and attention needs no mask).
+
+    Longest first: a batch too big for memory fails at once rather than at the end.
+    """
+    order = np.argsort(-lengths, kind="stable")
+    batches, current, real = [], [], 0
+    for i in order:
+        n = len(current)
+        if current:
+            width = int(lengths[current[0]])
+            if n < batch_size and width * (n + 1) - (real + lengths[i]) <= max_padding * width * (n + 1):
+                current.append(i)
+                real += int(lengths[i])
+                continue
+            batches.append(np.asarray(current))
+        current, real = [i], int(lengths[i])
+    if current:
+        batches.append(np.asarray(current))
+    return batches
 
 
 def _parallel_map(fn, tasks: Iterator, workers: int) -> Iterator:
@@ -617,5 +655,5 @@ def _tokenize(tokenizer, texts: Sequence[Text], max_length: int, truncation: boo
 
 
 __all__ = ["Embedder", "Encoded", "WordRef", "EmbedFileResult", "embed", "word_vector",
-           "word_vectors", "embed_file", "resolve_layers", "index_path_for", "COMBINES",
-           "POOLS", "SUBWORD_POOLS", "PRECISIONS", "STANDARDIZER_FILE"]
+           "word_vectors", "embed_file", "resolve_layers", "plan_batches", "index_path_for",
+           "COMBINES", "POOLS", "SUBWORD_POOLS", "PRECISIONS", "STANDARDIZER_FILE"]

@@ -198,16 +198,15 @@ def read_examples(task: dict, path: str | Path) -> list:
 
 
 def _split(examples: list, fraction: float, seed: int, by=None) -> tuple[list, list]:
-    """Hold out `fraction` of the examples (whole groups when `by` names a group)."""
-    g = torch.Generator().manual_seed(seed)
-    groups = sorted({by(ex) for ex in examples}) if by else list(range(len(examples)))
-    order = torch.randperm(len(groups), generator=g).tolist()
-    n_dev = max(1, round(fraction * len(groups)))
+    """Hold out `fraction` of the examples (whole groups when `by` names each one's group)."""
+    keys = [by(ex) for ex in examples] if by else list(range(len(examples)))
+    groups = sorted(set(keys))
     if len(groups) < 2:
         raise UserError("too few examples (or articles) to hold out a dev set; pass --dev")
-    held = {groups[i] for i in order[:n_dev]}
-    key = by or (lambda ex, ids={id(e): i for i, e in enumerate(examples)}: ids[id(ex)])
-    return [ex for ex in examples if key(ex) not in held], [ex for ex in examples if key(ex) in held]
+    order = torch.randperm(len(groups), generator=torch.Generator().manual_seed(seed)).tolist()
+    held = {groups[i] for i in order[:max(1, round(fraction * len(groups)))]}
+    return ([ex for ex, k in zip(examples, keys) if k not in held],
+            [ex for ex, k in zip(examples, keys) if k in held])
 
 
 def _labels(task: dict, train: list, dev: list, scheme: str | None) -> None:

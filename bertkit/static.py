@@ -51,12 +51,14 @@ class SkipGramConfig:
     """Largest distance W between a center word and a context word."""
     negatives: int = 5
     """Noise words K drawn per (center, context) pair."""
-    epochs: int = 3
+    epochs: int = 5
     """Passes over the corpus (each with a fresh subsample and fresh windows)."""
     min_count: int = 5
     """Tokens seen fewer times are left out of the vocabulary (and of the windows)."""
-    subsample: float = 1e-4
-    """Threshold t of frequent-word subsampling (0 = keep every token)."""
+    subsample: float = 1e-3
+    """Threshold t of frequent-word subsampling (0 = keep every token). word2vec's default:
+    the paper's 1e-5 suits billion-word corpora; on a few million words it throws away so
+    much text that the vectors stay undertrained."""
     power: float = 0.75
     """Exponent of the unigram counts in the noise distribution."""
     lr: float = 0.025

@@ -454,7 +454,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                         (cfg.eval_every and step % cfg.eval_every == 0) or done):
                     eval_metrics = run_evaluation()
                     last_eval_step = step
-                    log.record({"step": step, "split": "eval", **eval_metrics})
+                    log.record({"step": step, "split": "eval", "seconds": round(train_seconds, 3),
+                    **eval_metrics})
                     log.say(f"eval step {step}  {_format(eval_metrics)}")
                     if cfg.best_metric is not None:
                         if cfg.best_metric not in eval_metrics:
@@ -488,7 +489,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
     feed.close()
     if evaluate is not None and last_eval_step != step and stopped_by != "interrupted":
         eval_metrics = run_evaluation()
-        log.record({"step": step, "split": "eval", **eval_metrics})
+        log.record({"step": step, "split": "eval", "seconds": round(train_seconds, 3),
+                    **eval_metrics})
         log.say(f"eval step {step}  {_format(eval_metrics)}")
     log.close()
     if main:

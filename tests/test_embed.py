@@ -15,7 +15,8 @@ from bertkit import hub
 from bertkit.analysis import Standardizer
 from bertkit.cli import main
 from bertkit.config import EncoderConfig
-from bertkit.embed import Embedder, embed, embed_file, index_path_for, resolve_layers, word_vector
+from bertkit.embed import (Embedder, embed, embed_file, index_path_for, plan_batches,
+                           resolve_layers, word_vector)
 from bertkit.files import UserError
 from bertkit.model import Encoder, init_weights
 from bertkit.tokenizer import Tokenizer
@@ -81,6 +82,21 @@ def test_sentence_vectors_match_a_single_unpadded_run(embedder):
         states = reference_states(embedder, text)
         np.testing.assert_allclose(batched[i], states[-1].mean(0).numpy(), atol=1e-5)
         np.testing.assert_allclose(cls[i], states[2][0].numpy(), atol=1e-5)
+
+
+def test_plan_batches_bounds_padding():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 60, size=500)
+    for max_padding in (0.0, 0.02, 0.3):
+        batches = plan_batches(lengths, 16, max_padding)
+        assert sorted(np.concatenate(batches).tolist()) == list(range(500))
+        for b in batches:
+            width = lengths[b].max()
+            assert len(b) <= 16 and lengths[b[0]] == width
+            assert width * len(b) - lengths[b].sum() <= max_padding * width * len(b)
+    assert all(len(set(lengths[b])) == 1 for b in plan_batches(lengths, 16, 0.0))
+    widths = [lengths[b].max() for b in plan_batches(lengths, 16, 1.0)]
+    assert widths == sorted(widths, reverse=True) and len(widths) == 500 // 16 + 1
 
 
 def test_parallel_batches_equal_one_batch_at_a_time(model_dir):
