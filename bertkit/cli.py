@@ -347,6 +347,8 @@ def add_finetuning_commands(sub) -> None:
     p.add_argument("--scheme", choices=("IO", "BIO", "BIOES"), help="tag: re-tag in this scheme")
     p.add_argument("--alignment", choices=("copy", "first"), default="copy",
                    help="tag: subword labels copied from the word, or on its first piece only")
+    p.add_argument("--decode", choices=("first", "mean"), default="first",
+                   help="tag: a word's label from its first piece, or the mean over its pieces")
     p.add_argument("--epochs", type=int, help="passes over the data (default by task)")
     p.add_argument("--lr", type=float, default=5e-5, help="encoder learning rate (5e-5)")
     p.add_argument("--head-lr", type=float, help="head learning rate (default 1e-3)")
@@ -390,7 +392,7 @@ def _finetune(args) -> int:
         text_column=args.text_column, pair_column=args.pair_column,
         label_column=args.label_column, multi_label=args.multi_label,
         conllu_column=args.conllu_column or "upos", scheme=args.scheme,
-        alignment=args.alignment, crf=args.crf, epochs=args.epochs, lr=args.lr,
+        alignment=args.alignment, decode=args.decode, crf=args.crf, epochs=args.epochs, lr=args.lr,
         head_lr=args.head_lr, batch_size=args.batch_size, max_length=args.max_length,
         train_layers=args.train_layers, patience=args.patience or None,
         dev_fraction=args.dev_fraction, max_span_width=args.max_span_width, stride=args.stride,
@@ -647,15 +649,12 @@ def add_embedding_commands(sub) -> None:
 
 # WSD and the static baseline ------------------------------------------------------------------
 
-def _wsd_source(args, inventory=None):
+def _wsd_source(args, model: str, options):
     from .senses import load_source
 
-    options = inventory.options if inventory is not None else None
-    model = args.model or inventory.model
-    return load_source(model, layers=options.layers if options else args.layers,
-                       subword_pool=options.subword_pool if options else args.subword_pool,
-                       window=options.window if options else args.window,
-                       batch_size=args.batch_size, progress=not args.quiet)
+    return load_source(model, layers=options.layers, subword_pool=options.subword_pool,
+                       window=options.window, batch_size=args.batch_size,
+                       progress=not args.quiet)
 
 
 def _run_wsd_split(args) -> int:
@@ -682,7 +681,7 @@ def _run_wsd_train(args) -> int:
                          subword_pool=args.subword_pool, window=args.window,
                          gloss_weight=args.gloss_weight, prior_weight=args.prior_weight)
     examples = read_examples(args.data)
-    inventory = train_wsd(examples, _wsd_source(args), options,
+    inventory = train_wsd(examples, _wsd_source(args, args.model, options), options,
                           model_name=str(Path(args.model).resolve()), progress=not args.quiet)
     inventory.save(args.out)
     lemmas = len({s.lemma for s in inventory.senses})
@@ -702,7 +701,8 @@ def _run_wsd_predict(args) -> int:
 
     inventory = SenseInventory.load(args.wsd)
     examples = read_examples(args.data, labelled=False)
-    predictions = predict(inventory, examples, _wsd_source(args, inventory), args.method)
+    source = _wsd_source(args, args.model or inventory.model, inventory.options)
+    predictions = predict(inventory, examples, source, args.method)
     glosses = {s.synset: s.gloss for s in inventory.senses}
 
     def write(f) -> None:
@@ -730,8 +730,9 @@ def _run_wsd_evaluate(args) -> int:
     from .wsd import SenseInventory, evaluate
 
     inventory = SenseInventory.load(args.wsd)
-    report = evaluate(inventory, read_examples(args.data), _wsd_source(args, inventory),
-                      args.method)
+    examples = read_examples(args.data)
+    source = _wsd_source(args, args.model or inventory.model, inventory.options)
+    report = evaluate(inventory, examples, source, args.method)
     print(json.dumps(report.to_json()) if args.json else report.summary())
     return 0
 

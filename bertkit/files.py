@@ -76,6 +76,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only, unlike a plain open()
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
@@ -101,6 +102,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise UserError(f"{path}: exists and is not a directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it owner-only; a model directory is not secret
     try:
         yield tmp
         if path.exists():
@@ -114,6 +116,12 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

@@ -65,6 +65,9 @@ class FinetuneConfig:
     """tag: re-tag the data in IO, BIO or BIOES; None keeps the data's scheme."""
     alignment: str = "copy"
     """tag: subword labels copied from their word ("copy") or on the first piece ("first")."""
+    decode: str = "first"
+    """tag: read a word's label from its first piece ("first", the seeds' default) or average
+    its pieces' log-probabilities ("mean"; not with a CRF, which decodes the pieces)."""
     crf: bool = False
     """tag: a linear-chain CRF over the labels, with the scheme's invalid transitions barred."""
     epochs: int | None = None
@@ -169,6 +172,10 @@ def describe_task(task: str, train_path: str | Path, cfg: FinetuneConfig) -> dic
         desc.update(conllu_column=cfg.conllu_column, alignment=cfg.alignment)
         if cfg.scheme is not None and task == "tag":
             desc["scheme"] = cfg.scheme  # the data are re-tagged as they are read
+        desc["decode"] = cfg.decode
+        if cfg.decode not in ("first", "mean") or (cfg.decode == "mean" and cfg.crf):
+            raise UserError(f"decode must be first or mean (mean not with --crf), got "
+                            f"{cfg.decode!r}")
         if cfg.alignment not in ("copy", "first"):
             raise UserError(f"alignment must be copy or first, got {cfg.alignment!r}")
         if cfg.scheme is not None and cfg.scheme not in SCHEMES:

@@ -23,7 +23,8 @@ from . import metrics, qa, spans
 from .crf import CRF, allowed_transitions
 from .heads import (QuestionAnswerer, SequenceClassifier, TokenClassifier, load_task_model,
                     read_task)
-from .tagging import IGNORE_INDEX, align_labels, is_chunk_tag, tags_to_spans, word_tags_from_pieces
+from .tagging import (IGNORE_INDEX, align_labels, is_chunk_tag, tags_to_spans, word_scores,
+                      word_tags_from_pieces)
 from .files import UserError
 from .tasks import QAExample, TaggedSentence, TextExample, check_labels, check_tags
 
@@ -182,6 +183,9 @@ def _run(model, items: Sequence[Item], task: dict, batch_size: int, device) -> l
             inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
             if isinstance(model, SequenceClassifier):
                 rows = model(*inputs).float().cpu().unbind(0)
+            elif isinstance(model, TokenClassifier) and task.get("decode") == "mean" \
+                    and model.crf is None:
+                rows = _mean_word_labels(model(*inputs), chosen)
             elif isinstance(model, TokenClassifier):
                 logits = model(*inputs)
                 mask = batch["word_ids"] >= 0
@@ -208,7 +212,24 @@ def _run(model, items: Sequence[Item], task: dict, batch_size: int, device) -> l
     return out
 
 
+def _mean_word_labels(logits: torch.Tensor, items: Sequence[Item]) -> list:
+    """Per item: ("words", best label id per word, its probability), the word's pieces'
+    log-probabilities averaged (the alternative to reading the first piece)."""
+    logp = torch.log_softmax(logits.float(), -1).cpu()
+    rows = []
+    for r, it in enumerate(items):
+        ids = [None if w < 0 else w for w in it.word_ids]
+        scores = word_scores(logp[r, :len(ids)], ids, "mean", max(it.word_ids) + 1)  # [W, K]
+        best = scores.max(-1)
+        rows.append(("words", best.indices.tolist(), best.values.exp().tolist()))
+    return rows
+
+
 def _word_tags(row, item: Item, labels: list[str], alignment: str, num_words: int):
+    if row[0] == "words":  # decoded per word already (mean over pieces)
+        _, best, prob = row
+        missing = num_words - len(best)  # words cut by max_length
+        return [labels[i] for i in best] + ["O"] * missing, list(prob) + [1.0] * missing
     lab, prob, mask = row
     names = [None] * len(item.word_ids)
     scores = [None] * len(item.word_ids)

@@ -72,8 +72,9 @@ def _field(obj: dict, name: str, kind, where: str, required: bool):
     else:
         ok = isinstance(value, kind)
     if not ok:
-        raise UserError(f"{where}: field {name!r} must be {'an integer' if kind is int else 'a string'}"
-                        f", got {type(value).__name__} {value!r}")
+        expected = "an integer" if kind is int else "a string"
+        raise UserError(f"{where}: field {name!r} must be {expected}, got "
+                        f"{type(value).__name__} {value!r}")
     return value
 
 
@@ -162,7 +163,7 @@ def write_examples(examples: Sequence[SenseExample], path: str | Path) -> None:
                                ensure_ascii=False) + "\n")
 
 
-# Where vectors come from ---------------------------------------------------------------------------
+# Where vectors come from -------------------------------------------------------------------------
 
 class ContextualSource:
     """Word and sentence vectors from a BERT-style encoder (an `Embedder`)."""

@@ -243,7 +243,7 @@ def sgns_gradients(center: torch.Tensor, context: torch.Tensor, negatives: torch
     return loss, d_center, d_context, d_negatives
 
 
-# Training -------------------------------------------------------------------------------------------
+# Training ----------------------------------------------------------------------------------------
 
 @dataclass
 class TrainStats:

@@ -77,7 +77,7 @@ class WsdOptions:
             raise UserError(f"unknown WSD method {self.method!r}: use one of {', '.join(METHODS)}")
 
 
-# The sense inventory -------------------------------------------------------------------------------
+# The sense inventory -----------------------------------------------------------------------------
 
 @dataclass
 class Sense:
@@ -227,7 +227,7 @@ def _best_per_row(rows: np.ndarray, scores: np.ndarray, tiebreak: np.ndarray,
     return best
 
 
-# Training ------------------------------------------------------------------------------------------
+# Training ----------------------------------------------------------------------------------------
 
 def train_wsd(examples: Sequence[SenseExample], source, options: WsdOptions | None = None,
               model_name: str = "", progress: bool = True) -> SenseInventory:
@@ -243,12 +243,15 @@ def train_wsd(examples: Sequence[SenseExample], source, options: WsdOptions | No
         vectors = standardizer.transform(vectors)
     keys: dict[tuple, int] = {}
     members: list[list[int]] = []
+    own = np.empty(len(examples), dtype=np.int64)  # each example's sense
     for i, e in enumerate(examples):
-        k = (e.lemma, e.pos if options.use_pos else "", e.synset)
-        if k not in keys:
-            keys[k] = len(members)
+        if e.synset is None:
+            raise UserError(f"{e.where or f'example {i + 1}'}: no synset to train on")
+        own[i] = keys.setdefault((e.lemma, e.pos if options.use_pos else "", e.synset),
+                                 len(members))
+        if own[i] == len(members):
             members.append([])
-        members[keys[k]].append(i)
+        members[own[i]].append(i)
     senses, sums = [], np.zeros((len(members), vectors.shape[1]), dtype=np.float64)
     for (lemma, pos, synset), j in keys.items():
         group = [examples[i] for i in members[j]]
@@ -268,8 +271,6 @@ def train_wsd(examples: Sequence[SenseExample], source, options: WsdOptions | No
     if options.method == "gloss-prior" and (options.gloss_weight is None
                                             or options.prior_weight is None):
         sentences = _unit(source.sentences([e.text for e in examples]))
-        own = np.array([keys[(e.lemma, e.pos if options.use_pos else "", e.synset)]
-                        for e in examples])
         inventory.tuning = _tune(inventory, examples, vectors, sentences, sums, counts, own,
                                  progress)
         inventory.options = replace(options, gloss_weight=inventory.tuning["gloss_weight"],
@@ -328,7 +329,7 @@ def _tune(inv: SenseInventory, examples, vectors, sentences, sums, counts, own,
             "loo_accuracy_1nn": base, "loo_accuracy": best_acc, "grid": list(_WEIGHT_GRID)}
 
 
-# Predicting and evaluating ---------------------------------------------------------------------------
+# Predicting and evaluating -----------------------------------------------------------------------
 
 @dataclass
 class Prediction:
@@ -449,5 +450,5 @@ def evaluate(inv: SenseInventory, examples: Sequence[SenseExample], source,
                      sum(p.fallback == "most frequent sense" for p in predicted), by_pos)
 
 
-__all__ = ["METHODS", "DEFAULT_METHOD", "WsdOptions", "Sense", "SenseInventory", "train_wsd", "score_pairs", "predict",
-           "Prediction", "WsdReport", "evaluate"]
+__all__ = ["METHODS", "DEFAULT_METHOD", "WsdOptions", "Sense", "SenseInventory", "train_wsd",
+           "score_pairs", "predict", "Prediction", "WsdReport", "evaluate"]

@@ -193,11 +193,14 @@ def test_multi_label(bert, tmp_path):
     assert set(got["labels"]) <= {"film", "negative", "positive"}
 
 
-@pytest.mark.parametrize("crf,alignment", [(False, "copy"), (True, "copy"), (False, "first")])
-def test_tagging_learns_and_round_trips(bert, data, tmp_path, crf, alignment):
+@pytest.mark.parametrize("crf,alignment,decode", [(False, "copy", "first"), (True, "copy", "first"),
+                                                  (False, "first", "first"),
+                                                  (False, "copy", "mean")])
+def test_tagging_learns_and_round_trips(bert, data, tmp_path, crf, alignment, decode):
     result = finetune("tag", bert, data["ner_train"], data["ner_dev"], tmp_path / "t",
                       FinetuneConfig(epochs=6, batch_size=16, crf=crf, alignment=alignment,
-                                     **FAST))
+                                     decode=decode, **FAST))
+    assert result.task["decode"] == decode
     assert result.dev_metrics["f1"] >= 0.9
     assert result.dev_metrics["f1"] > result.dev_metrics["baseline"]["f1"]
     assert (tmp_path / "t" / "task_head.safetensors").is_file() == crf

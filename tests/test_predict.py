@@ -79,6 +79,17 @@ def test_tag_returns_entities_with_offsets_into_the_original_text(models, kind):
     assert tag(models["dir"] / kind, "alice went to rome .")[0]["label"] == "PER"
 
 
+def test_mean_decoding_gives_one_tag_per_word(models):
+    model = TaskModel.load(models["dir"] / "tag")
+    sentence = TaggedSentence(["johns", "went", "to", "romeing", "."], [], "")
+    first = model.predict_sentences([sentence])[0]
+    model.task["decode"] = "mean"
+    mean = model.predict_sentences([sentence])[0]
+    assert len(first[0]) == len(mean[0]) == 5
+    assert all(0.0 < p <= 1.0 for p in mean[1])
+    assert set(mean[0]) <= set(model.labels)
+
+
 def test_answer_points_into_the_context(models):
     model = TaskModel.load(models["dir"] / "qa")
     context = "alice went to rome . the sky is blue ."

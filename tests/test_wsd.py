@@ -196,7 +196,7 @@ def test_split_is_reproducible_and_keeps_test_senses_in_training():
     assert 0.3 < held < 0.7
 
 
-# End to end ----------------------------------------------------------------------------------------
+# End to end --------------------------------------------------------------------------------------
 
 WORDS = ["the", "a", "we", "sat", "on", "river", "bank", "money", "rates", "raised", "water",
          "fish", "loan", "steep", "muddy", "cash", "deposit", "my", "at", "in", ":", "of"]
@@ -304,3 +304,28 @@ def test_write_examples_round_trip(tmp_path):
     back = read_examples(tmp_path / "x.jsonl")
     assert [(e.text, e.synset, e.sense_rank, e.gloss) for e in back] == \
         [(e.text, e.synset, e.sense_rank, e.gloss) for e in items]
+
+
+# Real data (skipped in a clone without ../shared or the MiniLM package) --------------------------
+
+def test_every_line_of_the_shared_data_passes_the_checks(shared_data):
+    for name in ("wordnet_examples.train.jsonl", "wordnet_examples.all_unambiguous.jsonl"):
+        examples = read_examples(shared_data / "wsd" / name)
+        assert len(examples) > 19000 and all(e.synset and e.gloss for e in examples)
+
+
+def test_minilm_tells_a_river_bank_from_a_bank_building(shared_data, minilm_dir):
+    from bertkit.senses import load_source
+
+    lines = (shared_data / "wsd" / "wordnet_examples.train.jsonl").read_text().splitlines()
+    bank = [json.loads(line) for line in lines if '"lemma": "bank", "pos": "noun"' in line]
+    train = [SenseExample(o["lemma"], o["text"], o["start"], o["end"], o["pos"], o["synset"],
+                          o["sense_rank"], o["gloss"]) for o in bank]
+    source = load_source(minilm_dir, progress=False)
+    inv = train_wsd(train, source, WsdOptions(method="1nn"), progress=False)
+    river = "we pulled the canoe up on the bank of the river"
+    money = "she opened an account at the bank on Monday"
+    got = predict(inv, [ex(river, None), ex(money, None)], source)
+    glosses = {s.synset: s.gloss for s in inv.senses}
+    assert "slope beside a body of water" in glosses[got[0].synset]
+    assert "business of banking" in glosses[got[1].synset]
