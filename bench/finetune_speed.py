@@ -14,6 +14,9 @@ AdamW (fused) at lr 5e-5 with 10% warm-up and linear decay, weight decay 0.01, d
 - Prediction: `TaskModel.classify(texts)` vs `pipeline("text-classification", batch_size=32)`
   on the same directory (written by bertkit, loaded by both); sentences per second, wall clock
   including tokenization. Labels and scores are checked equal (1e-5).
+- Tagging: `TaskModel.tag(texts)` (entities with character offsets) vs
+  `pipeline("token-classification", aggregation_strategy="first", batch_size=32)` on one
+  MiniLM token-classification directory; the two models' logits are checked equal.
 
 Repeats alternate the two sides so that a busy machine slows both alike; min / median / max of
 each side and of the per-repeat ratios are printed, after one discarded warm-up repeat.
@@ -71,6 +74,8 @@ def load_rows(n: int, seed: int) -> list[dict]:
 
 
 def spread(values: list[float]) -> str:
+    if not values:
+        return "(not measured)"
     return (f"min {min(values):8.2f}  median {statistics.median(values):8.2f}  "
             f"max {max(values):8.2f}")
 
@@ -123,6 +128,20 @@ def classifier_dir(tmp: Path) -> Path:
                                  tokenizer=Tokenizer.load(minilm_dir()), labels=task["labels"])
 
 
+def tagger_dir(tmp: Path) -> Path:
+    """MiniLM with a (random) 9-tag BIO head, written by bertkit; transformers loads it too."""
+    from bertkit.tokenizer import Tokenizer
+    labels = ["O"] + [f"{p}-{t}" for t in ("LOC", "MISC", "ORG", "PER") for p in "BI"]
+    model = heads.TokenClassifier(hub.load_encoder(minilm_dir()), len(labels))
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        heads.init_head(model)
+    task = {"task": "tag", "labels": labels, "scheme": "BIO", "alignment": "copy",
+            "decode": "first", "max_length": 128}
+    return heads.save_task_model(model, tmp / "tagger", task=task,
+                                 tokenizer=Tokenizer.load(minilm_dir()), labels=labels)
+
+
 def check_equal(ours: list[dict], theirs: list[dict]) -> float:
     worst = 0.0
     for a, b in zip(ours, theirs):
@@ -140,6 +159,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=1024, help="sentences per prediction")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument("--skip-training", action="store_true", help="prediction only")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -160,7 +180,7 @@ def main() -> int:
         train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
         dev_file = tmp / "dev.jsonl"
         dev_file.write_text("".join(json.dumps(r) + "\n" for r in rows[:32]))
-        for rep in range(args.repeats + 1):
+        for rep in range(0 if args.skip_training else args.repeats + 1):
             a = bertkit_train(minilm_dir(), train_file, dev_file, tmp / f"ours{rep}")
             b = transformers_train(minilm_dir(), rows, args.steps, tmp / f"theirs{rep}")
             print(f"  fine-tuning repeat {rep}{' (warm-up)' if rep == 0 else ''}: bertkit "
@@ -188,13 +208,43 @@ def main() -> int:
             if rep:
                 ours_sents.append(a), theirs_sents.append(b), pred_ratios.append(a / b)
 
+        # Tagging: entities with character offsets, both sides (same model, same batch).
+        path = tagger_dir(tmp)
+        tagger = TaskModel.load(path, batch_size=32)
+        tpipe = transformers.pipeline("token-classification", model=str(path),
+                                      tokenizer=str(path), device="cpu", batch_size=32,
+                                      aggregation_strategy="first")
+        batch = tagger.tokenizer(texts[:16])
+        with torch.inference_mode():
+            ours_logits = tagger.model(*batch)
+            theirs_logits = tpipe.model(**batch._asdict()).logits
+        real = batch.attention_mask.bool()
+        tag_worst = float((ours_logits - theirs_logits)[real].abs().max())
+        tag_ratios, ours_tags, theirs_tags = [], [], []
+        for rep in range(args.repeats + 1):
+            start = time.perf_counter()
+            tagger.tag(texts)
+            a = len(texts) / (time.perf_counter() - start)
+            start = time.perf_counter()
+            tpipe(texts)
+            b = len(texts) / (time.perf_counter() - start)
+            print(f"  tagging repeat {rep}{' (warm-up)' if rep == 0 else ''}: bertkit "
+                  f"{a:.1f} sentences/s, transformers pipeline {b:.1f} sentences/s, ratio "
+                  f"{a / b:.2f}", flush=True)
+            if rep:
+                ours_tags.append(a), theirs_tags.append(b), tag_ratios.append(a / b)
+
     print(f"\nfine-tuning steps/s      bertkit  {spread(ours_steps)}")
     print(f"                         Trainer  {spread(theirs_steps)}")
     print(f"                         ratio    {spread(train_ratios)}")
     print(f"prediction sentences/s   bertkit  {spread(ours_sents)}")
     print(f"                         pipeline {spread(theirs_sents)}")
     print(f"                         ratio    {spread(pred_ratios)}")
-    print(f"predictions equal: same labels, scores within {worst:.1e}")
+    print(f"tagging sentences/s      bertkit  {spread(ours_tags)}")
+    print(f"                         pipeline {spread(theirs_tags)}")
+    print(f"                         ratio    {spread(tag_ratios)}")
+    print(f"predictions equal: same labels, scores within {worst:.1e}; tagger logits within "
+          f"{tag_worst:.1e}")
     return 0
 
 

@@ -304,11 +304,13 @@ def read_task(path: str | Path) -> dict:
     labels = [cfg["id2label"][k] for k in sorted(cfg.get("id2label", {}), key=int)]
     if arch == "BertForSequenceClassification":
         problem = cfg.get("problem_type") or "single_label_classification"
+        kind = {"regression": "float", "multi_label_classification": "multi"}.get(problem, "single")
         return {"task": "regress" if problem == "regression" else "classify", "labels": labels,
+                "label_kind": kind, "text_column": "text", "label_column": "label",
                 "head": {"kind": "sequence", "num_labels": len(labels) or 2,
                          "problem_type": problem}}
     if arch == "BertForTokenClassification":
-        return {"task": "tag", "labels": labels,
+        return {"task": "tag", "labels": labels, "alignment": "first",
                 "head": {"kind": "token", "num_labels": len(labels), "crf": False}}
     if arch == "BertForQuestionAnswering":
         return {"task": "qa", "head": {"kind": "qa"}}
