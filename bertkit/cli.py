@@ -324,7 +324,7 @@ def add_pretraining_commands(sub) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def add_finetuning_commands(sub) -> None:
-    def columns(p, with_task_flags: bool) -> None:
+    def columns(p) -> None:
         p.add_argument("--text-column", help="column of the text (default: text, sentence, "
                        "premise, ... whichever the file has)")
         p.add_argument("--pair-column", help="column of the second text of a pair")
@@ -341,7 +341,7 @@ def add_finetuning_commands(sub) -> None:
                    "CoNLL-U or SQuAD JSON (recognised from the file)")
     p.add_argument("--dev", help="dev file (default: hold out --dev-fraction of --train)")
     p.add_argument("--out", required=True, help="output directory")
-    columns(p, True)
+    columns(p)
     p.add_argument("--multi-label", action="store_true", help="classify: several labels per text")
     p.add_argument("--crf", action="store_true", help="tag: a CRF layer over the tags")
     p.add_argument("--scheme", choices=("IO", "BIO", "BIOES"), help="tag: re-tag in this scheme")
@@ -370,7 +370,7 @@ def add_finetuning_commands(sub) -> None:
     p = sub.add_parser("evaluate", help="score a fine-tuned model on a labelled file")
     p.add_argument("--model", required=True, help="directory written by `bertkit finetune`")
     p.add_argument("--test", required=True, help="labelled file in the task's format")
-    columns(p, False)
+    columns(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--batch-size", type=int, default=64)
     p.set_defaults(run=_evaluate)
@@ -380,7 +380,7 @@ def add_finetuning_commands(sub) -> None:
     p.add_argument("--input", required=True, help="texts: .txt (one per line), JSONL/CSV/TSV; "
                    "tag: also CoNLL; qa: SQuAD JSON or JSONL with question/context")
     p.add_argument("--out", help="output file (default: stdout)")
-    columns(p, False)
+    columns(p)
     p.add_argument("--batch-size", type=int, default=64)
     p.set_defaults(run=_predict)
 

@@ -16,6 +16,7 @@ stopping on the dev metric, the best checkpoint kept; 3 epochs at batch 32 for s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -98,6 +99,8 @@ class FinetuneConfig:
     """fp32 or bf16 (autocast)."""
     max_span_width: int = 8
     """spans: longest entity in words."""
+    span_null_weight: float = 0.25
+    """spans: weight of NULL spans in the loss (entity spans weigh 1)."""
     span_ffn: int = 150
     """spans: width of the start / end FFNs and of the classifier's hidden layer."""
     stride: int = 128
@@ -332,7 +335,7 @@ def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: floa
     return groups
 
 
-def loss_fn(model: nn.Module, batch: dict):
+def loss_fn(model: nn.Module, batch: dict, null_weight: float = 1.0):
     inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
     if isinstance(model, heads.SequenceClassifier):
         return model.loss(model(*inputs), batch["labels"]), {}
@@ -341,7 +344,7 @@ def loss_fn(model: nn.Module, batch: dict):
     if isinstance(model, heads.QuestionAnswerer):
         return model.loss(model(*inputs), batch["start_positions"], batch["end_positions"]), {}
     logits, mask = model(*inputs, word_ids=batch["word_ids"])
-    return spans.span_loss(logits, batch["span_target"], mask), {}
+    return spans.span_loss(logits, batch["span_target"], mask, null_weight), {}
 
 
 # Thresholds ---------------------------------------------------------------------------------------
@@ -439,7 +442,8 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
         eval_every=eval_every, best_metric=f"dev_{metric}", best_mode="max",
         patience=cfg.patience, restore_best=True)
     fingerprint = {"task": task_name, "train": str(train_path), "config": dataclasses.asdict(cfg)}
-    result = train(model, loss_fn, batches, train_cfg, out_dir, evaluate=evaluate,
+    objective = functools.partial(loss_fn, null_weight=cfg.span_null_weight)
+    result = train(model, objective, batches, train_cfg, out_dir, evaluate=evaluate,
                    param_groups=param_groups(model, cfg.lr, head_lr, cfg.weight_decay),
                    save=save, fingerprint=json.loads(json.dumps(fingerprint, default=str)),
                    device=cfg.device, show_progress=cfg.show_progress)

@@ -136,12 +136,22 @@ def too_long(entities: list[list[tuple[int, int, int]]], max_width: int) -> int:
     return sum(end - start >= max_width for ents in entities for start, end, _ in ents)
 
 
-def span_loss(logits: torch.Tensor, target: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the spans inside each sentence."""
+def span_loss(logits: torch.Tensor, target: torch.Tensor, word_mask: torch.Tensor,
+              null_weight: float = 1.0) -> torch.Tensor:
+    """Weighted mean cross-entropy over the spans inside each sentence.
+
+    Nearly every span is NULL (a 20-word sentence has ~150 spans for one or two entities);
+    `null_weight` < 1 lets the few entity spans count for more, so the head learns them sooner.
+    The NULL margin tuned on dev then restores precision.
+    """
     inside = span_mask(word_mask, logits.shape[2])
     if not inside.any():  # a batch of sentences without words: nothing to learn, no NaN
         return logits.sum() * 0.0
-    return F.cross_entropy(logits[inside], target[inside])
+    weight = None
+    if null_weight != 1.0:
+        weight = torch.ones(logits.shape[-1], device=logits.device, dtype=logits.dtype)
+        weight[NULL] = null_weight
+    return F.cross_entropy(logits[inside], target[inside], weight=weight)
 
 
 def decode_spans(logits: torch.Tensor, word_mask: torch.Tensor, margin: float = 0.0,
