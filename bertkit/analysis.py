@@ -19,7 +19,6 @@ Everything here is numpy on arrays; `anisotropy_report` runs an `Embedder` over 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence

@@ -1,7 +1,8 @@
 """Pictures of what an encoder does: word senses in 2-D, anisotropy per layer, attention.
 
 Every function writes one PNG (atomically) that explains itself: a title saying what is shown
-and how it was made, labelled axes, a legend. matplotlib runs on its file-only Agg backend.
+and how it was made, labelled axes, a legend. Figures are drawn on matplotlib's Agg canvas
+directly, without pyplot, so the caller's backend and open figures are left alone.
 """
 from __future__ import annotations
 
@@ -22,17 +23,16 @@ if TYPE_CHECKING:
     from .embed import Embedder, LayerSpec
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+def _figure(**kwargs):
+    """A matplotlib Figure of its own (no pyplot state), and the colormap registry."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+    return Figure(**kwargs), colormaps
 
 
 def _save(fig, out: str | Path) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-    _pyplot().close(fig)
     with atomic_file(out, "wb") as f:
         f.write(buffer.getvalue())
     return Path(out)
@@ -121,15 +121,15 @@ def plot_senses(embedder: "Embedder", instances: Sequence[SenseInstance], out: s
                 title_word: str | None = None, annotate: int = 6, seed: int = 0) -> Path:
     """Scatter one word's contextual vectors across sentences in 2-D, coloured by sense,
     with a few points labelled by their sentence (the seeds' figure of "die")."""
-    plt = _pyplot()
     vectors = embedder.word_vectors([i.text for i in instances],
                                     [(i.start, i.end) for i in instances], layers=layers,
                                     standardize=standardize)
     points, axis = project_2d(vectors, method, seed)
     senses = [s for s, _ in Counter(i.sense for i in instances).most_common()]
     gloss = {i.sense: i.gloss for i in instances}
-    cmap = plt.get_cmap("tab10" if len(senses) <= 10 else "tab20")
-    fig, ax = plt.subplots(figsize=(10, 7))
+    fig, colormaps = _figure(figsize=(10, 7))
+    cmap = colormaps["tab10" if len(senses) <= 10 else "tab20"]
+    ax = fig.subplots()
     markers = "osD^v<>ph*"
     for k, sense in enumerate(senses):
         rows = [j for j, i in enumerate(instances) if i.sense == sense]
@@ -168,9 +168,9 @@ def plot_anisotropy(report: "AnisotropyReport", out: str | Path) -> Path:
     """Per layer: expected cosine before and after standardization, with self-similarity and
     intra-sentence similarity; beside it, the share of the expected cosine that the top rogue
     dimensions carry."""
-    plt = _pyplot()
     layers = [s.layer for s in report.layers]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    fig, colormaps = _figure(figsize=(13, 5))
+    left, right = fig.subplots(1, 2)
     series = [("anisotropy", "expected cosine (anisotropy)", "o", "C3"),
               ("self_similarity", "self-similarity (same word)", "s", "C0"),
               ("intra_sentence", "intra-sentence similarity", "^", "C2")]
@@ -194,7 +194,7 @@ def plot_anisotropy(report: "AnisotropyReport", out: str | Path) -> Path:
     bottom = np.zeros(len(layers))
     for r in range(k):
         share = np.array([s.rogue[r].share if r < len(s.rogue) else 0 for s in report.layers])
-        bars = right.bar(layers, share, bottom=bottom, color=plt.get_cmap("Oranges")(
+        bars = right.bar(layers, share, bottom=bottom, color=colormaps["Oranges"](
             0.8 - 0.5 * r / max(k, 1)), edgecolor="black", linewidth=0.4,
             label=f"rogue dimension #{r + 1}")
         for b, s in zip(bars, report.layers):
@@ -249,7 +249,6 @@ def plot_attention(embedder: "Embedder", text: str, out: str | Path, *, layer: i
                    head: int | None = None) -> Path:
     """Heatmap of who attends to whom in one sentence: one head, or every head of the layer in
     a grid."""
-    plt = _pyplot()
     probs, tokens = attention_probabilities(embedder, text, layer)
     A, T = probs.shape[0], len(tokens)
     if head is not None and not 0 <= head < A:
@@ -258,8 +257,8 @@ def plot_attention(embedder: "Embedder", text: str, out: str | Path, *, layer: i
     cols = 1 if len(heads) == 1 else min(4, len(heads))
     rows = -(-len(heads) // cols)
     size = max(4.0, 0.32 * T) if len(heads) == 1 else max(3.0, 0.2 * T)
-    fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1.5, size * rows + 1),
-                             squeeze=False, layout="constrained")
+    fig, _ = _figure(figsize=(size * cols + 1.5, size * rows + 1), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
     block = layer if layer > 0 else embedder.config.num_layers + 1 + layer
     image = None
     for ax in axes.flat[len(heads):]:

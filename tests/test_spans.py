@@ -112,3 +112,17 @@ def test_head_learns_nested_entities():
     pred = decode_spans(head(z, mask), mask)
     got = [{(s, e, t) for s, e, t, _ in p} for p in pred]
     assert sum(g == set(e) for g, e in zip(got, ents)) >= 56
+
+
+def test_null_weight_lets_entity_spans_count_for_more():
+    torch.manual_seed(2)
+    logits = torch.randn(1, 3, 2, 3)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    target = torch.zeros(1, 3, 2, dtype=torch.long)
+    target[0, 1, 0] = 2
+    inside = span_mask(mask, 2)
+    per_span = torch.nn.functional.cross_entropy(logits[inside], target[inside], reduction="none")
+    w = torch.where(target[inside] == NULL, 0.25, 1.0)
+    torch.testing.assert_close(span_loss(logits, target, mask, null_weight=0.25),
+                               (per_span * w).sum() / w.sum())
+    torch.testing.assert_close(span_loss(logits, target, mask), per_span.mean())
