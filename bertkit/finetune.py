@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import heads, hub, spans
+from . import heads, hub, metrics, spans
 from .config import TrainConfig
 from .crf import CRF, allowed_transitions
 from .files import UserError, read_jsonl, read_lines, write_json
@@ -360,10 +360,13 @@ def tune_thresholds(runner: TaskModel, dev: list) -> dict:
             # The best is to answer nothing: the search reports that as threshold 0.
             task["null_threshold"] = -1e9
     elif task["task"] == "spans":
+        rows = runner.span_rows(dev)  # the model runs once; each margin only decodes
+        gold = [spans.gold_spans(s) for s in dev]
         best = (-1.0, 0.0)
-        for margin in (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0):
-            task["span_margin"] = margin
-            best = max(best, (runner.evaluate(dev)["f1"], -margin))
+        for margin in (-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0):
+            found = runner.decode_span_rows(rows, margin)
+            f1 = metrics.span_scores(gold, [[(a, b, t) for a, b, t, _ in f] for f in found])["f1"]
+            best = max(best, (f1, -margin))
         task["span_margin"] = -best[1]
     return task
 
@@ -457,7 +460,6 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
 def majority_baseline(task: dict, train: list, test: list) -> dict:
     """Scores of always predicting the most frequent training label (tag: per word type, the
     most frequent tag of that word, unseen words the most frequent tag overall)."""
-    from . import metrics
     name = task["task"]
     if task.get("label_kind") == "multi":
         sets = [tuple(ex.label) for ex in train]

@@ -297,14 +297,23 @@ class TaskModel:
         items = encode_sentences(self.tokenizer, sentences, self.task)
         rows = _run(self.model, items, self.task, self.batch_size, self.device)
         if self.task["task"] == "spans":
-            margin, nested = self.task.get("span_margin", 0.0), self.task.get("nested", False)
-            out = []
-            for logits, wmask in rows:
-                found = spans.decode_spans(logits[None], wmask[None], margin, nested)[0]
-                out.append([(s, e + 1, self.labels[t - 1], sc) for s, e, t, sc in found])
-            return out
+            return self.decode_span_rows(rows)
         return [_word_tags(row, it, self.labels, self.task.get("alignment", "copy"),
                            len(s.tokens)) for row, it, s in zip(rows, items, sentences)]
+
+    def span_rows(self, sentences: Sequence[TaggedSentence]) -> list:
+        """Span logits and word masks per sentence (decode them with `decode_span_rows`)."""
+        items = encode_sentences(self.tokenizer, sentences, self.task)
+        return _run(self.model, items, self.task, self.batch_size, self.device)
+
+    def decode_span_rows(self, rows: list, margin: float | None = None) -> list:
+        margin = self.task.get("span_margin", 0.0) if margin is None else margin
+        out = []
+        for logits, wmask in rows:
+            found = spans.decode_spans(logits[None], wmask[None], margin,
+                                       self.task.get("nested", False))[0]
+            out.append([(s, e + 1, self.labels[t - 1], sc) for s, e, t, sc in found])
+        return out
 
     def predict_questions(self, examples: Sequence[QAExample]) -> list[qa.Prediction]:
         items, offsets = encode_questions(self.tokenizer, examples, self.task,
