@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
-import tempfile
 import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -31,7 +29,7 @@ import numpy as np
 import torch
 
 from .analysis import Standardizer
-from .files import UserError, atomic_file, read_lines, require_file
+from .files import UserError, atomic_file, atomic_path, read_lines, require_file
 from .hub import load_encoder
 from .model import Encoder
 
@@ -571,20 +569,11 @@ def _parallel_map(fn, tasks: Iterator, workers: int) -> Iterator:
 @contextlib.contextmanager
 def _atomic_npy(path: Path, shape: tuple[int, int]) -> Iterator[np.memmap]:
     """A float32 .npy memory map at a temporary sibling of `path`, renamed onto it on success."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
         yield matrix
         matrix.flush()
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        del matrix
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:

@@ -7,6 +7,7 @@ so an interrupted or failed run never leaves a half-written file or directory be
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -71,22 +72,39 @@ def read_json(path: str | os.PathLike, what: str = "JSON file"):
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator:
-    """Open a temporary file beside `path`; rename it onto `path` only if the block succeeds."""
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; it is synced and renamed onto `path` only if the
+    block succeeds (for writers that want a path, such as numpy's open_memmap)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only, unlike a plain open()
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
-            f.flush()
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator:
+    """Open a temporary file beside `path`; rename it onto `path` only if the block succeeds."""
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from .files import UserError, atomic_file, read_json, write_json
+from .files import UserError, atomic_file, read_json, sha256_file, write_json
 
 FORMAT = "bertkit-shards/1"
 SPLITS = ("train", "heldout")
@@ -86,7 +86,7 @@ class ShardWriter:
                               ("heldout.npy", heldout), ("counts.npy", self.counts)):
             with atomic_file(self.root / f"{self.name}.{suffix}", "wb") as f:
                 np.save(f, array, allow_pickle=False)
-            files[suffix] = sha256(self.root / f"{self.name}.{suffix}")
+            files[suffix] = sha256_file(self.root / f"{self.name}.{suffix}")
         os.replace(self.tmp, self.root / f"{self.name}.tokens.bin")
         record = {"name": self.name, "tokens": int(sentences[-1]), "sentences": len(sent_len),
                   "documents": len(doc_first), "heldout_documents": int(heldout.sum()),
@@ -95,14 +95,6 @@ class ShardWriter:
         write_json(self.root / f"{self.name}.json", record)
         self.index += 1
         return record
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 
@@ -177,7 +169,7 @@ def load_split(data_dir: str | os.PathLike, split: str = "train",
             path = root / f"{shard['name']}.{suffix}"
             if not path.is_file():
                 raise UserError(f"{path}: shard file missing: re-run bertkit prepare")
-            if verify and sha256(path) != digest:
+            if verify and sha256_file(path) != digest:
                 raise UserError(f"{path}: shard file is corrupt (checksum differs from "
                                 f"manifest.json): re-run bertkit prepare")
         tokens, sentences, documents, heldout = shard_arrays(root, shard["name"], dtype)
