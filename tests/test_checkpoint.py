@@ -17,6 +17,7 @@ from bertkit.config import TrainConfig
 from bertkit.files import UserError
 from bertkit.train import make_optimizer, train
 from test_train import FakeBatches, no_save, params, tiny_model
+from test_train import one_thread  # noqa: F401  (autouse: one torch thread)
 
 
 def _stepped_model():

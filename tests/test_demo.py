@@ -13,6 +13,7 @@ import pytest
 from bertkit import demo
 from bertkit.files import UserError
 from test_pretrain import _write_corpus
+from test_pretrain import one_thread  # noqa: F401  (autouse: one torch thread)
 
 
 def _fake_sdist(path: Path) -> Path:

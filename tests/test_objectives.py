@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from bertkit import objectives
 from bertkit.model import SpanBoundaryHead, init_weights
 from test_train import T, V, make_batch, tiny_config, tiny_model
+from test_train import one_thread  # noqa: F401  (autouse: one torch thread)
 
 
 def _batch(B=4, seed=0):

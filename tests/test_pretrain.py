@@ -18,6 +18,7 @@ from bertkit import objectives
 from bertkit.config import TrainConfig
 from bertkit.train import train
 from test_train import FakeBatches, concat, tiny_model
+from test_train import one_thread  # noqa: F401  (autouse: one torch thread)
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

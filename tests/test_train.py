@@ -19,6 +19,15 @@ from bertkit.train import default_param_groups, lr_factor, train
 V, T = 48, 16
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from more threads, and lose a lot on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny_config(**kw) -> EncoderConfig:
     return EncoderConfig(**{**dict(vocab_size=V, hidden_size=32, num_layers=2, num_heads=2,
                                    intermediate_size=64, max_positions=T, hidden_dropout=0.0,
