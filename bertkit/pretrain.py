@@ -216,7 +216,8 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
                      evaluate=evaluate if held else None,
                      save=lambda m, path: save_pretrained(m, path, tokenizer),
                      target_count=objectives.target_count(opts.objective),
-                     fingerprint=fingerprint, device=device)
+                     fingerprint=fingerprint, device=device,
+                     find_unused_parameters=False)  # build_model froze the unused heads
     finally:
         if joined:
             dist.destroy_process_group()

@@ -18,6 +18,9 @@
   (masked tokens, for MLM). Micro-batches (accumulation steps and DDP ranks) are then weighted
   by it, so one step's gradient equals that of the mean over all targets of the global batch:
   2 ranks x B and 1 rank x 2B give the same parameters.
+* `find_unused_parameters` — under DDP, look for weights the loss leaves without a gradient
+  (a pooler a tagger never reads) instead of failing on them; pass False when every
+  trainable weight is used (freeze the others), to save the search and torch's warning.
 * `fingerprint` — a JSON-able dict describing the data and objective; a checkpoint made with
   another fingerprint (or another model shape) is refused on resume.
 
@@ -274,7 +277,7 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
           save: Callable[[nn.Module, Path], object] | None = None,
           target_count: Callable[[dict], torch.Tensor] | None = None,
           fingerprint: dict | None = None, device: str | torch.device = "cpu",
-          show_progress: bool = True) -> TrainResult:
+          find_unused_parameters: bool = True, show_progress: bool = True) -> TrainResult:
     """Train `model` on `batches` with `loss_fn` per `cfg`; see the module docstring."""
     device = torch.device(device)
     out_dir = Path(out_dir)
@@ -322,11 +325,9 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
     net = torch.compile(model) if cfg.compile else model
     objective = _Objective(net, loss_fn)
     if distributed:
-        # A loss may leave weights unused (the pooler under plain MLM; freeze them to save
-        # the search): DDP then looks for them rather than failing.
         objective = nn.parallel.DistributedDataParallel(
             objective, device_ids=[device.index] if device.type == "cuda" else None,
-            find_unused_parameters=True)
+            find_unused_parameters=find_unused_parameters)
     params = [p for g in optimizer.param_groups for p in g["params"]]
 
     def should_stop_for_time() -> bool:
@@ -506,6 +507,11 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                 save_model(model, out_dir)
             else:
                 save(model, out_dir)
+    if distributed:
+        # Ranks leave together once rank 0 has written, and drop DDP (its communication
+        # hooks) before anyone tears the process group down.
+        del objective
+        dist.barrier()
     return TrainResult(step=step, tokens=tokens, train_seconds=train_seconds,
                        stopped_by=stopped_by, train_metrics=train_metrics,
                        eval_metrics=eval_metrics, best_value=best_value, best_step=best_step,
