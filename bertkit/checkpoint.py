@@ -18,7 +18,6 @@ everything else to JSON.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -31,7 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .files import UserError, atomic_dir
+from .files import UserError, atomic_dir, sha256_file
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 _FILES = ("model.safetensors", "optimizer.safetensors", "state.safetensors", "state.json")
@@ -146,14 +145,6 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """CPU copies safetensors accepts: tied weights sharing storage get their own copy."""
     out, seen = {}, set()
@@ -190,7 +181,7 @@ def save_checkpoint(root: str | Path, step: int, *, model: nn.Module,
         save_file(tensors, str(tmp / "state.safetensors"))
         (tmp / "state.json").write_text(json.dumps({"state": state_json, "optimizer": opt_json}),
                                         encoding="utf-8")
-        manifest = {name: _sha256(tmp / name) for name in _FILES}
+        manifest = {name: sha256_file(tmp / name) for name in _FILES}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
         for name in (*_FILES, "manifest.json"):
             with open(tmp / name, "rb") as f:
@@ -209,7 +200,7 @@ def _verify(path: Path) -> None:
                         f"{path} to resume from an earlier checkpoint") from None
     for name in _FILES:
         file = path / name
-        if not file.is_file() or manifest.get(name) != _sha256(file):
+        if not file.is_file() or manifest.get(name) != sha256_file(file):
             raise UserError(f"{file}: checkpoint is corrupt (missing or checksum mismatch); "
                             f"delete {path} to resume from an earlier checkpoint")
 

