@@ -26,46 +26,46 @@ from .config import ConfigError, EncoderConfig
 from .files import UserError, atomic_dir
 from .model import Encoder, PretrainingModel, init_weights
 
-# Encoder-internal names: ours -> Hugging Face BertModel (q/k/v handled apart).
-_ENCODER = [
-    (r"embeddings\.word\.", "embeddings.word_embeddings."),
-    (r"embeddings\.position\.", "embeddings.position_embeddings."),
-    (r"embeddings\.segment\.", "embeddings.token_type_embeddings."),
-    (r"embeddings\.norm\.", "embeddings.LayerNorm."),
-    (r"blocks\.(\d+)\.attn\.out\.", r"encoder.layer.\1.attention.output.dense."),
-    (r"blocks\.(\d+)\.attn_norm\.", r"encoder.layer.\1.attention.output.LayerNorm."),
-    (r"blocks\.(\d+)\.up\.", r"encoder.layer.\1.intermediate.dense."),
-    (r"blocks\.(\d+)\.down\.", r"encoder.layer.\1.output.dense."),
-    (r"blocks\.(\d+)\.ffn_norm\.", r"encoder.layer.\1.output.LayerNorm."),
-    (r"pooler\.", "pooler.dense."),
+# Encoder-internal name prefixes, ours -> Hugging Face BertModel; {i} is the layer (q/k/v apart).
+_ENCODER_NAMES = [
+    ("embeddings.word.", "embeddings.word_embeddings."),
+    ("embeddings.position.", "embeddings.position_embeddings."),
+    ("embeddings.segment.", "embeddings.token_type_embeddings."),
+    ("embeddings.norm.", "embeddings.LayerNorm."),
+    ("blocks.{i}.attn.out.", "encoder.layer.{i}.attention.output.dense."),
+    ("blocks.{i}.attn_norm.", "encoder.layer.{i}.attention.output.LayerNorm."),
+    ("blocks.{i}.up.", "encoder.layer.{i}.intermediate.dense."),
+    ("blocks.{i}.down.", "encoder.layer.{i}.output.dense."),
+    ("blocks.{i}.ffn_norm.", "encoder.layer.{i}.output.LayerNorm."),
+    ("pooler.", "pooler.dense."),
 ]
-# Pretraining heads: ours -> Hugging Face BertForPreTraining.
-_HEADS = [
-    (r"mlm\.dense\.", "cls.predictions.transform.dense."),
-    (r"mlm\.norm\.", "cls.predictions.transform.LayerNorm."),
-    (r"mlm\.bias$", "cls.predictions.bias"),
-    (r"nsp\.", "cls.seq_relationship."),
+# Pretraining heads, ours -> Hugging Face BertForPreTraining (a name without a final dot is whole).
+_HEAD_NAMES = [
+    ("mlm.dense.", "cls.predictions.transform.dense."),
+    ("mlm.norm.", "cls.predictions.transform.LayerNorm."),
+    ("mlm.bias", "cls.predictions.bias"),
+    ("nsp.", "cls.seq_relationship."),
 ]
+
+
+def _table(pairs: list[tuple[str, str]], backward: bool = False) -> list[tuple[str, str]]:
+    """(regex, replacement) rules from name pairs, in either direction: one list, no mirror
+    copy to drift out of step."""
+    rules = []
+    for ours, theirs in pairs:
+        source, target = (theirs, ours) if backward else (ours, theirs)
+        pattern = re.escape(source).replace(r"\{i\}", r"(\d+)")
+        rules.append((pattern if source.endswith(".") else pattern + "$",
+                      target.replace("{i}", r"\1")))
+    return rules
+
+
+_ENCODER, _ENCODER_BACK = _table(_ENCODER_NAMES), _table(_ENCODER_NAMES, backward=True)
+_HEADS, _HEADS_BACK = _table(_HEAD_NAMES), _table(_HEAD_NAMES, backward=True)
 _QKV = re.compile(r"blocks\.(\d+)\.attn\.qkv\.(weight|bias)$")
 _HF_QKV = re.compile(r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)$")
 # Keys that Hugging Face checkpoints carry but that hold nothing to load.
 _IGNORED = re.compile(r"(embeddings\.position_ids|cls\.predictions\.decoder\.(weight|bias))$")
-
-
-_ENCODER_BACK = [(r"embeddings\.word_embeddings\.", "embeddings.word."),
-                 (r"embeddings\.position_embeddings\.", "embeddings.position."),
-                 (r"embeddings\.token_type_embeddings\.", "embeddings.segment."),
-                 (r"embeddings\.LayerNorm\.", "embeddings.norm."),
-                 (r"encoder\.layer\.(\d+)\.attention\.output\.dense\.", r"blocks.\1.attn.out."),
-                 (r"encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\.", r"blocks.\1.attn_norm."),
-                 (r"encoder\.layer\.(\d+)\.intermediate\.dense\.", r"blocks.\1.up."),
-                 (r"encoder\.layer\.(\d+)\.output\.dense\.", r"blocks.\1.down."),
-                 (r"encoder\.layer\.(\d+)\.output\.LayerNorm\.", r"blocks.\1.ffn_norm."),
-                 (r"pooler\.dense\.", "pooler.")]
-_HEADS_BACK = [(r"cls\.predictions\.transform\.dense\.", "mlm.dense."),
-               (r"cls\.predictions\.transform\.LayerNorm\.", "mlm.norm."),
-               (r"cls\.predictions\.bias$", "mlm.bias"),
-               (r"cls\.seq_relationship\.", "nsp.")]
 
 
 def _rename(name: str, table) -> str | None:
