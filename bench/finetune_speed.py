@@ -153,6 +153,26 @@ def check_equal(ours: list[dict], theirs: list[dict]) -> float:
     return worst
 
 
+def alternate(what: str, ours, theirs, n: int, repeats: int):
+    """Run the two sides in turn, repeats + 1 times (the first warms up): sentences/s of each
+    side and their ratios."""
+    rates = ([], [], [])
+    for rep in range(repeats + 1):
+        start = time.perf_counter()
+        ours()
+        a = n / (time.perf_counter() - start)
+        start = time.perf_counter()
+        theirs()
+        b = n / (time.perf_counter() - start)
+        print(f"  {what} repeat {rep}{' (warm-up)' if rep == 0 else ''}: bertkit {a:.1f} "
+              f"sentences/s, transformers pipeline {b:.1f} sentences/s, ratio {a / b:.2f}",
+              flush=True)
+        if rep:
+            for values, v in zip(rates, (a, b, a / b)):
+                values.append(v)
+    return rates
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=15, help="optimizer steps per repeat")
@@ -173,7 +193,6 @@ def main() -> int:
     rows = load_rows(32 * args.steps, seed=1)
     texts = [r["text"] for r in load_rows(args.sentences, seed=2)]
     train_ratios, ours_steps, theirs_steps = [], [], []
-    pred_ratios, ours_sents, theirs_sents = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         train_file = tmp / "train.jsonl"
@@ -195,18 +214,9 @@ def main() -> int:
                                      device="cpu", batch_size=32, truncation=True,
                                      max_length=128)
         worst = check_equal(runner.classify(texts[:64]), pipe(texts[:64]))
-        for rep in range(args.repeats + 1):
-            start = time.perf_counter()
-            runner.classify(texts)
-            a = len(texts) / (time.perf_counter() - start)
-            start = time.perf_counter()
-            pipe(texts)
-            b = len(texts) / (time.perf_counter() - start)
-            print(f"  prediction repeat {rep}{' (warm-up)' if rep == 0 else ''}: bertkit "
-                  f"{a:.1f} sentences/s, transformers pipeline {b:.1f} sentences/s, ratio "
-                  f"{a / b:.2f}", flush=True)
-            if rep:
-                ours_sents.append(a), theirs_sents.append(b), pred_ratios.append(a / b)
+        ours_sents, theirs_sents, pred_ratios = alternate(
+            "prediction", lambda: runner.classify(texts), lambda: pipe(texts), len(texts),
+            args.repeats)
 
         # Tagging: entities with character offsets, both sides (same model, same batch).
         path = tagger_dir(tmp)
@@ -220,19 +230,8 @@ def main() -> int:
             theirs_logits = tpipe.model(**batch._asdict()).logits
         real = batch.attention_mask.bool()
         tag_worst = float((ours_logits - theirs_logits)[real].abs().max())
-        tag_ratios, ours_tags, theirs_tags = [], [], []
-        for rep in range(args.repeats + 1):
-            start = time.perf_counter()
-            tagger.tag(texts)
-            a = len(texts) / (time.perf_counter() - start)
-            start = time.perf_counter()
-            tpipe(texts)
-            b = len(texts) / (time.perf_counter() - start)
-            print(f"  tagging repeat {rep}{' (warm-up)' if rep == 0 else ''}: bertkit "
-                  f"{a:.1f} sentences/s, transformers pipeline {b:.1f} sentences/s, ratio "
-                  f"{a / b:.2f}", flush=True)
-            if rep:
-                ours_tags.append(a), theirs_tags.append(b), tag_ratios.append(a / b)
+        ours_tags, theirs_tags, tag_ratios = alternate(
+            "tagging", lambda: tagger.tag(texts), lambda: tpipe(texts), len(texts), args.repeats)
 
     print(f"\nfine-tuning steps/s      bertkit  {spread(ours_steps)}")
     print(f"                         Trainer  {spread(theirs_steps)}")
