@@ -421,8 +421,13 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
 
     def evaluate(m: nn.Module) -> dict:
         scores = runner.evaluate(dev)
-        return {f"dev_{k}": float(v) for k, v in scores.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out = {f"dev_{k}": float(v) for k, v in scores.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if metric == "best_f1":
+            # Early on, answering nothing is the best threshold and best F1 ties the baseline
+            # evaluation after evaluation; HasAns F1 still tells the models apart.
+            out["dev_selection"] = out["dev_best_f1"] + 1e-6 * out.get("dev_has_ans_f1", 0.0)
+        return out
 
     final: dict = {}
 
@@ -442,7 +447,8 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
         lr=cfg.lr, max_steps=max_steps, max_time=cfg.max_time,
         warmup_fraction=cfg.warmup, weight_decay=cfg.weight_decay, eps=1e-8,
         precision=cfg.precision, seed=cfg.seed, log_every=max(1, min(50, eval_every // 4)),
-        eval_every=eval_every, best_metric=f"dev_{metric}", best_mode="max",
+        eval_every=eval_every, best_mode="max",
+        best_metric="dev_selection" if metric == "best_f1" else f"dev_{metric}",
         patience=cfg.patience, restore_best=True)
     fingerprint = {"task": task_name, "train": str(train_path), "config": dataclasses.asdict(cfg)}
     objective = functools.partial(loss_fn, null_weight=cfg.span_null_weight)

@@ -156,9 +156,13 @@ class MaskedLMHead(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        """h: [..., H] -> the states the decoder projects onto the vocabulary, [..., H]."""
+        return self.norm(self.act(self.dense(h)))
+
     def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         """h: [..., H] (usually only the N selected positions) -> logits [..., V]."""
-        return F.linear(self.norm(self.act(self.dense(h))), word_embeddings, self.bias)
+        return F.linear(self.transform(h), word_embeddings, self.bias)
 
 
 class SpanBoundaryHead(nn.Module):
@@ -166,7 +170,8 @@ class SpanBoundaryHead(nn.Module):
     tokens just outside it and its offset in the span.
 
     [h_left; h_right; P[offset]] -> Linear -> GELU -> LayerNorm -> Linear -> GELU -> LayerNorm,
-    then the decoder tied to the word embeddings (with the MLM head's bias).
+    then the decoder tied to the word embeddings (with the MLM head's bias), which the caller
+    applies (`objectives.vocab_terms` fuses it with the loss).
     """
 
     def __init__(self, cfg: EncoderConfig, max_offset: int = 32):
@@ -178,14 +183,13 @@ class SpanBoundaryHead(nn.Module):
         self.dense2 = nn.Linear(H, H)
         self.norm2 = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
 
-    def forward(self, left: torch.Tensor, right: torch.Tensor, offset: torch.Tensor,
-                word_embeddings: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def forward(self, left: torch.Tensor, right: torch.Tensor,
+                offset: torch.Tensor) -> torch.Tensor:
         """left, right: [N, H] boundary outputs; offset: [N] 0-based position in the span
-        (longer spans share the last row) -> logits [N, V]."""
+        (longer spans share the last row) -> states to decode [N, H]."""
         p = self.position(offset.clamp(max=self.position.num_embeddings - 1))  # [N, H]
         x = self.norm1(F.gelu(self.dense1(torch.cat([left, right, p], dim=-1))))  # [N, H]
-        x = self.norm2(F.gelu(self.dense2(x)))
-        return F.linear(x, word_embeddings, bias)
+        return self.norm2(F.gelu(self.dense2(x)))
 
 
 class PretrainingModel(nn.Module):
@@ -213,13 +217,23 @@ class PretrainingModel(nn.Module):
         of flat indices into B*T: projecting only the selected positions onto the vocabulary
         saves most of the head's compute.
         """
+        z, out = self.mlm_states(input_ids, token_type_ids, attention_mask, positions=positions,
+                                 causal=causal, output_hidden_states=output_hidden_states)
+        mlm_logits = F.linear(z, self.encoder.embeddings.word.weight, self.mlm.bias)
+        return mlm_logits, self.nsp(out.pooled), out
+
+    def mlm_states(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                   attention_mask: torch.Tensor | None = None, *,
+                   positions: torch.Tensor | None = None, causal: bool = False,
+                   output_hidden_states: bool = False):
+        """(the MLM head's states before the vocabulary projection, encoder output): [B, T, H],
+        or [N, H] at `positions`. Training losses project them with `objectives.vocab_terms`."""
         out = self.encoder(input_ids, token_type_ids, attention_mask, causal=causal,
                            output_hidden_states=output_hidden_states)
         h = out.last_hidden_state
         if positions is not None:
             h = h.reshape(-1, h.shape[-1]).index_select(0, positions)  # [N, H]
-        mlm_logits = self.mlm(h, self.encoder.embeddings.word.weight)
-        return mlm_logits, self.nsp(out.pooled), out
+        return self.mlm.transform(h), out
 
 
 def init_weights(module: nn.Module, cfg: EncoderConfig) -> None:

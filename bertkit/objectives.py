@@ -20,31 +20,88 @@ OBJECTIVES = ("mlm", "mlm+nsp", "span", "clm")
 IGNORE = -100
 
 
-def _token_terms(logits: torch.Tensor, labels: torch.Tensor):
-    """Summed cross-entropy, correct predictions and target count over labels != -100."""
-    valid = labels != IGNORE
-    loss_sum = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE, reduction="sum")
-    correct = ((logits.argmax(-1) == labels) & valid).sum()
-    return loss_sum, correct, valid.sum()
+class _VocabCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of the vocabulary projection z @ weight.T + bias, and the number of
+    correct argmax guesses, for labels != -100.
+
+    The plain path (F.linear, F.cross_entropy, argmax) allocates and sweeps three [N, V]
+    tensors a step (logits, log-probabilities, their gradient), tens of MB each for a 30k
+    vocabulary; here the forward pass turns the logits, in place, into their gradient
+    (softmax - one-hot), which is all the backward pass needs.
+    """
+
+    @staticmethod
+    def forward(ctx, z, weight, bias, labels):
+        logits = torch.addmm(bias, z, weight.t())  # [N, V]; autocast picks the matmul dtype
+        ctx.matmul_dtype = logits.dtype
+        logits = logits.float()
+        valid = labels != IGNORE
+        safe = labels.clamp(min=0)
+        target = logits.gather(1, safe[:, None]).squeeze(1)  # [N]
+        top, guess = logits.max(1)
+        logits.sub_(top[:, None]).exp_()
+        total = logits.sum(1)
+        loss_sum = ((top + total.log() - target) * valid).sum()
+        correct = ((guess == labels) & valid).sum()
+        keep = valid.to(logits.dtype)
+        logits.mul_((keep / total)[:, None])  # softmax; ignored rows get no gradient
+        rows = torch.arange(labels.numel(), device=labels.device)
+        logits.index_put_((rows, safe), -keep, accumulate=True)  # - one-hot
+        ctx.save_for_backward(logits, z, weight)
+        ctx.mark_non_differentiable(correct)
+        return loss_sum, correct
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_correct):
+        d, z, weight = ctx.saved_tensors  # d: [N, V], d loss_sum / d logits
+        need_z, need_w, need_b = ctx.needs_input_grad[:3]
+        dm = d.to(ctx.matmul_dtype)
+        grad_z = (dm @ weight.to(dm.dtype)).mul_(grad_loss).to(z.dtype) if need_z else None
+        grad_w = (dm.t() @ z.to(dm.dtype)).mul_(grad_loss).to(weight.dtype) if need_w else None
+        grad_b = d.sum(0).mul_(grad_loss) if need_b else None
+        return grad_z, grad_w, grad_b, None
 
 
-def _mean_terms(logits, labels, prefix: str):
-    loss_sum, correct, count = _token_terms(logits, labels)
+def vocab_terms(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                labels: torch.Tensor):
+    """(summed cross-entropy, correct guesses, target count) of the projection of z [N, H]
+    onto the vocabulary (weight [V, H], bias [V]) at labels [N] != -100.
+
+    When gradients are wanted the projection and the loss run fused (`_VocabCrossEntropy`),
+    equal to the plain F.linear + F.cross_entropy within float rounding (tested).
+    """
+    count = (labels != IGNORE).sum()
+    if torch.is_grad_enabled() and (z.requires_grad or weight.requires_grad):
+        loss_sum, correct = _VocabCrossEntropy.apply(z, weight, bias, labels)
+        return loss_sum, correct, count
+    logits = F.linear(z, weight, bias).float()  # [N, V]
+    loss_sum = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
+    correct = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
+    return loss_sum, correct, count
+
+
+def _decode_terms(model: nn.Module, z: torch.Tensor, labels: torch.Tensor):
+    return vocab_terms(z, model.encoder.embeddings.word.weight, model.mlm.bias, labels)
+
+
+def _mean(terms, prefix: str):
+    loss_sum, correct, count = terms
     n = count.clamp(min=1)
     loss = loss_sum / n
     return loss, {f"{prefix}_loss": loss.detach(), f"{prefix}_acc": correct / n}
 
 
 def mlm_forward(model: nn.Module, batch: dict):
-    """The model on a batch, projecting onto the vocabulary only at the selected positions."""
-    return model(batch["input_ids"], batch.get("token_type_ids"), batch.get("attention_mask"),
-                 positions=batch["mlm_positions"])
+    """The model on a batch: (the MLM head's states at the selected positions [N, H],
+    encoder output). The vocabulary projection is left to `vocab_terms`."""
+    return model.mlm_states(batch["input_ids"], batch.get("token_type_ids"),
+                            batch.get("attention_mask"), positions=batch["mlm_positions"])
 
 
 def mlm_loss(model: nn.Module, batch: dict):
     """Masked-LM cross-entropy averaged over the selected tokens."""
-    mlm_logits, _, _ = mlm_forward(model, batch)  # [N, V]
-    return _mean_terms(mlm_logits, batch["mlm_labels"], "mlm")
+    z, _ = mlm_forward(model, batch)
+    return _mean(_decode_terms(model, z, batch["mlm_labels"]), "mlm")
 
 
 def nsp_terms(nsp_logits: torch.Tensor, labels: torch.Tensor):
@@ -55,31 +112,38 @@ def nsp_terms(nsp_logits: torch.Tensor, labels: torch.Tensor):
 
 def mlm_nsp_loss(model: nn.Module, batch: dict):
     """BERT: masked LM + next-sentence prediction on [CLS]."""
-    mlm_logits, nsp_logits, _ = mlm_forward(model, batch)
-    mlm, metrics = _mean_terms(mlm_logits, batch["mlm_labels"], "mlm")
-    nsp, nsp_metrics = nsp_terms(nsp_logits, batch["nsp_labels"])
+    z, out = mlm_forward(model, batch)
+    mlm, metrics = _mean(_decode_terms(model, z, batch["mlm_labels"]), "mlm")
+    nsp, nsp_metrics = nsp_terms(model.nsp(out.pooled), batch["nsp_labels"])
     return mlm + nsp, {**metrics, **nsp_metrics}
+
+
+def _sbo_terms(model: nn.Module, out, batch: dict):
+    """The span-boundary objective's terms on the same targets as the MLM."""
+    h = out.last_hidden_state
+    h = h.reshape(-1, h.shape[-1])  # [B*T, H]
+    z = model.sbo(h.index_select(0, batch["span_left"]), h.index_select(0, batch["span_right"]),
+                  batch["span_offset"])  # [N, H]
+    return _decode_terms(model, z, batch["mlm_labels"])
 
 
 def span_loss(model: nn.Module, batch: dict):
     """SpanBERT: masked LM + the span-boundary objective on the same targets."""
-    mlm_logits, _, out = mlm_forward(model, batch)
-    mlm, metrics = _mean_terms(mlm_logits, batch["mlm_labels"], "mlm")
-    h = out.last_hidden_state
-    h = h.reshape(-1, h.shape[-1])  # [B*T, H]
-    sbo_logits = model.sbo(h.index_select(0, batch["span_left"]),
-                           h.index_select(0, batch["span_right"]), batch["span_offset"],
-                           model.encoder.embeddings.word.weight, model.mlm.bias)  # [N, V]
-    sbo, sbo_metrics = _mean_terms(sbo_logits, batch["mlm_labels"], "sbo")
+    z, out = mlm_forward(model, batch)
+    mlm, metrics = _mean(_decode_terms(model, z, batch["mlm_labels"]), "mlm")
+    sbo, sbo_metrics = _mean(_sbo_terms(model, out, batch), "sbo")
     return mlm + sbo, {**metrics, **sbo_metrics}
+
+
+def _clm_terms(model: nn.Module, batch: dict):
+    z, _ = model.mlm_states(batch["input_ids"], batch.get("token_type_ids"),
+                            batch.get("attention_mask"), causal=True)  # [B, T, H]
+    return _decode_terms(model, z.reshape(-1, z.shape[-1]), batch["clm_labels"].reshape(-1))
 
 
 def clm_loss(model: nn.Module, batch: dict):
     """Left-to-right LM: each position predicts the next token, seeing only its left."""
-    logits, _, _ = model(batch["input_ids"], batch.get("token_type_ids"),
-                         batch.get("attention_mask"), causal=True)  # [B, T, V]
-    labels = batch["clm_labels"]
-    return _mean_terms(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), "clm")
+    return _mean(_clm_terms(model, batch), "clm")
 
 
 def loss_for(objective: str) -> Callable:
@@ -110,23 +174,15 @@ def evaluate_lm(model: nn.Module, batches: Iterable[dict], objective: str,
     for batch in batches:
         batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         if objective == "clm":
-            logits, _, _ = model(batch["input_ids"], batch.get("token_type_ids"),
-                                 batch.get("attention_mask"), causal=True)
-            terms = _token_terms(logits.reshape(-1, logits.shape[-1]),
-                                 batch["clm_labels"].reshape(-1))
+            terms = _clm_terms(model, batch)
         else:
-            mlm_logits, nsp_logits, out = mlm_forward(model, batch)
-            terms = _token_terms(mlm_logits, batch["mlm_labels"])
+            z, out = mlm_forward(model, batch)
+            terms = _decode_terms(model, z, batch["mlm_labels"])
             if objective == "mlm+nsp":
-                add("nsp_correct", (nsp_logits.argmax(-1) == batch["nsp_labels"]).sum())
+                add("nsp_correct", (model.nsp(out.pooled).argmax(-1) == batch["nsp_labels"]).sum())
                 add("nsp_count", torch.tensor(batch["nsp_labels"].numel()))
             if objective == "span":
-                h = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])
-                sbo_logits = model.sbo(h.index_select(0, batch["span_left"]),
-                                       h.index_select(0, batch["span_right"]),
-                                       batch["span_offset"], model.encoder.embeddings.word.weight,
-                                       model.mlm.bias)
-                add("sbo_loss", _token_terms(sbo_logits, batch["mlm_labels"])[0])
+                add("sbo_loss", _sbo_terms(model, out, batch)[0])
         add("loss", terms[0])
         add("correct", terms[1])
         add("count", terms[2])
@@ -145,4 +201,4 @@ def evaluate_lm(model: nn.Module, batches: Iterable[dict], objective: str,
 
 
 __all__ = ["OBJECTIVES", "mlm_loss", "mlm_nsp_loss", "span_loss", "clm_loss", "nsp_terms",
-           "loss_for", "target_count", "evaluate_lm", "mlm_forward"]
+           "loss_for", "target_count", "evaluate_lm", "mlm_forward", "vocab_terms"]

@@ -322,8 +322,9 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
     if latest is not None:
         log.say(f"resumed from {latest} at step {step}")
 
-    net = torch.compile(model) if cfg.compile else model
-    objective = _Objective(net, loss_fn)
+    objective = _Objective(model, loss_fn)
+    if cfg.compile:  # the loss too: it holds the vocabulary projection
+        objective = torch.compile(objective)
     if distributed:
         objective = nn.parallel.DistributedDataParallel(
             objective, device_ids=[device.index] if device.type == "cuda" else None,

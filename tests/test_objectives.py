@@ -77,12 +77,65 @@ def test_span_boundary_head_reads_boundaries_and_offsets():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.sbo.parameters())
     model.zero_grad()
     h = torch.randn(5, cfg.hidden_size)
-    w, b = model.encoder.embeddings.word.weight, model.mlm.bias
-    logits = model.sbo(h, h, torch.tensor([0, 1, 2, 3, 4]), w, b)
-    assert logits.shape == (5, V)
-    assert not torch.allclose(logits[0], logits[1])  # the offset embedding matters
-    far = model.sbo(h[:1], h[:1], torch.tensor([1000]), w, b)  # long spans share the last row
-    torch.testing.assert_close(far, model.sbo(h[:1], h[:1], torch.tensor([31]), w, b))
+    states = model.sbo(h, h, torch.tensor([0, 1, 2, 3, 4]))
+    assert states.shape == (5, cfg.hidden_size)
+    assert not torch.allclose(states[0], states[1])  # the offset embedding matters
+    far = model.sbo(h[:1], h[:1], torch.tensor([1000]))  # long spans share the last row
+    torch.testing.assert_close(far, model.sbo(h[:1], h[:1], torch.tensor([31])))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_fused_vocabulary_loss_equals_the_plain_path(dtype):
+    """vocab_terms (projection and cross-entropy fused, the gradient made in the forward pass)
+    gives the loss, accuracy and gradients of F.linear + F.cross_entropy."""
+    g = torch.Generator().manual_seed(0)
+    N, H = 40, 16
+    z = torch.randn(N, H, generator=g)
+    weight, bias = torch.randn(V, H, generator=g), torch.randn(V, generator=g)
+    labels = torch.randint(0, V, (N,), generator=g)
+    labels[[3, 17]] = objectives.IGNORE  # padding entries of a fixed-size target list
+    labels[5] = int((z[5] @ weight.T + bias).argmax())  # at least one right guess
+
+    def run(fused: bool):
+        leaves = [t.clone().requires_grad_() for t in (z, weight, bias)]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            if fused:
+                loss_sum, correct, count = objectives.vocab_terms(*leaves, labels)
+            else:
+                logits = F.linear(*leaves).float()
+                loss_sum = F.cross_entropy(logits, labels, ignore_index=objectives.IGNORE,
+                                           reduction="sum")
+                correct = ((logits.argmax(-1) == labels) & (labels >= 0)).sum()
+        (loss_sum * 0.5).backward()
+        return loss_sum.detach(), correct, [t.grad for t in leaves]
+
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == "fp32" else dict(atol=2e-2, rtol=2e-2)
+    (fused_loss, fused_correct, fused_grads), (loss, correct, grads) = run(True), run(False)
+    torch.testing.assert_close(fused_loss, loss, **tol)
+    assert int(fused_correct) == int(correct) >= 1
+    for a, b in zip(fused_grads, grads):
+        torch.testing.assert_close(a, b, **tol)
+    assert fused_grads[0][3].abs().max() == 0  # ignored rows get no gradient
+    with torch.no_grad():  # evaluation: the plain path, same figures
+        plain = objectives.vocab_terms(z, weight, bias, labels)
+    torch.testing.assert_close(plain[0], loss, **tol)
+
+
+def test_fused_training_step_equals_the_plain_one():
+    """A whole mlm step through vocab_terms matches the model's full-logits forward."""
+    model = tiny_model()
+    batch = _batch()
+    loss, metrics = objectives.mlm_loss(model, batch)
+    loss.backward()
+    fused = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad()
+    logits, _, _ = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                         positions=batch["mlm_positions"])
+    plain = F.cross_entropy(logits, batch["mlm_labels"], ignore_index=objectives.IGNORE)
+    plain.backward()
+    torch.testing.assert_close(loss, plain, atol=1e-6, rtol=1e-6)
+    for a, b in zip(fused, [p.grad for p in model.parameters() if p.grad is not None]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
 def test_causal_lm_sees_only_the_left():
