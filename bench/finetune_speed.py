@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import statistics
 import sys
@@ -42,17 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bertkit import heads, hub  # noqa: E402
 from bertkit.finetune import FinetuneConfig, finetune  # noqa: E402
 from bertkit.predict import TaskModel  # noqa: E402
+from bertkit.runtime import describe, keep_freed_memory  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sentiment"
-
-
-def environment() -> str:
-    preload = os.environ.get("LD_PRELOAD", "")
-    allocator = ("tcmalloc" if "tcmalloc" in preload else "jemalloc" if "jemalloc" in preload
-                 else "glibc malloc")
-    return (f"torch {torch.__version__}, python {platform.python_version()}, "
-            f"{torch.get_num_threads()} threads, allocator {allocator}, dtype fp32, CPU kernels "
-            f"{torch.backends.cpu.get_cpu_capability()}, {platform.processor() or platform.machine()}")
 
 
 def minilm_dir() -> Path:
@@ -180,13 +170,17 @@ def main() -> int:
     parser.add_argument("--sentences", type=int, default=1024, help="sentences per prediction")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--skip-training", action="store_true", help="prediction only")
+    parser.add_argument("--malloc", choices=("keep", "default"), default="keep",
+                        help="keep: glibc keeps freed memory, as `bertkit finetune` sets it "
+                        "(one process, so both sides get it)")
     args = parser.parse_args()
+    kept = args.malloc == "keep" and keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     import transformers
     transformers.logging.set_verbosity_error()
-    print(environment())
+    print(describe("fp32", freed_memory_kept=kept))
     print(f"transformers {transformers.__version__}; model all-MiniLM-L6-v2; batch 32, "
           f"max length 128, {args.steps} steps x {args.repeats} repeats (+1 warm-up)")
 

@@ -21,8 +21,6 @@ comparison runs there (`--device cuda`, the default then) and reports the GPU MF
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -36,19 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bertkit import objectives  # noqa: E402
 from bertkit.config import TrainConfig, preset  # noqa: E402
 from bertkit.model import PretrainingModel, init_weights, model_flops_per_token  # noqa: E402
+from bertkit.runtime import describe, keep_freed_memory  # noqa: E402
 from bertkit.train import autocast, make_optimizer, train  # noqa: E402
 
 PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103  # the BERT uncased vocabulary's ids
-
-
-def environment() -> str:
-    preload = os.environ.get("LD_PRELOAD", "")
-    allocator = ("tcmalloc" if "tcmalloc" in preload else "jemalloc" if "jemalloc" in preload
-                 else "glibc malloc")
-    return (f"torch {torch.__version__}, python {platform.python_version()}, "
-            f"{torch.get_num_threads()} threads, allocator {allocator}, CPU kernels "
-            f"{torch.backends.cpu.get_cpu_capability()}, oneDNN fp32 matmul precision "
-            f"{torch.backends.mkldnn.matmul.fp32_precision}, {platform.processor() or platform.machine()}")
 
 
 def _sync(device: torch.device) -> None:
@@ -187,12 +176,16 @@ def main() -> None:
     ap.add_argument("--only", choices=("bertkit", "transformers"))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                     help="cpu or cuda (default: cuda when present: GPU MFU)")
+    ap.add_argument("--malloc", choices=("keep", "default"), default="keep",
+                    help="keep: glibc keeps freed memory, as bertkit's training commands set it "
+                    "(both sides share the process, so both get it); default: glibc as it comes")
     args = ap.parse_args()
+    kept = args.malloc == "keep" and keep_freed_memory()
     B, T = args.batch_size, args.seq_len
     cfg = preset(args.preset, vocab_size=30522)
     device = torch.device(args.device)
-    print(f"environment: {environment()}"
-          + (f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
+    print(f"environment: {describe(freed_memory_kept=kept)}, oneDNN fp32 matmul precision "
+          f"{torch.backends.mkldnn.matmul.fp32_precision}")
     limits = {"fp32": matmul_gflops(torch.float32, device),
               "bf16": matmul_gflops(torch.bfloat16, device)}
     print(f"matmul limit: fp32 {limits['fp32']:.0f} GFLOP/s, bf16 {limits['bf16']:.0f} GFLOP/s")

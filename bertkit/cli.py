@@ -191,19 +191,21 @@ def add_foundation_commands(sub) -> None:
 # Pretraining: prepare, pretrain, demo
 # ---------------------------------------------------------------------------------------------
 
-def _set_threads(world_size: int = 1) -> None:
-    """One thread per physical core (shared among local ranks), unless OMP_NUM_THREADS says."""
+def _tune_runtime(world_size: int = 1) -> None:
+    """For training commands: one thread per physical core (shared among local ranks) unless
+    OMP_NUM_THREADS says, and glibc malloc keeping freed memory (runtime.keep_freed_memory)."""
     import os
     import torch
-    from .pretrain import physical_cores
+    from .runtime import keep_freed_memory, physical_cores
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, physical_cores() // world_size))
+    keep_freed_memory()
 
 
 def _run_pretrain(args) -> int:
     import os
     from .pretrain import options_from_settings, pretrain
-    _set_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    _tune_runtime(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     names = ("data", "out", "preset", "init", "objective", "masking", "seq_len", "batch_size",
              "eval_batches", "device", "lr", "max_steps", "max_time", "warmup_steps", "schedule",
              "weight_decay", "grad_accum", "clip_norm", "precision", "seed", "log_every",
@@ -256,7 +258,7 @@ def _add_pretrain_command(sub) -> None:
 
 def _run_demo(args) -> int:
     from .demo import DemoOptions, run_demo
-    _set_threads()
+    _tune_runtime()
     run_demo(DemoOptions(out=args.out, corpus=args.corpus, minutes=args.minutes,
                          vocab_size=args.vocab_size, preset=args.preset, seq_len=args.seq_len,
                          batch_size=args.batch_size, max_steps=args.max_steps,
@@ -387,6 +389,7 @@ def add_finetuning_commands(sub) -> None:
 
 def _finetune(args) -> int:
     from .finetune import FinetuneConfig, finetune
+    _tune_runtime()
 
     cfg = FinetuneConfig(
         text_column=args.text_column, pair_column=args.pair_column,

@@ -282,7 +282,7 @@ class PretrainingBatches:
         slots = np.arange(cursor * self.global_batch, (cursor + 1) * self.global_batch)
         ids, types, attention = (torch.from_numpy(a) for a in self._rows(plan, slots))
         mine = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
-        B, T = self.batch_size, self.seq_len
+        T = self.seq_len
         batch = {}
         if self.objective == "clm":
             labels = torch.full_like(ids, IGNORE)

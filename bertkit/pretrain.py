@@ -33,6 +33,7 @@ from .config import ConfigError, PRESETS, TrainConfig, preset
 from .files import UserError
 from .masking import MaskingConfig
 from .model import PretrainingModel, SpanBoundaryHead, init_weights, num_parameters
+from .runtime import allocator
 from .train import TrainResult, train
 
 SBO_FILE = "sbo.safetensors"
@@ -265,37 +266,4 @@ def options_from_settings(settings: dict, config_file: str | Path | None = None)
     return PretrainOptions(**{k: v for k, v in merged.items() if k in _OPTION_FIELDS}, train=cfg)
 
 
-def allocator() -> tuple[str, str | None]:
-    """(the malloc in use, a tcmalloc / jemalloc library to preload when it is glibc's).
-
-    Training frees and re-allocates the same large activation buffers every step; glibc
-    returns them to the system and page-faults them back in, tcmalloc and jemalloc keep them.
-    """
-    preload = os.environ.get("LD_PRELOAD", "")
-    for name in ("tcmalloc", "jemalloc"):
-        if name in preload:
-            return name, None
-    import glob
-    for pattern in ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libjemalloc.so.2"):
-        for root in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
-                     "/usr/lib", "/usr/local/lib", sys.prefix + "/lib"):
-            if found := glob.glob(f"{root}/{pattern}"):
-                return "glibc malloc", found[0]
-    return "glibc malloc", None
-
-
-def physical_cores() -> int:
-    """Physical cores this process may run on (hyper-threads of one core count once)."""
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else list(range(os.cpu_count() or 1))
-    cores = set()
-    for cpu in allowed:
-        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
-        try:
-            cores.add(siblings.read_text().strip())
-        except OSError:
-            cores.add(str(cpu))
-    return max(1, len(cores))
-
-
-__all__ += ["options_from_settings", "physical_cores", "allocator"]
+__all__ += ["options_from_settings"]

@@ -1,0 +1,90 @@
+"""The machine a run is on: threads, the memory allocator, and one line that says what a run
+used (printed by the training commands and by every `bench/` script).
+
+Training on a CPU frees and re-allocates the same large buffers every step (activations, the
+[N, V] vocabulary gradient, the dense word-embedding gradient). glibc malloc hands buffers over
+128 kB back to the kernel at once and page-faults them in again on the next step, so a
+stock step can spend as much time in the kernel as in the matmuls. Two remedies, both here:
+`keep_freed_memory()` tells glibc to keep what it frees (in-process, nothing to install), and
+`allocator()` finds tcmalloc or jemalloc for the user to preload, as
+`torch.backends.xeon.run_cpu` does.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (hyper-threads of one core count once)."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in allowed:
+        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            cores.add(siblings.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))
+
+
+def allocator() -> tuple[str, str | None]:
+    """(the malloc in use, a tcmalloc / jemalloc library to preload when it is glibc's)."""
+    preload = os.environ.get("LD_PRELOAD", "")
+    for name in ("tcmalloc", "jemalloc"):
+        if name in preload:
+            return name, None
+    for pattern in ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libjemalloc.so.2"):
+        for root in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
+                     "/usr/lib", "/usr/local/lib", sys.prefix + "/lib"):
+            if found := glob.glob(f"{root}/{pattern}"):
+                return "glibc malloc", found[0]
+    return "glibc malloc", None
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc malloc keep freed memory for reuse instead of returning it to the kernel
+    (mmap threshold 1 GiB, no trimming). True if it took effect; a no-op under tcmalloc /
+    jemalloc or off glibc. The process keeps its peak heap size, which a training run reaches
+    in its first steps anyway."""
+    if allocator()[0] != "glibc malloc" or platform.system() != "Linux":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and \
+        bool(libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1))
+
+
+def describe(precision: str | None = None, freed_memory_kept: bool = False) -> str:
+    """One line: torch, python, threads, allocator, precision, the CPU kernels torch takes.
+    `freed_memory_kept`: what `keep_freed_memory()` returned."""
+    name, _ = allocator()
+    if freed_memory_kept:
+        name += " (freed memory kept)"
+    cpu = platform.processor() or platform.machine()
+    if Path("/proc/cpuinfo").exists():
+        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                    if line.startswith("model name")), cpu)
+    parts = [f"torch {torch.__version__}", f"python {platform.python_version()}",
+             f"{torch.get_num_threads()} threads ({physical_cores()} physical cores)",
+             f"allocator {name}"]
+    if precision:
+        parts.append(f"precision {precision}")
+    parts += [f"CPU kernels {torch.backends.cpu.get_cpu_capability()}", cpu]
+    if torch.cuda.is_available():
+        parts.append(f"GPU {torch.cuda.get_device_name()}")
+    return ", ".join(parts)
+
+
+__all__ = ["physical_cores", "allocator", "keep_freed_memory", "describe"]

@@ -1,0 +1,43 @@
+"""The machine description and the allocator setting the training commands make."""
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import torch
+
+from bertkit import runtime
+
+
+def test_physical_cores_and_allocator():
+    assert 1 <= runtime.physical_cores() <= (torch.get_num_threads() + 64)
+    name, better = runtime.allocator()
+    assert name in ("glibc malloc", "tcmalloc", "jemalloc")
+    assert better is None or better.endswith((".so.4", ".so.2"))
+
+
+def test_describe_says_threads_allocator_precision_and_kernels():
+    line = runtime.describe("bf16", freed_memory_kept=True)
+    assert f"{torch.get_num_threads()} threads" in line and "precision bf16" in line
+    assert torch.backends.cpu.get_cpu_capability() in line and "allocator" in line
+    if runtime.allocator()[0] == "glibc malloc":
+        assert "freed memory kept" in line
+
+
+def test_keeping_freed_memory_leaves_results_alone():
+    """In a child process (it changes malloc for the whole process): mallopt takes effect on
+    glibc, and a training step after it gives the same numbers as before it."""
+    code = (
+        "import torch; from bertkit import runtime\n"
+        "def step():\n"
+        "    torch.manual_seed(0); m = torch.nn.Linear(64, 64); x = torch.randn(512, 64)\n"
+        "    m(x).pow(2).mean().backward(); return m.weight.grad.clone()\n"
+        "before = step(); kept = runtime.keep_freed_memory(); after = step()\n"
+        "big = torch.empty(64 << 20, dtype=torch.uint8); del big\n"
+        "print(kept, torch.equal(before, after))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    kept, equal = out.stdout.split()
+    assert equal == "True"
+    if platform.system() == "Linux" and runtime.allocator()[0] == "glibc malloc":
+        assert kept == "True"
