@@ -32,9 +32,11 @@ class _VocabCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, weight, bias, labels):
-        logits = torch.addmm(bias, z, weight.t())  # [N, V]; autocast picks the matmul dtype
+        # [N, V]; autocast picks the matmul dtype. (mm, then add_: addmm would first fill the
+        # whole output with the broadcast bias, one more sweep of it.)
+        logits = torch.mm(z, weight.t())
         ctx.matmul_dtype = logits.dtype
-        logits = logits.float()
+        logits = logits.float().add_(bias)
         valid = labels != IGNORE
         safe = labels.clamp(min=0)
         target = logits.gather(1, safe[:, None]).squeeze(1)  # [N]
