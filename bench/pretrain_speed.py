@@ -91,7 +91,7 @@ def bertkit_batches(vocab: int, B: int, T: int, seed: int):
 
 
 def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
-                repeats: int, device: torch.device) -> list[float]:
+                repeats: int, device: torch.device, compile: bool = False) -> list[float]:
     torch.manual_seed(0)
     model = PretrainingModel(cfg)
     init_weights(model, cfg)
@@ -101,7 +101,7 @@ def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
     with tempfile.TemporaryDirectory() as out:
         train(model, objectives.loss_for(objective), bertkit_batches(cfg.vocab_size, B, T, 0),
               TrainConfig(max_steps=steps * (repeats + 1), lr=1e-4, warmup_steps=0,
-                          log_every=steps, precision=precision), out,
+                          log_every=steps, precision=precision, compile=compile), out,
               save=lambda m, p: None, show_progress=False, device=device)
         from bertkit.curves import read_metrics
         records = [r for r in read_metrics(Path(out) / "metrics.jsonl") if r["split"] == "train"]
@@ -109,7 +109,7 @@ def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
 
 
 def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps: int,
-                     repeats: int, device: torch.device) -> list[float]:
+                     repeats: int, device: torch.device, compile: bool = False) -> list[float]:
     import transformers
     from transformers import BertConfig, DataCollatorForLanguageModeling
 
@@ -121,6 +121,7 @@ def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps:
     torch.manual_seed(0)
     cls = transformers.BertForMaskedLM if objective == "mlm" else transformers.BertForPreTraining
     model = cls(hf_config).to(device).train()
+    forward = torch.compile(model) if compile else model
     assert model.config._attn_implementation == "sdpa"
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15,
                                                return_tensors="pt")
@@ -141,7 +142,7 @@ def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps:
                 batch["next_sentence_label"] = torch.randint(0, 2, (B,), generator=g)
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast(device, precision):
-                loss = model(**batch).loss
+                loss = forward(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -176,6 +177,8 @@ def main() -> None:
     ap.add_argument("--only", choices=("bertkit", "transformers"))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                     help="cpu or cuda (default: cuda when present: GPU MFU)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile both sides (the warm-up repeat absorbs compilation)")
     ap.add_argument("--malloc", choices=("keep", "default"), default="keep",
                     help="keep: glibc keeps freed memory, as bertkit's training commands set it "
                     "(both sides share the process, so both get it); default: glibc as it comes")
@@ -191,7 +194,8 @@ def main() -> None:
     print(f"matmul limit: fp32 {limits['fp32']:.0f} GFLOP/s, bf16 {limits['bf16']:.0f} GFLOP/s")
     flops = model_flops_per_token(cfg, T, 0.15)
     print(f"model: {args.preset} L{cfg.num_layers}/H{cfg.hidden_size}, seq {T}, batch {B}, "
-          f"{flops / 1e6:.1f} MFLOP per token (training, sparse head)\n")
+          f"{flops / 1e6:.1f} MFLOP per token (training, sparse head)"
+          f"{', torch.compile on both sides' if args.compile else ''}\n")
     print(f"{'objective':9} {'dtype':5} {'implementation':14} {'tokens/s min/median/max':>28} "
           f"{'MFU':>6}  ratio")
     for objective in args.objectives.split(","):
@@ -200,7 +204,8 @@ def main() -> None:
             for name, run in (("bertkit", run_bertkit), ("transformers", run_transformers)):
                 if args.only and args.only != name:
                     continue
-                rates = run(cfg, objective, precision, B, T, args.steps, args.repeats, device)
+                rates = run(cfg, objective, precision, B, T, args.steps, args.repeats, device,
+                            args.compile)
                 medians[name] = statistics.median(rates)
                 mfu = medians[name] * flops / 1e9 / limits[precision]
                 ratio = (f"{medians['bertkit'] / medians[name]:.2f}x"
