@@ -30,7 +30,9 @@ disjoint shares whose union is exactly the batch a single process with batch_siz
 own rows. Building the global batch costs each rank a memmap gather and a vectorised mask draw.
 
 Each batch is a dict of CPU tensors:
-    input_ids, token_type_ids, attention_mask   [B, T] long
+    input_ids, token_type_ids   [B, T] long
+    attention_mask [B, T] long, only when some row is padded (left out of full batches)
+    num_tokens     int, the real tokens of the batch
     mlm_positions [N] flat indices into B*T of the selected tokens, mlm_labels [N] their
         original ids; N = round(B * T * mlm_prob) rounded up to a multiple of 8 (static
         shapes); unused entries point at position 0 with label -100, surplus selections are
@@ -326,7 +328,11 @@ class PretrainingBatches:
             batch["nsp_labels"] = torch.from_numpy(plan.nsp_label[plan.order[slots]])[mine]
         attention = attention[mine].contiguous()
         batch.update(input_ids=masked[mine].contiguous(), token_type_ids=types[mine].contiguous(),
-                     attention_mask=attention, num_tokens=int(attention.sum()))
+                     num_tokens=int(attention.sum()))
+        if batch["num_tokens"] < attention.numel():
+            # Only batches with padding carry a mask: without one SDPA takes its fastest
+            # kernel (FlashAttention on a GPU), and the model need not look at it.
+            batch["attention_mask"] = attention
         return batch
 
     # Iteration and state --------------------------------------------------------------------

@@ -98,9 +98,10 @@ def build_attention_mask(padding: torch.Tensor | None, T: int, causal: bool,
     """Boolean SDPA mask (True = may attend) from a [B, T] 1/0 padding mask.
 
     Returns None when every position may attend (no padding, bidirectional), which lets SDPA
-    take its fastest kernel.
+    take its fastest kernel. On a GPU that check would wait for the device, so there a given
+    mask is always used (the data side leaves it out of full batches).
     """
-    if padding is None or bool(padding.all()):
+    if padding is None or (padding.device.type == "cpu" and bool(padding.all())):
         if not causal:
             return None
         return torch.ones(T, T, dtype=torch.bool, device=device).tril()  # [T, T]

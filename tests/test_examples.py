@@ -58,7 +58,7 @@ def test_mlm_packing_fills_rows_and_tiles_the_stream(data):
     pb = PretrainingBatches(data, objective="mlm", seq_len=T, batch_size=16, seed=1)
     rows = torch.cat([original(b) for b in take(pb, len(pb))]).numpy()
     b = take(pb, 1)[0]
-    assert (b["attention_mask"] == 1).all() and b["num_tokens"] == 16 * T
+    assert "attention_mask" not in b and b["num_tokens"] == 16 * T  # full rows: no mask
     assert (rows[:, 0] == CLS).all() and (rows[:, -1] == SEP).all()
     assert (b["token_type_ids"] == 0).all()
     assert ((rows[:, 1:-1] == SEP).sum(1) > 0).any()  # rows cross document boundaries
@@ -82,7 +82,8 @@ def test_nsp_pairs_structure_balance_and_random_documents(data):
     for b in take(pb, len(pb)):
         ids = original(b)
         for row in range(ids.shape[0]):
-            r, types, att = ids[row], b["token_type_ids"][row], b["attention_mask"][row]
+            att = b.get("attention_mask", torch.ones_like(ids))[row]
+            r, types = ids[row], b["token_type_ids"][row]
             seps = torch.nonzero(r == SEP).squeeze(1).tolist()
             assert r[0] == CLS and len(seps) == 2
             first, second = seps
@@ -181,8 +182,10 @@ def test_two_ranks_share_exactly_the_single_process_batch(data, objective):
                                      seed=9, rank=r, world_size=2), 4) for r in range(2)]
     for step, whole in enumerate(single):
         parts = [ranks[r][step] for r in range(2)]
-        for key in ("input_ids", "token_type_ids", "attention_mask", "nsp_labels",
-                    "clm_labels"):
+        def mask(b):
+            return b.get("attention_mask", torch.ones_like(b["input_ids"]))
+        assert torch.equal(mask(whole), torch.cat([mask(p) for p in parts]))
+        for key in ("input_ids", "token_type_ids", "nsp_labels", "clm_labels"):
             if key in whole:
                 assert torch.equal(whole[key], torch.cat([p[key] for p in parts])), key
         assert whole["num_tokens"] == sum(p["num_tokens"] for p in parts)
