@@ -9,7 +9,8 @@ import sys
 from .files import UserError
 
 def _run_embed(args) -> int:
-    from .embed import Embedder, embed_file
+    from .embed import Embedder
+    from .embed_files import embed_file
 
     layers = "last4" if args.last4 else (args.layers if args.layers is not None else args.layer)
     embedder = Embedder.load(args.model, precision=args.precision, max_length=args.max_length,

@@ -1,11 +1,74 @@
-"""Loss curves as PNG files, read from a run's metrics.jsonl (matplotlib, Agg backend)."""
+"""A run's log: metrics.jsonl written as training goes, with a progress line on stderr, read
+back, and drawn as loss curves in PNG files (matplotlib, Agg backend, imported when drawing).
+"""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+from .config import TrainConfig
 from .files import atomic_file
 
+# Writing, as training goes ------------------------------------------------------------------
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+def format_metrics(values: dict[str, float]) -> str:
+    """`name value` pairs, four significant digits, for a log line."""
+    return "  ".join(f"{k} {v:.4g}" for k, v in values.items())
+
+
+class MetricsLog:
+    """A run's metrics.jsonl (appended line by line, cut back to the resumed step) and its
+    stderr lines; silent and writing nothing when not `active` (ranks other than 0)."""
+
+    def __init__(self, out_dir: Path, active: bool, resumed_step: int):
+        self.path, self.active = out_dir / "metrics.jsonl", active
+        if active and self.path.exists():
+            keep = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line)["step"] <= resumed_step]
+            with atomic_file(self.path) as f:
+                f.write("".join(line + "\n" for line in keep))
+        self.file = open(self.path, "a", encoding="utf-8") if active else None
+
+    def record(self, obj: dict) -> None:
+        if self.file:
+            self.file.write(json.dumps(obj) + "\n")
+            self.file.flush()
+
+    def say(self, line: str) -> None:
+        if self.active:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+
+
+def progress_line(step: int, cfg: TrainConfig, seconds: float, tokens: int,
+                  metrics: dict[str, float]) -> str:
+    """The training progress line: step, figures, lr, tokens/s, tokens, elapsed and ETA (from
+    the steps left, or the time budget left, whichever ends first)."""
+    if cfg.max_steps is not None:
+        eta = (cfg.max_steps - step) * seconds / max(step, 1)
+        if cfg.max_time is not None:
+            eta = min(eta, 60 * cfg.max_time - seconds)
+        where = f"step {step}/{cfg.max_steps}"
+    else:
+        eta = 60 * cfg.max_time - seconds
+        where = f"step {step}"
+    shown = {k: v for k, v in metrics.items() if k not in ("lr", "tokens_per_s", "grad_norm")}
+    return (f"{where}  {format_metrics(shown)}  lr {metrics['lr']:.2e}  "
+            f"{metrics['tokens_per_s']:,.0f} tok/s  {tokens:,} tokens  "
+            f"elapsed {_clock(seconds)}  ETA {_clock(eta)}")
+
+
+# Reading and drawing -----------------------------------------------------------------------
 
 def read_metrics(path: str | Path) -> list[dict]:
     """The records of a metrics.jsonl file ([] if it does not exist)."""
@@ -91,4 +154,5 @@ def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: 
     return Path(png)
 
 
-__all__ = ["read_metrics", "plot_loss", "plot_runs"]
+__all__ = ["MetricsLog", "format_metrics", "progress_line", "read_metrics", "plot_loss",
+           "plot_runs"]

@@ -4,7 +4,7 @@ BERT gives one vector per token *instance*. This module turns those into what pe
 vectors from any layer or set of layers (the last four combined by mean, sum or
 concatenation), one vector per word (mean or first of its subword pieces), one per sentence
 ([CLS] or the mean over the real tokens, optionally L2-normalised as sentence-transformers
-does), and files of any size embedded to `.npy` with an index of what each row is.
+does). Files of any size, streamed to `.npy` with an index of what each row is: embed_files.py.
 
 Speed: texts are sorted by token count and batched with neighbours of (nearly) the same
 length, so almost no position is padding; independent batches run on separate cores; the
@@ -15,7 +15,6 @@ negative numbers count from the last (-1, the default, is the last block).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
@@ -29,12 +28,11 @@ import numpy as np
 import torch
 
 from .analysis import Standardizer
-from .files import UserError, atomic_file, atomic_path, read_lines, require_file
+from .embed_inputs import Encoded, Text, WordRef, tokenize_texts, word_groups
+from .files import UserError
 from .hub import load_encoder
 from .model import Encoder
 
-Text = str | tuple[str, str]
-"""One input: a text, or a pair (text A, text B) encoded as [CLS] A [SEP] B [SEP]."""
 LayerSpec = int | Sequence[int] | str
 """A layer number, a list of them, "last4" or "all"."""
 
@@ -72,40 +70,7 @@ def resolve_layers(spec: LayerSpec, num_layers: int) -> list[int]:
     return out
 
 
-@dataclass
-class Encoded:
-    """One tokenized input, with what is needed to map pieces back to words and characters."""
-
-    ids: np.ndarray
-    """[T] token ids, [CLS] ... [SEP] (... [SEP])."""
-    type_ids: np.ndarray
-    """[T] segment ids."""
-    offsets: np.ndarray
-    """[T, 2] character span of each piece in its segment's text; (0, 0) for special tokens."""
-    word_ids: np.ndarray
-    """[T] index of the word each piece came from within its segment, -1 for special tokens."""
-    segment: np.ndarray
-    """[T] 0 for text A, 1 for text B, -1 for special tokens."""
-    truncated: bool
-
-
-@dataclass
-class WordRef:
-    """Which word of which input a row of `Embedder.words` is."""
-
-    item: int
-    """Index of the input text."""
-    word: int
-    """Index of the word within its segment (0-based, as the tokenizer splits words)."""
-    segment: int
-    """0 for text A, 1 for text B of a pair."""
-    start: int
-    end: int
-    """Character span of the word in its segment's text."""
-    text: str
-
-
-class _Progress:
+class Progress:
     """Texts done, tokens/s and ETA on stderr, at most every two seconds; silent when disabled.
 
     The rate is in tokens because batches go longest first: texts/s would start slow and
@@ -192,7 +157,7 @@ class Embedder:
         """Tokenize with offsets and word ids; over-long inputs are cut to `max_length`
         (`truncation=True`, flagged `truncated`) or rejected with a UserError naming the input
         (`names[i]`, e.g. "FILE:LINE", else "input i+1")."""
-        return _tokenize(self.tokenizer, texts, self.max_length, truncation, names)
+        return tokenize_texts(self.tokenizer, texts, self.max_length, truncation, names)
 
     # The forward pass -------------------------------------------------------------------------
 
@@ -254,10 +219,10 @@ class Embedder:
         counts = torch.bincount(local, minlength=len(task.rows)).to(h.dtype)
         return task.rows, (sums / counts[:, None]).cpu().numpy()
 
-    def _pool_groups(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
-                     layers: LayerSpec, combine: str, subword_pool: str, standardize: bool,
-                     batch_size: int, progress: bool, what: str,
-                     out: np.ndarray | None = None) -> np.ndarray:
+    def pool_groups(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
+                    layers: LayerSpec, combine: str, subword_pool: str, standardize: bool,
+                    batch_size: int, progress: bool, what: str,
+                    out: np.ndarray | None = None) -> np.ndarray:
         """The vectors of groups of token positions: `groups[i]` lists, for input i, one array
         of positions per output row (rows numbered in order over i). Mean or first position.
 
@@ -277,7 +242,7 @@ class Embedder:
             out = np.zeros((int(first_row[-1]), width), dtype=np.float32)
         elif out.shape != (int(first_row[-1]), width):
             raise ValueError(f"out has shape {out.shape}, expected {(int(first_row[-1]), width)}")
-        bar = _Progress(len(encoded), sum(len(e.ids) for e in encoded), what, progress)
+        bar = Progress(len(encoded), sum(len(e.ids) for e in encoded), what, progress)
         tasks = self._tasks(encoded, groups, first_row, batch_size, subword_pool)
         for (rows, vectors), n in _parallel_map(
                 lambda t: (self._run(t, layers, combine, standardize), t), tasks,
@@ -300,9 +265,9 @@ class Embedder:
         encoded = self.tokenize(texts, truncation)
         _warn_truncated(encoded)
         groups = [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded]
-        vectors = self._pool_groups(encoded, groups, layers, combine, "mean", standardize,
-                                    batch_size, progress, "sentences")
-        return _l2_normalize(vectors) if normalize else vectors
+        vectors = self.pool_groups(encoded, groups, layers, combine, "mean", standardize,
+                                   batch_size, progress, "sentences")
+        return l2_normalize(vectors) if normalize else vectors
 
     def encode(self, sentences: str | Sequence[Text], batch_size: int = 32,
                normalize: bool = False, pool: str = "mean", show_progress_bar: bool = False,
@@ -324,8 +289,8 @@ class Embedder:
         encoded = self.tokenize(texts)
         _warn_truncated(encoded)
         groups = [[np.array([t]) for t in range(len(e.ids))] for e in encoded]
-        flat = self._pool_groups(encoded, groups, layers, combine, "mean", standardize,
-                                 batch_size, False, "texts")
+        flat = self.pool_groups(encoded, groups, layers, combine, "mean", standardize,
+                                batch_size, False, "texts")
         bounds = np.cumsum([0] + [len(e.ids) for e in encoded])
         return [flat[bounds[i]:bounds[i + 1]] for i in range(len(encoded))]
 
@@ -354,8 +319,8 @@ class Embedder:
                 raise ValueError(f"target {i}: span ({start}, {end}) "
                                  f"{texts[i][start:end]!r} covers no token{why}")
             groups.append([hit])
-        return self._pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
-                                 batch_size, progress, "targets")
+        return self.pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
+                                batch_size, progress, "targets")
 
     def word_vector(self, text: str, char_span: tuple[int, int], **kwargs) -> np.ndarray:
         """The vector [H] of the word at `text[start:end]` in this context (see word_vectors)."""
@@ -369,111 +334,10 @@ class Embedder:
         each row is."""
         encoded = self.tokenize(texts, truncation)
         _warn_truncated(encoded)
-        groups, refs = _word_groups(encoded, texts)
-        vectors = self._pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
-                                    batch_size, progress, "texts")
+        groups, refs = word_groups(encoded, texts)
+        vectors = self.pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
+                                   batch_size, progress, "texts")
         return vectors, refs
-
-
-# Files -----------------------------------------------------------------------------------------
-
-@dataclass
-class EmbedFileResult:
-    rows: int
-    """Rows written to the .npy file."""
-    lines: int
-    """Input lines read."""
-    truncated: int
-    """Lines cut to the model's maximum length."""
-    index_path: Path
-
-
-def index_path_for(out: str | Path) -> Path:
-    """Where the row index of `out.npy` goes: `out.index.jsonl` beside it."""
-    out = Path(out)
-    return out.with_name(out.name[:-4] + ".index.jsonl" if out.name.endswith(".npy")
-                         else out.name + ".index.jsonl")
-
-
-def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
-               words: bool = False, layers: LayerSpec = -1, combine: str = "mean",
-               pool: str = "mean", subword_pool: str = "mean", normalize: bool = False,
-               standardize: bool = False, batch_size: int = 32, chunk_lines: int = 10000,
-               progress: bool = True) -> EmbedFileResult:
-    """Embed every line of a UTF-8 file (a tab separates a pair) into a float32 `.npy` file.
-
-    One row per line (sentence vectors), or with `words=True` one row per word; the index
-    (JSON lines beside the output: `out.index.jsonl`) says which line / word each row is.
-    Streams the file in chunks, so memory does not grow with its size: a first pass checks
-    the text and counts rows, the second embeds into a memory-mapped file. Lines longer than
-    the model are cut (counted and warned about). Both files appear complete or not at all.
-    """
-    input_path = require_file(input_path)
-    out = Path(out)
-    layers_list = resolve_layers(layers, embedder.config.num_layers)
-    width = embedder.config.hidden_size * (len(layers_list) if combine == "concat" else 1)
-    if standardize and embedder.standardizer is None:
-        raise UserError("--standardize: no standardizer is fitted for this model (run "
-                        "`bertkit anisotropy --fit-standardizer` first)")
-
-    def chunks() -> Iterator[tuple[int, list[Text]]]:
-        first, texts = 1, []
-        for number, line in read_lines(input_path):
-            texts.append(tuple(line.split("\t", 1)) if "\t" in line else line)
-            if len(texts) == chunk_lines:
-                yield first, texts
-                first, texts = number + 1, []
-        if texts:
-            yield first, texts
-
-    # Pass 1: decode and count (tokenizing is cheap next to the model).
-    lines = rows = tokens = 0
-    for _, texts in chunks():
-        encoded = embedder.tokenize(texts)
-        lines += len(texts)
-        tokens += sum(len(e.ids) for e in encoded)
-        rows += sum(len(g) for g in _word_groups(encoded, texts)[0]) if words else len(texts)
-    if rows == 0:
-        raise UserError(f"{input_path}: no words to embed")
-
-    index = index_path_for(out)
-    truncated = done = 0
-    bar = _Progress(lines, tokens, "lines", progress)
-    with _atomic_npy(out, (rows, width)) as matrix, atomic_file(index) as f_index:
-        for first_line, texts in chunks():
-            encoded = embedder.tokenize(texts)
-            truncated += sum(e.truncated for e in encoded)
-            if words:
-                groups, refs = _word_groups(encoded, texts)
-                if refs:
-                    block = matrix[done:done + len(refs)]
-                    embedder._pool_groups(encoded, groups, layers_list, combine, subword_pool,
-                                          standardize, batch_size, False, "lines", out=block)
-                    if normalize:
-                        block[:] = _l2_normalize(block)
-                for k, r in enumerate(refs):
-                    f_index.write(json.dumps({"row": done + k, "line": first_line + r.item,
-                                              "word": r.word, "segment": r.segment,
-                                              "start": r.start, "end": r.end, "text": r.text},
-                                             ensure_ascii=False) + "\n")
-                done += len(refs)
-            else:
-                block = matrix[done:done + len(encoded)]
-                embedder._pool_groups(
-                    encoded, [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded],
-                    layers_list, combine, "mean", standardize, batch_size, False, "lines",
-                    out=block)
-                if normalize:
-                    block[:] = _l2_normalize(block)
-                for k, e in enumerate(encoded):
-                    f_index.write(json.dumps({"row": done + k, "line": first_line + k,
-                                              "truncated": e.truncated}) + "\n")
-                done += len(block)
-            bar.update(len(texts), sum(len(e.ids) for e in encoded))
-    if truncated:
-        warnings.warn(f"{input_path}: {truncated} of {lines} lines were longer than "
-                      f"{embedder.max_length} tokens and were cut", stacklevel=2)
-    return EmbedFileResult(rows=rows, lines=lines, truncated=truncated, index_path=index)
 
 
 # Module-level shortcuts -----------------------------------------------------------------------
@@ -566,22 +430,12 @@ def _parallel_map(fn, tasks: Iterator, workers: int) -> Iterator:
         torch.set_num_threads(threads)
 
 
-@contextlib.contextmanager
-def _atomic_npy(path: Path, shape: tuple[int, int]) -> Iterator[np.memmap]:
-    """A float32 .npy memory map at a temporary sibling of `path`, renamed onto it on success."""
-    with atomic_path(path) as tmp:
-        matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
-        yield matrix
-        matrix.flush()
-        del matrix
-
-
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(choices)}")
 
 
-def _l2_normalize(x: np.ndarray) -> np.ndarray:
+def l2_normalize(x: np.ndarray) -> np.ndarray:
     # Same guard as torch.nn.functional.normalize (eps 1e-12), which sentence-transformers uses.
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
@@ -593,56 +447,5 @@ def _warn_truncated(encoded: Sequence[Encoded]) -> None:
                       f"length and were cut", stacklevel=3)
 
 
-def _word_groups(encoded: Sequence[Encoded],
-                 texts: Sequence[Text]) -> tuple[list[list[np.ndarray]], list[WordRef]]:
-    """For each input, the piece positions of each of its words, and a WordRef per word."""
-    groups, refs = [], []
-    for item, (e, text) in enumerate(zip(encoded, texts)):
-        parts = (text,) if isinstance(text, str) else text
-        # A word is a run of pieces with the same (segment, word id); specials have word -1.
-        key = e.segment.astype(np.int64) * (1 << 32) + e.word_ids
-        real = np.flatnonzero(e.word_ids >= 0)
-        mine = []
-        if real.size:
-            starts = real[np.r_[True, key[real][1:] != key[real][:-1]]]
-            ends = np.r_[starts[1:], real[-1] + 1]
-            for s, t in zip(starts, ends):
-                positions = s + np.flatnonzero(key[s:t] == key[s])
-                seg = int(e.segment[s])
-                a, b = int(e.offsets[positions[0], 0]), int(e.offsets[positions[-1], 1])
-                mine.append(positions)
-                refs.append(WordRef(item, int(e.word_ids[s]), seg, a, b, parts[seg][a:b]))
-        groups.append(mine)
-    return groups, refs
-
-
-def _tokenize(tokenizer, texts: Sequence[Text], max_length: int, truncation: bool,
-              names: Sequence[str] | None = None) -> list[Encoded]:
-    """One Encoded per text, through bertkit's Tokenizer. Over-long texts are cut to
-    max_length (flagged `truncated`) or, with `truncation=False`, rejected (UserError)."""
-    firsts = [t if isinstance(t, str) else t[0] for t in texts]
-    seconds = [None if isinstance(t, str) else t[1] for t in texts]
-    pairs = seconds if any(p is not None for p in seconds) else None
-    batch = tokenizer.encode_batch(firsts, pairs, max_length=None if truncation else max_length,
-                                   truncation=False, names=names)
-    encodings = list(batch)
-    over = np.flatnonzero(batch.lengths > max_length)
-    if len(over):  # only the few over-long texts are tokenized a second time
-        cut = tokenizer.encode_batch([firsts[i] for i in over],
-                                     None if pairs is None else [pairs[i] for i in over],
-                                     max_length=max_length, truncation="longest_first")
-        for i, enc in zip(over, cut):
-            encodings[i] = enc
-    out = []
-    for enc, was_cut in zip(encodings, batch.lengths > max_length):
-        word_ids = np.array([-1 if w is None else w for w in enc.word_ids], dtype=np.int64)
-        types = np.asarray(enc.type_ids, dtype=np.int64)
-        out.append(Encoded(np.asarray(enc.ids, dtype=np.int64), types,
-                           np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2), word_ids,
-                           np.where(word_ids >= 0, types, -1), bool(was_cut)))
-    return out
-
-
-__all__ = ["Embedder", "Encoded", "WordRef", "EmbedFileResult", "embed", "word_vector",
-           "word_vectors", "embed_file", "resolve_layers", "plan_batches", "index_path_for",
+__all__ = ["Embedder", "embed", "word_vector", "word_vectors", "resolve_layers", "plan_batches",
            "COMBINES", "POOLS", "SUBWORD_POOLS", "PRECISIONS", "STANDARDIZER_FILE"]

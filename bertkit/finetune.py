@@ -30,9 +30,10 @@ from . import heads, hub, metrics, spans
 from .config import TrainConfig
 from .crf import CRF, allowed_transitions
 from .files import UserError, read_jsonl, read_lines, write_json
-from .predict import (Item, TaskModel, collate, encode_questions, encode_sentences, encode_texts,
-                      length_batches)
+from .predict import TaskModel
 from .tagging import SCHEMES, convert_tags, detect_scheme, is_chunk_tag
+from .task_inputs import (Item, collate, encode_questions, encode_sentences, encode_texts,
+                          length_batches)
 from .tasks import (check_labels, check_tags, collect_labels, detect_format, read_squad,
                     read_tagged, read_text_examples, tagging_labels)
 

@@ -36,7 +36,6 @@ caller (`torchrun` + `torch.distributed.init_process_group`) and detected.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import shutil
 import signal
@@ -55,7 +54,7 @@ from torch import nn
 from .checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint, rng_state,
                          save_checkpoint, set_rng_state)
 from .config import TrainConfig
-from .curves import plot_loss
+from .curves import MetricsLog, format_metrics, plot_loss, progress_line
 from .files import UserError, atomic_file
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
@@ -235,42 +234,6 @@ def _num_tokens(batch: dict) -> int:
     return int(batch["input_ids"].numel())
 
 
-def _clock(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    h, rest = divmod(seconds, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
-
-
-def _format(values: dict[str, float]) -> str:
-    return "  ".join(f"{k} {v:.4g}" for k, v in values.items())
-
-
-class _Log:
-    """metrics.jsonl (appended line by line, cut back to the resumed step) and stderr lines."""
-
-    def __init__(self, out_dir: Path, active: bool, resumed_step: int):
-        self.path, self.active = out_dir / "metrics.jsonl", active
-        if active and self.path.exists():
-            keep = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line)["step"] <= resumed_step]
-            with atomic_file(self.path) as f:
-                f.write("".join(line + "\n" for line in keep))
-        self.file = open(self.path, "a", encoding="utf-8") if active else None
-
-    def record(self, obj: dict) -> None:
-        if self.file:
-            self.file.write(json.dumps(obj) + "\n")
-            self.file.flush()
-
-    def say(self, line: str) -> None:
-        if self.active:
-            print(line, file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.file:
-            self.file.close()
-
-
 def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: TrainConfig,
           out_dir: str | Path, *, evaluate: Callable[[nn.Module], dict] | None = None,
           param_groups: list[dict] | None = None,
@@ -318,7 +281,7 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
         if cfg.resume and main:
             print(f"no checkpoint in {ckpt_root}: starting afresh", file=sys.stderr)
         torch.manual_seed(cfg.seed + rank)
-    log = _Log(out_dir, main, step)
+    log = MetricsLog(out_dir, main, step)
     if latest is not None:
         log.say(f"resumed from {latest} at step {step}")
 
@@ -439,7 +402,7 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                     log.record({"step": step, "split": "train", "tokens": tokens,
                                 "seconds": round(train_seconds, 3), **train_metrics})
                     if show_progress:
-                        log.say(_progress(step, cfg, train_seconds, tokens, train_metrics))
+                        log.say(progress_line(step, cfg, train_seconds, tokens, train_metrics))
                     sums, logged_steps, window_tokens, window_seconds = {}, 0, 0, 0.0
                     wanted = should_stop_for_time() or stop.signum is not None
                     if distributed:
@@ -458,7 +421,7 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                     last_eval_step = step
                     log.record({"step": step, "split": "eval", "seconds": round(train_seconds, 3),
                     **eval_metrics})
-                    log.say(f"eval step {step}  {_format(eval_metrics)}")
+                    log.say(f"eval step {step}  {format_metrics(eval_metrics)}")
                     if cfg.best_metric is not None:
                         if cfg.best_metric not in eval_metrics:
                             raise UserError(f"best metric {cfg.best_metric!r} is not among the "
@@ -493,7 +456,7 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
         eval_metrics = run_evaluation()
         log.record({"step": step, "split": "eval", "seconds": round(train_seconds, 3),
                     **eval_metrics})
-        log.say(f"eval step {step}  {_format(eval_metrics)}")
+        log.say(f"eval step {step}  {format_metrics(eval_metrics)}")
     log.close()
     if main:
         plot_loss(out_dir / "metrics.jsonl", out_dir / "loss.png")
@@ -525,22 +488,6 @@ def _save_best(root: Path, model: nn.Module, value: float, step: int) -> None:
     state = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
     with atomic_file(root / "best.safetensors", "wb") as f:
         f.write(save(state, metadata={"value": repr(value), "step": str(step)}))
-
-
-def _progress(step: int, cfg: TrainConfig, seconds: float, tokens: int,
-              metrics: dict[str, float]) -> str:
-    if cfg.max_steps is not None:
-        eta = (cfg.max_steps - step) * seconds / max(step, 1)
-        if cfg.max_time is not None:
-            eta = min(eta, 60 * cfg.max_time - seconds)
-        where = f"step {step}/{cfg.max_steps}"
-    else:
-        eta = 60 * cfg.max_time - seconds
-        where = f"step {step}"
-    shown = {k: v for k, v in metrics.items() if k not in ("lr", "tokens_per_s", "grad_norm")}
-    return (f"{where}  {_format(shown)}  lr {metrics['lr']:.2e}  "
-            f"{metrics['tokens_per_s']:,.0f} tok/s  {tokens:,} tokens  "
-            f"elapsed {_clock(seconds)}  ETA {_clock(eta)}")
 
 
 __all__ = ["train", "TrainResult", "TrainConfig", "default_param_groups", "lr_factor",

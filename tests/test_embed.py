@@ -15,8 +15,8 @@ from bertkit import hub
 from bertkit.analysis import Standardizer
 from bertkit.cli import main
 from bertkit.config import EncoderConfig
-from bertkit.embed import (Embedder, embed, embed_file, index_path_for, plan_batches,
-                           resolve_layers, word_vector)
+from bertkit.embed import Embedder, embed, plan_batches, resolve_layers, word_vector
+from bertkit.embed_files import embed_file, index_path_for
 from bertkit.files import UserError
 from bertkit.model import Encoder, init_weights
 from bertkit.tokenizer import Tokenizer

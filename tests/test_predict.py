@@ -13,7 +13,8 @@ import torch
 
 from bertkit.cli import main
 from bertkit.finetune import FinetuneConfig, finetune
-from bertkit.predict import TaskModel, answer, classify, encode_sentences, tag
+from bertkit.predict import TaskModel, answer, classify, tag
+from bertkit.task_inputs import encode_sentences
 from bertkit.tasks import TaggedSentence
 
 sys.path.insert(0, str(Path(__file__).parent))

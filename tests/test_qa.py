@@ -100,7 +100,7 @@ def test_decode_picks_the_best_window_and_applies_the_null_threshold():
 
 def test_windowing_on_a_real_tokenizer(minilm_dir):
     from bertkit.tasks import Answer, QAExample
-    from bertkit.predict import encode_questions
+    from bertkit.task_inputs import encode_questions
     from bertkit.tokenizer import Tokenizer
     tok = Tokenizer.load(minilm_dir)
     context = " ".join(f"word{i}" for i in range(150)) + " The capital is Paris ."
