@@ -136,3 +136,45 @@ def test_flops_grow_with_predicted_fraction():
     full = model_flops_per_token(cfg, 128, 1.0)
     assert full > 2 * sparse  # the vocabulary projection dominates a small model's step
     assert 20e6 < sparse < 35e6  # the issue measured 27.4 MFLOP/token for mini, sparse head
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_keeps_each_value_with_probability_1_minus_p(p):
+    """The four-decisions-per-draw mask: keep rate within 5 binomial sigmas of 1 - p, kept
+    values scaled by 1 / (1 - p), the gradient the same mask, fresh masks each call."""
+    from bertkit.model import dropout
+    torch.manual_seed(0)
+    x = torch.randn(64, 33, 17, requires_grad=True)  # odd sizes: n not a multiple of 4
+    y = dropout(x, p, True)
+    kept = y != 0
+    n = x.numel()
+    rate = kept.double().mean().item()
+    assert abs(rate - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p), rtol=1e-4, atol=1e-6)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.to(x.dtype) / (1 - p), rtol=1e-4, atol=1e-6)
+    assert not torch.equal(kept, dropout(x, p, True) != 0)
+    assert dropout(x, p, False) is x and dropout(x, 0.0, True) is x
+    # decisions at different positions are independent: neighbours agree as often as chance
+    flat = kept.flatten().double()
+    agree = (flat[1:] == flat[:-1]).double().mean().item()
+    assert abs(agree - ((1 - p) ** 2 + p ** 2)) < 0.02
+
+
+@pytest.mark.parametrize("causal,padded", [(False, False), (False, True), (True, False),
+                                           (True, True)])
+def test_attention_with_dropout_is_sdpa_math(causal, padded):
+    """The spelled-out CPU path used for dropout equals SDPA when no weight is dropped."""
+    from bertkit.model import attend
+    g = torch.Generator().manual_seed(0)
+    B, A, T, D = 2, 3, 7, 4
+    q, k, v = (torch.randn(B, A, T, D, generator=g) for _ in range(3))
+    padding = torch.ones(B, T, dtype=torch.long)
+    if padded:
+        padding[1, 5:] = 0
+    mask = build_attention_mask(padding, T, causal, q.device)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+    # p below 1/65536 rounds to "drop nothing": the explicit path, with no dropout
+    torch.testing.assert_close(attend(q, k, v, mask, causal, 1e-9), expected,
+                               atol=1e-6, rtol=1e-5)
