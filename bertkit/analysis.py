@@ -50,6 +50,13 @@ def _group_sums(u: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, n
     return np.add.reduceat(u[order], starts, axis=0), np.diff(np.r_[starts, len(g)])
 
 
+def cosine_matrix(x: np.ndarray) -> np.ndarray:
+    """Cosines between all rows of x [N, D] -> [N, N]."""
+    u = np.asarray(x, dtype=np.float64)
+    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+    return u @ u.T
+
+
 def cosine_contributions(x: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
     """CC_i for every dimension i: the mean over pairs of rows (u, v) from different groups of
     u_i v_i / (|u| |v|). Sums to `expected_cosine(x, groups)`. x: [N, H] -> [H]."""
@@ -327,6 +334,6 @@ def anisotropy_report(embedder: "Embedder", texts: Sequence[str], *, layers="all
     return report, standardizer
 
 
-__all__ = ["unit_rows", "cosine_contributions", "expected_cosine", "RogueDimension",
+__all__ = ["cosine_matrix", "unit_rows", "cosine_contributions", "expected_cosine", "RogueDimension",
            "rogue_dimensions", "self_similarity", "intra_sentence_similarity", "Standardizer",
            "sample_lines", "LayerStats", "AnisotropyReport", "anisotropy_report"]

@@ -400,7 +400,8 @@ def _run_static_similarity(args) -> int:
 
 
 def _run_static_contexts(args) -> int:
-    from .static import StaticVectors, cosine_matrix, find_word
+    from .analysis import cosine_matrix
+    from .static import StaticVectors, find_word
 
     spans = [find_word(t, args.word) for t in args.texts]
     tables = [("static (one vector per word type)",

@@ -22,7 +22,6 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -437,7 +436,7 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
         tune_thresholds(runner, dev)
         final.update(runner.evaluate(dev))
         if task_name != "spans" or all(getattr(s, "tags", None) for s in train_examples):
-            final["baseline"] = majority_baseline(task, train_examples, dev)
+            final["baseline"] = metrics.baseline_scores(task, train_examples, dev)
         heads.save_task_model(m, path, task=task, tokenizer=tokenizer,
                               labels=task.get("labels") if task_name != "regress" else None)
         write_json(path / "dev_metrics.json", final)
@@ -465,45 +464,6 @@ def finetune(task_name: str, model_dir: str | Path, train_path: str | Path,
                           result.best_step, task)
 
 
-def majority_baseline(task: dict, train: list, test: list) -> dict:
-    """Scores of always predicting the most frequent training label (tag: per word type, the
-    most frequent tag of that word, unseen words the most frequent tag overall)."""
-    name = task["task"]
-    if task.get("label_kind") == "multi":
-        sets = [tuple(ex.label) for ex in train]
-        top = list(max(set(sets), key=sets.count))
-        return metrics.multilabel_scores([ex.label for ex in test], [top] * len(test),
-                                         task["labels"])
-    if name in ("classify", "pair"):
-        labels = [ex.label for ex in train]
-        top = max(set(labels), key=labels.count)
-        return metrics.classification_scores([ex.label for ex in test], [top] * len(test),
-                                             task["labels"])
-    if name == "regress":
-        mean = float(np.mean([ex.label for ex in train]))
-        return metrics.regression_scores([ex.label for ex in test], [mean] * len(test))
-    if name in ("tag", "spans"):
-        counts: dict[str, dict[str, int]] = {}
-        for s in train:
-            for w, t in zip(s.tokens, s.tags):
-                counts.setdefault(w, {}).setdefault(t, 0)
-                counts[w][t] += 1
-        overall: dict[str, int] = {}
-        for c in counts.values():
-            for t, n in c.items():
-                overall[t] = overall.get(t, 0) + n
-        default = max(overall, key=overall.get)
-        pred = [[max(counts[w], key=counts[w].get) if w in counts else default
-                 for w in s.tokens] for s in test]
-        if any(is_chunk_tag(t) and t != "O" for t in overall):
-            return metrics.entity_scores([s.tags for s in test], pred)
-        return {"accuracy": metrics.accuracy([t for s in test for t in s.tags],
-                                             [t for s in pred for t in s])}
-    # QA: always "no answer" (exact on unanswerable questions only)
-    return metrics.squad_scores({ex.id: "" for ex in test},
-                                {ex.id: [a.text for a in ex.answers] for ex in test})
-
-
 __all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "read_examples", "describe_task",
-           "build", "freeze", "param_groups", "loss_fn", "EpochBatches", "majority_baseline",
+           "build", "freeze", "param_groups", "loss_fn", "EpochBatches",
            "tune_thresholds", "TASKS", "DEFAULTS"]

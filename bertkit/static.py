@@ -481,13 +481,6 @@ def is_static_dir(path: str | Path) -> bool:
     return (p / VOCAB_FILE).is_file() and (p / VECTORS_FILE).is_file()
 
 
-def cosine_matrix(x: np.ndarray) -> np.ndarray:
-    """Cosines between all rows of x [N, D] -> [N, N]."""
-    u = np.asarray(x, dtype=np.float64)
-    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
-    return u @ u.T
-
-
 def find_word(text: str, word: str) -> tuple[int, int]:
     """Character span of the first whole-word, case-insensitive occurrence of `word`."""
     m = re.search(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", text, flags=re.IGNORECASE)
@@ -499,4 +492,4 @@ def find_word(text: str, word: str) -> tuple[int, int]:
 __all__ = ["SkipGramConfig", "Tokenization", "Corpus", "read_corpus", "noise_distribution",
            "sample_negatives", "keep_probabilities", "subsample", "skipgram_pairs", "sgns_loss",
            "sgns_gradients", "TrainStats", "train_skipgram", "StaticVectors", "is_static_dir",
-           "cosine_matrix", "find_word", "WORD"]
+           "find_word", "WORD"]
