@@ -24,6 +24,8 @@ each side and of the per-repeat ratios are printed, after one discarded warm-up 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import random
 import statistics
@@ -194,8 +196,10 @@ def main() -> int:
         dev_file = tmp / "dev.jsonl"
         dev_file.write_text("".join(json.dumps(r) + "\n" for r in rows[:32]))
         for rep in range(0 if args.skip_training else args.repeats + 1):
-            a = bertkit_train(minilm_dir(), train_file, dev_file, tmp / f"ours{rep}")
-            b = transformers_train(minilm_dir(), rows, args.steps, tmp / f"theirs{rep}")
+            quiet = io.StringIO()  # both sides' own training logs
+            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+                a = bertkit_train(minilm_dir(), train_file, dev_file, tmp / f"ours{rep}")
+                b = transformers_train(minilm_dir(), rows, args.steps, tmp / f"theirs{rep}")
             print(f"  fine-tuning repeat {rep}{' (warm-up)' if rep == 0 else ''}: bertkit "
                   f"{a:.3f} steps/s, transformers Trainer {b:.3f} steps/s, ratio {a / b:.2f}",
                   flush=True)
