@@ -61,14 +61,19 @@ def read_jsonl(path: str | os.PathLike, what: str = "input file") -> Iterator[tu
         yield number, obj
 
 
-def read_json(path: str | os.PathLike, what: str = "JSON file"):
+def read_json(path: str | os.PathLike, what: str = "JSON file", format: str | None = None):
+    """The parsed file; with `format`, it must be a JSON object whose "format" is that name
+    (the files bertkit writes say what they are)."""
     p = require_file(path, what)
     try:
-        return json.loads(p.read_bytes().decode("utf-8"))
+        data = json.loads(p.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
         raise UserError(f"{p}: not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
+    if format is not None and (not isinstance(data, dict) or data.get("format") != format):
+        raise UserError(f"{p}: not a {what} (no \"format\": \"{format}\")")
+    return data
 
 
 @contextlib.contextmanager

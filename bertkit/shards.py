@@ -123,10 +123,7 @@ def load_manifest(data_dir: str | os.PathLike) -> dict:
     if not (data / "manifest.json").is_file():
         raise UserError(f"{data}: no manifest.json: not a finished `bertkit prepare` output "
                         f"(re-run prepare to finish it)")
-    manifest = read_json(data / "manifest.json")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise UserError(f"{data / 'manifest.json'}: not a {FORMAT} manifest")
-    return manifest
+    return read_json(data / "manifest.json", f"{FORMAT} manifest", format=FORMAT)
 
 
 @dataclass

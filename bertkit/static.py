@@ -455,9 +455,7 @@ class StaticVectors:
         if not is_static_dir(p):
             raise UserError(f"{p}: not a static-vectors directory (no {VOCAB_FILE} and "
                             f"{VECTORS_FILE}; make one with `bertkit static train`)")
-        meta = read_json(p / VOCAB_FILE, "static vocabulary")
-        if not isinstance(meta, dict) or meta.get("format") != "bertkit-static":
-            raise UserError(f"{p / VOCAB_FILE}: not a bertkit static vocabulary")
+        meta = read_json(p / VOCAB_FILE, "bertkit static vocabulary", format="bertkit-static")
         try:
             with safe_open(str(p / VECTORS_FILE), "np") as f:
                 vectors = f.get_tensor("vectors")

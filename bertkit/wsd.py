@@ -167,9 +167,7 @@ class SenseInventory:
         if not (p / INDEX_FILE).is_file() or not (p / VECTORS_FILE).is_file():
             raise UserError(f"{p}: not a WSD directory (no {INDEX_FILE} and {VECTORS_FILE}; "
                             f"make one with `bertkit wsd train`)")
-        index = read_json(p / INDEX_FILE, "WSD index")
-        if not isinstance(index, dict) or index.get("format") != "bertkit-wsd":
-            raise UserError(f"{p / INDEX_FILE}: not a bertkit WSD index")
+        index = read_json(p / INDEX_FILE, "bertkit WSD index", format="bertkit-wsd")
         try:
             rows = {s["row"]: Sense(lemma, pos, s["synset"], s["gloss"], s["count"], s["rank"])
                     for lemma, by_pos in index["lemmas"].items()
