@@ -23,7 +23,7 @@ from torch import nn
 
 from . import hub
 from .files import UserError
-from .model import Encoder, build_attention_mask, init_weights
+from .model import Encoder, attend, build_attention_mask, init_weights
 from .spans import SpanHead
 
 TASK_FILE = "bertkit_task.json"
@@ -190,9 +190,8 @@ def cls_vector(encoder: Encoder, input_ids, token_type_ids=None,
     w, b = block.attn.qkv.weight, block.attn.qkv.bias
     q = F.linear(x[:, :1], w[:H], b[:H]).view(B, 1, A, H // A).transpose(1, 2)  # [B, A, 1, D]
     k, v = F.linear(x, w[H:], b[H:]).view(B, T, 2, A, H // A).unbind(2)
-    y = F.scaled_dot_product_attention(
-        q, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-        dropout_p=block.attn.dropout_p if block.training else 0.0)  # [B, A, 1, D]
+    y = attend(q, k.transpose(1, 2), v.transpose(1, 2), mask, False,
+               block.attn.dropout_p if block.training else 0.0)  # [B, A, 1, D]
     h = block.attn_norm(x[:, :1] + block.dropout(block.attn.out(y.transpose(1, 2).reshape(B, 1, H))))
     h = block.ffn_norm(h + block.dropout(block.down(block.act(block.up(h)))))
     return h[:, 0]
