@@ -196,7 +196,8 @@ class Encoder(nn.Module):
 
 
 class MaskedLMHead(nn.Module):
-    """Dense + activation + LayerNorm, then the decoder tied to the word embeddings, plus bias."""
+    """Dense + activation + LayerNorm; the decoder tied to the word embeddings and `bias` are
+    applied by the caller."""
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
@@ -205,13 +206,11 @@ class MaskedLMHead(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
-    def transform(self, h: torch.Tensor) -> torch.Tensor:
-        """h: [..., H] -> the states the decoder projects onto the vocabulary, [..., H]."""
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """h: [..., H] -> the states the tied decoder projects onto the vocabulary, [..., H]
+        (the caller applies it with `self.bias`: `objectives.vocab_terms` fuses it with the
+        loss)."""
         return self.norm(self.act(self.dense(h)))
-
-    def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        """h: [..., H] (usually only the N selected positions) -> logits [..., V]."""
-        return F.linear(self.transform(h), word_embeddings, self.bias)
 
 
 class SpanBoundaryHead(nn.Module):
@@ -282,7 +281,7 @@ class PretrainingModel(nn.Module):
         h = out.last_hidden_state
         if positions is not None:
             h = h.reshape(-1, h.shape[-1]).index_select(0, positions)  # [N, H]
-        return self.mlm.transform(h), out
+        return self.mlm(h), out
 
 
 def init_weights(module: nn.Module, cfg: EncoderConfig) -> None:
