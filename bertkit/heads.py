@@ -23,7 +23,7 @@ from torch import nn
 
 from . import hub
 from .files import UserError
-from .model import Encoder, attend, build_attention_mask, init_weights
+from .model import Encoder, cls_rows, init_weights
 from .spans import SpanHead
 
 TASK_FILE = "bertkit_task.json"
@@ -54,8 +54,10 @@ class SequenceClassifier(nn.Module):
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
-        pooled = torch.tanh(self.encoder.pooler(cls_vector(self.encoder, input_ids,
-                                                           token_type_ids, attention_mask)))
+        # the head reads [CLS] alone, so the last block runs at [CLS] alone (`rows=`)
+        cls = self.encoder(input_ids, token_type_ids, attention_mask,
+                           rows=cls_rows(input_ids)).last_hidden_state  # [B, H]
+        pooled = self.encoder.pool(cls)
         return self.classifier(self.dropout(pooled))  # [B, K]
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -170,31 +172,6 @@ class SpanTagger(nn.Module):
         head = self.span_head
         return {"kind": "spans", "num_labels": head.num_types, "max_width": head.max_width,
                 "ffn_size": head.start[0].out_features}
-
-
-def cls_vector(encoder: Encoder, input_ids, token_type_ids=None,
-               attention_mask=None) -> torch.Tensor:
-    """The last block's [CLS] output [B, H], equal to `encoder(...).last_hidden_state[:, 0]`.
-
-    A sentence head reads nothing else, so the last block computes keys and values for every
-    token but its query, attention output and feed-forward only at [CLS]: about 1/L of the
-    encoder's work saved, in training and prediction alike.
-    """
-    x = encoder.embeddings(input_ids, token_type_ids)  # [B, T, H]
-    B, T, H = x.shape
-    mask = build_attention_mask(attention_mask, T, False, x.device)
-    for block in encoder.blocks[:-1]:
-        x = block(x, mask, False)
-    block = encoder.blocks[-1]
-    A = block.attn.num_heads
-    w, b = block.attn.qkv.weight, block.attn.qkv.bias
-    q = F.linear(x[:, :1], w[:H], b[:H]).view(B, 1, A, H // A).transpose(1, 2)  # [B, A, 1, D]
-    k, v = F.linear(x, w[H:], b[H:]).view(B, T, 2, A, H // A).unbind(2)
-    y = attend(q, k.transpose(1, 2), v.transpose(1, 2), mask, False,
-               block.attn.dropout_p if block.training else 0.0)  # [B, A, 1, D]
-    h = block.attn_norm(x[:, :1] + block.dropout(block.attn.out(y.transpose(1, 2).reshape(B, 1, H))))
-    h = block.ffn_norm(h + block.dropout(block.down(block.act(block.up(h)))))
-    return h[:, 0]
 
 
 # Subwords and words ------------------------------------------------------------------------------
@@ -345,6 +322,6 @@ def load_task_model(path: str | Path, crf_factory=None,
 
 
 __all__ = ["SequenceClassifier", "TokenClassifier", "QuestionAnswerer", "SpanTagger",
-           "first_subword_index", "cls_vector", "build_model", "init_head",
+           "first_subword_index", "build_model", "init_head",
            "save_task_model", "read_task", "load_task_model", "head_dropout", "TASK_FILE",
            "HEAD_FILE", "PROBLEM_TYPES"]

@@ -94,12 +94,17 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.dropout_p = cfg.attention_dropout
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H], or [N, H] at `rows` (flat indices into B*T)."""
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # 3 x [B, A, T, D]
         y = attend(q, k, v, mask, causal, self.dropout_p if self.training else 0.0)
-        return self.out(y.transpose(1, 2).reshape(B, T, H))  # [B, A, T, D] -> [B, T, H]
+        y = y.transpose(1, 2).reshape(B, T, H)  # [B, A, T, D] -> [B, T, H]
+        if rows is not None:
+            y = y.reshape(B * T, H).index_select(0, rows)  # [N, H]
+        return self.out(y)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -136,8 +141,14 @@ class Block(nn.Module):
         self.act = activation_fn(cfg.activation)
         self.dropout = Dropout(cfg.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, causal)))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H]; with `rows` (flat indices into B*T), only those rows
+        [N, H]: attention still reads every token, everything after it runs on N rows."""
+        y = self.attn(x, mask, causal, rows)
+        if rows is not None:
+            x = x.reshape(-1, x.shape[-1]).index_select(0, rows)  # [N, H]
+        x = self.attn_norm(x + self.dropout(y))
         return self.ffn_norm(x + self.dropout(self.down(self.act(self.up(x)))))
 
 
@@ -161,9 +172,10 @@ def build_attention_mask(padding: torch.Tensor | None, T: int, causal: bool,
 
 class EncoderOutput(NamedTuple):
     last_hidden_state: torch.Tensor
-    """[B, T, H] output of the last block."""
-    pooled: torch.Tensor
-    """[B, H] tanh(W h_[CLS] + b): the pooled sentence vector the NSP head reads."""
+    """[B, T, H] output of the last block, or [N, H] at the `rows` asked for."""
+    pooled: torch.Tensor | None
+    """[B, H] tanh(W h_[CLS] + b): the pooled sentence vector the NSP head reads (None when
+    only some rows were asked for: pool their [CLS] rows with `Encoder.pool`)."""
     hidden_states: tuple[torch.Tensor, ...] | None
     """L + 1 tensors [B, T, H] (embeddings, then each block) when asked for, else None."""
 
@@ -180,18 +192,45 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, *, causal: bool = False,
-                output_hidden_states: bool = False) -> EncoderOutput:
+                output_hidden_states: bool = False,
+                rows: torch.Tensor | None = None) -> EncoderOutput:
         """input_ids, token_type_ids, attention_mask: [B, T]. `causal=True` lets each token
-        see only itself and the tokens to its left (the left-to-right variant)."""
+        see only itself and the tokens to its left (the left-to-right variant).
+
+        `rows` ([N] flat indices into B*T) asks for the last block's output at those rows
+        only. A head that reads a few positions (the masked ones, [CLS]) needs nothing else,
+        and the last block's output projection and feed-forward then run on N rows instead of
+        B*T; its attention still reads every token, so the rows equal the full output's.
+        """
         x = self.embeddings(input_ids, token_type_ids)  # [B, T, H]
         mask = build_attention_mask(attention_mask, input_ids.shape[1], causal, x.device)
         states = [x] if output_hidden_states else None
-        for block in self.blocks:
-            x = block(x, mask, causal)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, causal, rows if i == len(self.blocks) - 1 else None)
             if states is not None:
                 states.append(x)
-        pooled = torch.tanh(self.pooler(x[:, 0]))  # [B, H]
+        pooled = self.pool(x[:, 0]) if rows is None else None
         return EncoderOutput(x, pooled, tuple(states) if states is not None else None)
+
+    def pool(self, cls: torch.Tensor) -> torch.Tensor:
+        """[CLS] outputs [B, H] -> the pooled sentence vectors tanh(W h + b) [B, H]."""
+        return torch.tanh(self.pooler(cls))
+
+
+def cls_rows(input_ids: torch.Tensor) -> torch.Tensor:
+    """The flat indices of the [CLS] (first) position of each sequence in B*T: [B]."""
+    B, T = input_ids.shape
+    return torch.arange(B, device=input_ids.device) * T
+
+
+def last_block_rows(encoder: Encoder, input_ids: torch.Tensor,
+                    token_type_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
+                    *rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One encoder pass whose last block runs only at the rows asked for: one [N_i, H] tensor
+    for each tensor of flat indices into B*T in `rows`."""
+    wanted = rows[0] if len(rows) == 1 else torch.cat(rows)
+    h = encoder(input_ids, token_type_ids, attention_mask, rows=wanted).last_hidden_state
+    return h.split([r.shape[0] for r in rows])
 
 
 
@@ -262,26 +301,22 @@ class PretrainingModel(nn.Module):
         """Returns (mlm_logits, nsp_logits [B, 2], encoder output).
 
         mlm_logits are [B, T, V] for every position, or [N, V] for `positions`, a [N] tensor
-        of flat indices into B*T: projecting only the selected positions onto the vocabulary
-        saves most of the head's compute.
+        of flat indices into B*T: then only those positions (and [CLS]) pass the last block
+        and the vocabulary projection, and the encoder output holds their states [N, H].
+        Training losses use `objectives.vocab_terms` on `self.mlm`'s states instead.
         """
-        z, out = self.mlm_states(input_ids, token_type_ids, attention_mask, positions=positions,
-                                 causal=causal, output_hidden_states=output_hidden_states)
-        mlm_logits = F.linear(z, self.encoder.embeddings.word.weight, self.mlm.bias)
+        if positions is None:
+            out = self.encoder(input_ids, token_type_ids, attention_mask, causal=causal,
+                               output_hidden_states=output_hidden_states)
+        else:
+            if causal or output_hidden_states:
+                raise ValueError("positions= takes neither causal nor output_hidden_states")
+            h, cls = last_block_rows(self.encoder, input_ids, token_type_ids, attention_mask,
+                                     positions, cls_rows(input_ids))
+            out = EncoderOutput(h, self.encoder.pool(cls), None)
+        mlm_logits = F.linear(self.mlm(out.last_hidden_state), self.encoder.embeddings.word.weight,
+                              self.mlm.bias)
         return mlm_logits, self.nsp(out.pooled), out
-
-    def mlm_states(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                   attention_mask: torch.Tensor | None = None, *,
-                   positions: torch.Tensor | None = None, causal: bool = False,
-                   output_hidden_states: bool = False):
-        """(the MLM head's states before the vocabulary projection, encoder output): [B, T, H],
-        or [N, H] at `positions`. Training losses project them with `objectives.vocab_terms`."""
-        out = self.encoder(input_ids, token_type_ids, attention_mask, causal=causal,
-                           output_hidden_states=output_hidden_states)
-        h = out.last_hidden_state
-        if positions is not None:
-            h = h.reshape(-1, h.shape[-1]).index_select(0, positions)  # [N, H]
-        return self.mlm(h), out
 
 
 def init_weights(module: nn.Module, cfg: EncoderConfig) -> None:
@@ -310,15 +345,19 @@ def num_parameters(module: nn.Module) -> int:
 def model_flops_per_token(cfg: EncoderConfig, seq_len: int, predicted_fraction: float) -> float:
     """Training FLOPs per token (forward + backward = 3x forward) of the encoder and MLM head.
 
-    Counts matmuls only: 2 FLOPs per multiply-add. The vocabulary projection is paid only for
-    the predicted fraction of positions.
+    Counts matmuls only: 2 FLOPs per multiply-add. The FLOPs that `rows=` skips are not
+    counted: the last block's output projection and feed-forward, and the head, are paid only
+    for the predicted fraction of positions.
     """
     H, I, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.vocab_size
-    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H  # projections + QK^T and AV
-    head = 2 * H * H + 2 * H * V * predicted_fraction
-    return 3.0 * (L * per_layer + head)
+    qkv_attention = 2 * 3 * H * H + 2 * 2 * seq_len * H  # q/k/v projections, QK^T and AV
+    rest = 2 * (H * H + 2 * H * I)  # output projection and feed-forward
+    last_block = qkv_attention + rest * predicted_fraction
+    head = (2 * H * H + 2 * H * V) * predicted_fraction
+    return 3.0 * ((L - 1) * (qkv_attention + rest) + last_block + head)
 
 
 __all__ = ["Embeddings", "SelfAttention", "Block", "Encoder", "EncoderOutput", "MaskedLMHead",
-           "SpanBoundaryHead", "PretrainingModel", "build_attention_mask", "init_weights",
+           "SpanBoundaryHead", "PretrainingModel", "build_attention_mask", "cls_rows",
+           "last_block_rows", "init_weights",
            "num_parameters", "model_flops_per_token"]

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .model import cls_rows, last_block_rows
+
 OBJECTIVES = ("mlm", "mlm+nsp", "span", "clm")
 IGNORE = -100
 
@@ -93,11 +95,13 @@ def _mean(terms, prefix: str):
     return loss, {f"{prefix}_loss": loss.detach(), f"{prefix}_acc": correct / n}
 
 
-def mlm_forward(model: nn.Module, batch: dict):
-    """The model on a batch: (the MLM head's states at the selected positions [N, H],
-    encoder output). The vocabulary projection is left to `vocab_terms`."""
-    return model.mlm_states(batch["input_ids"], batch.get("token_type_ids"),
-                            batch.get("attention_mask"), positions=batch["mlm_positions"])
+def mlm_forward(model: nn.Module, batch: dict, *more_rows: torch.Tensor):
+    """The model on a batch: the MLM head's states at the selected positions [N, H] (the
+    vocabulary projection is left to `vocab_terms`), and a list of the last block's outputs
+    at each tensor of `more_rows`. The last block runs only at these rows."""
+    h, *more = last_block_rows(model.encoder, batch["input_ids"], batch.get("token_type_ids"),
+                               batch.get("attention_mask"), batch["mlm_positions"], *more_rows)
+    return model.mlm(h), more
 
 
 def mlm_loss(model: nn.Module, batch: dict):
@@ -112,35 +116,41 @@ def nsp_terms(nsp_logits: torch.Tensor, labels: torch.Tensor):
     return loss, {"nsp_loss": loss.detach(), "nsp_acc": acc}
 
 
+def _mlm_nsp_forward(model: nn.Module, batch: dict):
+    """(MLM head states [N, H], next-sentence logits [B, 2]) from one pass."""
+    z, (cls,) = mlm_forward(model, batch, cls_rows(batch["input_ids"]))
+    return z, model.nsp(model.encoder.pool(cls))
+
+
 def mlm_nsp_loss(model: nn.Module, batch: dict):
     """BERT: masked LM + next-sentence prediction on [CLS]."""
-    z, out = mlm_forward(model, batch)
+    z, nsp_logits = _mlm_nsp_forward(model, batch)
     mlm, metrics = _mean(_decode_terms(model, z, batch["mlm_labels"]), "mlm")
-    nsp, nsp_metrics = nsp_terms(model.nsp(out.pooled), batch["nsp_labels"])
+    nsp, nsp_metrics = nsp_terms(nsp_logits, batch["nsp_labels"])
     return mlm + nsp, {**metrics, **nsp_metrics}
 
 
-def _sbo_terms(model: nn.Module, out, batch: dict):
-    """The span-boundary objective's terms on the same targets as the MLM."""
-    h = out.last_hidden_state
-    h = h.reshape(-1, h.shape[-1])  # [B*T, H]
-    z = model.sbo(h.index_select(0, batch["span_left"]), h.index_select(0, batch["span_right"]),
-                  batch["span_offset"])  # [N, H]
-    return _decode_terms(model, z, batch["mlm_labels"])
+def _span_forward(model: nn.Module, batch: dict):
+    """(MLM terms, span-boundary terms) on the same targets, from one pass."""
+    z, (left, right) = mlm_forward(model, batch, batch["span_left"], batch["span_right"])
+    labels = batch["mlm_labels"]
+    sbo = model.sbo(left, right, batch["span_offset"])  # [N, H]
+    return _decode_terms(model, z, labels), _decode_terms(model, sbo, labels)
 
 
 def span_loss(model: nn.Module, batch: dict):
     """SpanBERT: masked LM + the span-boundary objective on the same targets."""
-    z, out = mlm_forward(model, batch)
-    mlm, metrics = _mean(_decode_terms(model, z, batch["mlm_labels"]), "mlm")
-    sbo, sbo_metrics = _mean(_sbo_terms(model, out, batch), "sbo")
+    mlm_terms, sbo_terms = _span_forward(model, batch)
+    mlm, metrics = _mean(mlm_terms, "mlm")
+    sbo, sbo_metrics = _mean(sbo_terms, "sbo")
     return mlm + sbo, {**metrics, **sbo_metrics}
 
 
 def _clm_terms(model: nn.Module, batch: dict):
-    z, _ = model.mlm_states(batch["input_ids"], batch.get("token_type_ids"),
-                            batch.get("attention_mask"), causal=True)  # [B, T, H]
-    return _decode_terms(model, z.reshape(-1, z.shape[-1]), batch["clm_labels"].reshape(-1))
+    h = model.encoder(batch["input_ids"], batch.get("token_type_ids"),
+                      batch.get("attention_mask"), causal=True).last_hidden_state  # [B, T, H]
+    z = model.mlm(h.reshape(-1, h.shape[-1]))
+    return _decode_terms(model, z, batch["clm_labels"].reshape(-1))
 
 
 def clm_loss(model: nn.Module, batch: dict):
@@ -177,14 +187,16 @@ def evaluate_lm(model: nn.Module, batches: Iterable[dict], objective: str,
         batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         if objective == "clm":
             terms = _clm_terms(model, batch)
-        else:
-            z, out = mlm_forward(model, batch)
+        elif objective == "mlm+nsp":
+            z, nsp_logits = _mlm_nsp_forward(model, batch)
             terms = _decode_terms(model, z, batch["mlm_labels"])
-            if objective == "mlm+nsp":
-                add("nsp_correct", (model.nsp(out.pooled).argmax(-1) == batch["nsp_labels"]).sum())
-                add("nsp_count", torch.tensor(batch["nsp_labels"].numel()))
-            if objective == "span":
-                add("sbo_loss", _sbo_terms(model, out, batch)[0])
+            add("nsp_correct", (nsp_logits.argmax(-1) == batch["nsp_labels"]).sum())
+            add("nsp_count", torch.tensor(batch["nsp_labels"].numel()))
+        elif objective == "span":
+            terms, sbo_terms = _span_forward(model, batch)
+            add("sbo_loss", sbo_terms[0])
+        else:
+            terms = _decode_terms(model, mlm_forward(model, batch)[0], batch["mlm_labels"])
         add("loss", terms[0])
         add("correct", terms[1])
         add("count", terms[2])

@@ -171,16 +171,13 @@ def test_crf_head_decodes_only_allowed_sequences():
     assert torch.isfinite(loss) and model.crf.transitions.grad is not None
 
 
-def test_cls_only_last_block_equals_the_full_encoder():
+def test_sentence_heads_read_cls_through_the_last_block_rows():
     model = make("sequence")
     ids, types, mask = inputs()
     with torch.no_grad():
-        full = model.encoder(ids, types, mask).last_hidden_state[:, 0]
-        torch.testing.assert_close(heads.cls_vector(model.encoder, ids, types, mask), full,
-                                   atol=1e-6, rtol=0)
-        no_mask = heads.cls_vector(model.encoder, ids)
-        torch.testing.assert_close(no_mask, model.encoder(ids).last_hidden_state[:, 0],
-                                   atol=1e-6, rtol=0)
+        full = model.encoder(ids, types, mask)
+        expected = model.classifier(full.pooled)
+        torch.testing.assert_close(model(ids, types, mask), expected, atol=1e-6, rtol=0)
     # gradients reach every encoder weight but nothing the head does not read
     model.train()
     model.loss(model(ids, types, mask), torch.tensor([0, 1, 2])).backward()

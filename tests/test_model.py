@@ -7,8 +7,8 @@ import torch
 
 from bertkit import hub
 from bertkit.config import EncoderConfig
-from bertkit.model import (Encoder, PretrainingModel, build_attention_mask, init_weights,
-                           model_flops_per_token)
+from bertkit.model import (Encoder, PretrainingModel, build_attention_mask, cls_rows,
+                           init_weights, last_block_rows, model_flops_per_token)
 
 transformers = pytest.importorskip("transformers")
 
@@ -75,7 +75,43 @@ def test_selected_positions_equal_full_projection():
     with torch.no_grad():
         full, _, _ = model(ids, segments, mask)
         sparse, _, _ = model(ids, segments, mask, positions=positions)
-    torch.testing.assert_close(sparse, full.reshape(-1, full.shape[-1])[positions])
+    torch.testing.assert_close(sparse, full.reshape(-1, full.shape[-1])[positions],
+                               atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_last_block_rows_equal_the_full_output_and_its_gradients(masked):
+    model = random_model(6, **SHAPES[1])
+    ids, segments, mask = batch(model.config.vocab_size)
+    mask = mask if masked else None
+    rows = torch.tensor([16, 0, 17 + 3, 2 * 17 + 4, 0])  # any order, repeats allowed
+    params = list(model.encoder.parameters())
+
+    def grads(h):
+        weights = torch.linspace(-1, 1, h.numel()).view_as(h)
+        return torch.autograd.grad((h * weights).sum(), params, allow_unused=True)
+
+    full = model.encoder(ids, segments, mask).last_hidden_state
+    full_rows = full.reshape(-1, full.shape[-1])[rows]
+    h, cls = last_block_rows(model.encoder, ids, segments, mask, rows, cls_rows(ids))
+    torch.testing.assert_close(h, full_rows, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cls, full[:, 0], atol=1e-5, rtol=0)
+    assert model.encoder(ids, segments, mask, rows=rows).pooled is None
+    for a, b in zip(grads(h), grads(full_rows)):
+        if a is None:  # only the pooler is unused by both
+            assert b is None
+            continue
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_flops_count_the_last_block_only_at_predicted_rows():
+    cfg = EncoderConfig(vocab_size=1000, hidden_size=64, num_layers=2, num_heads=4,
+                        intermediate_size=256)
+    all_rows = model_flops_per_token(cfg, 128, 1.0)
+    some = model_flops_per_token(cfg, 128, 0.15)
+    H, I, V = 64, 256, 1000
+    skipped = 0.85 * 3 * 2 * (H * H + 2 * H * I + H * H + H * V)
+    assert some == pytest.approx(all_rows - skipped)
 
 
 def test_bidirectional_sees_the_future_and_causal_does_not():
