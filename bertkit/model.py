@@ -120,7 +120,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                               is_causal=causal and mask is None)
     T = q.shape[-2]
-    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # [B, A, T, T]
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [B, A, T, T]; q is the smaller
     if mask is None and causal:
         mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     if mask is not None:
@@ -342,22 +342,34 @@ def num_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+def _layer_flops(cfg: EncoderConfig, seq_len: int) -> tuple[float, float]:
+    """Forward FLOPs per token of one block: (q/k/v projections with QK^T and AV, which every
+    row pays; the output projection and feed-forward, which `rows=` can skip)."""
+    H, I = cfg.hidden_size, cfg.intermediate_size
+    return 2 * 3 * H * H + 2 * 2 * seq_len * H, 2 * (H * H + 2 * H * I)
+
+
+def encoder_flops_per_token(cfg: EncoderConfig, seq_len: int) -> float:
+    """Forward FLOPs per token of the encoder on sequences of `seq_len` tokens (inference).
+
+    Counts matmuls only: 2 FLOPs per multiply-add.
+    """
+    return cfg.num_layers * sum(_layer_flops(cfg, seq_len))
+
+
 def model_flops_per_token(cfg: EncoderConfig, seq_len: int, predicted_fraction: float) -> float:
     """Training FLOPs per token (forward + backward = 3x forward) of the encoder and MLM head.
 
-    Counts matmuls only: 2 FLOPs per multiply-add. The FLOPs that `rows=` skips are not
-    counted: the last block's output projection and feed-forward, and the head, are paid only
-    for the predicted fraction of positions.
+    The FLOPs that `rows=` skips are not counted: the last block's output projection and
+    feed-forward, and the head, are paid only for the predicted fraction of positions.
     """
-    H, I, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.vocab_size
-    qkv_attention = 2 * 3 * H * H + 2 * 2 * seq_len * H  # q/k/v projections, QK^T and AV
-    rest = 2 * (H * H + 2 * H * I)  # output projection and feed-forward
-    last_block = qkv_attention + rest * predicted_fraction
+    H, V = cfg.hidden_size, cfg.vocab_size
+    skipped = (1 - predicted_fraction) * _layer_flops(cfg, seq_len)[1]
     head = (2 * H * H + 2 * H * V) * predicted_fraction
-    return 3.0 * ((L - 1) * (qkv_attention + rest) + last_block + head)
+    return 3.0 * (encoder_flops_per_token(cfg, seq_len) - skipped + head)
 
 
 __all__ = ["Embeddings", "SelfAttention", "Block", "Encoder", "EncoderOutput", "MaskedLMHead",
            "SpanBoundaryHead", "PretrainingModel", "build_attention_mask", "cls_rows",
            "last_block_rows", "init_weights",
-           "num_parameters", "model_flops_per_token"]
+           "num_parameters", "encoder_flops_per_token", "model_flops_per_token"]

@@ -16,6 +16,7 @@ import glob
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -87,4 +88,27 @@ def describe(precision: str | None = None, freed_memory_kept: bool = False) -> s
     return ", ".join(parts)
 
 
-__all__ = ["physical_cores", "allocator", "keep_freed_memory", "describe"]
+def matmul_limit(dtype: torch.dtype, device: torch.device | str = "cpu",
+                 seconds: float = 2.0) -> float:
+    """The best dense matmul rate in GFLOP/s (square 1024 on a CPU, 8192 on a GPU): the
+    ceiling that model FLOP utilisation (MFU) is measured against."""
+    device = torch.device(device)
+    n = 1024 if device.type == "cpu" else 8192
+    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
+
+    def timed() -> float:
+        start = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    for _ in range(3):
+        timed()
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        best = max(best, 2 * n ** 3 / timed() / 1e9)
+    return best
+
+
+__all__ = ["physical_cores", "allocator", "keep_freed_memory", "describe", "matmul_limit"]
