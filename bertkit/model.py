@@ -98,11 +98,24 @@ class SelfAttention(nn.Module):
                 rows: torch.Tensor | None = None) -> torch.Tensor:
         """x: [B, T, H] -> [B, T, H], or [N, H] at `rows` (flat indices into B*T)."""
         B, T, H = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads).unbind(2)
+        A, D = self.num_heads, H // self.num_heads
+        p = self.dropout_p if self.training else 0.0
+        if rows is not None and rows.shape[0] <= B and not causal:
+            # As few rows as sequences (a sentence head's [CLS]): queries only at the rows,
+            # each against its own sequence's keys, copied out per row.
+            N = rows.shape[0]
+            w, b = self.qkv.weight, self.qkv.bias
+            q = F.linear(x.reshape(B * T, H).index_select(0, rows), w[:H], b[:H])  # [N, H]
+            k, v = F.linear(x, w[H:], b[H:]).view(B, T, 2, A, D).unbind(2)  # 2 x [B, T, A, D]
+            seq = torch.div(rows, T, rounding_mode="floor")  # [N]
+            k, v = (t.index_select(0, seq).transpose(1, 2) for t in (k, v))  # 2 x [N, A, T, D]
+            mask = mask.index_select(0, seq) if mask is not None else None  # [N, 1, 1, T]
+            y = attend(q.view(N, A, 1, D), k, v, mask, False, p)  # [N, A, 1, D]
+            return self.out(y.reshape(N, H))
+        q, k, v = self.qkv(x).view(B, T, 3, A, D).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # 3 x [B, A, T, D]
-        y = attend(q, k, v, mask, causal, self.dropout_p if self.training else 0.0)
-        y = y.transpose(1, 2).reshape(B, T, H)  # [B, A, T, D] -> [B, T, H]
-        if rows is not None:
+        y = attend(q, k, v, mask, causal, p).transpose(1, 2).reshape(B, T, H)  # [B, T, H]
+        if rows is not None:  # many rows: attention for all, the rest only at the rows
             y = y.reshape(B * T, H).index_select(0, rows)  # [N, H]
         return self.out(y)
 

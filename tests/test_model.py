@@ -81,11 +81,13 @@ def test_selected_positions_equal_full_projection():
 
 
 @pytest.mark.parametrize("masked", [True, False])
-def test_last_block_rows_equal_the_full_output_and_its_gradients(masked):
+@pytest.mark.parametrize("rows", [[16, 0, 17 + 3, 2 * 17 + 4, 0], [2 * 17 + 1, 17 + 3]],
+                         ids=["more rows than sequences", "fewer"])  # the two attention paths
+def test_last_block_rows_equal_the_full_output_and_its_gradients(masked, rows):
     model = random_model(6, **SHAPES[1])
     ids, segments, mask = batch(model.config.vocab_size)
     mask = mask if masked else None
-    rows = torch.tensor([16, 0, 17 + 3, 2 * 17 + 4, 0])  # any order, repeats allowed
+    rows = torch.tensor(rows)  # any order, repeats allowed
     params = list(model.encoder.parameters())
 
     def grads(h):
