@@ -78,6 +78,8 @@ def test_selected_positions_equal_full_projection():
         sparse, _, _ = model(ids, segments, mask, positions=positions)
     torch.testing.assert_close(sparse, full.reshape(-1, full.shape[-1])[positions],
                                atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="positions= takes neither"):
+        model(ids, segments, mask, positions=positions, output_hidden_states=True)
 
 
 @pytest.mark.parametrize("masked", [True, False])
