@@ -246,7 +246,6 @@ def last_block_rows(encoder: Encoder, input_ids: torch.Tensor,
     return h.split([r.shape[0] for r in rows])
 
 
-
 class MaskedLMHead(nn.Module):
     """Dense + activation + LayerNorm; the decoder tied to the word embeddings and `bias` are
     applied by the caller."""
