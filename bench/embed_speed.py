@@ -83,8 +83,8 @@ def main() -> int:
     except ImportError as e:
         print(f"skipped: {e} (pip install -e '.[test]')")
         return 0
-    from bertkit.embed import Embedder, plan_batches
-    from bertkit.model import encoder_flops_per_token
+    from bertkit.embeddings.embedder import Embedder, plan_batches
+    from bertkit.model.encoder import encoder_flops_per_token
     from bertkit.runtime import matmul_limit
 
     torch.set_num_threads(args.threads)

@@ -22,9 +22,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bertkit import hub  # noqa: E402
+from bertkit.model import hub  # noqa: E402
 from bertkit.config import preset  # noqa: E402
-from bertkit.model import Encoder, init_weights  # noqa: E402
+from bertkit.model.encoder import Encoder, init_weights  # noqa: E402
 
 
 def timed(fn, steps: int) -> float:

@@ -39,9 +39,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bertkit import heads, hub  # noqa: E402
-from bertkit.finetune import FinetuneConfig, finetune  # noqa: E402
-from bertkit.predict import TaskModel  # noqa: E402
+from bertkit.finetuning import heads
+from bertkit.model import hub  # noqa: E402
+from bertkit.finetuning.recipe import FinetuneConfig, finetune  # noqa: E402
+from bertkit.finetuning.predict import TaskModel  # noqa: E402
 from bertkit.runtime import describe, keep_freed_memory  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sentiment"
@@ -108,7 +109,7 @@ def transformers_train(model: Path, rows: list[dict], steps: int, out: Path) -> 
 
 def classifier_dir(tmp: Path) -> Path:
     """MiniLM with a (random) 2-label head, written by bertkit; transformers loads it too."""
-    from bertkit.tokenizer import Tokenizer
+    from bertkit.text.tokenizer import Tokenizer
     encoder = hub.load_encoder(minilm_dir())
     model = heads.SequenceClassifier(encoder, 2)
     with torch.random.fork_rng():
@@ -122,7 +123,7 @@ def classifier_dir(tmp: Path) -> Path:
 
 def tagger_dir(tmp: Path) -> Path:
     """MiniLM with a (random) 9-tag BIO head, written by bertkit; transformers loads it too."""
-    from bertkit.tokenizer import Tokenizer
+    from bertkit.text.tokenizer import Tokenizer
     labels = ["O"] + [f"{p}-{t}" for t in ("LOC", "MISC", "ORG", "PER") for p in "BI"]
     model = heads.TokenClassifier(hub.load_encoder(minilm_dir()), len(labels))
     with torch.random.fork_rng():

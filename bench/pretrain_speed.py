@@ -5,7 +5,7 @@
 
 Both sides train the same configuration on the same random token ids with 15% masking drawn
 afresh every step (80/10/10):
-- bertkit: `bertkit.train.train` (the real loop: fused AdamW, clipping, logging) with the MLM
+- bertkit: `bertkit.training.loop.train` (the real loop: fused AdamW, clipping, logging) with the MLM
   or MLM+NSP objective, predicting only the masked positions; masking is done per step inside
   the timed loop by a vectorised function (the data side's job).
 - transformers: `BertForMaskedLM` / `BertForPreTraining` (attn_implementation="sdpa") fed by
@@ -31,11 +31,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bertkit import objectives  # noqa: E402
+from bertkit.pretraining import objectives  # noqa: E402
 from bertkit.config import TrainConfig, preset  # noqa: E402
-from bertkit.model import PretrainingModel, init_weights, model_flops_per_token  # noqa: E402
+from bertkit.model.encoder import PretrainingModel, init_weights, model_flops_per_token  # noqa: E402
 from bertkit.runtime import describe, keep_freed_memory, matmul_limit  # noqa: E402
-from bertkit.train import autocast, make_optimizer, train  # noqa: E402
+from bertkit.training.loop import autocast, make_optimizer, train  # noqa: E402
 
 PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103  # the BERT uncased vocabulary's ids
 
@@ -87,7 +87,7 @@ def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
               TrainConfig(max_steps=steps * (repeats + 1), lr=1e-4, warmup_steps=0,
                           log_every=steps, precision=precision, compile=compile), out,
               save=lambda m, p: None, show_progress=False, device=device)
-        from bertkit.curves import read_metrics
+        from bertkit.training.runlog import read_metrics
         records = [r for r in read_metrics(Path(out) / "metrics.jsonl") if r["split"] == "train"]
     return [r["tokens_per_s"] for r in records[1:]]
 

@@ -66,7 +66,7 @@ def main() -> int:
         return 0
     from transformers import BertTokenizerFast
 
-    from bertkit.tokenizer import Tokenizer
+    from bertkit.text.tokenizer import Tokenizer
 
     with CORPUS.open(encoding="utf-8") as f:
         lines = [line.strip() for line in f if line.strip()][:args.lines]

@@ -3,7 +3,7 @@
 The names below are imported on first use, so `import bertkit` stays instant and a script that
 only tokenizes never imports matplotlib. Functions named like their module (`embed`,
 `pretrain`, `finetune`, `fill_mask`, `info`, `train`) are reached through the module
-(`from bertkit.pretrain import pretrain`): a package attribute of that name is the submodule.
+(`from bertkit.pretraining.recipe import pretrain`): a package attribute of that name is the submodule.
 """
 from __future__ import annotations
 
@@ -15,23 +15,25 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # foundation
     "EncoderConfig": "config", "TrainConfig": "config", "PRESETS": "config", "preset": "config",
-    "Encoder": "model", "PretrainingModel": "model",
-    "load_encoder": "hub", "load_pretraining_model": "hub", "save_model": "hub",
-    "Tokenizer": "tokenizer", "train_tokenizer": "vocab",
-    "FillMask": "fill_mask", "init_model": "create",
+    "Encoder": "model.encoder", "PretrainingModel": "model.encoder",
+    "load_encoder": "model.hub", "load_pretraining_model": "model.hub", "save_model": "model.hub",
+    "Tokenizer": "text.tokenizer", "train_tokenizer": "text.vocab",
+    "FillMask": "model.fill_mask", "fill_mask": "model.fill_mask", "init_model": "model.create",
+    "info": "model.info", "train": "training.loop", "TrainResult": "training.loop",
     "UserError": "files",
     # pretraining
-    "prepare": "corpus", "PretrainingBatches": "examples", "MaskingConfig": "masking",
-    "mask_tokens": "masking", "whole_word_mask": "masking", "span_mask": "masking",
-    "PretrainOptions": "pretrain",
+    "prepare": "pretraining.corpus", "PretrainingBatches": "pretraining.examples", "MaskingConfig": "pretraining.masking",
+    "mask_tokens": "pretraining.masking", "whole_word_mask": "pretraining.masking", "span_mask": "pretraining.masking",
+    "PretrainOptions": "pretraining.recipe", "pretrain": "pretraining.recipe",
     # fine-tuning
-    "FinetuneConfig": "finetune",
-    "TaskModel": "predict", "classify": "predict", "tag": "predict", "answer": "predict",
-    "CRF": "crf",
+    "FinetuneConfig": "finetuning.recipe", "finetune": "finetuning.recipe",
+    "TaskModel": "finetuning.predict", "classify": "finetuning.predict", "tag": "finetuning.predict", "answer": "finetuning.predict",
+    "CRF": "finetuning.crf",
     # embeddings and what they show
-    "Embedder": "embed", "word_vector": "embed", "word_vectors": "embed",
-    "Standardizer": "analysis", "anisotropy_report": "analysis",
-    "SenseInventory": "wsd", "train_wsd": "wsd", "StaticVectors": "static",
+    "Embedder": "embeddings.embedder", "word_vector": "embeddings.embedder", "word_vectors": "embeddings.embedder",
+    "embed": "embeddings.embedder",
+    "Standardizer": "embeddings.anisotropy", "anisotropy_report": "embeddings.anisotropy",
+    "SenseInventory": "senses.wsd", "train_wsd": "senses.wsd", "StaticVectors": "senses.static",
 }
 
 __all__ = sorted(_EXPORTS)

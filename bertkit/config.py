@@ -148,7 +148,7 @@ def preset(name: str, **overrides) -> EncoderConfig:
 
 @dataclass
 class TrainConfig:
-    """Settings of `bertkit.train.train`, shared by pretraining and fine-tuning."""
+    """Settings of `bertkit.training.loop.train`, shared by pretraining and fine-tuning."""
 
     lr: float = 1e-4
     """Peak learning rate, reached at the end of warm-up (groups passed in keep their own)."""

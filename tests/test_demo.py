@@ -64,7 +64,7 @@ def test_a_download_with_the_wrong_checksum_is_refused(tmp_path, monkeypatch):
 
 
 def test_demo_on_user_files_end_to_end(tmp_path, capsys):
-    from bertkit.cli import main
+    from bertkit.cli.main import main
 
     corpus = _write_corpus(tmp_path / "mine.txt", documents=80, seed=1)
     out = tmp_path / "demo"

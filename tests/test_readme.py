@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.cli import build_parser
+from bertkit.cli.main import build_parser
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 

@@ -1,0 +1,133 @@
+"""A text file of any size embedded into a float32 `.npy` matrix plus an index of its rows.
+
+One row per line (a sentence vector; a tab separates a pair) or one per word, with
+`out.index.jsonl` beside the matrix saying which line, word and characters each row is. The
+file is streamed in chunks into a memory-mapped `.npy`, so memory does not grow with its size;
+both files appear complete or not at all. The vectors themselves come from `embed.Embedder`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from bertkit.embeddings.embedder import Embedder, LayerSpec, Progress, l2_normalize, resolve_layers
+from bertkit.embeddings.inputs import Text, word_groups
+from bertkit.files import UserError, atomic_file, atomic_path, read_lines, require_file
+
+
+@dataclass
+class EmbedFileResult:
+    rows: int
+    """Rows written to the .npy file."""
+    lines: int
+    """Input lines read."""
+    truncated: int
+    """Lines cut to the model's maximum length."""
+    index_path: Path
+
+
+def index_path_for(out: str | Path) -> Path:
+    """Where the row index of `out.npy` goes: `out.index.jsonl` beside it."""
+    out = Path(out)
+    return out.with_name(out.name[:-4] + ".index.jsonl" if out.name.endswith(".npy")
+                         else out.name + ".index.jsonl")
+
+
+def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
+               words: bool = False, layers: LayerSpec = -1, combine: str = "mean",
+               pool: str = "mean", subword_pool: str = "mean", normalize: bool = False,
+               standardize: bool = False, batch_size: int = 32, chunk_lines: int = 10000,
+               progress: bool = True) -> EmbedFileResult:
+    """Embed every line of a UTF-8 file (a tab separates a pair) into a float32 `.npy` file.
+
+    One row per line (sentence vectors), or with `words=True` one row per word; the index
+    (JSON lines beside the output: `out.index.jsonl`) says which line / word each row is.
+    Streams the file in chunks, so memory does not grow with its size: a first pass checks
+    the text and counts rows, the second embeds into a memory-mapped file. Lines longer than
+    the model are cut (counted and warned about). Both files appear complete or not at all.
+    """
+    input_path = require_file(input_path)
+    out = Path(out)
+    layers_list = resolve_layers(layers, embedder.config.num_layers)
+    width = embedder.config.hidden_size * (len(layers_list) if combine == "concat" else 1)
+    if standardize and embedder.standardizer is None:
+        raise UserError("--standardize: no standardizer is fitted for this model (run "
+                        "`bertkit anisotropy --fit-standardizer` first)")
+
+    def chunks() -> Iterator[tuple[int, list[Text]]]:
+        first, texts = 1, []
+        for number, line in read_lines(input_path):
+            texts.append(tuple(line.split("\t", 1)) if "\t" in line else line)
+            if len(texts) == chunk_lines:
+                yield first, texts
+                first, texts = number + 1, []
+        if texts:
+            yield first, texts
+
+    # Pass 1: decode and count (tokenizing is cheap next to the model).
+    lines = rows = tokens = 0
+    for _, texts in chunks():
+        encoded = embedder.tokenize(texts)
+        lines += len(texts)
+        tokens += sum(len(e.ids) for e in encoded)
+        rows += sum(len(g) for g in word_groups(encoded, texts)[0]) if words else len(texts)
+    if rows == 0:
+        raise UserError(f"{input_path}: no words to embed")
+
+    index = index_path_for(out)
+    truncated = done = 0
+    bar = Progress(lines, tokens, "lines", progress)
+    with _atomic_npy(out, (rows, width)) as matrix, atomic_file(index) as f_index:
+        for first_line, texts in chunks():
+            encoded = embedder.tokenize(texts)
+            truncated += sum(e.truncated for e in encoded)
+            if words:
+                groups, refs = word_groups(encoded, texts)
+                if refs:
+                    block = matrix[done:done + len(refs)]
+                    embedder.pool_groups(encoded, groups, layers_list, combine, subword_pool,
+                                         standardize, batch_size, False, "lines", out=block)
+                    if normalize:
+                        block[:] = l2_normalize(block)
+                for k, r in enumerate(refs):
+                    f_index.write(json.dumps({"row": done + k, "line": first_line + r.item,
+                                              "word": r.word, "segment": r.segment,
+                                              "start": r.start, "end": r.end, "text": r.text},
+                                             ensure_ascii=False) + "\n")
+                done += len(refs)
+            else:
+                block = matrix[done:done + len(encoded)]
+                embedder.pool_groups(
+                    encoded, [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded],
+                    layers_list, combine, "mean", standardize, batch_size, False, "lines",
+                    out=block)
+                if normalize:
+                    block[:] = l2_normalize(block)
+                for k, e in enumerate(encoded):
+                    f_index.write(json.dumps({"row": done + k, "line": first_line + k,
+                                              "truncated": e.truncated}) + "\n")
+                done += len(block)
+            bar.update(len(texts), sum(len(e.ids) for e in encoded))
+    if truncated:
+        warnings.warn(f"{input_path}: {truncated} of {lines} lines were longer than "
+                      f"{embedder.max_length} tokens and were cut", stacklevel=2)
+    return EmbedFileResult(rows=rows, lines=lines, truncated=truncated, index_path=index)
+
+
+@contextlib.contextmanager
+def _atomic_npy(path: Path, shape: tuple[int, int]) -> Iterator[np.memmap]:
+    """A float32 .npy memory map at a temporary sibling of `path`, renamed onto it on success."""
+    with atomic_path(path) as tmp:
+        matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+        yield matrix
+        matrix.flush()
+        del matrix
+
+
+__all__ = ["EmbedFileResult", "embed_file", "index_path_for"]

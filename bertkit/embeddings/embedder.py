@@ -1,0 +1,451 @@
+"""Contextual vectors out of an encoder: tokens, words in context, sentences.
+
+BERT gives one vector per token *instance*. This module turns those into what people use:
+vectors from any layer or set of layers (the last four combined by mean, sum or
+concatenation), one vector per word (mean or first of its subword pieces), one per sentence
+([CLS] or the mean over the real tokens, optionally L2-normalised as sentence-transformers
+does). Files of any size, streamed to `.npy` with an index of what each row is: embed_files.py.
+
+Speed: texts are sorted by token count and batched with neighbours of (nearly) the same
+length, so almost no position is padding; independent batches run on separate cores; the
+model runs under `torch.inference_mode`, in bf16 autocast on request.
+
+Layer numbers index the hidden states: 0 is the embedding layer's output, 1..L the blocks,
+negative numbers count from the last (-1, the default, is the last block).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import warnings
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from bertkit.embeddings.anisotropy import Standardizer
+from bertkit.embeddings.inputs import Encoded, Text, WordRef, tokenize_texts, word_groups
+from bertkit.files import UserError
+from bertkit.model.hub import load_encoder
+from bertkit.model.encoder import Encoder
+
+LayerSpec = int | Sequence[int] | str
+"""A layer number, a list of them, "last4" or "all"."""
+
+COMBINES = ("mean", "sum", "concat")
+POOLS = ("cls", "mean")
+SUBWORD_POOLS = ("mean", "first")
+PRECISIONS = ("fp32", "bf16")
+STANDARDIZER_FILE = "standardize.safetensors"
+
+
+def resolve_layers(spec: LayerSpec, num_layers: int) -> list[int]:
+    """Hidden-state indices (0..num_layers) for a layer spec; raises ValueError if out of range."""
+    n = num_layers + 1
+    if isinstance(spec, str):
+        if spec == "last4":
+            spec = [-4, -3, -2, -1]
+        elif spec == "all":
+            spec = list(range(n))
+        else:
+            try:
+                spec = [int(x) for x in spec.split(",")]
+            except ValueError:
+                raise ValueError(f"layers {spec!r}: expected a number, a comma-separated list, "
+                                 f"'last4' or 'all'") from None
+    if isinstance(spec, (int, np.integer)):
+        spec = [int(spec)]
+    out = []
+    for layer in spec:
+        if not -n <= layer < n:
+            raise ValueError(f"layer {layer} does not exist: the model has layers 0..{n - 1} "
+                             f"(0 = embeddings) or -{n}..-1")
+        out.append(layer % n)
+    if not out:
+        raise ValueError("no layers selected")
+    return out
+
+
+class Progress:
+    """Texts done, tokens/s and ETA on stderr, at most every two seconds; silent when disabled.
+
+    The rate is in tokens because batches go longest first: texts/s would start slow and
+    make the first ETA far too long.
+    """
+
+    def __init__(self, texts: int, tokens: int, what: str, enabled: bool):
+        self.texts, self.tokens, self.what, self.enabled = texts, tokens, what, enabled
+        self.done_texts = self.done_tokens = 0
+        self.start, self.last = time.perf_counter(), 0.0
+
+    def update(self, texts: int, tokens: int) -> None:
+        self.done_texts += texts
+        self.done_tokens += tokens
+        now = time.perf_counter()
+        finished = self.done_texts >= self.texts
+        if self.enabled and (now - self.last > 2.0 or finished):
+            self.last = now
+            rate = self.done_tokens / max(now - self.start, 1e-9)
+            eta = (self.tokens - self.done_tokens) / max(rate, 1e-9)
+            print(f"\r{self.what}: {self.done_texts}/{self.texts}, {rate:,.0f} tokens/s, "
+                  f"ETA {eta:.0f}s   ", end="\n" if finished else "", file=sys.stderr,
+                  flush=True)
+
+
+class Embedder:
+    """A loaded encoder and tokenizer that turn texts into vectors.
+
+    Familiar to sentence-transformers users: `Embedder.load(dir).encode(sentences,
+    batch_size=32, normalize=True)`. Loading happens once; every method reuses the model.
+    """
+
+    def __init__(self, encoder: Encoder, tokenizer, *, max_length: int | None = None,
+                 precision: str = "fp32", standardizer: Standardizer | None = None,
+                 workers: int | None = None, max_padding: float = 0.02):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        self.encoder = encoder.eval()
+        self.tokenizer = tokenizer
+        self.config = encoder.config
+        self.max_length = min(max_length or self.config.max_positions, self.config.max_positions)
+        self.precision = precision
+        self.standardizer = standardizer
+        self.device = next(encoder.parameters()).device
+        self.max_padding = max_padding
+        """Largest share of a batch's positions that may be padding (see plan_batches):
+        2% costs a few more batches than fixed-size ones and saves the padding's compute."""
+        self.workers = max(1, workers or torch.get_num_threads())
+        """Batches computed at once on the CPU, each on one thread: independent batches on
+        separate cores never wait for each other, where one batch split over all cores meets
+        at a barrier after every operation. 1 = one batch at a time on torch's threads."""
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
+             max_length: int | None = None, workers: int | None = None) -> "Embedder":
+        """Load a bertkit / Hugging Face BERT directory.
+
+        The maximum length defaults to the directory's sentence-transformers setting
+        (`sentence_bert_config.json`) when it has one, else the model's positions. A fitted
+        standardizer saved in the directory (`standardize.safetensors`) is loaded, and applied
+        only when a call asks for `standardize=True`.
+        """
+        from bertkit.text.tokenizer import Tokenizer
+
+        path = Path(path)
+        encoder = load_encoder(path, device)
+        tokenizer = Tokenizer.load(path)
+        if max_length is None and (path / "sentence_bert_config.json").is_file():
+            try:
+                st = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
+                max_length = int(st.get("max_seq_length") or 0) or None
+            except (ValueError, TypeError):
+                pass
+        standardizer = None
+        if (path / STANDARDIZER_FILE).is_file():
+            standardizer = Standardizer.load(path / STANDARDIZER_FILE)
+        return cls(encoder, tokenizer, max_length=max_length, precision=precision,
+                   standardizer=standardizer, workers=workers)
+
+    # Tokenizing -------------------------------------------------------------------------------
+
+    def tokenize(self, texts: Sequence[Text], truncation: bool = True,
+                 names: Sequence[str] | None = None) -> list[Encoded]:
+        """Tokenize with offsets and word ids; over-long inputs are cut to `max_length`
+        (`truncation=True`, flagged `truncated`) or rejected with a UserError naming the input
+        (`names[i]`, e.g. "FILE:LINE", else "input i+1")."""
+        return tokenize_texts(self.tokenizer, texts, self.max_length, truncation, names)
+
+    # The forward pass -------------------------------------------------------------------------
+
+    def _tasks(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
+               first_row: np.ndarray, batch_size: int, subword_pool: str) -> Iterator["_Task"]:
+        """Batches of texts of similar token counts, with the positions each output row pools.
+
+        Longest first, so a batch too big for memory fails at once rather than at the end.
+        """
+        for items in plan_batches(np.array([len(e.ids) for e in encoded]), batch_size,
+                                  self.max_padding):
+            lengths = np.array([len(encoded[i].ids) for i in items])
+            B, T = len(items), int(lengths.max())
+            mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int64)  # [B, T]
+            ids = np.zeros((B, T), dtype=np.int64)
+            types = np.zeros((B, T), dtype=np.int64)
+            ids[mask.astype(bool)] = np.concatenate([encoded[i].ids for i in items])
+            types[mask.astype(bool)] = np.concatenate([encoded[i].type_ids for i in items])
+            flat, local, rows = [], [], []
+            for b, i in enumerate(items):
+                for k, positions in enumerate(groups[i]):
+                    chosen = positions[:1] if subword_pool == "first" else positions
+                    flat.append(b * T + chosen)
+                    local.append(np.full(len(chosen), len(rows)))
+                    rows.append(first_row[i] + k)
+            if rows:
+                yield _Task(ids, types, mask, np.concatenate(flat), np.concatenate(local),
+                            np.asarray(rows), B)
+
+    def _states(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray, layers: list[int],
+                combine: str, standardize: bool) -> torch.Tensor:
+        """[B, T] arrays -> [B, T, H] (or [B, T, k*H] for concat) float32 vectors."""
+        dev = self.device
+        need_all = layers != [self.config.num_layers]
+        autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
+                                  enabled=self.precision == "bf16")
+        with torch.inference_mode(), autocast:
+            out = self.encoder(torch.from_numpy(ids).to(dev), torch.from_numpy(types).to(dev),
+                               torch.from_numpy(mask).to(dev), output_hidden_states=need_all)
+        states = out.hidden_states if need_all else {layers[0]: out.last_hidden_state}
+        picked = [states[i].float() for i in layers]
+        if standardize:
+            picked = [self.standardizer.transform_layer(x, i) for x, i in zip(picked, layers)]
+        if len(picked) == 1:
+            return picked[0]
+        if combine == "concat":
+            return torch.cat(picked, dim=-1)
+        total = torch.stack(picked).sum(0)  # [k, B, T, H] -> [B, T, H]
+        return total / len(picked) if combine == "mean" else total
+
+    def _run(self, task: "_Task", layers: list[int], combine: str,
+             standardize: bool) -> tuple[np.ndarray, np.ndarray]:
+        """One batch: (its output rows, their vectors [R, W]), each the mean of its positions."""
+        h = self._states(task.ids, task.types, task.mask, layers, combine, standardize)
+        h = h.reshape(-1, h.shape[-1])  # [B*T, W]
+        local = torch.from_numpy(task.local).to(h.device)
+        sums = torch.zeros(len(task.rows), h.shape[1], dtype=h.dtype, device=h.device)
+        sums.index_add_(0, local, h.index_select(0, torch.from_numpy(task.flat).to(h.device)))
+        counts = torch.bincount(local, minlength=len(task.rows)).to(h.dtype)
+        return task.rows, (sums / counts[:, None]).cpu().numpy()
+
+    def pool_groups(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
+                    layers: LayerSpec, combine: str, subword_pool: str, standardize: bool,
+                    batch_size: int, progress: bool, what: str,
+                    out: np.ndarray | None = None) -> np.ndarray:
+        """The vectors of groups of token positions: `groups[i]` lists, for input i, one array
+        of positions per output row (rows numbered in order over i). Mean or first position.
+
+        Written into `out` when given (e.g. a slice of a memory-mapped file), so that a large
+        result never has to fit in memory."""
+        layers = resolve_layers(layers, self.config.num_layers)
+        _check_choice("combine", combine, COMBINES)
+        _check_choice("subword_pool", subword_pool, SUBWORD_POOLS)
+        if batch_size < 1:
+            raise ValueError(f"batch size must be at least 1, got {batch_size}")
+        if standardize and self.standardizer is None:
+            raise UserError("standardization requested but no standardizer is fitted for "
+                            "this model (run `bertkit anisotropy --fit-standardizer`)")
+        first_row = np.cumsum([0] + [len(g) for g in groups])
+        width = self.config.hidden_size * (len(layers) if combine == "concat" else 1)
+        if out is None:
+            out = np.zeros((int(first_row[-1]), width), dtype=np.float32)
+        elif out.shape != (int(first_row[-1]), width):
+            raise ValueError(f"out has shape {out.shape}, expected {(int(first_row[-1]), width)}")
+        bar = Progress(len(encoded), sum(len(e.ids) for e in encoded), what, progress)
+        tasks = self._tasks(encoded, groups, first_row, batch_size, subword_pool)
+        for (rows, vectors), n in _parallel_map(
+                lambda t: (self._run(t, layers, combine, standardize), t), tasks,
+                self.workers if self.device.type == "cpu" else 1):
+            out[rows] = vectors
+            bar.update(n.size, int(n.mask.sum()))
+        return out
+
+    # Public API ------------------------------------------------------------------------------
+
+    def embed(self, texts: Sequence[Text], *, layers: LayerSpec = -1, combine: str = "mean",
+              pool: str = "mean", normalize: bool = False, standardize: bool = False,
+              batch_size: int = 32, truncation: bool = True,
+              progress: bool = False) -> np.ndarray:
+        """One float32 vector per text: [CLS] (`pool="cls"`) or the mean over its tokens
+        (`pool="mean"`, [CLS] and [SEP] included, as sentence-transformers does) of the chosen
+        layers. `normalize` scales each row to unit length. Returns [N, H] (or [N, k*H] for
+        `combine="concat"` over k layers)."""
+        _check_choice("pool", pool, POOLS)
+        encoded = self.tokenize(texts, truncation)
+        _warn_truncated(encoded)
+        groups = [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded]
+        vectors = self.pool_groups(encoded, groups, layers, combine, "mean", standardize,
+                                   batch_size, progress, "sentences")
+        return l2_normalize(vectors) if normalize else vectors
+
+    def encode(self, sentences: str | Sequence[Text], batch_size: int = 32,
+               normalize: bool = False, pool: str = "mean", show_progress_bar: bool = False,
+               normalize_embeddings: bool | None = None) -> np.ndarray:
+        """sentence-transformers' `encode`: last layer, mean pooling; a single string gives a
+        single vector. `normalize_embeddings` is sentence-transformers' name for `normalize`."""
+        single = isinstance(sentences, str)
+        if normalize_embeddings is not None:
+            normalize = normalize_embeddings
+        vectors = self.embed([sentences] if single else sentences, pool=pool,
+                             normalize=normalize, batch_size=batch_size,
+                             progress=show_progress_bar)
+        return vectors[0] if single else vectors
+
+    def token_vectors(self, texts: Sequence[Text], *, layers: LayerSpec = -1,
+                      combine: str = "mean", standardize: bool = False,
+                      batch_size: int = 32) -> list[np.ndarray]:
+        """Every token's vector, special tokens included: one [T_i, H] array per text."""
+        encoded = self.tokenize(texts)
+        _warn_truncated(encoded)
+        groups = [[np.array([t]) for t in range(len(e.ids))] for e in encoded]
+        flat = self.pool_groups(encoded, groups, layers, combine, "mean", standardize,
+                                batch_size, False, "texts")
+        bounds = np.cumsum([0] + [len(e.ids) for e in encoded])
+        return [flat[bounds[i]:bounds[i + 1]] for i in range(len(encoded))]
+
+    def word_vectors(self, texts: Sequence[str], spans: Sequence[tuple[int, int]], *,
+                     layers: LayerSpec = "last4", combine: str = "mean",
+                     subword_pool: str = "mean", standardize: bool = False,
+                     batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        """The vector of the word at `text[start:end]` in its context, for many targets.
+
+        Pools the subword pieces overlapping the character span (their mean, or the first
+        piece). Returns [N, H] float32, row i for (texts[i], spans[i]). A span that covers no
+        piece (only spaces, or cut off by truncation) raises ValueError naming the target.
+        """
+        if len(texts) != len(spans):
+            raise ValueError(f"{len(texts)} texts but {len(spans)} spans")
+        encoded = self.tokenize(list(texts))
+        groups = []
+        for i, (e, (start, end)) in enumerate(zip(encoded, spans)):
+            if not 0 <= start < end <= len(texts[i]):
+                raise ValueError(f"target {i}: span ({start}, {end}) is outside its text of "
+                                 f"{len(texts[i])} characters")
+            hit = np.flatnonzero((e.segment == 0) & (e.offsets[:, 0] < end)
+                                 & (e.offsets[:, 1] > start))
+            if hit.size == 0:
+                why = " (cut off by truncation)" if e.truncated else ""
+                raise ValueError(f"target {i}: span ({start}, {end}) "
+                                 f"{texts[i][start:end]!r} covers no token{why}")
+            groups.append([hit])
+        return self.pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
+                                batch_size, progress, "targets")
+
+    def word_vector(self, text: str, char_span: tuple[int, int], **kwargs) -> np.ndarray:
+        """The vector [H] of the word at `text[start:end]` in this context (see word_vectors)."""
+        return self.word_vectors([text], [char_span], **kwargs)[0]
+
+    def words(self, texts: Sequence[Text], *, layers: LayerSpec = -1, combine: str = "mean",
+              subword_pool: str = "mean", standardize: bool = False, batch_size: int = 32,
+              truncation: bool = True,
+              progress: bool = False) -> tuple[np.ndarray, list[WordRef]]:
+        """A vector for every word of every text (special tokens left out), and which word
+        each row is."""
+        encoded = self.tokenize(texts, truncation)
+        _warn_truncated(encoded)
+        groups, refs = word_groups(encoded, texts)
+        vectors = self.pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
+                                   batch_size, progress, "texts")
+        return vectors, refs
+
+
+# Module-level shortcuts -----------------------------------------------------------------------
+
+def _embedder(model: "Embedder | str | Path") -> Embedder:
+    return model if isinstance(model, Embedder) else Embedder.load(model)
+
+
+def embed(model: "Embedder | str | Path", texts: Sequence[Text], **kwargs) -> np.ndarray:
+    """`Embedder.embed` on a loaded Embedder or a model directory."""
+    return _embedder(model).embed(texts, **kwargs)
+
+
+def word_vectors(model: "Embedder | str | Path", texts: Sequence[str],
+                 spans: Sequence[tuple[int, int]], **kwargs) -> np.ndarray:
+    """`Embedder.word_vectors` on a loaded Embedder or a model directory."""
+    return _embedder(model).word_vectors(texts, spans, **kwargs)
+
+
+def word_vector(model: "Embedder | str | Path", text: str, char_span: tuple[int, int],
+                **kwargs) -> np.ndarray:
+    """`Embedder.word_vector` on a loaded Embedder or a model directory."""
+    return _embedder(model).word_vector(text, char_span, **kwargs)
+
+
+# Helpers ----------------------------------------------------------------------------------------
+
+@dataclass
+class _Task:
+    """One padded batch and the pooling it feeds."""
+
+    ids: np.ndarray
+    types: np.ndarray
+    mask: np.ndarray
+    """[B, T] token ids, segment ids, 1 = real token."""
+    flat: np.ndarray
+    """[P] positions (into the flattened B*T) that are pooled."""
+    local: np.ndarray
+    """[P] which of this batch's output rows each position adds to."""
+    rows: np.ndarray
+    """[R] the output rows, as indices into the whole result."""
+    size: int
+    """Number of texts in the batch."""
+
+
+def plan_batches(lengths: np.ndarray, batch_size: int, max_padding: float = 0.0) -> list[np.ndarray]:
+    """Group texts into batches of at most `batch_size`, longest first, so that padding is at
+    most `max_padding` of each batch's positions (0: only texts of equal length share a
+    batch, so no position is padding and attention needs no mask).
+
+    Longest first: a batch too big for memory fails at once rather than at the end.
+    """
+    order = np.argsort(-lengths, kind="stable")
+    batches, current, real = [], [], 0
+    for i in order:
+        n = len(current)
+        if current:
+            width = int(lengths[current[0]])
+            if n < batch_size and width * (n + 1) - (real + lengths[i]) <= max_padding * width * (n + 1):
+                current.append(i)
+                real += int(lengths[i])
+                continue
+            batches.append(np.asarray(current))
+        current, real = [i], int(lengths[i])
+    if current:
+        batches.append(np.asarray(current))
+    return batches
+
+
+def _parallel_map(fn, tasks: Iterator, workers: int) -> Iterator:
+    """fn over tasks on `workers` threads, each limited to one torch thread (torch releases
+    the GIL inside its kernels); results in completion order, at most 2 x workers in flight."""
+    if workers == 1:
+        yield from map(fn, tasks)
+        return
+    threads = torch.get_num_threads()
+    try:
+        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads,
+                                initargs=(1,)) as pool:
+            pending: set = set()
+            for task in tasks:
+                pending.add(pool.submit(fn, task))
+                if len(pending) >= 2 * workers:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    yield from (f.result() for f in done)
+            for f in pending:
+                yield f.result()
+    finally:
+        # torch also records the workers' count as the default for threads started later.
+        torch.set_num_threads(threads)
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(choices)}")
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    # Same guard as torch.nn.functional.normalize (eps 1e-12), which sentence-transformers uses.
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def _warn_truncated(encoded: Sequence[Encoded]) -> None:
+    n = sum(e.truncated for e in encoded)
+    if n:
+        warnings.warn(f"{n} of {len(encoded)} texts were longer than the model's maximum "
+                      f"length and were cut", stacklevel=3)
+
+
+__all__ = ["Embedder", "embed", "word_vector", "word_vectors", "resolve_layers", "plan_batches",
+           "COMBINES", "POOLS", "SUBWORD_POOLS", "PRECISIONS", "STANDARDIZER_FILE"]

@@ -1,0 +1,285 @@
+"""Pictures of what an encoder does: word senses in 2-D, anisotropy per layer, attention.
+
+Every function writes one PNG (atomically) that explains itself: a title saying what is shown
+and how it was made, labelled axes, a legend. Figures are drawn on matplotlib's Agg canvas
+directly, without pyplot, so the caller's backend and open figures are left alone.
+"""
+from __future__ import annotations
+
+import io
+import textwrap
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import torch
+
+from bertkit.files import UserError, atomic_file, read_jsonl
+
+if TYPE_CHECKING:
+    from bertkit.embeddings.anisotropy import AnisotropyReport
+    from bertkit.embeddings.embedder import Embedder, LayerSpec
+
+
+def _figure(**kwargs):
+    """A matplotlib Figure of its own (no pyplot state), and the colormap registry."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+    return Figure(**kwargs), colormaps
+
+
+def _save(fig, out: str | Path) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    with atomic_file(out, "wb") as f:
+        f.write(buffer.getvalue())
+    return Path(out)
+
+
+# Word senses ----------------------------------------------------------------------------------
+
+@dataclass
+class SenseInstance:
+    text: str
+    start: int
+    end: int
+    """The word is text[start:end]."""
+    sense: str
+    """Sense label (a WordNet synset id, or any name)."""
+    gloss: str = ""
+    """A short definition of the sense, shown in the legend when present."""
+
+
+def _context(inst: SenseInstance, words: int = 4) -> str:
+    """A few words either side of the target, the target in capitals: "...his more WORKS"."""
+    left = inst.text[:inst.start].split()
+    right = inst.text[inst.end:].split()
+    return " ".join((["…"] if len(left) > words else []) + left[-words:]
+                    + [inst.text[inst.start:inst.end].upper()] + right[:words]
+                    + (["…"] if len(right) > words else []))
+
+
+def read_sense_instances(path: str | Path, lemma: str, max_per_sense: int = 50,
+                         min_per_sense: int = 1) -> list[SenseInstance]:
+    """The instances of `lemma` in sense-labelled JSON lines ({"text", "start", "end",
+    "lemma", "synset" or "sense", optional "gloss"}), at most `max_per_sense` of each sense,
+    senses with fewer than `min_per_sense` left out."""
+    found: list[SenseInstance] = []
+    for number, obj in read_jsonl(path, "sense-labelled data"):
+        if obj.get("lemma") != lemma:
+            continue
+        try:
+            text, start, end = obj["text"], int(obj["start"]), int(obj["end"])
+            sense = str(obj.get("synset", obj.get("sense")))
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{path}:{number}: needs text, start, end and synset or sense") \
+                from None
+        if not 0 <= start < end <= len(text) or sense == "None":
+            raise UserError(f"{path}:{number}: bad span ({start}, {end}) or missing sense")
+        found.append(SenseInstance(text, start, end, sense, str(obj.get("gloss", ""))))
+    counts = Counter(i.sense for i in found)
+    kept, taken = [], Counter()
+    for inst in found:
+        if counts[inst.sense] >= min_per_sense and taken[inst.sense] < max_per_sense:
+            kept.append(inst)
+            taken[inst.sense] += 1
+    if len(kept) < 3:
+        raise UserError(f"{path}: {len(kept)} instances of {lemma!r} (with at least "
+                        f"{min_per_sense} per sense); need 3 or more to draw")
+    return kept
+
+
+def project_2d(x: np.ndarray, method: str = "pca",
+               seed: int = 0) -> tuple[np.ndarray, tuple[str, str]]:
+    """[N, H] -> [N, 2] by PCA (centred SVD) or UMAP (needs umap-learn); returns the points
+    and the two axis labels."""
+    x = np.asarray(x, np.float64)
+    if method == "umap":
+        try:
+            import umap
+        except ImportError:
+            raise UserError("--method umap needs the umap-learn package "
+                            "(pip install umap-learn); PCA needs nothing") from None
+        reducer = umap.UMAP(n_components=2, n_neighbors=min(15, len(x) - 1), random_state=seed)
+        return reducer.fit_transform(x), ("UMAP 1", "UMAP 2")
+    if method != "pca":
+        raise ValueError(f"method {method!r} is not pca or umap")
+    centred = x - x.mean(0)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    # Fix each axis's sign so that the same data always gives the same picture.
+    signs = np.sign(vt[:2].sum(1, keepdims=True) + 1e-30)
+    explained = s[:2] ** 2 / max((s ** 2).sum(), 1e-30)
+    labels = tuple(f"principal component {k + 1} ({e:.0%} of variance)"
+                   for k, e in enumerate(explained))
+    return centred @ (vt[:2] * signs).T, labels
+
+
+def plot_senses(embedder: "Embedder", instances: Sequence[SenseInstance], out: str | Path, *,
+                layers: "LayerSpec" = "last4", method: str = "pca", standardize: bool = False,
+                title_word: str | None = None, annotate: int = 6, seed: int = 0) -> Path:
+    """Scatter one word's contextual vectors across sentences in 2-D, coloured by sense,
+    with a few points labelled by their sentence (the seeds' figure of "die")."""
+    vectors = embedder.word_vectors([i.text for i in instances],
+                                    [(i.start, i.end) for i in instances], layers=layers,
+                                    standardize=standardize)
+    points, axis = project_2d(vectors, method, seed)
+    senses = [s for s, _ in Counter(i.sense for i in instances).most_common()]
+    gloss = {i.sense: i.gloss for i in instances}
+    fig, colormaps = _figure(figsize=(10, 7))
+    cmap = colormaps["tab10" if len(senses) <= 10 else "tab20"]
+    ax = fig.subplots()
+    markers = "osD^v<>ph*"
+    for k, sense in enumerate(senses):
+        rows = [j for j, i in enumerate(instances) if i.sense == sense]
+        label = f"{sense}: {textwrap.shorten(gloss[sense], 60)}" if gloss[sense] else sense
+        ax.scatter(points[rows, 0], points[rows, 1], s=60, color=cmap(k % cmap.N),
+                   marker=markers[k % len(markers)], edgecolor="black", linewidth=0.4,
+                   label=f"{label} ({len(rows)})")
+    # Label one point of each of the first senses with the words around the target.
+    for sense in senses[:annotate]:
+        j = next(j for j, i in enumerate(instances) if i.sense == sense)
+        ax.annotate(_context(instances[j]), points[j], fontsize=7, alpha=0.85,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel(axis[0])
+    ax.set_ylabel(axis[1])
+    word = title_word or instances[0].text[instances[0].start:instances[0].end]
+    layer_name = {"last4": "mean of the last 4 layers"}.get(layers, f"layer {layers}") \
+        if isinstance(layers, (str, int)) else f"layers {list(layers)}"
+    ax.set_title(f"Contextual vectors of \"{word}\" in {len(instances)} sentences, "
+                 f"coloured by sense\n({method.upper()} projection of "
+                 f"{layer_name}{', standardized' if standardize else ''})")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5),
+              title="sense: gloss (instances)", title_fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, out)
+
+
+def _short(path: str) -> str:
+    """The last two parts of a path: enough to name a model without a site-packages prefix."""
+    parts = Path(path).parts
+    return "/".join(parts[-2:]) if parts else path
+
+
+# Anisotropy -------------------------------------------------------------------------------------
+
+def plot_anisotropy(report: "AnisotropyReport", out: str | Path) -> Path:
+    """Per layer: expected cosine before and after standardization, with self-similarity and
+    intra-sentence similarity; beside it, the share of the expected cosine that the top rogue
+    dimensions carry."""
+    layers = [s.layer for s in report.layers]
+    fig, colormaps = _figure(figsize=(13, 5))
+    left, right = fig.subplots(1, 2)
+    series = [("anisotropy", "expected cosine (anisotropy)", "o", "C3"),
+              ("self_similarity", "self-similarity (same word)", "s", "C0"),
+              ("intra_sentence", "intra-sentence similarity", "^", "C2")]
+    for key, label, marker, color in series:
+        left.plot(layers, [getattr(s, key) for s in report.layers], marker=marker, color=color,
+                  label=f"{label}, raw")
+        left.plot(layers, [getattr(s, key + "_std") for s in report.layers], marker=marker,
+                  color=color, linestyle="--", markerfacecolor="white",
+                  label=f"{label}, standardized")
+    left.axhline(0, color="grey", linewidth=0.8)
+    left.set_xlabel("layer (0 = embedding layer)")
+    left.set_ylabel("mean cosine")
+    left.set_xticks(layers)
+    left.set_title("Cosine between word vectors, before and after standardization\n"
+                   f"(standardized with the mean and std of {report.standardized_with})",
+                   fontsize=10)
+    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    left.grid(alpha=0.3)
+
+    k = len(report.layers[0].rogue)
+    bottom = np.zeros(len(layers))
+    for r in range(k):
+        share = np.array([s.rogue[r].share if r < len(s.rogue) else 0 for s in report.layers])
+        bars = right.bar(layers, share, bottom=bottom, color=colormaps["Oranges"](
+            0.8 - 0.5 * r / max(k, 1)), edgecolor="black", linewidth=0.4,
+            label=f"rogue dimension #{r + 1}")
+        for b, s in zip(bars, report.layers):
+            if r < len(s.rogue) and s.rogue[r].share > 0.04:
+                right.text(b.get_x() + b.get_width() / 2, b.get_y() + b.get_height() / 2,
+                           f"d{s.rogue[r].dim}", ha="center", va="center", fontsize=7)
+        bottom += share
+    right.set_xlabel("layer (0 = embedding layer)")
+    right.set_ylabel("share of the expected cosine (raw vectors)")
+    right.set_xticks(layers)
+    right.set_ylim(0, max(1.0, float(bottom.max()) * 1.05))
+    right.set_title(f"How much of the anisotropy the top {k} dimensions carry")
+    right.legend(fontsize=8)
+    right.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"{_short(report.model)}: {report.words} words from "
+                 f"{report.sentences} lines of {Path(report.corpus).name}")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+# Attention ----------------------------------------------------------------------------------------
+
+def attention_probabilities(embedder: "Embedder", text: str | tuple[str, str],
+                            layer: int = -1) -> tuple[np.ndarray, list[str]]:
+    """Attention weights [A, T, T] (row = query token, column = key) of block `layer` (1..L,
+    or negative from the last) for one text, and its tokens.
+
+    Re-derived from the block's own q/k projection applied to its input, so the encoder's fast
+    path (fused SDPA, which never materialises the weights) stays as it is.
+    """
+    L = embedder.config.num_layers
+    if not (1 <= layer <= L or -L <= layer <= -1):
+        raise UserError(f"layer {layer}: the model has blocks 1..{L} (or -{L}..-1)")
+    block_index = layer - 1 if layer > 0 else L + layer
+    enc = embedder.tokenize([text])[0]
+    encoder = embedder.encoder
+    with torch.inference_mode():
+        ids = torch.from_numpy(enc.ids)[None].to(embedder.device)
+        types = torch.from_numpy(enc.type_ids)[None].to(embedder.device)
+        states = encoder(ids, types, output_hidden_states=True).hidden_states
+        x = states[block_index]  # [1, T, H]: the block's input
+        attn = encoder.blocks[block_index].attn
+        A, T, H = attn.num_heads, x.shape[1], x.shape[2]
+        q, k, _ = attn.qkv(x).view(1, T, 3, A, H // A).unbind(2)  # 3 x [1, T, A, D]
+        scores = torch.einsum("bqad,bkad->baqk", q, k) / (H // A) ** 0.5
+        probs = scores.softmax(-1)[0]  # [A, T, T]
+    tokens = [embedder.tokenizer.id_to_token(int(i)) for i in enc.ids]
+    return probs.float().cpu().numpy(), tokens
+
+
+def plot_attention(embedder: "Embedder", text: str, out: str | Path, *, layer: int = -1,
+                   head: int | None = None) -> Path:
+    """Heatmap of who attends to whom in one sentence: one head, or every head of the layer in
+    a grid."""
+    probs, tokens = attention_probabilities(embedder, text, layer)
+    A, T = probs.shape[0], len(tokens)
+    if head is not None and not 0 <= head < A:
+        raise UserError(f"head {head}: layer has heads 0..{A - 1}")
+    heads = [head] if head is not None else list(range(A))
+    cols = 1 if len(heads) == 1 else min(4, len(heads))
+    rows = -(-len(heads) // cols)
+    size = max(4.0, 0.32 * T) if len(heads) == 1 else max(3.0, 0.2 * T)
+    fig, _ = _figure(figsize=(size * cols + 1.5, size * rows + 1), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    block = layer if layer > 0 else embedder.config.num_layers + 1 + layer
+    image = None
+    for ax in axes.flat[len(heads):]:
+        ax.axis("off")
+    fs = 8 if len(heads) == 1 else 6
+    for n, (ax, h) in enumerate(zip(axes.flat, heads)):
+        image = ax.imshow(probs[h], cmap="viridis", vmin=0, vmax=1)
+        ax.set_title(f"head {h}", fontsize=9)
+        ax.set_xticks(range(T), tokens, rotation=90, fontsize=fs)
+        ax.set_yticks(range(T), tokens, fontsize=fs)
+        # Axis names once per row / column, where they do not collide with the neighbours.
+        if n // cols == rows - 1 or n + cols >= len(heads):
+            ax.set_xlabel("attended-to token (key)", fontsize=fs + 2)
+        if n % cols == 0:
+            ax.set_ylabel("attending token (query)", fontsize=fs + 2)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight")
+    fig.suptitle(f"Attention in block {block} of {embedder.config.num_layers}"
+                 f"{'' if head is None else f', head {head}'}: each row sums to 1\n"
+                 f"\"{textwrap.shorten(text, 80)}\"")
+    return _save(fig, out)
+
+
+__all__ = ["SenseInstance", "read_sense_instances", "project_2d", "plot_senses",
+           "plot_anisotropy", "attention_probabilities", "plot_attention"]

@@ -1,0 +1,91 @@
+"""Fill in the blanks: the masked-LM head's top-k guesses for each [MASK] in a text.
+
+Only the [MASK] positions are projected onto the vocabulary (`positions=` in
+`PretrainingModel.forward`); texts are sorted by length and batched so that padding is small.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from bertkit.files import UserError
+from bertkit.model.hub import load_pretraining_model
+from bertkit.model.encoder import PretrainingModel
+from bertkit.text.tokenizer import Tokenizer
+
+
+class FillMask:
+    """A pretraining model and its tokenizer, called on texts holding [MASK]."""
+
+    def __init__(self, model: PretrainingModel, tokenizer: Tokenizer,
+                 device: str | torch.device = "cpu", batch_size: int = 32):
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise UserError(f"the tokenizer's {tokenizer.vocab_size} tokens do not fit the "
+                            f"model's vocabulary of {model.config.vocab_size}")
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.batch_size = batch_size
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu",
+             batch_size: int = 32) -> "FillMask":
+        """From a model directory holding both the weights and the tokenizer files."""
+        tokenizer = Tokenizer.load(path)
+        return cls(load_pretraining_model(path, device), tokenizer, device, batch_size)
+
+    @torch.inference_mode()
+    def __call__(self, texts: str | Sequence[str], top_k: int = 5,
+                 names: Sequence[str] | None = None) -> list[dict]:
+        """For each text, {"text": ..., "masks": [[{"token", "id", "score"}, ...], ...]}: one
+        list per [MASK] in order, best first, scores the softmax probabilities.
+
+        A text without [MASK], or longer than the model's positions, is a UserError naming it
+        (`names[i]`, else "text i+1")."""
+        if isinstance(texts, str):
+            texts = [texts]
+        if not texts:
+            return []
+        if top_k < 1:
+            raise UserError(f"top_k must be at least 1, got {top_k}")
+        top_k = min(top_k, self.model.config.vocab_size)
+        tok, mask_id = self.tokenizer, self.tokenizer.mask_id
+        names = names or [f"text {i + 1}" for i in range(len(texts))]
+        batch = tok.encode_batch(texts, max_length=self.model.config.max_positions,
+                                 truncation=False, with_offsets=False, names=names)
+        ids, lengths = batch.flat_ids()
+        starts = np.concatenate(([0], lengths.cumsum()[:-1]))
+        masks_per_text = np.add.reduceat((ids == mask_id).astype(np.int64), starts)
+        if (unmasked := np.flatnonzero(masks_per_text == 0)).size:
+            i = int(unmasked[0])
+            raise UserError(f"{names[i]}: no {tok.id_to_token(mask_id)} in {texts[i][:60]!r}")
+        results: list[list] = [[] for _ in texts]
+        order = sorted(range(len(texts)), key=lambda i: int(lengths[i]))
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            tensors = batch.select(chunk).as_tensors(self.device)
+            flat_positions = (tensors.input_ids.flatten() == mask_id).nonzero().squeeze(1)  # [N]
+            logits, _, _ = self.model(**tensors._asdict(), positions=flat_positions)  # [N, V]
+            probs = logits.float().softmax(-1)
+            scores, top = probs.topk(top_k, dim=-1)  # [N, k]
+            row_of = (flat_positions // tensors.input_ids.shape[1]).tolist()
+            for row, s, t in zip(row_of, scores.tolist(), top.tolist()):
+                results[chunk[row]].append([
+                    {"token": tok.id_to_token(i), "id": i, "score": score}
+                    for i, score in zip(t, s)])
+        return [{"text": text, "masks": masks} for text, masks in zip(texts, results)]
+
+
+def fill_mask(model: str | Path | PretrainingModel, texts: str | Sequence[str], top_k: int = 5,
+              tokenizer: Tokenizer | None = None,
+              device: str | torch.device = "cpu") -> list[dict]:
+    """`FillMask` in one call: `model` is a model directory, or a loaded PretrainingModel
+    given with its `tokenizer`."""
+    if isinstance(model, PretrainingModel):
+        if tokenizer is None:
+            raise ValueError("a loaded model needs its tokenizer")
+        return FillMask(model, tokenizer, device)(texts, top_k)
+    return FillMask.load(model, device)(texts, top_k)

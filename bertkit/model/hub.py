@@ -1,0 +1,261 @@
+"""Hugging Face BERT directories in and out.
+
+A bertkit model directory *is* a Hugging Face BERT directory: config.json, model.safetensors,
+vocab.txt and the tokenizer files. Reading accepts BertModel, BertForMaskedLM,
+BertForPreTraining and the task models (BertForSequenceClassification, ...), `.safetensors` or
+`pytorch_model.bin` (read with weights_only=True, never unpickling code), and the old
+`gamma`/`beta` LayerNorm names. Writing produces weight names that `transformers` loads with no
+missing or unexpected keys.
+
+Our modules name things their own way (one fused q/k/v projection, `blocks.3.up`); the two
+tables below translate. A task head whose names already match (`classifier`, `qa_outputs`)
+passes through unchanged.
+"""
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertkit.config import ConfigError, EncoderConfig
+from bertkit.files import UserError, atomic_dir
+from bertkit.model.encoder import Encoder, PretrainingModel, init_weights
+
+# Encoder-internal name prefixes, ours -> Hugging Face BertModel; {i} is the layer (q/k/v apart).
+_ENCODER_NAMES = [
+    ("embeddings.word.", "embeddings.word_embeddings."),
+    ("embeddings.position.", "embeddings.position_embeddings."),
+    ("embeddings.segment.", "embeddings.token_type_embeddings."),
+    ("embeddings.norm.", "embeddings.LayerNorm."),
+    ("blocks.{i}.attn.out.", "encoder.layer.{i}.attention.output.dense."),
+    ("blocks.{i}.attn_norm.", "encoder.layer.{i}.attention.output.LayerNorm."),
+    ("blocks.{i}.up.", "encoder.layer.{i}.intermediate.dense."),
+    ("blocks.{i}.down.", "encoder.layer.{i}.output.dense."),
+    ("blocks.{i}.ffn_norm.", "encoder.layer.{i}.output.LayerNorm."),
+    ("pooler.", "pooler.dense."),
+]
+# Pretraining heads, ours -> Hugging Face BertForPreTraining (a name without a final dot is whole).
+_HEAD_NAMES = [
+    ("mlm.dense.", "cls.predictions.transform.dense."),
+    ("mlm.norm.", "cls.predictions.transform.LayerNorm."),
+    ("mlm.bias", "cls.predictions.bias"),
+    ("nsp.", "cls.seq_relationship."),
+]
+
+
+def _table(pairs: list[tuple[str, str]], backward: bool = False) -> list[tuple[str, str]]:
+    """(regex, replacement) rules from name pairs, in either direction: one list, no mirror
+    copy to drift out of step."""
+    rules = []
+    for ours, theirs in pairs:
+        source, target = (theirs, ours) if backward else (ours, theirs)
+        pattern = re.escape(source).replace(r"\{i\}", r"(\d+)")
+        rules.append((pattern if source.endswith(".") else pattern + "$",
+                      target.replace("{i}", r"\1")))
+    return rules
+
+
+_ENCODER, _ENCODER_BACK = _table(_ENCODER_NAMES), _table(_ENCODER_NAMES, backward=True)
+_HEADS, _HEADS_BACK = _table(_HEAD_NAMES), _table(_HEAD_NAMES, backward=True)
+_QKV = re.compile(r"blocks\.(\d+)\.attn\.qkv\.(weight|bias)$")
+_HF_QKV = re.compile(r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)$")
+# Keys that Hugging Face checkpoints carry but that hold nothing to load.
+_IGNORED = re.compile(r"(embeddings\.position_ids|cls\.predictions\.decoder\.(weight|bias))$")
+
+
+def _rename(name: str, table) -> str | None:
+    for pattern, template in table:
+        new, n = re.subn("^" + pattern, template, name)
+        if n:
+            return new
+    return None
+
+
+# Ours -> Hugging Face --------------------------------------------------------------------------
+
+def to_hf_state_dict(state: dict[str, torch.Tensor], encoder_prefix: str = "bert.") -> dict:
+    """Translate a bertkit state dict (an Encoder's, or a model holding `.encoder`) to HF names.
+
+    `encoder_prefix` is "bert." for the task and pretraining models and "" for a bare BertModel.
+    """
+    out = {}
+    for name, tensor in state.items():
+        inner = name[len("encoder."):] if name.startswith("encoder.") else None
+        if inner is None and not any(re.match(p, name) for p, _ in _HEADS) \
+                and re.match(r"(embeddings|blocks|pooler)\.", name):
+            inner = name  # a bare Encoder's own state dict
+        if inner is not None:
+            if m := _QKV.match(inner):
+                layer, kind = m.groups()
+                for part, chunk in zip(("query", "key", "value"), tensor.chunk(3, dim=0)):
+                    out[f"{encoder_prefix}encoder.layer.{layer}.attention.self.{part}.{kind}"] = \
+                        chunk.contiguous()
+                continue
+            hf = _rename(inner, _ENCODER)
+            if hf is None:
+                raise KeyError(f"no Hugging Face name for encoder weight {name}")
+            out[encoder_prefix + hf] = tensor.contiguous()
+        elif (hf := _rename(name, _HEADS)) is not None:
+            out[hf] = tensor.contiguous()
+        else:
+            out[name] = tensor.contiguous()  # task heads already carry HF names
+    return out
+
+
+# Hugging Face -> ours --------------------------------------------------------------------------
+
+def from_hf_state_dict(hf: dict[str, torch.Tensor]) -> tuple[dict, dict]:
+    """Split HF weights into (encoder state dict in our names, everything else in our names).
+
+    Accepts both the bare BertModel names and the `bert.`-prefixed ones, and the old TF-era
+    `gamma`/`beta` LayerNorm names.
+    """
+    encoder, rest, qkv = {}, {}, {}
+    for name, tensor in hf.items():
+        name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
+        name = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name)
+        if _IGNORED.search(name):
+            continue
+        inner = name[len("bert."):] if name.startswith("bert.") else name
+        if m := _HF_QKV.match(inner):
+            layer, part, kind = m.groups()
+            qkv.setdefault((int(layer), kind), {})[part] = tensor
+        elif (ours := _rename(inner, _ENCODER_BACK)) is not None:
+            encoder[ours] = tensor
+        elif (ours := _rename(name, _HEADS_BACK)) is not None:
+            rest[ours] = tensor
+        else:
+            rest[name] = tensor
+    for (layer, kind), parts in qkv.items():
+        if set(parts) != {"query", "key", "value"}:
+            raise UserError(f"layer {layer} has only {', '.join(sorted(parts))} of query/key/value")
+        encoder[f"blocks.{layer}.attn.qkv.{kind}"] = torch.cat(
+            [parts["query"], parts["key"], parts["value"]], dim=0)
+    return encoder, rest
+
+
+# Directories -------------------------------------------------------------------------------------
+
+def is_model_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return (p / "config.json").is_file() and any(
+        (p / f).is_file() for f in ("model.safetensors", "pytorch_model.bin"))
+
+
+def load_config(path: str | Path) -> EncoderConfig:
+    p = Path(path)
+    if not p.is_dir():
+        raise UserError(f"{p}: model directory does not exist" if not p.exists()
+                        else f"{p}: is a file, expected a model directory")
+    if not (p / "config.json").is_file():
+        raise UserError(f"{p}: not a model directory (no config.json)")
+    try:
+        hf = json.loads((p / "config.json").read_text(encoding="utf-8"))
+        return EncoderConfig.from_hf(hf)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{p / 'config.json'}: not valid JSON ({e})") from None
+    except (ConfigError, TypeError) as e:
+        raise UserError(f"{p / 'config.json'}: {e}") from None
+
+
+def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The raw weights of a directory, in Hugging Face names, on the CPU."""
+    p = Path(path)
+    if (p / "model.safetensors").is_file():
+        try:
+            return load_file(str(p / "model.safetensors"))
+        except Exception as e:  # safetensors raises its own error types
+            raise UserError(f"{p / 'model.safetensors'}: unreadable weights ({e})") from None
+    if (p / "pytorch_model.bin").is_file():
+        try:
+            return torch.load(p / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise UserError(f"{p / 'pytorch_model.bin'}: unreadable weights ({e})") from None
+    raise UserError(f"{p}: not a model directory (no model.safetensors or pytorch_model.bin)")
+
+
+def load_state_into(module: nn.Module, encoder_state: dict, other_state: dict,
+                    where: str | Path) -> list[str]:
+    """Load translated weights into `module` (an Encoder, or a model with `.encoder`).
+
+    Shapes must match. Returns the names of `module`'s weights the checkpoint lacked (left at
+    their initial values), after warning about them; weights the module has no place for are
+    ignored (a BertForPreTraining checkpoint loaded as a bare encoder).
+    """
+    prefix = "" if isinstance(module, Encoder) else "encoder."
+    state = {prefix + k: v for k, v in encoder_state.items()}
+    if prefix:
+        state.update(other_state)
+    own = module.state_dict()
+    for name, tensor in state.items():
+        if name in own and own[name].shape != tensor.shape:
+            raise UserError(f"{where}: weight {name} has shape {tuple(tensor.shape)}, the config "
+                            f"says {tuple(own[name].shape)}")
+    missing = [k for k in own if k not in state]
+    if any(k.startswith(prefix + "blocks.") or k.startswith(prefix + "embeddings.")
+           for k in missing):
+        raise UserError(f"{where}: encoder weights missing ({missing[0]}, ...): not a BERT "
+                        f"checkpoint of this shape")
+    module.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+    if missing:
+        warnings.warn(f"{where}: no weights for {', '.join(missing)}; initialised randomly",
+                      stacklevel=2)
+    return missing
+
+
+def load_encoder(path: str | Path, device: str | torch.device = "cpu") -> Encoder:
+    cfg = load_config(path)
+    encoder_state, _ = from_hf_state_dict(load_weights(path))
+    model = Encoder(cfg)
+    init_weights(model, cfg)
+    load_state_into(model, encoder_state, {}, path)
+    return model.to(device).eval()
+
+
+def load_pretraining_model(path: str | Path,
+                           device: str | torch.device = "cpu") -> PretrainingModel:
+    """Encoder + MLM + NSP heads; heads the directory lacks are initialised (with a warning)."""
+    cfg = load_config(path)
+    encoder_state, other = from_hf_state_dict(load_weights(path))
+    model = PretrainingModel(cfg)
+    init_weights(model, cfg)
+    load_state_into(model, encoder_state, other, path)
+    return model.to(device).eval()
+
+
+def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
+               architectures: list[str] | None = None, extra_config: dict | None = None,
+               extra_files: dict[str, bytes] | None = None) -> Path:
+    """Write a Hugging Face directory for `module` (an Encoder or a model with `.encoder`).
+
+    The directory appears complete or not at all. `tokenizer` (a bertkit Tokenizer) adds
+    vocab.txt and the tokenizer files; `extra_config` adds keys such as `id2label`.
+    """
+    if isinstance(module, Encoder):
+        cfg, prefix, default_arch = module.config, "", ["BertModel"]
+    else:
+        cfg, prefix, default_arch = module.encoder.config, "bert.", ["BertForPreTraining"]
+    config = cfg.to_hf()
+    config["architectures"] = architectures or default_arch
+    config.update(extra_config or {})
+    state = {k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
+             for k, v in module.state_dict().items()}
+    hf = to_hf_state_dict(state, prefix)
+    if config["architectures"] == ["BertForMaskedLM"]:
+        # transformers' BertForMaskedLM has neither pooler nor NSP head: leave them out so it
+        # loads with no unexpected keys (an MLM-only run never trains them anyway).
+        hf = {k: v for k, v in hf.items()
+              if not k.startswith(("bert.pooler.", "cls.seq_relationship."))}
+    with atomic_dir(path) as tmp:
+        save_file(hf, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        if tokenizer is not None:
+            tokenizer.save(tmp)
+        for name, data in (extra_files or {}).items():
+            (tmp / name).write_bytes(data)
+    return Path(path)

@@ -1,0 +1,437 @@
+"""Corpus preparation: text or JSONL files -> documents -> sentences -> memory-mapped token shards.
+
+    prepare(["austen.txt"], "tok/", "data/")      # bertkit prepare --corpus ... --out data/
+
+Input: plain text (one sentence or paragraph per line, a blank line between documents, a new
+file starts a new document) or JSONL with a "text" field (one document per line; newlines in
+the text separate paragraphs), recognised by the extension .jsonl/.json or by its first line.
+
+Output directory:
+    manifest.json      written last: tokenizer fingerprint, shard list with sha256, counts
+    plan.json          the inputs and settings (a re-run with other ones starts afresh)
+    tokenizer/         the tokenizer the shards were made with (`Tokenizer.load` reads it)
+    token_counts.npy   int64 [vocab]: token frequencies of the train split (unigram sampler)
+    word_starts.npy    bool [vocab]: does this piece begin a word (no `##`; `▁` in Unigram),
+                       looked up per batch for whole-word and span masking
+    shards/            see `bertkit.pretraining.shards`; read back with `shards.load_split`
+
+Speed: `bertkit.pretraining.wordcache` tokenizes each distinct word once and finds sentence ends per
+distinct word, in `workers` processes. Memory is bounded by the shard size, the chunk size
+and the word cache, not by the corpus. A re-run with the same inputs and settings resumes
+after the last finished shard.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from bertkit.files import UserError, read_json, require_file, write_json
+from bertkit.pretraining.shards import FORMAT, SPLITS, ShardWriter, load_json, load_manifest
+from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
+
+
+@dataclass
+class _Position:
+    """Where the reader stands in the input: enough to resume reading exactly there."""
+    file: int = 0
+    offset: int = 0
+    line: int = 0
+    doc: int = -1
+    """Index of the last document started (documents are numbered from 0 in input order)."""
+    in_doc: bool = False
+    """The last line read was text (a following text line continues the same document)."""
+
+
+def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.PathLike,
+            out_dir: str | os.PathLike, *, heldout_fraction: float = 0.01,
+            shard_tokens: int = 1 << 22, workers: int | None = None, chunk_bytes: int = 1 << 20,
+            cache_words: int = 300_000, progress: bool = True) -> dict:
+    """Tokenize `corpus_files` into shards under `out_dir`; return the manifest.
+
+    heldout_fraction: share of documents kept out of training, scattered through the corpus
+    (see `_plan_documents`); a corpus of one document gives the last lines of it.
+    shard_tokens: a shard is closed once it holds at least this many tokens. workers:
+    tokenizing processes; 1 = in this process; default: all cores from 16 MB of text on
+    (below that, starting processes and filling their word caches costs more than it saves). chunk_bytes: text sent to
+    a worker at a time. cache_words: distinct words cached per worker.
+    """
+    from bertkit.text.tokenizer import Tokenizer
+
+    if not corpus_files:
+        raise UserError("no corpus files given")
+    if not 0.0 <= heldout_fraction < 1.0:
+        raise UserError(f"heldout fraction must be in [0, 1), got {heldout_fraction}")
+    if shard_tokens < 1 or chunk_bytes < 1:
+        raise UserError("shard_tokens and chunk_bytes must be positive")
+    files = [require_file(f, "corpus file") for f in corpus_files]
+    kinds = [_kind(f) for f in files]
+    tokenizer = Tokenizer.load(tokenizer_dir)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a directory")
+    vocab_size = tokenizer.vocab_size
+    dtype = np.dtype(np.uint16 if vocab_size <= 65536 else np.int32)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    layout = _plan_documents(files, kinds, heldout_fraction)
+    if layout["documents"] == 0:
+        raise UserError(f"{files[0]}: no documents in the corpus (only blank lines)")
+    plan = {"format": FORMAT, "tokenizer": fingerprint, "dtype": dtype.name,
+            "heldout_fraction": heldout_fraction, "shard_tokens": shard_tokens,
+            "chunk_bytes": chunk_bytes,
+            "sources": [{"path": str(f.resolve()), "bytes": f.stat().st_size,
+                         "mtime_ns": f.stat().st_mtime_ns} for f in files],
+            **layout}
+    created = not out.exists()
+    try:
+        return _prepare(files, kinds, tokenizer, out, plan, fingerprint, dtype, workers,
+                        cache_words, progress)
+    except UserError:
+        if created:  # bad input found late (invalid JSON, no text at all): leave nothing
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, dtype,
+             workers, cache_words: int, progress: bool) -> dict:
+    done = _resume_point(out, plan)
+    if done is None:
+        if progress:
+            print(f"prepare: {out} is already prepared from these files", file=sys.stderr)
+        return read_json(out / "manifest.json")
+    shards, position = done
+    (out / "shards").mkdir(parents=True, exist_ok=True)
+    if not (out / "tokenizer" / "tokenizer.json").is_file() or not shards:
+        shutil.rmtree(out / "tokenizer", ignore_errors=True)
+        tokenizer.save(out / "tokenizer")
+    write_json(out / "plan.json", plan)
+
+    tokenizer_json = (out / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8")
+    first = next(_chunks(files, kinds, _Position(), 1 << 16, None), ([], [], None))[0]
+    probe = ChunkTokenizer(tokenizer_json, fast=True, dtype=dtype, cache_words=cache_words)
+    fast = fast_path_ok(probe, first[:400])
+    heldout = _HeldoutRule(plan["heldout"])
+    reader = _chunks(files, kinds, position, plan["chunk_bytes"], plan["cut_line"])
+    meter = _Progress(sum(f.stat().st_size for f in files), position, files, progress)
+    writer = ShardWriter(out / "shards", len(shards), dtype, plan["shard_tokens"], heldout,
+                          tokenizer.vocab_size)
+    if workers is None:
+        workers = os.cpu_count() or 1 if meter.total - meter.done >= 16_000_000 else 1
+    for chunk_result, end in tokenize_chunks(reader, tokenizer_json, fast, dtype, workers,
+                                             cache_words, local=probe if fast else None):
+        meter.update(end, len(chunk_result[0]))
+        shard = writer.add(chunk_result, vars(end))
+        if shard is not None:
+            shards.append(shard)
+    last = writer.close()
+    if last is not None:
+        shards.append(last)
+    meter.finish()
+
+    manifest = _manifest(out, shards, tokenizer, fingerprint, dtype, plan, fast)
+    if manifest["train"]["tokens"] == 0:
+        raise UserError(f"{files[0]}: no text to train on in the corpus")
+    write_json(out / "manifest.json", manifest)
+    return manifest
+
+
+# Input: kinds, document counts, reading ------------------------------------------------------
+
+def _kind(path: Path) -> str:
+    if path.suffix.lower() in (".jsonl", ".json"):
+        return "jsonl"
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.strip():
+                head = raw.lstrip()
+                if head.startswith(b"{"):
+                    try:
+                        return "jsonl" if "text" in json.loads(raw) else "text"
+                    except (ValueError, TypeError):
+                        return "text"
+                return "text"
+    return "text"
+
+
+def _plan_documents(files: list[Path], kinds: list[str], fraction: float) -> dict:
+    """A first pass over the bytes: refuse non-UTF-8 text before writing anything, and choose
+    the held-out documents. Each document is held out with probability `fraction` (a hash of
+    its index, so the choice is scattered through the corpus and repeatable), unless it is
+    larger than 2 x fraction of the corpus (one huge document would make the held-out split
+    lopsided); at least one is when there are two or more. A corpus that is one document of
+    text has its last 1% of lines (at least one) made a second, held-out document."""
+    total = sum(f.stat().st_size for f in files)
+    cap = max(2 * fraction * total, 1 << 16)
+    documents, first_doc_lines, size = 0, 0, 0
+    heldout: list[int] = []
+    smallest = (float("inf"), -1)
+
+    def close(doc: int, size: int) -> None:
+        nonlocal smallest
+        if doc < 0:
+            return
+        if size <= cap and _unit_hash(doc) < fraction:
+            heldout.append(doc)
+        smallest = min(smallest, (size, doc))
+
+    for path, kind in zip(files, kinds):
+        in_doc = False
+        for _, block in _blocks(path):
+            for raw in block:
+                text = bool(raw.strip())
+                if kind == "jsonl" or (text and not in_doc):
+                    if text:
+                        close(documents - 1, size)
+                        documents, size = documents + 1, 0
+                in_doc = text
+                size += len(raw)
+                first_doc_lines += text and documents == 1
+    close(documents - 1, size)
+    cut = None
+    if documents == 1 and kinds[0] == "text" and first_doc_lines >= 2 and fraction > 0:
+        tail_start = first_doc_lines - max(1, round(first_doc_lines * 0.01)) + 1
+        seen = 0
+        for first_number, block in _blocks(files[0]):
+            for number, raw in enumerate(block, first_number):
+                seen += bool(raw.strip())
+                if seen == tail_start and cut is None:
+                    cut = [0, number]
+        heldout = [1]
+    elif not heldout and documents >= 2 and fraction > 0:
+        heldout = [smallest[1]]
+    return {"documents": documents, "heldout": heldout, "cut_line": cut}
+
+
+def _unit_hash(i: int) -> float:
+    """A fixed pseudo-random number in [0, 1) for document i (splitmix64)."""
+    z = (i + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+
+def _blocks(path: Path) -> Iterator[tuple[int, list[bytes]]]:
+    """(number of the first line, lines) in blocks of ~4 MB, checked to be UTF-8."""
+    number = 1
+    with open(path, "rb") as f:
+        while block := f.readlines(1 << 22):
+            try:
+                b"".join(block).decode("utf-8")
+            except UnicodeDecodeError:
+                for i, raw in enumerate(block):
+                    try:
+                        raw.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        raise UserError(f"{path}:{number + i}: not UTF-8 text (byte "
+                                        f"{raw[e.start]:#04x} at column {e.start + 1})") from None
+            yield number, block
+            number += len(block)
+
+
+class _HeldoutRule:
+    """Is each of these document indices one of the held-out documents?"""
+
+    def __init__(self, heldout: list[int]):
+        self.heldout = np.asarray(sorted(heldout), dtype=np.int64)
+
+    def __call__(self, doc: np.ndarray) -> np.ndarray:
+        return np.isin(np.asarray(doc, dtype=np.int64), self.heldout)
+
+
+def _chunks(files: list[Path], kinds: list[str], start: _Position, chunk_bytes: int,
+            cut_line) -> Iterator[tuple[list[str], list[int], _Position]]:
+    """Yield (lines, document index of each line, position after the chunk), from `start`."""
+    lines: list[str] = []
+    docs: list[int] = []
+    size = 0
+    pos = _Position(**vars(start))
+    cut = tuple(cut_line) if cut_line else None
+    for index in range(start.file, len(files)):
+        path, kind = files[index], kinds[index]
+        if index != pos.file:
+            pos = _Position(file=index, doc=pos.doc)
+        with open(path, "rb") as f:
+            f.seek(pos.offset)
+            for raw in f:
+                pos.line += 1
+                pos.offset += len(raw)
+                size += len(raw)
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise UserError(f"{path}:{pos.line}: not UTF-8 text (byte "
+                                    f"{raw[e.start]:#04x} at column {e.start + 1})") from None
+                if kind == "jsonl":
+                    if not line.strip():
+                        continue
+                    pos.doc += 1
+                    for paragraph in _json_text(line, path, pos.line).split("\n"):
+                        if paragraph := paragraph.strip():
+                            lines.append(paragraph)
+                            docs.append(pos.doc)
+                else:
+                    line = line.strip()
+                    if not line:
+                        pos.in_doc = False
+                        continue
+                    if not pos.in_doc or (index, pos.line) == cut:
+                        pos.doc += 1
+                    pos.in_doc = True
+                    lines.append(line)
+                    docs.append(pos.doc)
+                if size >= chunk_bytes:
+                    yield lines, docs, _Position(**vars(pos))
+                    lines, docs, size = [], [], 0
+        pos.in_doc = False
+    if lines or size:
+        yield lines, docs, _Position(file=len(files), doc=pos.doc)
+
+
+def _json_text(line: str, path: Path, number: int) -> str:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        raise UserError(f"{path}:{number}: expected a JSON object with a \"text\" string")
+    return obj["text"]
+
+
+def _resume_point(out: Path, plan: dict):
+    """None when `out` is finished for this plan; else (complete shards, position after them).
+    A directory made from other inputs or settings is cleared first."""
+    plan_file = out / "plan.json"
+    same = plan_file.is_file() and load_json(plan_file) == plan
+    if same and (out / "manifest.json").is_file():
+        return None
+    if not same:
+        for name in ("manifest.json", "plan.json", "token_counts.npy", "word_starts.npy"):
+            (out / name).unlink(missing_ok=True)
+        shutil.rmtree(out / "shards", ignore_errors=True)
+        shutil.rmtree(out / "tokenizer", ignore_errors=True)
+        return [], _Position()
+    shards = []
+    while (record := out / "shards" / f"shard_{len(shards):05d}.json").is_file():
+        shards.append(load_json(record))
+    for stale in (out / "shards").glob("*"):
+        index = int(stale.name.split("_")[1].split(".")[0]) if stale.name.startswith(
+            "shard_") else -1
+        if index >= len(shards) or stale.name.startswith("."):
+            stale.unlink()
+    if shards:
+        print(f"prepare: resuming after {len(shards)} finished shard(s)", file=sys.stderr)
+        return shards, _Position(**shards[-1]["end"])
+    return [], _Position()
+
+
+def _manifest(out: Path, shards: list[dict], tokenizer, fingerprint: str, dtype, plan: dict,
+              fast: bool) -> dict:
+    vocab = tokenizer.vocab_size
+    counts = np.zeros(vocab, dtype=np.int64)
+    totals = {split: {"documents": 0, "sentences": 0, "tokens": 0} for split in SPLITS}
+    for shard in shards:
+        root, name = out / "shards", shard["name"]
+        sentences = np.load(root / f"{name}.sentences.npy", mmap_mode="r")
+        documents = np.load(root / f"{name}.documents.npy")
+        heldout = np.load(root / f"{name}.heldout.npy")
+        sent_per_doc = np.diff(documents)
+        tok_per_doc = sentences[documents[1:]] - sentences[documents[:-1]]
+        for split, mask in (("train", ~heldout), ("heldout", heldout)):
+            totals[split]["documents"] += int(mask.sum())
+            totals[split]["sentences"] += int(sent_per_doc[mask].sum())
+            totals[split]["tokens"] += int(tok_per_doc[mask].sum())
+        counts += np.load(root / f"{name}.counts.npy")
+    np.save(out / "token_counts.npy", counts)
+    np.save(out / "word_starts.npy", word_starts(tokenizer))
+    specials = {"pad": tokenizer.pad_id, "unk": tokenizer.unk_id, "cls": tokenizer.cls_id,
+                "sep": tokenizer.sep_id, "mask": tokenizer.mask_id}
+    return {"format": FORMAT, "dtype": np.dtype(dtype).name,
+            "tokenizer": {"dir": "tokenizer", "fingerprint": fingerprint, "vocab_size": vocab,
+                          "kind": tokenizer.kind, "special_ids": specials,
+                          "word_cache": fast},
+            "heldout_fraction": plan["heldout_fraction"], **totals,
+            "token_counts": "token_counts.npy", "word_starts": "word_starts.npy",
+            "sources": plan["sources"], "shards": shards}
+
+
+# Tokenizer identity --------------------------------------------------------------------------
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """sha256 of what decides the ids: the kind, lower-casing and the pieces in id order."""
+    vocab = tokenizer.get_vocab()
+    pieces = sorted(vocab, key=vocab.__getitem__)
+    h = hashlib.sha256(f"{tokenizer.kind}\n{tokenizer.do_lower_case}\n".encode())
+    h.update("\n".join(pieces).encode("utf-8"))
+    return h.hexdigest()[:32]
+
+
+def check_tokenizer(data_dir: str | os.PathLike, tokenizer) -> None:
+    """Refuse a tokenizer (or a model directory's tokenizer) other than the data's."""
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from bertkit.text.tokenizer import Tokenizer
+        source, tokenizer = str(tokenizer), Tokenizer.load(tokenizer)
+    else:
+        source = "the tokenizer"
+    manifest = load_manifest(data_dir)
+    if tokenizer_fingerprint(tokenizer) != manifest["tokenizer"]["fingerprint"]:
+        raise UserError(f"{source}: tokenizer does not match the data in {data_dir} (vocabulary "
+                        f"of {tokenizer.vocab_size} vs {manifest['tokenizer']['vocab_size']} "
+                        f"pieces, or other pieces): prepare the corpus with this tokenizer")
+
+
+def word_starts(tokenizer) -> np.ndarray:
+    """bool [vocab]: the piece begins a word. WordPiece: no `##`; Unigram: a leading `▁`
+    (punctuation after a word is then part of it). Special tokens count as starts."""
+    vocab = tokenizer.get_vocab()
+    starts = np.ones(tokenizer.vocab_size, dtype=bool)
+    ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
+    if tokenizer.kind == "unigram":
+        flags = np.fromiter((p.startswith("\u2581") for p in vocab), dtype=bool, count=len(vocab))
+    else:
+        flags = np.fromiter((not p.startswith("##") for p in vocab), dtype=bool, count=len(vocab))
+    starts[ids] = flags
+    starts[list(tokenizer.special_ids)] = True
+    return starts
+
+
+# Progress ------------------------------------------------------------------------------------
+
+class _Progress:
+    def __init__(self, total_bytes: int, start: _Position, files: list[Path], enabled: bool):
+        self.total = total_bytes
+        self.done = sum(f.stat().st_size for f in files[:start.file]) + start.offset
+        self.files = files
+        self.first = self.done
+        self.tokens = 0
+        self.enabled = enabled
+        self.t0 = self.last = time.perf_counter()
+
+    def update(self, end: _Position, tokens: int) -> None:
+        self.tokens += tokens
+        self.done = sum(f.stat().st_size for f in self.files[:end.file]) + end.offset \
+            if end.file < len(self.files) else self.total
+        now = time.perf_counter()
+        if self.enabled and now - self.last >= 2.0:
+            self.last = now
+            print(self._line(now), file=sys.stderr, flush=True)
+
+    def _line(self, now: float) -> str:
+        dt = max(now - self.t0, 1e-9)
+        rate = (self.done - self.first) / dt
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        return (f"prepare: {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB  "
+                f"{self.tokens / 1e6:.2f}M tokens  {self.tokens / dt / 1e6:.2f}M tokens/s  "
+                f"{rate / 1e6:.1f} MB/s  ETA {int(eta) // 60}:{int(eta) % 60:02d}")
+
+    def finish(self) -> None:
+        if self.enabled:
+            print(self._line(time.perf_counter()).replace("ETA 0:00", "done"), file=sys.stderr,
+                  flush=True)

@@ -1,0 +1,220 @@
+"""Pretraining objectives as pure functions of (model, batch) -> (loss, metrics).
+
+Batches are the dicts of `bertkit.pretraining.examples.PretrainingBatches`: input_ids / token_type_ids /
+attention_mask [B, T]; mlm_positions [N] flat indices into B*T with mlm_labels [N] (-100 marks
+a padding entry); nsp_labels [B]; span_left / span_right / span_offset [N] for span masking;
+clm_labels [B, T] (the next token at each position, -100 where there is none).
+
+Every function returns a scalar loss (mean over its own targets) and a dict of scalar tensors;
+nothing here syncs with the host, so the training step stays asynchronous on a GPU.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.model.encoder import cls_rows, last_block_rows
+
+OBJECTIVES = ("mlm", "mlm+nsp", "span", "clm")
+IGNORE = -100
+
+
+class _VocabCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of the vocabulary projection z @ weight.T + bias, and the number of
+    correct guesses (the label's logit is the largest), for labels != -100.
+
+    The plain path (F.linear, F.cross_entropy, argmax) allocates and sweeps three [N, V]
+    tensors a step (logits, log-probabilities, their gradient), tens of MB each for a 30k
+    vocabulary; here the forward pass turns the logits, in place, into their gradient
+    (softmax - one-hot), which is all the backward pass needs.
+    """
+
+    @staticmethod
+    def forward(ctx, z, weight, bias, labels):
+        # [N, V]; autocast picks the matmul dtype. (mm, then add_: addmm would first fill the
+        # whole output with the broadcast bias, one more sweep of it.)
+        logits = torch.mm(z, weight.t())
+        ctx.matmul_dtype = logits.dtype
+        logits = logits.float().add_(bias)
+        valid = labels != IGNORE
+        safe = labels.clamp(min=0)
+        target = logits.gather(1, safe[:, None]).squeeze(1)  # [N]
+        top = logits.amax(1)  # a sixth of the time of max(), which also finds the index
+        correct = ((target >= top) & valid).sum()
+        logits.sub_(top[:, None]).exp_()
+        total = logits.sum(1)
+        loss_sum = ((top + total.log() - target) * valid).sum()
+        keep = valid.to(logits.dtype)
+        logits.mul_((keep / total)[:, None])  # softmax; ignored rows get no gradient
+        rows = torch.arange(labels.numel(), device=labels.device)
+        logits.index_put_((rows, safe), -keep, accumulate=True)  # - one-hot
+        ctx.save_for_backward(logits, z, weight)
+        ctx.mark_non_differentiable(correct)
+        return loss_sum, correct
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_correct):
+        d, z, weight = ctx.saved_tensors  # d: [N, V], d loss_sum / d logits
+        need_z, need_w, need_b = ctx.needs_input_grad[:3]
+        dm = d.to(ctx.matmul_dtype)
+        grad_z = (dm @ weight.to(dm.dtype)).mul_(grad_loss).to(z.dtype) if need_z else None
+        # grad_loss scales z [N, H] rather than the product [V, H]
+        grad_w = (dm.t() @ (z * grad_loss).to(dm.dtype)).to(weight.dtype) if need_w else None
+        grad_b = d.sum(0).mul_(grad_loss) if need_b else None
+        return grad_z, grad_w, grad_b, None
+
+
+def vocab_terms(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                labels: torch.Tensor):
+    """(summed cross-entropy, correct guesses, target count) of the projection of z [N, H]
+    onto the vocabulary (weight [V, H], bias [V]) at labels [N] != -100.
+
+    When gradients are wanted the projection and the loss run fused (`_VocabCrossEntropy`),
+    equal to the plain F.linear + F.cross_entropy within float rounding (tested).
+    """
+    count = (labels != IGNORE).sum()
+    if torch.is_grad_enabled() and (z.requires_grad or weight.requires_grad):
+        loss_sum, correct = _VocabCrossEntropy.apply(z, weight, bias, labels)
+        return loss_sum, correct, count
+    logits = F.linear(z, weight, bias).float()  # [N, V]
+    loss_sum = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
+    target = logits.gather(1, labels.clamp(min=0)[:, None]).squeeze(1)
+    correct = ((target >= logits.amax(-1)) & (labels != IGNORE)).sum()
+    return loss_sum, correct, count
+
+
+def _decode_terms(model: nn.Module, z: torch.Tensor, labels: torch.Tensor):
+    return vocab_terms(z, model.encoder.embeddings.word.weight, model.mlm.bias, labels)
+
+
+def _mean(terms, prefix: str):
+    loss_sum, correct, count = terms
+    n = count.clamp(min=1)
+    loss = loss_sum / n
+    return loss, {f"{prefix}_loss": loss.detach(), f"{prefix}_acc": correct / n}
+
+
+def mlm_forward(model: nn.Module, batch: dict, *more_rows: torch.Tensor):
+    """The model on a batch: the MLM head's states at the selected positions [N, H] (the
+    vocabulary projection is left to `vocab_terms`), and a list of the last block's outputs
+    at each tensor of `more_rows`. The last block runs only at these rows."""
+    h, *more = last_block_rows(model.encoder, batch["input_ids"], batch.get("token_type_ids"),
+                               batch.get("attention_mask"), batch["mlm_positions"], *more_rows)
+    return model.mlm(h), more
+
+
+def mlm_loss(model: nn.Module, batch: dict):
+    """Masked-LM cross-entropy averaged over the selected tokens."""
+    z, _ = mlm_forward(model, batch)
+    return _mean(_decode_terms(model, z, batch["mlm_labels"]), "mlm")
+
+
+def nsp_terms(nsp_logits: torch.Tensor, labels: torch.Tensor):
+    loss = F.cross_entropy(nsp_logits.float(), labels)
+    acc = (nsp_logits.argmax(-1) == labels).float().mean()
+    return loss, {"nsp_loss": loss.detach(), "nsp_acc": acc}
+
+
+def _mlm_nsp_forward(model: nn.Module, batch: dict):
+    """(MLM head states [N, H], next-sentence logits [B, 2]) from one pass."""
+    z, (cls,) = mlm_forward(model, batch, cls_rows(batch["input_ids"]))
+    return z, model.nsp(model.encoder.pool(cls))
+
+
+def mlm_nsp_loss(model: nn.Module, batch: dict):
+    """BERT: masked LM + next-sentence prediction on [CLS]."""
+    z, nsp_logits = _mlm_nsp_forward(model, batch)
+    mlm, metrics = _mean(_decode_terms(model, z, batch["mlm_labels"]), "mlm")
+    nsp, nsp_metrics = nsp_terms(nsp_logits, batch["nsp_labels"])
+    return mlm + nsp, {**metrics, **nsp_metrics}
+
+
+def _span_forward(model: nn.Module, batch: dict):
+    """(MLM terms, span-boundary terms) on the same targets, from one pass."""
+    z, (left, right) = mlm_forward(model, batch, batch["span_left"], batch["span_right"])
+    labels = batch["mlm_labels"]
+    sbo = model.sbo(left, right, batch["span_offset"])  # [N, H]
+    return _decode_terms(model, z, labels), _decode_terms(model, sbo, labels)
+
+
+def span_loss(model: nn.Module, batch: dict):
+    """SpanBERT: masked LM + the span-boundary objective on the same targets."""
+    mlm_terms, sbo_terms = _span_forward(model, batch)
+    mlm, metrics = _mean(mlm_terms, "mlm")
+    sbo, sbo_metrics = _mean(sbo_terms, "sbo")
+    return mlm + sbo, {**metrics, **sbo_metrics}
+
+
+def _clm_terms(model: nn.Module, batch: dict):
+    h = model.encoder(batch["input_ids"], batch.get("token_type_ids"),
+                      batch.get("attention_mask"), causal=True).last_hidden_state  # [B, T, H]
+    z = model.mlm(h.reshape(-1, h.shape[-1]))
+    return _decode_terms(model, z, batch["clm_labels"].reshape(-1))
+
+
+def clm_loss(model: nn.Module, batch: dict):
+    """Left-to-right LM: each position predicts the next token, seeing only its left."""
+    return _mean(_clm_terms(model, batch), "clm")
+
+
+def loss_for(objective: str) -> Callable:
+    """The loss function of an objective name (one of OBJECTIVES)."""
+    table = {"mlm": mlm_loss, "mlm+nsp": mlm_nsp_loss, "span": span_loss, "clm": clm_loss}
+    if objective not in table:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    return table[objective]
+
+
+def target_count(objective: str) -> Callable[[dict], torch.Tensor]:
+    """Number of predicted tokens in a batch, to weigh micro-batches and ranks exactly."""
+    key = "clm_labels" if objective == "clm" else "mlm_labels"
+    return lambda batch: (batch[key] != IGNORE).sum()
+
+
+@torch.no_grad()
+def evaluate_lm(model: nn.Module, batches: Iterable[dict], objective: str,
+                device: torch.device | str = "cpu") -> dict[str, float]:
+    """Held-out figures, weighted by targets: eval_loss (the LM part), eval_acc, eval_ppl, and
+    eval_nsp_acc for mlm+nsp, eval_sbo_loss for span."""
+    device = torch.device(device)
+    totals: dict[str, torch.Tensor] = {}
+
+    def add(name, value):
+        totals[name] = totals.get(name, 0) + value.detach().double()
+
+    for batch in batches:
+        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        if objective == "clm":
+            terms = _clm_terms(model, batch)
+        elif objective == "mlm+nsp":
+            z, nsp_logits = _mlm_nsp_forward(model, batch)
+            terms = _decode_terms(model, z, batch["mlm_labels"])
+            add("nsp_correct", (nsp_logits.argmax(-1) == batch["nsp_labels"]).sum())
+            add("nsp_count", torch.tensor(batch["nsp_labels"].numel()))
+        elif objective == "span":
+            terms, sbo_terms = _span_forward(model, batch)
+            add("sbo_loss", sbo_terms[0])
+        else:
+            terms = _decode_terms(model, mlm_forward(model, batch)[0], batch["mlm_labels"])
+        add("loss", terms[0])
+        add("correct", terms[1])
+        add("count", terms[2])
+    if not totals:
+        raise ValueError("no held-out batches to evaluate on")
+    values = {k: float(v) for k, v in totals.items()}
+    count = max(values["count"], 1.0)
+    loss = values["loss"] / count
+    result = {"eval_loss": loss, "eval_acc": values["correct"] / count,
+              "eval_ppl": float(torch.tensor(loss).exp()), "eval_tokens": values["count"]}
+    if "nsp_count" in values:
+        result["eval_nsp_acc"] = values["nsp_correct"] / max(values["nsp_count"], 1.0)
+    if "sbo_loss" in values:
+        result["eval_sbo_loss"] = values["sbo_loss"] / count
+    return result
+
+
+__all__ = ["OBJECTIVES", "mlm_loss", "mlm_nsp_loss", "span_loss", "clm_loss", "nsp_terms",
+           "loss_for", "target_count", "evaluate_lm", "mlm_forward", "vocab_terms"]

@@ -1,0 +1,269 @@
+"""Pretraining entry point: a prepared corpus + a model -> the shared training loop.
+
+    result = pretrain(PretrainOptions(data="data/", out="runs/mini", preset="mini",
+                                      objective="mlm", seq_len=128, batch_size=32,
+                                      train=TrainConfig(max_steps=10_000, lr=5e-4)))
+
+The model is a fresh `--preset` (its vocabulary sized to the data's tokenizer) or an existing
+Hugging Face directory `--init` whose tokenizer must be the data's (continued pretraining).
+Under `torchrun` the same call runs data-parallel: each rank reads its own share of every
+global batch (gloo on the CPU, NCCL on GPUs) and rank 0 writes.
+
+The final directory at the top of `out` is a Hugging Face BERT directory (BertForPreTraining
+weights, config.json, tokenizer files). The span objective's boundary head has no Hugging Face
+counterpart: it is saved beside the model as `sbo.safetensors` (transformers ignores that file),
+and `--init` of such a directory with `--objective span` picks it up again.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
+
+from bertkit.pretraining import objectives
+from bertkit.config import ConfigError, PRESETS, TrainConfig, preset
+from bertkit.files import UserError
+from bertkit.pretraining.masking import MaskingConfig
+from bertkit.model.encoder import PretrainingModel, SpanBoundaryHead, init_weights, num_parameters
+from bertkit.runtime import allocator
+from bertkit.training.loop import TrainResult, train
+
+SBO_FILE = "sbo.safetensors"
+MASKING = ("token", "whole-word")
+
+
+@dataclass
+class PretrainOptions:
+    data: Path
+    """Directory written by `bertkit prepare` (shards, manifest.json, tokenizer/)."""
+    out: Path
+    """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
+    preset: str | None = None
+    """Size of a fresh model (config.PRESETS); exactly one of preset / init."""
+    init: Path | None = None
+    """Model directory to continue pretraining from."""
+    objective: str = "mlm"
+    """"mlm" (RoBERTa: packed, no NSP), "mlm+nsp" (BERT), "span" (SpanBERT), "clm"."""
+    masking: str = "token"
+    """"token" (BERT's 15% of pieces) or "whole-word" (all pieces of a chosen word); the span
+    objective always masks spans of whole words."""
+    seq_len: int = 128
+    """Tokens per sequence, special tokens included."""
+    batch_size: int = 32
+    """Sequences per micro-batch, all ranks together (each rank takes batch_size / ranks)."""
+    eval_batches: int = 20
+    """Held-out batches per evaluation (the same masks every time, so curves compare)."""
+    device: str | None = None
+    """"cpu", "cuda", "cuda:1"; None: cuda if available (each rank its LOCAL_RANK GPU)."""
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(max_steps=1000))
+    """The training loop's settings (lr, steps/time, precision, checkpoints, ...)."""
+
+    def __post_init__(self) -> None:
+        self.data, self.out = Path(self.data), Path(self.out)
+        self.init = Path(self.init) if self.init is not None else None
+        if (self.preset is None) == (self.init is None):
+            raise UserError("give exactly one of --preset NAME (a fresh model) or --init DIR")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise UserError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        if self.objective not in objectives.OBJECTIVES:
+            raise UserError(f"unknown objective {self.objective!r}; choose one of "
+                            f"{', '.join(objectives.OBJECTIVES)}")
+        if self.masking not in MASKING:
+            raise UserError(f"unknown masking {self.masking!r}; choose one of {', '.join(MASKING)}")
+        if self.seq_len < 8 or self.batch_size < 1:
+            raise UserError(f"--seq-len must be at least 8 and --batch-size at least 1 (got "
+                            f"{self.seq_len}, {self.batch_size})")
+
+
+def _device(requested: str | None) -> torch.device:
+    if requested is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device("cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {requested}: no GPU available")
+    return device
+
+
+def start_distributed(device: torch.device) -> bool:
+    """Join the process group `torchrun` describes in the environment; False when alone."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return False
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return True
+
+
+def build_model(opts: PretrainOptions, vocab_size: int, seed: int) -> PretrainingModel:
+    """The model to train: a seeded fresh preset or a loaded directory, plus the SBO head."""
+    from bertkit.pretraining.corpus import check_tokenizer
+    from bertkit.model.hub import load_pretraining_model
+
+    torch.manual_seed(seed)  # weight initialisation is the only draw here
+    if opts.init is not None:
+        check_tokenizer(opts.data, opts.init)
+        model = load_pretraining_model(opts.init)
+        cfg = model.config
+    else:
+        try:
+            cfg = preset(opts.preset, vocab_size=vocab_size,
+                         max_positions=max(512, opts.seq_len))
+        except ConfigError as e:
+            raise UserError(str(e)) from None
+        model = PretrainingModel(cfg)
+        init_weights(model, cfg)
+    if opts.seq_len > cfg.max_positions:
+        raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
+                        f"{cfg.max_positions} positions")
+    if opts.objective == "span":
+        model.sbo = SpanBoundaryHead(cfg)
+        init_weights(model.sbo, cfg)
+        if opts.init is not None and (opts.init / SBO_FILE).is_file():
+            model.sbo.load_state_dict(load_file(str(opts.init / SBO_FILE)))
+    # Heads the objective never reads get no gradient; DDP needs every trained weight used.
+    if opts.objective != "mlm+nsp":
+        for p in itertools.chain(model.nsp.parameters(), model.encoder.pooler.parameters()):
+            p.requires_grad_(False)
+    return model
+
+
+def save_pretrained(model: PretrainingModel, path: Path, tokenizer) -> None:
+    """A Hugging Face directory; the SBO head, if any, beside it in sbo.safetensors."""
+    from bertkit.model.hub import save_model
+
+    sbo, extra = model.sbo, {}
+    if sbo is not None:
+        extra[SBO_FILE] = safetensors_bytes(
+            {k: v.detach().cpu().contiguous() for k, v in sbo.state_dict().items()})
+        model.sbo = None
+    try:
+        save_model(model, path, tokenizer=tokenizer, extra_files=extra)
+    finally:
+        model.sbo = sbo
+
+
+def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int) -> list[dict]:
+    """A fixed list of held-out batches: the same masks at every evaluation."""
+    from bertkit.pretraining.examples import PretrainingBatches
+
+    try:
+        held = PretrainingBatches(opts.data, batch_size=opts.batch_size, split="heldout",
+                                  seed=seed, prefetch=0, **data_kwargs)
+    except UserError as e:
+        if "has no text" not in str(e):
+            raise
+        return []
+    return list(itertools.islice(iter(held), opts.eval_batches))
+
+
+def _data_fingerprint(data: Path) -> str:
+    return hashlib.sha256((data / "manifest.json").read_bytes()).hexdigest()[:16]
+
+
+def pretrain(opts: PretrainOptions) -> TrainResult:
+    """Pretrain per `opts`; see the module docstring."""
+    from bertkit.pretraining.corpus import load_manifest
+    from bertkit.pretraining.examples import PretrainingBatches
+    from bertkit.text.tokenizer import Tokenizer
+
+    load_manifest(opts.data)
+    tokenizer = Tokenizer.load(opts.data / "tokenizer")
+    device = _device(opts.device)
+    joined = start_distributed(device)
+    try:
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        if opts.batch_size % world:
+            raise UserError(f"--batch-size {opts.batch_size} does not split over {world} ranks")
+        cfg = opts.train
+        model = build_model(opts, tokenizer.vocab_size, cfg.seed)
+        if rank == 0:
+            print(f"model: {opts.preset or opts.init} with {num_parameters(model) / 1e6:.1f}M "
+                  f"parameters, objective {opts.objective}, {opts.seq_len} x {opts.batch_size} "
+                  f"tokens per batch{f' x {cfg.grad_accum} accumulated' if cfg.grad_accum > 1 else ''}"
+                  f", precision {cfg.precision}, {world} rank(s) on {device}, "
+                  f"{torch.get_num_threads()} threads", file=sys.stderr)
+            malloc, better = allocator()
+            if better and device.type == "cpu":
+                print(f"note: steps run faster with another allocator: LD_PRELOAD={better} "
+                      f"bertkit pretrain ...", file=sys.stderr)
+        data_kwargs = dict(objective=opts.objective, seq_len=opts.seq_len,
+                           masking=MaskingConfig(whole_word=opts.masking == "whole-word"))
+        # Each rank takes its rows of the same global batch: any number of ranks trains alike.
+        batches = PretrainingBatches(opts.data, batch_size=opts.batch_size // world,
+                                     split="train", seed=cfg.seed, rank=rank, world_size=world,
+                                     **data_kwargs)
+        # Every rank builds them (a few batches) so that all agree whether to evaluate.
+        held = _heldout_batches(opts, data_kwargs, cfg.seed + 1)
+        if rank == 0 and not held:
+            print("warning: the held-out split is empty: no evaluation", file=sys.stderr)
+
+        def evaluate(m):
+            return objectives.evaluate_lm(m, held, opts.objective, device)
+
+        fingerprint = {"data": _data_fingerprint(opts.data), "objective": opts.objective,
+                       "seq_len": opts.seq_len, "batch_size": opts.batch_size,
+                       "masking": opts.masking, "grad_accum": cfg.grad_accum}
+        return train(model, objectives.loss_for(opts.objective), batches, cfg, opts.out,
+                     evaluate=evaluate if held else None,
+                     save=lambda m, path: save_pretrained(m, path, tokenizer),
+                     target_count=objectives.target_count(opts.objective),
+                     fingerprint=fingerprint, device=device,
+                     find_unused_parameters=False)  # build_model froze the unused heads
+    finally:
+        if joined:
+            dist.destroy_process_group()
+
+
+__all__ = ["PretrainOptions", "pretrain", "build_model", "save_pretrained", "start_distributed",
+           "SBO_FILE"]
+
+
+# Settings from a TOML file and the command line ------------------------------------------------
+
+_OPTION_FIELDS = ("data", "out", "preset", "init", "objective", "masking", "seq_len", "batch_size",
+                  "eval_batches", "device")
+
+
+def options_from_settings(settings: dict, config_file: str | Path | None = None) -> PretrainOptions:
+    """PretrainOptions from a flat mapping of option names (underscores: seq_len, max_steps,
+    any TrainConfig field), read from `config_file` (TOML) first, then `settings` on top."""
+    import dataclasses
+    import tomllib
+
+    merged: dict = {}
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            merged.update(tomllib.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise UserError(f"{path}: config file does not exist") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"{path}: not a valid TOML file ({e})") from None
+        train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+        for key in merged:
+            if key not in _OPTION_FIELDS and key not in train_fields:
+                raise UserError(f"{path}: unknown setting {key!r}")
+    merged.update({k: v for k, v in settings.items() if v is not None})
+    train_settings = {k: v for k, v in merged.items() if k not in _OPTION_FIELDS}
+    where = f"{config_file}: " if config_file else ""
+    for name in ("data", "out"):
+        if name not in merged:
+            raise UserError(f"{where}missing --{name}")
+    try:
+        cfg = TrainConfig(**train_settings)
+    except (ConfigError, TypeError) as e:
+        raise UserError(f"{where}{e}") from None
+    return PretrainOptions(**{k: v for k, v in merged.items() if k in _OPTION_FIELDS}, train=cfg)
+
+
+__all__ += ["options_from_settings"]

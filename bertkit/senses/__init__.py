@@ -1,0 +1,2 @@
+"""Word senses: sense-labelled data, word-sense disambiguation by nearest sense embedding, and the
+static skip-gram baseline."""

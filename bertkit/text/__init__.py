@@ -1,0 +1,1 @@
+"""Text: the tokenizer (encode, decode, offsets, word ids) and vocabulary training."""

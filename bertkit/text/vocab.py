@@ -1,0 +1,178 @@
+"""Training a vocabulary from text files, streaming, with the seeds' multilingual sampling.
+
+Several files (say one per language) are mixed with the seeds' exponent alpha: file i, holding
+a share p_i = n_i / sum_k n_k of the corpus' n non-blank lines, contributes a share
+
+    q_i = p_i^alpha / sum_j p_j^alpha
+
+of the training lines (alpha = 1 keeps the natural mixture, alpha -> 0 makes it uniform;
+0.3 as in XLM-R). The sampled stream is as long as the corpus: a small file is read several
+times over, a large one is thinned, each line kept independently so the whole file is
+represented. Lines come from open files one at a time, so memory stays constant however large
+the corpus; the `tokenizers` trainer keeps only its word counts.
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import tokenizers
+from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
+
+from bertkit.files import UserError, read_lines
+from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_tokens, bert_pipeline,
+                        bert_template)
+
+KINDS = ("wordpiece", "unigram")
+
+
+def count_lines(path: str | Path) -> int:
+    """Non-blank lines of a text file (one streaming pass that also checks it is UTF-8)."""
+    n = sum(1 for _, line in read_lines(path) if line.strip())
+    if n == 0:
+        raise UserError(f"{path}: no text (only blank lines)")
+    return n
+
+
+def mixture_weights(sizes: Sequence[int], alpha: float) -> list[float]:
+    """q_i = p_i^alpha / sum_j p_j^alpha with p_i = sizes[i] / sum(sizes)."""
+    if not 0.0 <= alpha <= 1.0:
+        raise UserError(f"alpha must be in [0, 1], got {alpha}")
+    total = sum(sizes)
+    powered = [(n / total) ** alpha for n in sizes]
+    return [w / sum(powered) for w in powered]
+
+
+def _file_stream(path: Path, rate: float, rng: random.Random) -> Iterator[str]:
+    """Each non-blank line `rate` times on average: floor(rate) full passes over the file,
+    then one pass keeping each line with probability frac(rate)."""
+    passes, keep = int(rate), rate - int(rate)
+    for k in range(passes + (keep > 0)):
+        last = k == passes
+        for _, line in read_lines(path):
+            if line.strip() and (not last or rng.random() < keep):
+                yield line
+
+
+def sample_lines(files: Sequence[str | Path], alpha: float = 0.3, seed: int = 0,
+                 sizes: Sequence[int] | None = None) -> Iterator[str]:
+    """Lines from `files` mixed by the q_i above, interleaved at random (any prefix of the
+    stream follows the mixture). A generator: nothing is held but one line per file.
+
+    `sizes` (non-blank line counts) is computed with `count_lines` when not given.
+    """
+    sizes = list(sizes) if sizes is not None else [count_lines(f) for f in files]
+    q = mixture_weights(sizes, alpha)
+    total = sum(sizes)
+    rng = random.Random(seed)
+    streams = [_file_stream(Path(f), qi * total / n, random.Random(f"{seed}:{i}"))
+               for i, (f, qi, n) in enumerate(zip(files, q, sizes))]
+    weights = list(q)
+    active = list(range(len(streams)))
+    while active:
+        # Every stream's expected length is q_i * total, so choosing by q_i drains them together.
+        j = rng.choices(range(len(active)), weights=[weights[i] for i in active])[0]
+        line = next(streams[active[j]], None)
+        if line is None:
+            active.pop(j)
+        else:
+            yield line
+
+
+class _Progress:
+    """Lines/s and ETA on stderr, at most once every `every` seconds."""
+
+    def __init__(self, total: int, what: str, every: float = 2.0, enabled: bool = True):
+        self.total, self.what, self.every, self.enabled = total, what, every, enabled
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, done: int, final: bool = False) -> None:
+        now = time.perf_counter()
+        if not self.enabled or (not final and now - self.last < self.every):
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        eta = max(self.total - done, 0) / max(rate, 1e-9)
+        print(f"{self.what}: {done:,}/{self.total:,} lines ({100 * done / self.total:.0f}%), "
+              f"{rate:,.0f} lines/s" + ("" if final else f", ETA {eta:.0f}s"), file=sys.stderr)
+
+
+def _batches(lines: Iterator[str], progress: _Progress, size: int = 1000) -> Iterator[list[str]]:
+    """Lines grouped for the Rust trainer (one Python call per batch, not per line)."""
+    batch, done = [], 0
+    for line in lines:
+        batch.append(line)
+        if len(batch) == size:
+            done += size
+            progress(done)
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+    progress(done + len(batch), final=True)
+
+
+def _unigram_normalizer(cased: bool) -> normalizers.Normalizer:
+    steps = [normalizers.NFKC(),
+             normalizers.Replace(Regex(r"\s+"), " "),  # SentencePiece collapses whitespace
+             normalizers.Replace(Regex(r"[\p{Cc}\p{Cf}]"), ""),  # and drops control characters
+             normalizers.Strip()]
+    if not cased:
+        steps += [normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase(),
+                  normalizers.NFKC()]
+    return normalizers.Sequence(steps)
+
+
+def _untrained(kind: str, vocab_size: int, cased: bool, min_frequency: int,
+               show_progress: bool) -> tuple[tokenizers.Tokenizer, trainers.Trainer]:
+    if kind == "wordpiece":
+        backend = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token=UNK))
+        # BERT: uncased strips accents too; cased keeps both (strip_accents=None follows case).
+        bert_pipeline(backend, lowercase=not cased, strip_accents=None)
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+            continuing_subword_prefix="##", show_progress=show_progress)
+    elif kind == "unigram":
+        backend = tokenizers.Tokenizer(tokenizers.models.Unigram())
+        backend.normalizer = _unigram_normalizer(cased)
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), unk_token=UNK,
+            show_progress=show_progress)
+    else:
+        raise UserError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
+    return backend, trainer
+
+
+def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
+                    kind: str = "wordpiece", cased: bool = False, alpha: float = 0.3,
+                    out: str | Path | None = None, *, min_frequency: int = 2,
+                    model_max_length: int = 512, seed: int = 0,
+                    progress: bool = True) -> Tokenizer:
+    """Train a WordPiece (BERT) or Unigram (XLM-R style) vocabulary from text files.
+
+    Uncased by default (lower-case, strip accents); `cased=True` keeps both. The special
+    tokens take ids 0..4: [PAD] [UNK] [CLS] [SEP] [MASK]. Several files are mixed with exponent
+    `alpha` (see the module docstring). Every file is checked (exists, not empty, UTF-8) before
+    training starts, and `out`, if given, is written only when training succeeded.
+    """
+    if not files:
+        raise UserError("no input files given")
+    if vocab_size < len(SPECIAL_TOKENS) + 1:
+        raise UserError(f"vocab_size {vocab_size} is too small")
+    sizes = [count_lines(f) for f in files]
+    # The trainer's own bars (merges, pruning) only make sense on a terminal.
+    backend, trainer = _untrained(kind, vocab_size, cased, min_frequency,
+                                  progress and sys.stderr.isatty())
+    report = _Progress(sum(sizes), f"training {kind} vocabulary", enabled=progress)
+    backend.train_from_iterator(_batches(sample_lines(files, alpha, seed, sizes), report), trainer)
+    add_special_tokens(backend, mask_lstrip=kind == "unigram")
+    bert_template(backend)
+    tokenizer = Tokenizer(backend, model_max_length=model_max_length, source=str(files[0]))
+    if out is not None:
+        tokenizer.save(out)
+    return tokenizer

@@ -1,0 +1,236 @@
+"""Training checkpoints: the whole state of a run, written atomically, read back exactly.
+
+A checkpoint is a directory `checkpoints/step-00001200/` holding
+
+    model.safetensors      the model's state dict, bertkit names, exact dtypes
+    optimizer.safetensors  the optimizer's tensors (AdamW moments, step counts)
+    state.safetensors      every other tensor: torch CPU/CUDA generator states, data-iterator
+                           generator states
+    state.json             the rest: step, tokens, clock, optimizer hyper-parameters, Python and
+                           NumPy generator states, each rank's data position, the fingerprint
+    manifest.json          sha256 of each file above, written last
+
+It is written into a hidden temporary sibling and renamed into place, so a process killed while
+saving leaves the previous checkpoint as it was; the last K are kept. Loading checks the
+manifest, then the fingerprint (model shapes, data, objective), and refuses anything that does
+not match with a one-line `UserError`. Nothing is pickled: tensors go to safetensors and
+everything else to JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertkit.files import UserError, atomic_dir, sha256_file
+
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+_FILES = ("model.safetensors", "optimizer.safetensors", "state.safetensors", "state.json")
+
+
+# Tensors out of nested Python state and back -------------------------------------------------
+
+def _flatten(obj, tensors: dict[str, torch.Tensor], key: str):
+    """JSON-able copy of `obj` with each tensor / array moved into `tensors` under a key."""
+    if isinstance(obj, torch.Tensor):
+        tensors[key] = obj.detach().cpu().contiguous().clone()
+        return {"__tensor__": key}
+    if isinstance(obj, np.ndarray):
+        # Stored as raw bytes: safetensors lacks some NumPy dtypes (uint32 of the MT19937 state).
+        data = np.ascontiguousarray(obj)
+        tensors[key] = torch.frombuffer(bytearray(data.tobytes()), dtype=torch.uint8)
+        return {"__ndarray__": key, "dtype": str(data.dtype), "shape": list(data.shape)}
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj):
+            return {"__dict__": {k: _flatten(v, tensors, f"{key}.{k}") for k, v in obj.items()}}
+        if all(isinstance(k, int) for k in obj):
+            return {"__intdict__": {str(k): _flatten(v, tensors, f"{key}.{k}")
+                                    for k, v in obj.items()}}
+        raise TypeError(f"{key}: dict keys must all be str or all int")
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_flatten(v, tensors, f"{key}.{i}") for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [_flatten(v, tensors, f"{key}.{i}") for i, v in enumerate(obj)]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (str, bool, int, float)):
+        return obj
+    raise TypeError(f"{key}: cannot store a {type(obj).__name__} in a checkpoint")
+
+
+def _unflatten(obj, tensors: dict[str, torch.Tensor]):
+    if isinstance(obj, list):
+        return [_unflatten(v, tensors) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if "__tensor__" in obj:
+        return tensors[obj["__tensor__"]]
+    if "__ndarray__" in obj:
+        raw = tensors[obj["__ndarray__"]].numpy().tobytes()
+        return np.frombuffer(raw, dtype=obj["dtype"]).reshape(obj["shape"]).copy()
+    if "__dict__" in obj:
+        return {k: _unflatten(v, tensors) for k, v in obj["__dict__"].items()}
+    if "__intdict__" in obj:
+        return {int(k): _unflatten(v, tensors) for k, v in obj["__intdict__"].items()}
+    if "__tuple__" in obj:
+        return tuple(_unflatten(v, tensors) for v in obj["__tuple__"])
+    raise ValueError(f"unknown entry {sorted(obj)}")
+
+
+# Random generators ---------------------------------------------------------------------------
+
+def rng_state() -> dict:
+    """Every process-wide generator a training step may draw from."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# Fingerprints --------------------------------------------------------------------------------
+
+def model_fingerprint(model: nn.Module) -> dict[str, list[int]]:
+    return {name: list(t.shape) for name, t in model.state_dict().items()}
+
+
+def check_fingerprint(where: Path, saved: dict, current: dict) -> None:
+    """Refuse a checkpoint made for another model shape, other data or another objective."""
+    saved_model, model = saved.get("model", {}), current.get("model", {})
+    for name, shape in model.items():
+        if name not in saved_model:
+            raise UserError(f"{where}: checkpoint has no weight {name}: it was made for a "
+                            f"different model")
+        if saved_model[name] != shape:
+            raise UserError(f"{where}: checkpoint weight {name} has shape {saved_model[name]}, "
+                            f"this model has {shape}: it was made for a different model")
+    if extra := sorted(set(saved_model) - set(model)):
+        raise UserError(f"{where}: checkpoint has weights this model lacks ({extra[0]}, ...): it "
+                        f"was made for a different model")
+    for key in sorted(set(saved) | set(current)):
+        if key != "model" and saved.get(key) != current.get(key):
+            raise UserError(f"{where}: checkpoint was made with {key} = {saved.get(key)!r}, this "
+                            f"run has {current.get(key)!r}")
+
+
+# Directories ---------------------------------------------------------------------------------
+
+def list_checkpoints(root: str | Path) -> list[Path]:
+    """Finished checkpoints under `root`, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    found = list_checkpoints(root)
+    return found[-1] if found else None
+
+
+def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """CPU copies safetensors accepts: tied weights sharing storage get their own copy."""
+    out, seen = {}, set()
+    for name, t in state.items():
+        t = t.detach().cpu().contiguous()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        out[name] = t.clone() if key in seen else t
+        seen.add(key)
+    return out
+
+
+def save_checkpoint(root: str | Path, step: int, *, model: nn.Module,
+                    optimizer: torch.optim.Optimizer, state: dict, keep: int) -> Path:
+    """Write checkpoint `root/step-<step>` atomically and delete all but the newest `keep`.
+
+    `state` is any nesting of dicts, lists, tuples, numbers, strings, tensors and NumPy arrays
+    (the trainer's counters, each rank's generators and data position, the fingerprint).
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".step-*.tmp"):  # left by a process killed while saving
+        shutil.rmtree(stale, ignore_errors=True)
+    path = root / f"step-{step:08d}"
+    opt_state = optimizer.state_dict()
+    opt_tensors: dict[str, torch.Tensor] = {}
+    opt_json = _flatten(opt_state, opt_tensors, "optimizer")
+    tensors: dict[str, torch.Tensor] = {}
+    state_json = _flatten(state, tensors, "state")
+    if path.exists():
+        shutil.rmtree(path)
+    with atomic_dir(path) as tmp:
+        save_file(_unshared(model.state_dict()), str(tmp / "model.safetensors"))
+        save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+        save_file(tensors, str(tmp / "state.safetensors"))
+        (tmp / "state.json").write_text(json.dumps({"state": state_json, "optimizer": opt_json}),
+                                        encoding="utf-8")
+        manifest = {name: sha256_file(tmp / name) for name in _FILES}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        for name in (*_FILES, "manifest.json"):
+            with open(tmp / name, "rb") as f:
+                os.fsync(f.fileno())
+    for old in list_checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def _verify(path: Path) -> None:
+    manifest_path = path / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        raise UserError(f"{manifest_path}: checkpoint is corrupt (unreadable manifest); delete "
+                        f"{path} to resume from an earlier checkpoint") from None
+    for name in _FILES:
+        file = path / name
+        if not file.is_file() or manifest.get(name) != sha256_file(file):
+            raise UserError(f"{file}: checkpoint is corrupt (missing or checksum mismatch); "
+                            f"delete {path} to resume from an earlier checkpoint")
+
+
+def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    fingerprint: dict) -> dict:
+    """Restore model and optimizer from checkpoint `path` in place; return the saved `state`.
+
+    Raises UserError for a corrupt checkpoint or one whose fingerprint differs from this run's.
+    """
+    path = Path(path)
+    _verify(path)
+    try:
+        doc = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        state = _unflatten(doc["state"], load_file(str(path / "state.safetensors")))
+        opt_state = _unflatten(doc["optimizer"], load_file(str(path / "optimizer.safetensors")))
+        weights = load_file(str(path / "model.safetensors"))
+    except Exception as e:  # the manifest matched, so this is a checkpoint of another format
+        raise UserError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+    check_fingerprint(path, state.get("fingerprint", {}), fingerprint)
+    model.load_state_dict(weights, strict=True)
+    for group in opt_state["param_groups"]:
+        if isinstance(group.get("betas"), list):
+            group["betas"] = tuple(group["betas"])
+    try:
+        optimizer.load_state_dict(opt_state)
+    except (ValueError, KeyError) as e:
+        raise UserError(f"{path}: optimizer state does not fit this run ({e})") from None
+    return state
+
+
+__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
+           "rng_state", "set_rng_state", "model_fingerprint", "check_fingerprint"]

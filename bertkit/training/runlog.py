@@ -1,0 +1,158 @@
+"""A run's log: metrics.jsonl written as training goes, with a progress line on stderr, read
+back, and drawn as loss curves in PNG files (matplotlib, Agg backend, imported when drawing).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from bertkit.config import TrainConfig
+from bertkit.files import atomic_file
+
+# Writing, as training goes ------------------------------------------------------------------
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+def format_metrics(values: dict[str, float]) -> str:
+    """`name value` pairs, four significant digits, for a log line."""
+    return "  ".join(f"{k} {v:.4g}" for k, v in values.items())
+
+
+class MetricsLog:
+    """A run's metrics.jsonl (appended line by line, cut back to the resumed step) and its
+    stderr lines; silent and writing nothing when not `active` (ranks other than 0)."""
+
+    def __init__(self, out_dir: Path, active: bool, resumed_step: int):
+        self.path, self.active = out_dir / "metrics.jsonl", active
+        if active and self.path.exists():
+            keep = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line)["step"] <= resumed_step]
+            with atomic_file(self.path) as f:
+                f.write("".join(line + "\n" for line in keep))
+        self.file = open(self.path, "a", encoding="utf-8") if active else None
+
+    def record(self, obj: dict) -> None:
+        if self.file:
+            self.file.write(json.dumps(obj) + "\n")
+            self.file.flush()
+
+    def say(self, line: str) -> None:
+        if self.active:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+
+
+def progress_line(step: int, cfg: TrainConfig, seconds: float, tokens: int,
+                  metrics: dict[str, float]) -> str:
+    """The training progress line: step, figures, lr, tokens/s, tokens, elapsed and ETA (from
+    the steps left, or the time budget left, whichever ends first)."""
+    if cfg.max_steps is not None:
+        eta = (cfg.max_steps - step) * seconds / max(step, 1)
+        if cfg.max_time is not None:
+            eta = min(eta, 60 * cfg.max_time - seconds)
+        where = f"step {step}/{cfg.max_steps}"
+    else:
+        eta = 60 * cfg.max_time - seconds
+        where = f"step {step}"
+    shown = {k: v for k, v in metrics.items() if k not in ("lr", "tokens_per_s", "grad_norm")}
+    return (f"{where}  {format_metrics(shown)}  lr {metrics['lr']:.2e}  "
+            f"{metrics['tokens_per_s']:,.0f} tok/s  {tokens:,} tokens  "
+            f"elapsed {_clock(seconds)}  ETA {_clock(eta)}")
+
+
+# Reading and drawing -----------------------------------------------------------------------
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The records of a metrics.jsonl file ([] if it does not exist)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, png: Path) -> None:
+    with atomic_file(png, "wb") as f:
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
+
+
+def plot_loss(metrics: str | Path, png: str | Path) -> Path | None:
+    """Training loss (and held-out loss when evaluated) against steps; None with no records."""
+    records = read_metrics(metrics)
+    train = [r for r in records if r["split"] == "train" and "loss" in r]
+    if not train:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss", lw=1.2)
+    # A loss of several parts (MLM + NSP, MLM + SBO): also its LM part, what eval_loss measures.
+    part = next((k for k in ("mlm_loss", "clm_loss") if k in train[0]), None)
+    if part and any(abs(r[part] - r["loss"]) > 1e-9 for r in train):
+        ax.plot([r["step"] for r in train], [r[part] for r in train], label=f"train {part}",
+                lw=1.2)
+    evals = [r for r in records if r["split"] == "eval"]
+    key = next((k for k in ("eval_loss", "loss", "dev_loss") if evals and k in evals[0]), None)
+    if key:
+        ax.plot([r["step"] for r in evals], [r[key] for r in evals], "o-", label=key, lw=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, Path(png))
+    plt.close(fig)
+    return Path(png)
+
+
+def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: str,
+              x: str = "seconds", ylabel: str | None = None) -> Path:
+    """One line per run: `key` of the `split` records against `x` ("step" or "seconds").
+
+    Records without a clock (older eval records) take the clock of the last train record at
+    or before their step.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, path in runs.items():
+        records = read_metrics(Path(path) / "metrics.jsonl" if Path(path).is_dir() else path)
+        clock = sorted((r["step"], r["seconds"]) for r in records
+                       if r["split"] == "train" and "seconds" in r)
+
+        def when(r):
+            if x == "step":
+                return r["step"]
+            if "seconds" in r:
+                return r["seconds"]
+            before = [s for step, s in clock if step <= r["step"]]
+            return before[-1] if before else None
+
+        points = [(when(r), r[key]) for r in records if r["split"] == split and key in r]
+        points = [(a / 60 if x == "seconds" else a, b) for a, b in points if a is not None]
+        if points:
+            ax.plot(*zip(*points), label=label, lw=1.2, marker="o" if split == "eval" else None,
+                    ms=3)
+    ax.set_xlabel("training minutes" if x == "seconds" else "step")
+    ax.set_ylabel(ylabel or key)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, Path(png))
+    plt.close(fig)
+    return Path(png)
+
+
+__all__ = ["MetricsLog", "format_metrics", "progress_line", "read_metrics", "plot_loss",
+           "plot_runs"]

@@ -1,0 +1,158 @@
+"""Anisotropy, rogue dimensions and standardization on synthetic vectors with known answers,
+then the whole report and the anisotropy command on a tiny model."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.embeddings.anisotropy import (Standardizer, anisotropy_report, cosine_contributions,
+                              expected_cosine, intra_sentence_similarity, rogue_dimensions,
+                              sample_lines, self_similarity)
+from bertkit.cli.main import main
+from bertkit.embeddings.embedder import STANDARDIZER_FILE, Embedder
+from bertkit.files import UserError
+from test_embed import SENTENCES, tiny_model
+
+
+def brute_expected_cosine(x, groups):
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    values = [u[i] @ u[j] for i, j in itertools.permutations(range(len(x)), 2)
+              if groups[i] != groups[j]]
+    return float(np.mean(values))
+
+
+def test_expected_cosine_is_exact_over_pairs_of_different_groups():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 8)) + 0.5
+    groups = rng.integers(0, 6, size=30)
+    assert expected_cosine(x, groups) == pytest.approx(brute_expected_cosine(x, groups), abs=1e-12)
+    assert expected_cosine(x) == pytest.approx(brute_expected_cosine(x, np.arange(30)), abs=1e-12)
+    assert cosine_contributions(x, groups).sum() == pytest.approx(expected_cosine(x, groups))
+
+
+def test_isotropic_vectors_have_zero_and_shared_offset_high_expected_cosine():
+    rng = np.random.default_rng(1)
+    isotropic = rng.normal(size=(4000, 64))
+    assert abs(expected_cosine(isotropic)) < 0.01
+    offset = isotropic + 8.0 * rng.normal(size=64)  # every vector shares one big direction
+    assert expected_cosine(offset) > 0.9
+
+
+def test_planted_rogue_dimensions_are_found_and_standardization_removes_them():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3000, 48))
+    x[:, 7] += 20.0  # a large constant offset
+    x[:, 30] = 12.0 + 3.0 * rng.normal(size=3000)  # large mean and large variance
+    top = rogue_dimensions(x, k=3)
+    assert {top[0].dim, top[1].dim} == {7, 30}
+    assert top[0].share + top[1].share > 0.95
+    assert expected_cosine(x) > 0.8
+
+    z = Standardizer.fit([x], [0]).transform(x, 0)
+    np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(z.std(0), 1.0, atol=1e-5)
+    assert abs(expected_cosine(z)) < 0.01
+    assert np.abs(cosine_contributions(z)[[7, 30]]).max() < 0.001
+
+
+def test_standardizer_layers_round_trip_and_torch(tmp_path):
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(3.0, 2.0, (200, 6)), rng.normal(-1.0, 0.5, (200, 6))
+    a[:, 2] = 5.0  # a constant dimension: centred, not divided by zero
+    s = Standardizer.fit([a, b], [4, 6], source="synthetic")
+    z = s.transform(a, 4)
+    assert np.isfinite(z).all() and np.allclose(z[:, 2], 0.0)
+    loaded = Standardizer.load(s.save(tmp_path / "s.safetensors"))
+    assert loaded.layers == [4, 6] and loaded.count == 200 and loaded.source == "synthetic"
+    np.testing.assert_allclose(loaded.transform(b, 6), s.transform(b, 6), atol=1e-6)
+    np.testing.assert_allclose(loaded.transform_layer(torch.tensor(b, dtype=torch.float32), 6),
+                               s.transform(b, 6), atol=1e-5)
+    with pytest.raises(UserError, match="not 5"):
+        s.transform(a, 5)
+    (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file at all")
+    with pytest.raises(UserError, match="not a standardizer"):
+        Standardizer.load(tmp_path / "bad.safetensors")
+
+
+def test_self_and_intra_sentence_similarity_against_brute_force():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(24, 5)) + 1.0
+    words = ["bank", "river", "money"] * 8
+    groups = np.repeat(np.arange(6), 4)
+    got, types = self_similarity(x, words, groups, min_count=5)
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    per_type = []
+    for w in set(words):
+        rows = [i for i in range(24) if words[i] == w]
+        per_type.append(np.mean([u[i] @ u[j] for i, j in itertools.permutations(rows, 2)
+                                 if groups[i] != groups[j]]))
+    assert types == 3 and got == pytest.approx(np.mean(per_type))
+
+    intra = []
+    for g in range(6):
+        rows = x[groups == g]
+        centre = rows.mean(0) / np.linalg.norm(rows.mean(0))
+        intra.append(np.mean(rows @ centre / np.linalg.norm(rows, axis=1)))
+    assert intra_sentence_similarity(x, groups) == pytest.approx(np.mean(intra))
+
+
+def test_sample_lines(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"line {i}\n\n" for i in range(100)))
+    picked = sample_lines(corpus, 10, seed=1)
+    assert len(picked) == 10 and picked == sample_lines(corpus, 10, seed=1)
+    assert picked == sorted(picked, key=lambda s: int(s.split()[1]))  # file order
+    assert len(sample_lines(corpus, 500)) == 100
+    (tmp_path / "blank.txt").write_text("\n \n")
+    with pytest.raises(UserError, match="no text"):
+        sample_lines(tmp_path / "blank.txt", 5)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("analysis"))
+
+
+def test_report_on_a_tiny_model(model_dir):
+    embedder = Embedder.load(model_dir)
+    report, standardizer = anisotropy_report(embedder, SENTENCES * 3, min_count=3)
+    assert [s.layer for s in report.layers] == [0, 1, 2, 3]
+    assert standardizer.layers == [0, 1, 2, 3] and standardizer.count == report.words
+    for s in report.layers:
+        assert -1 <= s.anisotropy <= 1 and abs(s.anisotropy_std) < abs(s.anisotropy) + 0.05
+        assert len(s.rogue) == 3
+    assert "| 3 |" in report.table()
+
+
+def test_anisotropy_command_fits_a_standardizer_for_embed(model_dir, tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES * 4) + "\n")
+    png = tmp_path / "a.png"
+    assert main(["anisotropy", "--model", str(model_dir), "--corpus", str(corpus), "--json",
+                 "--plot", str(png), "--fit-standardizer", "--min-count", "2", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["layers"]) == 4 and report["sentences"] == len(SENTENCES) * 4
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (model_dir / STANDARDIZER_FILE).is_file()
+    out = tmp_path / "z.npy"
+    assert main(["embed", "--model", str(model_dir), "--input", str(corpus), "--out", str(out),
+                 "--words", "--standardize", "--quiet"]) == 0
+    z = np.load(out)
+    # Standardized with the statistics of these same words: zero mean, unit variance.
+    np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(z.std(0), 1.0, atol=1e-3)
+    # A standardizer fitted elsewhere evaluates this corpus as held-out data.
+    assert main(["anisotropy", "--model", str(model_dir), "--corpus", str(corpus), "--json",
+                 "--standardizer", str(model_dir / STANDARDIZER_FILE), "--sentences", "3",
+                 "--min-count", "2", "--quiet"]) == 0
+    held_out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert held_out["standardized_with"].startswith("corpus.txt")
+    (model_dir / STANDARDIZER_FILE).unlink()
+    (tmp_path / "empty.txt").write_text("")
+    assert main(["anisotropy", "--model", str(model_dir), "--corpus",
+                 str(tmp_path / "empty.txt")]) == 2
+    assert "is empty" in capsys.readouterr().err

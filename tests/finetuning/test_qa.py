@@ -1,0 +1,117 @@
+"""Extractive QA on crafted cases: windows with stride cover every answer, gold positions,
+best span under the length limit equal to brute force, null answers and their threshold."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertkit.finetuning import qa
+
+
+@pytest.mark.parametrize("n,room,stride", [(0, 5, 2), (5, 5, 2), (6, 5, 2), (23, 7, 3),
+                                           (100, 10, 9)])
+def test_windows_cover_the_context_with_the_given_overlap(n, room, stride):
+    starts = qa.window_starts(n, room, stride)
+    assert starts[0] == 0
+    assert starts[-1] + room >= n  # the end is covered
+    for a, b in zip(starts, starts[1:]):
+        assert a + room - b == stride  # consecutive windows share `stride` tokens
+    # every answer of up to stride + 1 tokens lies whole inside some window
+    for first in range(n):
+        for last in range(first, min(n, first + stride + 1)):
+            assert any(s <= first and last < s + room for s in starts)
+
+
+def test_window_arguments_are_checked():
+    with pytest.raises(ValueError):
+        qa.window_starts(10, 4, 4)
+    with pytest.raises(ValueError, match="leaving"):
+        qa.make_windows(0, list(range(10)), [1, 2, 3], max_length=14, stride=2, cls_id=101,
+                        sep_id=102)
+
+
+def test_make_windows_layout_and_targets():
+    question, context = [7, 8], list(range(20, 32))  # 12 context tokens
+    windows = qa.make_windows(0, question, context, max_length=10, stride=2, cls_id=1, sep_id=2)
+    room = 10 - 2 - 3
+    assert [w.first for w in windows] == qa.window_starts(12, room, 2)
+    for w in windows:
+        assert w.input_ids[:4] == [1, 7, 8, 2] and w.input_ids[-1] == 2
+        assert w.input_ids[w.context_start:w.context_start + w.length] == \
+            context[w.first:w.first + w.length]
+        assert w.token_type_ids == [0] * 4 + [1] * (w.length + 1)
+        assert len(w.input_ids) <= 10
+    # an answer on context tokens 4..5 maps into the windows that hold it, else to [CLS]
+    for w in windows:
+        s, e = qa.target_positions(w, (4, 5))
+        if w.first <= 4 and 5 < w.first + w.length:
+            assert w.input_ids[s] == context[4] and w.input_ids[e] == context[5]
+        else:
+            assert (s, e) == (0, 0)
+    assert qa.target_positions(windows[0], None) == (0, 0)
+
+
+def test_char_span_to_tokens():
+    offsets = [(0, 3), (4, 9), (9, 10), (11, 16)]  # "The house, again"
+    assert qa.char_span_to_tokens(offsets, 4, 9) == (1, 1)
+    assert qa.char_span_to_tokens(offsets, 4, 10) == (1, 2)
+    assert qa.char_span_to_tokens(offsets, 5, 12) == (1, 3)  # partial words widen to tokens
+    assert qa.char_span_to_tokens(offsets, 10, 11) is None  # only whitespace
+
+
+def test_best_spans_equal_brute_force():
+    g = torch.Generator().manual_seed(0)
+    N, T, max_len = 5, 12, 3
+    start, end = torch.randn(N, T, generator=g), torch.randn(N, T, generator=g)
+    cs = torch.tensor([3, 4, 1, 5, 3])
+    cl = torch.tensor([8, 6, 10, 2, 1])
+    score, first, last, null = qa.best_spans(start, end, cs, cl, max_len)
+    for n in range(N):
+        best = max((start[n, i] + end[n, j], i, j)
+                   for i in range(cs[n], cs[n] + cl[n]) for j in range(i, cs[n] + cl[n])
+                   if j - i < max_len)
+        assert torch.isclose(score[n], best[0])
+        assert (first[n].item(), last[n].item()) == (best[1], best[2])
+        assert torch.isclose(null[n], start[n, 0] + end[n, 0])
+
+
+def _window(example, first, length, context_start=3):
+    return qa.Window(example, [0] * (context_start + length + 1), [0] * (context_start + length + 1),
+                     context_start, first, length)
+
+
+def test_decode_picks_the_best_window_and_applies_the_null_threshold():
+    context = "aa bb cc dd ee"
+    offsets = [(0, 2), (3, 5), (6, 8), (9, 11), (12, 14)]
+    windows = [_window(0, 0, 3), _window(0, 2, 3)]  # context tokens 0-2 and 2-4
+    scores = torch.tensor([1.0, 4.0])
+    firsts = torch.tensor([3, 4])  # window coordinates: context_start 3
+    lasts = torch.tensor([4, 5])   # second window: context tokens 3..4
+    nulls = torch.tensor([2.0, 3.5])
+    pred = qa.decode_answers(windows, scores, firsts, lasts, nulls, [context], [offsets], None)[0]
+    assert pred.text == "dd ee" and pred.char_start == 9
+    assert pred.null_score == 2.0 and pred.null_margin == pytest.approx(-2.0)
+    kept = qa.decode_answers(windows, scores, firsts, lasts, nulls, [context], [offsets], -3.0)[0]
+    assert kept.text == ""  and kept.span_text == "dd ee"  # null - best = -2 > -3: no answer
+    answered = qa.decode_answers(windows, scores, firsts, lasts, nulls, [context], [offsets],
+                                 -1.0)[0]
+    assert answered.text == "dd ee"
+
+
+def test_windowing_on_a_real_tokenizer(minilm_dir):
+    from bertkit.finetuning.readers import Answer, QAExample
+    from bertkit.finetuning.inputs import encode_questions
+    from bertkit.text.tokenizer import Tokenizer
+    tok = Tokenizer.load(minilm_dir)
+    context = " ".join(f"word{i}" for i in range(150)) + " The capital is Paris ."
+    start = context.index("Paris")
+    ex = QAExample("q1", "What is the capital?", context, [Answer("Paris", start)])
+    items, offsets = encode_questions(tok, [ex], {"max_length": 64, "stride": 16,
+                                                  "max_question": 64}, training=True)
+    assert len(items) > 5
+    found = [it for it in items if it.target != (0, 0)]
+    assert found, "the answer lies in some window"
+    for it in found:
+        s, e = it.target
+        assert tok.decode(it.ids[s:e + 1]) == "paris"
+    assert all(len(it.ids) <= 64 for it in items)

@@ -1,0 +1,193 @@
+"""The encoder against transformers' BertForPreTraining: every layer, pooled output, MLM and NSP
+logits, with padding and segment B, on randomly initialised models of several shapes."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertkit.model import hub
+from bertkit.config import EncoderConfig
+from bertkit.model.encoder import (Encoder, PretrainingModel, build_attention_mask, cls_rows,
+                           encoder_flops_per_token, init_weights, last_block_rows,
+                           model_flops_per_token)
+
+transformers = pytest.importorskip("transformers")
+
+SHAPES = [
+    dict(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64),
+    dict(hidden_size=48, num_layers=3, num_heads=3, intermediate_size=96, activation="gelu_new"),
+    dict(hidden_size=64, num_layers=1, num_heads=8, intermediate_size=256, type_vocab_size=3,
+         layer_norm_eps=1e-5),
+]
+
+
+def random_model(seed: int, **shape) -> PretrainingModel:
+    torch.manual_seed(seed)
+    cfg = EncoderConfig(vocab_size=113, max_positions=40, **shape)
+    model = PretrainingModel(cfg)
+    init_weights(model, cfg)
+    # Non-trivial LayerNorms and biases, so a swapped name could not hide behind init values.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def batch(vocab: int, types: int = 2):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, vocab, (3, 17), generator=g)
+    segments = torch.zeros_like(ids)
+    segments[:, 9:] = types - 1
+    mask = torch.ones_like(ids)
+    mask[1, 12:] = 0
+    mask[2, 5:] = 0
+    ids[mask == 0] = 0
+    return ids, segments, mask
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_parity_with_transformers(tmp_path, shape):
+    model = random_model(0, **shape)
+    hub.save_model(model, tmp_path / "m")
+    ref, info = transformers.BertForPreTraining.from_pretrained(
+        tmp_path / "m", output_loading_info=True, attn_implementation="sdpa")
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ref.eval()
+    ids, segments, mask = batch(model.config.vocab_size, model.config.type_vocab_size)
+    with torch.no_grad():
+        theirs = ref(input_ids=ids, token_type_ids=segments, attention_mask=mask,
+                     output_hidden_states=True)
+        mlm, nsp, ours = model(ids, segments, mask, output_hidden_states=True)
+        pooled_ref = ref.bert.pooler(theirs.hidden_states[-1])
+    keep = mask.bool()
+    assert len(ours.hidden_states) == model.config.num_layers + 1
+    for a, b in zip(ours.hidden_states, theirs.hidden_states):
+        torch.testing.assert_close(a[keep], b[keep], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.pooled, pooled_ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(mlm[keep], theirs.prediction_logits[keep], atol=1e-5, rtol=0)
+    torch.testing.assert_close(nsp, theirs.seq_relationship_logits, atol=1e-5, rtol=0)
+
+
+def test_selected_positions_equal_full_projection():
+    model = random_model(2, **SHAPES[0])
+    ids, segments, mask = batch(model.config.vocab_size)
+    positions = torch.tensor([0, 5, 17 + 3, 2 * 17 + 4])
+    with torch.no_grad():
+        full, _, _ = model(ids, segments, mask)
+        sparse, _, _ = model(ids, segments, mask, positions=positions)
+    torch.testing.assert_close(sparse, full.reshape(-1, full.shape[-1])[positions],
+                               atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="positions= takes neither"):
+        model(ids, segments, mask, positions=positions, output_hidden_states=True)
+
+
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("rows", [[16, 0, 17 + 3, 2 * 17 + 4, 0], [2 * 17 + 1, 17 + 3]],
+                         ids=["more rows than sequences", "fewer"])  # the two attention paths
+def test_last_block_rows_equal_the_full_output_and_its_gradients(masked, rows):
+    model = random_model(6, **SHAPES[1])
+    ids, segments, mask = batch(model.config.vocab_size)
+    mask = mask if masked else None
+    rows = torch.tensor(rows)  # any order, repeats allowed
+    params = list(model.encoder.parameters())
+
+    def grads(h):
+        weights = torch.linspace(-1, 1, h.numel()).view_as(h)
+        return torch.autograd.grad((h * weights).sum(), params, allow_unused=True)
+
+    full = model.encoder(ids, segments, mask).last_hidden_state
+    full_rows = full.reshape(-1, full.shape[-1])[rows]
+    h, cls = last_block_rows(model.encoder, ids, segments, mask, rows, cls_rows(ids))
+    torch.testing.assert_close(h, full_rows, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cls, full[:, 0], atol=1e-5, rtol=0)
+    assert model.encoder(ids, segments, mask, rows=rows).pooled is None
+    for a, b in zip(grads(h), grads(full_rows)):
+        if a is None:  # only the pooler is unused by both
+            assert b is None
+            continue
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_flop_counts_equal_torch_flop_counter():
+    """Our FLOP formulas against torch's own count of every matmul in a real forward and a
+    real training step (train mode, so attention is spelled out in matmuls the counter sees)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from bertkit.pretraining import objectives
+    cfg = EncoderConfig(vocab_size=500, num_layers=2, hidden_size=64, num_heads=4,
+                        intermediate_size=128, attention_dropout=0.1)
+    model = PretrainingModel(cfg).train()
+    B, T = 3, 20
+    ids = torch.randint(5, 500, (B, T))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model.encoder(ids)
+    pooler = 2 * B * 64 * 64
+    assert counter.get_total_flops() == pytest.approx(encoder_flops_per_token(cfg, T) * B * T
+                                                      + pooler)
+    for p in list(model.nsp.parameters()) + list(model.encoder.pooler.parameters()):
+        p.requires_grad_(False)
+    positions = torch.arange(0, B * T, 5)
+    batch = {"input_ids": ids, "mlm_positions": positions, "mlm_labels": ids.flatten()[positions]}
+    with FlopCounterMode(display=False) as counter:
+        objectives.mlm_loss(model, batch)[0].backward()
+    # backward = 2x forward holds exactly: the embeddings train, so every input gradient is due
+    expected = model_flops_per_token(cfg, T, len(positions) / (B * T)) * B * T
+    assert counter.get_total_flops() == pytest.approx(expected)
+
+
+def test_too_long_input_is_refused():
+    model = Encoder(EncoderConfig(vocab_size=50, hidden_size=16, num_layers=1, num_heads=2,
+                                  intermediate_size=32, max_positions=8))
+    with pytest.raises(ValueError, match="longer than the model's 8 positions"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_flops_grow_with_predicted_fraction():
+    cfg = EncoderConfig(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024)
+    sparse = model_flops_per_token(cfg, 128, 0.15)
+    full = model_flops_per_token(cfg, 128, 1.0)
+    assert full > 2 * sparse  # the vocabulary projection dominates a small model's step
+    assert 20e6 < sparse < 35e6  # the issue measured 27.4 MFLOP/token for mini, sparse head
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_keeps_each_value_with_probability_1_minus_p(p):
+    """The four-decisions-per-draw mask: keep rate within 5 binomial sigmas of 1 - p, kept
+    values scaled by 1 / (1 - p), the gradient the same mask, fresh masks each call."""
+    from bertkit.model.encoder import dropout
+    torch.manual_seed(0)
+    x = torch.randn(64, 33, 17, requires_grad=True)  # odd sizes: n not a multiple of 4
+    y = dropout(x, p, True)
+    kept = y != 0
+    n = x.numel()
+    rate = kept.double().mean().item()
+    assert abs(rate - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p), rtol=1e-4, atol=1e-6)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.to(x.dtype) / (1 - p), rtol=1e-4, atol=1e-6)
+    assert not torch.equal(kept, dropout(x, p, True) != 0)
+    assert dropout(x, p, False) is x and dropout(x, 0.0, True) is x
+    # decisions at different positions are independent: neighbours agree as often as chance
+    flat = kept.flatten().double()
+    agree = (flat[1:] == flat[:-1]).double().mean().item()
+    assert abs(agree - ((1 - p) ** 2 + p ** 2)) < 0.02
+
+
+@pytest.mark.parametrize("causal,padded", [(False, False), (False, True), (True, False),
+                                           (True, True)])
+def test_attention_with_dropout_is_sdpa_math(causal, padded):
+    """The spelled-out CPU path used for dropout equals SDPA when no weight is dropped."""
+    from bertkit.model.encoder import attend
+    g = torch.Generator().manual_seed(0)
+    B, A, T, D = 2, 3, 7, 4
+    q, k, v = (torch.randn(B, A, T, D, generator=g) for _ in range(3))
+    padding = torch.ones(B, T, dtype=torch.long)
+    if padded:
+        padding[1, 5:] = 0
+    mask = build_attention_mask(padding, T, causal, q.device)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+    # p below 1/65536 rounds to "drop nothing": the explicit path, with no dropout
+    torch.testing.assert_close(attend(q, k, v, mask, causal, 1e-9), expected,
+                               atol=1e-6, rtol=1e-5)

@@ -1,0 +1,250 @@
+"""Corpus preparation: exact tokens, sentences and documents, held-out split, resume, bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertkit.cli.main import main
+from bertkit.pretraining.corpus import check_tokenizer, prepare
+from bertkit.pretraining.shards import load_manifest, load_split
+from bertkit.files import UserError
+from bertkit.text.tokenizer import Tokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "de", "an", "el", "or"]
+WORDS = sorted({a + b for a in SYLLABLES for b in SYLLABLES} | set(SYLLABLES))
+SUFFIXES = ["s", "ed", "ing", "ly"]
+
+
+def make_tokenizer(root: Path) -> Path:
+    """A WordPiece vocabulary over the synthetic words, with letters so nothing is [UNK]."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(".,!?;:'\"()-") + letters
+              + WORDS[:100] + ["mr"] + ["##" + s for s in SUFFIXES + letters])
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "vocab.txt").write_text("\n".join(dict.fromkeys(pieces)) + "\n", encoding="utf-8")
+    Tokenizer.from_vocab(root / "vocab.txt").save(root / "tok")
+    return root / "tok"
+
+
+def sentence(rng) -> str:
+    n = int(rng.integers(3, 14))
+    words = [WORDS[i] + (rng.choice(SUFFIXES) if rng.random() < 0.2 else "")
+             for i in rng.integers(0, len(WORDS), n)]
+    if rng.random() < 0.1:
+        words.insert(1, "Mr.")
+    if rng.random() < 0.1:
+        words[-1] += ","
+        words.append("\u201cquoted\u201d")
+    return " ".join(words).capitalize().replace("mr.", "Mr.") + str(rng.choice([".", "!", "?"]))
+
+
+def write_corpus(path: Path, docs=40, seed=0, paragraphs=(1, 4), sentences=(1, 6)) -> list:
+    """Blank-line separated documents of paragraph lines; returns the documents' lines."""
+    rng = np.random.default_rng(seed)
+    documents = [[" ".join(sentence(rng) for _ in range(int(rng.integers(*sentences))))
+                  for _ in range(int(rng.integers(*paragraphs)))] for _ in range(docs)]
+    path.write_text("\n\n".join("\n".join(d) for d in documents) + "\n", encoding="utf-8")
+    return documents
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory) -> Path:
+    return make_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+def split_documents(data: Path, split: str) -> list[list[np.ndarray]]:
+    s = load_split(data, split)
+    out = []
+    for d in range(s.num_documents):
+        sents = range(s.doc_sentences[d], s.doc_sentences[d + 1])
+        out.append([np.asarray(s.shards[s.sentence_shard[i]][s.sentence_start[i]:
+                                                                s.sentence_start[i] +
+                                                                s.sentence_length[i]])
+                    for i in sents])
+    return out
+
+
+def all_tokens(data: Path) -> np.ndarray:
+    m = load_manifest(data)
+    return np.concatenate([np.fromfile(data / "shards" / f"{s['name']}.tokens.bin",
+                                       dtype=m["dtype"]) for s in m["shards"]]).astype(np.int64)
+
+
+def test_prepare_keeps_exact_tokens_sentences_and_documents(tmp_path, tok_dir):
+    documents = write_corpus(tmp_path / "c.txt", docs=60)
+    manifest = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "data", workers=1,
+                       progress=False)
+    tok = Tokenizer.load(tok_dir)
+    assert manifest["dtype"] == "uint16" and manifest["tokenizer"]["word_cache"]
+    train, held = split_documents(tmp_path / "data", "train"), \
+        split_documents(tmp_path / "data", "heldout")
+    assert len(train) + len(held) == 60 and len(held) >= 1
+    assert manifest["train"]["documents"] == len(train)
+    # the shards hold every line's exact encoding, in input order
+    reference = np.concatenate([np.asarray(ids) for d in documents
+                                for ids in tok.encode_batch(d, add_special_tokens=False).ids])
+    assert np.array_equal(all_tokens(tmp_path / "data"), reference)
+    doc_tokens = sorted(tuple(np.concatenate(d).tolist()) for d in train + held)
+    assert doc_tokens == sorted(tuple(np.concatenate(
+        [np.asarray(x) for x in tok.encode_batch(d, add_special_tokens=False).ids]).tolist())
+        for d in documents)
+    # sentences: one per sentence of the text ("Mr." does not end one)
+    n_sentences = sum(line.count(".") + line.count("!") + line.count("?") - line.count("Mr.")
+                      for d in documents for line in d)
+    assert manifest["train"]["sentences"] + manifest["heldout"]["sentences"] == n_sentences
+    ends = {tok.token_to_id(p) for p in ".!?"}
+    for doc in train:
+        for s in doc:
+            assert int(s[-1]) in ends
+    # token counts of the train split for the unigram sampler; word starts from '##'
+    counts = np.load(tmp_path / "data" / "token_counts.npy")
+    all_train = np.concatenate([s for d in train for s in d])
+    assert np.array_equal(counts, np.bincount(all_train, minlength=tok.vocab_size))
+    starts = np.load(tmp_path / "data" / "word_starts.npy")
+    assert not starts[tok.token_to_id("##ing")] and starts[tok.token_to_id("ka")]
+    assert Tokenizer.load(tmp_path / "data" / "tokenizer").get_vocab() == tok.get_vocab()
+
+
+def test_jsonl_input_by_extension_and_by_content(tmp_path, tok_dir):
+    rows = [{"text": "Kalo mine su. Tari po!\nDean elor."}, {"text": "Anel kaka."},
+            {"text": ""}, {"text": "Ritasu ne. Mimi lolo."}]
+    body = "\n".join(json.dumps(r) for r in rows) + "\n"
+    (tmp_path / "a.jsonl").write_text(body, encoding="utf-8")
+    (tmp_path / "b.txt").write_text(body, encoding="utf-8")  # recognised by its first line
+    for name in ("a.jsonl", "b.txt"):
+        m = prepare([tmp_path / name], tok_dir, tmp_path / f"out-{name}", workers=1,
+                    heldout_fraction=0.0, progress=False)
+        assert m["train"]["documents"] == 3 and m["train"]["sentences"] == 6
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "Ka."}\n{"txt": "x"}\n', encoding="utf-8")
+    with pytest.raises(UserError, match=r"bad.jsonl:2: .*\"text\""):
+        prepare([bad], tok_dir, tmp_path / "out-bad", workers=1, progress=False)
+    assert not (tmp_path / "out-bad").exists()  # nothing half-written
+
+
+def test_heldout_split_by_documents(tmp_path, tok_dir):
+    write_corpus(tmp_path / "c.txt", docs=300, paragraphs=(1, 2), sentences=(1, 3))
+    m = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "d", heldout_fraction=0.05,
+                workers=1, progress=False)
+    assert 5 <= m["heldout"]["documents"] <= 30
+    assert m["train"]["documents"] + m["heldout"]["documents"] == 300
+    # one document only: its last lines become the held-out split
+    (tmp_path / "one.txt").write_text("".join(f"Kalo mine {i}.\n" for i in range(200)),
+                                      encoding="utf-8")
+    m = prepare([tmp_path / "one.txt"], tok_dir, tmp_path / "e", workers=1, progress=False)
+    assert m["heldout"]["documents"] == 1 and m["heldout"]["sentences"] == 2
+    assert m["train"]["sentences"] == 198
+
+
+def test_rerun_skips_finished_shards_and_resumes_identically(tmp_path, tok_dir):
+    write_corpus(tmp_path / "c.txt", docs=200, seed=3)
+    kwargs = dict(shard_tokens=2000, chunk_bytes=4000, workers=1, progress=False)
+    full = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "full", **kwargs)
+    assert len(full["shards"]) >= 4
+    # an interrupted run: the last two shards and the manifest never got written
+    part = tmp_path / "part"
+    prepare([tmp_path / "c.txt"], tok_dir, part, **kwargs)
+    (part / "manifest.json").unlink()
+    for shard in full["shards"][-2:]:
+        for f in (part / "shards").glob(shard["name"] + ".*"):
+            f.unlink()
+    first = part / "shards" / (full["shards"][0]["name"] + ".tokens.bin")
+    stamp = first.stat().st_mtime_ns
+    resumed = prepare([tmp_path / "c.txt"], tok_dir, part, **kwargs)
+    assert first.stat().st_mtime_ns == stamp  # finished shards are not redone
+    assert resumed["shards"] == full["shards"]  # same checksums, counts and positions
+    assert np.array_equal(np.load(part / "token_counts.npy"),
+                          np.load(tmp_path / "full" / "token_counts.npy"))
+    # other settings: started afresh
+    again = prepare([tmp_path / "c.txt"], tok_dir, part, **{**kwargs, "shard_tokens": 10**6})
+    assert len(again["shards"]) == 1
+
+
+def test_worker_processes_give_the_same_shards(tmp_path, tok_dir):
+    write_corpus(tmp_path / "c.txt", docs=120, seed=4)
+    kwargs = dict(chunk_bytes=3000, progress=False)
+    one = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "one", workers=1, **kwargs)
+    two = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "two", workers=2, **kwargs)
+    assert one["shards"] == two["shards"]
+
+
+def test_bad_input_is_one_clear_error(tmp_path, tok_dir):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "blank.txt").write_text("\n  \n\n", encoding="utf-8")
+    (tmp_path / "latin1.txt").write_bytes("Kalo.\n\nCaf\xe9 mine.\n".encode("latin-1"))
+    cases = [("empty.txt", "is empty"), ("blank.txt", "no documents"),
+             ("latin1.txt", r"latin1.txt:3: not UTF-8"), ("missing.txt", "does not exist")]
+    for name, message in cases:
+        with pytest.raises(UserError, match=message):
+            prepare([tmp_path / name], tok_dir, tmp_path / "out", workers=1, progress=False)
+        assert not (tmp_path / "out").exists()
+    with pytest.raises(UserError, match="no manifest.json"):
+        load_manifest(tmp_path)
+
+
+def test_a_tokenizer_that_does_not_match_the_data_is_refused(tmp_path, tok_dir):
+    write_corpus(tmp_path / "c.txt", docs=5)
+    prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "data", workers=1, progress=False)
+    check_tokenizer(tmp_path / "data", tok_dir)  # the same one passes
+    other = tmp_path / "other"
+    other.mkdir()
+    vocab = (tok_dir / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    (other / "vocab.txt").write_text("\n".join(vocab[:-3]) + "\n", encoding="utf-8")
+    with pytest.raises(UserError, match="does not match the data"):
+        check_tokenizer(tmp_path / "data", other)
+
+
+def test_cli_prepare_in_process_and_subprocess(tmp_path, tok_dir, capsys):
+    write_corpus(tmp_path / "c.txt", docs=20)
+    assert main(["prepare", "--corpus", str(tmp_path / "c.txt"), "--tokenizer", str(tok_dir),
+                 "--out", str(tmp_path / "a"), "--workers", "1"]) == 0
+    assert "train" in capsys.readouterr().out
+    (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\n")
+    assert main(["prepare", "--corpus", str(tmp_path / "bad.txt"), "--tokenizer", str(tok_dir),
+                 "--out", str(tmp_path / "b")]) == 2
+    assert "bad.txt:2: not UTF-8" in capsys.readouterr().err
+    exe = Path(sys.executable).parent / "bertkit"
+    run = subprocess.run([str(exe), "prepare", "--corpus", str(tmp_path / "c.txt"),
+                          "--tokenizer", str(tok_dir), "--out", str(tmp_path / "c"),
+                          "--workers", "2", "--heldout", "0.1"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "tokens/s" in run.stderr and (tmp_path / "c" / "manifest.json").is_file()
+
+
+def test_real_corpus_word_cache_equals_direct_encoding(tmp_path, shared_data, minilm_dir):
+    lines = (shared_data / "corpus" / "austen.txt").read_text(encoding="utf-8").split("\n")
+    (tmp_path / "austen.txt").write_text("\n".join(lines[:1500]) + "\n", encoding="utf-8")
+    m = prepare([tmp_path / "austen.txt"], minilm_dir, tmp_path / "data", workers=1,
+                progress=False)
+    assert m["tokenizer"]["word_cache"]  # the fast path was verified and used
+    tok = Tokenizer.load(minilm_dir)
+    text = [l.strip() for l in lines[:1500] if l.strip()]
+    ref = np.concatenate([np.asarray(x, dtype=np.int64) for x in
+                          tok.encode_batch(text, add_special_tokens=False).ids])
+    assert np.array_equal(all_tokens(tmp_path / "data"), ref)
+
+
+def test_unigram_tokenizer_uses_the_word_cache_exactly(tmp_path):
+    from bertkit.text.vocab import train_tokenizer
+    write_corpus(tmp_path / "c.txt", docs=60, seed=5)
+    train_tokenizer([tmp_path / "c.txt"], vocab_size=300, kind="unigram",
+                    out=tmp_path / "uni", progress=False)
+    m = prepare([tmp_path / "c.txt"], tmp_path / "uni", tmp_path / "data", workers=1,
+                progress=False)
+    assert m["tokenizer"]["kind"] == "unigram" and m["tokenizer"]["word_cache"]
+    tok = Tokenizer.load(tmp_path / "uni")
+    lines = [l for l in (tmp_path / "c.txt").read_text(encoding="utf-8").split("\n") if l]
+    ref = np.concatenate([np.asarray(x) for x in
+                          tok.encode_batch(lines, add_special_tokens=False).ids])
+    assert np.array_equal(all_tokens(tmp_path / "data"), ref)
+    starts = np.load(tmp_path / "data" / "word_starts.npy")
+    vocab = tok.get_vocab()
+    assert all(starts[i] == p.startswith("\u2581") for p, i in vocab.items()
+               if i not in tok.special_ids)

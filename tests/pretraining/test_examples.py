@@ -1,0 +1,211 @@
+"""Pretraining batches: pair structure, NSP balance, packing, spans, resume and rank slicing."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from bertkit.pretraining.corpus import prepare
+from bertkit.pretraining.shards import load_split
+from bertkit.pretraining.examples import PretrainingBatches
+from bertkit.files import UserError
+from bertkit.pretraining.masking import MaskingConfig
+from test_corpus import make_tokenizer, write_corpus
+
+CLS, SEP, PAD = 2, 3, 0
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("examples")
+    tok = make_tokenizer(root / "tok")
+    write_corpus(root / "c.txt", docs=80, seed=7, paragraphs=(1, 4), sentences=(2, 7))
+    prepare([root / "c.txt"], tok, root / "data", workers=1, progress=False,
+            heldout_fraction=0.05)
+    return root / "data"
+
+
+def take(batches, n):
+    return list(itertools.islice(iter(batches), n))
+
+
+def original(batch) -> torch.Tensor:
+    """The unmasked ids: the labels put back at the selected positions."""
+    ids = batch["input_ids"].clone().reshape(-1)
+    real = batch["mlm_labels"] != -100
+    ids[batch["mlm_positions"][real]] = batch["mlm_labels"][real]
+    return ids.reshape(batch["input_ids"].shape)
+
+
+def stream(data) -> np.ndarray:
+    """The train split as RoBERTa packs it: each document followed by [SEP]."""
+    s = load_split(data, "train")
+    parts = []
+    for d in range(s.num_documents):
+        for i in range(s.doc_sentences[d], s.doc_sentences[d + 1]):
+            a = s.sentence_start[i]
+            parts.append(np.asarray(s.shards[s.sentence_shard[i]][a:a + s.sentence_length[i]]))
+        parts.append(np.array([SEP]))
+    return np.concatenate(parts).astype(np.int64)
+
+
+def test_mlm_packing_fills_rows_and_tiles_the_stream(data):
+    T = 32
+    pb = PretrainingBatches(data, objective="mlm", seq_len=T, batch_size=16, seed=1)
+    rows = torch.cat([original(b) for b in take(pb, len(pb))]).numpy()
+    b = take(pb, 1)[0]
+    assert "attention_mask" not in b and b["num_tokens"] == 16 * T  # full rows: no mask
+    assert (rows[:, 0] == CLS).all() and (rows[:, -1] == SEP).all()
+    assert (b["token_type_ids"] == 0).all()
+    assert ((rows[:, 1:-1] == SEP).sum(1) > 0).any()  # rows cross document boundaries
+    s = stream(data)
+    L = T - 2
+    bodies = {tuple(r) for r in rows[:, 1:-1]}
+    shifts = [k for k in range(L) if tuple(s[k:k + L]) in bodies]
+    assert len(shifts) >= 1
+    k = shifts[0]
+    windows = {tuple(s[k + i * L:k + (i + 1) * L]) for i in range((len(s) - k) // L)}
+    assert bodies <= windows and len(rows) >= len(windows) - 16  # all but a last partial batch
+    # N is fixed: round(B*T*0.15) rounded up to a multiple of 8; the rows' own counts fit
+    assert b["mlm_positions"].shape == (8 * -(-round(16 * T * 0.15) // 8),)
+    assert (b["mlm_labels"] != -100).sum() == 16 * round((T - 2) * 0.15)
+
+
+def test_nsp_pairs_structure_balance_and_random_documents(data):
+    T = 48
+    pb = PretrainingBatches(data, objective="mlm+nsp", seq_len=T, batch_size=16, seed=2)
+    labels = []
+    for b in take(pb, len(pb)):
+        ids = original(b)
+        for row in range(ids.shape[0]):
+            att = b.get("attention_mask", torch.ones_like(ids))[row]
+            r, types = ids[row], b["token_type_ids"][row]
+            seps = torch.nonzero(r == SEP).squeeze(1).tolist()
+            assert r[0] == CLS and len(seps) == 2
+            first, second = seps
+            assert first >= 2 and second >= first + 2  # A and B are not empty
+            assert (types[:first + 1] == 0).all() and (types[first + 1:second + 1] == 1).all()
+            assert (types[second + 1:] == 0).all() and (r[second + 1:] == PAD).all()
+            assert (att[:second + 1] == 1).all() and (att[second + 1:] == 0).all()
+        labels.append(b["nsp_labels"])
+    labels = torch.cat(labels).float()
+    assert 0.4 < labels.mean().item() < 0.65  # 50/50, plus one-sentence chunks (always random)
+    plan = pb._epoch_plan(0)
+    doc_a = np.searchsorted(pb.doc_stream, plan.a_start, side="right") - 1
+    doc_b = np.searchsorted(pb.doc_stream, plan.b_start, side="right") - 1
+    rand = plan.nsp_label == 1
+    assert (doc_a[rand] != doc_b[rand]).all()  # random B comes from another document
+    assert (doc_a[~rand] == doc_b[~rand]).all()  # actual next: same document, after A
+    assert (plan.b_start[~rand] >= plan.a_start[~rand] + plan.a_len[~rand]).all()
+    assert (plan.a_len + plan.b_len <= T - 3).all()
+
+
+def test_short_seq_prob_makes_some_short_pairs(data):
+    T = 64
+    lengths = {}
+    for p in (0.0, 0.5):
+        pb = PretrainingBatches(data, objective="mlm+nsp", seq_len=T, batch_size=8, seed=0,
+                                short_seq_prob=p)
+        plan = pb._epoch_plan(0)
+        lengths[p] = plan.a_len + plan.b_len
+    # the target length is drawn per document (as BERT): half the documents aim short
+    assert lengths[0.5].mean() < lengths[0.0].mean() - 5
+    assert (lengths[0.0] == T - 3).mean() > 0.5  # otherwise pairs fill the row
+
+
+def test_span_batches_single_segments_and_boundaries(data):
+    T = 40
+    pb = PretrainingBatches(data, objective="span", seq_len=T, batch_size=8, seed=3)
+    for b in take(pb, 5):
+        ids = original(b)
+        assert ((ids == SEP).sum(1) == 1).all()  # one segment, inside one document
+        real = b["mlm_labels"] != -100
+        pos, left, right = (b[k][real] for k in ("mlm_positions", "span_left", "span_right"))
+        assert ((left < pos) & (pos < right)).all()
+        assert torch.equal(pos // T, left // T) and torch.equal(pos // T, right // T)
+        assert torch.equal(b["span_offset"][real], pos - left - 1)
+        assert real.sum() > 0.12 * b["num_tokens"]
+
+
+def test_clm_labels_are_the_next_token(data):
+    pb = PretrainingBatches(data, objective="clm", seq_len=32, batch_size=4)
+    b = take(pb, 1)[0]
+    assert "mlm_positions" not in b
+    assert torch.equal(b["clm_labels"][:, :-1], b["input_ids"][:, 1:])
+    assert (b["clm_labels"][:, -1] == -100).all()
+
+
+@pytest.mark.parametrize("objective", ["mlm", "mlm+nsp", "span", "clm"])
+def test_resume_from_state_gives_the_same_batches(data, objective, tmp_path):
+    kwargs = dict(objective=objective, seq_len=64, batch_size=16, seed=5,
+                  masking=MaskingConfig(whole_word=objective == "mlm"))
+    pb = PretrainingBatches(data, **kwargs)
+    per_epoch = len(pb)
+    n = per_epoch + 3  # across an epoch boundary
+    straight = take(pb, n)
+    run = PretrainingBatches(data, **kwargs)
+    it = iter(run)
+    first = [next(it) for _ in range(per_epoch - 1)]
+    state = run.state_dict()
+    # the state is plain ints and a tensor: through safetensors + json, no pickle
+    save_file({"generator": state["generator"]}, str(tmp_path / "g.safetensors"))
+    saved = json.loads(json.dumps({k: v for k, v in state.items() if k != "generator"}))
+    saved["generator"] = load_file(str(tmp_path / "g.safetensors"))["generator"]
+    resumed = PretrainingBatches(data, **kwargs)
+    resumed.load_state_dict(saved)
+    rest = take(resumed, n - len(first))
+    for a, b in zip(straight, first + rest):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key])), key
+    # a second pass (epoch 1) masks the same sequences afresh
+    assert not torch.equal(straight[0]["input_ids"], straight[per_epoch]["input_ids"])
+
+
+def test_resume_refuses_another_configuration(data):
+    pb = PretrainingBatches(data, objective="mlm", seq_len=32, batch_size=4)
+    other = PretrainingBatches(data, objective="mlm", seq_len=48, batch_size=4)
+    with pytest.raises(UserError, match="seq_len"):
+        other.load_state_dict(pb.state_dict())
+
+
+@pytest.mark.parametrize("objective", ["mlm+nsp", "span", "clm"])
+def test_two_ranks_share_exactly_the_single_process_batch(data, objective):
+    B, T = 4, 48
+    single = take(PretrainingBatches(data, objective=objective, seq_len=T, batch_size=2 * B,
+                                     seed=9), 4)
+    ranks = [take(PretrainingBatches(data, objective=objective, seq_len=T, batch_size=B,
+                                     seed=9, rank=r, world_size=2), 4) for r in range(2)]
+    for step, whole in enumerate(single):
+        parts = [ranks[r][step] for r in range(2)]
+        def mask(b):
+            return b.get("attention_mask", torch.ones_like(b["input_ids"]))
+        assert torch.equal(mask(whole), torch.cat([mask(p) for p in parts]))
+        for key in ("input_ids", "token_type_ids", "nsp_labels", "clm_labels"):
+            if key in whole:
+                assert torch.equal(whole[key], torch.cat([p[key] for p in parts])), key
+        assert whole["num_tokens"] == sum(p["num_tokens"] for p in parts)
+        if "mlm_positions" not in whole:
+            continue
+        fields = ("mlm_positions", "mlm_labels") + (
+            ("span_left", "span_right", "span_offset") if objective == "span" else ())
+
+        def entries(batch, shift):
+            real = batch["mlm_labels"] != -100
+            cols = [batch[f][real] + (shift if f in ("mlm_positions", "span_left",
+                                                     "span_right") else 0) for f in fields]
+            return sorted(zip(*(c.tolist() for c in cols)))
+        assert entries(whole, 0) == sorted(entries(parts[0], 0) + entries(parts[1], B * T))
+
+
+def test_bad_settings_are_refused(data):
+    with pytest.raises(UserError, match="objective"):
+        PretrainingBatches(data, objective="xlnet", seq_len=32, batch_size=4)
+    with pytest.raises(UserError, match="too short"):
+        PretrainingBatches(data, objective="mlm", seq_len=4, batch_size=4)
+    held = PretrainingBatches(data, objective="mlm", seq_len=32, batch_size=64, split="heldout")
+    assert len(held) >= 1  # a small split still yields full batches

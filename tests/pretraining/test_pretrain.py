@@ -1,0 +1,268 @@
+"""Pretraining end to end: two gloo processes equal one process with the same global batch, a
+run killed with kill -9 and resumed equals an uninterrupted one, the CLI and its bad input."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.pretraining import objectives
+from bertkit.config import TrainConfig
+from bertkit.training.loop import train
+from test_train import FakeBatches, concat, tiny_model
+from test_train import one_thread  # noqa: F401  (autouse: one torch thread)
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+TESTS = Path(__file__).resolve().parent
+
+
+def _env(threads: int = 1) -> dict:
+    path = os.pathsep.join(filter(None, [str(TESTS), str(TESTS.parent / "training"), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=path)
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+class _GlobalBatches:
+    """What one process sees when it takes both ranks' shares: their concatenation."""
+
+    def __init__(self):
+        self.parts = [FakeBatches(B=4, seed=0), FakeBatches(B=4, seed=1)]
+
+    def __iter__(self):
+        for a, b in zip(*self.parts):
+            yield concat(a, b)
+
+
+_DDP_WORKER = """
+import sys
+import torch.distributed as dist
+from safetensors.torch import save_file
+from bertkit.pretraining import objectives
+from bertkit.config import TrainConfig
+from bertkit.training.loop import train
+from test_train import FakeBatches, tiny_model
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = tiny_model()
+train(model, objectives.mlm_loss, FakeBatches(B=4, seed=rank),
+      TrainConfig(max_steps=3, lr=1e-3, warmup_steps=0, log_every=2, grad_accum=2), sys.argv[1],
+      save=lambda m, p: save_file(m.state_dict(), str(p / "params.safetensors")),
+      target_count=objectives.target_count("mlm"), show_progress=False)
+dist.destroy_process_group()
+"""
+
+
+def test_two_gloo_processes_equal_one_process_with_the_global_batch(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent(_DDP_WORKER))
+    done = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node", "2", str(script), str(tmp_path / "ddp")],
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ddp = load_file(str(tmp_path / "ddp/params.safetensors"))
+
+    model = tiny_model()
+    train(model, objectives.mlm_loss, _GlobalBatches(),
+          TrainConfig(max_steps=3, lr=1e-3, warmup_steps=0, log_every=2, grad_accum=2), tmp_path / "one",
+          save=lambda m, p: None, target_count=objectives.target_count("mlm"),
+          show_progress=False)
+    start = tiny_model().state_dict()
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(ddp[k], v, atol=1e-6, rtol=0, msg=k)
+        if k.startswith("encoder.blocks"):
+            assert not torch.equal(v, start[k])  # training moved it: the check has teeth
+
+
+# The real pipeline: synthetic text -> vocabulary -> shards -> bertkit pretrain ------------------
+
+WORDS = ("the cat dog bird fish sat ran flew swam on in under over mat tree pond sky "
+         "red blue green small big old young happy quiet loud").split()
+
+
+def _write_corpus(path: Path, documents: int = 60, seed: int = 0) -> Path:
+    import random
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(documents):
+        for _ in range(rng.randint(3, 8)):
+            words = [rng.choice(WORDS) for _ in range(rng.randint(5, 14))]
+            lines.append(" ".join(words).capitalize() + ".")
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    from bertkit.pretraining.corpus import prepare
+    from bertkit.text.vocab import train_tokenizer
+
+    root = tmp_path_factory.mktemp("pretrain")
+    corpus = _write_corpus(root / "corpus.txt")
+    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
+    prepare([corpus], root / "tok", root / "data", heldout_fraction=0.1, workers=1,
+            progress=False)
+    return root / "data"
+
+
+def _cli(args: list[str]) -> int:
+    from bertkit.cli.main import main
+    return main(args)
+
+
+TINY = ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8", "--lr", "1e-3",
+        "--log-every", "2", "--eval-batches", "2"]
+
+
+def test_pretrain_cli_writes_a_hugging_face_directory_with_the_sbo_head_beside(prepared, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "span"
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(out), "--objective", "span",
+                 "--max-steps", "4", "--eval-every", "2", *TINY]) == 0
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json",
+                 "sbo.safetensors", "metrics.jsonl", "loss.png"):
+        assert (out / name).is_file(), name
+    model, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
+    assert not info["unexpected_keys"] and not info["missing_keys"], info
+    sbo = load_file(str(out / "sbo.safetensors"))
+    assert "dense1.weight" in sbo and "position.weight" in sbo
+    evals = [line for line in (out / "metrics.jsonl").read_text().splitlines() if '"eval"' in line]
+    assert len(evals) == 2 and "eval_sbo_loss" in evals[-1]
+
+
+def test_kill_9_then_resume_equals_an_uninterrupted_run(prepared, tmp_path):
+    import signal
+    import time
+
+    args = ["pretrain", "--data", str(prepared), "--objective", "mlm+nsp", "--max-steps", "12",
+            "--save-every", "3", "--eval-every", "6", *TINY]
+    bertkit = [str(Path(PYTHON).parent / "bertkit")]
+    full = subprocess.run(bertkit + args + ["--out", str(tmp_path / "full")], env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert full.returncode == 0, full.stderr[-2000:]
+
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen(bertkit + args + ["--out", str(cut)], env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not list((cut / "checkpoints").glob("step-*")) and time.time() < deadline:
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGSTOP)  # freeze it wherever it is (even mid-save), then kill
+    assert proc.poll() is None and not (cut / "model.safetensors").exists()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    resumed = subprocess.run(bertkit + args + ["--out", str(cut), "--resume"], env=_env(),
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stderr
+    a = load_file(str(tmp_path / "full/model.safetensors"))
+    b = load_file(str(cut / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    steps = [json.loads(line)["step"] for line in (cut / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 12  # no duplicated records after the resume
+
+
+def test_two_ranks_under_torchrun_run_the_same_command(prepared, tmp_path):
+    out = tmp_path / "ddp"
+    done = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node", "2", "-m", "bertkit.cli", "pretrain", "--data",
+                           str(prepared), "--out", str(out), "--max-steps", "4", *TINY],
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 rank(s)" in done.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "train"] == [2, 4]  # rank 0 alone wrote
+    assert records[-1]["split"] == "eval" and (out / "model.safetensors").is_file()
+
+
+# Settings and bad input ---------------------------------------------------------------------------
+
+def test_toml_config_with_command_line_overrides(prepared, tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(f'data = "{prepared}"\npreset = "tiny"\nseq_len = 32\nbatch_size = 8\n'
+                      f'max_steps = 2\nlog_every = 1\nschedule = "cosine"\n', encoding="utf-8")
+    out = tmp_path / "run"
+    assert _cli(["pretrain", "--config", str(config), "--out", str(out), "--max-steps", "3"]) == 0
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+             if '"train"' in line]
+    assert steps == [1, 2, 3]
+    config.write_text('max_stepz = 3\n', encoding="utf-8")
+    assert _cli(["pretrain", "--config", str(config), "--out", str(out)]) == 2
+
+
+def _error(capsys, args) -> str:
+    assert _cli(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: "), err
+    return err.strip().splitlines()[-1]
+
+
+def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, monkeypatch):
+    from bertkit.config import EncoderConfig
+    from bertkit.model.hub import save_model
+    from bertkit.model.encoder import PretrainingModel
+    from bertkit.text.tokenizer import Tokenizer
+
+    out = tmp_path / "out"
+    base = ["pretrain", "--data", str(prepared), "--out", str(out), "--max-steps", "2"]
+    assert "exactly one of --preset" in _error(capsys, base + ["--seq-len", "32"])
+
+    tokenizer = Tokenizer.load(prepared / "tokenizer")
+    short = tmp_path / "short"
+    save_model(PretrainingModel(EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=32,
+                                              num_layers=1, num_heads=2, intermediate_size=64,
+                                              max_positions=16)), short, tokenizer=tokenizer)
+    assert "--seq-len 32 is longer than the model's 16 positions" in _error(
+        capsys, base + ["--init", str(short), "--seq-len", "32", "--batch-size", "4"])
+
+    from bertkit.text.vocab import train_tokenizer
+    other = tmp_path / "other"
+    corpus = _write_corpus(tmp_path / "other.txt", seed=3)
+    corpus.write_text(corpus.read_text() + "zebra xylophone quokka\n" * 50)
+    other_tok = train_tokenizer([corpus], vocab_size=150, progress=False)
+    save_model(PretrainingModel(EncoderConfig(vocab_size=other_tok.vocab_size, hidden_size=32,
+                                              num_layers=1, num_heads=2, intermediate_size=64,
+                                              max_positions=64)), other, tokenizer=other_tok)
+    assert "tokenizer does not match the data" in _error(
+        capsys, base + ["--init", str(other), "--seq-len", "32"])
+
+    from bertkit.pretraining import objectives
+
+    def oom(model, batch):
+        raise RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 1 GB")
+
+    monkeypatch.setattr(objectives, "mlm_loss", oom)
+    line = _error(capsys, base + ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8"])
+    assert "out of memory for a batch of 8 x 32 tokens: lower the batch size" in line
+    assert not out.exists()
+
+
+def test_corrupt_checkpoint_is_refused_on_resume(prepared, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["pretrain", "--data", str(prepared), "--out", str(out), "--save-every", "2", *TINY]
+    assert _cli(args + ["--max-steps", "2"]) == 0
+    capsys.readouterr()
+    weights = out / "checkpoints/step-00000002/optimizer.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])
+    line = _error(capsys, args + ["--max-steps", "4", "--resume"])
+    assert "optimizer.safetensors: checkpoint is corrupt" in line
+    shutil.rmtree(out / "checkpoints/step-00000002")
+    assert _cli(args + ["--max-steps", "2"]) == 0
+    line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out), "--resume",
+                           "--max-steps", "4", *TINY[:4], "--batch-size", "4"])
+    assert "checkpoint was made with batch_size = 8, this run has 4" in line

@@ -1,0 +1,108 @@
+"""Vocabulary training: the seeds' alpha mixture of several files, streaming, bad input."""
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+
+import pytest
+
+from bertkit.files import UserError
+from bertkit.text.tokenizer import Tokenizer
+from bertkit.text.vocab import count_lines, mixture_weights, sample_lines, train_tokenizer
+
+
+def _tagged_files(tmp_path, sizes):
+    """File i holds sizes[i] lines "f{i} l{n} ...", with blank lines that must not count."""
+    files = []
+    for i, n in enumerate(sizes):
+        path = tmp_path / f"lang{i}.txt"
+        path.write_text("".join(f"f{i} l{k} word{k % 7} text\n" + ("\n" if k % 10 == 0 else "")
+                                for k in range(n)), encoding="utf-8")
+        files.append(path)
+    return files
+
+
+def test_mixture_weights_follow_the_seeds_formula():
+    q = mixture_weights([900, 90, 10], alpha=0.3)
+    p = [0.9, 0.09, 0.01]
+    expected = [x ** 0.3 / sum(y ** 0.3 for y in p) for x in p]
+    assert q == pytest.approx(expected)
+    assert sum(q) == pytest.approx(1.0)
+    assert q[2] > 0.01 * 5  # the small language is up-weighted a lot
+    assert mixture_weights([900, 90, 10], alpha=1.0) == pytest.approx(p)
+    assert mixture_weights([900, 90, 10], alpha=0.0) == pytest.approx([1 / 3] * 3)
+    with pytest.raises(UserError, match="alpha"):
+        mixture_weights([1, 2], alpha=1.5)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 1.0, 0.0])
+def test_sampled_lines_follow_q(tmp_path, alpha):
+    sizes = [20000, 2000, 200]
+    files = _tagged_files(tmp_path, sizes)
+    assert [count_lines(f) for f in files] == sizes
+    stream = sample_lines(files, alpha=alpha, seed=1)
+    assert inspect.isgenerator(stream)
+    lines = list(stream)
+    assert len(lines) == pytest.approx(sum(sizes), rel=0.02)
+    q = mixture_weights(sizes, alpha)
+    share = Counter(line.split()[0] for line in lines)
+    for i in range(3):
+        assert share[f"f{i}"] / len(lines) == pytest.approx(q[i], abs=0.01)
+    # Any prefix follows the mixture too (files are interleaved, not concatenated).
+    head = Counter(line.split()[0] for line in lines[:2000])
+    for i in range(3):
+        assert head[f"f{i}"] / 2000 == pytest.approx(q[i], abs=0.04)
+    # The thinned big file is drawn from its whole length, not just its beginning.
+    big = [int(line.split()[1][1:]) for line in lines if line.startswith("f0 ")]
+    if alpha < 1:
+        assert max(big) > 0.95 * sizes[0] and min(big) < 0.05 * sizes[0]
+    # A small up-weighted file is repeated, each line about equally often.
+    small = Counter(line for line in lines if line.startswith("f2 "))
+    assert len(small) == sizes[2] or alpha == 1.0
+
+
+def test_sampling_is_lazy_and_seeded(tmp_path):
+    files = _tagged_files(tmp_path, [50, 50])
+    # Bad bytes at the very end: a stream that read whole files up front would fail at once.
+    with open(files[1], "ab") as f:
+        f.write(b"tail \xff\n")
+    stream = sample_lines(files, sizes=[50, 50])
+    assert next(stream).startswith("f")
+    assert list(sample_lines(files[:1], seed=3)) == list(sample_lines(files[:1], seed=4))
+    with pytest.raises(UserError, match=r"lang1.txt:56: not UTF-8"):
+        list(sample_lines(files))
+
+
+def test_training_rejects_bad_files_before_writing(tmp_path):
+    good = _tagged_files(tmp_path, [30])[0]
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n\n", encoding="utf-8")
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("ok line\nsecond line\ncaf\xe9 au lait\n".encode("latin-1"))
+    out = tmp_path / "out"
+    cases = [(tmp_path / "missing.txt", "missing.txt: input file does not exist"),
+             (empty, "empty.txt: input file is empty"),
+             (blank, "blank.txt: no text"),
+             (latin, r"latin1.txt:3: not UTF-8 text \(byte 0xe9"),
+             (tmp_path, "is a directory")]
+    for bad, message in cases:
+        with pytest.raises(UserError, match=message):
+            train_tokenizer([good, bad], vocab_size=100, out=out, progress=False)
+        assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    with pytest.raises(UserError, match="unknown tokenizer kind"):
+        train_tokenizer([good], kind="bpe", progress=False)
+
+
+def test_training_several_files_writes_a_loadable_directory(tmp_path, capsys):
+    files = _tagged_files(tmp_path, [300, 30])
+    tok = train_tokenizer(files, vocab_size=120, alpha=0.3, out=tmp_path / "tok", progress=True)
+    assert "lines/s" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == [
+        "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+    loaded = Tokenizer.load(tmp_path / "tok")
+    assert loaded.vocab_size == tok.vocab_size <= 120
+    assert loaded.encode("f1 l3 word2").ids == tok.encode("f1 l3 word2").ids
+    assert "f1" in loaded.get_vocab()  # the small file's tag made it into the vocabulary
