@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-fast clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -x --durations=15
+
+# Everything but the integration runs marked `slow`: under a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -x -m 'not slow'
 
 clean:
 	rm -rf $(VENV) runs

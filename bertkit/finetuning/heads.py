@@ -24,6 +24,7 @@ from torch import nn
 from bertkit.model import hub
 from bertkit.files import UserError
 from bertkit.model.encoder import Encoder, cls_rows, init_weights
+from bertkit.model.heads import IGNORE_INDEX
 from bertkit.finetuning.spans import SpanHead
 
 TASK_FILE = "bertkit_task.json"
@@ -100,8 +101,8 @@ class TokenClassifier(nn.Module):
         """labels: [B, T] piece label ids, IGNORE_INDEX (-100) where nothing is learned."""
         if self.crf is None:
             return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
-                                   ignore_index=-100)
-        return -self.crf.log_likelihood(logits, labels, labels != -100).mean()
+                                   ignore_index=IGNORE_INDEX)
+        return -self.crf.log_likelihood(logits, labels, labels != IGNORE_INDEX).mean()
 
     def piece_labels(self, logits: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
         """Best label id of each kept piece ([B, T] bool mask), in order: Viterbi through the CRF

@@ -17,7 +17,8 @@ import torch
 
 from bertkit.finetuning import qa
 from bertkit.finetuning import spans
-from bertkit.finetuning.tagging import IGNORE_INDEX, align_labels
+from bertkit.finetuning.tagging import align_labels
+from bertkit.model.heads import IGNORE_INDEX
 from bertkit.finetuning.readers import QAExample, TaggedSentence, TextExample
 
 

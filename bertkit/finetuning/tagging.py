@@ -16,8 +16,9 @@ from typing import Iterable, Sequence
 
 import torch
 
+from bertkit.model.heads import IGNORE_INDEX
+
 SCHEMES = ("IO", "BIO", "BIOES")
-IGNORE_INDEX = -100  # label id that cross-entropy (and our CRF masks) skip
 Span = tuple[int, int, str]
 
 

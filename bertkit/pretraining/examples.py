@@ -58,7 +58,8 @@ import torch
 
 from bertkit.pretraining.shards import load_manifest, load_split
 from bertkit.files import UserError
-from bertkit.pretraining.masking import (IGNORE, MaskingConfig, mask_tokens, sampling_probs, span_mask,
+from bertkit.model.heads import IGNORE_INDEX
+from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, sampling_probs, span_mask,
                       special_tokens_mask, whole_word_mask)
 
 OBJECTIVES = ("mlm", "mlm+nsp", "span", "clm")
@@ -287,8 +288,8 @@ class PretrainingBatches:
         T = self.seq_len
         batch = {}
         if self.objective == "clm":
-            labels = torch.full_like(ids, IGNORE)
-            labels[:, :-1] = torch.where(attention[:, 1:] > 0, ids[:, 1:], IGNORE)
+            labels = torch.full_like(ids, IGNORE_INDEX)
+            labels[:, :-1] = torch.where(attention[:, 1:] > 0, ids[:, 1:], IGNORE_INDEX)
             batch["clm_labels"] = labels[mine]
             masked = ids
         else:
@@ -307,11 +308,11 @@ class PretrainingBatches:
             else:
                 masked, labels = mask_tokens(ids, special, **common)
             labels = labels[mine]
-            flat = torch.nonzero(labels.reshape(-1) != IGNORE).squeeze(1)[:self.num_predictions]
+            flat = torch.nonzero(labels.reshape(-1) != IGNORE_INDEX).squeeze(1)[:self.num_predictions]
             n = len(flat)
             positions = torch.zeros(self.num_predictions, dtype=torch.long)
             positions[:n] = flat
-            targets = torch.full((self.num_predictions,), IGNORE, dtype=torch.long)
+            targets = torch.full((self.num_predictions,), IGNORE_INDEX, dtype=torch.long)
             targets[:n] = labels.reshape(-1)[flat]
             batch["mlm_positions"], batch["mlm_labels"] = positions, targets
             if span is not None:

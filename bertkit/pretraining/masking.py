@@ -28,7 +28,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-IGNORE = -100
+from bertkit.model.heads import IGNORE_INDEX
+
 """Label of positions that are not predicted (the cross-entropy ignore_index)."""
 
 
@@ -103,7 +104,7 @@ def _corrupt(input_ids: torch.Tensor, selected: torch.Tensor, u: torch.Tensor, *
              sampling_probs: torch.Tensor, mask_frac: float, random_frac: float,
              generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply 80/10/10 to the selected tokens; `u` [B, T] uniform is the unit's decision."""
-    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE))
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
     out = torch.where(selected & (u < mask_frac), torch.full_like(input_ids, mask_id), input_ids)
     randomize = selected & (u >= mask_frac) & (u < mask_frac + random_frac)
     n_random = int(randomize.sum())

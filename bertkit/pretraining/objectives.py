@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.model.encoder import cls_rows, last_block_rows
+from bertkit.model.heads import IGNORE_INDEX
 
 OBJECTIVES = ("mlm", "mlm+nsp", "span", "clm")
-IGNORE = -100
 
 
 class _VocabCrossEntropy(torch.autograd.Function):
@@ -39,7 +39,7 @@ class _VocabCrossEntropy(torch.autograd.Function):
         logits = torch.mm(z, weight.t())
         ctx.matmul_dtype = logits.dtype
         logits = logits.float().add_(bias)
-        valid = labels != IGNORE
+        valid = labels != IGNORE_INDEX
         safe = labels.clamp(min=0)
         target = logits.gather(1, safe[:, None]).squeeze(1)  # [N]
         top = logits.amax(1)  # a sixth of the time of max(), which also finds the index
@@ -75,14 +75,14 @@ def vocab_terms(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     When gradients are wanted the projection and the loss run fused (`_VocabCrossEntropy`),
     equal to the plain F.linear + F.cross_entropy within float rounding (tested).
     """
-    count = (labels != IGNORE).sum()
+    count = (labels != IGNORE_INDEX).sum()
     if torch.is_grad_enabled() and (z.requires_grad or weight.requires_grad):
         loss_sum, correct = _VocabCrossEntropy.apply(z, weight, bias, labels)
         return loss_sum, correct, count
     logits = F.linear(z, weight, bias).float()  # [N, V]
-    loss_sum = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
+    loss_sum = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
     target = logits.gather(1, labels.clamp(min=0)[:, None]).squeeze(1)
-    correct = ((target >= logits.amax(-1)) & (labels != IGNORE)).sum()
+    correct = ((target >= logits.amax(-1)) & (labels != IGNORE_INDEX)).sum()
     return loss_sum, correct, count
 
 
@@ -171,7 +171,7 @@ def loss_for(objective: str) -> Callable:
 def target_count(objective: str) -> Callable[[dict], torch.Tensor]:
     """Number of predicted tokens in a batch, to weigh micro-batches and ranks exactly."""
     key = "clm_labels" if objective == "clm" else "mlm_labels"
-    return lambda batch: (batch[key] != IGNORE).sum()
+    return lambda batch: (batch[key] != IGNORE_INDEX).sum()
 
 
 @torch.no_grad()

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from bertkit.finetuning import tagging
-from bertkit.finetuning.tagging import (IGNORE_INDEX, align_labels, convert_tags, detect_scheme,
+from bertkit.model.heads import IGNORE_INDEX
+from bertkit.finetuning.tagging import (align_labels, convert_tags, detect_scheme,
                              spans_to_tags, tag_label_set, tags_to_spans, word_scores,
                              word_tags_from_pieces)
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.pretraining.masking import (IGNORE, MaskingConfig, mask_tokens, sampling_probs, span_length_probs,
+from bertkit.model.heads import IGNORE_INDEX as IGNORE
+from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, sampling_probs, span_length_probs,
                              span_mask, special_tokens_mask, whole_word_mask)
 
 PAD, UNK, CLS, SEP, MASK = range(5)

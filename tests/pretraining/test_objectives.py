@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining import objectives
 from bertkit.model.encoder import SpanBoundaryHead, init_weights
 from test_train import T, V, make_batch, tiny_config, tiny_model
@@ -93,7 +94,7 @@ def test_fused_vocabulary_loss_equals_the_plain_path(dtype):
     z = torch.randn(N, H, generator=g)
     weight, bias = torch.randn(V, H, generator=g), torch.randn(V, generator=g)
     labels = torch.randint(0, V, (N,), generator=g)
-    labels[[3, 17]] = objectives.IGNORE  # padding entries of a fixed-size target list
+    labels[[3, 17]] = IGNORE_INDEX  # padding entries of a fixed-size target list
     labels[5] = int((z[5] @ weight.T + bias).argmax())  # at least one right guess
 
     def run(fused: bool):
@@ -103,7 +104,7 @@ def test_fused_vocabulary_loss_equals_the_plain_path(dtype):
                 loss_sum, correct, count = objectives.vocab_terms(*leaves, labels)
             else:
                 logits = F.linear(*leaves).float()
-                loss_sum = F.cross_entropy(logits, labels, ignore_index=objectives.IGNORE,
+                loss_sum = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX,
                                            reduction="sum")
                 correct = ((logits.argmax(-1) == labels) & (labels >= 0)).sum()
         (loss_sum * 0.5).backward()
@@ -131,7 +132,7 @@ def test_fused_training_step_equals_the_plain_one():
     model.zero_grad()
     logits, _, _ = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
                          positions=batch["mlm_positions"])
-    plain = F.cross_entropy(logits, batch["mlm_labels"], ignore_index=objectives.IGNORE)
+    plain = F.cross_entropy(logits, batch["mlm_labels"], ignore_index=IGNORE_INDEX)
     plain.backward()
     torch.testing.assert_close(loss, plain, atol=1e-6, rtol=1e-6)
     for a, b in zip(fused, [p.grad for p in model.parameters() if p.grad is not None]):
