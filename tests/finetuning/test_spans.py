@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from bertkit.finetuning.spans import (NULL, SpanHead, decode_spans, span_loss, span_margins, span_mask,
+from bertkit.finetuning.tasks.spans import (NULL, SpanHead, decode_spans, span_loss, span_margins, span_mask,
                            span_targets, too_long)
 
 
