@@ -157,7 +157,7 @@ class EpochBatches:
         self.epoch, self.served = state["epoch"], state["served"]
 
 
-# Model ----------------------------------------------------------------------------------------------
+# Model --------------------------------------------------------------------------------------------
 
 def build_task_model(task: Task, model_dir: str | Path, seed: int,
                      train_layers: int | None = None) -> nn.Module:
@@ -197,7 +197,7 @@ def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: floa
     return groups
 
 
-# The pipeline ---------------------------------------------------------------------------------------
+# The pipeline -------------------------------------------------------------------------------------
 
 def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Path,
              dev_path: str | Path | None, out_dir: str | Path,

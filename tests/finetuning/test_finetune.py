@@ -99,9 +99,9 @@ def test_multi_label(tiny_bert, quick_config, synthetic, tmp_path):
 @pytest.mark.slow
 def test_tagging_learns_and_round_trips(tiny_bert, task_files, quick_config, tmp_path, crf,
                                        alignment, decode):
-    result = finetune("tag", tiny_bert, task_files["ner_train"], task_files["ner_dev"], tmp_path / "t",
-                      quick_config(epochs=6, batch_size=16, crf=crf, alignment=alignment,
-                                   decode=decode))
+    result = finetune("tag", tiny_bert, task_files["ner_train"], task_files["ner_dev"],
+                      tmp_path / "t", quick_config(epochs=6, batch_size=16, crf=crf,
+                                                   alignment=alignment, decode=decode))
     assert result.task.decode == decode
     assert result.dev_metrics["f1"] >= 0.9
     assert result.dev_metrics["f1"] > result.dev_metrics["baseline"]["f1"]
@@ -116,7 +116,8 @@ def test_tagging_learns_and_round_trips(tiny_bert, task_files, quick_config, tmp
 @pytest.mark.slow
 def test_bioes_scheme_is_trained_and_scored_per_entity(tiny_bert, task_files, quick_config,
                                                        tmp_path):
-    result = finetune("tag", tiny_bert, task_files["ner_train"], task_files["ner_dev"], tmp_path / "t",
+    result = finetune("tag", tiny_bert, task_files["ner_train"], task_files["ner_dev"],
+                      tmp_path / "t",
                       quick_config(epochs=6, batch_size=16, scheme="BIOES", crf=True))
     assert "S-PER" in result.task.labels and "E-LOC" in result.task.labels
     assert result.dev_metrics["f1"] >= 0.9
@@ -124,8 +125,8 @@ def test_bioes_scheme_is_trained_and_scored_per_entity(tiny_bert, task_files, qu
 
 @pytest.mark.slow
 def test_span_ner(tiny_bert, task_files, quick_config, tmp_path):
-    result = finetune("spans", tiny_bert, task_files["ner_train"], task_files["ner_dev"], tmp_path / "s",
-                      quick_config(epochs=6, batch_size=16, max_span_width=3))
+    result = finetune("spans", tiny_bert, task_files["ner_train"], task_files["ner_dev"],
+                      tmp_path / "s", quick_config(epochs=6, batch_size=16, max_span_width=3))
     assert result.task.labels == ("LOC", "PER") and result.task.nested is False
     assert result.dev_metrics["f1"] >= 0.8
     assert (tmp_path / "s" / "task_head.safetensors").is_file()
@@ -187,7 +188,8 @@ def test_early_stopping_keeps_the_best_checkpoint(tiny_bert, task_files, quick_c
     # the saved model is the best one, not the last.
     cfg = quick_config(epochs=8, batch_size=16, lr=3e-3, head_lr=1e-2, warmup=0.0,
                        show_progress=False, patience=2, evals_per_epoch=1)
-    result = finetune("classify", tiny_bert, task_files["train"], task_files["dev"], tmp_path / "e", cfg)
+    result = finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
+                      tmp_path / "e", cfg)
     records = [json.loads(line) for line in (tmp_path / "e" / "metrics.jsonl").open()]
     evals = [r["dev_accuracy"] for r in records if r["split"] == "eval"]
     assert result.dev_metrics["accuracy"] == pytest.approx(max(evals))
@@ -195,7 +197,8 @@ def test_early_stopping_keeps_the_best_checkpoint(tiny_bert, task_files, quick_c
         assert len(evals) < 8
     cfg = quick_config(epochs=8, batch_size=16, lr=1e-12, head_lr=1e-12, warmup=0.0,
                        show_progress=False, patience=2)
-    frozen = finetune("classify", tiny_bert, task_files["train"], task_files["dev"], tmp_path / "e2", cfg)
+    frozen = finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
+                      tmp_path / "e2", cfg)
     assert frozen.stopped_by == "early_stop" and frozen.steps == 3 * 10
 
 
@@ -203,7 +206,8 @@ def test_early_stopping_keeps_the_best_checkpoint(tiny_bert, task_files, quick_c
 
 def test_missing_label_column_names_the_file_and_line(tiny_bert, quick_config, synthetic,
                                                       tmp_path):
-    path = synthetic.write_jsonl(tmp_path / "t.jsonl", [{"text": "good film", "sentiment": "positive"}])
+    path = synthetic.write_jsonl(tmp_path / "t.jsonl",
+                                 [{"text": "good film", "sentiment": "positive"}])
     with pytest.raises(UserError, match=r"t\.jsonl:1: no label column"):
         finetune("classify", tiny_bert, path, None, tmp_path / "o", quick_config())
     with pytest.raises(UserError, match=r"t\.jsonl:1: no column 'polarity'"):
@@ -214,7 +218,7 @@ def test_missing_label_column_names_the_file_and_line(tiny_bert, quick_config, s
 def test_unknown_dev_label_names_its_line(tiny_bert, task_files, quick_config, synthetic,
                                           tmp_path):
     dev = synthetic.write_jsonl(tmp_path / "dev.jsonl", [{"text": "good", "label": "positive"},
-                                               {"text": "meh", "label": "neutral"}])
+                                                         {"text": "meh", "label": "neutral"}])
     with pytest.raises(UserError, match=r"dev\.jsonl:2: unknown label 'neutral'"):
         finetune("classify", tiny_bert, task_files["train"], dev, tmp_path / "o",
                  quick_config())
@@ -231,8 +235,9 @@ def test_conll_token_without_tag_names_its_line(tiny_bert, task_files, tmp_path,
 
 
 def test_empty_sentence_in_span_data(tiny_bert, quick_config, synthetic, tmp_path):
-    path = synthetic.write_jsonl(tmp_path / "s.jsonl", [{"tokens": ["john"], "entities": [[0, 1, "PER"]]},
-                                              {"tokens": [], "entities": []}])
+    path = synthetic.write_jsonl(tmp_path / "s.jsonl",
+                                 [{"tokens": ["john"], "entities": [[0, 1, "PER"]]},
+                                  {"tokens": [], "entities": []}])
     with pytest.raises(UserError, match=r"s\.jsonl:2: empty sentence"):
         finetune("spans", tiny_bert, path, None, tmp_path / "o", quick_config())
 
@@ -279,7 +284,7 @@ def test_time_budget_without_epochs_follows_the_clock(tiny_bert, task_files, qui
     assert (tmp_path / "t" / "model.safetensors").is_file()
 
 
-# A new task is one class ---------------------------------------------------------------------------
+# A new task is one class ----------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Praise(Task):

@@ -295,7 +295,7 @@ class Spans(WordTask):
         for i, (s, (e, word_ids)) in enumerate(
                 zip(examples, encode_words(tokenizer, examples, self.max_length))):
             target = None
-            if s.tags or getattr(s, "spans", None):
+            if isinstance(s, SpanSentence) or s.tags:  # labelled (maybe with no entity)
                 kept = max(word_ids, default=-1) + 1
                 target = [(a, b - 1, types[t]) for a, b, t in gold_spans(s)
                           if b <= kept and t in types]
