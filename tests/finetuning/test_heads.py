@@ -115,7 +115,8 @@ def test_qa_loss_is_the_sum_of_two_cross_entropies():
     with torch.no_grad():
         s, e = model(ids, types, mask)
         loss = model.loss((s, e), start, end)
-    expected = torch.nn.functional.cross_entropy(s, start) + torch.nn.functional.cross_entropy(e, end)
+    cross_entropy = torch.nn.functional.cross_entropy
+    expected = cross_entropy(s, start) + cross_entropy(e, end)
     torch.testing.assert_close(loss, expected)
     # padding is never an answer
     assert s[2, 4:].max() < -1e3

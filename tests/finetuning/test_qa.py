@@ -76,8 +76,8 @@ def test_best_spans_equal_brute_force():
 
 
 def _window(example, first, length, context_start=3):
-    return qa.Window(example, [0] * (context_start + length + 1), [0] * (context_start + length + 1),
-                     context_start, first, length)
+    n = context_start + length + 1
+    return qa.Window(example, [0] * n, [0] * n, context_start, first, length)
 
 
 def test_decode_picks_the_best_window_and_applies_the_null_threshold():
