@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from bertkit.cli.main import main
+from bertkit.files import UserError
 from bertkit.finetuning.predict import TaskModel, answer, classify, tag
 from bertkit.finetuning.readers import TaggedSentence
 from bertkit.finetuning.recipe import finetune
@@ -181,3 +182,45 @@ def test_subword_labels_align_on_a_real_tokenizer(minilm_dir):
     assert item.word_ids.count(1) > 1  # "statesmanship" is split into several pieces
     first = dataclasses.replace(task, alignment="first").encode(tok, [sentence])[0]
     assert sum(t >= 0 for t in first.target) == 4  # one label per word
+
+
+@pytest.mark.slow
+def test_predict_files_of_every_kind(finetuned, synthetic, tmp_path):
+    d = finetuned["dir"]
+    texts = tmp_path / "in.txt"
+    texts.write_text("mary went to rome .\njohn went to new york .\n")
+    # spans over CoNLL: entities per sentence, in word offsets
+    assert main(["predict", "--model", str(d / "spans"), "--input", str(finetuned["ner_dev"]),
+                 "--out", str(tmp_path / "spans.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "spans.jsonl").open()]
+    assert len(rows) == 30
+    for row in rows:
+        assert all(0 <= a < b <= len(row["tokens"]) and t in ("LOC", "PER")
+                   for a, b, t, _ in row["entities"])
+    assert sum(len(r["entities"]) for r in rows) >= 30  # a person in every sentence
+    # a tagger over plain text: entities with character offsets
+    for kind in ("tag", "spans"):
+        assert main(["predict", "--model", str(d / kind), "--input", str(texts),
+                     "--out", str(tmp_path / f"{kind}.txt.jsonl")]) == 0
+        rows = [json.loads(line) for line in (tmp_path / f"{kind}.txt.jsonl").open()]
+        assert [r["text"] for r in rows] == texts.read_text().splitlines()
+        alone = TaskModel.load(d / kind).tag(rows[0]["text"])
+        assert [{**e, "score": pytest.approx(e["score"], abs=1e-5)} for e in rows[0]["entities"]] \
+            == alone
+    # QA over JSON lines with question and context
+    src = synthetic.write_jsonl(tmp_path / "q.jsonl", [
+        {"id": "a", "question": "where did mary go ?", "context": "mary went to rome ."},
+        {"question": "where did john go ?", "context": "john went to paris ."}])
+    assert main(["predict", "--model", str(d / "qa"), "--input", str(src),
+                 "--out", str(tmp_path / "qa.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "qa.jsonl").open()]
+    assert [r["id"] for r in rows] == ["a", "2"]
+    assert all({"answer", "start", "end", "score", "null_margin"} <= set(r) for r in rows)
+
+
+@pytest.mark.slow
+def test_a_model_serves_only_its_own_verb(finetuned):
+    model = TaskModel.load(finetuned["dir"] / "cls")
+    with pytest.raises(UserError, match="a classify model cannot tag; call it as "
+                                        "TaskModel.classify"):
+        model.tag("good film")
