@@ -4,9 +4,11 @@
 
 Tasks: classify (one text; single- or multi-label), pair (two texts through the same head),
 regress (a number), tag (a label per word; optional CRF), qa (extractive, SQuAD 1.1 / 2.0),
-spans (span-based NER, nested entities allowed). The result is a Hugging Face directory that
-transformers loads as the matching Bert*For* model, plus bertkit_task.json (task, columns,
-labels, scheme, thresholds) that `bertkit evaluate` / `predict` read.
+spans (span-based NER, nested entities allowed), one class each in bertkit.finetuning.tasks;
+the recipe only calls their protocol (bertkit.finetuning.task.Task), so a Task class of one's
+own fine-tunes the same way. The result is a Hugging Face directory that transformers loads as
+the matching Bert*For* model, plus bertkit_task.json (task, columns, labels, scheme,
+thresholds) that `bertkit evaluate` / `predict` read.
 
 Defaults follow what works for small BERTs: lr 5e-5 for the encoder and a larger one for the
 freshly initialised head, 10% warm-up then linear decay, evaluation every epoch with early
