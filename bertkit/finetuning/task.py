@@ -20,7 +20,6 @@ tasks themselves are listed once, in `bertkit.finetuning.tasks.TASKS`.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
@@ -56,6 +55,7 @@ class Task:
     name: ClassVar[str]
     """The task's name on the command line and in bertkit_task.json."""
     defaults: ClassVar[Defaults]
+    """Epochs, batch size, max length and head learning rate when the config gives none."""
     verb: ClassVar[str] = "classify"
     """Which TaskModel method serves it: classify, tag or answer."""
 
@@ -82,13 +82,11 @@ class Task:
     @classmethod
     def from_json(cls, data: dict) -> "Task":
         """The task of a bertkit_task.json; keys it does not know are ignored."""
-        hints = typing.get_type_hints(cls)
         values = {}
         for f in dataclasses.fields(cls):
-            if f.name in data:
+            if f.name in data:  # JSON has lists where the settings hold tuples
                 value = data[f.name]
-                values[f.name] = tuple(value) if isinstance(value, list) and \
-                    "tuple" in str(hints[f.name]) else value
+                values[f.name] = tuple(value) if isinstance(f.default, tuple) else value
         return cls(**values)
 
     @classmethod
