@@ -112,9 +112,7 @@ def classifier_dir(tmp: Path) -> Path:
     from bertkit.text.tokenizer import Tokenizer
     encoder = hub.load_encoder(minilm_dir())
     model = heads.SequenceClassifier(encoder, 2)
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        heads.init_head(model)
+    heads.init_head(model, torch.Generator().manual_seed(0))
     task = {"task": "classify", "text_column": "text", "label_column": "label",
             "label_kind": "single", "labels": ["negative", "positive"], "max_length": 128}
     return heads.save_task_model(model, tmp / "classifier", task=task,
@@ -126,9 +124,7 @@ def tagger_dir(tmp: Path) -> Path:
     from bertkit.text.tokenizer import Tokenizer
     labels = ["O"] + [f"{p}-{t}" for t in ("LOC", "MISC", "ORG", "PER") for p in "BI"]
     model = heads.TokenClassifier(hub.load_encoder(minilm_dir()), len(labels))
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        heads.init_head(model)
+    heads.init_head(model, torch.Generator().manual_seed(0))
     task = {"task": "tag", "labels": labels, "scheme": "BIO", "alignment": "copy",
             "decode": "first", "max_length": 128}
     return heads.save_task_model(model, tmp / "tagger", task=task,

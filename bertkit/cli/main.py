@@ -410,23 +410,21 @@ def _finetune(args) -> int:
     return 0
 
 
-def _task_overrides(args, task: dict) -> dict:
-    for flag, key in (("text_column", "text_column"), ("pair_column", "pair_column"),
-                      ("label_column", "label_column"), ("conllu_column", "conllu_column")):
-        if getattr(args, flag, None):
-            task[key] = getattr(args, flag)
-    return task
+def _task_overrides(args, task):
+    """The saved task with the columns given on the command line."""
+    return task.with_overrides(text_column=args.text_column, pair_column=args.pair_column,
+                               label_column=args.label_column,
+                               conllu_column=args.conllu_column)
 
 
 def _evaluate(args) -> int:
     import json
 
-    from bertkit.finetuning.recipe import read_examples
     from bertkit.finetuning.predict import TaskModel
 
     runner = TaskModel.load(args.model, batch_size=args.batch_size)
-    _task_overrides(args, runner.task)
-    scores = runner.evaluate(read_examples(runner.task, args.test))
+    runner = runner.with_task(_task_overrides(args, runner.task))
+    scores = runner.evaluate(runner.task.read(args.test))
     if args.json:
         print(json.dumps(scores, default=float))
         return 0
@@ -452,7 +450,7 @@ def _predict(args) -> int:
     from bertkit.finetuning.predict import TaskModel, predict_file
 
     runner = TaskModel.load(args.model, batch_size=args.batch_size)
-    _task_overrides(args, runner.task)
+    runner = runner.with_task(_task_overrides(args, runner.task))
     n = predict_file(runner, args.input, args.out)
     print(f"{n} predictions" + (f" written to {args.out}" if args.out else ""), file=sys.stderr)
     return 0

@@ -5,7 +5,9 @@ Each model holds `.encoder` and its head under the Hugging Face name (`classifie
 BertForTokenClassification or BertForQuestionAnswering with no missing or unexpected keys.
 What transformers has no place for (CRF transitions, the span head) goes to
 `task_head.safetensors`, and what the task is (labels, columns, scheme, thresholds) to
-`bertkit_task.json`; both sit beside config.json and are ignored by transformers.
+`bertkit_task.json`; both sit beside config.json and are ignored by transformers. Which head a
+task uses is the task's choice (`Task.make_model`); saving and loading ask the model, never
+the task's name.
 
 Shapes: B batch, T tokens, W words, H hidden, K labels, L longest span.
 """
@@ -25,7 +27,6 @@ from bertkit.model import hub
 from bertkit.files import UserError
 from bertkit.model.encoder import Encoder, cls_rows, init_weights
 from bertkit.model.heads import IGNORE_INDEX
-from bertkit.finetuning.spans import SpanHead
 
 TASK_FILE = "bertkit_task.json"
 HEAD_FILE = "task_head.safetensors"
@@ -38,11 +39,33 @@ def head_dropout(encoder: Encoder) -> float:
     return encoder.config.hidden_dropout if p is None else float(p)
 
 
-class SequenceClassifier(nn.Module):
+class TaskHead(nn.Module):
+    """An encoder with a head: how it is saved for transformers. Subclasses set the class
+    attributes, hold `.encoder`, and name their head modules as transformers does."""
+
+    architecture = "BertModel"
+    """The transformers class that loads the saved directory."""
+    uses_pooler = True
+    """Whether that class has the pooler (transformers' token and QA models have none)."""
+    hf_heads: tuple[str, ...] = ()
+    """Child modules transformers has a place for; other non-encoder children go to
+    task_head.safetensors."""
+
+    def hf_config(self) -> dict:
+        """config.json entries the transformers class reads (beyond id2label / label2id)."""
+        return {}
+
+    def head_spec(self) -> dict:
+        """The head's shape, saved under "head" in bertkit_task.json."""
+        return {}
+
+
+class SequenceClassifier(TaskHead):
     """Pooled [CLS] -> dropout -> linear (BertForSequenceClassification); also sentence pairs."""
 
     architecture = "BertForSequenceClassification"
     uses_pooler = True
+    hf_heads = ("classifier",)
 
     def __init__(self, encoder: Encoder, num_labels: int,
                  problem_type: str = "single_label_classification"):
@@ -69,12 +92,15 @@ class SequenceClassifier(nn.Module):
             return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         return F.cross_entropy(logits, labels)
 
+    def hf_config(self) -> dict:
+        return {"problem_type": self.problem_type, "num_labels": self.classifier.out_features}
+
     def head_spec(self) -> dict:
         return {"kind": "sequence", "num_labels": self.classifier.out_features,
                 "problem_type": self.problem_type}
 
 
-class TokenClassifier(nn.Module):
+class TokenClassifier(TaskHead):
     """Every token -> dropout -> linear (BertForTokenClassification), optionally a linear-chain
     CRF on top.
 
@@ -85,6 +111,7 @@ class TokenClassifier(nn.Module):
 
     architecture = "BertForTokenClassification"
     uses_pooler = False
+    hf_heads = ("classifier",)
 
     def __init__(self, encoder: Encoder, num_labels: int, crf: nn.Module | None = None):
         super().__init__()
@@ -117,11 +144,12 @@ class TokenClassifier(nn.Module):
                 "crf": self.crf is not None}
 
 
-class QuestionAnswerer(nn.Module):
+class QuestionAnswerer(TaskHead):
     """Start and end scores for every token (BertForQuestionAnswering: no dropout before it)."""
 
     architecture = "BertForQuestionAnswering"
     uses_pooler = False
+    hf_heads = ("qa_outputs",)
 
     def __init__(self, encoder: Encoder):
         super().__init__()
@@ -147,34 +175,6 @@ class QuestionAnswerer(nn.Module):
         return {"kind": "qa"}
 
 
-class SpanTagger(nn.Module):
-    """Encoder + span head over word spans (spans.py); exported as a plain BertModel."""
-
-    architecture = "BertModel"
-    uses_pooler = True
-
-    def __init__(self, encoder: Encoder, num_types: int, max_width: int = 8,
-                 ffn_size: int = 150):
-        super().__init__()
-        self.encoder = encoder
-        self.span_head = SpanHead(encoder.config.hidden_size, num_types, max_width, ffn_size,
-                                  head_dropout(encoder))
-
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, *,
-                word_ids: torch.Tensor):
-        h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
-        # At least one word column, so that a batch of sentences with no pieces still has shape.
-        num_words = max(1, int(word_ids.max()) + 1 if word_ids.numel() else 0)
-        index, mask = first_subword_index(word_ids, num_words)
-        z = h.gather(1, index[..., None].expand(-1, -1, h.shape[-1]))  # [B, W, H]
-        return self.span_head(z, mask), mask  # [B, W, L, K], [B, W]
-
-    def head_spec(self) -> dict:
-        head = self.span_head
-        return {"kind": "spans", "num_labels": head.num_types, "max_width": head.max_width,
-                "ffn_size": head.start[0].out_features}
-
-
 # Subwords and words ------------------------------------------------------------------------------
 
 def first_subword_index(word_ids: torch.Tensor, num_words: int):
@@ -189,35 +189,32 @@ def first_subword_index(word_ids: torch.Tensor, num_words: int):
     return index.masked_fill(~mask, 0), mask
 
 
-# Building, saving, loading -----------------------------------------------------------------------
-
-def build_model(encoder: Encoder, head: dict, crf_factory=None) -> nn.Module:
-    """A task model from its `head_spec()`; `crf_factory(num_labels)` makes the CRF if needed."""
-    kind = head["kind"]
-    if kind == "sequence":
-        return SequenceClassifier(encoder, head["num_labels"], head["problem_type"])
-    if kind == "token":
-        crf = crf_factory(head["num_labels"]) if head.get("crf") else None
-        return TokenClassifier(encoder, head["num_labels"], crf)
-    if kind == "qa":
-        return QuestionAnswerer(encoder)
-    if kind == "spans":
-        return SpanTagger(encoder, head["num_labels"], head["max_width"], head["ffn_size"])
-    raise ValueError(f"unknown head kind {kind!r}")
 
 
-def init_head(model: nn.Module) -> None:
-    """BERT initialisation for everything but the (pretrained) encoder."""
+# Initialising, saving, loading -------------------------------------------------------------------
+
+def init_head(model: nn.Module, generator: torch.Generator) -> None:
+    """BERT's initialisation (N(0, initializer_range) weights, zero biases, unit LayerNorms) for
+    everything but the (pretrained) encoder, drawn from `generator`."""
+    std = model.encoder.config.initializer_range
     for name, child in model.named_children():
-        if name != "encoder" and isinstance(child, nn.Module):
-            init_weights(child, model.encoder.config)
+        if name == "encoder":
+            continue
+        for m in child.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=std, generator=generator)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
 
 
 class _Exported(nn.Module):
     """The weights transformers expects: encoder (without the pooler for token and QA models,
     as transformers builds them) and the HF-named head. Shares the model's tensors."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: TaskHead):
         super().__init__()
         enc = model.encoder
         self.encoder = nn.Module()
@@ -226,84 +223,60 @@ class _Exported(nn.Module):
         self.encoder.blocks = enc.blocks
         if model.uses_pooler:
             self.encoder.pooler = enc.pooler
-        for name in ("classifier", "qa_outputs"):
-            if hasattr(model, name):
-                setattr(self, name, getattr(model, name))
+        for name in model.hf_heads:
+            setattr(self, name, getattr(model, name))
 
 
-def _extra_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Weights transformers has no place for: CRF transitions, the span head."""
+def _extra_state(model: TaskHead) -> dict[str, torch.Tensor]:
+    """Weights transformers has no place for (CRF transitions, the span head)."""
     out = {}
-    for prefix in ("crf", "span_head"):
-        module = getattr(model, prefix, None)
-        if module is not None:
+    for prefix, module in model.named_children():
+        if prefix != "encoder" and prefix not in model.hf_heads:
             out.update({f"{prefix}.{k}": v.detach().cpu().float().contiguous()
                         for k, v in module.state_dict().items()})
     return out
 
 
-def save_task_model(model: nn.Module, path: str | Path, *, task: dict, tokenizer=None,
+def save_task_model(model: TaskHead, path: str | Path, *, task: dict, tokenizer=None,
                     labels: list[str] | None = None) -> Path:
     """Write `model` as a Hugging Face directory plus bertkit_task.json / task_head.safetensors.
 
-    `labels` become id2label/label2id in config.json; `task` (JSON-able: task name, columns,
-    scheme, thresholds, ...) goes to bertkit_task.json together with the head's shape.
+    `labels` become id2label/label2id in config.json; `task` (JSON: the task's name and
+    settings, `Task.to_json()`) goes to bertkit_task.json together with the head's shape.
     """
-    extra_config = {}
+    extra_config = model.hf_config()
     if labels is not None:
+        extra_config.pop("num_labels", None)  # transformers counts id2label
         extra_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
         extra_config["label2id"] = {name: i for i, name in enumerate(labels)}
-    if isinstance(model, SequenceClassifier):
-        extra_config["problem_type"] = model.problem_type
-        if labels is None:
-            extra_config["num_labels"] = model.classifier.out_features
     task_json = dict(task, head=model.head_spec())
     files = {TASK_FILE: (json.dumps(task_json, indent=2, ensure_ascii=False) + "\n").encode()}
     extra = _extra_state(model)
     if extra:
         files[HEAD_FILE] = save_safetensors_bytes(extra, metadata={"format": "pt"})
-    target = model.encoder if isinstance(model, SpanTagger) else _Exported(model)
+    target = _Exported(model) if model.hf_heads else model.encoder
     return hub.save_model(target, path, tokenizer=tokenizer, architectures=[model.architecture],
                           extra_config=extra_config, extra_files=files)
 
 
-def read_task(path: str | Path) -> dict:
-    """bertkit_task.json of a saved task model; for a plain Hugging Face task directory (saved by
-    transformers) a description inferred from config.json."""
-    p = Path(path)
-    if (p / TASK_FILE).is_file():
-        try:
-            return json.loads((p / TASK_FILE).read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"{p / TASK_FILE}: not valid JSON ({e})") from None
-    cfg = hub.load_config(p).extra
-    arch = (cfg.get("architectures") or [""])[0]
-    labels = [cfg["id2label"][k] for k in sorted(cfg.get("id2label", {}), key=int)]
-    if arch == "BertForSequenceClassification":
-        problem = cfg.get("problem_type") or "single_label_classification"
-        kind = {"regression": "float", "multi_label_classification": "multi"}.get(problem, "single")
-        return {"task": "regress" if problem == "regression" else "classify", "labels": labels,
-                "label_kind": kind, "text_column": "text", "label_column": "label",
-                "head": {"kind": "sequence", "num_labels": len(labels) or 2,
-                         "problem_type": problem}}
-    if arch == "BertForTokenClassification":
-        return {"task": "tag", "labels": labels, "alignment": "first",
-                "head": {"kind": "token", "num_labels": len(labels), "crf": False}}
-    if arch == "BertForQuestionAnswering":
-        return {"task": "qa", "head": {"kind": "qa"}}
-    raise UserError(f"{p}: not a fine-tuned model (no {TASK_FILE}, architecture {arch or 'none'})")
+def read_task_file(path: str | Path) -> dict | None:
+    """bertkit_task.json of a saved task model, or None when the directory has none."""
+    file = Path(path) / TASK_FILE
+    if not file.is_file():
+        return None
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{file}: not valid JSON ({e})") from None
 
 
-def load_task_model(path: str | Path, crf_factory=None,
-                    device: str | torch.device = "cpu") -> tuple[nn.Module, dict]:
-    """(model in eval mode, task description) from a directory written by `save_task_model` or
-    by transformers' task models."""
+def load_task_weights(model: TaskHead, path: str | Path,
+                      device: str | torch.device = "cpu") -> TaskHead:
+    """Fill `model` (built by its task for the saved config) with the weights of a directory
+    written by `save_task_model` or by transformers' task models; returns it in eval mode."""
     p = Path(path)
-    task = read_task(p)
-    cfg = hub.load_config(p)
     encoder_state, rest = hub.from_hf_state_dict(hub.load_weights(p))
-    model = build_model(Encoder(cfg), task["head"], crf_factory)
-    init_weights(model, cfg)
+    init_weights(model, model.encoder.config)
     if (p / HEAD_FILE).is_file():
         try:
             rest.update(load_safetensors_bytes((p / HEAD_FILE).read_bytes()))
@@ -319,10 +292,9 @@ def load_task_model(path: str | Path, crf_factory=None,
     for w in caught:
         if "pooler" not in str(w.message):
             warnings.warn(w.message, stacklevel=2)
-    return model.to(device).eval(), task
+    return model.to(device).eval()
 
 
-__all__ = ["SequenceClassifier", "TokenClassifier", "QuestionAnswerer", "SpanTagger",
-           "first_subword_index", "build_model", "init_head",
-           "save_task_model", "read_task", "load_task_model", "head_dropout", "TASK_FILE",
-           "HEAD_FILE", "PROBLEM_TYPES"]
+__all__ = ["TaskHead", "SequenceClassifier", "TokenClassifier", "QuestionAnswerer",
+           "first_subword_index", "init_head", "save_task_model", "read_task_file",
+           "load_task_weights", "head_dropout", "TASK_FILE", "HEAD_FILE", "PROBLEM_TYPES"]

@@ -1,10 +1,10 @@
-"""Task examples as model inputs: tokenized items with their targets, and padded batches.
+"""Model inputs shared by every task, by training and by prediction: the `Item` an example
+becomes, padding items into [B, T] tensors, word-split sentences as subword pieces, and
+batches of similar lengths.
 
-`encode_texts` (classification, pairs, regression, multi-label), `encode_sentences` (tags or
-entity spans over word-split sentences) and `encode_questions` (QA windows) turn read examples
-into `Item`s; `collate` pads a list of items into [B, T] tensors plus the task's targets;
-`length_batches` groups items of similar length. Fine-tuning (finetune.py) and prediction
-(predict.py) share them, so a model sees the same inputs in training and in use.
+A task's `encode` makes the items and its `collate` adds its targets to `pad_inputs`; training
+(recipe.EpochBatches) and prediction (predict.run_model) batch them with `length_batches`, so a
+model sees the same inputs in training and in use.
 """
 from __future__ import annotations
 
@@ -14,12 +14,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-
-from bertkit.finetuning import qa
-from bertkit.finetuning import spans
-from bertkit.finetuning.tagging import align_labels
-from bertkit.model.heads import IGNORE_INDEX
-from bertkit.finetuning.readers import QAExample, TaggedSentence, TextExample
 
 
 @dataclass
@@ -32,77 +26,14 @@ class Item:
     word_ids: list[int] | None = None
     """Word index per token, -1 for specials (tagging and spans)."""
     target: object = None
-    """Class id, float, multi-hot list, piece label ids, (start, end) or entity spans."""
-    window: qa.Window | None = None
+    """What the loss learns: a class id, a float, a multi-hot list, piece label ids, ..."""
+    extra: object = None
+    """What a task needs to decode the item's output (QA: its window and context offsets)."""
 
 
-# Encoding ---------------------------------------------------------------------------------------
-
-def _word_ids(encoding_word_ids) -> list[int]:
-    return [-1 if w is None else w for w in encoding_word_ids]
-
-
-def encode_texts(tokenizer, examples: Sequence[TextExample], task: dict) -> list[Item]:
-    kind, labels = task.get("label_kind", "single"), task.get("labels") or []
-    index = {name: i for i, name in enumerate(labels)}
-    pairs = [ex.pair for ex in examples] if any(ex.pair is not None for ex in examples) \
-        else None
-    enc = tokenizer.encode_batch([ex.text for ex in examples], pairs,
-                                 max_length=task["max_length"], truncation="longest_first",
-                                 with_offsets=False)
-    items = []
-    for i, (ex, e) in enumerate(zip(examples, enc)):
-        target = None
-        if ex.label is not None:
-            if kind == "float":
-                target = float(ex.label)
-            elif kind == "multi":
-                target = [float(name in ex.label) for name in labels]
-            else:
-                target = index.get(ex.label)
-        items.append(Item(i, e.ids, e.type_ids, target=target))
-    return items
-
-
-def encode_sentences(tokenizer, sentences: Sequence[TaggedSentence], task: dict) -> list[Item]:
-    """Word-split sentences; piece labels aligned per task['alignment'] when tags are known."""
-    enc = tokenizer.encode_batch([s.tokens for s in sentences], max_length=task["max_length"],
-                                 truncation="longest_first", is_split_into_words=True)
-    labels = task["labels"]
-    index = {name: i for i, name in enumerate(labels)}
-    items, cut = [], 0
-    for i, (s, e) in enumerate(zip(sentences, enc)):
-        word_ids = _word_ids(e.word_ids)
-        cut += max(word_ids, default=-1) + 1 < len(s.tokens)
-        target = None
-        if s.tags and task["task"] == "tag":
-            target = align_labels(e.word_ids, s.tags, index, task.get("alignment", "copy"))
-        elif task["task"] == "spans" and (s.tags or getattr(s, "spans", None)):
-            kept = max(word_ids, default=-1) + 1
-            types = {name: k + 1 for k, name in enumerate(labels)}
-            target = [(a, b - 1, types[t]) for a, b, t in spans.gold_spans(s)
-                      if b <= kept and t in types]
-        items.append(Item(i, e.ids, e.type_ids, word_ids, target))
-    if cut:
-        warnings.warn(f"{cut} of {len(sentences)} sentences are longer than max_length "
-                      f"{task['max_length']} tokens; their last words are not seen", stacklevel=2)
-    return items
-
-
-def encode_questions(tokenizer, examples: Sequence[QAExample], task: dict, *,
-                     training: bool = False, skip_no_room: bool | None = None
-                     ) -> tuple[list[Item], list[list[tuple[int, int]]]]:
-    """QA windows as items (see qa.question_windows), and each context's token offsets."""
-    windows, offsets = qa.question_windows(tokenizer, examples, task, training=training,
-                                           skip_no_room=skip_no_room)
-    return [Item(w.example, w.input_ids, w.token_type_ids, target=target, window=w)
-            for w, target in windows], offsets
-
-
-# Batching ---------------------------------------------------------------------------------------
-
-def collate(items: Sequence[Item], task: dict) -> dict:
-    """Pad a list of items to the longest: [B, T] tensors plus the task's targets."""
+def pad_inputs(items: Sequence[Item]) -> dict:
+    """input_ids, token_type_ids, attention_mask [B, T] padded to the longest item, and
+    word_ids [B, T] (-1 on specials and padding) when the items have them."""
     B, T = len(items), max(len(it.ids) for it in items)
     ids = np.zeros((B, T), dtype=np.int64)
     types = np.zeros((B, T), dtype=np.int64)
@@ -112,33 +43,28 @@ def collate(items: Sequence[Item], task: dict) -> dict:
         ids[row, :n], types[row, :n], mask[row, :n] = it.ids, it.type_ids, 1
     batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(types),
              "attention_mask": torch.from_numpy(mask)}
-    name = task["task"]
     if items[0].word_ids is not None:
         word_ids = np.full((B, T), -1, dtype=np.int64)
         for row, it in enumerate(items):
             word_ids[row, :len(it.word_ids)] = it.word_ids
         batch["word_ids"] = torch.from_numpy(word_ids)
-    if items[0].target is None:
-        return batch
-    if name == "tag":
-        labels = np.full((B, T), IGNORE_INDEX, dtype=np.int64)
-        for row, it in enumerate(items):
-            labels[row, :len(it.target)] = it.target
-        batch["labels"] = torch.from_numpy(labels)
-    elif name == "qa":
-        batch["start_positions"] = torch.tensor([it.target[0] for it in items])
-        batch["end_positions"] = torch.tensor([it.target[1] for it in items])
-    elif name == "spans":
-        W = int(batch["word_ids"].max()) + 1
-        batch["span_target"] = spans.span_targets([it.target for it in items], max(W, 0),
-                                                  task["head"]["max_width"])
-    elif task.get("label_kind") == "float":
-        batch["labels"] = torch.tensor([it.target for it in items], dtype=torch.float32)
-    elif task.get("label_kind") == "multi":
-        batch["labels"] = torch.tensor([it.target for it in items], dtype=torch.float32)
-    else:
-        batch["labels"] = torch.tensor([it.target for it in items], dtype=torch.long)
     return batch
+
+
+def encode_words(tokenizer, sentences: Sequence, max_length: int) -> list[tuple]:
+    """(encoding, word_ids with -1 for specials) of word-split sentences (`.tokens`); warns
+    once, counting them, when sentences lose words to `max_length`."""
+    enc = tokenizer.encode_batch([s.tokens for s in sentences], max_length=max_length,
+                                 truncation="longest_first", is_split_into_words=True)
+    out, cut = [], 0
+    for s, e in zip(sentences, enc):
+        word_ids = [-1 if w is None else w for w in e.word_ids]
+        cut += max(word_ids, default=-1) + 1 < len(s.tokens)
+        out.append((e, word_ids))
+    if cut:
+        warnings.warn(f"{cut} of {len(sentences)} sentences are longer than max_length "
+                      f"{max_length} tokens; their last words are not seen", stacklevel=3)
+    return out
 
 
 def length_batches(lengths: Sequence[int], batch_size: int,
@@ -161,5 +87,4 @@ def length_batches(lengths: Sequence[int], batch_size: int,
     return [out[i] for i in torch.randperm(len(out), generator=generator).tolist()]
 
 
-__all__ = ["Item", "encode_texts", "encode_sentences", "encode_questions", "collate",
-           "length_batches"]
+__all__ = ["Item", "pad_inputs", "encode_words", "length_batches"]

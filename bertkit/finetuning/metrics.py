@@ -14,7 +14,7 @@ from typing import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from bertkit.finetuning.tagging import Span, is_chunk_tag, tags_to_spans
+from bertkit.finetuning.tagging import Span, tags_to_spans
 
 
 def _ratio(num: float, den: float) -> float:
@@ -278,41 +278,3 @@ def squad_scores(predictions: Mapping[str, str], references: Mapping[str, Sequen
         out["best_f1"], out["best_f1_thresh"] = best_null_threshold(
             f1, null_scores, has_answer, preds)
     return out
-
-
-def baseline_scores(task: dict, train: list, test: list) -> dict:
-    """Scores of always predicting the most frequent training label (tag: per word type, the
-    most frequent tag of that word, unseen words the most frequent tag overall)."""
-    name = task["task"]
-    if task.get("label_kind") == "multi":
-        sets = [tuple(ex.label) for ex in train]
-        top = list(max(set(sets), key=sets.count))
-        return multilabel_scores([ex.label for ex in test], [top] * len(test), task["labels"])
-    if name in ("classify", "pair"):
-        labels = [ex.label for ex in train]
-        top = max(set(labels), key=labels.count)
-        return classification_scores([ex.label for ex in test], [top] * len(test),
-                                     task["labels"])
-    if name == "regress":
-        mean = float(np.mean([ex.label for ex in train]))
-        return regression_scores([ex.label for ex in test], [mean] * len(test))
-    if name in ("tag", "spans"):
-        counts: dict[str, dict[str, int]] = {}
-        for s in train:
-            for w, t in zip(s.tokens, s.tags):
-                counts.setdefault(w, {}).setdefault(t, 0)
-                counts[w][t] += 1
-        overall: dict[str, int] = {}
-        for c in counts.values():
-            for t, n in c.items():
-                overall[t] = overall.get(t, 0) + n
-        default = max(overall, key=overall.get)
-        pred = [[max(counts[w], key=counts[w].get) if w in counts else default
-                 for w in s.tokens] for s in test]
-        if any(is_chunk_tag(t) and t != "O" for t in overall):
-            return entity_scores([s.tags for s in test], pred)
-        return {"accuracy": accuracy([t for s in test for t in s.tags],
-                                     [t for s in pred for t in s])}
-    # QA: always "no answer" (exact on unanswerable questions only)
-    return squad_scores({ex.id: "" for ex in test},
-                        {ex.id: [a.text for a in ex.answers] for ex in test})

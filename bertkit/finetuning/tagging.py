@@ -35,6 +35,11 @@ def is_chunk_tag(tag: str) -> bool:
     return split_tag(tag)[0] != ""
 
 
+def has_entities(tags: Iterable[str]) -> bool:
+    """Whether a tag set marks entities (B-/I-/E-/S- tags) rather than plain labels (POS)."""
+    return any(is_chunk_tag(t) and t != "O" for t in tags)
+
+
 def detect_scheme(tags: Iterable[str]) -> str:
     """The smallest scheme whose prefixes cover `tags` (IO when only I- and O occur)."""
     prefixes = {split_tag(t)[0] for t in tags}

@@ -8,10 +8,13 @@ import json
 import pytest
 import torch
 
-from bertkit.finetuning import heads
 from bertkit.config import EncoderConfig
+from bertkit.finetuning import heads
 from bertkit.finetuning.crf import CRF, allowed_transitions
 from bertkit.finetuning.recipe import freeze, param_groups
+from bertkit.finetuning.tasks import Classify, load_task
+from bertkit.finetuning.tasks.spans import SpanTagger
+from bertkit.model import hub
 from bertkit.model.encoder import Encoder, init_weights
 
 transformers = pytest.importorskip("transformers")
@@ -35,7 +38,7 @@ def make(kind: str, seed: int = 0):
     elif kind == "qa":
         model = heads.QuestionAnswerer(enc)
     else:
-        model = heads.SpanTagger(enc, 3, max_width=3, ffn_size=8)
+        model = SpanTagger(enc, 3, max_width=3, ffn_size=8)
     init_weights(model, CFG)
     with torch.no_grad():  # non-trivial biases and CRF scores, so a lost tensor would show
         for name, p in model.named_parameters():
@@ -112,7 +115,8 @@ def test_qa_loss_is_the_sum_of_two_cross_entropies():
     with torch.no_grad():
         s, e = model(ids, types, mask)
         loss = model.loss((s, e), start, end)
-    expected = torch.nn.functional.cross_entropy(s, start) + torch.nn.functional.cross_entropy(e, end)
+    cross_entropy = torch.nn.functional.cross_entropy
+    expected = cross_entropy(s, start) + cross_entropy(e, end)
     torch.testing.assert_close(loss, expected)
     # padding is never an answer
     assert s[2, 4:].max() < -1e3
@@ -127,9 +131,8 @@ def test_save_load_round_trip_keeps_every_weight(tmp_path, kind):
                           labels=task["labels"] if kind != "qa" else None)
     if kind in ("token", "spans"):
         assert (tmp_path / "m" / heads.HEAD_FILE).is_file()
-    loaded, described = heads.load_task_model(
-        tmp_path / "m", lambda k: CRF(k, allowed_transitions(TAGS)))
-    assert described["head"] == model.head_spec()
+    assert heads.read_task_file(tmp_path / "m")["head"] == model.head_spec()
+    loaded = heads.load_task_weights(make(kind, seed=1), tmp_path / "m")  # other weights first
     own = model.state_dict()
     for name, tensor in loaded.state_dict().items():
         if name.startswith("encoder.pooler.") and not model.uses_pooler:
@@ -144,8 +147,10 @@ def test_loading_a_transformers_saved_task_model(tmp_path):
                                      id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
     ref = transformers.BertForSequenceClassification(config).eval()
     ref.save_pretrained(tmp_path / "hf")
-    model, task = heads.load_task_model(tmp_path / "hf")
-    assert task["task"] == "classify" and task["labels"] == ["neg", "pos"]
+    task = load_task(tmp_path / "hf")
+    assert task == Classify(labels=("neg", "pos"), max_length=48)
+    model = heads.load_task_weights(task.make_model(Encoder(hub.load_config(tmp_path / "hf"))),
+                                    tmp_path / "hf")
     ids, types, mask = inputs()
     with torch.no_grad():
         torch.testing.assert_close(model(ids, types, mask),

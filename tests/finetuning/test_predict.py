@@ -3,6 +3,7 @@ pipeline-style outputs, entities with character offsets into the original text, 
 located in their context, JSON metrics, JSON-lines predictions, a real `bertkit` process."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,52 +13,53 @@ import pytest
 import torch
 
 from bertkit.cli.main import main
-from bertkit.finetuning.recipe import FinetuneConfig, finetune
+from bertkit.files import UserError
 from bertkit.finetuning.predict import TaskModel, answer, classify, tag
-from bertkit.finetuning.inputs import encode_sentences
 from bertkit.finetuning.readers import TaggedSentence
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_finetune import FAST, ner, sentiment, squad, tiny_bert, write_conll, write_jsonl  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
+from bertkit.finetuning.recipe import finetune
+from bertkit.finetuning.tasks import Tag
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def finetuned(tmp_path_factory, tiny_bert, quick_config, synthetic):
+    """Models fine-tuned on the synthetic data (directories "cls", "tag", "spans", "qa" under
+    "dir") and the files they were trained and tested on."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     d = tmp_path_factory.mktemp("predict")
-    bert = tiny_bert(d)
-    files = {"train": write_jsonl(d / "train.jsonl", sentiment(160, 1)),
-             "dev": write_jsonl(d / "dev.jsonl", sentiment(40, 2)),
-             "ner_train": write_conll(d / "train.conll", ner(120, 3)),
-             "ner_dev": write_conll(d / "dev.conll", ner(30, 4))}
-    (d / "squad.json").write_text(json.dumps(squad(40, 7)))
-    finetune("classify", bert, files["train"], files["dev"], d / "cls",
-             FinetuneConfig(epochs=4, batch_size=16, **FAST))
-    finetune("tag", bert, files["ner_train"], files["ner_dev"], d / "tag",
-             FinetuneConfig(epochs=6, batch_size=16, **FAST))
-    finetune("spans", bert, files["ner_train"], files["ner_dev"], d / "spans",
-             FinetuneConfig(epochs=6, batch_size=16, max_span_width=3, **FAST))
-    finetune("qa", bert, d / "squad.json", None, d / "qa",
-             FinetuneConfig(epochs=3, batch_size=16, max_length=32, stride=8, dev_fraction=0.2,
-                            **FAST))
+    files = {"train": synthetic.write_jsonl(d / "train.jsonl", synthetic.sentiment(160, 1)),
+             "dev": synthetic.write_jsonl(d / "dev.jsonl", synthetic.sentiment(40, 2)),
+             "ner_train": synthetic.write_conll(d / "train.conll", synthetic.ner(120, 3)),
+             "ner_dev": synthetic.write_conll(d / "dev.conll", synthetic.ner(30, 4)),
+             "squad": synthetic.write_squad(d / "squad.json", synthetic.squad(40, 7))}
+    finetune("classify", tiny_bert, files["train"], files["dev"], d / "cls",
+             quick_config(epochs=4, batch_size=16))
+    finetune("tag", tiny_bert, files["ner_train"], files["ner_dev"], d / "tag",
+             quick_config(epochs=6, batch_size=16))
+    finetune("spans", tiny_bert, files["ner_train"], files["ner_dev"], d / "spans",
+             quick_config(epochs=6, batch_size=16, max_span_width=3))
+    finetune("qa", tiny_bert, files["squad"], None, d / "qa",
+             quick_config(epochs=3, batch_size=16, max_length=32, stride=8, dev_fraction=0.2))
     yield {"dir": d, **files}
     torch.set_num_threads(before)
 
 
-def test_classify_like_a_pipeline(models):
-    model = TaskModel.load(models["dir"] / "cls")
+@pytest.mark.slow
+def test_classify_like_a_pipeline(finetuned):
+    model = TaskModel.load(finetuned["dir"] / "cls")
     out = model(["the film was great", "so awful a plot"])
     assert [o["label"] for o in out] == ["positive", "negative"]
-    assert all(0.5 < o["score"] <= 1.0 for o in out)
-    single = classify(models["dir"] / "cls", "really good movie")
+    for text, o in zip(["the film was great", "so awful a plot"], out):
+        with torch.no_grad():
+            probs = torch.softmax(model.model(*model.tokenizer([text])), -1)[0]
+        assert o["score"] == pytest.approx(float(probs.max()), abs=1e-6)
+    single = classify(finetuned["dir"] / "cls", "really good movie")
     assert single["label"] == "positive"
 
 
-def test_length_bucketed_batches_equal_one_at_a_time(models):
-    model = TaskModel.load(models["dir"] / "cls", batch_size=4)
+@pytest.mark.slow
+def test_length_bucketed_batches_equal_one_at_a_time(finetuned):
+    model = TaskModel.load(finetuned["dir"] / "cls", batch_size=4)
     texts = ["good", "the plot was so awful and the film was poor", "fine film",
              "a really great movie and a good plot", "bad", "the movie is fine"]
     batched = model.classify(texts)
@@ -67,9 +69,10 @@ def test_length_bucketed_batches_equal_one_at_a_time(models):
         assert abs(alone["score"] - row["score"]) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["tag", "spans"])
-def test_tag_returns_entities_with_offsets_into_the_original_text(models, kind):
-    model = TaskModel.load(models["dir"] / kind)
+def test_tag_returns_entities_with_offsets_into_the_original_text(finetuned, kind):
+    model = TaskModel.load(finetuned["dir"] / kind)
     texts = ["Mary  went to   New York.", "john went to paris ."]
     out = model.tag(texts)
     for text, entities in zip(texts, out):
@@ -77,22 +80,25 @@ def test_tag_returns_entities_with_offsets_into_the_original_text(models, kind):
             assert text[e["start"]:e["end"]] == e["text"]
     first = {(e["label"], e["text"]) for e in out[0]}
     assert ("PER", "Mary") in first and ("LOC", "New York") in first
-    assert tag(models["dir"] / kind, "alice went to rome .")[0]["label"] == "PER"
+    assert tag(finetuned["dir"] / kind, "alice went to rome .")[0]["label"] == "PER"
 
 
-def test_mean_decoding_gives_one_tag_per_word(models):
-    model = TaskModel.load(models["dir"] / "tag")
+@pytest.mark.slow
+def test_mean_decoding_gives_one_tag_per_word(finetuned):
+    model = TaskModel.load(finetuned["dir"] / "tag")
     sentence = TaggedSentence(["johns", "went", "to", "romeing", "."], [], "")
-    first = model.predict_sentences([sentence])[0]
-    model.task["decode"] = "mean"
-    mean = model.predict_sentences([sentence])[0]
+    first = model.predict([sentence])[0]
+    mean = model.with_task(dataclasses.replace(model.task, decode="mean")).predict([sentence])[0]
     assert len(first[0]) == len(mean[0]) == 5
-    assert all(0.0 < p <= 1.0 for p in mean[1])
+    # a word of one piece: the mean over its pieces is that piece, as in first-piece decoding
+    for w in (1, 2, 4):
+        assert mean[0][w] == first[0][w] and mean[1][w] == pytest.approx(first[1][w], abs=1e-6)
     assert set(mean[0]) <= set(model.labels)
 
 
-def test_answer_points_into_the_context(models):
-    model = TaskModel.load(models["dir"] / "qa")
+@pytest.mark.slow
+def test_answer_points_into_the_context(finetuned):
+    model = TaskModel.load(finetuned["dir"] / "qa")
     context = "alice went to rome . the sky is blue ."
     got = answer(model, "where did alice go ?", context)
     assert set(got) >= {"answer", "start", "end", "score"}
@@ -102,17 +108,18 @@ def test_answer_points_into_the_context(models):
         assert got["start"] == -1
 
 
-def test_evaluate_json_and_predict_jsonl(models, tmp_path, capsys):
-    d = models["dir"]
-    assert main(["evaluate", "--model", str(d / "cls"), "--test", str(models["dev"]),
+@pytest.mark.slow
+def test_evaluate_json_and_predict_jsonl(finetuned, tmp_path, capsys):
+    d = finetuned["dir"]
+    assert main(["evaluate", "--model", str(d / "cls"), "--test", str(finetuned["dev"]),
                  "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"accuracy", "macro_f1", "confusion_matrix"} <= set(scores)
-    assert main(["evaluate", "--model", str(d / "tag"), "--test", str(models["ner_dev"]),
+    assert main(["evaluate", "--model", str(d / "tag"), "--test", str(finetuned["ner_dev"]),
                  "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"precision", "recall", "f1", "per_type", "token_accuracy"} <= set(scores)
-    assert main(["evaluate", "--model", str(d / "qa"), "--test", str(d / "squad.json"),
+    assert main(["evaluate", "--model", str(d / "qa"), "--test", str(finetuned["squad"]),
                  "--json"]) == 0
     assert {"exact", "f1", "has_ans_exact", "no_ans_exact"} <= set(
         json.loads(capsys.readouterr().out))
@@ -125,23 +132,26 @@ def test_evaluate_json_and_predict_jsonl(models, tmp_path, capsys):
     assert [r["text"] for r in rows] == ["the movie was good", "awful plot"]
     assert {"label", "score"} <= set(rows[0])
     # CoNLL in for a tagger: one line per sentence with its words' tags
-    assert main(["predict", "--model", str(d / "tag"), "--input", str(models["ner_dev"]),
+    assert main(["predict", "--model", str(d / "tag"), "--input", str(finetuned["ner_dev"]),
                  "--out", str(tmp_path / "tags.jsonl")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "tags.jsonl").open()]
     assert len(rows) == 30 and all(len(r["tokens"]) == len(r["tags"]) for r in rows)
 
 
-def test_evaluate_on_a_bad_file_exits_2(models, tmp_path, capsys):
-    bad = write_jsonl(tmp_path / "bad.jsonl", [{"text": "good", "label": "positive"},
-                                               {"text": "fine", "label": "meh"}])
-    assert main(["evaluate", "--model", str(models["dir"] / "cls"), "--test", str(bad)]) == 2
+@pytest.mark.slow
+def test_evaluate_on_a_bad_file_exits_2(finetuned, synthetic, tmp_path, capsys):
+    bad = synthetic.write_jsonl(tmp_path / "bad.jsonl", [{"text": "good", "label": "positive"},
+                                                         {"text": "fine", "label": "meh"}])
+    assert main(["evaluate", "--model", str(finetuned["dir"] / "cls"), "--test", str(bad)]) == 2
     assert "bad.jsonl:2: unknown label 'meh'" in capsys.readouterr().err
 
 
-def test_the_installed_command_predicts(models, tmp_path):
-    src = write_jsonl(tmp_path / "in.jsonl", [{"text": "great film"}, {"text": "poor movie"}])
+@pytest.mark.slow
+def test_the_installed_command_predicts(finetuned, synthetic, tmp_path):
+    src = synthetic.write_jsonl(tmp_path / "in.jsonl",
+                                [{"text": "great film"}, {"text": "poor movie"}])
     run = subprocess.run([str(Path(sys.executable).parent / "bertkit"), "predict", "--model",
-                          str(models["dir"] / "cls"), "--input", str(src)],
+                          str(finetuned["dir"] / "cls"), "--input", str(src)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     rows = [json.loads(line) for line in run.stdout.splitlines()]
@@ -154,8 +164,8 @@ def test_subword_labels_align_on_a_real_tokenizer(minilm_dir):
     sentence = TaggedSentence(["Empire", "Statesmanship", "rocks", "!"],
                               ["B-fac", "I-fac", "O", "O"], "")
     labels = ["O", "B-fac", "I-fac"]
-    task = {"task": "tag", "labels": labels, "max_length": 32, "alignment": "copy"}
-    item = encode_sentences(tok, [sentence], task)[0]
+    task = Tag(labels=tuple(labels), max_length=32, alignment="copy")
+    item = task.encode(tok, [sentence])[0]
     pieces = [tok.id_to_token(i) for i in item.ids]
     assert pieces[0] == "[CLS]" and pieces[-1] == "[SEP]"
     named = [labels[t] if t >= 0 else None for t in item.target]
@@ -170,5 +180,47 @@ def test_subword_labels_align_on_a_real_tokenizer(minilm_dir):
         else:
             assert label == "O"
     assert item.word_ids.count(1) > 1  # "statesmanship" is split into several pieces
-    first = encode_sentences(tok, [sentence], {**task, "alignment": "first"})[0]
+    first = dataclasses.replace(task, alignment="first").encode(tok, [sentence])[0]
     assert sum(t >= 0 for t in first.target) == 4  # one label per word
+
+
+@pytest.mark.slow
+def test_predict_files_of_every_kind(finetuned, synthetic, tmp_path):
+    d = finetuned["dir"]
+    texts = tmp_path / "in.txt"
+    texts.write_text("mary went to rome .\njohn went to new york .\n")
+    # spans over CoNLL: entities per sentence, in word offsets
+    assert main(["predict", "--model", str(d / "spans"), "--input", str(finetuned["ner_dev"]),
+                 "--out", str(tmp_path / "spans.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "spans.jsonl").open()]
+    assert len(rows) == 30
+    for row in rows:
+        assert all(0 <= a < b <= len(row["tokens"]) and t in ("LOC", "PER")
+                   for a, b, t, _ in row["entities"])
+    assert sum(len(r["entities"]) for r in rows) >= 30  # a person in every sentence
+    # a tagger over plain text: entities with character offsets
+    for kind in ("tag", "spans"):
+        assert main(["predict", "--model", str(d / kind), "--input", str(texts),
+                     "--out", str(tmp_path / f"{kind}.txt.jsonl")]) == 0
+        rows = [json.loads(line) for line in (tmp_path / f"{kind}.txt.jsonl").open()]
+        assert [r["text"] for r in rows] == texts.read_text().splitlines()
+        alone = TaskModel.load(d / kind).tag(rows[0]["text"])
+        assert [{**e, "score": pytest.approx(e["score"], abs=1e-5)} for e in rows[0]["entities"]] \
+            == alone
+    # QA over JSON lines with question and context
+    src = synthetic.write_jsonl(tmp_path / "q.jsonl", [
+        {"id": "a", "question": "where did mary go ?", "context": "mary went to rome ."},
+        {"question": "where did john go ?", "context": "john went to paris ."}])
+    assert main(["predict", "--model", str(d / "qa"), "--input", str(src),
+                 "--out", str(tmp_path / "qa.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "qa.jsonl").open()]
+    assert [r["id"] for r in rows] == ["a", "2"]
+    assert all({"answer", "start", "end", "score", "null_margin"} <= set(r) for r in rows)
+
+
+@pytest.mark.slow
+def test_a_model_serves_only_its_own_verb(finetuned):
+    model = TaskModel.load(finetuned["dir"] / "cls")
+    with pytest.raises(UserError, match="a classify model cannot tag; call it as "
+                                        "TaskModel.classify"):
+        model.tag("good film")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertkit.finetuning import qa
+from bertkit.finetuning.tasks import qa
 
 
 @pytest.mark.parametrize("n,room,stride", [(0, 5, 2), (5, 5, 2), (6, 5, 2), (23, 7, 3),
@@ -76,8 +76,8 @@ def test_best_spans_equal_brute_force():
 
 
 def _window(example, first, length, context_start=3):
-    return qa.Window(example, [0] * (context_start + length + 1), [0] * (context_start + length + 1),
-                     context_start, first, length)
+    n = context_start + length + 1
+    return qa.Window(example, [0] * n, [0] * n, context_start, first, length)
 
 
 def test_decode_picks_the_best_window_and_applies_the_null_threshold():
@@ -100,14 +100,12 @@ def test_decode_picks_the_best_window_and_applies_the_null_threshold():
 
 def test_windowing_on_a_real_tokenizer(minilm_dir):
     from bertkit.finetuning.readers import Answer, QAExample
-    from bertkit.finetuning.inputs import encode_questions
     from bertkit.text.tokenizer import Tokenizer
     tok = Tokenizer.load(minilm_dir)
     context = " ".join(f"word{i}" for i in range(150)) + " The capital is Paris ."
     start = context.index("Paris")
     ex = QAExample("q1", "What is the capital?", context, [Answer("Paris", start)])
-    items, offsets = encode_questions(tok, [ex], {"max_length": 64, "stride": 16,
-                                                  "max_question": 64}, training=True)
+    items = qa.QA(max_length=64, stride=16, max_question=64).encode(tok, [ex], training=True)
     assert len(items) > 5
     found = [it for it in items if it.target != (0, 0)]
     assert found, "the answer lies in some window"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from bertkit.finetuning.spans import (NULL, SpanHead, decode_spans, span_loss, span_margins, span_mask,
-                           span_targets, too_long)
+from bertkit.finetuning.tasks.spans import (NULL, SpanHead, decode_spans, span_loss,
+                                            span_margins, span_mask, span_targets, too_long)
 
 
 def test_span_mask_keeps_spans_inside_each_sentence():

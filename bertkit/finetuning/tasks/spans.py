@@ -1,5 +1,7 @@
 """Span-based NER (the seeds' 11.5.2): every word span up to L words is classified as one of the
-entity types or NULL.
+entity types or NULL. The task reads CoNLL (entities from the tags) or JSON lines with nested
+entities, and the model is the encoder with a span head, saved as a plain BertModel plus
+task_head.safetensors.
 
 Spans are over words, not subwords: word i is represented by the encoder output z_i of its first
 subword. A span (i, j) is [FFN_start(z_i); FFN_end(z_j); g_ij] where g_ij is self-attention
@@ -12,15 +14,25 @@ Span (i, l) starts at word i and holds l + 1 words.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bertkit.files import UserError, read_jsonl
+from bertkit.finetuning import metrics
+from bertkit.finetuning.heads import TaskHead, first_subword_index, head_dropout
+from bertkit.finetuning.inputs import Item, encode_words, pad_inputs
+from bertkit.finetuning.readers import detect_format, read_tagged
+from bertkit.finetuning.task import model_inputs
 from bertkit.finetuning.tagging import tags_to_spans
+from bertkit.finetuning.tasks.tag import WordTask
+from bertkit.model.encoder import Encoder
 
 NULL = 0
 
@@ -193,5 +205,169 @@ def span_margins(logits: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
     return (logp[..., 1:].max(-1).values - logp[..., NULL])[span_mask(word_mask, logits.shape[2])]
 
 
-__all__ = ["NULL", "SpanSentence", "gold_spans", "read_span_jsonl", "SpanHead", "span_mask", "span_targets", "too_long", "span_loss",
-           "decode_spans", "span_margins"]
+class SpanTagger(TaskHead):
+    """Encoder + span head over word spans; exported as a plain BertModel."""
+
+    architecture = "BertModel"
+    uses_pooler = True
+
+    def __init__(self, encoder: Encoder, num_types: int, max_width: int = 8,
+                 ffn_size: int = 150):
+        super().__init__()
+        self.encoder = encoder
+        self.span_head = SpanHead(encoder.config.hidden_size, num_types, max_width, ffn_size,
+                                  head_dropout(encoder))
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, *,
+                word_ids: torch.Tensor):
+        h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+        # At least one word column, so that a batch of sentences with no pieces still has shape.
+        num_words = max(1, int(word_ids.max()) + 1 if word_ids.numel() else 0)
+        index, mask = first_subword_index(word_ids, num_words)
+        z = h.gather(1, index[..., None].expand(-1, -1, h.shape[-1]))  # [B, W, H]
+        return self.span_head(z, mask), mask  # [B, W, L, K], [B, W]
+
+    def head_spec(self) -> dict:
+        head = self.span_head
+        return {"kind": "spans", "num_labels": head.num_types, "max_width": head.max_width,
+                "ffn_size": head.start[0].out_features}
+
+
+# The task -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spans(WordTask):
+    """Entities as word spans, nested or not; `labels` are the entity types."""
+    name: ClassVar[str] = "spans"
+
+    nested: bool = False
+    """Whether training has overlapping entities (else overlapping candidates are resolved)."""
+    max_width: int = 8
+    """Longest entity in words."""
+    ffn_size: int = 150
+    """Width of the start / end FFNs and of the classifier's hidden layer."""
+    null_weight: float = 0.25
+    """Weight of NULL spans in the loss (entity spans weigh 1)."""
+    span_margin: float = 0.0
+    """An entity's log-probability must beat NULL's by this much (tuned on dev)."""
+
+    @classmethod
+    def configure(cls, cfg, train_path: Path) -> "Spans":
+        return cls(max_length=cfg.max_length or cls.defaults.max_length,
+                   conllu_column=cfg.conllu_column, max_width=cfg.max_span_width,
+                   ffn_size=cfg.span_ffn, null_weight=cfg.span_null_weight)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Spans":
+        head = data.get("head", {})
+        return dataclasses.replace(super().from_json(data),
+                                   **{k: head[k] for k in ("max_width", "ffn_size") if k in head})
+
+    # Data ---------------------------------------------------------------------------------------
+    def read(self, path) -> list:
+        if detect_format(path) == "jsonl":
+            return read_span_jsonl(path)
+        return read_tagged(path, self.conllu_column)
+
+    def with_labels(self, train, dev) -> "Spans":
+        labels = sorted({t for s in train for _, _, t in gold_spans(s)})
+        if not labels:
+            raise UserError("the training data has no entities")
+        task = dataclasses.replace(self, labels=tuple(labels), nested=any(
+            a2 < b1 and a1 < b2 for s in train
+            for i, (a1, b1, _) in enumerate(gold_spans(s)) for a2, b2, _ in gold_spans(s)[i + 1:]))
+        task.check(dev)
+        return task
+
+    def check(self, examples) -> None:
+        unknown = [(s.source, t) for s in examples for _, _, t in gold_spans(s)
+                   if t not in self.labels]
+        if unknown:
+            raise UserError(f"{unknown[0][0]}: unknown entity type {unknown[0][1]!r} (the "
+                            f"training types are: {', '.join(self.labels)})")
+
+    # Model inputs -------------------------------------------------------------------------------
+    def encode(self, tokenizer, examples, *, training=False, skip_no_room=False) -> list[Item]:
+        """Targets: the gold entities (start word, end word inclusive, type id >= 1) that the
+        encoding keeps whole."""
+        types = {name: k + 1 for k, name in enumerate(self.labels)}
+        items = []
+        for i, (s, (e, word_ids)) in enumerate(
+                zip(examples, encode_words(tokenizer, examples, self.max_length))):
+            target = None
+            if isinstance(s, SpanSentence) or s.tags:  # labelled (maybe with no entity)
+                kept = max(word_ids, default=-1) + 1
+                target = [(a, b - 1, types[t]) for a, b, t in gold_spans(s)
+                          if b <= kept and t in types]
+            items.append(Item(i, e.ids, e.type_ids, word_ids, target))
+        return items
+
+    def collate(self, items) -> dict:
+        batch = pad_inputs(items)
+        if items[0].target is not None:
+            W = int(batch["word_ids"].max()) + 1
+            batch["span_target"] = span_targets([it.target for it in items], max(W, 0),
+                                                self.max_width)
+        return batch
+
+    # Model --------------------------------------------------------------------------------------
+    def make_model(self, encoder) -> SpanTagger:
+        return SpanTagger(encoder, len(self.labels), self.max_width, self.ffn_size)
+
+    def loss(self, model, batch) -> torch.Tensor:
+        logits, mask = model(*model_inputs(batch), word_ids=batch["word_ids"])
+        return span_loss(logits, batch["span_target"], mask, self.null_weight)
+
+    def infer(self, model, batch, items) -> list:
+        """Span logits [W, L, K] and word mask [W] per item."""
+        logits, wmask = model(*model_inputs(batch), word_ids=batch["word_ids"])
+        return [(logits[r].float().cpu(), wmask[r].cpu()) for r in range(len(items))]
+
+    def decode_outputs(self, outputs, items, examples
+                       ) -> list[list[tuple[int, int, str, float]]]:
+        """Entities (start word, end word exclusive, type, margin over NULL) per sentence."""
+        out = []
+        for logits, wmask in outputs:
+            found = decode_spans(logits[None], wmask[None], self.span_margin, self.nested)[0]
+            out.append([(s, e + 1, self.labels[t - 1], sc) for s, e, t, sc in found])
+        return out
+
+    # Scores -------------------------------------------------------------------------------------
+    def score(self, examples, predictions) -> dict:
+        return metrics.span_scores([gold_spans(s) for s in examples],
+                                   [[(a, b, t) for a, b, t, _ in p] for p in predictions])
+
+    def selection(self, scores: dict) -> float:
+        return scores["f1"]
+
+    def baseline(self, train, test) -> dict | None:
+        if not all(s.tags for s in train):
+            return None  # span data has no tags to count
+        return super().baseline(train, test)
+
+    def tune(self, runner, dev) -> "Spans":
+        """The NULL margin that maximises dev F1 (the model runs once; each margin decodes)."""
+        items, outputs = runner.outputs(dev)
+        best = (-1.0, 0.0)
+        for margin in (-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0):
+            task = dataclasses.replace(self, span_margin=margin)
+            f1 = task.score(dev, task.decode_outputs(outputs, items, dev))["f1"]
+            best = max(best, (f1, -margin))
+        return dataclasses.replace(self, span_margin=-best[1])
+
+    # Use ----------------------------------------------------------------------------------------
+    @property
+    def marks_entities(self) -> bool:
+        return True
+
+    def entities(self, prediction):
+        # the margin over NULL as a probability-like score
+        return [(a, b, t, float(np.exp(-np.logaddexp(0, -s)))) for a, b, t, s in prediction]
+
+    def sentence_row(self, prediction) -> dict:
+        return {"entities": [[a, b, t, round(sc, 4)] for a, b, t, sc in prediction]}
+
+
+__all__ = ["NULL", "SpanSentence", "gold_spans", "read_span_jsonl", "SpanHead", "span_mask",
+           "span_targets", "too_long", "span_loss", "decode_spans", "span_margins", "SpanTagger",
+           "Spans"]

@@ -1,0 +1,226 @@
+"""The protocol every fine-tuning task implements, and what the tasks share.
+
+A task is a frozen dataclass: its fields are the settings saved in bertkit_task.json (labels,
+columns, scheme, thresholds, ...) and its methods are the steps of fine-tuning and prediction:
+
+    configure  the settings for a training file and a FinetuneConfig (columns, defaults)
+    read       labelled examples from a file;  read_inputs: what `bertkit predict` reads
+    with_labels  the label set collected from training (checked against dev); check: on test
+    encode     examples -> model inputs (`Item`s);  collate: items -> a padded batch
+    make_model the encoder with the task's head;  loss: one batch's loss
+    infer      one batch's raw outputs;  decode_outputs: outputs -> predictions
+    score      metrics of predictions against labelled examples;  baseline: a trivial one's
+    selection  the dev figure the best checkpoint is kept by;  tune: thresholds fitted on dev
+    pipeline   what calling a TaskModel does (pipeline-style dicts)
+
+The recipe, prediction and saving call these and never ask which task they hold. Tuning and
+overrides return a new value (`dataclasses.replace`); nothing changes a task in place. The
+tasks themselves are listed once, in `bertkit.finetuning.tasks.TASKS`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+import torch
+from torch import nn
+
+from bertkit.files import UserError, read_jsonl, read_lines
+from bertkit.finetuning.inputs import Item, pad_inputs
+from bertkit.finetuning.readers import detect_format
+
+if TYPE_CHECKING:  # annotations only: the recipe and the runner import the tasks
+    from bertkit.finetuning.predict import TaskModel
+    from bertkit.finetuning.recipe import FinetuneConfig
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """A task's training defaults, used where FinetuneConfig leaves a value None."""
+    epochs: int
+    batch_size: int
+    max_length: int
+    head_lr: float = 1e-3
+
+
+@dataclass(frozen=True)
+class Task:
+    """Base of the fine-tuning tasks; subclasses are frozen dataclasses adding their settings.
+
+    Methods that every task must write raise NotImplementedError here; the rest have the
+    defaults most tasks want (no labels to collect, no baseline, nothing to tune).
+    """
+    name: ClassVar[str]
+    """The task's name on the command line and in bertkit_task.json."""
+    defaults: ClassVar[Defaults]
+    """Epochs, batch size, max length and head learning rate when the config gives none."""
+    verb: ClassVar[str] = "classify"
+    """Which TaskModel method serves it: classify, tag or answer."""
+
+    max_length: int = 128
+    """Longest input in tokens."""
+
+    # Settings -----------------------------------------------------------------------------------
+    @classmethod
+    def configure(cls, cfg: "FinetuneConfig", train_path: Path) -> "Task":
+        """The settings for fine-tuning on `train_path` (labels come later, `with_labels`)."""
+        return cls(max_length=cfg.max_length or cls.defaults.max_length)
+
+    def with_overrides(self, **values) -> "Task":
+        """A copy with the given settings (those this task has; None means keep)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **{k: v for k, v in values.items()
+                                            if v is not None and k in known})
+
+    def to_json(self) -> dict:
+        """What bertkit_task.json holds: the name and every setting."""
+        return {"task": self.name, **{f.name: _jsonable(getattr(self, f.name))
+                                      for f in dataclasses.fields(self)}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Task":
+        """The task of a bertkit_task.json; keys it does not know are ignored."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name in data:  # JSON has lists where the settings hold tuples
+                value = data[f.name]
+                values[f.name] = tuple(value) if isinstance(f.default, tuple) else value
+        return cls(**values)
+
+    @classmethod
+    def from_transformers(cls, config: dict) -> "Task | None":
+        """The task of a directory saved by transformers (config.json only), if it is this one."""
+        return None
+
+    # Data ---------------------------------------------------------------------------------------
+    def read(self, path: str | Path) -> list:
+        """Labelled examples (for training and evaluation) from a file."""
+        raise NotImplementedError
+
+    def read_inputs(self, path: str | Path) -> list:
+        """Examples to predict (labels optional) from a file."""
+        return self.read(path)
+
+    def with_labels(self, train: Sequence, dev: Sequence) -> "Task":
+        """The settings with the label set of `train`; raises naming the line of an unknown
+        label in `dev`."""
+        return self
+
+    def label_names(self) -> tuple[str, ...]:
+        """The class names of the head's outputs, saved as id2label in config.json."""
+        return ()
+
+    def check(self, examples: Sequence) -> None:
+        """Raise naming FILE:LINE when a labelled example has a label the model does not know."""
+
+    def groups(self, examples: Sequence) -> list | None:
+        """Per example, the group a held-out dev set must keep whole (None: any example)."""
+        return None
+
+    # Model inputs -------------------------------------------------------------------------------
+    def encode(self, tokenizer, examples: Sequence, *, training: bool = False,
+               skip_no_room: bool = False) -> list[Item]:
+        """Model inputs of `examples` (several per example where a task windows its input).
+        With `skip_no_room` inputs that cannot be encoded are skipped with a warning."""
+        raise NotImplementedError
+
+    def collate(self, items: Sequence[Item]) -> dict:
+        """A padded batch of items, with their targets when they have them."""
+        batch = pad_inputs(items)
+        if items[0].target is not None:
+            batch["labels"] = torch.tensor([it.target for it in items])
+        return batch
+
+    # Model --------------------------------------------------------------------------------------
+    def make_model(self, encoder: nn.Module) -> nn.Module:
+        """The encoder with this task's head (not initialised)."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: dict) -> torch.Tensor:
+        return model.loss(model(*model_inputs(batch)), batch["labels"])
+
+    def infer(self, model: nn.Module, batch: dict, items: Sequence[Item]) -> list:
+        """Raw outputs of one batch, one per item, on the CPU (what `decode_outputs` reads)."""
+        raise NotImplementedError
+
+    def decode_outputs(self, outputs: Sequence, items: Sequence[Item],
+                       examples: Sequence) -> list:
+        """One prediction per example from the outputs of its items."""
+        raise NotImplementedError
+
+    # Scores -------------------------------------------------------------------------------------
+    def score(self, examples: Sequence, predictions: Sequence) -> dict:
+        """Metrics of `predictions` against the labels of `examples`."""
+        raise NotImplementedError
+
+    def selection(self, scores: dict) -> float:
+        """The figure (from `score`) the best dev checkpoint is kept by; higher is better."""
+        raise NotImplementedError
+
+    def baseline(self, train: Sequence, test: Sequence) -> dict | None:
+        """Scores on `test` of a trivial predictor fitted on `train` (None: no such baseline)."""
+        return None
+
+    def tune(self, runner: "TaskModel", dev: Sequence) -> "Task":
+        """The settings with thresholds fitted on `dev` (the model is `runner`'s)."""
+        return self
+
+    # Use ----------------------------------------------------------------------------------------
+    def pipeline(self, runner: "TaskModel", *args, **kwargs):
+        """What calling the TaskModel returns (pipeline-style dicts)."""
+        raise NotImplementedError
+
+    def prediction_rows(self, runner: "TaskModel", path: str | Path) -> list[dict]:
+        """One JSON-able row per input of a prediction file."""
+        raise NotImplementedError
+
+
+# Shared by the tasks ------------------------------------------------------------------------------
+
+def model_inputs(batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+
+
+def columns_of(path: Path) -> list[str]:
+    """Column names of a JSON-lines, CSV or TSV file (the first record's keys or the header)."""
+    fmt = detect_format(path)
+    for _, line in read_lines(path):
+        if not line.strip():
+            continue
+        if fmt == "jsonl":
+            return list(next(read_jsonl(path))[1])
+        return [c.strip().strip('"') for c in line.lstrip("\ufeff").split(
+            "\t" if fmt == "tsv" else ",")]
+    return []
+
+
+def pick_column(given: str | None, columns: list[str], candidates: Sequence[str], path,
+                what: str) -> str:
+    """`given`, else the first of `candidates` that the file has; none is an error."""
+    if given is not None:
+        return given
+    for name in candidates:
+        if name in columns:
+            return name
+    raise UserError(f"{path}:1: no {what} column among {', '.join(columns)}; name it with "
+                    f"--{what}-column")
+
+
+def text_lines(path: Path) -> tuple[list[str], list[str]] | None:
+    """(texts, FILE:LINE keys) of a .txt prediction file, one text per non-blank line; None for
+    other files."""
+    if path.suffix.lower() != ".txt":
+        return None
+    lines = [(n, line) for n, line in read_lines(path) if line.strip()]
+    if not lines:
+        raise UserError(f"{path}: no texts")
+    return [line for _, line in lines], [f"{path}:{n}" for n, _ in lines]
+
+
+def _jsonable(value: Any):
+    return list(value) if isinstance(value, tuple) else value
+
+
+__all__ = ["Task", "Defaults", "model_inputs", "columns_of", "pick_column", "text_lines"]

@@ -1,0 +1,64 @@
+"""Regression: a number per text, or per pair of texts (SICK relatedness), from the [CLS]
+vector through BertForSequenceClassification with one output and a squared-error loss."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from bertkit.finetuning import baselines, metrics
+from bertkit.finetuning.heads import SequenceClassifier
+from bertkit.finetuning.tasks.classify import PAIR_COLUMNS, TextTask, hf_problem
+
+
+@dataclass(frozen=True)
+class Regress(TextTask):
+    """One text (or a pair), one number."""
+    name: ClassVar[str] = "regress"
+    label_kind: ClassVar[str] = "float"
+
+    @classmethod
+    def pick_pair(cls, given, columns, path) -> str | None:
+        # a score may be of one text or of a pair
+        return given or next((c for c in PAIR_COLUMNS if c in columns), None)
+
+    @classmethod
+    def from_transformers(cls, config: dict) -> "Regress | None":
+        return cls() if hf_problem(config) == "regression" else None
+
+    def with_labels(self, train, dev) -> "Regress":
+        return self
+
+    def check(self, examples) -> None:
+        pass  # any number is a label
+
+    def target(self, label) -> float:
+        return float(label)
+
+    def collate(self, items) -> dict:
+        batch = super().collate(items)
+        if "labels" in batch:
+            batch["labels"] = batch["labels"].float()
+        return batch
+
+    def make_model(self, encoder) -> SequenceClassifier:
+        return SequenceClassifier(encoder, 1, "regression")
+
+    def decode_outputs(self, outputs, items, examples) -> list[tuple]:
+        """(value, None) per example."""
+        return [(float(out[0]), None) for out in outputs]
+
+    def score(self, examples, predictions) -> dict:
+        return metrics.regression_scores([ex.label for ex in examples],
+                                         [p for p, _ in predictions])
+
+    def selection(self, scores: dict) -> float:
+        return scores["pearson"]
+
+    def baseline(self, train, test) -> dict:
+        return baselines.mean_value(train, test)
+
+    def answer_row(self, value, _) -> dict:
+        return {"score": value}
+
+
+__all__ = ["Regress"]

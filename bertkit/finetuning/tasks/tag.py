@@ -1,0 +1,288 @@
+"""Tagging: a label per word (NER in IO / BIO / BIOES, or plain labels such as POS), read from
+CoNLL or CoNLL-U, through BertForTokenClassification with an optional linear-chain CRF.
+
+Labels live on subword pieces (tagging.align_labels: copied from the word, or on its first
+piece only); a word's label is read back from its first piece or from the mean of its pieces'
+log-probabilities. Entities are scored as seqeval does; plain labels by accuracy. The schemes,
+their conversions and the alignment are in tagging.py, the CRF in crf.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+import numpy as np
+import torch
+
+from bertkit.files import UserError
+from bertkit.finetuning import baselines, metrics
+from bertkit.finetuning.crf import CRF, allowed_transitions
+from bertkit.finetuning.heads import TokenClassifier
+from bertkit.finetuning.inputs import Item, encode_words, pad_inputs
+from bertkit.finetuning.readers import (TaggedSentence, check_tags, detect_format, read_tagged,
+                                        read_text_examples, tagging_labels)
+from bertkit.finetuning.task import Defaults, Task, model_inputs, text_lines
+from bertkit.finetuning.tagging import (SCHEMES, align_labels, convert_tags, detect_scheme,
+                                        has_entities, tags_to_spans, word_scores,
+                                        word_tags_from_pieces)
+from bertkit.model.heads import IGNORE_INDEX
+
+
+@dataclass(frozen=True)
+class WordTask(Task):
+    """What the tasks over word-split sentences share: CoNLL / CoNLL-U input, texts split into
+    words as the tokenizer splits them, and the most-frequent-tag baseline."""
+    defaults: ClassVar[Defaults] = Defaults(epochs=10, batch_size=16, max_length=128)
+    verb: ClassVar[str] = "tag"
+
+    labels: tuple[str, ...] = ()
+    """The tags (tag) or entity types (spans), in the order of the head's outputs."""
+    conllu_column: str = "upos"
+    """Which CoNLL-U column holds the tag (upos or xpos)."""
+    text_column: str = "text"
+    """Column of the texts when predicting from JSON lines, CSV or TSV."""
+
+    def label_names(self) -> tuple[str, ...]:
+        return self.labels
+
+    def read_inputs(self, path) -> list:
+        """Sentences of a CoNLL / CoNLL-U file; for other files, their texts."""
+        p = Path(path)
+        lines = text_lines(p)
+        if lines is not None:
+            return lines[0]
+        fmt = detect_format(p)
+        if fmt in ("conll", "conllu"):
+            return read_tagged(p, self.conllu_column)
+        if fmt not in ("jsonl", "csv", "tsv"):
+            raise UserError(f"{p}: a {self.name} model reads .txt, JSONL, CSV or TSV here, "
+                            f"not {fmt}")
+        return [ex.text for ex in read_text_examples(p, text_column=self.text_column or "text",
+                                                     label_column=None, fmt=fmt)]
+
+    def baseline(self, train, test) -> dict | None:
+        return baselines.most_frequent_tag(train, test)
+
+    def pipeline(self, runner, texts: Sequence[str] | str):
+        """Per text: entities [{"label", "text", "start", "end", "score"}] with character
+        offsets into the text; for plain tags (POS), one {"word", "label", "start", "end",
+        "score"} per word. Words are split as the tokenizer's pre-tokenizer splits them."""
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        words = split_words(runner.tokenizer, texts)
+        sentences = [TaggedSentence([t[a:b] for a, b in w], [], t) for t, w in zip(texts, words)]
+        keep = [i for i, s in enumerate(sentences) if s.tokens]
+        found = runner.predict([sentences[i] for i in keep])
+        results: list[list[dict]] = [[] for _ in texts]
+        for i, res in zip(keep, found):
+            text, spans = texts[i], words[i]
+            entities = self.entities(res)
+            if entities is None:  # plain labels: one row per word
+                tags, scores = res
+                results[i] = [{"word": text[s:e], "label": t, "start": s, "end": e,
+                               "score": sc} for (s, e), t, sc in zip(spans, tags, scores)]
+                continue
+            for a, b, t, sc in entities:
+                s, e = spans[a][0], spans[b - 1][1]
+                results[i].append({"label": t, "text": text[s:e], "start": s, "end": e,
+                                   "score": sc})
+        return results[0] if single else results
+
+    def entities(self, prediction) -> list[tuple[int, int, str, float]] | None:
+        """(start word, end word exclusive, type, score) of one sentence's prediction; None
+        when the labels are not entities."""
+        raise NotImplementedError
+
+    def prediction_rows(self, runner, path) -> list[dict]:
+        inputs = self.read_inputs(path)
+        if inputs and isinstance(inputs[0], str):
+            return [{"text": t, "entities" if self.marks_entities else "words": r}
+                    for t, r in zip(inputs, runner.tag(inputs))]
+        return [{"tokens": s.tokens, **self.sentence_row(p)}
+                for s, p in zip(inputs, runner.predict(inputs))]
+
+    @property
+    def marks_entities(self) -> bool:
+        return has_entities(self.labels)
+
+    def sentence_row(self, prediction) -> dict:
+        """One word-split sentence's prediction as `bertkit predict` writes it."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Tag(WordTask):
+    """A label per word."""
+    name: ClassVar[str] = "tag"
+
+    scheme: str | None = None
+    """IO, BIO or BIOES; set, sentences are re-tagged in it as they are read."""
+    alignment: str = "copy"
+    """Subword labels copied from their word ("copy") or on its first piece ("first")."""
+    decode: str = "first"
+    """A word's label from its first piece ("first") or the mean of its pieces'
+    log-probabilities ("mean"; not with a CRF, which decodes the pieces)."""
+    crf: bool = False
+    """A linear-chain CRF over the labels, the scheme's invalid transitions barred."""
+
+    @classmethod
+    def configure(cls, cfg, train_path: Path) -> "Tag":
+        if cfg.decode not in ("first", "mean") or (cfg.decode == "mean" and cfg.crf):
+            raise UserError(f"decode must be first or mean (mean not with --crf), got "
+                            f"{cfg.decode!r}")
+        if cfg.alignment not in ("copy", "first"):
+            raise UserError(f"alignment must be copy or first, got {cfg.alignment!r}")
+        if cfg.scheme is not None and cfg.scheme not in SCHEMES:
+            raise UserError(f"scheme must be one of {', '.join(SCHEMES)}, got {cfg.scheme!r}")
+        return cls(max_length=cfg.max_length or cls.defaults.max_length,
+                   conllu_column=cfg.conllu_column, scheme=cfg.scheme,
+                   alignment=cfg.alignment, decode=cfg.decode, crf=cfg.crf)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Tag":
+        task = super().from_json(data)
+        return dataclasses.replace(task, crf=bool(data.get("head", {}).get("crf", task.crf)))
+
+    @classmethod
+    def from_transformers(cls, config: dict) -> "Tag | None":
+        if (config.get("architectures") or [""])[0] != "BertForTokenClassification":
+            return None
+        labels = [config["id2label"][k] for k in sorted(config.get("id2label", {}), key=int)]
+        return cls(labels=tuple(labels), alignment="first")
+
+    # Data ---------------------------------------------------------------------------------------
+    def read(self, path) -> list[TaggedSentence]:
+        sentences = read_tagged(path, self.conllu_column)
+        if self.scheme:
+            for s in sentences:
+                s.tags = convert_tags(s.tags, self.scheme)
+        return sentences
+
+    def with_labels(self, train, dev) -> "Tag":
+        labels = tagging_labels(train, self.scheme)
+        check_tags(dev, labels)
+        return dataclasses.replace(self, labels=tuple(labels),
+                                   scheme=self.scheme or detect_scheme(labels))
+
+    def check(self, examples) -> None:
+        check_tags(examples, self.labels)
+
+    # Model inputs -------------------------------------------------------------------------------
+    def encode(self, tokenizer, examples, *, training=False, skip_no_room=False) -> list[Item]:
+        """Piece label ids aligned per `alignment` where the sentences have tags."""
+        index = {name: i for i, name in enumerate(self.labels)}
+        return [Item(i, e.ids, e.type_ids, word_ids,
+                     align_labels(e.word_ids, s.tags, index, self.alignment) if s.tags else None)
+                for i, (s, (e, word_ids)) in enumerate(
+                    zip(examples, encode_words(tokenizer, examples, self.max_length)))]
+
+    def collate(self, items) -> dict:
+        batch = pad_inputs(items)
+        if items[0].target is not None:
+            labels = np.full(tuple(batch["input_ids"].shape), IGNORE_INDEX, dtype=np.int64)
+            for row, it in enumerate(items):
+                labels[row, :len(it.target)] = it.target
+            batch["labels"] = torch.from_numpy(labels)
+        return batch
+
+    # Model --------------------------------------------------------------------------------------
+    def make_model(self, encoder) -> TokenClassifier:
+        crf = CRF(len(self.labels), allowed_transitions(self.labels, self.scheme)) \
+            if self.crf else None
+        return TokenClassifier(encoder, len(self.labels), crf)
+
+    def infer(self, model, batch, items) -> list:
+        """Per item: ("words", best label per word, its probability) for mean decoding, else
+        (best label per kept piece, their probabilities, the kept-piece mask)."""
+        logits = model(*model_inputs(batch))
+        if self.decode == "mean" and model.crf is None:
+            return _mean_word_labels(logits, items)
+        mask = batch["word_ids"] >= 0
+        if self.alignment == "first":
+            keep = torch.zeros_like(mask)
+            keep[:, 1:] = batch["word_ids"][:, 1:] != batch["word_ids"][:, :-1]
+            mask = mask & keep
+        labels = model.piece_labels(logits, mask)
+        probs = torch.softmax(logits.float(), -1).max(-1).values
+        return [(lab, p[m].tolist(), m.tolist()) for lab, p, m in
+                zip(labels, probs.cpu(), mask.cpu())]
+
+    def decode_outputs(self, outputs, items, examples) -> list[tuple[list[str], list[float]]]:
+        """(word tags, word scores) per sentence."""
+        return [_word_tags(out, it, self.labels, self.alignment, len(s.tokens))
+                for out, it, s in zip(outputs, items, examples)]
+
+    # Scores -------------------------------------------------------------------------------------
+    def score(self, examples, predictions) -> dict:
+        pred = [tags for tags, _ in predictions]
+        gold = [s.tags for s in examples]
+        if self.marks_entities:
+            return metrics.entity_scores(gold, pred)
+        return {"accuracy": metrics.accuracy([t for s in gold for t in s],
+                                             [t for s in pred for t in s])}
+
+    def selection(self, scores: dict) -> float:
+        return scores["f1"] if self.marks_entities else scores["accuracy"]
+
+    # Use ----------------------------------------------------------------------------------------
+    def entities(self, prediction):
+        if not self.marks_entities:
+            return None
+        tags, scores = prediction
+        return [(a, b, t, float(np.mean(scores[a:b]))) for a, b, t in tags_to_spans(tags)]
+
+    def sentence_row(self, prediction) -> dict:
+        return {"tags": prediction[0]}
+
+
+def _mean_word_labels(logits: torch.Tensor, items: Sequence[Item]) -> list:
+    """Per item: ("words", best label id per word, its probability), the word's pieces'
+    log-probabilities averaged (the alternative to reading the first piece)."""
+    logp = torch.log_softmax(logits.float(), -1).cpu()
+    rows = []
+    for r, it in enumerate(items):
+        ids = [None if w < 0 else w for w in it.word_ids]
+        scores = word_scores(logp[r, :len(ids)], ids, "mean", max(it.word_ids) + 1)  # [W, K]
+        best = scores.max(-1)
+        rows.append(("words", best.indices.tolist(), best.values.exp().tolist()))
+    return rows
+
+
+def _word_tags(row, item: Item, labels: Sequence[str], alignment: str, num_words: int):
+    if row[0] == "words":  # decoded per word already (mean over pieces)
+        _, best, prob = row
+        missing = num_words - len(best)  # words cut by max_length
+        return [labels[i] for i in best] + ["O"] * missing, list(prob) + [1.0] * missing
+    lab, prob, mask = row
+    names = [None] * len(item.word_ids)
+    scores = [None] * len(item.word_ids)
+    kept = [t for t, m in enumerate(mask[:len(item.word_ids)]) if m]
+    for t, label_id, p in zip(kept, lab, prob):
+        names[t], scores[t] = labels[label_id], p
+    tags = word_tags_from_pieces(names, [None if w < 0 else w for w in item.word_ids],
+                                 alignment, num_words)
+    word_score = [1.0] * num_words
+    for t, w in enumerate(item.word_ids):
+        if w >= 0 and scores[t] is not None and word_score[w] == 1.0:
+            word_score[w] = scores[t]
+    return tags, word_score
+
+
+def split_words(tokenizer, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+    """Character spans of the words of each text, as the tokenizer's pre-tokenizer cuts them
+    (whitespace and punctuation for WordPiece); words that make no tokens are left out."""
+    enc = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    out = []
+    for e in enc:
+        words: dict[int, list[int]] = {}
+        for w, (start, end) in zip(e.word_ids, e.offsets):
+            if w is not None:
+                span = words.setdefault(w, [start, end])
+                span[1] = max(span[1], end)
+        out.append([tuple(words[w]) for w in sorted(words)])
+    return out
+
+
+__all__ = ["WordTask", "Tag", "split_words"]
