@@ -12,9 +12,10 @@ import torch
 
 import bertkit.cli.main as cli
 from bertkit.files import UserError
-from bertkit.senses.static import (SkipGramConfig, StaticVectors, Tokenization, keep_probabilities,
-                            noise_distribution, read_corpus, sample_negatives, sgns_gradients,
-                            sgns_loss, skipgram_pairs, subsample)
+from bertkit.senses.static import (Corpus, SkipGramConfig, StaticVectors, Tokenization,
+                                   keep_probabilities, noise_distribution, read_corpus,
+                                   sample_negatives, sgns_gradients, sgns_loss, skipgram_pairs,
+                                   subsample, train_skipgram)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -193,9 +194,31 @@ def test_cli(planted, tmp_path, capsys):
     assert "[1]   1.000   1.000" in table and "[2]   1.000   1.000" in table
     assert cli.main(["static", "contexts", "--model", str(out), "--word", "a0", "f1 f2"]) == 2
     assert "does not occur as a word" in capsys.readouterr().err
-    # One real process: the installed console script.
+
+
+@pytest.mark.slow
+def test_cli_in_a_subprocess(planted, tmp_path):
+    """One real process: the installed console script."""
+    corpus, _, _ = planted
+    out = tmp_path / "vec"
+    assert cli.main(["static", "train", "--corpus", str(corpus), "--words", "--dim", "16",
+                     "--window", "2", "--epochs", "1", "--min-count", "1", "--subsample", "0",
+                     "--out", str(out), "--quiet"]) == 0
     exe = Path(sys.executable).parent / "bertkit"
     done = subprocess.run([str(exe), "static", "neighbors", "--model", str(out), "b0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("b0: ")
+
+
+def test_training_leaves_the_thread_count_as_it_found_it():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # not the config's 1
+    try:
+        corpus = Corpus(["a", "b", "c"], np.array([3, 2, 1]), np.array([0, 1, 2, 0, 1, 0]),
+                        np.zeros(6, dtype=np.int64))
+        train_skipgram(corpus, SkipGramConfig(dim=4, epochs=1, min_count=1, subsample=0.0,
+                                              threads=1), progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
