@@ -72,6 +72,16 @@ def test_parallel_batches_equal_one_batch_at_a_time(tiny_bert_dir, sentences):
     assert torch.get_num_threads() == threads  # the caller's thread setting is left alone
 
 
+def test_progress_counts_tokens_and_texts(embedder, sentences, capsys):
+    embedder.embed(sentences, progress=True)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    tokens = sum(len(e.ids) for e in embedder.tokenize(sentences))
+    assert last.startswith(f"sentences: {tokens}/{tokens} tokens (100%)")
+    assert f"{len(sentences)}/{len(sentences)} texts" in last and "ETA" not in last
+    embedder.embed(sentences)
+    assert capsys.readouterr().err == ""
+
+
 def test_layer_combinations(embedder, sentences):
     text = sentences[0]
     states = reference_states(embedder, text)

@@ -210,14 +210,17 @@ def test_cli_in_a_subprocess(planted, tmp_path):
     assert done.stdout.startswith("b0: ")
 
 
-def test_training_leaves_the_thread_count_as_it_found_it():
+def test_training_leaves_the_thread_count_as_it_found_it(capsys):
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # not the config's 1
     try:
         corpus = Corpus(["a", "b", "c"], np.array([3, 2, 1]), np.array([0, 1, 2, 0, 1, 0]),
                         np.zeros(6, dtype=np.int64))
-        train_skipgram(corpus, SkipGramConfig(dim=4, epochs=1, min_count=1, subsample=0.0,
-                                              threads=1), progress=False)
+        _, _, stats = train_skipgram(corpus, SkipGramConfig(dim=4, epochs=2, min_count=1,
+                                                            subsample=0.0, threads=1))
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"skip-gram: {stats.pairs}/{stats.pairs} pairs (100%)")
+    assert last.count("loss per pair by epoch: ") == 1 and "ETA" not in last
