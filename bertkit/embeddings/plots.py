@@ -78,7 +78,7 @@ def project_2d(x: np.ndarray, method: str = "pca",
     and the two axis labels."""
     x = np.asarray(x, np.float64)
     if method == "umap":
-        try:
+        try:  # an optional package, imported only when asked for
             import umap
         except ImportError:
             raise UserError("--method umap needs the umap-learn package "
