@@ -19,7 +19,6 @@ negative numbers count from the last (-1, the default, is the last block).
 """
 from __future__ import annotations
 
-import json
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ import numpy as np
 import torch
 
 from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
-from bertkit.files import UserError
+from bertkit.files import UserError, read_json
 from bertkit.model.encoder import Encoder
 from bertkit.model.hub import load_encoder
 from bertkit.progress import Progress
@@ -202,10 +201,10 @@ class Embedder:
         encoder = load_encoder(path, device)
         tokenizer = Tokenizer.load(path)
         if max_length is None and (path / "sentence_bert_config.json").is_file():
-            try:
-                st = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
+            try:  # an unreadable setting is left out: the model's own maximum applies
+                st = read_json(path / "sentence_bert_config.json")
                 max_length = int(st.get("max_seq_length") or 0) or None
-            except (ValueError, TypeError):
+            except (UserError, ValueError, TypeError, AttributeError):
                 pass
         standardizer = None
         if (path / STANDARDIZER_FILE).is_file():
