@@ -32,7 +32,7 @@ _EXPORTS = {
     # embeddings and what they show
     "Embedder": "embeddings.embedder", "word_vector": "embeddings.embedder", "word_vectors": "embeddings.embedder",
     "embed": "embeddings.embedder",
-    "Standardizer": "embeddings.anisotropy", "anisotropy_report": "embeddings.anisotropy",
+    "Standardizer": "embeddings.standardize", "anisotropy_report": "embeddings.anisotropy",
     "SenseInventory": "senses.wsd", "train_wsd": "senses.wsd", "StaticVectors": "senses.static",
 }
 

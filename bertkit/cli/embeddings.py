@@ -10,13 +10,13 @@ from bertkit.files import UserError
 
 def _run_embed(args) -> int:
     from bertkit.embeddings.embedder import Embedder
-    from bertkit.embeddings.embed_file import embed_file
+    from bertkit.embeddings.files import embed_file
 
     layers = "last4" if args.last4 else (args.layers if args.layers is not None else args.layer)
     embedder = Embedder.load(args.model, precision=args.precision, max_length=args.max_length,
                              workers=args.workers)
     if args.standardizer:
-        from bertkit.embeddings.anisotropy import Standardizer
+        from bertkit.embeddings.standardize import Standardizer
         embedder.standardizer = Standardizer.load(args.standardizer)
     try:
         result = embed_file(embedder, args.input, args.out, words=args.words, layers=layers,
@@ -35,7 +35,8 @@ def _run_anisotropy(args) -> int:
     import json
 
     from bertkit.embeddings.anisotropy import anisotropy_report, sample_lines
-    from bertkit.embeddings.embedder import STANDARDIZER_FILE, Embedder
+    from bertkit.embeddings.embedder import Embedder
+    from bertkit.embeddings.standardize import STANDARDIZER_FILE
 
     if args.fit_standardizer and args.standardizer:
         raise UserError("--fit-standardizer fits a new standardizer; --standardizer applies an "
@@ -45,7 +46,7 @@ def _run_anisotropy(args) -> int:
     texts = sample_lines(args.corpus, args.sentences, seed=args.seed)
     given = None
     if args.standardizer:
-        from bertkit.embeddings.anisotropy import Standardizer
+        from bertkit.embeddings.standardize import Standardizer
         given = Standardizer.load(args.standardizer)
     try:
         report, standardizer = anisotropy_report(
@@ -67,7 +68,7 @@ def _run_anisotropy(args) -> int:
         print(report.rogue_table())
     if args.plot:
         from bertkit.embeddings.plots import plot_anisotropy
-        print(f"plot: {plot_anisotropy(report, args.plot)}", file=sys.stderr)
+        print(f"plot: {plot_anisotropy(report, args.plot).path}", file=sys.stderr)
     if args.fit_standardizer:
         from pathlib import Path
         where = standardizer.save(args.standardizer_out or Path(args.model) / STANDARDIZER_FILE)
@@ -82,11 +83,11 @@ def _run_plot_senses(args) -> int:
     instances = read_sense_instances(args.data, args.lemma, args.max_per_sense, args.min_per_sense)
     embedder = Embedder.load(args.model, precision=args.precision)
     if args.standardizer:
-        from bertkit.embeddings.anisotropy import Standardizer
+        from bertkit.embeddings.standardize import Standardizer
         embedder.standardizer = Standardizer.load(args.standardizer)
     print(plot_senses(embedder, instances, args.out, layers="last4" if args.last4 else args.layer,
                       method=args.method, standardize=args.standardize or bool(args.standardizer),
-                      title_word=args.lemma))
+                      title_word=args.lemma).path)
     return 0
 
 
@@ -95,7 +96,7 @@ def _run_plot_attention(args) -> int:
     from bertkit.embeddings.plots import plot_attention
 
     embedder = Embedder.load(args.model)
-    print(plot_attention(embedder, args.text, args.out, layer=args.layer, head=args.head))
+    print(plot_attention(embedder, args.text, args.out, layer=args.layer, head=args.head).path)
     return 0
 
 
@@ -412,7 +413,7 @@ def _run_static_contexts(args) -> int:
         tables.append(("contextual (last four layers, mean over pieces)",
                        embedder.word_vectors(args.texts, spans)))
         if args.standardizer:
-            from bertkit.embeddings.anisotropy import Standardizer
+            from bertkit.embeddings.standardize import Standardizer
             embedder.standardizer = Standardizer.load(args.standardizer)
             tables.append(("contextual, standardized",
                            embedder.word_vectors(args.texts, spans, standardize=True)))

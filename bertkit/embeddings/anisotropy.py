@@ -9,7 +9,8 @@ same way. It misleads cosine similarity, and Timkey & van Schijndel (2021) trace
 
 a handful of the CC_i make up most of it. Standardizing every dimension with the corpus mean
 and standard deviation (the seeds' eqs 11.10-11.12: mu = mean of x, sigma = sqrt(mean of
-(x - mu)^2), z = (x - mu) / sigma) removes them.
+(x - mu)^2), z = (x - mu) / sigma; the `Standardizer` of `bertkit.embeddings.standardize`)
+removes them.
 
 Pairs are drawn from different sentences (two instances in one sentence share context, which
 is a different measurement: intra-sentence similarity). Every expectation here is exact over
@@ -21,23 +22,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
-import torch
-from safetensors import safe_open
-from safetensors.numpy import save as st_save
 
-from bertkit.files import UserError, atomic_file, read_lines, require_file
-
-if TYPE_CHECKING:
-    from bertkit.embeddings.embedder import Embedder
-
-
-def unit_rows(x: np.ndarray) -> np.ndarray:
-    """Each row scaled to length 1 (zero rows stay zero), in float64 for exact sums."""
-    x = np.asarray(x, dtype=np.float64)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+from bertkit.embeddings.embedder import Embedder, resolve_layers
+from bertkit.embeddings.standardize import Standardizer, unit_rows
+from bertkit.files import UserError, read_lines
 
 
 def _group_sums(u: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -52,15 +43,14 @@ def _group_sums(u: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, n
 
 def cosine_matrix(x: np.ndarray) -> np.ndarray:
     """Cosines between all rows of x [N, D] -> [N, N]."""
-    u = np.asarray(x, dtype=np.float64)
-    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+    u = unit_rows(x, np.float64)
     return u @ u.T
 
 
 def cosine_contributions(x: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
     """CC_i for every dimension i: the mean over pairs of rows (u, v) from different groups of
     u_i v_i / (|u| |v|). Sums to `expected_cosine(x, groups)`. x: [N, H] -> [H]."""
-    u = unit_rows(x)
+    u = unit_rows(x, np.float64)
     total = u.sum(0)  # [H]
     per_group, sizes = _group_sums(u, groups)
     pairs = len(u) ** 2 - float((sizes ** 2).sum())
@@ -107,7 +97,7 @@ def self_similarity(x: np.ndarray, words: Sequence[str], groups: np.ndarray | No
     types. Returns (mean, number of word types used); (nan, 0) when no type qualifies."""
     words = np.asarray(words)
     types, inverse, counts = np.unique(words, return_inverse=True, return_counts=True)
-    u = unit_rows(x)
+    u = unit_rows(x, np.float64)
     groups = np.arange(len(u)) if groups is None else np.asarray(groups)
     values = []
     for t in np.flatnonzero(counts >= min_count):
@@ -127,79 +117,11 @@ def intra_sentence_similarity(x: np.ndarray, groups: np.ndarray) -> float:
     groups = np.asarray(groups)
     sums, sizes = _group_sums(x, groups)
     _, inverse = np.unique(groups, return_inverse=True)
-    centre = unit_rows(sums / sizes[:, None])[inverse]  # [N, H]: each row's sentence mean
-    cos = (unit_rows(x) * centre).sum(1)
+    # [N, H]: each row's sentence mean
+    centre = unit_rows(sums / sizes[:, None], np.float64)[inverse]
+    cos = (unit_rows(x, np.float64) * centre).sum(1)
     per_sentence = np.bincount(inverse, weights=cos) / sizes
     return float(per_sentence[sizes >= 2].mean()) if (sizes >= 2).any() else float("nan")
-
-
-@dataclass
-class Standardizer:
-    """z = (x - mean) / std per dimension, fitted on a corpus, for one or more layers."""
-
-    mean: np.ndarray
-    """[K, H] mean of each dimension, one row per fitted layer (eq 11.10)."""
-    std: np.ndarray
-    """[K, H] standard deviation of each dimension (eq 11.11, over |C|, not |C| - 1)."""
-    layers: list[int]
-    """Hidden-state index (0 = embeddings) of each row of mean / std."""
-    count: int = 0
-    """Number of vectors the statistics came from."""
-    source: str = ""
-    """What they were fitted on (corpus path), for the record."""
-
-    @classmethod
-    def fit(cls, per_layer: Sequence[np.ndarray], layers: Sequence[int],
-            source: str = "") -> "Standardizer":
-        """Fit from one [N, H] array of vectors per layer."""
-        if not len(per_layer) or len(per_layer[0]) < 2:
-            raise ValueError("need at least two vectors to fit a standardizer")
-        xs = [np.asarray(x, np.float64) for x in per_layer]
-        mean = np.stack([x.mean(0) for x in xs])
-        std = np.stack([x.std(0) for x in xs])
-        # A constant dimension carries no information; leave it centred rather than divide by 0.
-        std = np.where(std > 1e-12, std, 1.0)
-        return cls(mean.astype(np.float32), std.astype(np.float32), [int(i) for i in layers],
-                   len(xs[0]), source)
-
-    def _row(self, layer: int) -> int:
-        if layer not in self.layers:
-            raise UserError(f"the standardizer was fitted on layers {self.layers}, not {layer}")
-        return self.layers.index(layer)
-
-    def transform(self, x: np.ndarray, layer: int | None = None) -> np.ndarray:
-        """Standardize vectors [..., H] of `layer` (may be omitted when one layer is fitted)."""
-        row = self._row(layer) if layer is not None else 0
-        if layer is None and len(self.layers) != 1:
-            raise ValueError(f"say which layer: fitted on {self.layers}")
-        return ((np.asarray(x, np.float32) - self.mean[row]) / self.std[row]).astype(np.float32)
-
-    def transform_layer(self, x: torch.Tensor, layer: int) -> torch.Tensor:
-        """The same on a tensor [..., H], keeping its device."""
-        row = self._row(layer)
-        mean = torch.from_numpy(self.mean[row]).to(x.device, x.dtype)
-        std = torch.from_numpy(self.std[row]).to(x.device, x.dtype)
-        return (x - mean) / std
-
-    def save(self, path: str | Path) -> Path:
-        """Write a safetensors file (atomically)."""
-        data = st_save({"mean": self.mean, "std": self.std,
-                        "layers": np.asarray(self.layers, dtype=np.int64)},
-                       metadata={"count": str(self.count), "source": self.source})
-        with atomic_file(path, "wb") as f:
-            f.write(data)
-        return Path(path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "Standardizer":
-        p = require_file(path, "standardizer file")
-        try:
-            with safe_open(str(p), "np") as f:
-                meta = f.metadata() or {}
-                mean, std, layers = (f.get_tensor(k) for k in ("mean", "std", "layers"))
-        except Exception as e:  # safetensors raises its own error types
-            raise UserError(f"{p}: not a standardizer file ({e})") from None
-        return cls(mean, std, layers.tolist(), int(meta.get("count", 0)), meta.get("source", ""))
 
 
 # Over a corpus --------------------------------------------------------------------------------
@@ -286,7 +208,7 @@ class AnisotropyReport:
         return "\n".join(lines)
 
 
-def anisotropy_report(embedder: "Embedder", texts: Sequence[str], *, layers="all",
+def anisotropy_report(embedder: Embedder, texts: Sequence[str], *, layers="all",
                       standardizer: Standardizer | None = None, rogue_k: int = 3,
                       min_count: int = 5, batch_size: int = 32, model_name: str = "",
                       corpus_name: str = "",
@@ -297,8 +219,6 @@ def anisotropy_report(embedder: "Embedder", texts: Sequence[str], *, layers="all
     Standardizes with `standardizer` when given, else with one fitted on these vectors (the
     seeds' recipe); returns the report and the standardizer used.
     """
-    from bertkit.embeddings.embedder import resolve_layers
-
     chosen = resolve_layers(layers, embedder.config.num_layers)
     vectors, refs = embedder.words(texts, layers=chosen, combine="concat",
                                    batch_size=batch_size, progress=progress)
@@ -334,6 +254,6 @@ def anisotropy_report(embedder: "Embedder", texts: Sequence[str], *, layers="all
     return report, standardizer
 
 
-__all__ = ["cosine_matrix", "unit_rows", "cosine_contributions", "expected_cosine", "RogueDimension",
-           "rogue_dimensions", "self_similarity", "intra_sentence_similarity", "Standardizer",
-           "sample_lines", "LayerStats", "AnisotropyReport", "anisotropy_report"]
+__all__ = ["cosine_matrix", "cosine_contributions", "expected_cosine", "RogueDimension",
+           "rogue_dimensions", "self_similarity", "intra_sentence_similarity", "sample_lines",
+           "LayerStats", "AnisotropyReport", "anisotropy_report"]

@@ -4,7 +4,11 @@ BERT gives one vector per token *instance*. This module turns those into what pe
 vectors from any layer or set of layers (the last four combined by mean, sum or
 concatenation), one vector per word (mean or first of its subword pieces), one per sentence
 ([CLS] or the mean over the real tokens, optionally L2-normalised as sentence-transformers
-does). Files of any size, streamed to `.npy` with an index of what each row is: embed_files.py.
+does). Files of any size, streamed to `.npy` with an index of what each row is:
+`bertkit.embeddings.files`.
+
+Texts are tokenized into `Encoded` inputs that keep each piece's characters and word, so that
+the vectors of pieces can be pooled back into words (`word_groups`, `WordRef`).
 
 Speed: texts are sorted by token count and batched with neighbours of (nearly) the same
 length, so almost no position is padding; independent batches run on separate cores; the
@@ -15,9 +19,6 @@ negative numbers count from the last (-1, the default, is the last block).
 """
 from __future__ import annotations
 
-import json
-import sys
-import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -27,11 +28,12 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from bertkit.embeddings.anisotropy import Standardizer
-from bertkit.embeddings.inputs import Encoded, Text, WordRef, tokenize_texts, word_groups
-from bertkit.files import UserError
-from bertkit.model.hub import load_encoder
+from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
+from bertkit.files import UserError, read_json
 from bertkit.model.encoder import Encoder
+from bertkit.model.hub import load_encoder
+from bertkit.progress import Progress
+from bertkit.text.tokenizer import Tokenizer
 
 LayerSpec = int | Sequence[int] | str
 """A layer number, a list of them, "last4" or "all"."""
@@ -40,7 +42,6 @@ COMBINES = ("mean", "sum", "concat")
 POOLS = ("cls", "mean")
 SUBWORD_POOLS = ("mean", "first")
 PRECISIONS = ("fp32", "bf16")
-STANDARDIZER_FILE = "standardize.safetensors"
 
 
 def resolve_layers(spec: LayerSpec, num_layers: int) -> list[int]:
@@ -70,30 +71,93 @@ def resolve_layers(spec: LayerSpec, num_layers: int) -> list[int]:
     return out
 
 
-class Progress:
-    """Texts done, tokens/s and ETA on stderr, at most every two seconds; silent when disabled.
+# Texts as the embedder sees them --------------------------------------------------------------
 
-    The rate is in tokens because batches go longest first: texts/s would start slow and
-    make the first ETA far too long.
-    """
+Text = str | tuple[str, str]
+"""One input: a text, or a pair (text A, text B) encoded as [CLS] A [SEP] B [SEP]."""
 
-    def __init__(self, texts: int, tokens: int, what: str, enabled: bool):
-        self.texts, self.tokens, self.what, self.enabled = texts, tokens, what, enabled
-        self.done_texts = self.done_tokens = 0
-        self.start, self.last = time.perf_counter(), 0.0
 
-    def update(self, texts: int, tokens: int) -> None:
-        self.done_texts += texts
-        self.done_tokens += tokens
-        now = time.perf_counter()
-        finished = self.done_texts >= self.texts
-        if self.enabled and (now - self.last > 2.0 or finished):
-            self.last = now
-            rate = self.done_tokens / max(now - self.start, 1e-9)
-            eta = (self.tokens - self.done_tokens) / max(rate, 1e-9)
-            print(f"\r{self.what}: {self.done_texts}/{self.texts}, {rate:,.0f} tokens/s, "
-                  f"ETA {eta:.0f}s   ", end="\n" if finished else "", file=sys.stderr,
-                  flush=True)
+@dataclass
+class Encoded:
+    """One tokenized input, with what is needed to map pieces back to words and characters."""
+
+    ids: np.ndarray
+    """[T] token ids, [CLS] ... [SEP] (... [SEP])."""
+    type_ids: np.ndarray
+    """[T] segment ids."""
+    offsets: np.ndarray
+    """[T, 2] character span of each piece in its segment's text; (0, 0) for special tokens."""
+    word_ids: np.ndarray
+    """[T] index of the word each piece came from within its segment, -1 for special tokens."""
+    segment: np.ndarray
+    """[T] 0 for text A, 1 for text B, -1 for special tokens."""
+    truncated: bool
+
+
+@dataclass
+class WordRef:
+    """Which word of which input a row of `Embedder.words` is."""
+
+    item: int
+    """Index of the input text."""
+    word: int
+    """Index of the word within its segment (0-based, as the tokenizer splits words)."""
+    segment: int
+    """0 for text A, 1 for text B of a pair."""
+    start: int
+    end: int
+    """Character span of the word in its segment's text."""
+    text: str
+
+
+def word_groups(encoded: Sequence[Encoded],
+                texts: Sequence[Text]) -> tuple[list[list[np.ndarray]], list[WordRef]]:
+    """For each input, the piece positions of each of its words, and a WordRef per word."""
+    groups, refs = [], []
+    for item, (e, text) in enumerate(zip(encoded, texts)):
+        parts = (text,) if isinstance(text, str) else text
+        # A word is a run of pieces with the same (segment, word id); specials have word -1.
+        key = e.segment.astype(np.int64) * (1 << 32) + e.word_ids
+        real = np.flatnonzero(e.word_ids >= 0)
+        mine = []
+        if real.size:
+            starts = real[np.r_[True, key[real][1:] != key[real][:-1]]]
+            ends = np.r_[starts[1:], real[-1] + 1]
+            for s, t in zip(starts, ends):
+                positions = s + np.flatnonzero(key[s:t] == key[s])
+                seg = int(e.segment[s])
+                a, b = int(e.offsets[positions[0], 0]), int(e.offsets[positions[-1], 1])
+                mine.append(positions)
+                refs.append(WordRef(item, int(e.word_ids[s]), seg, a, b, parts[seg][a:b]))
+        groups.append(mine)
+    return groups, refs
+
+
+def tokenize_texts(tokenizer, texts: Sequence[Text], max_length: int, truncation: bool,
+                   names: Sequence[str] | None = None) -> list[Encoded]:
+    """One Encoded per text, through bertkit's Tokenizer. Over-long texts are cut to
+    max_length (flagged `truncated`) or, with `truncation=False`, rejected (UserError)."""
+    firsts = [t if isinstance(t, str) else t[0] for t in texts]
+    seconds = [None if isinstance(t, str) else t[1] for t in texts]
+    pairs = seconds if any(p is not None for p in seconds) else None
+    batch = tokenizer.encode_batch(firsts, pairs, max_length=None if truncation else max_length,
+                                   truncation=False, names=names)
+    encodings = list(batch)
+    over = np.flatnonzero(batch.lengths > max_length)
+    if len(over):  # only the few over-long texts are tokenized a second time
+        cut = tokenizer.encode_batch([firsts[i] for i in over],
+                                     None if pairs is None else [pairs[i] for i in over],
+                                     max_length=max_length, truncation="longest_first")
+        for i, enc in zip(over, cut):
+            encodings[i] = enc
+    out = []
+    for enc, was_cut in zip(encodings, batch.lengths > max_length):
+        word_ids = np.array([-1 if w is None else w for w in enc.word_ids], dtype=np.int64)
+        types = np.asarray(enc.type_ids, dtype=np.int64)
+        out.append(Encoded(np.asarray(enc.ids, dtype=np.int64), types,
+                           np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2), word_ids,
+                           np.where(word_ids >= 0, types, -1), bool(was_cut)))
+    return out
 
 
 class Embedder:
@@ -133,16 +197,14 @@ class Embedder:
         standardizer saved in the directory (`standardize.safetensors`) is loaded, and applied
         only when a call asks for `standardize=True`.
         """
-        from bertkit.text.tokenizer import Tokenizer
-
         path = Path(path)
         encoder = load_encoder(path, device)
         tokenizer = Tokenizer.load(path)
         if max_length is None and (path / "sentence_bert_config.json").is_file():
-            try:
-                st = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
+            try:  # an unreadable setting is left out: the model's own maximum applies
+                st = read_json(path / "sentence_bert_config.json")
                 max_length = int(st.get("max_seq_length") or 0) or None
-            except (ValueError, TypeError):
+            except (UserError, ValueError, TypeError, AttributeError):
                 pass
         standardizer = None
         if (path / STANDARDIZER_FILE).is_file():
@@ -242,13 +304,17 @@ class Embedder:
             out = np.zeros((int(first_row[-1]), width), dtype=np.float32)
         elif out.shape != (int(first_row[-1]), width):
             raise ValueError(f"out has shape {out.shape}, expected {(int(first_row[-1]), width)}")
-        bar = Progress(len(encoded), sum(len(e.ids) for e in encoded), what, progress)
+        # Measured in tokens: batches go longest first, so texts/s would start slow and make
+        # the first ETA far too long.
+        bar = Progress(what, sum(len(e.ids) for e in encoded), "tokens",
+                       counts={"texts": len(encoded)}, enabled=progress)
         tasks = self._tasks(encoded, groups, first_row, batch_size, subword_pool)
         for (rows, vectors), n in _parallel_map(
                 lambda t: (self._run(t, layers, combine, standardize), t), tasks,
                 self.workers if self.device.type == "cpu" else 1):
             out[rows] = vectors
-            bar.update(n.size, int(n.mask.sum()))
+            bar.update(add=int(n.mask.sum()), texts=n.size)
+        bar.finish()
         return out
 
     # Public API ------------------------------------------------------------------------------
@@ -267,7 +333,7 @@ class Embedder:
         groups = [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded]
         vectors = self.pool_groups(encoded, groups, layers, combine, "mean", standardize,
                                    batch_size, progress, "sentences")
-        return l2_normalize(vectors) if normalize else vectors
+        return unit_rows(vectors) if normalize else vectors
 
     def encode(self, sentences: str | Sequence[Text], batch_size: int = 32,
                normalize: bool = False, pool: str = "mean", show_progress_bar: bool = False,
@@ -435,11 +501,6 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(choices)}")
 
 
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    # Same guard as torch.nn.functional.normalize (eps 1e-12), which sentence-transformers uses.
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
 def _warn_truncated(encoded: Sequence[Encoded]) -> None:
     n = sum(e.truncated for e in encoded)
     if n:
@@ -448,4 +509,5 @@ def _warn_truncated(encoded: Sequence[Encoded]) -> None:
 
 
 __all__ = ["Embedder", "embed", "word_vector", "word_vectors", "resolve_layers", "plan_batches",
-           "COMBINES", "POOLS", "SUBWORD_POOLS", "PRECISIONS", "STANDARDIZER_FILE"]
+           "Text", "Encoded", "WordRef", "tokenize_texts", "word_groups", "COMBINES", "POOLS",
+           "SUBWORD_POOLS", "PRECISIONS"]

@@ -1,58 +1,51 @@
 """Pictures of what an encoder does: word senses in 2-D, anisotropy per layer, attention.
 
 Every function writes one PNG (atomically) that explains itself: a title saying what is shown
-and how it was made, labelled axes, a legend. Figures are drawn on matplotlib's Agg canvas
-directly, without pyplot, so the caller's backend and open figures are left alone.
+and how it was made, labelled axes, a legend, and returns a `Plot`: the file, the figure, and
+the numbers drawn. Figures are `matplotlib.figure.Figure`s of their own, saved through their
+canvas, never pyplot, so no backend is chosen and the caller's open figures are left alone.
 """
 from __future__ import annotations
 
 import io
 import textwrap
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
+from matplotlib import colormaps
+from matplotlib.figure import Figure
 
-from bertkit.files import UserError, atomic_file, read_jsonl
-
-if TYPE_CHECKING:
-    from bertkit.embeddings.anisotropy import AnisotropyReport
-    from bertkit.embeddings.embedder import Embedder, LayerSpec
-
-
-def _figure(**kwargs):
-    """A matplotlib Figure of its own (no pyplot state), and the colormap registry."""
-    from matplotlib import colormaps
-    from matplotlib.figure import Figure
-    return Figure(**kwargs), colormaps
+from bertkit.embeddings.anisotropy import AnisotropyReport
+from bertkit.embeddings.embedder import Embedder, LayerSpec
+from bertkit.files import UserError, atomic_file
+from bertkit.senses.data import SenseExample, read_examples
 
 
-def _save(fig, out: str | Path) -> Path:
+@dataclass
+class Plot:
+    """A written picture and what it shows."""
+
+    path: Path
+    figure: Figure
+    data: dict = field(default_factory=dict)
+    """The numbers drawn, by name (see each plot function)."""
+
+
+def _save(fig: Figure, out: str | Path, data: dict) -> Plot:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
     with atomic_file(out, "wb") as f:
         f.write(buffer.getvalue())
-    return Path(out)
+    return Plot(Path(out), fig, data)
 
 
 # Word senses ----------------------------------------------------------------------------------
 
-@dataclass
-class SenseInstance:
-    text: str
-    start: int
-    end: int
-    """The word is text[start:end]."""
-    sense: str
-    """Sense label (a WordNet synset id, or any name)."""
-    gloss: str = ""
-    """A short definition of the sense, shown in the legend when present."""
-
-
-def _context(inst: SenseInstance, words: int = 4) -> str:
+def _context(inst: SenseExample, words: int = 4) -> str:
     """A few words either side of the target, the target in capitals: "...his more WORKS"."""
     left = inst.text[:inst.start].split()
     right = inst.text[inst.end:].split()
@@ -62,29 +55,17 @@ def _context(inst: SenseInstance, words: int = 4) -> str:
 
 
 def read_sense_instances(path: str | Path, lemma: str, max_per_sense: int = 50,
-                         min_per_sense: int = 1) -> list[SenseInstance]:
-    """The instances of `lemma` in sense-labelled JSON lines ({"text", "start", "end",
-    "lemma", "synset" or "sense", optional "gloss"}), at most `max_per_sense` of each sense,
-    senses with fewer than `min_per_sense` left out."""
-    found: list[SenseInstance] = []
-    for number, obj in read_jsonl(path, "sense-labelled data"):
-        if obj.get("lemma") != lemma:
-            continue
-        try:
-            text, start, end = obj["text"], int(obj["start"]), int(obj["end"])
-            sense = str(obj.get("synset", obj.get("sense")))
-        except (KeyError, TypeError, ValueError):
-            raise UserError(f"{path}:{number}: needs text, start, end and synset or sense") \
-                from None
-        if not 0 <= start < end <= len(text) or sense == "None":
-            raise UserError(f"{path}:{number}: bad span ({start}, {end}) or missing sense")
-        found.append(SenseInstance(text, start, end, sense, str(obj.get("gloss", ""))))
-    counts = Counter(i.sense for i in found)
+                         min_per_sense: int = 1) -> list[SenseExample]:
+    """The instances of `lemma` in a sense-labelled JSON-lines file (the format of
+    `bertkit.senses.data`), at most `max_per_sense` of each sense, senses with fewer than
+    `min_per_sense` left out."""
+    found = [e for e in read_examples(path) if e.lemma == lemma]
+    counts = Counter(e.synset for e in found)
     kept, taken = [], Counter()
-    for inst in found:
-        if counts[inst.sense] >= min_per_sense and taken[inst.sense] < max_per_sense:
-            kept.append(inst)
-            taken[inst.sense] += 1
+    for e in found:
+        if counts[e.synset] >= min_per_sense and taken[e.synset] < max_per_sense:
+            kept.append(e)
+            taken[e.synset] += 1
     if len(kept) < 3:
         raise UserError(f"{path}: {len(kept)} instances of {lemma!r} (with at least "
                         f"{min_per_sense} per sense); need 3 or more to draw")
@@ -97,7 +78,7 @@ def project_2d(x: np.ndarray, method: str = "pca",
     and the two axis labels."""
     x = np.asarray(x, np.float64)
     if method == "umap":
-        try:
+        try:  # an optional package, imported only when asked for
             import umap
         except ImportError:
             raise UserError("--method umap needs the umap-learn package "
@@ -116,30 +97,34 @@ def project_2d(x: np.ndarray, method: str = "pca",
     return centred @ (vt[:2] * signs).T, labels
 
 
-def plot_senses(embedder: "Embedder", instances: Sequence[SenseInstance], out: str | Path, *,
-                layers: "LayerSpec" = "last4", method: str = "pca", standardize: bool = False,
-                title_word: str | None = None, annotate: int = 6, seed: int = 0) -> Path:
+def plot_senses(embedder: Embedder, instances: Sequence[SenseExample], out: str | Path, *,
+                layers: LayerSpec = "last4", method: str = "pca", standardize: bool = False,
+                title_word: str | None = None, annotate: int = 6, seed: int = 0) -> Plot:
     """Scatter one word's contextual vectors across sentences in 2-D, coloured by sense,
-    with a few points labelled by their sentence (the seeds' figure of "die")."""
+    with a few points labelled by their sentence (the seeds' figure of "die").
+
+    data: "points" {sense: [n, 2] the points drawn}, "axes" (the two axis labels)."""
     vectors = embedder.word_vectors([i.text for i in instances],
                                     [(i.start, i.end) for i in instances], layers=layers,
                                     standardize=standardize)
     points, axis = project_2d(vectors, method, seed)
-    senses = [s for s, _ in Counter(i.sense for i in instances).most_common()]
-    gloss = {i.sense: i.gloss for i in instances}
-    fig, colormaps = _figure(figsize=(10, 7))
+    senses = [s for s, _ in Counter(i.synset for i in instances).most_common()]
+    gloss = {i.synset: i.gloss for i in instances}
+    fig = Figure(figsize=(10, 7))
     cmap = colormaps["tab10" if len(senses) <= 10 else "tab20"]
     ax = fig.subplots()
     markers = "osD^v<>ph*"
+    drawn = {}
     for k, sense in enumerate(senses):
-        rows = [j for j, i in enumerate(instances) if i.sense == sense]
+        rows = [j for j, i in enumerate(instances) if i.synset == sense]
+        drawn[sense] = points[rows]
         label = f"{sense}: {textwrap.shorten(gloss[sense], 60)}" if gloss[sense] else sense
         ax.scatter(points[rows, 0], points[rows, 1], s=60, color=cmap(k % cmap.N),
                    marker=markers[k % len(markers)], edgecolor="black", linewidth=0.4,
                    label=f"{label} ({len(rows)})")
     # Label one point of each of the first senses with the words around the target.
     for sense in senses[:annotate]:
-        j = next(j for j, i in enumerate(instances) if i.sense == sense)
+        j = next(j for j, i in enumerate(instances) if i.synset == sense)
         ax.annotate(_context(instances[j]), points[j], fontsize=7, alpha=0.85,
                     xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel(axis[0])
@@ -153,7 +138,7 @@ def plot_senses(embedder: "Embedder", instances: Sequence[SenseInstance], out: s
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5),
               title="sense: gloss (instances)", title_fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, out)
+    return _save(fig, out, {"points": drawn, "axes": axis})
 
 
 def _short(path: str) -> str:
@@ -164,22 +149,25 @@ def _short(path: str) -> str:
 
 # Anisotropy -------------------------------------------------------------------------------------
 
-def plot_anisotropy(report: "AnisotropyReport", out: str | Path) -> Path:
+def plot_anisotropy(report: AnisotropyReport, out: str | Path) -> Plot:
     """Per layer: expected cosine before and after standardization, with self-similarity and
     intra-sentence similarity; beside it, the share of the expected cosine that the top rogue
-    dimensions carry."""
+    dimensions carry.
+
+    data: "layers", "lines" {label: one value per layer}, "rogue_share" [k, layers]."""
     layers = [s.layer for s in report.layers]
-    fig, colormaps = _figure(figsize=(13, 5))
+    lines: dict[str, list[float]] = {}
+    fig = Figure(figsize=(13, 5))
     left, right = fig.subplots(1, 2)
     series = [("anisotropy", "expected cosine (anisotropy)", "o", "C3"),
               ("self_similarity", "self-similarity (same word)", "s", "C0"),
               ("intra_sentence", "intra-sentence similarity", "^", "C2")]
     for key, label, marker, color in series:
-        left.plot(layers, [getattr(s, key) for s in report.layers], marker=marker, color=color,
-                  label=f"{label}, raw")
-        left.plot(layers, [getattr(s, key + "_std") for s in report.layers], marker=marker,
-                  color=color, linestyle="--", markerfacecolor="white",
-                  label=f"{label}, standardized")
+        raw = lines[f"{label}, raw"] = [getattr(s, key) for s in report.layers]
+        std = lines[f"{label}, standardized"] = [getattr(s, key + "_std") for s in report.layers]
+        left.plot(layers, raw, marker=marker, color=color, label=f"{label}, raw")
+        left.plot(layers, std, marker=marker, color=color, linestyle="--",
+                  markerfacecolor="white", label=f"{label}, standardized")
     left.axhline(0, color="grey", linewidth=0.8)
     left.set_xlabel("layer (0 = embedding layer)")
     left.set_ylabel("mean cosine")
@@ -192,8 +180,10 @@ def plot_anisotropy(report: "AnisotropyReport", out: str | Path) -> Path:
 
     k = len(report.layers[0].rogue)
     bottom = np.zeros(len(layers))
+    shares = []
     for r in range(k):
         share = np.array([s.rogue[r].share if r < len(s.rogue) else 0 for s in report.layers])
+        shares.append(share)
         bars = right.bar(layers, share, bottom=bottom, color=colormaps["Oranges"](
             0.8 - 0.5 * r / max(k, 1)), edgecolor="black", linewidth=0.4,
             label=f"rogue dimension #{r + 1}")
@@ -212,12 +202,12 @@ def plot_anisotropy(report: "AnisotropyReport", out: str | Path) -> Path:
     fig.suptitle(f"{_short(report.model)}: {report.words} words from "
                  f"{report.sentences} lines of {Path(report.corpus).name}")
     fig.tight_layout()
-    return _save(fig, out)
+    return _save(fig, out, {"layers": layers, "lines": lines, "rogue_share": np.array(shares)})
 
 
 # Attention ----------------------------------------------------------------------------------------
 
-def attention_probabilities(embedder: "Embedder", text: str | tuple[str, str],
+def attention_probabilities(embedder: Embedder, text: str | tuple[str, str],
                             layer: int = -1) -> tuple[np.ndarray, list[str]]:
     """Attention weights [A, T, T] (row = query token, column = key) of block `layer` (1..L,
     or negative from the last) for one text, and its tokens.
@@ -245,10 +235,12 @@ def attention_probabilities(embedder: "Embedder", text: str | tuple[str, str],
     return probs.float().cpu().numpy(), tokens
 
 
-def plot_attention(embedder: "Embedder", text: str, out: str | Path, *, layer: int = -1,
-                   head: int | None = None) -> Path:
+def plot_attention(embedder: Embedder, text: str, out: str | Path, *, layer: int = -1,
+                   head: int | None = None) -> Plot:
     """Heatmap of who attends to whom in one sentence: one head, or every head of the layer in
-    a grid."""
+    a grid.
+
+    data: "weights" {head: [T, T] the matrix drawn}, "tokens"."""
     probs, tokens = attention_probabilities(embedder, text, layer)
     A, T = probs.shape[0], len(tokens)
     if head is not None and not 0 <= head < A:
@@ -257,7 +249,7 @@ def plot_attention(embedder: "Embedder", text: str, out: str | Path, *, layer: i
     cols = 1 if len(heads) == 1 else min(4, len(heads))
     rows = -(-len(heads) // cols)
     size = max(4.0, 0.32 * T) if len(heads) == 1 else max(3.0, 0.2 * T)
-    fig, _ = _figure(figsize=(size * cols + 1.5, size * rows + 1), layout="constrained")
+    fig = Figure(figsize=(size * cols + 1.5, size * rows + 1), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     block = layer if layer > 0 else embedder.config.num_layers + 1 + layer
     image = None
@@ -278,8 +270,8 @@ def plot_attention(embedder: "Embedder", text: str, out: str | Path, *, layer: i
     fig.suptitle(f"Attention in block {block} of {embedder.config.num_layers}"
                  f"{'' if head is None else f', head {head}'}: each row sums to 1\n"
                  f"\"{textwrap.shorten(text, 80)}\"")
-    return _save(fig, out)
+    return _save(fig, out, {"weights": {h: probs[h] for h in heads}, "tokens": tokens})
 
 
-__all__ = ["SenseInstance", "read_sense_instances", "project_2d", "plot_senses",
+__all__ = ["Plot", "read_sense_instances", "project_2d", "plot_senses",
            "plot_anisotropy", "attention_probabilities", "plot_attention"]

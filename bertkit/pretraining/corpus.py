@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -35,8 +34,10 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from bertkit.files import UserError, read_json, require_file, write_json
-from bertkit.pretraining.shards import FORMAT, SPLITS, ShardWriter, load_json, load_manifest
+from bertkit.pretraining.shards import FORMAT, SPLITS, ShardWriter, load_manifest
 from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
+from bertkit.progress import Progress
+from bertkit.text.tokenizer import Tokenizer
 
 
 @dataclass
@@ -64,8 +65,6 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     (below that, starting processes and filling their word caches costs more than it saves). chunk_bytes: text sent to
     a worker at a time. cache_words: distinct words cached per worker.
     """
-    from bertkit.text.tokenizer import Tokenizer
-
     if not corpus_files:
         raise UserError("no corpus files given")
     if not 0.0 <= heldout_fraction < 1.0:
@@ -120,14 +119,20 @@ def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, d
     fast = fast_path_ok(probe, first[:400])
     heldout = _HeldoutRule(plan["heldout"])
     reader = _chunks(files, kinds, position, plan["chunk_bytes"], plan["cut_line"])
-    meter = _Progress(sum(f.stat().st_size for f in files), position, files, progress)
+    sizes = [f.stat().st_size for f in files]
+
+    def bytes_before(p: _Position) -> int:
+        return sum(sizes[:p.file]) + p.offset if p.file < len(files) else sum(sizes)
+
+    meter = Progress("prepare", sum(sizes), "MB", done=bytes_before(position), scale=1e6,
+                     counts=("tokens",), enabled=progress)
     writer = ShardWriter(out / "shards", len(shards), dtype, plan["shard_tokens"], heldout,
                           tokenizer.vocab_size)
     if workers is None:
         workers = os.cpu_count() or 1 if meter.total - meter.done >= 16_000_000 else 1
     for chunk_result, end in tokenize_chunks(reader, tokenizer_json, fast, dtype, workers,
                                              cache_words, local=probe if fast else None):
-        meter.update(end, len(chunk_result[0]))
+        meter.update(bytes_before(end), tokens=len(chunk_result[0]))
         shard = writer.add(chunk_result, vars(end))
         if shard is not None:
             shards.append(shard)
@@ -309,7 +314,7 @@ def _resume_point(out: Path, plan: dict):
     """None when `out` is finished for this plan; else (complete shards, position after them).
     A directory made from other inputs or settings is cleared first."""
     plan_file = out / "plan.json"
-    same = plan_file.is_file() and load_json(plan_file) == plan
+    same = plan_file.is_file() and _json_or_none(plan_file) == plan
     if same and (out / "manifest.json").is_file():
         return None
     if not same:
@@ -319,8 +324,9 @@ def _resume_point(out: Path, plan: dict):
         shutil.rmtree(out / "tokenizer", ignore_errors=True)
         return [], _Position()
     shards = []
-    while (record := out / "shards" / f"shard_{len(shards):05d}.json").is_file():
-        shards.append(load_json(record))
+    while (record := out / "shards" / f"shard_{len(shards):05d}.json").is_file() \
+            and (finished := _json_or_none(record)) is not None:
+        shards.append(finished)
     for stale in (out / "shards").glob("*"):
         index = int(stale.name.split("_")[1].split(".")[0]) if stale.name.startswith(
             "shard_") else -1
@@ -330,6 +336,15 @@ def _resume_point(out: Path, plan: dict):
         print(f"prepare: resuming after {len(shards)} finished shard(s)", file=sys.stderr)
         return shards, _Position(**shards[-1]["end"])
     return [], _Position()
+
+
+def _json_or_none(path: Path):
+    """A file a run wrote, or None when it cannot be read: a plan that cannot be read is not
+    this plan, and the directory starts afresh."""
+    try:
+        return read_json(path)
+    except UserError:
+        return None
 
 
 def _manifest(out: Path, shards: list[dict], tokenizer, fingerprint: str, dtype, plan: dict,
@@ -376,7 +391,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
 def check_tokenizer(data_dir: str | os.PathLike, tokenizer) -> None:
     """Refuse a tokenizer (or a model directory's tokenizer) other than the data's."""
     if isinstance(tokenizer, (str, os.PathLike)):
-        from bertkit.text.tokenizer import Tokenizer
         source, tokenizer = str(tokenizer), Tokenizer.load(tokenizer)
     else:
         source = "the tokenizer"
@@ -400,38 +414,3 @@ def word_starts(tokenizer) -> np.ndarray:
     starts[ids] = flags
     starts[list(tokenizer.special_ids)] = True
     return starts
-
-
-# Progress ------------------------------------------------------------------------------------
-
-class _Progress:
-    def __init__(self, total_bytes: int, start: _Position, files: list[Path], enabled: bool):
-        self.total = total_bytes
-        self.done = sum(f.stat().st_size for f in files[:start.file]) + start.offset
-        self.files = files
-        self.first = self.done
-        self.tokens = 0
-        self.enabled = enabled
-        self.t0 = self.last = time.perf_counter()
-
-    def update(self, end: _Position, tokens: int) -> None:
-        self.tokens += tokens
-        self.done = sum(f.stat().st_size for f in self.files[:end.file]) + end.offset \
-            if end.file < len(self.files) else self.total
-        now = time.perf_counter()
-        if self.enabled and now - self.last >= 2.0:
-            self.last = now
-            print(self._line(now), file=sys.stderr, flush=True)
-
-    def _line(self, now: float) -> str:
-        dt = max(now - self.t0, 1e-9)
-        rate = (self.done - self.first) / dt
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        return (f"prepare: {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB  "
-                f"{self.tokens / 1e6:.2f}M tokens  {self.tokens / dt / 1e6:.2f}M tokens/s  "
-                f"{rate / 1e6:.1f} MB/s  ETA {int(eta) // 60}:{int(eta) % 60:02d}")
-
-    def finish(self) -> None:
-        if self.enabled:
-            print(self._line(time.perf_counter()).replace("ETA 0:00", "done"), file=sys.stderr,
-                  flush=True)

@@ -13,7 +13,6 @@ The .json is written last (each file is renamed into place), so a shard with a .
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,15 +94,6 @@ class ShardWriter:
         write_json(self.root / f"{self.name}.json", record)
         self.index += 1
         return record
-
-
-
-def load_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
 
 
 def shard_arrays(root: Path, name: str, dtype):

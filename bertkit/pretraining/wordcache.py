@@ -5,9 +5,9 @@ pipeline and cached, so a chunk's tokens are a numpy gather over cached pieces. 
 that splits at whitespace and normalizes character by character (BERT's WordPiece pipeline, a
 Metaspace Unigram one) this gives exactly the ids of encoding whole lines; `fast_path_ok`
 checks the pipeline and compares both ways on real lines, and any other pipeline encodes the
-sentences directly. Sentence ends are decided per distinct word too ("Mr." ends none), so all
-per-token work is numpy. `tokenize_chunks` runs chunks in worker processes, in order, with a
-bounded number in flight.
+sentences directly. Sentence ends are decided per distinct word too, by the rules of
+`bertkit.text.sentences` ("Mr." ends none), so all per-token work is numpy. `tokenize_chunks`
+runs chunks in worker processes, in order, with a bounded number in flight.
 """
 from __future__ import annotations
 
@@ -15,30 +15,15 @@ import itertools
 import json
 import multiprocessing
 import os
-import re
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import tokenizers
 
-_ABBREVIATIONS = frozenset(
-    "mr mrs ms dr st jr sr prof rev gen col capt lt sgt mt ft vs etc e.g i.e vol fig "
-    "jan feb mar apr jun jul aug sep sept oct nov dec inc ltd co corp dept est approx".split())
-_SENTENCE_END = re.compile(r"[.!?\u2026][\"'\u2019\u201d)\]]*$")
-_OPENERS = "\"'\u201c\u2018([{"
+from bertkit.text.sentences import sentence_ends, word_flags
+
 CACHED_WORD_CHARS = 48
-
-
-def _word_flags(words: list[str]) -> tuple[list[bool], list[bool]]:
-    """For each word: (it can end a sentence, it can start one). "Mr." and "J." end none."""
-    closers = "\"'\u2019\u201d)]"
-    ends = [m is not None for m in map(_SENTENCE_END.search, words)]
-    for i in [i for i, e in enumerate(ends) if e and words[i].rstrip(closers).endswith(".")]:
-        core = words[i].lstrip(_OPENERS).rstrip(closers)[:-1].lower()
-        ends[i] = not (core in _ABBREVIATIONS or len(core) == 1)
-    heads = [w.lstrip(_OPENERS)[:1] for w in words]
-    return ends, [h.isupper() or h.isdigit() for h in heads]
 
 
 class _Growable:
@@ -99,7 +84,7 @@ class ChunkTokenizer:
         keep = min(self.limit, self.start.n + short)
         if not missing:
             return self.start.n
-        ends, opens = _word_flags(missing)
+        ends, opens = word_flags(missing)
         self.ends.extend(ends)
         self.opens.extend(opens)
         if self.fast:
@@ -136,9 +121,8 @@ class ChunkTokenizer:
         n_pieces = self.length.data[entry]
         real = n_pieces > 0  # "" between two spaces, or a word of only control characters
         entry, word_line, n_pieces = entry[real], word_line[real], n_pieces[real]
-        same_line = word_line[1:] == word_line[:-1]
-        end = np.ones(len(entry), dtype=bool)  # sentence ends after this word
-        end[:-1] = ~same_line | (self.ends.data[entry[:-1]] & self.opens.data[entry[1:]])
+        end = sentence_ends(self.ends.data[entry], self.opens.data[entry],
+                            word_line[1:] == word_line[:-1])
         last_word = np.flatnonzero(end)
         sent_doc = line_doc[word_line[last_word]]
         if self.fast:

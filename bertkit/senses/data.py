@@ -6,8 +6,8 @@ One JSON object per line, the target word at `text[start:end]`:
      "gloss": "sloping land (especially the slope beside a body of water)",
      "text": "they pulled the canoe up on the bank", "start": 32, "end": 36}
 
-`lemma`, `text`, `start`, `end` are always needed; `synset` (the sense label) for training
-and evaluation; `pos`, `sense_rank` (1 = most frequent, as in WordNet / SemCor) and `gloss`
+`lemma`, `text`, `start`, `end` are always needed; `synset` (the sense label; `sense` is
+read as another name for it) for training and evaluation; `pos`, `sense_rank` (1 = most frequent, as in WordNet / SemCor) and `gloss`
 are used when present. Every problem is reported as FILE:LINE.
 
 The vectors of examples come from a `ContextualSource` (a BERT-style encoder: the target's
@@ -24,7 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
+from bertkit.embeddings.embedder import Embedder
 from bertkit.files import UserError, atomic_file, read_jsonl
+from bertkit.senses.static import StaticVectors, is_static_dir
 
 # Forms that share no first letter with their lemma; any other inflection does.
 _SUPPLETIVE = {"be": {"is", "am", "are", "was", "were", "'s", "'re", "'m", "ai"},
@@ -97,7 +99,8 @@ def check_target(lemma: str, text: str, start: int, end: int, where: str) -> Non
 
 
 def read_examples(path: str | os.PathLike, labelled: bool = True) -> list[SenseExample]:
-    """Read and check every line of a sense-labelled JSON-lines file.
+    """Read and check every line of a sense-labelled JSON-lines file: the one reader of the
+    format (the WSD commands and the sense plots use it).
 
     `labelled=True` requires the `synset` field (training, evaluation); prediction input may
     lack it.
@@ -112,7 +115,8 @@ def read_examples(path: str | os.PathLike, labelled: bool = True) -> list[SenseE
         if not lemma.strip():
             raise UserError(f"{where}: empty lemma")
         check_target(lemma, text, start, end, where)
-        synset = _field(obj, "synset", str, where, labelled)
+        synset = _field(obj, "synset" if "synset" in obj or "sense" not in obj else "sense",
+                        str, where, labelled)
         rank = _field(obj, "sense_rank", int, where, False)
         if rank is not None and rank < 1:
             raise UserError(f"{where}: sense_rank must be 1 or more, got {rank}")
@@ -213,11 +217,8 @@ class StaticSource:
 def load_source(model: str | Path, *, layers: str = "last4", subword_pool: str = "mean",
                 window: int = 5, batch_size: int = 32, progress: bool = True):
     """A ContextualSource for a BERT directory, a StaticSource for `bertkit static` output."""
-    from bertkit.senses.static import StaticVectors, is_static_dir
-
     if is_static_dir(model):
         return StaticSource(StaticVectors.load(model), window)
-    from bertkit.embeddings.embedder import Embedder
     return ContextualSource(Embedder.load(model), layers, subword_pool, batch_size, progress)
 
 

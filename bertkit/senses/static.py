@@ -34,7 +34,10 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from bertkit.embeddings.standardize import unit_rows
 from bertkit.files import UserError, atomic_dir, read_json, read_lines
+from bertkit.progress import Progress
+from bertkit.text.tokenizer import Tokenizer
 
 WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 """A word: letters and digits, with inner apostrophes ("don't", "father's")."""
@@ -278,23 +281,22 @@ def _train(corpus: Corpus, config: SkipGramConfig,
     ids, lines = torch.from_numpy(corpus.ids), torch.from_numpy(corpus.lines)
     stats = TrainStats()
     start = time.perf_counter()
-    expected_total = None
-    last_print = 0.0
+    bar = None
     for epoch in range(config.epochs):
         kept = subsample(ids, keep_prob, g)
         centers, contexts = skipgram_pairs(ids[kept], lines[kept], config.window, g)
         if len(centers) == 0:
             raise UserError("the corpus yields no (center, context) pairs: its lines are one "
                             "token long after subsampling (lower --subsample or add text)")
-        if expected_total is None:
-            expected_total = len(centers) * config.epochs
+        if bar is None:  # the pairs of later epochs differ by a few: the total is a guess
+            bar = Progress("skip-gram", len(centers) * config.epochs, "pairs", enabled=progress)
         order = torch.randperm(len(centers), generator=g)
         epoch_loss = 0.0
         for lo in range(0, len(order), config.batch_size):
             batch = order[lo:lo + config.batch_size]
             c, o = centers[batch], contexts[batch]
             neg = sample_negatives(cdf, (len(batch), config.negatives), g)  # [P, K]
-            done = stats.pairs / expected_total
+            done = stats.pairs / bar.total
             lr = config.lr * max(1.0 - done, 1e-4)
             # A sparse SGD step: only the rows in this batch move.
             loss, g_c, g_o, g_n = sgns_gradients(inp[c], out[o], out[neg])
@@ -303,21 +305,13 @@ def _train(corpus: Corpus, config: SkipGramConfig,
             out.index_add_(0, neg.reshape(-1), g_n.reshape(-1, D), alpha=-lr)
             epoch_loss += float(loss)
             stats.pairs += len(batch)
-            now = time.perf_counter()
-            if progress and now - last_print > 2.0:
-                last_print = now
-                rate = stats.pairs / (now - start)
-                eta = (expected_total - stats.pairs) / max(rate, 1e-9)
-                print(f"\repoch {epoch + 1}/{config.epochs}: {stats.pairs}/~{expected_total} "
-                      f"pairs ({rate:,.0f} pairs/s, ETA {eta:.0f}s, loss "
-                      f"{float(loss) / len(batch):.3f})   ", end="", file=sys.stderr, flush=True)
+            bar.update(stats.pairs, note=f"epoch {epoch + 1}/{config.epochs}, loss "
+                                         f"{float(loss) / len(batch):.3f}")
         stats.epoch_losses.append(epoch_loss / len(order))
     stats.seconds = time.perf_counter() - start
     stats.final_loss = stats.epoch_losses[-1]
-    if progress:
-        print(f"\r{stats.pairs} pairs in {stats.seconds:.0f}s "
-              f"({stats.pairs / max(stats.seconds, 1e-9):,.0f} pairs/s), loss per pair by epoch: "
-              + ", ".join(f"{x:.3f}" for x in stats.epoch_losses) + " " * 20, file=sys.stderr)
+    bar.total = stats.pairs
+    bar.finish(note="loss per pair by epoch: " + " ".join(f"{x:.3f}" for x in stats.epoch_losses))
     return inp.numpy(), out.numpy(), stats
 
 
@@ -339,8 +333,7 @@ class StaticVectors:
         self.config = config
         self.stats = stats
         self.index = {t: i for i, t in enumerate(self.tokens)}
-        self._unit = self.vectors / np.maximum(
-            np.linalg.norm(self.vectors, axis=1, keepdims=True), 1e-12)
+        self._unit = unit_rows(self.vectors)
 
     @property
     def dim(self) -> int:
@@ -380,13 +373,12 @@ class StaticVectors:
 
     def similarity(self, a: str, b: str) -> float:
         """Cosine between the vectors of two words."""
-        u, v = self.vector(a), self.vector(b)
-        return float(u @ v / max(np.linalg.norm(u) * np.linalg.norm(v), 1e-12))
+        return float(unit_rows(self.vector(a)) @ unit_rows(self.vector(b)))
 
     def neighbors(self, word: str, k: int = 10) -> list[tuple[str, float]]:
         """The k vocabulary entries of highest cosine with `word`, the word itself left out."""
         v = self.vector(word)
-        cos = self._unit @ (v / max(np.linalg.norm(v), 1e-12))  # [V]
+        cos = self._unit @ unit_rows(v)  # [V]
         for i in self.ids_of(word):
             cos[i] = -np.inf
         top = np.argpartition(-cos, min(k, len(cos) - 1))[:k]
@@ -466,7 +458,6 @@ class StaticVectors:
             raise UserError(f"{p}: {vectors.shape[0]} vectors for {len(meta['tokens'])} tokens")
         tokenizer = None
         if meta["tokenization"] == "pieces":
-            from bertkit.text.tokenizer import Tokenizer
             tokenizer = Tokenizer.load(p / TOKENIZER_DIR)
         config = SkipGramConfig(**meta["config"]) if meta.get("config") else None
         stats = TrainStats(**meta["stats"]) if meta.get("stats") else None

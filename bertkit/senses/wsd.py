@@ -41,15 +41,14 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from bertkit.embeddings.anisotropy import Standardizer
+from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
 from bertkit.files import UserError, atomic_dir, read_json
 from bertkit.senses.data import SenseExample
 
 METHODS = ("gloss-prior", "1nn")
 DEFAULT_METHOD = "gloss-prior"
 INDEX_FILE = "index.json"
-VECTORS_FILE = "senses.safetensors"
-STANDARDIZER_FILE = "standardize.safetensors"
+SENSES_FILE = "senses.safetensors"
 _WEIGHT_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
@@ -154,7 +153,7 @@ class SenseInventory:
         if self.glosses is not None:
             arrays["glosses"] = np.ascontiguousarray(self.glosses, dtype=np.float32)
         with atomic_dir(path) as tmp:
-            save_file(arrays, str(tmp / VECTORS_FILE))
+            save_file(arrays, str(tmp / SENSES_FILE))
             if self.standardizer is not None:
                 self.standardizer.save(tmp / STANDARDIZER_FILE)
             (tmp / INDEX_FILE).write_text(json.dumps(index, ensure_ascii=False, indent=1) + "\n",
@@ -164,8 +163,8 @@ class SenseInventory:
     @classmethod
     def load(cls, path: str | Path) -> "SenseInventory":
         p = Path(path)
-        if not (p / INDEX_FILE).is_file() or not (p / VECTORS_FILE).is_file():
-            raise UserError(f"{p}: not a WSD directory (no {INDEX_FILE} and {VECTORS_FILE}; "
+        if not (p / INDEX_FILE).is_file() or not (p / SENSES_FILE).is_file():
+            raise UserError(f"{p}: not a WSD directory (no {INDEX_FILE} and {SENSES_FILE}; "
                             f"make one with `bertkit wsd train`)")
         index = read_json(p / INDEX_FILE, "bertkit WSD index", format="bertkit-wsd")
         try:
@@ -178,10 +177,10 @@ class SenseInventory:
             raise UserError(f"{p / INDEX_FILE}: malformed WSD index ({type(e).__name__}: {e})") \
                 from None
         try:
-            with safe_open(str(p / VECTORS_FILE), "np") as f:
+            with safe_open(str(p / SENSES_FILE), "np") as f:
                 arrays = {k: f.get_tensor(k) for k in f.keys()}
         except Exception as e:  # safetensors raises its own error types
-            raise UserError(f"{p / VECTORS_FILE}: unreadable sense vectors ({e})") from None
+            raise UserError(f"{p / SENSES_FILE}: unreadable sense vectors ({e})") from None
         if "centroids" not in arrays or sorted(rows) != list(range(len(arrays["centroids"]))):
             raise UserError(f"{p}: the index and the sense vectors do not match")
         # The index says whether to standardize: a file left from an earlier run into the
@@ -189,11 +188,6 @@ class SenseInventory:
         standardizer = Standardizer.load(p / STANDARDIZER_FILE) if options.standardize else None
         return cls([rows[i] for i in range(len(rows))], arrays["centroids"],
                    arrays.get("glosses"), options, model, kind, standardizer, tuning)
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def _log_prior(senses: Sequence[Sense]) -> tuple[np.ndarray, np.ndarray]:
@@ -261,14 +255,14 @@ def train_wsd(examples: Sequence[SenseExample], source, options: WsdOptions | No
     counts = np.array([s.count for s in senses], dtype=np.float64)
     glosses = None
     if options.method == "gloss-prior":
-        glosses = _unit(source.sentences([
+        glosses = unit_rows(source.sentences([
             f"{s.lemma.replace('_', ' ')}: {s.gloss}" if s.gloss else s.lemma.replace("_", " ")
-            for s in senses]))
-    inventory = SenseInventory(senses, _unit(sums / counts[:, None]), glosses, options,
-                               model_name, source.kind, standardizer)
+            for s in senses]), np.float32)
+    inventory = SenseInventory(senses, unit_rows(sums / counts[:, None], np.float32), glosses,
+                               options, model_name, source.kind, standardizer)
     if options.method == "gloss-prior" and (options.gloss_weight is None
                                             or options.prior_weight is None):
-        sentences = _unit(source.sentences([e.text for e in examples]))
+        sentences = unit_rows(source.sentences([e.text for e in examples]), np.float32)
         inventory.tuning = _tune(inventory, examples, vectors, sentences, sums, counts, own,
                                  progress)
         inventory.options = replace(options, gloss_weight=inventory.tuning["gloss_weight"],
@@ -295,7 +289,7 @@ def _tune(inv: SenseInventory, examples, vectors, sentences, sums, counts, own,
     mine = senses == own[rows]  # the pair of each row with its gold sense
     centroid = sums[senses] / counts[senses, None]
     centroid[mine] = (sums[senses[mine]] - vectors[rows[mine]]) / (counts[senses[mine], None] - 1)
-    instance = (_unit(centroid) * _unit(vectors)[rows]).sum(1)
+    instance = (unit_rows(centroid, np.float32) * unit_rows(vectors, np.float32)[rows]).sum(1)
     gloss = (inv.glosses[senses] * sentences[rows]).sum(1)
     prior = inv.prior[senses].copy()
     by_count = inv.prior_by_count[senses] & mine
@@ -346,10 +340,10 @@ def score_pairs(inv: SenseInventory, rows: np.ndarray, senses: np.ndarray,
     """The score of each (row, sense) candidate pair under `method` (default: the
     inventory's). targets: [N, H] target vectors (standardized already when the inventory
     standardizes); sentences: [N, H'] vectors of the instances' texts (gloss-prior only)."""
-    score = (inv.centroids[senses] * _unit(targets)[rows]).sum(1)
+    score = (inv.centroids[senses] * unit_rows(targets, np.float32)[rows]).sum(1)
     if (method or inv.options.method) == "gloss-prior":
         score += inv.options.gloss_weight * (inv.glosses[senses]
-                                             * _unit(sentences)[rows]).sum(1)
+                                             * unit_rows(sentences, np.float32)[rows]).sum(1)
         score += inv.options.prior_weight * inv.prior[senses]
     return score
 

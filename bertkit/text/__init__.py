@@ -1,1 +1,2 @@
-"""Text: the tokenizer (encode, decode, offsets, word ids) and vocabulary training."""
+"""Text: the tokenizer (encode, decode, offsets, word ids), vocabulary training, and sentence
+splitting."""

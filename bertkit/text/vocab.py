@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import sys
-import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -23,8 +22,9 @@ import tokenizers
 from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
 
 from bertkit.files import UserError, read_lines
-from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_tokens, bert_pipeline,
-                        bert_template)
+from bertkit.progress import Progress
+from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_tokens,
+                                    bert_pipeline, bert_template)
 
 KINDS = ("wordpiece", "unigram")
 
@@ -57,7 +57,7 @@ def _file_stream(path: Path, rate: float, rng: random.Random) -> Iterator[str]:
                 yield line
 
 
-def sample_lines(files: Sequence[str | Path], alpha: float = 0.3, seed: int = 0,
+def mixed_lines(files: Sequence[str | Path], alpha: float = 0.3, seed: int = 0,
                  sizes: Sequence[int] | None = None) -> Iterator[str]:
     """Lines from `files` mixed by the q_i above, interleaved at random (any prefix of the
     stream follows the mixture). A generator: nothing is held but one line per file.
@@ -82,37 +82,19 @@ def sample_lines(files: Sequence[str | Path], alpha: float = 0.3, seed: int = 0,
             yield line
 
 
-class _Progress:
-    """Lines/s and ETA on stderr, at most once every `every` seconds."""
-
-    def __init__(self, total: int, what: str, every: float = 2.0, enabled: bool = True):
-        self.total, self.what, self.every, self.enabled = total, what, every, enabled
-        self.start = self.last = time.perf_counter()
-
-    def __call__(self, done: int, final: bool = False) -> None:
-        now = time.perf_counter()
-        if not self.enabled or (not final and now - self.last < self.every):
-            return
-        self.last = now
-        rate = done / max(now - self.start, 1e-9)
-        eta = max(self.total - done, 0) / max(rate, 1e-9)
-        print(f"{self.what}: {done:,}/{self.total:,} lines ({100 * done / self.total:.0f}%), "
-              f"{rate:,.0f} lines/s" + ("" if final else f", ETA {eta:.0f}s"), file=sys.stderr)
-
-
-def _batches(lines: Iterator[str], progress: _Progress, size: int = 1000) -> Iterator[list[str]]:
+def _batches(lines: Iterator[str], progress: Progress, size: int = 1000) -> Iterator[list[str]]:
     """Lines grouped for the Rust trainer (one Python call per batch, not per line)."""
-    batch, done = [], 0
+    batch = []
     for line in lines:
         batch.append(line)
         if len(batch) == size:
-            done += size
-            progress(done)
+            progress.update(add=size)
             yield batch
             batch = []
     if batch:
+        progress.update(add=len(batch))
         yield batch
-    progress(done + len(batch), final=True)
+    progress.finish()
 
 
 def _unigram_normalizer(cased: bool) -> normalizers.Normalizer:
@@ -168,8 +150,8 @@ def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
     # The trainer's own bars (merges, pruning) only make sense on a terminal.
     backend, trainer = _untrained(kind, vocab_size, cased, min_frequency,
                                   progress and sys.stderr.isatty())
-    report = _Progress(sum(sizes), f"training {kind} vocabulary", enabled=progress)
-    backend.train_from_iterator(_batches(sample_lines(files, alpha, seed, sizes), report), trainer)
+    report = Progress(f"training {kind} vocabulary", sum(sizes), "lines", enabled=progress)
+    backend.train_from_iterator(_batches(mixed_lines(files, alpha, seed, sizes), report), trainer)
     add_special_tokens(backend, mask_lstrip=kind == "unigram")
     bert_template(backend)
     tokenizer = Tokenizer(backend, model_max_length=model_max_length, source=str(files[0]))

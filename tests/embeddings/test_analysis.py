@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.embeddings.anisotropy import (Standardizer, anisotropy_report, cosine_contributions,
-                              expected_cosine, intra_sentence_similarity, rogue_dimensions,
-                              sample_lines, self_similarity)
 from bertkit.cli.main import main
-from bertkit.embeddings.embedder import STANDARDIZER_FILE, Embedder
+from bertkit.embeddings.anisotropy import (anisotropy_report, cosine_contributions, cosine_matrix,
+                                          expected_cosine, intra_sentence_similarity,
+                                          rogue_dimensions, sample_lines, self_similarity)
+from bertkit.embeddings.embedder import Embedder
+from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
 from bertkit.files import UserError
-from test_embed import SENTENCES, tiny_model
 
 
 def brute_expected_cosine(x, groups):
@@ -112,30 +112,45 @@ def test_sample_lines(tmp_path):
         sample_lines(tmp_path / "blank.txt", 5)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_model(tmp_path_factory.mktemp("analysis"))
+def test_unit_rows_and_cosine_matrix():
+    x = np.array([[3.0, 4.0], [0.0, 0.0], [-1.0, 0.0]], dtype=np.float32)
+    u = unit_rows(x)
+    assert u.dtype == np.float32 and unit_rows(x, np.float64).dtype == np.float64
+    np.testing.assert_allclose(u, [[0.6, 0.8], [0.0, 0.0], [-1.0, 0.0]])  # zero rows stay zero
+    np.testing.assert_allclose(unit_rows(np.array([0.0, 2.0])), [0.0, 1.0])  # one vector
+    np.testing.assert_allclose(cosine_matrix(x), [[1, 0, -0.6], [0, 0, 0], [-0.6, 0, 1]],
+                               atol=1e-7)
 
 
-def test_report_on_a_tiny_model(model_dir):
-    embedder = Embedder.load(model_dir)
-    report, standardizer = anisotropy_report(embedder, SENTENCES * 3, min_count=3)
+def test_report_on_a_tiny_model(embedder, sentences):
+    texts = sentences * 3
+    report, standardizer = anisotropy_report(embedder, texts, min_count=3)
     assert [s.layer for s in report.layers] == [0, 1, 2, 3]
     assert standardizer.layers == [0, 1, 2, 3] and standardizer.count == report.words
-    for s in report.layers:
-        assert -1 <= s.anisotropy <= 1 and abs(s.anisotropy_std) < abs(s.anisotropy) + 0.05
-        assert len(s.rogue) == 3
+    # Every figure is the measure applied to the words' vectors of that layer.
+    vectors, refs = embedder.words(texts, layers="all", combine="concat")
+    groups = np.array([r.item for r in refs])
+    for k, s in enumerate(report.layers):
+        x = vectors[:, 32 * k:32 * (k + 1)]
+        assert s.anisotropy == pytest.approx(expected_cosine(x, groups), abs=1e-9)
+        z = standardizer.transform(x, s.layer)
+        assert s.anisotropy_std == pytest.approx(expected_cosine(z, groups), abs=1e-9)
+        assert abs(s.anisotropy_std) < abs(s.anisotropy) + 0.05
+        assert [r.dim for r in s.rogue] == [r.dim for r in rogue_dimensions(x, 3, groups)]
     assert "| 3 |" in report.table()
 
 
-def test_anisotropy_command_fits_a_standardizer_for_embed(model_dir, tmp_path, capsys):
+def test_anisotropy_command_fits_a_standardizer_for_embed(make_tiny_bert, sentences, tmp_path,
+                                                          capsys):
+    # Its own model: the command writes the standardizer into the model directory.
+    model_dir = make_tiny_bert(tmp_path / "model")
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(SENTENCES * 4) + "\n")
+    corpus.write_text("\n".join(sentences * 4) + "\n")
     png = tmp_path / "a.png"
     assert main(["anisotropy", "--model", str(model_dir), "--corpus", str(corpus), "--json",
                  "--plot", str(png), "--fit-standardizer", "--min-count", "2", "--quiet"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert len(report["layers"]) == 4 and report["sentences"] == len(SENTENCES) * 4
+    assert len(report["layers"]) == 4 and report["sentences"] == len(sentences) * 4
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (model_dir / STANDARDIZER_FILE).is_file()
     out = tmp_path / "z.npy"

@@ -11,48 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.model import hub
-from bertkit.embeddings.anisotropy import Standardizer
 from bertkit.cli.main import main
-from bertkit.config import EncoderConfig
 from bertkit.embeddings.embedder import Embedder, embed, plan_batches, resolve_layers, word_vector
-from bertkit.embeddings.embed_file import embed_file, index_path_for
+from bertkit.embeddings.files import embed_file, index_path_for
+from bertkit.embeddings.standardize import Standardizer
 from bertkit.files import UserError
-from bertkit.model.encoder import Encoder, init_weights
-from bertkit.text.tokenizer import Tokenizer
-
-WORDS = ["the", "a", "we", "sat", "on", "river", "bank", "money", "rates", "raised", "water",
-         "un", "##believ", "##able", "##s", "play", "##ing", ".", ","]
-SENTENCES = ["we sat on the river bank .", "the bank raised rates", "unbelievable",
-             "a bank , a river , the water , the money , the rates .", "playing"]
-
-
-def tiny_model(path: Path, max_positions: int = 64) -> Path:
-    """A random 3-layer BERT over a small WordPiece vocabulary, saved as a model directory."""
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-                                              + WORDS) + "\n")
-    tokenizer = Tokenizer.from_vocab(path / "vocab.txt")
-    cfg = EncoderConfig(vocab_size=5 + len(WORDS), hidden_size=32, num_layers=3, num_heads=4,
-                        intermediate_size=64, max_positions=max_positions)
-    torch.manual_seed(0)
-    encoder = Encoder(cfg)
-    init_weights(encoder, cfg)
-    with torch.no_grad():  # larger weights than BERT's init, so layers differ visibly
-        for p in encoder.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return hub.save_model(encoder, path / "bert", tokenizer=tokenizer)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return tiny_model(tmp_path_factory.mktemp("embed"))
-
-
-@pytest.fixture(scope="module")
-def embedder(model_dir) -> Embedder:
-    return Embedder.load(model_dir)
-
 
 def reference_states(embedder: Embedder, text) -> tuple[torch.Tensor, ...]:
     """All hidden states [T, H] of one text run alone (no batching, no padding)."""
@@ -74,11 +37,11 @@ def test_resolve_layers():
         resolve_layers("top", 6)
 
 
-def test_sentence_vectors_match_a_single_unpadded_run(embedder):
+def test_sentence_vectors_match_a_single_unpadded_run(embedder, sentences):
     # Mixed lengths in one batch: padding must not change any vector.
-    batched = embedder.embed(SENTENCES, pool="mean", batch_size=4)
-    cls = embedder.embed(SENTENCES, pool="cls", batch_size=3, layers=2)
-    for i, text in enumerate(SENTENCES):
+    batched = embedder.embed(sentences, pool="mean", batch_size=4)
+    cls = embedder.embed(sentences, pool="cls", batch_size=3, layers=2)
+    for i, text in enumerate(sentences):
         states = reference_states(embedder, text)
         np.testing.assert_allclose(batched[i], states[-1].mean(0).numpy(), atol=1e-5)
         np.testing.assert_allclose(cls[i], states[2][0].numpy(), atol=1e-5)
@@ -99,18 +62,28 @@ def test_plan_batches_bounds_padding():
     assert widths == sorted(widths, reverse=True) and len(widths) == 500 // 16 + 1
 
 
-def test_parallel_batches_equal_one_batch_at_a_time(model_dir):
+def test_parallel_batches_equal_one_batch_at_a_time(tiny_bert_dir, sentences):
     threads = torch.get_num_threads()
-    parallel = Embedder.load(model_dir, workers=3)
-    plain = Embedder.load(model_dir, workers=1)
-    texts = SENTENCES * 5
+    parallel = Embedder.load(tiny_bert_dir, workers=3)
+    plain = Embedder.load(tiny_bert_dir, workers=1)
+    texts = sentences * 5
     np.testing.assert_allclose(parallel.embed(texts, batch_size=2, layers="last4"),
                                plain.embed(texts, batch_size=2, layers="last4"), atol=1e-5)
     assert torch.get_num_threads() == threads  # the caller's thread setting is left alone
 
 
-def test_layer_combinations(embedder):
-    text = SENTENCES[0]
+def test_progress_counts_tokens_and_texts(embedder, sentences, capsys):
+    embedder.embed(sentences, progress=True)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    tokens = sum(len(e.ids) for e in embedder.tokenize(sentences))
+    assert last.startswith(f"sentences: {tokens}/{tokens} tokens (100%)")
+    assert f"{len(sentences)}/{len(sentences)} texts" in last and "ETA" not in last
+    embedder.embed(sentences)
+    assert capsys.readouterr().err == ""
+
+
+def test_layer_combinations(embedder, sentences):
+    text = sentences[0]
     states = reference_states(embedder, text)
     last4 = torch.stack(states[-4:])  # [4, T, H] (layers 0..3 of a 3-layer model)
     for combine, expected in (("mean", last4.mean(0)), ("sum", last4.sum(0)),
@@ -120,11 +93,11 @@ def test_layer_combinations(embedder):
     assert embedder.embed([text], layers="last4", combine="concat").shape == (1, 4 * 32)
 
 
-def test_normalize_gives_unit_rows(embedder):
-    v = embedder.embed(SENTENCES, normalize=True)
+def test_normalize_gives_unit_rows(embedder, sentences):
+    v = embedder.embed(sentences, normalize=True)
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-6)
-    assert embedder.encode(SENTENCES[0]).shape == (32,)
-    np.testing.assert_allclose(embedder.encode(SENTENCES, normalize_embeddings=True), v)
+    assert embedder.encode(sentences[0]).shape == (32,)
+    np.testing.assert_allclose(embedder.encode(sentences, normalize_embeddings=True), v)
 
 
 def test_word_vector_pools_the_pieces_of_the_word(embedder):
@@ -143,8 +116,8 @@ def test_word_vector_pools_the_pieces_of_the_word(embedder):
     np.testing.assert_allclose(inner, states[-1][4].numpy(), atol=1e-5)
 
 
-def test_word_vectors_batch_equals_one_at_a_time(embedder):
-    texts = [s for s in SENTENCES if "bank" in s]
+def test_word_vectors_batch_equals_one_at_a_time(embedder, sentences):
+    texts = [s for s in sentences if "bank" in s]
     spans = [(t.index("bank"), t.index("bank") + 4) for t in texts]
     batch = embedder.word_vectors(texts, spans, batch_size=2)
     for i, (t, s) in enumerate(zip(texts, spans)):
@@ -163,21 +136,21 @@ def test_words_lists_every_word_once(embedder):
     assert vectors.shape == (7, 32)
 
 
-def test_standardize_applies_the_fitted_statistics(model_dir):
-    embedder = Embedder.load(model_dir)
+def test_standardize_applies_the_fitted_statistics(tiny_bert_dir, sentences):
+    embedder = Embedder.load(tiny_bert_dir)
     rng = np.random.default_rng(0)
     mean, std = rng.normal(size=(4, 32)).astype(np.float32), rng.uniform(1, 2, (4, 32)).astype(np.float32)
     embedder.standardizer = Standardizer(mean, std, [0, 1, 2, 3])
-    raw = embedder.token_vectors([SENTENCES[1]], layers=2)[0]
-    z = embedder.token_vectors([SENTENCES[1]], layers=2, standardize=True)[0]
+    raw = embedder.token_vectors([sentences[1]], layers=2)[0]
+    z = embedder.token_vectors([sentences[1]], layers=2, standardize=True)[0]
     np.testing.assert_allclose(z, (raw - mean[2]) / std[2], atol=1e-5)
     embedder.standardizer = None
     with pytest.raises(UserError, match="no standardizer"):
         embedder.embed(["the bank"], standardize=True)
 
 
-def test_truncation_warns_and_cuts(tmp_path):
-    small = Embedder.load(tiny_model(tmp_path, max_positions=8))
+def test_truncation_warns_and_cuts(tmp_path, make_tiny_bert):
+    small = Embedder.load(make_tiny_bert(tmp_path, max_positions=8))
     with pytest.warns(UserWarning, match="1 of 2 texts"):
         v = small.embed(["the bank raised rates on the river bank water", "we sat"])
     assert v.shape == (2, 32)
@@ -220,46 +193,48 @@ def test_embed_file_sentences_and_words(embedder, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_embed_module_function_takes_a_directory(model_dir, embedder):
-    np.testing.assert_allclose(embed(model_dir, SENTENCES[:2], pool="cls"),
-                               embedder.embed(SENTENCES[:2], pool="cls"), atol=1e-6)
+def test_embed_module_function_takes_a_directory(tiny_bert_dir, embedder, sentences):
+    np.testing.assert_allclose(embed(tiny_bert_dir, sentences[:2], pool="cls"),
+                               embedder.embed(sentences[:2], pool="cls"), atol=1e-6)
 
 
 @pytest.mark.parametrize("content, message", [
     (None, "does not exist"), (b"", "is empty"), (b"ok\n\xff bad\n", ":2: not UTF-8")])
-def test_cli_bad_input_exits_2_and_writes_nothing(model_dir, tmp_path, capsys, content, message):
+def test_cli_bad_input_exits_2_and_writes_nothing(tiny_bert_dir, tmp_path, capsys, content,
+                                                  message):
     source = tmp_path / "in.txt"
     if content is not None:
         source.write_bytes(content)
     out = tmp_path / "out.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(source), "--out", str(out),
+    assert main(["embed", "--model", str(tiny_bert_dir), "--input", str(source), "--out", str(out),
                  "--quiet"]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == (["in.txt"] if content is not None else [])
 
 
-def test_cli_embed_options(model_dir, tmp_path, capsys):
+def test_cli_embed_options(tiny_bert_dir, tmp_path, capsys):
     source = tmp_path / "in.txt"
     source.write_text("we sat on the river bank .\nunbelievable\n")
     out = tmp_path / "v.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(source), "--out", str(out),
+    assert main(["embed", "--model", str(tiny_bert_dir), "--input", str(source), "--out", str(out),
                  "--last4", "--combine", "concat", "--pool", "cls", "--normalize", "--quiet"]) == 0
     v = np.load(out)
     assert v.shape == (2, 4 * 32)
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert "2 rows from 2 lines" in capsys.readouterr().out
-    assert main(["embed", "--model", str(model_dir), "--input", str(source), "--out", str(out),
+    assert main(["embed", "--model", str(tiny_bert_dir), "--input", str(source), "--out", str(out),
                  "--layer", "9", "--quiet"]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_cli_subprocess_words(model_dir, tmp_path):
+@pytest.mark.slow
+def test_cli_subprocess_words(tiny_bert_dir, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("the bank raised rates\n")
     out = tmp_path / "w.npy"
     bertkit = Path(sys.executable).parent / "bertkit"
-    done = subprocess.run([str(bertkit), "embed", "--model", str(model_dir), "--input",
+    done = subprocess.run([str(bertkit), "embed", "--model", str(tiny_bert_dir), "--input",
                            str(source), "--out", str(out), "--words", "--subword-pool", "first",
                            "--layer", "1"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -274,21 +249,21 @@ MIXED = ["A man is eating food.", "The bank raised its interest rates by half a 
 
 
 @pytest.fixture(scope="module")
-def minilm(minilm_dir) -> Embedder:
+def minilm_embedder(minilm_dir) -> Embedder:
     return Embedder.load(minilm_dir)
 
 
-def test_sentence_vectors_equal_sentence_transformers(minilm_dir, minilm):
+def test_sentence_vectors_equal_sentence_transformers(minilm_dir, minilm_embedder):
     st = pytest.importorskip("sentence_transformers")
-    ours = minilm.encode(MIXED, batch_size=2, normalize=True)
+    ours = minilm_embedder.encode(MIXED, batch_size=2, normalize=True)
     theirs = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(
         MIXED, batch_size=2, normalize_embeddings=True)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 
-def test_token_vectors_equal_transformers(minilm_dir, minilm):
+def test_token_vectors_equal_transformers(minilm_dir, minilm_embedder):
     transformers = pytest.importorskip("transformers")
-    embedder = minilm
+    embedder = minilm_embedder
     reference = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()
     tok = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
     batch = tok(MIXED[:4], padding=True, return_tensors="pt")
@@ -300,9 +275,10 @@ def test_token_vectors_equal_transformers(minilm_dir, minilm):
             np.testing.assert_allclose(vectors, hf[layers][i, :len(vectors)].numpy(), atol=1e-5)
 
 
-def test_bf16_stays_close_to_fp32(minilm):
-    exact = minilm.encode(MIXED, normalize=True)
-    fast = Embedder(minilm.encoder, minilm.tokenizer, max_length=minilm.max_length,
+def test_bf16_stays_close_to_fp32(minilm_embedder):
+    exact = minilm_embedder.encode(MIXED, normalize=True)
+    fast = Embedder(minilm_embedder.encoder, minilm_embedder.tokenizer,
+                    max_length=minilm_embedder.max_length,
                     precision="bf16").encode(MIXED, normalize=True)
     assert np.abs(fast - exact).max() < 2e-2
     assert (fast * exact).sum(1).min() > 0.99

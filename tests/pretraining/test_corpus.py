@@ -10,48 +10,11 @@ import numpy as np
 import pytest
 
 from bertkit.cli.main import main
+from bertkit.files import UserError
 from bertkit.pretraining.corpus import check_tokenizer, prepare
 from bertkit.pretraining.shards import load_manifest, load_split
-from bertkit.files import UserError
 from bertkit.text.tokenizer import Tokenizer
-
-REPO = Path(__file__).resolve().parents[2]
-SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "de", "an", "el", "or"]
-WORDS = sorted({a + b for a in SYLLABLES for b in SYLLABLES} | set(SYLLABLES))
-SUFFIXES = ["s", "ed", "ing", "ly"]
-
-
-def make_tokenizer(root: Path) -> Path:
-    """A WordPiece vocabulary over the synthetic words, with letters so nothing is [UNK]."""
-    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    pieces = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(".,!?;:'\"()-") + letters
-              + WORDS[:100] + ["mr"] + ["##" + s for s in SUFFIXES + letters])
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "vocab.txt").write_text("\n".join(dict.fromkeys(pieces)) + "\n", encoding="utf-8")
-    Tokenizer.from_vocab(root / "vocab.txt").save(root / "tok")
-    return root / "tok"
-
-
-def sentence(rng) -> str:
-    n = int(rng.integers(3, 14))
-    words = [WORDS[i] + (rng.choice(SUFFIXES) if rng.random() < 0.2 else "")
-             for i in rng.integers(0, len(WORDS), n)]
-    if rng.random() < 0.1:
-        words.insert(1, "Mr.")
-    if rng.random() < 0.1:
-        words[-1] += ","
-        words.append("\u201cquoted\u201d")
-    return " ".join(words).capitalize().replace("mr.", "Mr.") + str(rng.choice([".", "!", "?"]))
-
-
-def write_corpus(path: Path, docs=40, seed=0, paragraphs=(1, 4), sentences=(1, 6)) -> list:
-    """Blank-line separated documents of paragraph lines; returns the documents' lines."""
-    rng = np.random.default_rng(seed)
-    documents = [[" ".join(sentence(rng) for _ in range(int(rng.integers(*sentences))))
-                  for _ in range(int(rng.integers(*paragraphs)))] for _ in range(docs)]
-    path.write_text("\n\n".join("\n".join(d) for d in documents) + "\n", encoding="utf-8")
-    return documents
-
+from synthetic_corpus import make_tokenizer, write_corpus
 
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory) -> Path:
@@ -200,7 +163,7 @@ def test_a_tokenizer_that_does_not_match_the_data_is_refused(tmp_path, tok_dir):
         check_tokenizer(tmp_path / "data", other)
 
 
-def test_cli_prepare_in_process_and_subprocess(tmp_path, tok_dir, capsys):
+def test_cli_prepare(tmp_path, tok_dir, capsys):
     write_corpus(tmp_path / "c.txt", docs=20)
     assert main(["prepare", "--corpus", str(tmp_path / "c.txt"), "--tokenizer", str(tok_dir),
                  "--out", str(tmp_path / "a"), "--workers", "1"]) == 0
@@ -209,6 +172,11 @@ def test_cli_prepare_in_process_and_subprocess(tmp_path, tok_dir, capsys):
     assert main(["prepare", "--corpus", str(tmp_path / "bad.txt"), "--tokenizer", str(tok_dir),
                  "--out", str(tmp_path / "b")]) == 2
     assert "bad.txt:2: not UTF-8" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_prepare_in_a_subprocess(tmp_path, tok_dir):
+    write_corpus(tmp_path / "c.txt", docs=20)
     exe = Path(sys.executable).parent / "bertkit"
     run = subprocess.run([str(exe), "prepare", "--corpus", str(tmp_path / "c.txt"),
                           "--tokenizer", str(tok_dir), "--out", str(tmp_path / "c"),

@@ -14,7 +14,7 @@ from bertkit.pretraining.shards import load_split
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.files import UserError
 from bertkit.pretraining.masking import MaskingConfig
-from test_corpus import make_tokenizer, write_corpus
+from synthetic_corpus import make_tokenizer, write_corpus
 
 CLS, SEP, PAD = 2, 3, 0
 

@@ -12,9 +12,11 @@ import torch
 
 import bertkit.cli.main as cli
 from bertkit.files import UserError
-from bertkit.senses.static import (SkipGramConfig, StaticVectors, Tokenization, keep_probabilities,
-                            noise_distribution, read_corpus, sample_negatives, sgns_gradients,
-                            sgns_loss, skipgram_pairs, subsample)
+from bertkit.senses.static import (Corpus, SkipGramConfig, StaticVectors, Tokenization,
+                                   keep_probabilities, noise_distribution, read_corpus,
+                                   sample_negatives, sgns_gradients, sgns_loss, skipgram_pairs,
+                                   subsample, train_skipgram)
+from bertkit.text.tokenizer import Tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,9 +143,6 @@ def test_save_load_round_trip(planted, tmp_path):
 
 
 def test_pieces_tokenization(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
-    from bertkit.text.tokenizer import Tokenizer
-
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "bank", "river", "money",
              "##s", "b", "##ank"]
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
@@ -159,8 +158,9 @@ def test_pieces_tokenization(tmp_path):
     assert np.allclose(model.vector("banks"),
                        model.vectors[[model.index["bank"], model.index["##s"]]].mean(0))
     model.save(tmp_path / "m")
-    assert StaticVectors.load(tmp_path / "m").tokenization.kind == "pieces"
-    assert tokenizers  # imported for the skip
+    loaded = StaticVectors.load(tmp_path / "m")
+    assert loaded.tokenization.kind == "pieces"
+    assert loaded.tokenization.tokens(["the banks"]) == [["the", "bank", "##s"]]
 
 
 def test_bad_input(tmp_path):
@@ -193,9 +193,34 @@ def test_cli(planted, tmp_path, capsys):
     assert "[1]   1.000   1.000" in table and "[2]   1.000   1.000" in table
     assert cli.main(["static", "contexts", "--model", str(out), "--word", "a0", "f1 f2"]) == 2
     assert "does not occur as a word" in capsys.readouterr().err
-    # One real process: the installed console script.
+
+
+@pytest.mark.slow
+def test_cli_in_a_subprocess(planted, tmp_path):
+    """One real process: the installed console script."""
+    corpus, _, _ = planted
+    out = tmp_path / "vec"
+    assert cli.main(["static", "train", "--corpus", str(corpus), "--words", "--dim", "16",
+                     "--window", "2", "--epochs", "1", "--min-count", "1", "--subsample", "0",
+                     "--out", str(out), "--quiet"]) == 0
     exe = Path(sys.executable).parent / "bertkit"
     done = subprocess.run([str(exe), "static", "neighbors", "--model", str(out), "b0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("b0: ")
+
+
+def test_training_leaves_the_thread_count_as_it_found_it(capsys):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # not the config's 1
+    try:
+        corpus = Corpus(["a", "b", "c"], np.array([3, 2, 1]), np.array([0, 1, 2, 0, 1, 0]),
+                        np.zeros(6, dtype=np.int64))
+        _, _, stats = train_skipgram(corpus, SkipGramConfig(dim=4, epochs=2, min_count=1,
+                                                            subsample=0.0, threads=1))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"skip-gram: {stats.pairs}/{stats.pairs} pairs (100%)")
+    assert last.count("loss per pair by epoch: ") == 1 and "ETA" not in last

@@ -50,12 +50,12 @@ def ours_fields(batch):
 
 
 @pytest.fixture(scope="module")
-def minilm(minilm_dir):
+def minilm_tokenizers(minilm_dir):
     return Tokenizer.load(minilm_dir), transformers.BertTokenizerFast.from_pretrained(minilm_dir)
 
 
-def test_singles_match_bert_tokenizer_fast(minilm):
-    ours, hf = minilm
+def test_singles_match_bert_tokenizer_fast(minilm_tokenizers):
+    ours, hf = minilm_tokenizers
     assert ours_fields(ours.encode_batch(TEXTS)) == hf_fields(hf, TEXTS)
     assert ours.encode(TEXTS[3]).ids == hf(TEXTS[3])["input_ids"]
     assert ours.vocab_size == 30522 and ours.kind == "wordpiece"
@@ -63,8 +63,8 @@ def test_singles_match_bert_tokenizer_fast(minilm):
                                                                                 102, 103)
 
 
-def test_pairs_truncation_and_padding_match(minilm):
-    ours, hf = minilm
+def test_pairs_truncation_and_padding_match(minilm_tokenizers):
+    ours, hf = minilm_tokenizers
     firsts, seconds = TEXTS, TEXTS[::-1]
     assert ours_fields(ours.encode_batch(firsts, seconds)) == hf_fields(hf, firsts, seconds)
     for padding in ("longest", "max_length"):
@@ -94,13 +94,13 @@ def test_pairs_truncation_and_padding_match(minilm):
             hf_fields(hf, TEXTS, max_length=7, truncation=strategy)
 
 
-def test_vocab_txt_alone_matches(minilm_dir, tmp_path, minilm):
+def test_vocab_txt_alone_matches(minilm_dir, tmp_path, minilm_tokenizers):
     shutil.copy(minilm_dir / "vocab.txt", tmp_path / "vocab.txt")
     ours = Tokenizer.load(tmp_path)
     hf = transformers.BertTokenizerFast.from_pretrained(tmp_path)
     assert ours_fields(ours.encode_batch(TEXTS, TEXTS[::-1])) == \
         hf_fields(hf, TEXTS, TEXTS[::-1])
-    assert ours_fields(ours.encode_batch(TEXTS)) == ours_fields(minilm[0].encode_batch(TEXTS))
+    assert ours_fields(ours.encode_batch(TEXTS)) == ours_fields(minilm_tokenizers[0].encode_batch(TEXTS))
     # tokenizer_config.json's flags are honoured as BertTokenizerFast honours them.
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
     cased, hf_cased = Tokenizer.load(tmp_path), \
@@ -109,8 +109,8 @@ def test_vocab_txt_alone_matches(minilm_dir, tmp_path, minilm):
     assert cased.encode("Hello").tokens != ours.encode("Hello").tokens
 
 
-def test_decode_merges_pieces(minilm):
-    ours, hf = minilm
+def test_decode_merges_pieces(minilm_tokenizers):
+    ours, hf = minilm_tokenizers
     text = "unbelievable tokenization of hyperparameters, isn't it?"
     ids = ours.encode(text).ids
     assert any(t.startswith("##") for t in ours.encode(text).tokens)
@@ -120,8 +120,8 @@ def test_decode_merges_pieces(minilm):
     assert ours.decode_batch([ids, ids[:3]]) == [ours.decode(ids), ours.decode(ids[:3])]
 
 
-def test_over_long_text_without_truncation_names_the_input(minilm):
-    ours, _ = minilm
+def test_over_long_text_without_truncation_names_the_input(minilm_tokenizers):
+    ours, _ = minilm_tokenizers
     with pytest.raises(UserError, match=r"input 2: \d+ tokens, longer than max_length 5"):
         ours.encode_batch(["short", "this one is far too long"], max_length=5, truncation=False)
     with pytest.raises(UserError, match=r"notes.txt:7: \d+ tokens"):
@@ -130,8 +130,8 @@ def test_over_long_text_without_truncation_names_the_input(minilm):
     assert len(ours.encode("this one is far too long", max_length=5)) == 5
 
 
-def test_batch_views_agree(minilm):
-    ours, _ = minilm
+def test_batch_views_agree(minilm_tokenizers):
+    ours, _ = minilm_tokenizers
     batch = ours.encode_batch(TEXTS, padding="longest")
     flat, lengths = batch.flat_ids()
     assert lengths.tolist() == [sum(e.attention_mask) for e in batch]

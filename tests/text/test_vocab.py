@@ -8,7 +8,7 @@ import pytest
 
 from bertkit.files import UserError
 from bertkit.text.tokenizer import Tokenizer
-from bertkit.text.vocab import count_lines, mixture_weights, sample_lines, train_tokenizer
+from bertkit.text.vocab import count_lines, mixture_weights, mixed_lines, train_tokenizer
 
 
 def _tagged_files(tmp_path, sizes):
@@ -40,7 +40,7 @@ def test_sampled_lines_follow_q(tmp_path, alpha):
     sizes = [20000, 2000, 200]
     files = _tagged_files(tmp_path, sizes)
     assert [count_lines(f) for f in files] == sizes
-    stream = sample_lines(files, alpha=alpha, seed=1)
+    stream = mixed_lines(files, alpha=alpha, seed=1)
     assert inspect.isgenerator(stream)
     lines = list(stream)
     assert len(lines) == pytest.approx(sum(sizes), rel=0.02)
@@ -66,11 +66,11 @@ def test_sampling_is_lazy_and_seeded(tmp_path):
     # Bad bytes at the very end: a stream that read whole files up front would fail at once.
     with open(files[1], "ab") as f:
         f.write(b"tail \xff\n")
-    stream = sample_lines(files, sizes=[50, 50])
+    stream = mixed_lines(files, sizes=[50, 50])
     assert next(stream).startswith("f")
-    assert list(sample_lines(files[:1], seed=3)) == list(sample_lines(files[:1], seed=4))
+    assert list(mixed_lines(files[:1], seed=3)) == list(mixed_lines(files[:1], seed=4))
     with pytest.raises(UserError, match=r"lang1.txt:56: not UTF-8"):
-        list(sample_lines(files))
+        list(mixed_lines(files))
 
 
 def test_training_rejects_bad_files_before_writing(tmp_path):

@@ -3,7 +3,8 @@
 One row per line (a sentence vector; a tab separates a pair) or one per word, with
 `out.index.jsonl` beside the matrix saying which line, word and characters each row is. The
 file is streamed in chunks into a memory-mapped `.npy`, so memory does not grow with its size;
-both files appear complete or not at all. The vectors themselves come from `embed.Embedder`.
+both files appear complete or not at all. The vectors themselves come from
+`bertkit.embeddings.embedder.Embedder`.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from typing import Iterator
 
 import numpy as np
 
-from bertkit.embeddings.embedder import Embedder, LayerSpec, Progress, l2_normalize, resolve_layers
-from bertkit.embeddings.inputs import Text, word_groups
+from bertkit.embeddings.embedder import Embedder, LayerSpec, Text, resolve_layers, word_groups
+from bertkit.embeddings.standardize import unit_rows
 from bertkit.files import UserError, atomic_file, atomic_path, read_lines, require_file
+from bertkit.progress import Progress
 
 
 @dataclass
@@ -82,7 +84,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
 
     index = index_path_for(out)
     truncated = done = 0
-    bar = Progress(lines, tokens, "lines", progress)
+    bar = Progress("embed", tokens, "tokens", counts={"lines": lines}, enabled=progress)
     with _atomic_npy(out, (rows, width)) as matrix, atomic_file(index) as f_index:
         for first_line, texts in chunks():
             encoded = embedder.tokenize(texts)
@@ -94,7 +96,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                     embedder.pool_groups(encoded, groups, layers_list, combine, subword_pool,
                                          standardize, batch_size, False, "lines", out=block)
                     if normalize:
-                        block[:] = l2_normalize(block)
+                        block[:] = unit_rows(block)
                 for k, r in enumerate(refs):
                     f_index.write(json.dumps({"row": done + k, "line": first_line + r.item,
                                               "word": r.word, "segment": r.segment,
@@ -108,12 +110,13 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                     layers_list, combine, "mean", standardize, batch_size, False, "lines",
                     out=block)
                 if normalize:
-                    block[:] = l2_normalize(block)
+                    block[:] = unit_rows(block)
                 for k, e in enumerate(encoded):
                     f_index.write(json.dumps({"row": done + k, "line": first_line + k,
                                               "truncated": e.truncated}) + "\n")
                 done += len(block)
-            bar.update(len(texts), sum(len(e.ids) for e in encoded))
+            bar.update(add=sum(len(e.ids) for e in encoded), lines=len(texts))
+    bar.finish()
     if truncated:
         warnings.warn(f"{input_path}: {truncated} of {lines} lines were longer than "
                       f"{embedder.max_length} tokens and were cut", stacklevel=2)
