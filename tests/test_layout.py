@@ -24,11 +24,21 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _runtime_nodes(tree: ast.AST):
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in ast.walk(child))
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
 def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """bertkit modules a module imports anywhere: at its top, inside a function, or for type
-    checking. A cycle through a deferred import still ties two modules into one concept."""
+    """bertkit modules a module imports anywhere it runs: at its top or inside a function (a
+    cycle through a deferred import still ties two modules into one concept). Names imported
+    under `if TYPE_CHECKING:` are annotations, never executed, and are left out."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
