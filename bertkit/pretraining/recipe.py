@@ -32,7 +32,9 @@ from bertkit.pretraining import objectives
 from bertkit.config import ConfigError, PRESETS, TrainConfig, preset
 from bertkit.files import UserError
 from bertkit.pretraining.masking import MaskingConfig
-from bertkit.model.encoder import PretrainingModel, SpanBoundaryHead, init_weights, num_parameters
+from bertkit.model.create import new_pretraining_model
+from bertkit.model.encoder import init_weights, num_parameters
+from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
 from bertkit.runtime import allocator
 from bertkit.training.loop import TrainResult, train
 
@@ -104,12 +106,13 @@ def start_distributed(device: torch.device) -> bool:
     return True
 
 
-def build_model(opts: PretrainOptions, vocab_size: int, seed: int) -> PretrainingModel:
-    """The model to train: a seeded fresh preset or a loaded directory, plus the SBO head."""
+def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> PretrainingModel:
+    """The PretrainingModel to train: a fresh preset initialised from `seed` or a loaded
+    directory, plus the SBO head for the span objective. Draws from its own generator only."""
     from bertkit.pretraining.corpus import check_tokenizer
     from bertkit.model.hub import load_pretraining_model
 
-    torch.manual_seed(seed)  # weight initialisation is the only draw here
+    generator = torch.Generator().manual_seed(seed)
     if opts.init is not None:
         check_tokenizer(opts.data, opts.init)
         model = load_pretraining_model(opts.init)
@@ -120,14 +123,14 @@ def build_model(opts: PretrainOptions, vocab_size: int, seed: int) -> Pretrainin
                          max_positions=max(512, opts.seq_len))
         except ConfigError as e:
             raise UserError(str(e)) from None
-        model = PretrainingModel(cfg)
-        init_weights(model, cfg)
+        model = new_pretraining_model(cfg, seed)
     if opts.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
                         f"{cfg.max_positions} positions")
     if opts.objective == "span":
-        model.sbo = SpanBoundaryHead(cfg)
-        init_weights(model.sbo, cfg)
+        with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
+            model.sbo = SpanBoundaryHead(cfg)
+        init_weights(model.sbo, cfg, generator)
         if opts.init is not None and (opts.init / SBO_FILE).is_file():
             model.sbo.load_state_dict(load_file(str(opts.init / SBO_FILE)))
     # Heads the objective never reads get no gradient; DDP needs every trained weight used.
@@ -185,7 +188,7 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
         if opts.batch_size % world:
             raise UserError(f"--batch-size {opts.batch_size} does not split over {world} ranks")
         cfg = opts.train
-        model = build_model(opts, tokenizer.vocab_size, cfg.seed)
+        model = model_to_pretrain(opts, tokenizer.vocab_size, cfg.seed)
         if rank == 0:
             print(f"model: {opts.preset or opts.init} with {num_parameters(model) / 1e6:.1f}M "
                   f"parameters, objective {opts.objective}, {opts.seq_len} x {opts.batch_size} "
@@ -218,13 +221,13 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
                      save=lambda m, path: save_pretrained(m, path, tokenizer),
                      target_count=objectives.target_count(opts.objective),
                      fingerprint=fingerprint, device=device,
-                     find_unused_parameters=False)  # build_model froze the unused heads
+                     find_unused_parameters=False)  # model_to_pretrain froze the unused heads
     finally:
         if joined:
             dist.destroy_process_group()
 
 
-__all__ = ["PretrainOptions", "pretrain", "build_model", "save_pretrained", "start_distributed",
+__all__ = ["PretrainOptions", "pretrain", "model_to_pretrain", "save_pretrained", "start_distributed",
            "SBO_FILE"]
 
 

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining import objectives
-from bertkit.model.encoder import SpanBoundaryHead, init_weights
+from bertkit.model.encoder import init_weights
+from bertkit.model.heads import SpanBoundaryHead
 from test_train import T, V, make_batch, tiny_config, tiny_model
 from test_train import one_thread  # noqa: F401  (autouse: one torch thread)
 

@@ -215,7 +215,7 @@ def _error(capsys, args) -> str:
 def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, monkeypatch):
     from bertkit.config import EncoderConfig
     from bertkit.model.hub import save_model
-    from bertkit.model.encoder import PretrainingModel
+    from bertkit.model.heads import PretrainingModel
     from bertkit.text.tokenizer import Tokenizer
 
     out = tmp_path / "out"

@@ -13,7 +13,8 @@ import torch
 from bertkit.pretraining import objectives
 from bertkit.config import EncoderConfig, TrainConfig
 from bertkit.files import UserError
-from bertkit.model.encoder import PretrainingModel, init_weights
+from bertkit.model.encoder import init_weights
+from bertkit.model.heads import PretrainingModel
 from bertkit.training.loop import default_param_groups, lr_factor, train
 
 V, T = 48, 16
