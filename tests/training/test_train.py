@@ -16,6 +16,7 @@ from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import PretrainingModel
 from bertkit.training.loop import default_param_groups, lr_factor, train
+from bertkit.training.runlog import plot_loss
 
 V, T = 48, 16
 
@@ -164,6 +165,10 @@ def test_train_learns_and_writes_run_directory(tmp_path):
     assert evals[-1]["eval_ppl"] == pytest.approx(math.exp(evals[-1]["eval_loss"]), rel=1e-5)
     assert all(r["tokens_per_s"] > 0 and "mlm_acc" in r for r in train_records)
     assert (tmp_path / "run/loss.png").read_bytes()[:4] == b"\x89PNG"
+    curves = plot_loss(tmp_path / "run/metrics.jsonl", tmp_path / "again.png")
+    assert list(curves) == ["train loss", "eval_loss"]  # mlm: the loss is its LM part
+    assert curves["train loss"] == ([10, 20, 30, 40], [r["loss"] for r in train_records])
+    assert curves["eval_loss"] == ([20, 40], [r["eval_loss"] for r in evals])
     loaded = load_pretraining_model(tmp_path / "run")  # the final Hugging Face directory
     for k, v in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v), k
@@ -222,10 +227,11 @@ def test_early_stopping_keeps_the_best_weights(tmp_path):
         assert torch.equal(model.state_dict()[k], v), k
 
 
-def test_out_of_memory_is_one_clear_line_and_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to "
+                                                           "allocate 2.00 GiB"), MemoryError()])
+def test_out_of_memory_is_one_clear_line_and_leaves_nothing(tmp_path, error):
     def loss_fn(model, batch):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: not "
-                           "enough memory: you tried to allocate 123456789 bytes.")
+        raise error
 
     with pytest.raises(UserError, match="out of memory for a batch of 8 x 16 tokens: lower"):
         train(tiny_model(), loss_fn, FakeBatches(), TrainConfig(max_steps=5), tmp_path / "run",
