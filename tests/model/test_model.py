@@ -150,3 +150,18 @@ def test_flops_grow_with_predicted_fraction():
     full = model_flops_per_token(cfg, 128, 1.0)
     assert full > 2 * sparse  # the vocabulary projection dominates a small model's step
     assert 20e6 < sparse < 35e6  # the issue measured 27.4 MFLOP/token for mini, sparse head
+
+
+def test_a_seed_gives_the_same_weights_and_leaves_the_global_generator_alone():
+    from bertkit.model.create import new_pretraining_model
+
+    cfg = EncoderConfig(**SHAPES[0], vocab_size=113, max_positions=40)
+    before = torch.get_rng_state()
+    a, b, c = (new_pretraining_model(cfg, seed) for seed in (5, 5, 6))
+    assert torch.equal(torch.get_rng_state(), before)
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
+    assert not torch.equal(a.encoder.blocks[0].up.weight, c.encoder.blocks[0].up.weight)
+    assert a.encoder.blocks[0].up.weight.std().item() == pytest.approx(cfg.initializer_range,
+                                                                      rel=0.1)
+    assert float(a.mlm.bias.abs().sum()) == 0.0

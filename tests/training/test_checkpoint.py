@@ -125,7 +125,8 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, tiny):
     cfg = TrainConfig(max_steps=8, lr=1e-3, warmup_steps=2, save_every=3, log_every=2,
                       keep_checkpoints=5)
     full = tiny.model(hidden_dropout=0.1, attention_dropout=0.1)  # dropout draws from torch RNG
-    train(full, objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "full", save=tiny.no_save,
+    train(full, objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "full",
+          save=tiny.no_save,
           show_progress=False)
     # A run that died after its step-3 checkpoint: copy that checkpoint alone, then resume.
     cut = tmp_path / "cut/checkpoints"

@@ -16,7 +16,7 @@ from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import PretrainingModel
 from bertkit.training.loop import default_param_groups, lr_factor, train
-from bertkit.training.runlog import plot_loss
+from bertkit.training.runlog import loss_curves, plot_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -84,6 +84,27 @@ def test_train_learns_and_writes_run_directory(tmp_path, tiny):
         assert torch.equal(loaded.state_dict()[k], v), k
 
 
+def test_train_gives_the_callers_generators_back(tmp_path, tiny):
+    """The run seeds torch's generator for dropout; the caller's stream is left where it was."""
+    model = tiny.model(hidden_dropout=0.1)  # (seeds torch itself: before ours)
+    torch.manual_seed(11)
+    expected = torch.rand(3)
+    torch.manual_seed(11)
+    train(model, objectives.mlm_loss, tiny.FakeBatches(),
+          TrainConfig(max_steps=2), tmp_path / "r", save=tiny.no_save, show_progress=False)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_loss_curves_show_the_lm_part_of_a_loss_of_several_parts():
+    records = [{"step": 2, "split": "train", "loss": 5.0, "mlm_loss": 4.0},
+               {"step": 4, "split": "train", "loss": 4.5, "mlm_loss": 3.8},
+               {"step": 4, "split": "eval", "eval_loss": 3.9}]
+    assert loss_curves(records) == {"train loss": ([2, 4], [5.0, 4.5]),
+                                    "train mlm_loss": ([2, 4], [4.0, 3.8]),
+                                    "eval_loss": ([4], [3.9])}
+    assert loss_curves([{"step": 1, "split": "eval", "eval_loss": 1.0}]) == {}
+
+
 def test_grad_accumulation_equals_one_big_batch(tmp_path, tiny):
     g = torch.Generator().manual_seed(5)
     small = [tiny.batch(g, 4) for _ in range(6)]
@@ -109,7 +130,8 @@ def test_sigterm_finishes_the_step_saves_and_stops(tmp_path, tiny):
             os.kill(os.getpid(), signal.SIGTERM)
         return objectives.mlm_loss(model, batch)
 
-    result = train(tiny.model(), loss_fn, tiny.FakeBatches(), TrainConfig(max_steps=50, log_every=5),
+    result = train(tiny.model(), loss_fn, tiny.FakeBatches(),
+                   TrainConfig(max_steps=50, log_every=5),
                    tmp_path / "run", show_progress=False)
     assert result.stopped_by == "interrupted" and result.step == 3
     assert (tmp_path / "run/checkpoints/step-00000003/manifest.json").is_file()
