@@ -28,14 +28,18 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-from bertkit.pretraining import objectives
 from bertkit.config import ConfigError, PRESETS, TrainConfig, preset
 from bertkit.files import UserError
-from bertkit.pretraining.masking import MaskingConfig
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
+from bertkit.model.hub import load_pretraining_model, save_model
+from bertkit.pretraining import objectives
+from bertkit.pretraining.corpus import check_tokenizer, load_manifest
+from bertkit.pretraining.examples import PretrainingBatches
+from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runtime import allocator
+from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import TrainResult, train
 
 SBO_FILE = "sbo.safetensors"
@@ -108,14 +112,13 @@ def start_distributed(device: torch.device) -> bool:
 
 def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> PretrainingModel:
     """The PretrainingModel to train: a fresh preset initialised from `seed` or a loaded
-    directory, plus the SBO head for the span objective. Draws from its own generator only."""
-    from bertkit.pretraining.corpus import check_tokenizer
-    from bertkit.model.hub import load_pretraining_model
-
+    directory, plus the SBO head for the span objective. torch's global generator is left
+    where it was."""
     generator = torch.Generator().manual_seed(seed)
     if opts.init is not None:
         check_tokenizer(opts.data, opts.init)
-        model = load_pretraining_model(opts.init)
+        with torch.random.fork_rng(devices=[]):  # heads the directory lacks draw globally
+            model = load_pretraining_model(opts.init)
         cfg = model.config
     else:
         try:
@@ -142,8 +145,6 @@ def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> Pret
 
 def save_pretrained(model: PretrainingModel, path: Path, tokenizer) -> None:
     """A Hugging Face directory; the SBO head, if any, beside it in sbo.safetensors."""
-    from bertkit.model.hub import save_model
-
     sbo, extra = model.sbo, {}
     if sbo is not None:
         extra[SBO_FILE] = safetensors_bytes(
@@ -157,8 +158,6 @@ def save_pretrained(model: PretrainingModel, path: Path, tokenizer) -> None:
 
 def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int) -> list[dict]:
     """A fixed list of held-out batches: the same masks at every evaluation."""
-    from bertkit.pretraining.examples import PretrainingBatches
-
     try:
         held = PretrainingBatches(opts.data, batch_size=opts.batch_size, split="heldout",
                                   seed=seed, prefetch=0, **data_kwargs)
@@ -175,10 +174,6 @@ def _data_fingerprint(data: Path) -> str:
 
 def pretrain(opts: PretrainOptions) -> TrainResult:
     """Pretrain per `opts`; see the module docstring."""
-    from bertkit.pretraining.corpus import load_manifest
-    from bertkit.pretraining.examples import PretrainingBatches
-    from bertkit.text.tokenizer import Tokenizer
-
     load_manifest(opts.data)
     tokenizer = Tokenizer.load(opts.data / "tokenizer")
     device = _device(opts.device)

@@ -30,8 +30,15 @@ metrics, lr, tokens/s), `loss.png`, `checkpoints/step-*/` (see checkpoint.py),
 top. Progress lines go to stderr. Ctrl-C or SIGTERM finishes the current step, saves a
 checkpoint and returns with `stopped_by="interrupted"` (no final model). Only rank 0 writes.
 
+Dropout draws from torch's process-wide generator: a run seeds it with `cfg.seed + rank` (a
+resume restores it from the checkpoint) and gives the caller's generators back on return.
+
 Not here: device, dtype and seed are arguments; the process group, if any, is set up by the
 caller (`torchrun` + `torch.distributed.init_process_group`) and detected.
+
+`train` reads as the loop it runs: `_optimisation_step` (micro-batches, autocast, clipping,
+schedule, the periodic log), `_check_stop` (time, signals), `_evaluate_and_keep_best`,
+`_checkpoint`, then `_finish`; the fixed setup is a `_Run`, what changes a `_State`.
 """
 from __future__ import annotations
 
