@@ -3,8 +3,10 @@
 
 `fast=False` gives the reference model of `encoder.py` and `heads.py`: nn.Dropout,
 F.scaled_dot_product_attention, every block on every token, the vocabulary projection then
-F.cross_entropy. `fast=True` computes the same function (tested equal, tests/model/test_fast.py)
-with four shortcuts, each worth it on the CPU bertkit is often trained on:
+F.cross_entropy. `fast=True` computes the same function with four shortcuts, each worth it on
+the CPU bertkit is often trained on. Each is tested equal to the reference: a whole training
+step and the shortcuts one by one in tests/model/test_fast.py, `forward_rows` on both attention
+paths in tests/model/test_model.py, the fused loss in tests/pretraining/test_objectives.py.
 
 * `packed_dropout` / `PackedDropout`: the keep/drop decisions come four to a 64-bit random
   number, 2-3x faster than F.dropout's one generator call per element (a tenth of a CPU step).

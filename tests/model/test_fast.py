@@ -1,6 +1,8 @@
 """The speed paths of bertkit.model.fast against the reference model they stand in for."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -75,6 +77,8 @@ def test_mlm_head_returns_the_logits_the_fused_loss_uses():
     assert weight is quick.encoder.embeddings.word.weight and bias is quick.mlm.bias
     torch.testing.assert_close(quick.mlm(h), F.linear(quick.mlm.transform(h), weight, bias))
     assert "mlm.decoder" not in " ".join(quick.state_dict())  # the tied weight is saved once
+    twin = copy.deepcopy(quick)  # a copy's head decodes with the copy's embeddings
+    assert twin.mlm.decoder()[0] is twin.encoder.embeddings.word.weight
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])
