@@ -84,7 +84,7 @@ def main() -> int:
         print(f"skipped: {e} (pip install -e '.[test]')")
         return 0
     from bertkit.embeddings.embedder import Embedder, plan_batches
-    from bertkit.model.encoder import encoder_flops_per_token
+    from bertkit.model.flops import encoder_flops_per_token
     from bertkit.runtime import matmul_limit
 
     torch.set_num_threads(args.threads)

@@ -33,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bertkit.pretraining import objectives  # noqa: E402
 from bertkit.config import TrainConfig, preset  # noqa: E402
-from bertkit.model.encoder import PretrainingModel, init_weights, model_flops_per_token  # noqa: E402
+from bertkit.model.encoder import init_weights  # noqa: E402
+from bertkit.model.flops import model_flops_per_token  # noqa: E402
+from bertkit.model.heads import PretrainingModel  # noqa: E402
 from bertkit.runtime import describe, keep_freed_memory, matmul_limit  # noqa: E402
 from bertkit.training.loop import autocast, make_optimizer, train  # noqa: E402
 

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # foundation
     "EncoderConfig": "config", "TrainConfig": "config", "PRESETS": "config", "preset": "config",
-    "Encoder": "model.encoder", "PretrainingModel": "model.encoder",
+    "Encoder": "model.encoder", "PretrainingModel": "model.heads",
     "load_encoder": "model.hub", "load_pretraining_model": "model.hub", "save_model": "model.hub",
     "Tokenizer": "text.tokenizer", "train_tokenizer": "text.vocab",
     "FillMask": "model.fill_mask", "fill_mask": "model.fill_mask", "init_model": "model.create",

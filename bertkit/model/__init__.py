@@ -1,2 +1,4 @@
-"""The model: the encoder and its pretraining heads, Hugging Face directories in and out, a fresh
-model from a preset, what a model directory holds, and fill-mask."""
+"""The model: the reference encoder (encoder.py) and its speed paths behind one switch
+(fast.py), the pretraining heads (heads.py), FLOP formulas (flops.py), Hugging Face directories
+in and out (hub.py), a fresh model from a preset (create.py), what a model directory holds
+(info.py), and fill-mask."""

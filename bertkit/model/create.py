@@ -10,12 +10,24 @@ from pathlib import Path
 
 import torch
 
-from bertkit.config import ConfigError
+from bertkit.config import ConfigError, EncoderConfig
 from bertkit.config import preset as preset_config
 from bertkit.files import UserError
 from bertkit.model.hub import save_model
-from bertkit.model.encoder import PretrainingModel, init_weights
+from bertkit.model.encoder import init_weights
+from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
+
+
+def new_pretraining_model(config: EncoderConfig, seed: int) -> PretrainingModel:
+    """A PretrainingModel initialised as BERT does from its own `torch.Generator` seeded with
+    `seed`: the same weights every time, and torch's global generator neither used nor moved."""
+    # Building the modules draws their default init from the global generator; fork it so the
+    # caller's stream is left where it was (init_weights then overwrites every weight).
+    with torch.random.fork_rng(devices=[]):
+        model = PretrainingModel(config)
+    init_weights(model, config, torch.Generator().manual_seed(seed))
+    return model
 
 
 def init_model(preset: str, tokenizer: str | Path | Tokenizer, out: str | Path, seed: int = 0,
@@ -33,11 +45,7 @@ def init_model(preset: str, tokenizer: str | Path | Tokenizer, out: str | Path, 
         config = preset_config(preset, **overrides)
     except (ConfigError, TypeError) as e:  # TypeError: an override that is not a config field
         raise UserError(f"preset {preset}: {e}") from None
-    # A private RNG stream: the caller's global torch seed is neither used nor disturbed.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = PretrainingModel(config)
-        init_weights(model, config)
+    model = new_pretraining_model(config, seed)
     tok = copy.copy(tok)  # the caller's tokenizer keeps its own model_max_length
     tok.model_max_length = config.max_positions
     save_model(model, out, tokenizer=tok)

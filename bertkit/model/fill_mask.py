@@ -13,7 +13,7 @@ import torch
 
 from bertkit.files import UserError
 from bertkit.model.hub import load_pretraining_model
-from bertkit.model.encoder import PretrainingModel
+from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
 
 

@@ -1,7 +1,128 @@
-"""What the heads share with the data that feeds them.
+"""The pretraining heads on top of the encoder, and what the heads share with their data.
+
+MaskedLMHead (transform + the decoder tied to the word embeddings -> logits over the
+vocabulary), NextSentenceHead, SpanBoundaryHead (SpanBERT), and PretrainingModel, the encoder
+with them (Hugging Face `BertForPreTraining`).
 
 IGNORE_INDEX marks a label position that no loss reads: an unmasked token in masked-LM
 pretraining, a special token or a non-first subword in tagging. It is PyTorch's default
 `ignore_index` of `cross_entropy`, and Hugging Face's, so labels made here train the same there.
 """
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.config import EncoderConfig
+from bertkit.model.encoder import Encoder, EncoderOutput, activation_fn, cls_rows
+
 IGNORE_INDEX = -100
+
+
+class MaskedLMHead(nn.Module):
+    """Dense + activation + LayerNorm, then the decoder tied to the word embeddings, plus a
+    bias: states [..., H] -> logits [..., V] (Hugging Face `BertLMPredictionHead`).
+
+    The tied weight is the word embedding's own Parameter, held by reference and not
+    registered here, so it is saved once, under the embeddings. A fused loss that never
+    builds the logits asks for the pieces: `transform(h)` and `decoder()`.
+    """
+
+    def __init__(self, cfg: EncoderConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = activation_fn(cfg.activation)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self._tied = (word_embeddings,)  # a tuple: not a submodule, no second state_dict key
+
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        """h: [..., H] -> the states the decoder projects onto the vocabulary [..., H]."""
+        return self.norm(self.act(self.dense(h)))
+
+    def decoder(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight [V, H], bias [V]) of the vocabulary projection."""
+        return self._tied[0].weight, self.bias
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """h: [..., H] -> logits [..., V]."""
+        return F.linear(self.transform(h), *self.decoder())
+
+
+class NextSentenceHead(nn.Linear):
+    """Pooled [CLS] [B, H] -> logits [B, 2]: 0 = B follows A, 1 = B is random."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__(cfg.hidden_size, 2)
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span-boundary objective: predict each token of a masked span from the two
+    tokens just outside it and its offset in the span.
+
+    [h_left; h_right; P[offset]] -> Linear -> GELU -> LayerNorm -> Linear -> GELU -> LayerNorm,
+    then the MLM head's decoder (`MaskedLMHead.decoder()`), which the loss applies.
+    """
+
+    def __init__(self, cfg: EncoderConfig, max_offset: int = 32):
+        super().__init__()
+        H = cfg.hidden_size
+        self.position = nn.Embedding(max_offset, H)
+        self.dense1 = nn.Linear(3 * H, H)
+        self.norm1 = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.dense2 = nn.Linear(H, H)
+        self.norm2 = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+
+    def forward(self, left: torch.Tensor, right: torch.Tensor,
+                offset: torch.Tensor) -> torch.Tensor:
+        """left, right: [N, H] boundary outputs; offset: [N] 0-based position in the span
+        (longer spans share the last row) -> states to decode [N, H]."""
+        p = self.position(offset.clamp(max=self.position.num_embeddings - 1))  # [N, H]
+        x = self.norm1(F.gelu(self.dense1(torch.cat([left, right, p], dim=-1))))  # [N, H]
+        return self.norm2(F.gelu(self.dense2(x)))
+
+
+class PretrainingModel(nn.Module):
+    """Encoder + masked-LM head + next-sentence head (Hugging Face `BertForPreTraining`).
+
+    `sbo` optionally adds SpanBERT's span-boundary head; it has no Hugging Face name, so
+    `hub.save_model` must not see it (pretraining saves it apart, in sbo.safetensors).
+    `fast` is the encoder's switch (`bertkit.model.fast`); the losses read it too, to fuse the
+    vocabulary projection with the cross-entropy.
+    """
+
+    def __init__(self, cfg: EncoderConfig, sbo: SpanBoundaryHead | None = None,
+                 fast: bool = True):
+        super().__init__()
+        self.config = cfg
+        self.fast = fast
+        self.encoder = Encoder(cfg, fast)
+        self.mlm = MaskedLMHead(cfg, self.encoder.embeddings.word)
+        self.nsp = NextSentenceHead(cfg)
+        self.sbo = sbo
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, *,
+                positions: torch.Tensor | None = None, causal: bool = False,
+                output_hidden_states: bool = False):
+        """Returns (mlm_logits, nsp_logits [B, 2], encoder output).
+
+        mlm_logits are [B, T, V] for every position, or [N, V] for `positions`, a [N] tensor
+        of flat indices into B*T: then only those positions (and [CLS]) pass the last block
+        (`Encoder.forward_rows`), and the encoder output holds their states [N, H].
+        """
+        if positions is None:
+            out = self.encoder(input_ids, token_type_ids, attention_mask, causal=causal,
+                               output_hidden_states=output_hidden_states)
+        else:
+            if causal or output_hidden_states:
+                raise ValueError("positions= takes neither causal nor output_hidden_states")
+            h, cls = self.encoder.forward_rows(input_ids, token_type_ids, attention_mask,
+                                               positions, cls_rows(input_ids))
+            out = EncoderOutput(h, self.encoder.pool(cls), None)
+        return self.mlm(out.last_hidden_state), self.nsp(out.pooled), out
+
+
+__all__ = ["IGNORE_INDEX", "MaskedLMHead", "NextSentenceHead", "SpanBoundaryHead",
+           "PretrainingModel"]

@@ -24,7 +24,8 @@ from torch import nn
 
 from bertkit.config import ConfigError, EncoderConfig
 from bertkit.files import UserError, atomic_dir
-from bertkit.model.encoder import Encoder, PretrainingModel, init_weights
+from bertkit.model.encoder import Encoder, init_weights
+from bertkit.model.heads import PretrainingModel
 
 # Encoder-internal name prefixes, ours -> Hugging Face BertModel; {i} is the layer (q/k/v apart).
 _ENCODER_NAMES = [

@@ -16,7 +16,7 @@ from safetensors import safe_open
 from bertkit.files import UserError
 from bertkit.config import EncoderConfig
 from bertkit.model.hub import load_config, to_hf_state_dict
-from bertkit.model.encoder import PretrainingModel
+from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
 
 # Hugging Face weight name (without "bert.") -> the part of the model it belongs to.

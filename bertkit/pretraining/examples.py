@@ -60,9 +60,8 @@ from bertkit.pretraining.shards import load_manifest, load_split
 from bertkit.files import UserError
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, sampling_probs, span_mask,
-                      special_tokens_mask, whole_word_mask)
-
-OBJECTIVES = ("mlm", "mlm+nsp", "span", "clm")
+                                         special_tokens_mask, whole_word_mask)
+from bertkit.pretraining.objectives import OBJECTIVES
 
 
 @dataclass

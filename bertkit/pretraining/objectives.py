@@ -16,68 +16,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.model.encoder import cls_rows, last_block_rows
+from bertkit.model.encoder import cls_rows
+from bertkit.model.fast import vocab_cross_entropy
 from bertkit.model.heads import IGNORE_INDEX
 
 OBJECTIVES = ("mlm", "mlm+nsp", "span", "clm")
-
-
-class _VocabCrossEntropy(torch.autograd.Function):
-    """Summed cross-entropy of the vocabulary projection z @ weight.T + bias, and the number of
-    correct guesses (the label's logit is the largest), for labels != -100.
-
-    The plain path (F.linear, F.cross_entropy, argmax) allocates and sweeps three [N, V]
-    tensors a step (logits, log-probabilities, their gradient), tens of MB each for a 30k
-    vocabulary; here the forward pass turns the logits, in place, into their gradient
-    (softmax - one-hot), which is all the backward pass needs.
-    """
-
-    @staticmethod
-    def forward(ctx, z, weight, bias, labels):
-        # [N, V]; autocast picks the matmul dtype. (mm, then add_: addmm would first fill the
-        # whole output with the broadcast bias, one more sweep of it.)
-        logits = torch.mm(z, weight.t())
-        ctx.matmul_dtype = logits.dtype
-        logits = logits.float().add_(bias)
-        valid = labels != IGNORE_INDEX
-        safe = labels.clamp(min=0)
-        target = logits.gather(1, safe[:, None]).squeeze(1)  # [N]
-        top = logits.amax(1)  # a sixth of the time of max(), which also finds the index
-        correct = ((target >= top) & valid).sum()
-        logits.sub_(top[:, None]).exp_()
-        total = logits.sum(1)
-        loss_sum = ((top + total.log() - target) * valid).sum()
-        keep = valid.to(logits.dtype)
-        logits.mul_((keep / total)[:, None])  # softmax; ignored rows get no gradient
-        rows = torch.arange(labels.numel(), device=labels.device)
-        logits.index_put_((rows, safe), -keep, accumulate=True)  # - one-hot
-        ctx.save_for_backward(logits, z, weight)
-        ctx.mark_non_differentiable(correct)
-        return loss_sum, correct
-
-    @staticmethod
-    def backward(ctx, grad_loss, _grad_correct):
-        d, z, weight = ctx.saved_tensors  # d: [N, V], d loss_sum / d logits
-        need_z, need_w, need_b = ctx.needs_input_grad[:3]
-        dm = d.to(ctx.matmul_dtype)
-        grad_z = (dm @ weight.to(dm.dtype)).mul_(grad_loss).to(z.dtype) if need_z else None
-        # grad_loss scales z [N, H] rather than the product [V, H]
-        grad_w = (dm.t() @ (z * grad_loss).to(dm.dtype)).to(weight.dtype) if need_w else None
-        grad_b = d.sum(0).mul_(grad_loss) if need_b else None
-        return grad_z, grad_w, grad_b, None
+"""The pretraining objectives' names, here and in `examples.PretrainingBatches`."""
 
 
 def vocab_terms(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                labels: torch.Tensor):
+                labels: torch.Tensor, fused: bool = True):
     """(summed cross-entropy, correct guesses, target count) of the projection of z [N, H]
-    onto the vocabulary (weight [V, H], bias [V]) at labels [N] != -100.
+    onto the vocabulary (weight [V, H], bias [V]) at labels [N] != IGNORE_INDEX.
 
-    When gradients are wanted the projection and the loss run fused (`_VocabCrossEntropy`),
-    equal to the plain F.linear + F.cross_entropy within float rounding (tested).
+    With `fused` and gradients wanted, the projection and the loss run fused
+    (`fast.vocab_cross_entropy`), equal to the plain F.linear + F.cross_entropy within float
+    rounding (tested).
     """
     count = (labels != IGNORE_INDEX).sum()
-    if torch.is_grad_enabled() and (z.requires_grad or weight.requires_grad):
-        loss_sum, correct = _VocabCrossEntropy.apply(z, weight, bias, labels)
+    if fused and torch.is_grad_enabled() and (z.requires_grad or weight.requires_grad):
+        loss_sum, correct = vocab_cross_entropy(z, weight, bias, labels, IGNORE_INDEX)
         return loss_sum, correct, count
     logits = F.linear(z, weight, bias).float()  # [N, V]
     loss_sum = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
@@ -86,8 +44,15 @@ def vocab_terms(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     return loss_sum, correct, count
 
 
-def _decode_terms(model: nn.Module, z: torch.Tensor, labels: torch.Tensor):
-    return vocab_terms(z, model.encoder.embeddings.word.weight, model.mlm.bias, labels)
+def _decode_terms(model: nn.Module, h: torch.Tensor, labels: torch.Tensor):
+    """The MLM head's terms at encoder outputs h [N, H]: `model.mlm(h)`'s cross-entropy, the
+    head asked for its pieces so that a `fast` model fuses the projection with the loss."""
+    return vocab_terms(model.mlm.transform(h), *model.mlm.decoder(), labels, fused=model.fast)
+
+
+def _sbo_terms(model: nn.Module, s: torch.Tensor, labels: torch.Tensor):
+    """The span-boundary head's states s [N, H] through the MLM head's decoder."""
+    return vocab_terms(s, *model.mlm.decoder(), labels, fused=model.fast)
 
 
 def _mean(terms, prefix: str):
@@ -98,12 +63,13 @@ def _mean(terms, prefix: str):
 
 
 def mlm_forward(model: nn.Module, batch: dict, *more_rows: torch.Tensor):
-    """The model on a batch: the MLM head's states at the selected positions [N, H] (the
-    vocabulary projection is left to `vocab_terms`), and a list of the last block's outputs
-    at each tensor of `more_rows`. The last block runs only at these rows."""
-    h, *more = last_block_rows(model.encoder, batch["input_ids"], batch.get("token_type_ids"),
-                               batch.get("attention_mask"), batch["mlm_positions"], *more_rows)
-    return model.mlm(h), more
+    """The encoder on a batch: the last block's output at the selected positions [N, H] (the
+    MLM head is left to `vocab_terms`), and a list of its outputs at each tensor of
+    `more_rows`. The last block runs only at these rows (`Encoder.forward_rows`)."""
+    h, *more = model.encoder.forward_rows(batch["input_ids"], batch.get("token_type_ids"),
+                                          batch.get("attention_mask"), batch["mlm_positions"],
+                                          *more_rows)
+    return h, more
 
 
 def mlm_loss(model: nn.Module, batch: dict):
@@ -119,7 +85,8 @@ def nsp_terms(nsp_logits: torch.Tensor, labels: torch.Tensor):
 
 
 def _mlm_nsp_forward(model: nn.Module, batch: dict):
-    """(MLM head states [N, H], next-sentence logits [B, 2]) from one pass."""
+    """(last block's output at the masked positions [N, H], next-sentence logits [B, 2])
+    from one pass."""
     z, (cls,) = mlm_forward(model, batch, cls_rows(batch["input_ids"]))
     return z, model.nsp(model.encoder.pool(cls))
 
@@ -137,7 +104,7 @@ def _span_forward(model: nn.Module, batch: dict):
     z, (left, right) = mlm_forward(model, batch, batch["span_left"], batch["span_right"])
     labels = batch["mlm_labels"]
     sbo = model.sbo(left, right, batch["span_offset"])  # [N, H]
-    return _decode_terms(model, z, labels), _decode_terms(model, sbo, labels)
+    return _decode_terms(model, z, labels), _sbo_terms(model, sbo, labels)
 
 
 def span_loss(model: nn.Module, batch: dict):
@@ -151,8 +118,7 @@ def span_loss(model: nn.Module, batch: dict):
 def _clm_terms(model: nn.Module, batch: dict):
     h = model.encoder(batch["input_ids"], batch.get("token_type_ids"),
                       batch.get("attention_mask"), causal=True).last_hidden_state  # [B, T, H]
-    z = model.mlm(h.reshape(-1, h.shape[-1]))
-    return _decode_terms(model, z, batch["clm_labels"].reshape(-1))
+    return _decode_terms(model, h.reshape(-1, h.shape[-1]), batch["clm_labels"].reshape(-1))
 
 
 def clm_loss(model: nn.Module, batch: dict):

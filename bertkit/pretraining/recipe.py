@@ -28,12 +28,18 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-from bertkit.pretraining import objectives
 from bertkit.config import ConfigError, PRESETS, TrainConfig, preset
 from bertkit.files import UserError
+from bertkit.model.create import new_pretraining_model
+from bertkit.model.encoder import init_weights, num_parameters
+from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
+from bertkit.model.hub import load_pretraining_model, save_model
+from bertkit.pretraining import objectives
+from bertkit.pretraining.corpus import check_tokenizer, load_manifest
+from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
-from bertkit.model.encoder import PretrainingModel, SpanBoundaryHead, init_weights, num_parameters
 from bertkit.runtime import allocator
+from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import TrainResult, train
 
 SBO_FILE = "sbo.safetensors"
@@ -104,15 +110,15 @@ def start_distributed(device: torch.device) -> bool:
     return True
 
 
-def build_model(opts: PretrainOptions, vocab_size: int, seed: int) -> PretrainingModel:
-    """The model to train: a seeded fresh preset or a loaded directory, plus the SBO head."""
-    from bertkit.pretraining.corpus import check_tokenizer
-    from bertkit.model.hub import load_pretraining_model
-
-    torch.manual_seed(seed)  # weight initialisation is the only draw here
+def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> PretrainingModel:
+    """The PretrainingModel to train: a fresh preset initialised from `seed` or a loaded
+    directory, plus the SBO head for the span objective. torch's global generator is left
+    where it was."""
+    generator = torch.Generator().manual_seed(seed)
     if opts.init is not None:
         check_tokenizer(opts.data, opts.init)
-        model = load_pretraining_model(opts.init)
+        with torch.random.fork_rng(devices=[]):  # heads the directory lacks draw globally
+            model = load_pretraining_model(opts.init)
         cfg = model.config
     else:
         try:
@@ -120,14 +126,14 @@ def build_model(opts: PretrainOptions, vocab_size: int, seed: int) -> Pretrainin
                          max_positions=max(512, opts.seq_len))
         except ConfigError as e:
             raise UserError(str(e)) from None
-        model = PretrainingModel(cfg)
-        init_weights(model, cfg)
+        model = new_pretraining_model(cfg, seed)
     if opts.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
                         f"{cfg.max_positions} positions")
     if opts.objective == "span":
-        model.sbo = SpanBoundaryHead(cfg)
-        init_weights(model.sbo, cfg)
+        with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
+            model.sbo = SpanBoundaryHead(cfg)
+        init_weights(model.sbo, cfg, generator)
         if opts.init is not None and (opts.init / SBO_FILE).is_file():
             model.sbo.load_state_dict(load_file(str(opts.init / SBO_FILE)))
     # Heads the objective never reads get no gradient; DDP needs every trained weight used.
@@ -139,8 +145,6 @@ def build_model(opts: PretrainOptions, vocab_size: int, seed: int) -> Pretrainin
 
 def save_pretrained(model: PretrainingModel, path: Path, tokenizer) -> None:
     """A Hugging Face directory; the SBO head, if any, beside it in sbo.safetensors."""
-    from bertkit.model.hub import save_model
-
     sbo, extra = model.sbo, {}
     if sbo is not None:
         extra[SBO_FILE] = safetensors_bytes(
@@ -154,8 +158,6 @@ def save_pretrained(model: PretrainingModel, path: Path, tokenizer) -> None:
 
 def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int) -> list[dict]:
     """A fixed list of held-out batches: the same masks at every evaluation."""
-    from bertkit.pretraining.examples import PretrainingBatches
-
     try:
         held = PretrainingBatches(opts.data, batch_size=opts.batch_size, split="heldout",
                                   seed=seed, prefetch=0, **data_kwargs)
@@ -172,10 +174,6 @@ def _data_fingerprint(data: Path) -> str:
 
 def pretrain(opts: PretrainOptions) -> TrainResult:
     """Pretrain per `opts`; see the module docstring."""
-    from bertkit.pretraining.corpus import load_manifest
-    from bertkit.pretraining.examples import PretrainingBatches
-    from bertkit.text.tokenizer import Tokenizer
-
     load_manifest(opts.data)
     tokenizer = Tokenizer.load(opts.data / "tokenizer")
     device = _device(opts.device)
@@ -185,7 +183,7 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
         if opts.batch_size % world:
             raise UserError(f"--batch-size {opts.batch_size} does not split over {world} ranks")
         cfg = opts.train
-        model = build_model(opts, tokenizer.vocab_size, cfg.seed)
+        model = model_to_pretrain(opts, tokenizer.vocab_size, cfg.seed)
         if rank == 0:
             print(f"model: {opts.preset or opts.init} with {num_parameters(model) / 1e6:.1f}M "
                   f"parameters, objective {opts.objective}, {opts.seq_len} x {opts.batch_size} "
@@ -218,13 +216,13 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
                      save=lambda m, path: save_pretrained(m, path, tokenizer),
                      target_count=objectives.target_count(opts.objective),
                      fingerprint=fingerprint, device=device,
-                     find_unused_parameters=False)  # build_model froze the unused heads
+                     find_unused_parameters=False)  # model_to_pretrain froze the unused heads
     finally:
         if joined:
             dist.destroy_process_group()
 
 
-__all__ = ["PretrainOptions", "pretrain", "build_model", "save_pretrained", "start_distributed",
+__all__ = ["PretrainOptions", "pretrain", "model_to_pretrain", "save_pretrained", "start_distributed",
            "SBO_FILE"]
 
 

@@ -30,8 +30,15 @@ metrics, lr, tokens/s), `loss.png`, `checkpoints/step-*/` (see checkpoint.py),
 top. Progress lines go to stderr. Ctrl-C or SIGTERM finishes the current step, saves a
 checkpoint and returns with `stopped_by="interrupted"` (no final model). Only rank 0 writes.
 
+Dropout draws from torch's process-wide generator: a run seeds it with `cfg.seed + rank` (a
+resume restores it from the checkpoint) and gives the caller's generators back on return.
+
 Not here: device, dtype and seed are arguments; the process group, if any, is set up by the
 caller (`torchrun` + `torch.distributed.init_process_group`) and detected.
+
+`train` reads as the loop it runs: `_optimisation_step` (micro-batches, autocast, clipping,
+schedule, the periodic log), `_check_stop` (time, signals), `_evaluate_and_keep_best`,
+`_checkpoint`, then `_finish`; the fixed setup is a `_Run`, what changes a `_State`.
 """
 from __future__ import annotations
 
@@ -51,11 +58,12 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save
 from torch import nn
 
-from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint, rng_state,
-                         save_checkpoint, set_rng_state)
 from bertkit.config import TrainConfig
-from bertkit.training.runlog import MetricsLog, format_metrics, plot_loss, progress_line
 from bertkit.files import UserError, atomic_file
+from bertkit.model.hub import save_model
+from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
+                                         rng_state, save_checkpoint, set_rng_state)
+from bertkit.training.runlog import MetricsLog, format_metrics, plot_loss, progress_line
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
 
@@ -130,14 +138,6 @@ def autocast(device: torch.device, precision: str):
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device.type, dtype=dtype)
-
-
-def is_out_of_memory(e: BaseException) -> bool:
-    text = str(e).lower()
-    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or (
-        isinstance(e, RuntimeError) and any(s in text for s in (
-            "out of memory", "not enough memory", "can't allocate memory",
-            "defaultcpuallocator")))
 
 
 class _Objective(nn.Module):
@@ -234,6 +234,67 @@ def _num_tokens(batch: dict) -> int:
     return int(batch["input_ids"].numel())
 
 
+# The loop's state --------------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    """What stays fixed through a run: the model and its optimiser, the data, the log."""
+    cfg: TrainConfig
+    device: torch.device
+    out_dir: Path
+    model: nn.Module
+    objective: nn.Module
+    """model + loss_fn, compiled and/or wrapped in DDP as asked."""
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    feed: _Feed
+    fingerprint: dict
+    evaluate: Callable[[nn.Module], dict] | None
+    target_count: Callable[[dict], torch.Tensor] | None
+    show_progress: bool
+    distributed: bool
+    """A process group is set up (torchrun): the ranks train together under DDP."""
+    rank: int
+    world: int
+    log: MetricsLog | None = None
+    """Opened once the step to resume from is known."""
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.out_dir / "checkpoints"
+
+
+@dataclass
+class _State:
+    """What changes step by step; the counters are what a checkpoint saves."""
+    step: int = 0
+    tokens: int = 0
+    train_seconds: float = 0.0
+    best_value: float | None = None
+    best_step: int | None = None
+    evals_since_best: int = 0
+    stopped_by: str | None = None
+    last_eval_step: int = -1
+    train_metrics: dict[str, float] = field(default_factory=dict)
+    eval_metrics: dict[str, float] = field(default_factory=dict)
+    # figures summed since the last log line
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    window_steps: int = 0
+    window_tokens: int = 0
+    window_seconds: float = 0.0
+
+    def saved(self) -> dict:
+        return {"step": self.step, "tokens": self.tokens, "train_seconds": self.train_seconds,
+                "best_value": self.best_value, "best_step": self.best_step,
+                "evals_since_best": self.evals_since_best}
+
+
+# The loop -----------------------------------------------------------------------------------
+
 def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: TrainConfig,
           out_dir: str | Path, *, evaluate: Callable[[nn.Module], dict] | None = None,
           param_groups: list[dict] | None = None,
@@ -242,49 +303,64 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
           fingerprint: dict | None = None, device: str | torch.device = "cpu",
           find_unused_parameters: bool = True, show_progress: bool = True) -> TrainResult:
     """Train `model` on `batches` with `loss_fn` per `cfg`; see the module docstring."""
-    device = torch.device(device)
     out_dir = Path(out_dir)
+    created = not out_dir.exists()
+    with _own_rng():
+        run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
+                     target_count, fingerprint, torch.device(device), find_unused_parameters,
+                     show_progress)
+        state = _resume_or_seed(run)
+        try:
+            with _StopSignal(announce=run.main and show_progress) as stop:
+                while not _reached_max_steps(run, state):
+                    _optimisation_step(run, state)
+                    _check_stop(run, state, stop)
+                    if _evaluation_due(run, state):
+                        _evaluate_and_keep_best(run, state)
+                    if (cfg.save_every and state.step % cfg.save_every == 0) \
+                            or state.stopped_by == "interrupted":
+                        _checkpoint(run, state)
+                    if state.stopped_by is not None:
+                        break
+        except BaseException:
+            run.feed.close()
+            run.log.close()
+            if run.main and created and state.step == 0 and out_dir.exists():
+                shutil.rmtree(out_dir, ignore_errors=True)  # nothing worth keeping was written
+            raise
+        _finish(run, state, save)
+    return TrainResult(step=state.step, tokens=state.tokens, train_seconds=state.train_seconds,
+                       stopped_by=state.stopped_by, train_metrics=state.train_metrics,
+                       eval_metrics=state.eval_metrics, best_value=state.best_value,
+                       best_step=state.best_step, out_dir=out_dir)
+
+
+@contextlib.contextmanager
+def _own_rng():
+    """Dropout draws from torch's process-wide generator (nn.Dropout takes no Generator), so a
+    run seeds it (`cfg.seed + rank`) and a resume restores it, for bit-exact resumes. The
+    caller's generators are given back as they were when `train` returns."""
+    saved = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(saved)
+
+
+def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target_count,
+           fingerprint, device, find_unused_parameters, show_progress) -> _Run:
+    """Check the options, make the optimiser and the wrapped objective."""
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    main = rank == 0
     if cfg.precision == "fp16" and device.type != "cuda":
         raise UserError("fp16 needs a GPU; use bf16 on the CPU")
-    created = not out_dir.exists()
-    if main:
+    if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
-    ckpt_root = out_dir / "checkpoints"
-
     model.to(device).train()
     optimizer = make_optimizer(param_groups or default_param_groups(model, cfg.weight_decay),
                                cfg, device)
     for group in optimizer.param_groups:
         group["peak_lr"] = group["lr"]
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
-    fp = {"model": model_fingerprint(model), "world_size": world, **(fingerprint or {})}
-    feed = _Feed(batches)
-
-    step, tokens, train_seconds = 0, 0, 0.0
-    best_value, best_step, evals_since_best = None, None, 0
-    latest = latest_checkpoint(ckpt_root) if cfg.resume else None
-    if not cfg.resume and latest_checkpoint(ckpt_root) is not None:
-        raise UserError(f"{out_dir}: holds checkpoints of an earlier run: resume it (--resume) "
-                        f"or choose another output directory")
-    if latest is not None:
-        state = load_checkpoint(latest, model=model, optimizer=optimizer, fingerprint=fp)
-        step, tokens, train_seconds = state["step"], state["tokens"], state["train_seconds"]
-        best_value, best_step = state["best_value"], state["best_step"]
-        evals_since_best = state["evals_since_best"]
-        scaler.load_state_dict(state["scaler"])
-        set_rng_state(state["ranks"][rank]["rng"])
-        feed.load_state_dict(state["ranks"][rank]["feed"])
-    else:
-        if cfg.resume and main:
-            print(f"no checkpoint in {ckpt_root}: starting afresh", file=sys.stderr)
-        torch.manual_seed(cfg.seed + rank)
-    log = MetricsLog(out_dir, main, step)
-    if latest is not None:
-        log.say(f"resumed from {latest} at step {step}")
-
     objective = _Objective(model, loss_fn)
     if cfg.compile:  # the loss too: it holds the vocabulary projection
         objective = torch.compile(objective)
@@ -292,194 +368,250 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
         objective = nn.parallel.DistributedDataParallel(
             objective, device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=find_unused_parameters)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
+    return _Run(cfg=cfg, device=device, out_dir=out_dir, model=model, objective=objective,
+                optimizer=optimizer,
+                scaler=torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16"),
+                feed=_Feed(batches), evaluate=evaluate, target_count=target_count,
+                fingerprint={"model": model_fingerprint(model), "world_size": world,
+                             **(fingerprint or {})},
+                show_progress=show_progress, distributed=distributed, rank=rank, world=world)
 
-    def should_stop_for_time() -> bool:
-        return cfg.max_time is not None and train_seconds >= 60 * cfg.max_time
 
-    def checkpoint() -> None:
-        ranks = [{"rng": rng_state(), "feed": feed.state_dict()}]
-        if distributed:
-            gathered = [None] * world
-            dist.all_gather_object(gathered, ranks[0])
-            ranks = gathered
-        if main:
-            save_checkpoint(ckpt_root, step, model=model, optimizer=optimizer, keep=cfg.keep_checkpoints,
-                            state={"step": step, "tokens": tokens, "train_seconds": train_seconds,
-                                   "best_value": best_value, "best_step": best_step,
-                                   "evals_since_best": evals_since_best,
-                                   "scaler": scaler.state_dict(), "ranks": ranks,
-                                   "fingerprint": fp})
+def _resume_or_seed(run: _Run) -> _State:
+    """The state of the latest checkpoint with --resume, else a fresh one (and the seed)."""
+    cfg, root, state = run.cfg, run.checkpoints, _State()
+    latest = latest_checkpoint(root)
+    if latest is not None and not cfg.resume:
+        raise UserError(f"{run.out_dir}: holds checkpoints of an earlier run: resume it "
+                        f"(--resume) or choose another output directory")
+    if latest is not None:
+        saved = load_checkpoint(latest, model=run.model, optimizer=run.optimizer,
+                                fingerprint=run.fingerprint)
+        state = _State(**{k: saved[k] for k in _State().saved()})
+        run.scaler.load_state_dict(saved["scaler"])
+        set_rng_state(saved["ranks"][run.rank]["rng"])
+        run.feed.load_state_dict(saved["ranks"][run.rank]["feed"])
+    else:
+        if cfg.resume and run.main:
+            print(f"no checkpoint in {root}: starting afresh", file=sys.stderr)
+        torch.manual_seed(cfg.seed + run.rank)  # dropout's draws; see _own_rng
+    run.log = MetricsLog(run.out_dir, run.main, state.step)
+    if latest is not None:
+        run.log.say(f"resumed from {latest} at step {state.step}")
+    return state
 
-    def run_evaluation() -> dict:
-        result = [None]
-        if main:
-            model.eval()
-            with torch.no_grad(), autocast(device, cfg.precision):
-                result[0] = {k: float(v) for k, v in evaluate(model).items()}
-            model.train()
-        if distributed:
-            dist.broadcast_object_list(result, src=0)
-        return result[0]
 
-    eval_metrics: dict[str, float] = {}
-    train_metrics: dict[str, float] = {}
-    sums: dict[str, torch.Tensor] = {}
-    logged_steps, window_tokens, window_seconds = 0, 0, 0.0
-    stopped_by = None
-    last_eval_step = -1
+def _reached_max_steps(run: _Run, state: _State) -> bool:
+    if run.cfg.max_steps is not None and state.step >= run.cfg.max_steps:
+        state.stopped_by = "max_steps"
+        return True
+    return False
+
+
+def _micro_weights(run: _Run, micro: list[dict]):
+    """Each micro-batch's share of the step's gradient: by its targets when counted (all
+    ranks together), else equal."""
+    if run.target_count is None:
+        return [1.0 / len(micro)] * len(micro)
+    counts = torch.stack([torch.as_tensor(run.target_count(b), device=run.device).float()
+                          for b in micro])
+    total = counts.sum()
+    if run.distributed:
+        dist.all_reduce(total)
+    return counts * (run.world / total.clamp(min=1))  # DDP averages over ranks: hence `world`
+
+
+def _optimisation_step(run: _Run, state: _State) -> None:
+    """One optimiser step: cfg.grad_accum micro-batches forward and backward under autocast,
+    then clipping, the scheduled learning rate and the update; then the progress log."""
+    cfg = run.cfg
+    started = time.perf_counter()
+    micro = [run.feed.next() for _ in range(cfg.grad_accum)]
+    n_tokens = sum(_num_tokens(b) for b in micro) * run.world
+    micro = [_to_device(b, run.device) for b in micro]
     try:
-        with _StopSignal(announce=main and show_progress) as stop:
-            while stopped_by is None:
-                if cfg.max_steps is not None and step >= cfg.max_steps:
-                    stopped_by = "max_steps"
-                    break
-                started = time.perf_counter()
-                micro = [feed.next() for _ in range(cfg.grad_accum)]
-                n_tokens = sum(_num_tokens(b) for b in micro)
-                micro = [_to_device(b, device) for b in micro]
-                if target_count is not None:
-                    counts = torch.stack([torch.as_tensor(target_count(b), device=device)
-                                          .float() for b in micro])
-                    total = counts.sum()
-                    if distributed:
-                        dist.all_reduce(total)
-                    # DDP averages gradients over ranks, hence the factor `world`.
-                    weights = counts * (world / total.clamp(min=1))
-                else:
-                    weights = [1.0 / cfg.grad_accum] * cfg.grad_accum
-                try:
-                    for i, batch in enumerate(micro):
-                        last = i == len(micro) - 1
-                        no_sync = objective.no_sync() if distributed and not last \
-                            else contextlib.nullcontext()
-                        with no_sync:
-                            with autocast(device, cfg.precision):
-                                loss, metrics = objective(batch)
-                            scaler.scale(loss.float() * weights[i]).backward()
-                        for k, v in {"loss": loss, **metrics}.items():
-                            v = v.detach().float()
-                            sums[k] = sums[k] + v if k in sums else v
-                    scaler.unscale_(optimizer)
-                    if cfg.clip_norm > 0:
-                        grad_norm = nn.utils.clip_grad_norm_(params, cfg.clip_norm, foreach=True)
-                        sums["grad_norm"] = sums.get("grad_norm", 0) + grad_norm.detach() * cfg.grad_accum
-                    factor = lr_factor(cfg, step + 1, train_seconds)
-                    for group in optimizer.param_groups:
-                        group["lr"] = group["peak_lr"] * factor
-                    scaler.step(optimizer)
-                    scaler.update()
-                    optimizer.zero_grad(set_to_none=True)
-                except Exception as e:
-                    if is_out_of_memory(e):
-                        B, T = micro[0]["input_ids"].shape
-                        raise UserError(f"out of memory for a batch of {B} x {T} tokens: lower "
-                                        f"the batch size or the sequence length (raise gradient "
-                                        f"accumulation to keep the effective batch)") from None
-                    raise
-                step += 1
-                tokens += n_tokens * world
-                logged_steps += cfg.grad_accum
-                window_tokens += n_tokens * world
-                elapsed = time.perf_counter() - started
-                train_seconds += elapsed
-                window_seconds += elapsed
+        _accumulate_gradients(run, state, micro)
+        _update(run, state)
+    except (torch.OutOfMemoryError, MemoryError):
+        B, T = micro[0]["input_ids"].shape
+        raise UserError(f"out of memory for a batch of {B} x {T} tokens: lower the batch size "
+                        f"or the sequence length (raise gradient accumulation to keep the "
+                        f"effective batch)") from None
+    elapsed = time.perf_counter() - started
+    state.step += 1
+    state.tokens += n_tokens
+    state.window_steps += cfg.grad_accum
+    state.window_tokens += n_tokens
+    state.train_seconds += elapsed
+    state.window_seconds += elapsed
+    if state.step % cfg.log_every == 0 or _final_step(run, state):
+        _log_training(run, state)
+        # Time spent waiting on the device is only visible after the log's sync.
+        waited = time.perf_counter() - started - elapsed
+        state.train_seconds += waited
+        state.train_metrics["tokens_per_s"] = state.window_tokens / max(
+            state.window_seconds + waited, 1e-9)
+        _write_training_record(run, state)
 
-                final = cfg.max_steps is not None and step >= cfg.max_steps
-                if step % cfg.log_every == 0 or final:
-                    names = sorted(sums)
-                    values = torch.stack([sums[k] for k in names])
-                    if distributed:
-                        dist.all_reduce(values)
-                        values = values / world
-                    values = values.tolist()  # the host sync, once per log_every steps
-                    # Time spent waiting on the device is only visible after the sync.
-                    window_seconds += time.perf_counter() - started - elapsed
-                    train_seconds += time.perf_counter() - started - elapsed
-                    train_metrics = {k: v / logged_steps for k, v in zip(names, values)}
-                    train_metrics["lr"] = optimizer.param_groups[0]["lr"]
-                    train_metrics["tokens_per_s"] = window_tokens / max(window_seconds, 1e-9)
-                    log.record({"step": step, "split": "train", "tokens": tokens,
-                                "seconds": round(train_seconds, 3), **train_metrics})
-                    if show_progress:
-                        log.say(progress_line(step, cfg, train_seconds, tokens, train_metrics))
-                    sums, logged_steps, window_tokens, window_seconds = {}, 0, 0, 0.0
-                    wanted = should_stop_for_time() or stop.signum is not None
-                    if distributed:
-                        flag = torch.tensor([float(wanted)])
-                        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                        wanted = bool(flag.item())
-                    if wanted:
-                        stopped_by = "interrupted" if stop.signum is not None else "max_time"
-                elif not distributed and (should_stop_for_time() or stop.signum is not None):
-                    stopped_by = "interrupted" if stop.signum is not None else "max_time"
 
-                done = final or stopped_by in ("max_time",)
-                if evaluate is not None and (
-                        (cfg.eval_every and step % cfg.eval_every == 0) or done):
-                    eval_metrics = run_evaluation()
-                    last_eval_step = step
-                    log.record({"step": step, "split": "eval", "seconds": round(train_seconds, 3),
-                    **eval_metrics})
-                    log.say(f"eval step {step}  {format_metrics(eval_metrics)}")
-                    if cfg.best_metric is not None:
-                        if cfg.best_metric not in eval_metrics:
-                            raise UserError(f"best metric {cfg.best_metric!r} is not among the "
-                                            f"evaluation's figures ({', '.join(eval_metrics)})")
-                        value = eval_metrics[cfg.best_metric]
-                        better = best_value is None or (value > best_value if cfg.best_mode == "max"
-                                                        else value < best_value)
-                        if better:
-                            best_value, best_step, evals_since_best = value, step, 0
-                            if main:
-                                _save_best(ckpt_root, model, value, step)
-                        else:
-                            evals_since_best += 1
-                            if cfg.patience is not None and evals_since_best >= cfg.patience:
-                                log.say(f"early stop: {cfg.best_metric} has not improved for "
-                                        f"{evals_since_best} evaluations (best {best_value:.4g} "
-                                        f"at step {best_step})")
-                                stopped_by = "early_stop"
-                if (cfg.save_every and step % cfg.save_every == 0) or stopped_by == "interrupted":
-                    checkpoint()
-                    if stopped_by == "interrupted":
-                        log.say(f"saved a checkpoint at step {step}; continue with --resume")
-    except BaseException:
-        feed.close()
-        log.close()
-        if main and created and step == 0 and out_dir.exists():
-            shutil.rmtree(out_dir, ignore_errors=True)  # nothing worth keeping was written
-        raise
+def _accumulate_gradients(run: _Run, state: _State, micro: list[dict]) -> None:
+    weights = _micro_weights(run, micro)
+    for i, batch in enumerate(micro):
+        last = i == len(micro) - 1
+        # DDP all-reduces gradients on the last micro-batch only
+        no_sync = run.objective.no_sync() if run.distributed and not last \
+            else contextlib.nullcontext()
+        with no_sync:
+            with autocast(run.device, run.cfg.precision):
+                loss, metrics = run.objective(batch)
+            run.scaler.scale(loss.float() * weights[i]).backward()
+        for k, v in {"loss": loss, **metrics}.items():
+            v = v.detach().float()
+            state.sums[k] = state.sums[k] + v if k in state.sums else v
 
-    feed.close()
-    if evaluate is not None and last_eval_step != step and stopped_by != "interrupted":
-        eval_metrics = run_evaluation()
-        log.record({"step": step, "split": "eval", "seconds": round(train_seconds, 3),
-                    **eval_metrics})
-        log.say(f"eval step {step}  {format_metrics(eval_metrics)}")
-    log.close()
-    if main:
-        plot_loss(out_dir / "metrics.jsonl", out_dir / "loss.png")
-        if stopped_by != "interrupted":
-            if cfg.best_metric is not None and cfg.restore_best and best_step is not None \
-                    and best_step != step:
-                model.load_state_dict(load_file(str(ckpt_root / "best.safetensors")), strict=False)
-                log.say(f"final model = best evaluation ({cfg.best_metric} {best_value:.4g} at "
-                        f"step {best_step})")
-            if save is None:
-                from bertkit.model.hub import save_model
-                save_model(model, out_dir)
-            else:
-                save(model, out_dir)
-    if distributed:
+
+def _update(run: _Run, state: _State) -> None:
+    cfg, optimizer = run.cfg, run.optimizer
+    run.scaler.unscale_(optimizer)
+    if cfg.clip_norm > 0:
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        grad_norm = nn.utils.clip_grad_norm_(params, cfg.clip_norm, foreach=True)
+        state.sums["grad_norm"] = state.sums.get("grad_norm", 0) \
+            + grad_norm.detach() * cfg.grad_accum
+    factor = lr_factor(cfg, state.step + 1, state.train_seconds)
+    for group in optimizer.param_groups:
+        group["lr"] = group["peak_lr"] * factor
+    run.scaler.step(optimizer)
+    run.scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _final_step(run: _Run, state: _State) -> bool:
+    return run.cfg.max_steps is not None and state.step >= run.cfg.max_steps
+
+
+def _log_training(run: _Run, state: _State) -> None:
+    """The mean figures since the last log line, over every rank: the host sync, once per
+    cfg.log_every steps."""
+    names = sorted(state.sums)
+    values = torch.stack([state.sums[k] for k in names])
+    if run.distributed:
+        dist.all_reduce(values)
+        values = values / run.world
+    state.train_metrics = {k: v / state.window_steps for k, v in zip(names, values.tolist())}
+    state.train_metrics["lr"] = run.optimizer.param_groups[0]["lr"]
+
+
+def _write_training_record(run: _Run, state: _State) -> None:
+    run.log.record({"step": state.step, "split": "train", "tokens": state.tokens,
+                    "seconds": round(state.train_seconds, 3), **state.train_metrics})
+    if run.show_progress:
+        run.log.say(progress_line(state.step, run.cfg, state.train_seconds, state.tokens,
+                                  state.train_metrics))
+    state.sums, state.window_steps, state.window_tokens, state.window_seconds = {}, 0, 0, 0.0
+
+
+def _check_stop(run: _Run, state: _State, stop: _StopSignal) -> None:
+    """Out of time, or a signal: ranks agree at log steps (one all-reduce); a single process
+    stops after any step."""
+    logged = state.step % run.cfg.log_every == 0 or _final_step(run, state)
+    if run.distributed and not logged:
+        return
+    wanted = (run.cfg.max_time is not None and state.train_seconds >= 60 * run.cfg.max_time) \
+        or stop.signum is not None
+    if run.distributed:
+        flag = torch.tensor([float(wanted)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        wanted = bool(flag.item())
+    if wanted:
+        state.stopped_by = "interrupted" if stop.signum is not None else "max_time"
+
+
+def _evaluation_due(run: _Run, state: _State) -> bool:
+    every = run.cfg.eval_every and state.step % run.cfg.eval_every == 0
+    return run.evaluate is not None and bool(
+        every or _final_step(run, state) or state.stopped_by == "max_time")
+
+
+def _evaluate(run: _Run, state: _State) -> None:
+    """`evaluate` on rank 0 in eval mode, its figures sent to every rank and recorded."""
+    result = [None]
+    if run.main:
+        run.model.eval()
+        with torch.no_grad(), autocast(run.device, run.cfg.precision):
+            result[0] = {k: float(v) for k, v in run.evaluate(run.model).items()}
+        run.model.train()
+    if run.distributed:
+        dist.broadcast_object_list(result, src=0)
+    state.eval_metrics, state.last_eval_step = result[0], state.step
+    run.log.record({"step": state.step, "split": "eval",
+                    "seconds": round(state.train_seconds, 3), **state.eval_metrics})
+    run.log.say(f"eval step {state.step}  {format_metrics(state.eval_metrics)}")
+
+
+def _evaluate_and_keep_best(run: _Run, state: _State) -> None:
+    """Evaluate; keep the weights of the best `cfg.best_metric` so far; stop early after
+    `cfg.patience` evaluations without a better one."""
+    cfg = run.cfg
+    _evaluate(run, state)
+    if cfg.best_metric is None:
+        return
+    if cfg.best_metric not in state.eval_metrics:
+        raise UserError(f"best metric {cfg.best_metric!r} is not among the evaluation's "
+                        f"figures ({', '.join(state.eval_metrics)})")
+    value = state.eval_metrics[cfg.best_metric]
+    if state.best_value is None or (value > state.best_value if cfg.best_mode == "max"
+                                    else value < state.best_value):
+        state.best_value, state.best_step, state.evals_since_best = value, state.step, 0
+        if run.main:
+            _save_best(run.checkpoints, run.model, value, state.step)
+        return
+    state.evals_since_best += 1
+    if cfg.patience is not None and state.evals_since_best >= cfg.patience:
+        run.log.say(f"early stop: {cfg.best_metric} has not improved for "
+                    f"{state.evals_since_best} evaluations (best {state.best_value:.4g} at "
+                    f"step {state.best_step})")
+        state.stopped_by = "early_stop"
+
+
+def _checkpoint(run: _Run, state: _State) -> None:
+    """Every rank's generators and data position, gathered; rank 0 writes."""
+    ranks = [{"rng": rng_state(), "feed": run.feed.state_dict()}]
+    if run.distributed:
+        gathered = [None] * run.world
+        dist.all_gather_object(gathered, ranks[0])
+        ranks = gathered
+    if run.main:
+        save_checkpoint(run.checkpoints, state.step, model=run.model, optimizer=run.optimizer,
+                        keep=run.cfg.keep_checkpoints,
+                        state={**state.saved(), "scaler": run.scaler.state_dict(),
+                               "ranks": ranks, "fingerprint": run.fingerprint})
+    if state.stopped_by == "interrupted":
+        run.log.say(f"saved a checkpoint at step {state.step}; continue with --resume")
+
+
+def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] | None) -> None:
+    """The last evaluation, the loss plot, the best weights back if asked, the final model."""
+    cfg, interrupted = run.cfg, state.stopped_by == "interrupted"
+    run.feed.close()
+    if run.evaluate is not None and state.last_eval_step != state.step and not interrupted:
+        _evaluate(run, state)
+    run.log.close()
+    if run.main:
+        plot_loss(run.out_dir / "metrics.jsonl", run.out_dir / "loss.png")
+        if not interrupted:
+            if cfg.best_metric is not None and cfg.restore_best \
+                    and state.best_step not in (None, state.step):
+                run.model.load_state_dict(load_file(str(run.checkpoints / "best.safetensors")),
+                                          strict=False)
+                run.log.say(f"final model = best evaluation ({cfg.best_metric} "
+                            f"{state.best_value:.4g} at step {state.best_step})")
+            (save or save_model)(run.model, run.out_dir)
+    if run.distributed:
         # Ranks leave together once rank 0 has written, and drop DDP (its communication
         # hooks) before anyone tears the process group down.
-        del objective
+        run.objective = None
         dist.barrier()
-    return TrainResult(step=step, tokens=tokens, train_seconds=train_seconds,
-                       stopped_by=stopped_by, train_metrics=train_metrics,
-                       eval_metrics=eval_metrics, best_value=best_value, best_step=best_step,
-                       out_dir=out_dir)
 
 
 def _save_best(root: Path, model: nn.Module, value: float, step: int) -> None:
@@ -491,4 +623,4 @@ def _save_best(root: Path, model: nn.Module, value: float, step: int) -> None:
 
 
 __all__ = ["train", "TrainResult", "TrainConfig", "default_param_groups", "lr_factor",
-           "make_optimizer", "autocast", "is_out_of_memory"]
+           "make_optimizer", "autocast"]

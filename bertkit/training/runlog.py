@@ -1,5 +1,8 @@
 """A run's log: metrics.jsonl written as training goes, with a progress line on stderr, read
-back, and drawn as loss curves in PNG files (matplotlib, Agg backend, imported when drawing).
+back, and drawn as loss curves in PNG files.
+
+Drawing uses a bare `matplotlib.figure.Figure` on its own Agg canvas: no pyplot, no backend
+chosen for the process. The plotting functions return the curves they drew (label -> (x, y)).
 """
 from __future__ import annotations
 
@@ -79,54 +82,66 @@ def read_metrics(path: str | Path) -> list[dict]:
             if line.strip()]
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+Curves = dict[str, tuple[list[float], list[float]]]
+"""label -> (x values, y values) of each line in a picture."""
 
 
-def _save(fig, png: Path) -> None:
+def _draw(curves: Curves, png: Path, xlabel: str, ylabel: str, marked: set[str],
+          marker_size: float) -> None:
+    # matplotlib costs about a second to import; only drawing needs it, and a script that
+    # tokenizes or embeds without training never draws.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for label, (xs, ys) in curves.items():
+        ax.plot(xs, ys, "o-" if label in marked else "-", label=label, lw=1.2, ms=marker_size)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend()
     with atomic_file(png, "wb") as f:
         fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
 
 
-def plot_loss(metrics: str | Path, png: str | Path) -> Path | None:
-    """Training loss (and held-out loss when evaluated) against steps; None with no records."""
-    records = read_metrics(metrics)
+def loss_curves(records: list[dict]) -> Curves:
+    """The curves of `plot_loss`: training loss, its LM part when the loss has several parts
+    (MLM + NSP, MLM + SBO: what eval_loss measures), and the held-out loss; {} with no
+    training records."""
     train = [r for r in records if r["split"] == "train" and "loss" in r]
     if not train:
-        return None
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss", lw=1.2)
-    # A loss of several parts (MLM + NSP, MLM + SBO): also its LM part, what eval_loss measures.
+        return {}
+    steps = [r["step"] for r in train]
+    curves = {"train loss": (steps, [r["loss"] for r in train])}
     part = next((k for k in ("mlm_loss", "clm_loss") if k in train[0]), None)
     if part and any(abs(r[part] - r["loss"]) > 1e-9 for r in train):
-        ax.plot([r["step"] for r in train], [r[part] for r in train], label=f"train {part}",
-                lw=1.2)
+        curves[f"train {part}"] = (steps, [r[part] for r in train])
     evals = [r for r in records if r["split"] == "eval"]
     key = next((k for k in ("eval_loss", "loss", "dev_loss") if evals and k in evals[0]), None)
     if key:
-        ax.plot([r["step"] for r in evals], [r[key] for r in evals], "o-", label=key, lw=1.2)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    _save(fig, Path(png))
-    plt.close(fig)
-    return Path(png)
+        curves[key] = ([r["step"] for r in evals], [r[key] for r in evals])
+    return curves
 
 
-def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: str,
-              x: str = "seconds", ylabel: str | None = None) -> Path:
-    """One line per run: `key` of the `split` records against `x` ("step" or "seconds").
+def plot_loss(metrics: str | Path, png: str | Path) -> Curves | None:
+    """Training loss (and held-out loss when evaluated) against steps, drawn into `png`;
+    returns the curves drawn, or None (and draws nothing) with no training records."""
+    curves = loss_curves(read_metrics(metrics))
+    if not curves:
+        return None
+    evals = {k for k in curves if not k.startswith("train")}
+    _draw(curves, Path(png), "step", "loss", evals, marker_size=6)
+    return curves
 
-    Records without a clock (older eval records) take the clock of the last train record at
-    or before their step.
-    """
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+
+def run_curves(runs: dict[str, str | Path], *, split: str, key: str,
+               x: str = "seconds") -> Curves:
+    """The curves of `plot_runs`: per run, `key` of its `split` records against `x` ("step",
+    or "seconds" shown in minutes). Records without a clock (older eval records) take the
+    clock of the last train record at or before their step."""
+    curves = {}
     for label, path in runs.items():
         records = read_metrics(Path(path) / "metrics.jsonl" if Path(path).is_dir() else path)
         clock = sorted((r["step"], r["seconds"]) for r in records
@@ -143,16 +158,19 @@ def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: 
         points = [(when(r), r[key]) for r in records if r["split"] == split and key in r]
         points = [(a / 60 if x == "seconds" else a, b) for a, b in points if a is not None]
         if points:
-            ax.plot(*zip(*points), label=label, lw=1.2, marker="o" if split == "eval" else None,
-                    ms=3)
-    ax.set_xlabel("training minutes" if x == "seconds" else "step")
-    ax.set_ylabel(ylabel or key)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    _save(fig, Path(png))
-    plt.close(fig)
-    return Path(png)
+            xs, ys = zip(*points)
+            curves[label] = (list(xs), list(ys))
+    return curves
 
 
-__all__ = ["MetricsLog", "format_metrics", "progress_line", "read_metrics", "plot_loss",
-           "plot_runs"]
+def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: str,
+              x: str = "seconds", ylabel: str | None = None) -> Curves:
+    """One line per run (`run_curves`), drawn into `png`; returns the curves drawn."""
+    curves = run_curves(runs, split=split, key=key, x=x)
+    _draw(curves, Path(png), "training minutes" if x == "seconds" else "step", ylabel or key,
+          set(curves) if split == "eval" else set(), marker_size=3)
+    return curves
+
+
+__all__ = ["MetricsLog", "format_metrics", "progress_line", "read_metrics", "loss_curves",
+           "plot_loss", "run_curves", "plot_runs", "Curves"]

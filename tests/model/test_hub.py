@@ -12,7 +12,8 @@ import torch
 from bertkit.model import hub
 from bertkit.config import EncoderConfig
 from bertkit.files import UserError
-from bertkit.model.encoder import Encoder, PretrainingModel, init_weights
+from bertkit.model.encoder import Encoder, init_weights
+from bertkit.model.heads import PretrainingModel
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,9 +7,9 @@ import torch
 
 from bertkit.model import hub
 from bertkit.config import EncoderConfig
-from bertkit.model.encoder import (Encoder, PretrainingModel, build_attention_mask, cls_rows,
-                           encoder_flops_per_token, init_weights, last_block_rows,
-                           model_flops_per_token)
+from bertkit.model.encoder import Encoder, build_attention_mask, cls_rows, init_weights
+from bertkit.model.flops import encoder_flops_per_token, model_flops_per_token
+from bertkit.model.heads import PretrainingModel
 
 transformers = pytest.importorskip("transformers")
 
@@ -21,10 +21,10 @@ SHAPES = [
 ]
 
 
-def random_model(seed: int, **shape) -> PretrainingModel:
+def random_model(seed: int, fast: bool = True, **shape) -> PretrainingModel:
     torch.manual_seed(seed)
     cfg = EncoderConfig(vocab_size=113, max_positions=40, **shape)
-    model = PretrainingModel(cfg)
+    model = PretrainingModel(cfg, fast=fast)
     init_weights(model, cfg)
     # Non-trivial LayerNorms and biases, so a swapped name could not hide behind init values.
     with torch.no_grad():
@@ -46,9 +46,10 @@ def batch(vocab: int, types: int = 2):
     return ids, segments, mask
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "reference"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_parity_with_transformers(tmp_path, shape):
-    model = random_model(0, **shape)
+def test_parity_with_transformers(tmp_path, shape, fast):
+    model = random_model(0, fast, **shape)
     hub.save_model(model, tmp_path / "m")
     ref, info = transformers.BertForPreTraining.from_pretrained(
         tmp_path / "m", output_loading_info=True, attn_implementation="sdpa")
@@ -82,11 +83,12 @@ def test_selected_positions_equal_full_projection():
         model(ids, segments, mask, positions=positions, output_hidden_states=True)
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "reference"])
 @pytest.mark.parametrize("masked", [True, False])
 @pytest.mark.parametrize("rows", [[16, 0, 17 + 3, 2 * 17 + 4, 0], [2 * 17 + 1, 17 + 3]],
                          ids=["more rows than sequences", "fewer"])  # the two attention paths
-def test_last_block_rows_equal_the_full_output_and_its_gradients(masked, rows):
-    model = random_model(6, **SHAPES[1])
+def test_forward_rows_equal_the_full_output_and_its_gradients(masked, rows, fast):
+    model = random_model(6, fast, **SHAPES[1])
     ids, segments, mask = batch(model.config.vocab_size)
     mask = mask if masked else None
     rows = torch.tensor(rows)  # any order, repeats allowed
@@ -98,10 +100,9 @@ def test_last_block_rows_equal_the_full_output_and_its_gradients(masked, rows):
 
     full = model.encoder(ids, segments, mask).last_hidden_state
     full_rows = full.reshape(-1, full.shape[-1])[rows]
-    h, cls = last_block_rows(model.encoder, ids, segments, mask, rows, cls_rows(ids))
+    h, cls = model.encoder.forward_rows(ids, segments, mask, rows, cls_rows(ids))
     torch.testing.assert_close(h, full_rows, atol=1e-5, rtol=0)
     torch.testing.assert_close(cls, full[:, 0], atol=1e-5, rtol=0)
-    assert model.encoder(ids, segments, mask, rows=rows).pooled is None
     for a, b in zip(grads(h), grads(full_rows)):
         if a is None:  # only the pooler is unused by both
             assert b is None
@@ -151,43 +152,16 @@ def test_flops_grow_with_predicted_fraction():
     assert 20e6 < sparse < 35e6  # the issue measured 27.4 MFLOP/token for mini, sparse head
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5])
-def test_dropout_keeps_each_value_with_probability_1_minus_p(p):
-    """The four-decisions-per-draw mask: keep rate within 5 binomial sigmas of 1 - p, kept
-    values scaled by 1 / (1 - p), the gradient the same mask, fresh masks each call."""
-    from bertkit.model.encoder import dropout
-    torch.manual_seed(0)
-    x = torch.randn(64, 33, 17, requires_grad=True)  # odd sizes: n not a multiple of 4
-    y = dropout(x, p, True)
-    kept = y != 0
-    n = x.numel()
-    rate = kept.double().mean().item()
-    assert abs(rate - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
-    torch.testing.assert_close(y[kept], x[kept] / (1 - p), rtol=1e-4, atol=1e-6)
-    y.sum().backward()
-    torch.testing.assert_close(x.grad, kept.to(x.dtype) / (1 - p), rtol=1e-4, atol=1e-6)
-    assert not torch.equal(kept, dropout(x, p, True) != 0)
-    assert dropout(x, p, False) is x and dropout(x, 0.0, True) is x
-    # decisions at different positions are independent: neighbours agree as often as chance
-    flat = kept.flatten().double()
-    agree = (flat[1:] == flat[:-1]).double().mean().item()
-    assert abs(agree - ((1 - p) ** 2 + p ** 2)) < 0.02
+def test_a_seed_gives_the_same_weights_and_leaves_the_global_generator_alone():
+    from bertkit.model.create import new_pretraining_model
 
-
-@pytest.mark.parametrize("causal,padded", [(False, False), (False, True), (True, False),
-                                           (True, True)])
-def test_attention_with_dropout_is_sdpa_math(causal, padded):
-    """The spelled-out CPU path used for dropout equals SDPA when no weight is dropped."""
-    from bertkit.model.encoder import attend
-    g = torch.Generator().manual_seed(0)
-    B, A, T, D = 2, 3, 7, 4
-    q, k, v = (torch.randn(B, A, T, D, generator=g) for _ in range(3))
-    padding = torch.ones(B, T, dtype=torch.long)
-    if padded:
-        padding[1, 5:] = 0
-    mask = build_attention_mask(padding, T, causal, q.device)
-    expected = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=causal and mask is None)
-    # p below 1/65536 rounds to "drop nothing": the explicit path, with no dropout
-    torch.testing.assert_close(attend(q, k, v, mask, causal, 1e-9), expected,
-                               atol=1e-6, rtol=1e-5)
+    cfg = EncoderConfig(**SHAPES[0], vocab_size=113, max_positions=40)
+    before = torch.get_rng_state()
+    a, b, c = (new_pretraining_model(cfg, seed) for seed in (5, 5, 6))
+    assert torch.equal(torch.get_rng_state(), before)
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
+    assert not torch.equal(a.encoder.blocks[0].up.weight, c.encoder.blocks[0].up.weight)
+    assert a.encoder.blocks[0].up.weight.std().item() == pytest.approx(cfg.initializer_range,
+                                                                      rel=0.1)
+    assert not a.mlm.bias.detach().any()

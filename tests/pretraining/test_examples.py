@@ -14,6 +14,7 @@ from bertkit.pretraining.shards import load_split
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.files import UserError
 from bertkit.pretraining.masking import MaskingConfig
+from bertkit.model.heads import IGNORE_INDEX
 from synthetic_corpus import make_tokenizer, write_corpus
 
 CLS, SEP, PAD = 2, 3, 0
@@ -36,7 +37,7 @@ def take(batches, n):
 def original(batch) -> torch.Tensor:
     """The unmasked ids: the labels put back at the selected positions."""
     ids = batch["input_ids"].clone().reshape(-1)
-    real = batch["mlm_labels"] != -100
+    real = batch["mlm_labels"] != IGNORE_INDEX
     ids[batch["mlm_positions"][real]] = batch["mlm_labels"][real]
     return ids.reshape(batch["input_ids"].shape)
 
@@ -72,7 +73,7 @@ def test_mlm_packing_fills_rows_and_tiles_the_stream(data):
     assert bodies <= windows and len(rows) >= len(windows) - 16  # all but a last partial batch
     # N is fixed: round(B*T*0.15) rounded up to a multiple of 8; the rows' own counts fit
     assert b["mlm_positions"].shape == (8 * -(-round(16 * T * 0.15) // 8),)
-    assert (b["mlm_labels"] != -100).sum() == 16 * round((T - 2) * 0.15)
+    assert (b["mlm_labels"] != IGNORE_INDEX).sum() == 16 * round((T - 2) * 0.15)
 
 
 def test_nsp_pairs_structure_balance_and_random_documents(data):
@@ -123,7 +124,7 @@ def test_span_batches_single_segments_and_boundaries(data):
     for b in take(pb, 5):
         ids = original(b)
         assert ((ids == SEP).sum(1) == 1).all()  # one segment, inside one document
-        real = b["mlm_labels"] != -100
+        real = b["mlm_labels"] != IGNORE_INDEX
         pos, left, right = (b[k][real] for k in ("mlm_positions", "span_left", "span_right"))
         assert ((left < pos) & (pos < right)).all()
         assert torch.equal(pos // T, left // T) and torch.equal(pos // T, right // T)
@@ -136,7 +137,7 @@ def test_clm_labels_are_the_next_token(data):
     b = take(pb, 1)[0]
     assert "mlm_positions" not in b
     assert torch.equal(b["clm_labels"][:, :-1], b["input_ids"][:, 1:])
-    assert (b["clm_labels"][:, -1] == -100).all()
+    assert (b["clm_labels"][:, -1] == IGNORE_INDEX).all()
 
 
 @pytest.mark.parametrize("objective", ["mlm", "mlm+nsp", "span", "clm"])
@@ -195,7 +196,7 @@ def test_two_ranks_share_exactly_the_single_process_batch(data, objective):
             ("span_left", "span_right", "span_offset") if objective == "span" else ())
 
         def entries(batch, shift):
-            real = batch["mlm_labels"] != -100
+            real = batch["mlm_labels"] != IGNORE_INDEX
             cols = [batch[f][real] + (shift if f in ("mlm_positions", "span_left",
                                                      "span_right") else 0) for f in fields]
             return sorted(zip(*(c.tolist() for c in cols)))

@@ -8,35 +8,36 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertkit.model.heads import IGNORE_INDEX
+from bertkit.model.encoder import init_weights
+from bertkit.model.heads import IGNORE_INDEX, SpanBoundaryHead
 from bertkit.pretraining import objectives
-from bertkit.model.encoder import SpanBoundaryHead, init_weights
-from test_train import T, V, make_batch, tiny_config, tiny_model
-from test_train import one_thread  # noqa: F401  (autouse: one torch thread)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _batch(B=4, seed=0):
-    return make_batch(torch.Generator().manual_seed(seed), B)
+def _batch(tiny, B=4, seed=0):
+    return tiny.batch(torch.Generator().manual_seed(seed), B)
 
 
-def test_sparse_mlm_loss_equals_full_vocabulary_projection():
-    model = tiny_model().eval()
-    batch = _batch()
+def test_sparse_mlm_loss_equals_full_vocabulary_projection(tiny):
+    model = tiny.model().eval()
+    batch = _batch(tiny)
     loss, metrics = objectives.mlm_loss(model, batch)
     full, _, _ = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-    labels = torch.full((batch["input_ids"].numel(),), -100)
-    valid = batch["mlm_labels"] != -100
+    labels = torch.full((batch["input_ids"].numel(),), IGNORE_INDEX)
+    valid = batch["mlm_labels"] != IGNORE_INDEX
     labels[batch["mlm_positions"][valid]] = batch["mlm_labels"][valid]
-    expected = F.cross_entropy(full.reshape(-1, V), labels)
+    expected = F.cross_entropy(full.reshape(-1, tiny.V), labels)
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
-    acc = (full.reshape(-1, V).argmax(-1)[labels != -100] == labels[labels != -100]).float().mean()
+    kept = labels != IGNORE_INDEX
+    acc = (full.reshape(-1, tiny.V).argmax(-1)[kept] == labels[kept]).float().mean()
     torch.testing.assert_close(metrics["mlm_acc"], acc)
 
 
-def test_padding_entries_do_not_count():
-    model = tiny_model().eval()
-    batch = _batch()
-    valid = batch["mlm_labels"] != -100
+def test_padding_entries_do_not_count(tiny):
+    model = tiny.model().eval()
+    batch = _batch(tiny)
+    valid = batch["mlm_labels"] != IGNORE_INDEX
     trimmed = dict(batch, mlm_positions=batch["mlm_positions"][valid],
                    mlm_labels=batch["mlm_labels"][valid])
     torch.testing.assert_close(objectives.mlm_loss(model, batch)[0],
@@ -44,16 +45,16 @@ def test_padding_entries_do_not_count():
     assert int(objectives.target_count("mlm")(batch)) == int(valid.sum())
 
 
-def test_mlm_nsp_loss_matches_transformers_bert_for_pretraining(tmp_path):
+def test_mlm_nsp_loss_matches_transformers_bert_for_pretraining(tmp_path, tiny):
     transformers = pytest.importorskip("transformers")
     from bertkit.model.hub import save_model
 
-    model = tiny_model().eval()
+    model = tiny.model().eval()
     save_model(model, tmp_path / "m")
     hf = transformers.BertForPreTraining.from_pretrained(tmp_path / "m").eval()
-    batch = _batch()
-    labels = torch.full((batch["input_ids"].numel(),), -100)
-    valid = batch["mlm_labels"] != -100
+    batch = _batch(tiny)
+    labels = torch.full((batch["input_ids"].numel(),), IGNORE_INDEX)
+    valid = batch["mlm_labels"] != IGNORE_INDEX
     labels[batch["mlm_positions"][valid]] = batch["mlm_labels"][valid]
     with torch.no_grad():
         out = hf(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
@@ -63,15 +64,16 @@ def test_mlm_nsp_loss_matches_transformers_bert_for_pretraining(tmp_path):
     torch.testing.assert_close(loss, out.loss, atol=1e-5, rtol=1e-5)
     nsp = F.cross_entropy(out.seq_relationship_logits, batch["nsp_labels"])
     torch.testing.assert_close(metrics["nsp_loss"], nsp, atol=1e-5, rtol=1e-5)
-    assert 0.0 <= float(metrics["nsp_acc"]) <= 1.0
+    nsp_acc = (out.seq_relationship_logits.argmax(-1) == batch["nsp_labels"]).float().mean()
+    torch.testing.assert_close(metrics["nsp_acc"], nsp_acc)
 
 
-def test_span_boundary_head_reads_boundaries_and_offsets():
-    cfg = tiny_config()
-    model = tiny_model()
+def test_span_boundary_head_reads_boundaries_and_offsets(tiny):
+    cfg = tiny.config()
+    model = tiny.model()
     model.sbo = SpanBoundaryHead(cfg)
     init_weights(model.sbo, cfg)
-    batch = _batch()
+    batch = _batch(tiny)
     loss, metrics = objectives.span_loss(model, batch)
     torch.testing.assert_close(loss, metrics["mlm_loss"] + metrics["sbo_loss"])
     loss.backward()
@@ -86,14 +88,14 @@ def test_span_boundary_head_reads_boundaries_and_offsets():
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_fused_vocabulary_loss_equals_the_plain_path(dtype):
+def test_fused_vocabulary_loss_equals_the_plain_path(dtype, tiny):
     """vocab_terms (projection and cross-entropy fused, the gradient made in the forward pass)
     gives the loss, accuracy and gradients of F.linear + F.cross_entropy."""
     g = torch.Generator().manual_seed(0)
     N, H = 40, 16
     z = torch.randn(N, H, generator=g)
-    weight, bias = torch.randn(V, H, generator=g), torch.randn(V, generator=g)
-    labels = torch.randint(0, V, (N,), generator=g)
+    weight, bias = torch.randn(tiny.V, H, generator=g), torch.randn(tiny.V, generator=g)
+    labels = torch.randint(0, tiny.V, (N,), generator=g)
     labels[[3, 17]] = IGNORE_INDEX  # padding entries of a fixed-size target list
     labels[5] = int((z[5] @ weight.T + bias).argmax())  # at least one right guess
 
@@ -122,10 +124,10 @@ def test_fused_vocabulary_loss_equals_the_plain_path(dtype):
     torch.testing.assert_close(plain[0], loss, **tol)
 
 
-def test_fused_training_step_equals_the_plain_one():
+def test_fused_training_step_equals_the_plain_one(tiny):
     """A whole mlm step through vocab_terms matches the model's full-logits forward."""
-    model = tiny_model()
-    batch = _batch()
+    model = tiny.model()
+    batch = _batch(tiny)
     loss, metrics = objectives.mlm_loss(model, batch)
     loss.backward()
     fused = [p.grad.clone() for p in model.parameters() if p.grad is not None]
@@ -139,33 +141,36 @@ def test_fused_training_step_equals_the_plain_one():
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-def test_causal_lm_sees_only_the_left():
-    model = tiny_model().eval()
-    batch = _batch()
+def test_causal_lm_sees_only_the_left(tiny):
+    model = tiny.model().eval()
+    batch = _batch(tiny)
     loss, metrics = objectives.clm_loss(model, batch)
     assert math.isfinite(float(loss.detach())) and "clm_acc" in metrics
     changed = batch["input_ids"].clone()
-    changed[:, T // 2:] = 7
+    changed[:, tiny.T // 2:] = 7
     a, _, _ = model(batch["input_ids"], causal=True)
     b, _, _ = model(changed, causal=True)
-    torch.testing.assert_close(a[:, : T // 2], b[:, : T // 2])
+    torch.testing.assert_close(a[:, : tiny.T // 2], b[:, : tiny.T // 2])
     assert not torch.allclose(a[:, -1], b[:, -1])
-    assert int(objectives.target_count("clm")(batch)) == 4 * (T - 1)
+    assert int(objectives.target_count("clm")(batch)) == 4 * (tiny.T - 1)
 
 
-def test_evaluate_weights_by_tokens_and_reports_perplexity():
-    model = tiny_model().eval()
-    batches = [_batch(2, 1), _batch(4, 2)]
+def test_evaluate_weights_by_tokens_and_reports_perplexity(tiny):
+    model = tiny.model().eval()
+    batches = [_batch(tiny, 2, 1), _batch(tiny, 4, 2)]
     result = objectives.evaluate_lm(model, batches, "mlm+nsp")
-    sums = counts = 0.0
+    sums = counts = nsp_right = 0.0
     for b in batches:
         with torch.no_grad():
             loss, _ = objectives.mlm_loss(model, b)
-        n = float((b["mlm_labels"] != -100).sum())
+            _, nsp_logits, _ = model(b["input_ids"], b["token_type_ids"], b["attention_mask"])
+        n = float((b["mlm_labels"] != IGNORE_INDEX).sum())
         sums, counts = sums + float(loss) * n, counts + n
+        nsp_right += float((nsp_logits.argmax(-1) == b["nsp_labels"]).sum())
     assert result["eval_loss"] == pytest.approx(sums / counts, rel=1e-5)
     assert result["eval_ppl"] == pytest.approx(math.exp(result["eval_loss"]), rel=1e-5)
-    assert result["eval_tokens"] == counts and 0 <= result["eval_nsp_acc"] <= 1
+    assert result["eval_tokens"] == counts
+    assert result["eval_nsp_acc"] == pytest.approx(nsp_right / 6)  # over all 2 + 4 pairs
 
 
 def test_unknown_objective():

@@ -14,20 +14,21 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from bertkit.cli.main import main
 from bertkit.pretraining import objectives
 from bertkit.config import TrainConfig
 from bertkit.training.loop import train
-from test_train import FakeBatches, concat, tiny_model
-from test_train import one_thread  # noqa: F401  (autouse: one torch thread)
+
+# Every test here is an integration run: torchrun, kill -9, the CLI on a prepared corpus.
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-TESTS = Path(__file__).resolve().parent
+CONFTEST = REPO / "tests" / "conftest.py"
 
 
 def _env(threads: int = 1) -> dict:
-    path = os.pathsep.join(filter(None, [str(TESTS), str(TESTS.parent / "training"), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=path)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     env.pop("WORLD_SIZE", None)
     return env
 
@@ -35,27 +36,33 @@ def _env(threads: int = 1) -> dict:
 class _GlobalBatches:
     """What one process sees when it takes both ranks' shares: their concatenation."""
 
-    def __init__(self):
-        self.parts = [FakeBatches(B=4, seed=0), FakeBatches(B=4, seed=1)]
+    def __init__(self, tiny):
+        self.parts = [tiny.FakeBatches(B=4, seed=0), tiny.FakeBatches(B=4, seed=1)]
+        self.concat = tiny.concat
 
     def __iter__(self):
         for a, b in zip(*self.parts):
-            yield concat(a, b)
+            yield self.concat(a, b)
 
 
 _DDP_WORKER = """
+import importlib.util
 import sys
 import torch.distributed as dist
 from safetensors.torch import save_file
 from bertkit.pretraining import objectives
 from bertkit.config import TrainConfig
 from bertkit.training.loop import train
-from test_train import FakeBatches, tiny_model
+
+# the tiny model and its batches, from tests/conftest.py (argv[2])
+spec = importlib.util.spec_from_file_location("tiny_setup", sys.argv[2])
+tiny = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tiny)
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-model = tiny_model()
-train(model, objectives.mlm_loss, FakeBatches(B=4, seed=rank),
+model = tiny.tiny_model()
+train(model, objectives.mlm_loss, tiny.FakeBatches(B=4, seed=rank),
       TrainConfig(max_steps=3, lr=1e-3, warmup_steps=0, log_every=2, grad_accum=2), sys.argv[1],
       save=lambda m, p: save_file(m.state_dict(), str(p / "params.safetensors")),
       target_count=objectives.target_count("mlm"), show_progress=False)
@@ -63,21 +70,22 @@ dist.destroy_process_group()
 """
 
 
-def test_two_gloo_processes_equal_one_process_with_the_global_batch(tmp_path):
+def test_two_gloo_processes_equal_one_process_with_the_global_batch(tmp_path, tiny):
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(_DDP_WORKER))
     done = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node", "2", str(script), str(tmp_path / "ddp")],
+                           "--nproc_per_node", "2", str(script), str(tmp_path / "ddp"),
+                           str(CONFTEST)],
                           env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ddp = load_file(str(tmp_path / "ddp/params.safetensors"))
 
-    model = tiny_model()
-    train(model, objectives.mlm_loss, _GlobalBatches(),
+    model = tiny.model()
+    train(model, objectives.mlm_loss, _GlobalBatches(tiny),
           TrainConfig(max_steps=3, lr=1e-3, warmup_steps=0, log_every=2, grad_accum=2), tmp_path / "one",
           save=lambda m, p: None, target_count=objectives.target_count("mlm"),
           show_progress=False)
-    start = tiny_model().state_dict()
+    start = tiny.model().state_dict()
     for k, v in model.state_dict().items():
         torch.testing.assert_close(ddp[k], v, atol=1e-6, rtol=0, msg=k)
         if k.startswith("encoder.blocks"):
@@ -86,30 +94,13 @@ def test_two_gloo_processes_equal_one_process_with_the_global_batch(tmp_path):
 
 # The real pipeline: synthetic text -> vocabulary -> shards -> bertkit pretrain ------------------
 
-WORDS = ("the cat dog bird fish sat ran flew swam on in under over mat tree pond sky "
-         "red blue green small big old young happy quiet loud").split()
-
-
-def _write_corpus(path: Path, documents: int = 60, seed: int = 0) -> Path:
-    import random
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(documents):
-        for _ in range(rng.randint(3, 8)):
-            words = [rng.choice(WORDS) for _ in range(rng.randint(5, 14))]
-            lines.append(" ".join(words).capitalize() + ".")
-        lines.append("")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> Path:
+def prepared(tmp_path_factory, tiny) -> Path:
     from bertkit.pretraining.corpus import prepare
     from bertkit.text.vocab import train_tokenizer
 
     root = tmp_path_factory.mktemp("pretrain")
-    corpus = _write_corpus(root / "corpus.txt")
+    corpus = tiny.write_corpus(root / "corpus.txt")
     train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
     prepare([corpus], root / "tok", root / "data", heldout_fraction=0.1, workers=1,
             progress=False)
@@ -117,7 +108,6 @@ def prepared(tmp_path_factory) -> Path:
 
 
 def _cli(args: list[str]) -> int:
-    from bertkit.cli.main import main
     return main(args)
 
 
@@ -212,10 +202,10 @@ def _error(capsys, args) -> str:
     return err.strip().splitlines()[-1]
 
 
-def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, monkeypatch):
+def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, monkeypatch, tiny):
     from bertkit.config import EncoderConfig
     from bertkit.model.hub import save_model
-    from bertkit.model.encoder import PretrainingModel
+    from bertkit.model.heads import PretrainingModel
     from bertkit.text.tokenizer import Tokenizer
 
     out = tmp_path / "out"
@@ -232,7 +222,7 @@ def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, mo
 
     from bertkit.text.vocab import train_tokenizer
     other = tmp_path / "other"
-    corpus = _write_corpus(tmp_path / "other.txt", seed=3)
+    corpus = tiny.write_corpus(tmp_path / "other.txt", seed=3)
     corpus.write_text(corpus.read_text() + "zebra xylophone quokka\n" * 50)
     other_tok = train_tokenizer([corpus], vocab_size=150, progress=False)
     save_model(PretrainingModel(EncoderConfig(vocab_size=other_tok.vocab_size, hidden_size=32,
@@ -244,7 +234,7 @@ def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, mo
     from bertkit.pretraining import objectives
 
     def oom(model, batch):
-        raise RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 1 GB")
+        raise torch.OutOfMemoryError("out of memory: you tried to allocate 1 GB")
 
     monkeypatch.setattr(objectives, "mlm_loss", oom)
     line = _error(capsys, base + ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8"])

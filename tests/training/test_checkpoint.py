@@ -16,15 +16,15 @@ from bertkit.training.checkpoint import (_flatten, _unflatten, latest_checkpoint
 from bertkit.config import TrainConfig
 from bertkit.files import UserError
 from bertkit.training.loop import make_optimizer, train
-from test_train import FakeBatches, no_save, params, tiny_model
-from test_train import one_thread  # noqa: F401  (autouse: one torch thread)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _stepped_model():
-    model = tiny_model()
+def _stepped_model(tiny):
+    model = tiny.model()
     opt = make_optimizer([{"params": list(model.parameters())}], TrainConfig(max_steps=1),
                          torch.device("cpu"))
-    batch = next(iter(FakeBatches()))
+    batch = next(iter(tiny.FakeBatches()))
     objectives.mlm_loss(model, batch)[0].backward()
     opt.step()
     return model, opt
@@ -52,14 +52,14 @@ def test_rng_state_restores_every_generator():
     assert draws[0] == again[0] and draws[1] == again[1] and torch.equal(draws[2], again[2])
 
 
-def test_save_load_round_trip_and_keep_last_k(tmp_path):
-    model, opt = _stepped_model()
+def test_save_load_round_trip_and_keep_last_k(tmp_path, tiny):
+    model, opt = _stepped_model(tiny)
     fp = {"model": model_fingerprint(model), "data": "abc"}
     for step in (10, 20, 30):
         save_checkpoint(tmp_path, step, model=model, optimizer=opt, keep=2,
                         state={"step": step, "fingerprint": fp})
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000020", "step-00000030"]
-    fresh = tiny_model(seed=1)
+    fresh = tiny.model(seed=1)
     fresh_opt = make_optimizer([{"params": list(fresh.parameters())}], TrainConfig(max_steps=1),
                                torch.device("cpu"))
     state = load_checkpoint(latest_checkpoint(tmp_path), model=fresh, optimizer=fresh_opt,
@@ -74,8 +74,8 @@ def test_save_load_round_trip_and_keep_last_k(tmp_path):
             assert torch.equal(torch.as_tensor(a[i][name]), torch.as_tensor(b[i][name]))
 
 
-def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path):
-    model, opt = _stepped_model()
+def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path, tiny):
+    model, opt = _stepped_model(tiny)
     fp = {"model": model_fingerprint(model)}
     save_checkpoint(tmp_path, 5, model=model, optimizer=opt, keep=2, state={"fingerprint": fp})
     # What a process killed inside atomic_dir leaves: a hidden half-written directory.
@@ -88,8 +88,8 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path):
     assert not partial.exists()
 
 
-def test_corrupt_checkpoint_is_refused_with_one_line(tmp_path):
-    model, opt = _stepped_model()
+def test_corrupt_checkpoint_is_refused_with_one_line(tmp_path, tiny):
+    model, opt = _stepped_model(tiny)
     fp = {"model": model_fingerprint(model)}
     path = save_checkpoint(tmp_path, 1, model=model, optimizer=opt, keep=1,
                            state={"fingerprint": fp})
@@ -106,11 +106,11 @@ def test_corrupt_checkpoint_is_refused_with_one_line(tmp_path):
         load_checkpoint(path, model=model, optimizer=opt, fingerprint=fp)
 
 
-def test_mismatched_model_or_data_is_refused(tmp_path):
-    model, opt = _stepped_model()
+def test_mismatched_model_or_data_is_refused(tmp_path, tiny):
+    model, opt = _stepped_model(tiny)
     path = save_checkpoint(tmp_path, 1, model=model, optimizer=opt, keep=1,
                            state={"fingerprint": {"model": model_fingerprint(model), "data": "a"}})
-    wider = tiny_model(hidden_size=48, intermediate_size=96)
+    wider = tiny.model(hidden_size=48, intermediate_size=96)
     wider_opt = make_optimizer([{"params": list(wider.parameters())}], TrainConfig(max_steps=1),
                                torch.device("cpu"))
     with pytest.raises(UserError, match="has shape .* this model has .*different model"):
@@ -121,22 +121,23 @@ def test_mismatched_model_or_data_is_refused(tmp_path):
                         fingerprint={"model": model_fingerprint(model), "data": "b"})
 
 
-def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, tiny):
     cfg = TrainConfig(max_steps=8, lr=1e-3, warmup_steps=2, save_every=3, log_every=2,
                       keep_checkpoints=5)
-    full = tiny_model(hidden_dropout=0.1, attention_dropout=0.1)  # dropout draws from torch RNG
-    train(full, objectives.mlm_loss, FakeBatches(), cfg, tmp_path / "full", save=no_save,
+    full = tiny.model(hidden_dropout=0.1, attention_dropout=0.1)  # dropout draws from torch RNG
+    train(full, objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "full",
+          save=tiny.no_save,
           show_progress=False)
     # A run that died after its step-3 checkpoint: copy that checkpoint alone, then resume.
     cut = tmp_path / "cut/checkpoints"
     cut.mkdir(parents=True)
     shutil.copytree(tmp_path / "full/checkpoints/step-00000003", cut / "step-00000003")
-    resumed = tiny_model(seed=7, hidden_dropout=0.1, attention_dropout=0.1)
+    resumed = tiny.model(seed=7, hidden_dropout=0.1, attention_dropout=0.1)
     torch.manual_seed(1234)  # the resumed process's generators start elsewhere
-    result = train(resumed, objectives.mlm_loss, FakeBatches(seed=0), cfg.replace(resume=True),
-                   tmp_path / "cut", save=no_save, show_progress=False)
+    result = train(resumed, objectives.mlm_loss, tiny.FakeBatches(seed=0), cfg.replace(resume=True),
+                   tmp_path / "cut", save=tiny.no_save, show_progress=False)
     assert result.step == 8
-    for k, v in params(full).items():
+    for k, v in tiny.params(full).items():
         assert torch.equal(resumed.state_dict()[k], v), k
     steps = [line for line in (tmp_path / "cut/metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 3  # steps 4, 6 and 8, logged by the resumed run

@@ -13,100 +13,12 @@ import torch
 from bertkit.pretraining import objectives
 from bertkit.config import EncoderConfig, TrainConfig
 from bertkit.files import UserError
-from bertkit.model.encoder import PretrainingModel, init_weights
+from bertkit.model.encoder import init_weights
+from bertkit.model.heads import PretrainingModel
 from bertkit.training.loop import default_param_groups, lr_factor, train
+from bertkit.training.runlog import loss_curves, plot_loss
 
-V, T = 48, 16
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from more threads, and lose a lot on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def tiny_config(**kw) -> EncoderConfig:
-    return EncoderConfig(**{**dict(vocab_size=V, hidden_size=32, num_layers=2, num_heads=2,
-                                   intermediate_size=64, max_positions=T, hidden_dropout=0.0,
-                                   attention_dropout=0.0), **kw})
-
-
-def tiny_model(seed: int = 0, **kw) -> PretrainingModel:
-    cfg = tiny_config(**kw)
-    torch.manual_seed(seed)
-    model = PretrainingModel(cfg)
-    init_weights(model, cfg)
-    return model
-
-
-def make_batch(g: torch.Generator, B: int) -> dict:
-    """The token at position t is 5 + t, or 5 + t + 1 in a random half of the sequences, with
-    ~15% masked: the position and the neighbours give the answer, learnable in a few steps."""
-    shift = torch.randint(0, 2, (B, 1), generator=g)
-    ids = 5 + (torch.arange(T) + shift) % (V - 5)  # [B, T]
-    selected = torch.rand(B * T, generator=g) < 0.15
-    selected[0] = True  # never an empty selection
-    positions = selected.nonzero().squeeze(1)
-    labels = ids.reshape(-1)[positions].clone()
-    inputs = ids.reshape(-1).clone()
-    inputs[positions] = 4
-    inputs = inputs.reshape(B, T)
-    # Padding entries, as the data side adds to reach a fixed count.
-    positions = torch.cat([positions, torch.zeros(3, dtype=torch.long)])
-    labels = torch.cat([labels, torch.full((3,), -100)])
-    return {"input_ids": inputs, "token_type_ids": torch.zeros_like(inputs),
-            "attention_mask": torch.ones_like(inputs), "mlm_positions": positions,
-            "mlm_labels": labels, "nsp_labels": torch.randint(0, 2, (B,), generator=g),
-            "span_left": (positions - 1).clamp(min=0),
-            "span_right": (positions + 1).clamp(max=B * T - 1),
-            "span_offset": torch.zeros_like(positions),
-            "clm_labels": torch.cat([ids[:, 1:], torch.full((B, 1), -100)], 1),
-            "num_tokens": B * T}
-
-
-def concat(a: dict, b: dict) -> dict:
-    """Two batches as one: b's flat positions shift by a's B*T."""
-    shift = a["input_ids"].numel()
-    out = {}
-    for k in a:
-        if k == "num_tokens":
-            out[k] = a[k] + b[k]
-        elif k in ("mlm_positions", "span_left", "span_right"):
-            out[k] = torch.cat([a[k], b[k] + shift])
-        else:
-            out[k] = torch.cat([a[k], b[k]])
-    return out
-
-
-class FakeBatches:
-    """Endless deterministic batches with the PretrainingBatches interface (state included)."""
-
-    def __init__(self, B: int = 8, seed: int = 0, limit: int | None = None):
-        self.B, self.g, self.n, self.limit = B, torch.Generator().manual_seed(seed), 0, limit
-
-    def state_dict(self) -> dict:
-        return {"generator": self.g.get_state(), "n": self.n}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.g.set_state(state["generator"])
-        self.n = state["n"]
-
-    def __iter__(self):
-        while self.limit is None or self.n < self.limit:
-            self.n += 1
-            yield make_batch(self.g, self.B)
-
-
-def no_save(model, path):
-    return None
-
-
-def params(model) -> dict:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # Schedule and optimizer groups ------------------------------------------------------------------
 
@@ -130,8 +42,8 @@ def test_cosine_constant_and_time_schedules():
     assert lr_factor(timed, 99, 330) == pytest.approx(0.5)   # half-way through the decay
 
 
-def test_no_weight_decay_on_biases_and_layernorm():
-    model = tiny_model()
+def test_no_weight_decay_on_biases_and_layernorm(tiny):
+    model = tiny.model()
     decay, no_decay = default_param_groups(model, 0.01)
     names = {id(p): n for n, p in model.named_parameters()}
     assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 0.01
@@ -143,17 +55,17 @@ def test_no_weight_decay_on_biases_and_layernorm():
 
 # The loop end to end ------------------------------------------------------------------------------
 
-def test_train_learns_and_writes_run_directory(tmp_path):
+def test_train_learns_and_writes_run_directory(tmp_path, tiny):
     from bertkit.model.hub import load_pretraining_model
 
-    model = tiny_model()
-    held = [make_batch(torch.Generator().manual_seed(99), 8) for _ in range(2)]
+    model = tiny.model()
+    held = [tiny.batch(torch.Generator().manual_seed(99), 8) for _ in range(2)]
     cfg = TrainConfig(max_steps=40, lr=3e-3, warmup_steps=4, log_every=10, eval_every=20)
-    result = train(model, objectives.mlm_loss, FakeBatches(), cfg, tmp_path / "run",
+    result = train(model, objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
                    evaluate=lambda m: objectives.evaluate_lm(m, held, "mlm"),
                    target_count=objectives.target_count("mlm"), show_progress=False)
     assert result.step == 40 and result.stopped_by == "max_steps"
-    assert result.tokens == 40 * 8 * T
+    assert result.tokens == 40 * 8 * tiny.T
     records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if r["split"] == "train"]
     evals = [r for r in records if r["split"] == "eval"]
@@ -163,28 +75,53 @@ def test_train_learns_and_writes_run_directory(tmp_path):
     assert evals[-1]["eval_ppl"] == pytest.approx(math.exp(evals[-1]["eval_loss"]), rel=1e-5)
     assert all(r["tokens_per_s"] > 0 and "mlm_acc" in r for r in train_records)
     assert (tmp_path / "run/loss.png").read_bytes()[:4] == b"\x89PNG"
+    curves = plot_loss(tmp_path / "run/metrics.jsonl", tmp_path / "again.png")
+    assert list(curves) == ["train loss", "eval_loss"]  # mlm: the loss is its LM part
+    assert curves["train loss"] == ([10, 20, 30, 40], [r["loss"] for r in train_records])
+    assert curves["eval_loss"] == ([20, 40], [r["eval_loss"] for r in evals])
     loaded = load_pretraining_model(tmp_path / "run")  # the final Hugging Face directory
     for k, v in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v), k
 
 
-def test_grad_accumulation_equals_one_big_batch(tmp_path):
+def test_train_gives_the_callers_generators_back(tmp_path, tiny):
+    """The run seeds torch's generator for dropout; the caller's stream is left where it was."""
+    model = tiny.model(hidden_dropout=0.1)  # (seeds torch itself: before ours)
+    torch.manual_seed(11)
+    expected = torch.rand(3)
+    torch.manual_seed(11)
+    train(model, objectives.mlm_loss, tiny.FakeBatches(),
+          TrainConfig(max_steps=2), tmp_path / "r", save=tiny.no_save, show_progress=False)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_loss_curves_show_the_lm_part_of_a_loss_of_several_parts():
+    records = [{"step": 2, "split": "train", "loss": 5.0, "mlm_loss": 4.0},
+               {"step": 4, "split": "train", "loss": 4.5, "mlm_loss": 3.8},
+               {"step": 4, "split": "eval", "eval_loss": 3.9}]
+    assert loss_curves(records) == {"train loss": ([2, 4], [5.0, 4.5]),
+                                    "train mlm_loss": ([2, 4], [4.0, 3.8]),
+                                    "eval_loss": ([4], [3.9])}
+    assert loss_curves([{"step": 1, "split": "eval", "eval_loss": 1.0}]) == {}
+
+
+def test_grad_accumulation_equals_one_big_batch(tmp_path, tiny):
     g = torch.Generator().manual_seed(5)
-    small = [make_batch(g, 4) for _ in range(6)]
-    big = [concat(small[i], small[i + 1]) for i in range(0, 6, 2)]
+    small = [tiny.batch(g, 4) for _ in range(6)]
+    big = [tiny.concat(small[i], small[i + 1]) for i in range(0, 6, 2)]
     cfg = TrainConfig(max_steps=3, lr=1e-3, warmup_steps=0, log_every=1)
     results = []
     for batches, accum in ((big, 1), (small, 2)):
-        model = tiny_model()
+        model = tiny.model()
         train(model, objectives.mlm_loss, batches, cfg.replace(grad_accum=accum),
-              tmp_path / f"a{accum}", save=no_save, show_progress=False,
+              tmp_path / f"a{accum}", save=tiny.no_save, show_progress=False,
               target_count=objectives.target_count("mlm"))
-        results.append(params(model))
+        results.append(tiny.params(model))
     for k in results[0]:
         torch.testing.assert_close(results[0][k], results[1][k], atol=1e-6, rtol=1e-5)
 
 
-def test_sigterm_finishes_the_step_saves_and_stops(tmp_path):
+def test_sigterm_finishes_the_step_saves_and_stops(tmp_path, tiny):
     calls = []
 
     def loss_fn(model, batch):
@@ -193,7 +130,8 @@ def test_sigterm_finishes_the_step_saves_and_stops(tmp_path):
             os.kill(os.getpid(), signal.SIGTERM)
         return objectives.mlm_loss(model, batch)
 
-    result = train(tiny_model(), loss_fn, FakeBatches(), TrainConfig(max_steps=50, log_every=5),
+    result = train(tiny.model(), loss_fn, tiny.FakeBatches(),
+                   TrainConfig(max_steps=50, log_every=5),
                    tmp_path / "run", show_progress=False)
     assert result.stopped_by == "interrupted" and result.step == 3
     assert (tmp_path / "run/checkpoints/step-00000003/manifest.json").is_file()
@@ -202,63 +140,64 @@ def test_sigterm_finishes_the_step_saves_and_stops(tmp_path):
         signal.getsignal(signal.SIGTERM) != signal.SIG_IGN
 
 
-def test_early_stopping_keeps_the_best_weights(tmp_path):
+def test_early_stopping_keeps_the_best_weights(tmp_path, tiny):
     scores = iter([0.1, 0.5, 0.4, 0.3, 0.2, 0.1])
     snapshots = {}
 
     def evaluate(model):
-        snapshots[len(snapshots) + 1] = params(model)
+        snapshots[len(snapshots) + 1] = tiny.params(model)
         return {"dev_acc": next(scores)}
 
-    model = tiny_model()
+    model = tiny.model()
     cfg = TrainConfig(max_steps=100, lr=1e-3, eval_every=2, log_every=2, best_metric="dev_acc",
                       best_mode="max", patience=2)
-    result = train(model, objectives.mlm_loss, FakeBatches(), cfg, tmp_path / "run",
-                   evaluate=evaluate, save=no_save, show_progress=False)
+    result = train(model, objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
+                   evaluate=evaluate, save=tiny.no_save, show_progress=False)
     assert result.stopped_by == "early_stop" and result.step == 8
     assert result.best_value == 0.5 and result.best_step == 4
     for k, v in snapshots[2].items():  # the model handed back is the step-4 model
         assert torch.equal(model.state_dict()[k], v), k
 
 
-def test_out_of_memory_is_one_clear_line_and_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to "
+                                                           "allocate 2.00 GiB"), MemoryError()])
+def test_out_of_memory_is_one_clear_line_and_leaves_nothing(tmp_path, error, tiny):
     def loss_fn(model, batch):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: not "
-                           "enough memory: you tried to allocate 123456789 bytes.")
+        raise error
 
     with pytest.raises(UserError, match="out of memory for a batch of 8 x 16 tokens: lower"):
-        train(tiny_model(), loss_fn, FakeBatches(), TrainConfig(max_steps=5), tmp_path / "run",
+        train(tiny.model(), loss_fn, tiny.FakeBatches(), TrainConfig(max_steps=5), tmp_path / "run",
               show_progress=False)
     assert not (tmp_path / "run").exists()
 
 
-def test_empty_data_is_refused(tmp_path):
+def test_empty_data_is_refused(tmp_path, tiny):
     with pytest.raises(UserError, match="no batches"):
-        train(tiny_model(), objectives.mlm_loss, [], TrainConfig(max_steps=5), tmp_path / "r",
+        train(tiny.model(), objectives.mlm_loss, [], TrainConfig(max_steps=5), tmp_path / "r",
               show_progress=False)
 
 
-def test_finite_batches_are_iterated_again_as_epochs(tmp_path):
-    data = [make_batch(torch.Generator().manual_seed(i), 4) for i in range(3)]
-    result = train(tiny_model(), objectives.mlm_loss, data, TrainConfig(max_steps=7),
-                   tmp_path / "r", save=no_save, show_progress=False)
+def test_finite_batches_are_iterated_again_as_epochs(tmp_path, tiny):
+    data = [tiny.batch(torch.Generator().manual_seed(i), 4) for i in range(3)]
+    result = train(tiny.model(), objectives.mlm_loss, data, TrainConfig(max_steps=7),
+                   tmp_path / "r", save=tiny.no_save, show_progress=False)
     assert result.step == 7
 
 
 # Speed options give the plain path's results ---------------------------------------------------
 
-def _run(tmp_path, name, **cfg_changes):
-    model = tiny_model()
+def _run(tiny, tmp_path, name, **cfg_changes):
+    model = tiny.model()
     cfg = TrainConfig(max_steps=4, lr=1e-3, warmup_steps=0, log_every=4).replace(**cfg_changes)
-    result = train(model, objectives.mlm_loss, FakeBatches(), cfg, tmp_path / name,
-                   save=no_save, show_progress=False)
-    return params(model), result
+    result = train(model, objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / name,
+                   save=tiny.no_save, show_progress=False)
+    return tiny.params(model), result
 
 
-def test_fused_adamw_equals_foreach(tmp_path, monkeypatch):
+def test_fused_adamw_equals_foreach(tmp_path, monkeypatch, tiny):
     import bertkit.training.loop as train_module
 
-    fused, _ = _run(tmp_path, "fused")
+    fused, _ = _run(tiny, tmp_path, "fused")
     plain_adamw = torch.optim.AdamW
 
     def no_fused(groups, fused=False, **kw):
@@ -266,16 +205,16 @@ def test_fused_adamw_equals_foreach(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train_module, "make_optimizer", lambda g, cfg, dev: no_fused(
         g, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay))
-    plain, _ = _run(tmp_path, "plain")
+    plain, _ = _run(tiny, tmp_path, "plain")
     for k in fused:
         torch.testing.assert_close(fused[k], plain[k], atol=1e-6, rtol=1e-5)
 
 
-def test_bf16_autocast_tracks_fp32(tmp_path):
-    fp32, r32 = _run(tmp_path, "fp32")
-    bf16, r16 = _run(tmp_path, "bf16", precision="bf16")
+def test_bf16_autocast_tracks_fp32(tmp_path, tiny):
+    fp32, r32 = _run(tiny, tmp_path, "fp32")
+    bf16, r16 = _run(tiny, tmp_path, "bf16", precision="bf16")
     assert r16.train_metrics["loss"] == pytest.approx(r32.train_metrics["loss"], rel=2e-2)
-    start = params(tiny_model())
+    start = tiny.params(tiny.model())
     for k in fp32:  # the updates agree in direction and size to bf16's precision
         d32, d16 = fp32[k] - start[k], bf16[k] - start[k]
         if d32.norm() > 0:
@@ -284,8 +223,8 @@ def test_bf16_autocast_tracks_fp32(tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("BERTKIT_TEST_COMPILE"),
                     reason="torch.compile takes a minute on CPU; set BERTKIT_TEST_COMPILE=1")
-def test_compile_equals_eager(tmp_path):
-    eager, _ = _run(tmp_path, "eager")
-    compiled, _ = _run(tmp_path, "compiled", compile=True)
+def test_compile_equals_eager(tmp_path, tiny):
+    eager, _ = _run(tiny, tmp_path, "eager")
+    compiled, _ = _run(tiny, tmp_path, "compiled", compile=True)
     for k in eager:
         torch.testing.assert_close(eager[k], compiled[k], atol=1e-5, rtol=1e-4)

@@ -1,0 +1,164 @@
+"""The speed paths, in one place, behind one switch: `Encoder(cfg, fast=True)` (the default),
+`PretrainingModel(cfg, fast=True)`.
+
+`fast=False` gives the reference model of `encoder.py` and `heads.py`: nn.Dropout,
+F.scaled_dot_product_attention, every block on every token, the vocabulary projection then
+F.cross_entropy. `fast=True` computes the same function with four shortcuts, each worth it on
+the CPU bertkit is often trained on. Each is tested equal to the reference: a whole training
+step and the shortcuts one by one in tests/model/test_fast.py, `forward_rows` on both attention
+paths in tests/model/test_model.py, the fused loss in tests/pretraining/test_objectives.py.
+
+* `packed_dropout` / `PackedDropout`: the keep/drop decisions come four to a 64-bit random
+  number, 2-3x faster than F.dropout's one generator call per element (a tenth of a CPU step).
+* `attend`: attention spelled out in matmuls when dropout is on and the tensors are on the CPU,
+  where SDPA's fused kernels take no dropout and its fallback draws the [B, A, T, T] mask one
+  element at a time.
+* `block_at_rows`: `Encoder.forward_rows` runs the last block only at the rows a head reads
+  (the masked positions, [CLS]); its attention still reads every token.
+* `vocab_cross_entropy`: the vocabulary projection and the cross-entropy fused, the gradient
+  made in the forward pass (`objectives.vocab_terms` uses it when gradients are wanted).
+
+On a GPU the first two fall back to the fused kernels (F.dropout, SDPA), which are already fast.
+This module imports nothing from the model: the modules reach it, not the other way round.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def packed_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout. On the CPU the keep/drop decisions come four to a 64-bit random number
+    (16 bits each; p is rounded to a multiple of 1/65536 and the kept values scaled by
+    1 / (1 - that p)). Elsewhere F.dropout, whose GPU kernel is already fused."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p, True)
+    cut = round(p * 65536)
+    n = x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, 2 ** 63 - 1)
+    keep = bits.view(torch.int16)[:n].view(x.shape) >= cut - 32768  # P(keep) = 1 - cut/65536
+    return x * (keep.to(x.dtype) * (65536 / (65536 - cut)))
+
+
+class PackedDropout(nn.Module):
+    """nn.Dropout drawing its mask with `packed_dropout`."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return packed_dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+           causal: bool, dropout_p: float) -> torch.Tensor:
+    """`encoder.attend` (SDPA), except with dropout on the CPU: the same math spelled out,
+    with `packed_dropout`'s cheaper draw. q, k, v: [B, A, T, D] -> [B, A, T, D]."""
+    if dropout_p == 0.0 or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                              is_causal=causal and mask is None)
+    T = q.shape[-2]
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [B, A, T, T]; q is the smaller
+    if mask is None and causal:
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return packed_dropout(scores.softmax(-1), dropout_p, True) @ v  # [B, A, T, D]
+
+
+def attention_at_rows(attn: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
+                      rows: torch.Tensor) -> torch.Tensor:
+    """`encoder.SelfAttention` (bidirectional) at `rows` only: x [B, T, H] -> [N, H], rows [N]
+    flat indices into B*T."""
+    B, T, H = x.shape
+    A, D = attn.num_heads, H // attn.num_heads
+    p = attn.dropout_p if attn.training else 0.0
+    if rows.shape[0] <= B:
+        # As few rows as sequences (a sentence head's [CLS]): queries only at the rows,
+        # each against its own sequence's keys, copied out per row.
+        N = rows.shape[0]
+        w, b = attn.qkv.weight, attn.qkv.bias
+        q = F.linear(x.reshape(B * T, H).index_select(0, rows), w[:H], b[:H])  # [N, H]
+        k, v = F.linear(x, w[H:], b[H:]).view(B, T, 2, A, D).unbind(2)  # 2 x [B, T, A, D]
+        seq = torch.div(rows, T, rounding_mode="floor")  # [N]
+        k, v = (t.index_select(0, seq).transpose(1, 2) for t in (k, v))  # 2 x [N, A, T, D]
+        mask = mask.index_select(0, seq) if mask is not None else None  # [N, 1, 1, T]
+        y = attn.attend(q.view(N, A, 1, D), k, v, mask, False, p)  # [N, A, 1, D]
+        return attn.out(y.reshape(N, H))
+    # Many rows: attention for every token, the output projection only at the rows.
+    q, k, v = attn.qkv(x).view(B, T, 3, A, D).unbind(2)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # 3 x [B, A, T, D]
+    y = attn.attend(q, k, v, mask, False, p).transpose(1, 2).reshape(B * T, H)  # [B*T, H]
+    return attn.out(y.index_select(0, rows))  # [N, H]
+
+
+def block_at_rows(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
+                  rows: torch.Tensor) -> torch.Tensor:
+    """`encoder.Block` (bidirectional) at `rows` only: x [B, T, H] -> [N, H]. Attention still
+    reads every token; the output projection and the feed-forward run on N rows, not B*T."""
+    y = attention_at_rows(block.attn, x, mask, rows)  # [N, H]
+    x = x.reshape(-1, x.shape[-1]).index_select(0, rows)  # [N, H]
+    return block.feed_forward(block.attn_norm(x + block.dropout(y)))
+
+
+class _VocabCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of the vocabulary projection z @ weight.T + bias, and the number of
+    correct guesses (the label's logit is the largest), for labels != ignore_index.
+
+    The plain path (F.linear, F.cross_entropy, argmax) allocates and sweeps three [N, V]
+    tensors a step (logits, log-probabilities, their gradient), tens of MB each for a 30k
+    vocabulary; here the forward pass turns the logits, in place, into their gradient
+    (softmax - one-hot), which is all the backward pass needs.
+    """
+
+    @staticmethod
+    def forward(ctx, z, weight, bias, labels, ignore_index):
+        # [N, V]; autocast picks the matmul dtype. (mm, then add_: addmm would first fill the
+        # whole output with the broadcast bias, one more sweep of it.)
+        logits = torch.mm(z, weight.t())
+        ctx.matmul_dtype = logits.dtype
+        logits = logits.float().add_(bias)
+        valid = labels != ignore_index
+        safe = labels.clamp(min=0)
+        target = logits.gather(1, safe[:, None]).squeeze(1)  # [N]
+        top = logits.amax(1)  # a sixth of the time of max(), which also finds the index
+        correct = ((target >= top) & valid).sum()
+        logits.sub_(top[:, None]).exp_()
+        total = logits.sum(1)
+        loss_sum = ((top + total.log() - target) * valid).sum()
+        keep = valid.to(logits.dtype)
+        logits.mul_((keep / total)[:, None])  # softmax; ignored rows get no gradient
+        rows = torch.arange(labels.numel(), device=labels.device)
+        logits.index_put_((rows, safe), -keep, accumulate=True)  # - one-hot
+        ctx.save_for_backward(logits, z, weight)
+        ctx.mark_non_differentiable(correct)
+        return loss_sum, correct
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_correct):
+        d, z, weight = ctx.saved_tensors  # d: [N, V], d loss_sum / d logits
+        need_z, need_w, need_b = ctx.needs_input_grad[:3]
+        dm = d.to(ctx.matmul_dtype)
+        grad_z = (dm @ weight.to(dm.dtype)).mul_(grad_loss).to(z.dtype) if need_z else None
+        # grad_loss scales z [N, H] rather than the product [V, H]
+        grad_w = (dm.t() @ (z * grad_loss).to(dm.dtype)).to(weight.dtype) if need_w else None
+        grad_b = d.sum(0).mul_(grad_loss) if need_b else None
+        return grad_z, grad_w, grad_b, None, None
+
+
+def vocab_cross_entropy(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                        labels: torch.Tensor, ignore_index: int):
+    """(summed cross-entropy, correct guesses) of F.linear(z, weight, bias) [N, V] at
+    labels [N] != ignore_index, without keeping the logits and their softmax apart."""
+    return _VocabCrossEntropy.apply(z, weight, bias, labels, ignore_index)
+
+
+__all__ = ["packed_dropout", "PackedDropout", "attend", "attention_at_rows", "block_at_rows",
+           "vocab_cross_entropy"]

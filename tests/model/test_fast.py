@@ -1,0 +1,121 @@
+"""The speed paths of bertkit.model.fast against the reference model they stand in for."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit.config import EncoderConfig
+from bertkit.model import fast
+from bertkit.model.encoder import build_attention_mask, init_weights
+from bertkit.model.fast import packed_dropout
+from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
+from bertkit.pretraining import objectives
+
+CFG = EncoderConfig(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4,
+                    intermediate_size=64, max_positions=24, hidden_dropout=0.0,
+                    attention_dropout=0.0)
+
+
+def twin_models():
+    """The same weights, once with the speed paths and once the reference."""
+    models = [PretrainingModel(CFG, fast=f) for f in (True, False)]
+    init_weights(models[0], CFG, torch.Generator().manual_seed(3))
+    models[1].load_state_dict(models[0].state_dict())
+    return models
+
+
+def test_switch_picks_the_modules():
+    quick, plain = twin_models()
+    assert isinstance(quick.encoder.blocks[0].dropout, fast.PackedDropout)
+    assert isinstance(plain.encoder.blocks[0].dropout, torch.nn.Dropout)
+    assert quick.encoder.blocks[0].attn.attend is fast.attend
+    assert plain.encoder.blocks[0].attn.attend is not fast.attend
+    assert quick.fast and not plain.fast
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("objective", ["mlm", "mlm+nsp"])
+def test_training_step_with_the_speed_paths_equals_the_reference(padded, objective):
+    """Loss and every gradient of one step: fast (rows, fused loss) = reference (full
+    forward, logits, F.cross_entropy), dropout off so that both draw nothing."""
+    g = torch.Generator().manual_seed(0)
+    B, T = 3, 20
+    ids = torch.randint(5, CFG.vocab_size, (B, T), generator=g)
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[1, 14:] = 0
+    positions = torch.tensor([1, 4, T + 2, 2 * T + 7, 0])
+    labels = ids.flatten()[positions].clone()
+    labels[-1] = IGNORE_INDEX
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": mask,
+             "mlm_positions": positions, "mlm_labels": labels,
+             "nsp_labels": torch.tensor([0, 1, 0])}
+    results = []
+    for model in twin_models():
+        model.train()
+        loss, metrics = objectives.loss_for(objective)(model, batch)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (quick_loss, quick_grads), (plain_loss, plain_grads) = results
+    torch.testing.assert_close(quick_loss, plain_loss, atol=1e-6, rtol=1e-6)
+    assert quick_grads.keys() == plain_grads.keys()
+    for name, a in quick_grads.items():
+        b = plain_grads[name]
+        if a is None or b is None:
+            assert a is None and b is None, name
+            continue
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_mlm_head_returns_the_logits_the_fused_loss_uses():
+    quick, _ = twin_models()
+    h = torch.randn(6, CFG.hidden_size)
+    weight, bias = quick.mlm.decoder()
+    assert weight is quick.encoder.embeddings.word.weight and bias is quick.mlm.bias
+    torch.testing.assert_close(quick.mlm(h), F.linear(quick.mlm.transform(h), weight, bias))
+    assert "mlm.decoder" not in " ".join(quick.state_dict())  # the tied weight is saved once
+    twin = copy.deepcopy(quick)  # a copy's head decodes with the copy's embeddings
+    assert twin.mlm.decoder()[0] is twin.encoder.embeddings.word.weight
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_keeps_each_value_with_probability_1_minus_p(p):
+    """The four-decisions-per-draw mask: keep rate within 5 binomial sigmas of 1 - p, kept
+    values scaled by 1 / (1 - p), the gradient the same mask, fresh masks each call."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 33, 17, requires_grad=True)  # odd sizes: n not a multiple of 4
+    y = packed_dropout(x, p, True)
+    kept = y != 0
+    n = x.numel()
+    rate = kept.double().mean().item()
+    assert abs(rate - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p), rtol=1e-4, atol=1e-6)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.to(x.dtype) / (1 - p), rtol=1e-4, atol=1e-6)
+    assert not torch.equal(kept, packed_dropout(x, p, True) != 0)
+    assert packed_dropout(x, p, False) is x and packed_dropout(x, 0.0, True) is x
+    # decisions at different positions are independent: neighbours agree as often as chance
+    flat = kept.flatten().double()
+    agree = (flat[1:] == flat[:-1]).double().mean().item()
+    assert abs(agree - ((1 - p) ** 2 + p ** 2)) < 0.02
+
+
+@pytest.mark.parametrize("causal,padded", [(False, False), (False, True), (True, False),
+                                           (True, True)])
+def test_attention_with_dropout_is_sdpa_math(causal, padded):
+    """The spelled-out CPU path used for dropout equals SDPA when no weight is dropped."""
+    g = torch.Generator().manual_seed(0)
+    B, A, T, D = 2, 3, 7, 4
+    q, k, v = (torch.randn(B, A, T, D, generator=g) for _ in range(3))
+    padding = torch.ones(B, T, dtype=torch.long)
+    if padded:
+        padding[1, 5:] = 0
+    mask = build_attention_mask(padding, T, causal, q.device)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+    # p below 1/65536 rounds to "drop nothing": the explicit path, with no dropout
+    torch.testing.assert_close(fast.attend(q, k, v, mask, causal, 1e-9), expected,
+                               atol=1e-6, rtol=1e-5)
