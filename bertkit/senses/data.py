@@ -211,14 +211,15 @@ class StaticSource:
 
 
 def load_source(model: str | Path, *, layers: str = "last4", subword_pool: str = "mean",
-                window: int = 5, batch_size: int = 32, progress: bool = True):
+                window: int = 5, batch_size: int = 32, progress: bool = True,
+                device: str = "cpu"):
     """A ContextualSource for a BERT directory, a StaticSource for `bertkit static` output."""
     from bertkit.senses.static import StaticVectors, is_static_dir
 
     if is_static_dir(model):
         return StaticSource(StaticVectors.load(model), window)
     from bertkit.embeddings.embedder import Embedder
-    return ContextualSource(Embedder.load(model), layers, subword_pool, batch_size, progress)
+    return ContextualSource(Embedder.load(model, device=device), layers, subword_pool, batch_size, progress)
 
 
 __all__ = ["SenseExample", "check_target", "read_examples", "split_examples", "write_examples",

@@ -104,15 +104,15 @@ def test_answer_points_into_the_context(models):
 
 def test_evaluate_json_and_predict_jsonl(models, tmp_path, capsys):
     d = models["dir"]
-    assert main(["evaluate", "--model", str(d / "cls"), "--test", str(models["dev"]),
+    assert main(["evaluate", "--model", str(d / "cls"), "--input", str(models["dev"]),
                  "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"accuracy", "macro_f1", "confusion_matrix"} <= set(scores)
-    assert main(["evaluate", "--model", str(d / "tag"), "--test", str(models["ner_dev"]),
+    assert main(["evaluate", "--model", str(d / "tag"), "--input", str(models["ner_dev"]),
                  "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"precision", "recall", "f1", "per_type", "token_accuracy"} <= set(scores)
-    assert main(["evaluate", "--model", str(d / "qa"), "--test", str(d / "squad.json"),
+    assert main(["evaluate", "--model", str(d / "qa"), "--input", str(d / "squad.json"),
                  "--json"]) == 0
     assert {"exact", "f1", "has_ans_exact", "no_ans_exact"} <= set(
         json.loads(capsys.readouterr().out))
@@ -134,7 +134,7 @@ def test_evaluate_json_and_predict_jsonl(models, tmp_path, capsys):
 def test_evaluate_on_a_bad_file_exits_2(models, tmp_path, capsys):
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"text": "good", "label": "positive"},
                                                {"text": "fine", "label": "meh"}])
-    assert main(["evaluate", "--model", str(models["dir"] / "cls"), "--test", str(bad)]) == 2
+    assert main(["evaluate", "--model", str(models["dir"] / "cls"), "--input", str(bad)]) == 2
     assert "bad.jsonl:2: unknown label 'meh'" in capsys.readouterr().err
 
 

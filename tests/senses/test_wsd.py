@@ -244,17 +244,17 @@ def world(tmp_path_factory):
 
 def test_cli_end_to_end_on_a_tiny_bert(world, capsys):
     tmp, model, train, test = world
-    assert cli.main(["wsd", "train", "--model", str(model), "--data", str(train),
+    assert cli.main(["wsd", "train", "--model", str(model), "--input", str(train),
                      "--out", str(tmp / "senses"), "--quiet"]) == 0
     assert "2 senses of 1 lemmas from 24 examples" in capsys.readouterr().out
-    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "senses"), "--data", str(test),
+    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "senses"), "--input", str(test),
                      "--json", "--quiet"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["instances"] == 10 and report["average_candidates"] == 2.0
     assert report["mfs_accuracy"] == 0.5  # river (rank 1) is right half the time
     assert 0.0 <= report["accuracy"] <= 1.0 and report["method"] == "gloss-prior"
     out = tmp / "pred.jsonl"
-    assert cli.main(["wsd", "predict", "--wsd", str(tmp / "senses"), "--data", str(test),
+    assert cli.main(["wsd", "predict", "--wsd", str(tmp / "senses"), "--input", str(test),
                      "--out", str(out), "--method", "1nn", "--quiet"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 10
@@ -265,15 +265,15 @@ def test_cli_end_to_end_on_a_tiny_bert(world, capsys):
     # Bad input: one line naming file and line, exit 2.
     bad = tmp / "bad.jsonl"
     bad.write_text('{"lemma": "bank", "text": "a bank", "start": 2, "end": 7}\n')
-    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "senses"), "--data", str(bad),
+    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "senses"), "--input", str(bad),
                      "--quiet"]) == 2
     assert f"{bad}:1: span start=2 end=7 is outside the text" in capsys.readouterr().err
 
 
 def test_cli_split_and_static_vectors(world, capsys):
     tmp, _, train, test = world
-    assert cli.main(["wsd", "split", "--data", str(train), "--fraction", "0.5",
-                     "--train", str(tmp / "a.jsonl"), "--test", str(tmp / "b.jsonl")]) == 0
+    assert cli.main(["wsd", "split", "--input", str(train), "--fraction", "0.5",
+                     "--train-out", str(tmp / "a.jsonl"), "--test-out", str(tmp / "b.jsonl")]) == 0
     a, b = read_examples(tmp / "a.jsonl"), read_examples(tmp / "b.jsonl")
     assert len(a) + len(b) == 24 and {e.synset for e in b} <= {e.synset for e in a}
     assert a[0].gloss and a[0].sense_rank in (1, 2)  # every field survives the split
@@ -281,15 +281,15 @@ def test_cli_split_and_static_vectors(world, capsys):
     corpus = tmp / "corpus.txt"
     corpus.write_text("".join(json.loads(line)["text"] + "\n"
                               for line in train.read_text().splitlines()) * 10)
-    assert cli.main(["static", "train", "--corpus", str(corpus), "--dim", "8", "--epochs", "1",
+    assert cli.main(["static", "train", "--input", str(corpus), "--dim", "8", "--epochs", "1",
                      "--min-count", "1", "--subsample", "0", "--out", str(tmp / "sv"),
                      "--quiet"]) == 0
-    assert cli.main(["wsd", "train", "--model", str(tmp / "sv"), "--data", str(train),
+    assert cli.main(["wsd", "train", "--model", str(tmp / "sv"), "--input", str(train),
                      "--out", str(tmp / "static-senses"), "--method", "1nn", "--quiet"]) == 0
     capsys.readouterr()
     exe = Path(sys.executable).parent / "bertkit"
     done = subprocess.run([str(exe), "wsd", "evaluate", "--wsd", str(tmp / "static-senses"),
-                           "--data", str(test), "--json"], capture_output=True, text=True,
+                           "--input", str(test), "--json"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
