@@ -67,7 +67,7 @@ class DemoOptions:
     """Training precision: fp32, or bf16 autocast."""
     cache: Path | None = None
     """Where the downloaded corpus is kept; none: ~/.cache/bertkit."""
-    sentences: tuple[str, ...] = field(default=SENTENCES)
+    masked_texts: tuple[str, ...] = field(default=SENTENCES)
     """Texts with [MASK] to fill in at the end."""
 
     def __post_init__(self) -> None:
@@ -174,7 +174,7 @@ def run_demo(opts: DemoOptions) -> dict:
                                       batch_size=opts.batch_size, device="cpu", train=cfg))
     if result.stopped_by == "interrupted":
         raise KeyboardInterrupt
-    predictions = fill_mask(out / "model", list(opts.sentences), top_k=5)
+    predictions = fill_mask(out / "model", list(opts.masked_texts), top_k=5)
     report = {"corpus": source, "steps": result.step, "tokens": result.tokens,
               "train_minutes": round(result.train_seconds / 60, 2),
               "heldout": result.eval_metrics, "train": result.train_metrics,

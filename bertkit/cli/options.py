@@ -42,6 +42,8 @@ else:  # tomllib is new in 3.11; tomli is the same parser
 from bertkit.files import UserError
 
 _ABSENT = object()
+_PLURALS = {int: "integers", float: "numbers", str: "strings", Path: "paths",
+            bool: "true/false values"}
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", Path: "a path",
                bool: "true or false"}
 
@@ -271,7 +273,8 @@ class Command:
             _put(settings[opt.source], opt.path, tuple(value) if opt.container is tuple else value)
         where = f" (or set it in {config})" if config else ""
         for opt in flags:
-            if opt.default is dataclasses.MISSING and _get(settings[opt.source], opt.path) is _ABSENT:
+            missing = _get(settings[opt.source], opt.path) is _ABSENT
+            if opt.default is dataclasses.MISSING and missing:
                 raise UserError(f"missing {opt.flag}{where}")
         instances = []
         for cls, values in zip(self.classes(), settings):
@@ -343,9 +346,8 @@ def _checked(opt: Option, value, path: Path):
     if opt.nargs is not None:
         if not isinstance(value, list) or (isinstance(opt.nargs, int)
                                            and len(value) != opt.nargs):
-            count = opt.nargs if isinstance(opt.nargs, int) else "a"
-            raise fail(f"{count} list of {_TYPE_WORDS[opt.kind].split(' ', 1)[1]}s"
-                       if opt.kind is not bool else "a list")
+            count = f"{opt.nargs} " if isinstance(opt.nargs, int) else ""
+            raise fail(f"a list of {count}{_PLURALS[opt.kind]}")
         return opt.container(_scalar(opt, v, fail) for v in value)
     return _scalar(opt, value, fail)
 

@@ -143,6 +143,7 @@ def test_bad_inputs_exit_2_with_one_line(model_dir, corpus, capsys, tmp_path):
     assert_user_error(capsys, r"no text", "tokenize", "--model", model_dir)
 
 
+@pytest.mark.slow
 def test_real_subprocess(model_dir):
     done = subprocess.run([str(BIN), "fill-mask", "--model", str(model_dir), "--json",
                            "the [MASK] ran"], capture_output=True, text=True, timeout=120)
