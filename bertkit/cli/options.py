@@ -91,6 +91,7 @@ class Option:
     help: str
     positional: bool
     metavar: str | None
+    """The name shown for the value; a positional argument is named by it."""
 
     @property
     def dest(self) -> str:
@@ -98,7 +99,9 @@ class Option:
 
     @property
     def flag(self) -> str:
-        return self.metavar if self.positional else "--" + self.path[-1].replace("_", "-")
+        if self.positional:
+            return self.metavar or self.path[-1].upper()
+        return "--" + self.path[-1].replace("_", "-")
 
     @property
     def key(self) -> str:
@@ -159,8 +162,7 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
             default = dataclasses.MISSING
         found.append(Option(source, path, kind, optional, choices, nargs, container, default,
                             docs.get(f.name, ""), bool(f.metadata.get("positional")),
-                            f.metadata.get("metavar") or (f.name.upper() if
-                                                          f.metadata.get("positional") else None)))
+                            f.metadata.get("metavar")))
     return found
 
 

@@ -287,7 +287,8 @@ COMMANDS = (
             help="label examples with senses (JSON lines out)"),
     Command("wsd evaluate", run_wsd_evaluate, (WsdEvaluateOptions, WsdRun),
             help="accuracy against the most-frequent-sense baseline"),
-    Command("static train", run_static_train, (StaticTrainFiles, "bertkit.senses.static:SkipGramConfig"),
+    Command("static train", run_static_train,
+            (StaticTrainFiles, "bertkit.senses.static:SkipGramConfig"),
             help="train word2vec skip-gram vectors on text files",
             description="Skip-gram with negative sampling: window, K negatives from "
                         "unigram^0.75, frequent-word subsampling. Tokens are lowercase words, "
