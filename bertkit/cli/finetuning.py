@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -30,12 +30,10 @@ class FinetuneFiles:
 
 
 def run_finetune(files: FinetuneFiles, cfg) -> int:
-    import dataclasses
-
     from bertkit.finetuning.recipe import finetune
 
     tune_runtime()
-    cfg = dataclasses.replace(cfg, show_progress=not files.quiet)
+    cfg = replace(cfg, show_progress=not files.quiet)
     result = finetune(files.task, files.model, files.train, files.dev, files.out, cfg)
     shown = {k: round(v, 4) for k, v in result.dev_metrics.items()
              if isinstance(v, (int, float)) and not isinstance(v, bool)}

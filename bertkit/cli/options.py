@@ -12,8 +12,10 @@ A command's options are typed once, as dataclass fields. From each field come:
   (no help text when the source is not available, nothing else changes).
 
 A field whose type is a dataclass (PretrainOptions.train: TrainConfig) adds the flags of its
-fields, built from that class's own defaults. A command may take several dataclasses (the
-command's files and the library's settings); their flags share one namespace.
+fields, built from that class's own defaults (what --help shows is what runs, not a default
+instance of the outer class). A command may take several dataclasses (the command's files and
+the library's settings); their flags share one namespace. Annotations are resolved in the
+module of each class: define options classes at module level.
 
 `--config FILE.toml` holds the same settings: keys are the field names (a table for a nested
 dataclass); flags given on the command line override it. An unknown key or a value of the wrong
@@ -24,8 +26,9 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import inspect
 import importlib
+import inspect
+import shlex
 import sys
 import textwrap
 import types
@@ -173,7 +176,7 @@ def show(value) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, (list, tuple)):
-        return " ".join(show(v) for v in value) or "none"
+        return shlex.join(show(v) for v in value) or "none"
     return str(value)
 
 
@@ -268,6 +271,8 @@ class Command:
         config = getattr(args, "config", None)
         if config is not None:
             _merge_file(settings, flags, Path(config))
+        for opt in flags:  # a nested dataclass is built from its own defaults, given or not
+            _table(settings[opt.source], opt.path[:-1])
         for opt in flags:
             value = getattr(args, opt.dest, _ABSENT)
             if value is _ABSENT or (opt.positional and value in (None, [])):
@@ -289,10 +294,14 @@ class Command:
         return instances
 
 
-def _put(tree: dict, path: tuple[str, ...], value) -> None:
-    for name in path[:-1]:
+def _table(tree: dict, path: tuple[str, ...]) -> dict:
+    for name in path:
         tree = tree.setdefault(name, {})
-    tree[path[-1]] = value
+    return tree
+
+
+def _put(tree: dict, path: tuple[str, ...], value) -> None:
+    _table(tree, path[:-1])[path[-1]] = value
 
 
 def _get(tree: dict, path: tuple[str, ...]):

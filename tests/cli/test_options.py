@@ -216,3 +216,30 @@ def test_a_required_option_may_come_from_the_file(tmp_path):
     config = write(tmp_path, "count = 2\n")
     with pytest.raises(UserError, match=r"^missing --path \(or set it in .*run.toml\)$"):
         parse("--config", config)
+
+
+
+@dataclass
+class Stop:
+    steps: int | None = None
+    """Steps."""
+
+    def __post_init__(self):
+        if self.steps is None:
+            raise ValueError("give steps")
+
+
+@dataclass
+class Run:
+    stop: Stop = field(default_factory=lambda: Stop(steps=1000))
+    """A library default that the command line does not use."""
+
+
+def test_a_nested_dataclass_is_built_from_its_own_defaults():
+    command = Command("t", lambda *o: 0, (Run,), help="t")
+    p = argparse.ArgumentParser()
+    command.add_flags(p)
+    assert "(default: none)" in p.format_help()  # what --help says is what runs
+    with pytest.raises(UserError, match="^give steps$"):
+        command.read(p.parse_args([]))
+    assert command.read(p.parse_args(["--steps", "3"])) == [Run(stop=Stop(steps=3))]
