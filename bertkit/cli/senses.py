@@ -44,11 +44,8 @@ def run_wsd_split(opts: WsdSplitOptions) -> int:
 
 @dataclass(kw_only=True)
 class WsdRun:
-    """The model that gives the word vectors, and how it runs."""
+    """How the model that gives the word vectors runs."""
 
-    model: Path | None = None
-    """BERT directory or `bertkit static` directory; none (predict, evaluate): the one the
-    senses were built from."""
     batch_size: int = 32
     """Texts per forward pass."""
     device: str = "cpu"
@@ -66,6 +63,8 @@ class WsdRun:
 
 @dataclass(kw_only=True)
 class WsdTrainFiles:
+    model: Path
+    """BERT directory or `bertkit static` directory."""
     input: Path
     """Sense-labelled JSON lines (lemma, pos, synset, sense_rank, gloss, text, start, end)."""
     out: Path
@@ -76,11 +75,9 @@ def run_wsd_train(files: WsdTrainFiles, run: WsdRun, options) -> int:
     from bertkit.senses.data import read_examples
     from bertkit.senses.wsd import train_wsd
 
-    if run.model is None:
-        raise UserError("missing --model")
     examples = read_examples(files.input)
-    inventory = train_wsd(examples, run.source(run.model, options), options,
-                          model_name=str(Path(run.model).resolve()), progress=not run.quiet)
+    inventory = train_wsd(examples, run.source(files.model, options), options,
+                          model_name=str(Path(files.model).resolve()), progress=not run.quiet)
     inventory.save(files.out)
     lemmas = len({s.lemma for s in inventory.senses})
     weights = (f" (gloss weight {inventory.options.gloss_weight}, prior weight "
@@ -94,6 +91,9 @@ def run_wsd_train(files: WsdTrainFiles, run: WsdRun, options) -> int:
 class WsdPredictOptions:
     wsd: Path
     """Directory from `bertkit wsd train`."""
+    model: Path | None = None
+    """BERT directory or `bertkit static` directory; none: the one the senses were built
+    from."""
     input: Path
     """JSON lines with lemma, text, start, end (pos when the senses were built with it)."""
     out: Path | None = None
@@ -109,7 +109,7 @@ def run_wsd_predict(opts: WsdPredictOptions, run: WsdRun) -> int:
 
     inventory = SenseInventory.load(opts.wsd)
     examples = read_examples(opts.input, labelled=False)
-    source = run.source(run.model or inventory.model, inventory.options)
+    source = run.source(opts.model or inventory.model, inventory.options)
     predictions = predict(inventory, examples, source, opts.method)
     glosses = {s.synset: s.gloss for s in inventory.senses}
 
@@ -135,6 +135,9 @@ def run_wsd_predict(opts: WsdPredictOptions, run: WsdRun) -> int:
 class WsdEvaluateOptions:
     wsd: Path
     """Directory from `bertkit wsd train`."""
+    model: Path | None = None
+    """BERT directory or `bertkit static` directory; none: the one the senses were built
+    from."""
     input: Path
     """Sense-labelled JSON lines."""
     json: bool = False
@@ -150,7 +153,7 @@ def run_wsd_evaluate(opts: WsdEvaluateOptions, run: WsdRun) -> int:
 
     inventory = SenseInventory.load(opts.wsd)
     examples = read_examples(opts.input)
-    source = run.source(run.model or inventory.model, inventory.options)
+    source = run.source(opts.model or inventory.model, inventory.options)
     report = evaluate(inventory, examples, source, opts.method)
     print(json.dumps(report.to_json()) if opts.json else report.summary())
     return 0
