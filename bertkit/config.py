@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 
@@ -146,6 +147,9 @@ def preset(name: str, **overrides) -> EncoderConfig:
 
 # Training ------------------------------------------------------------------------------------
 
+Schedule = Literal["linear", "cosine", "constant"]
+Precision = Literal["fp32", "bf16", "fp16"]
+
 @dataclass
 class TrainConfig:
     """Settings of `bertkit.training.loop.train`, shared by pretraining and fine-tuning."""
@@ -161,7 +165,7 @@ class TrainConfig:
     """Linear warm-up length in steps; None takes warmup_fraction of the run."""
     warmup_fraction: float = 0.05
     """Warm-up as a fraction of max_steps (or of max_time) when warmup_steps is None."""
-    schedule: str = "linear"
+    schedule: Schedule = "linear"
     """Decay after warm-up: "linear" to min_lr_ratio, "cosine", or "constant"."""
     min_lr_ratio: float = 0.0
     """Learning rate at the end of the decay, as a fraction of the peak."""
@@ -175,7 +179,7 @@ class TrainConfig:
     """Micro-batches accumulated into one optimizer step (effective batch = batch x this)."""
     clip_norm: float = 1.0
     """Clip the global gradient norm to this; 0 turns clipping off."""
-    precision: str = "fp32"
+    precision: Precision = "fp32"
     """"fp32", "bf16" (autocast on CPU and GPU, fp32 weights) or "fp16" (GPU, loss scaling)."""
     compile: bool = False
     """Run the model through torch.compile (slow first steps; pays on long GPU runs)."""
@@ -193,7 +197,7 @@ class TrainConfig:
     best_metric: str | None = None
     """Key of `evaluate`'s result to track (e.g. "eval_loss", "dev_f1"); the best weights are
     kept and, with restore_best, become the final model."""
-    best_mode: str = "max"
+    best_mode: Literal["max", "min"] = "max"
     """"max" if a larger best_metric is better (accuracy, F1), "min" for a loss."""
     patience: int | None = None
     """Stop after this many evaluations without improving best_metric; None never stops early."""
@@ -210,9 +214,9 @@ class TrainConfig:
             raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
         if self.max_time is not None and self.max_time <= 0:
             raise ConfigError(f"max_time must be positive, got {self.max_time}")
-        if self.schedule not in ("linear", "cosine", "constant"):
+        if self.schedule not in get_args(Schedule):
             raise ConfigError(f"schedule must be linear, cosine or constant, got {self.schedule!r}")
-        if self.precision not in ("fp32", "bf16", "fp16"):
+        if self.precision not in get_args(Precision):
             raise ConfigError(f"precision must be fp32, bf16 or fp16, got {self.precision!r}")
         if self.best_mode not in ("max", "min"):
             raise ConfigError(f"best_mode must be max or min, got {self.best_mode!r}")

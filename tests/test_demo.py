@@ -69,7 +69,7 @@ def test_demo_on_user_files_end_to_end(tmp_path, capsys, tiny):
 
     corpus = tiny.write_corpus(tmp_path / "mine.txt", documents=80, seed=1)
     out = tmp_path / "demo"
-    assert main(["demo", "--corpus", str(corpus), "--out", str(out), "--max-steps", "4",
+    assert main(["demo", "--input", str(corpus), "--out", str(out), "--max-steps", "4",
                  "--preset", "tiny", "--vocab-size", "150", "--seq-len", "32",
                  "--batch-size", "8"]) == 0
     printed = capsys.readouterr().out

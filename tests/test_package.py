@@ -22,3 +22,11 @@ def test_import_is_lazy():
     code = "import sys, bertkit; print('torch' in sys.modules, 'matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_library_never_imports_the_command_line():
+    from pathlib import Path
+    root = Path(bertkit.__file__).parent
+    for path in root.rglob("*.py"):
+        if path.parent.name != "cli":
+            assert "bertkit.cli" not in path.read_text(encoding="utf-8"), path

@@ -22,6 +22,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import nn
@@ -48,13 +49,13 @@ class FinetuneConfig:
     """Column of the label; None picks from LABEL_COLUMNS."""
     multi_label: bool = False
     """classify: several labels per text (a JSON list or `a|b`), sigmoid per label."""
-    conllu_column: str = "upos"
+    conllu_column: Literal["upos", "xpos"] = "upos"
     """tag/spans on CoNLL-U: which column holds the tag (upos or xpos)."""
-    scheme: str | None = None
+    scheme: Literal["IO", "BIO", "BIOES"] | None = None
     """tag: re-tag the data in IO, BIO or BIOES; None keeps the data's scheme."""
-    alignment: str = "copy"
+    alignment: Literal["copy", "first"] = "copy"
     """tag: subword labels copied from their word ("copy") or on the first piece ("first")."""
-    decode: str = "first"
+    decode: Literal["first", "mean"] = "first"
     """tag: read a word's label from its first piece ("first", the seeds' default) or average
     its pieces' log-probabilities ("mean"; not with a CRF, which decodes the pieces)."""
     crf: bool = False
@@ -83,7 +84,7 @@ class FinetuneConfig:
     """Without a dev file, this share of the training data (whole articles for QA) is held out."""
     seed: int = 0
     """Seeds head initialisation, batch order and dropout."""
-    precision: str = "fp32"
+    precision: Literal["fp32", "bf16"] = "fp32"
     """fp32 or bf16 (autocast)."""
     max_span_width: int = 8
     """spans: longest entity in words."""
@@ -99,9 +100,9 @@ class FinetuneConfig:
     """Stop after this many minutes of training; without `epochs` the learning-rate schedule
     then decays over the time budget instead of the default epochs."""
     device: str = "cpu"
-    """Where to train: cpu, cuda, cuda:1, mps."""
+    """Where the model trains: cpu, cuda, cuda:1, ..."""
     show_progress: bool = True
-    """A progress line while training."""
+    """Progress lines on stderr."""
 
 
 @dataclass

@@ -52,13 +52,13 @@ class PretrainOptions:
     """Directory written by `bertkit prepare` (shards, manifest.json, tokenizer/)."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
-    preset: str | None = None
+    preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
     """Size of a fresh model (config.PRESETS); exactly one of preset / init."""
     init: Path | None = None
     """Model directory to continue pretraining from."""
-    objective: str = "mlm"
+    objective: str = field(default="mlm", metadata={"choices": objectives.OBJECTIVES})
     """"mlm" (RoBERTa: packed, no NSP), "mlm+nsp" (BERT), "span" (SpanBERT), "clm"."""
-    masking: str = "token"
+    masking: str = field(default="token", metadata={"choices": MASKING})
     """"token" (BERT's 15% of pieces) or "whole-word" (all pieces of a chosen word); the span
     objective always masks spans of whole words."""
     seq_len: int = 128
@@ -225,43 +225,3 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
 __all__ = ["PretrainOptions", "pretrain", "model_to_pretrain", "save_pretrained", "start_distributed",
            "SBO_FILE"]
 
-
-# Settings from a TOML file and the command line ------------------------------------------------
-
-_OPTION_FIELDS = ("data", "out", "preset", "init", "objective", "masking", "seq_len", "batch_size",
-                  "eval_batches", "device")
-
-
-def options_from_settings(settings: dict, config_file: str | Path | None = None) -> PretrainOptions:
-    """PretrainOptions from a flat mapping of option names (underscores: seq_len, max_steps,
-    any TrainConfig field), read from `config_file` (TOML) first, then `settings` on top."""
-    import dataclasses
-    import tomllib
-
-    merged: dict = {}
-    if config_file is not None:
-        path = Path(config_file)
-        try:
-            merged.update(tomllib.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise UserError(f"{path}: config file does not exist") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"{path}: not a valid TOML file ({e})") from None
-        train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
-        for key in merged:
-            if key not in _OPTION_FIELDS and key not in train_fields:
-                raise UserError(f"{path}: unknown setting {key!r}")
-    merged.update({k: v for k, v in settings.items() if v is not None})
-    train_settings = {k: v for k, v in merged.items() if k not in _OPTION_FIELDS}
-    where = f"{config_file}: " if config_file else ""
-    for name in ("data", "out"):
-        if name not in merged:
-            raise UserError(f"{where}missing --{name}")
-    try:
-        cfg = TrainConfig(**train_settings)
-    except (ConfigError, TypeError) as e:
-        raise UserError(f"{where}{e}") from None
-    return PretrainOptions(**{k: v for k, v in merged.items() if k in _OPTION_FIELDS}, train=cfg)
-
-
-__all__ += ["options_from_settings"]

@@ -215,11 +215,13 @@ class StaticSource:
 
 
 def load_source(model: str | Path, *, layers: str = "last4", subword_pool: str = "mean",
-                window: int = 5, batch_size: int = 32, progress: bool = True):
+                window: int = 5, batch_size: int = 32, progress: bool = True,
+                device: str = "cpu"):
     """A ContextualSource for a BERT directory, a StaticSource for `bertkit static` output."""
     if is_static_dir(model):
         return StaticSource(StaticVectors.load(model), window)
-    return ContextualSource(Embedder.load(model), layers, subword_pool, batch_size, progress)
+    return ContextualSource(Embedder.load(model, device=device), layers, subword_pool,
+                            batch_size, progress)
 
 
 __all__ = ["SenseExample", "check_target", "read_examples", "split_examples", "write_examples",

@@ -35,7 +35,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 from safetensors import safe_open
@@ -54,7 +54,7 @@ _WEIGHT_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 @dataclass
 class WsdOptions:
-    method: str = DEFAULT_METHOD
+    method: str = field(default=DEFAULT_METHOD, metadata={"choices": METHODS})
     """"gloss-prior" (default) or "1nn" (the seeds' nearest sense embedding)."""
     standardize: bool = False
     """z-score target vectors with the training instances' mean and std before cosines."""
@@ -62,7 +62,7 @@ class WsdOptions:
     """Candidates are the senses of the lemma *with the instance's part of speech*."""
     layers: str = "last4"
     """Layers of a contextual model whose mean is the word vector."""
-    subword_pool: str = "mean"
+    subword_pool: Literal["mean", "first"] = "mean"
     """A word's vector from its pieces: "mean" or "first"."""
     window: int = 5
     """Static models: words on each side of the target whose vectors are averaged."""

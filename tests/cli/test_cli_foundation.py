@@ -54,9 +54,9 @@ def model_dir(corpus, tmp_path_factory) -> Path:
 
 
 def test_end_to_end_in_process(model_dir, capsys, tmp_path):
-    code, out, _ = run(capsys, "info", model_dir)
+    code, out, _ = run(capsys, "info", "--model", model_dir)
     assert code == 0 and "blocks 0-1" in out and "total" in out
-    code, out, _ = run(capsys, "info", model_dir, "--json")
+    code, out, _ = run(capsys, "info", "--model", model_dir, "--json")
     assert json.loads(out)["config"]["max_position_embeddings"] == 32
 
     code, out, _ = run(capsys, "tokenize", "--model", model_dir, "--json",
@@ -101,7 +101,7 @@ def test_bad_inputs_exit_2_with_one_line(model_dir, corpus, capsys, tmp_path):
     assert_user_error(capsys, r"latin.txt:3: not UTF-8", *train, corpus, latin)
     assert not out.exists()
 
-    assert_user_error(capsys, r"not a model directory", "info", corpus.parent)
+    assert_user_error(capsys, r"not a model directory", "info", "--model", corpus.parent)
     assert_user_error(capsys, r"does not exist", "fill-mask", "--model", tmp_path / "none",
                       "a [MASK]")
     bad = tmp_path / "bad"
@@ -111,7 +111,7 @@ def test_bad_inputs_exit_2_with_one_line(model_dir, corpus, capsys, tmp_path):
     config = json.loads((model_dir / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**config, "hidden_size": 100,
                                                  "num_attention_heads": 3}))
-    for argv in (["info", bad], ["fill-mask", "--model", bad, "a [MASK]"],
+    for argv in (["info", "--model", bad], ["fill-mask", "--model", bad, "a [MASK]"],
                  ["tokenize", "--model", bad, "text"]):
         assert_user_error(capsys, r"config.json: hidden_size 100 is not divisible by "
                                   r"num_heads 3", *argv)
@@ -143,12 +143,13 @@ def test_bad_inputs_exit_2_with_one_line(model_dir, corpus, capsys, tmp_path):
     assert_user_error(capsys, r"no text", "tokenize", "--model", model_dir)
 
 
+@pytest.mark.slow
 def test_real_subprocess(model_dir):
     done = subprocess.run([str(BIN), "fill-mask", "--model", str(model_dir), "--json",
                            "the [MASK] ran"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert len(json.loads(done.stdout)["masks"][0]) == 5
-    done = subprocess.run([str(BIN), "info", str(model_dir.parent)], capture_output=True,
+    done = subprocess.run([str(BIN), "info", "--model", str(model_dir.parent)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1

@@ -147,7 +147,7 @@ def test_anisotropy_command_fits_a_standardizer_for_embed(make_tiny_bert, senten
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(sentences * 4) + "\n")
     png = tmp_path / "a.png"
-    assert main(["anisotropy", "--model", str(model_dir), "--corpus", str(corpus), "--json",
+    assert main(["anisotropy", "--model", str(model_dir), "--input", str(corpus), "--json",
                  "--plot", str(png), "--fit-standardizer", "--min-count", "2", "--quiet"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert len(report["layers"]) == 4 and report["sentences"] == len(sentences) * 4
@@ -161,13 +161,13 @@ def test_anisotropy_command_fits_a_standardizer_for_embed(make_tiny_bert, senten
     np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-4)
     np.testing.assert_allclose(z.std(0), 1.0, atol=1e-3)
     # A standardizer fitted elsewhere evaluates this corpus as held-out data.
-    assert main(["anisotropy", "--model", str(model_dir), "--corpus", str(corpus), "--json",
+    assert main(["anisotropy", "--model", str(model_dir), "--input", str(corpus), "--json",
                  "--standardizer", str(model_dir / STANDARDIZER_FILE), "--sentences", "3",
                  "--min-count", "2", "--quiet"]) == 0
     held_out = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert held_out["standardized_with"].startswith("corpus.txt")
     (model_dir / STANDARDIZER_FILE).unlink()
     (tmp_path / "empty.txt").write_text("")
-    assert main(["anisotropy", "--model", str(model_dir), "--corpus",
+    assert main(["anisotropy", "--model", str(model_dir), "--input",
                  str(tmp_path / "empty.txt")]) == 2
     assert "is empty" in capsys.readouterr().err

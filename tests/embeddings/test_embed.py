@@ -218,13 +218,13 @@ def test_cli_embed_options(tiny_bert_dir, tmp_path, capsys):
     source.write_text("we sat on the river bank .\nunbelievable\n")
     out = tmp_path / "v.npy"
     assert main(["embed", "--model", str(tiny_bert_dir), "--input", str(source), "--out", str(out),
-                 "--last4", "--combine", "concat", "--pool", "cls", "--normalize", "--quiet"]) == 0
+                 "--layers", "last4", "--combine", "concat", "--pool", "cls", "--normalize", "--quiet"]) == 0
     v = np.load(out)
     assert v.shape == (2, 4 * 32)
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert "2 rows from 2 lines" in capsys.readouterr().out
     assert main(["embed", "--model", str(tiny_bert_dir), "--input", str(source), "--out", str(out),
-                 "--layer", "9", "--quiet"]) == 2
+                 "--layers", "9", "--quiet"]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -236,7 +236,7 @@ def test_cli_subprocess_words(tiny_bert_dir, tmp_path):
     bertkit = Path(sys.executable).parent / "bertkit"
     done = subprocess.run([str(bertkit), "embed", "--model", str(tiny_bert_dir), "--input",
                            str(source), "--out", str(out), "--words", "--subword-pool", "first",
-                           "--layer", "1"], capture_output=True, text=True, timeout=120)
+                           "--layers", "1"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert np.load(out).shape == (4, 32)
 

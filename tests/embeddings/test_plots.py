@@ -160,14 +160,14 @@ def test_attention_plot_shows_the_weights(embedder, sentences, tmp_path):
 def test_plot_commands(tiny_bert_dir, tmp_path, capsys):
     data = sense_data(tmp_path / "wsd.jsonl")
     out = tmp_path / "bank.png"
-    assert main(["plot", "senses", "--model", str(tiny_bert_dir), "--data", str(data), "--lemma",
-                 "bank", "--last4", "--out", str(out)]) == 0
+    assert main(["plot", "senses", "--model", str(tiny_bert_dir), "--input", str(data), "--lemma",
+                 "bank", "--layers", "last4", "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == PNG
     out = tmp_path / "att.png"
     assert main(["plot", "attention", "--model", str(tiny_bert_dir), "--text", "the bank raised rates",
                  "--layer", "-1", "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == PNG
-    assert main(["plot", "senses", "--model", str(tiny_bert_dir), "--data", str(data), "--lemma",
+    assert main(["plot", "senses", "--model", str(tiny_bert_dir), "--input", str(data), "--lemma",
                  "cat", "--out", str(tmp_path / "no.png")]) == 2
     assert "0 instances" in capsys.readouterr().err
 

@@ -111,15 +111,15 @@ def test_answer_points_into_the_context(finetuned):
 @pytest.mark.slow
 def test_evaluate_json_and_predict_jsonl(finetuned, tmp_path, capsys):
     d = finetuned["dir"]
-    assert main(["evaluate", "--model", str(d / "cls"), "--test", str(finetuned["dev"]),
+    assert main(["evaluate", "--model", str(d / "cls"), "--input", str(finetuned["dev"]),
                  "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"accuracy", "macro_f1", "confusion_matrix"} <= set(scores)
-    assert main(["evaluate", "--model", str(d / "tag"), "--test", str(finetuned["ner_dev"]),
+    assert main(["evaluate", "--model", str(d / "tag"), "--input", str(finetuned["ner_dev"]),
                  "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"precision", "recall", "f1", "per_type", "token_accuracy"} <= set(scores)
-    assert main(["evaluate", "--model", str(d / "qa"), "--test", str(finetuned["squad"]),
+    assert main(["evaluate", "--model", str(d / "qa"), "--input", str(finetuned["squad"]),
                  "--json"]) == 0
     assert {"exact", "f1", "has_ans_exact", "no_ans_exact"} <= set(
         json.loads(capsys.readouterr().out))
@@ -142,7 +142,7 @@ def test_evaluate_json_and_predict_jsonl(finetuned, tmp_path, capsys):
 def test_evaluate_on_a_bad_file_exits_2(finetuned, synthetic, tmp_path, capsys):
     bad = synthetic.write_jsonl(tmp_path / "bad.jsonl", [{"text": "good", "label": "positive"},
                                                          {"text": "fine", "label": "meh"}])
-    assert main(["evaluate", "--model", str(finetuned["dir"] / "cls"), "--test", str(bad)]) == 2
+    assert main(["evaluate", "--model", str(finetuned["dir"] / "cls"), "--input", str(bad)]) == 2
     assert "bad.jsonl:2: unknown label 'meh'" in capsys.readouterr().err
 
 

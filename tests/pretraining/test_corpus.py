@@ -165,11 +165,11 @@ def test_a_tokenizer_that_does_not_match_the_data_is_refused(tmp_path, tok_dir):
 
 def test_cli_prepare(tmp_path, tok_dir, capsys):
     write_corpus(tmp_path / "c.txt", docs=20)
-    assert main(["prepare", "--corpus", str(tmp_path / "c.txt"), "--tokenizer", str(tok_dir),
+    assert main(["prepare", "--input", str(tmp_path / "c.txt"), "--tokenizer", str(tok_dir),
                  "--out", str(tmp_path / "a"), "--workers", "1"]) == 0
     assert "train" in capsys.readouterr().out
     (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\n")
-    assert main(["prepare", "--corpus", str(tmp_path / "bad.txt"), "--tokenizer", str(tok_dir),
+    assert main(["prepare", "--input", str(tmp_path / "bad.txt"), "--tokenizer", str(tok_dir),
                  "--out", str(tmp_path / "b")]) == 2
     assert "bad.txt:2: not UTF-8" in capsys.readouterr().err
 
@@ -178,7 +178,7 @@ def test_cli_prepare(tmp_path, tok_dir, capsys):
 def test_cli_prepare_in_a_subprocess(tmp_path, tok_dir):
     write_corpus(tmp_path / "c.txt", docs=20)
     exe = Path(sys.executable).parent / "bertkit"
-    run = subprocess.run([str(exe), "prepare", "--corpus", str(tmp_path / "c.txt"),
+    run = subprocess.run([str(exe), "prepare", "--input", str(tmp_path / "c.txt"),
                           "--tokenizer", str(tok_dir), "--out", str(tmp_path / "c"),
                           "--workers", "2", "--heldout", "0.1"],
                          capture_output=True, text=True, timeout=300)

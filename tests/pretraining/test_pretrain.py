@@ -185,7 +185,8 @@ def test_two_ranks_under_torchrun_run_the_same_command(prepared, tmp_path):
 def test_toml_config_with_command_line_overrides(prepared, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text(f'data = "{prepared}"\npreset = "tiny"\nseq_len = 32\nbatch_size = 8\n'
-                      f'max_steps = 2\nlog_every = 1\nschedule = "cosine"\n', encoding="utf-8")
+                      f'[train]\nmax_steps = 2\nlog_every = 1\nschedule = "cosine"\n',
+                      encoding="utf-8")
     out = tmp_path / "run"
     assert _cli(["pretrain", "--config", str(config), "--out", str(out), "--max-steps", "3"]) == 0
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()

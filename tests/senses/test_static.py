@@ -177,11 +177,11 @@ def test_bad_input(tmp_path):
 def test_cli(planted, tmp_path, capsys):
     corpus, groups, _ = planted
     out = tmp_path / "vec"
-    assert cli.main(["static", "train", "--corpus", str(corpus), "--words", "--dim", "16",
+    assert cli.main(["static", "train", "--input", str(corpus), "--dim", "16",
                      "--window", "2", "--epochs", "2", "--min-count", "1", "--subsample", "0",
                      "--out", str(out), "--quiet"]) == 0
     assert "words x 16 dimensions" in capsys.readouterr().out
-    assert cli.main(["static", "neighbors", "--model", str(out), "-k", "3", "a0"]) == 0
+    assert cli.main(["static", "neighbors", "--model", str(out), "--top-k", "3", "a0"]) == 0
     assert capsys.readouterr().out.startswith("a0: ")
     assert cli.main(["static", "similarity", "--model", str(out), "a0", "a0"]) == 0
     assert float(capsys.readouterr().out) == pytest.approx(1.0, abs=1e-5)
@@ -200,7 +200,7 @@ def test_cli_in_a_subprocess(planted, tmp_path):
     """One real process: the installed console script."""
     corpus, _, _ = planted
     out = tmp_path / "vec"
-    assert cli.main(["static", "train", "--corpus", str(corpus), "--words", "--dim", "16",
+    assert cli.main(["static", "train", "--input", str(corpus), "--dim", "16",
                      "--window", "2", "--epochs", "1", "--min-count", "1", "--subsample", "0",
                      "--out", str(out), "--quiet"]) == 0
     exe = Path(sys.executable).parent / "bertkit"

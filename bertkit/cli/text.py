@@ -1,0 +1,120 @@
+"""Commands on text: `tokenizer train` (a vocabulary from text files) and `tokenize`."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Literal
+
+from bertkit.cli.options import Command
+from bertkit.files import UserError, read_lines
+
+
+@dataclass(kw_only=True)
+class TokenizerTrainOptions:
+    input: list[Path]
+    """Text files, one paragraph or sentence per line; several files (one per language) are
+    mixed with exponent --alpha."""
+    out: Path
+    """Directory for the tokenizer files."""
+    vocab_size: int = 30000
+    """Tokens in the vocabulary, special tokens included."""
+    kind: Literal["wordpiece", "unigram"] = "wordpiece"
+    """wordpiece: BERT (## pieces); unigram: SentencePiece, XLM-R style."""
+    cased: bool = False
+    """Keep case and accents (off: lower-case and strip accents)."""
+    alpha: float = 0.3
+    """q_i = p_i^alpha / sum_j p_j^alpha: the share of file i in training."""
+    min_frequency: int = 2
+    """WordPiece: ignore merges seen fewer times."""
+    seed: int = 0
+    """Seeds the mixing of the files."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+
+def run_tokenizer_train(opts: TokenizerTrainOptions) -> int:
+    from bertkit.text.vocab import train_tokenizer
+
+    tok = train_tokenizer(opts.input, vocab_size=opts.vocab_size, kind=opts.kind,
+                          cased=opts.cased, alpha=opts.alpha, out=opts.out,
+                          min_frequency=opts.min_frequency, seed=opts.seed,
+                          progress=not opts.quiet)
+    print(f"{opts.out}: {tok.kind} vocabulary of {tok.vocab_size:,} tokens "
+          f"({'cased' if opts.cased else 'uncased'}) from {len(opts.input)} file(s)")
+    return 0
+
+
+def _split_pair(line: str) -> tuple[str, str | None]:
+    """A tab separates the two texts of a pair."""
+    first, tab, second = line.partition("\t")
+    return first, (second if tab else None)
+
+
+def text_batches(texts: list[str], input: Path | None, size: int = 1024,
+                 pairs: bool = True) -> Iterator[tuple[list, list, list]]:
+    """(names, firsts, seconds) chunks from TEXT arguments or the lines of --input."""
+    split = _split_pair if pairs else (lambda line: (line, None))
+    if input is not None:
+        if texts:
+            raise UserError("give texts as arguments or --input FILE, not both")
+        chunk = []
+        for number, line in read_lines(input):
+            chunk.append((f"{input}:{number}", *split(line)))
+            if len(chunk) == size:
+                yield tuple(map(list, zip(*chunk)))
+                chunk = []
+        if chunk:
+            yield tuple(map(list, zip(*chunk)))
+    elif texts:
+        yield tuple(map(list, zip(*[(f"text {i + 1}", *split(t))
+                                    for i, t in enumerate(texts)])))
+    else:
+        raise UserError("no text: give TEXT arguments or --input FILE")
+
+
+@dataclass(kw_only=True)
+class TokenizeOptions:
+    model: Path
+    """Model or tokenizer directory."""
+    text: list[str] = field(default_factory=list, metadata={"positional": True})
+    """Texts to tokenize; a tab separates a pair."""
+    input: Path | None = None
+    """A file instead: one text per line, a tab separates a pair."""
+    max_length: int | None = None
+    """Longest input in tokens; none: the model's positions (512 for a bare tokenizer)."""
+    truncation: Literal["longest_first", "only_first", "only_second", "off"] = "longest_first"
+    """How to cut an over-long text; off = refuse it."""
+    json: bool = False
+    """One JSON object per text."""
+
+
+def run_tokenize(opts: TokenizeOptions) -> int:
+    from bertkit.model.hub import load_config
+    from bertkit.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(opts.model)
+    max_length = opts.max_length
+    if max_length is None:
+        has_config = (Path(opts.model) / "config.json").is_file()
+        max_length = load_config(opts.model).max_positions if has_config \
+            else tok.model_max_length
+    truncation = False if opts.truncation == "off" else opts.truncation
+    for names, firsts, seconds in text_batches(opts.text, opts.input):
+        pairs = seconds if any(s is not None for s in seconds) else None
+        batch = tok.encode_batch(firsts, pairs, max_length=max_length, truncation=truncation,
+                                 names=names)
+        for enc in batch:
+            if opts.json:
+                print(json.dumps(enc.to_dict(), ensure_ascii=False))
+            else:
+                print(f"{len(enc)}\t{' '.join(enc.tokens)}\t{' '.join(map(str, enc.ids))}")
+    return 0
+
+
+COMMANDS = (
+    Command("tokenizer train", run_tokenizer_train, (TokenizerTrainOptions,),
+            help="train a vocabulary from text files (streaming)"),
+    Command("tokenize", run_tokenize, (TokenizeOptions,),
+            help="show the tokens, ids, segments, offsets of texts"),
+)

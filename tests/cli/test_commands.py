@@ -1,0 +1,175 @@
+"""The whole command line: every command's --help with every default, --version, --device on
+every command that runs a model (and handed to the library), one spelling per concept, and no
+process-wide state left behind by `main`."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import warnings
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from bertkit.cli import main as cli
+from bertkit.cli.options import show
+from bertkit.files import UserError
+
+NAMES = [c.name for c in cli.COMMANDS]
+
+# Each command that runs a model, with the least it needs to get there.
+MODEL_COMMANDS = {
+    "fill-mask": ["--model", "m", "a [MASK]"],
+    "finetune": ["tag", "--model", "m", "--train", "t", "--out", "o"],
+    "evaluate": ["--model", "m", "--input", "i"],
+    "predict": ["--model", "m", "--input", "i"],
+    "embed": ["--model", "m", "--input", "i", "--out", "o"],
+    "anisotropy": ["--model", "m", "--input", "i"],
+    "plot senses": ["--model", "m", "--input", "i", "--lemma", "w", "--out", "o"],
+    "plot attention": ["--model", "m", "--text", "t", "--out", "o"],
+    "wsd train": ["--model", "m", "--input", "i", "--out", "o"],
+    "wsd predict": ["--wsd", "w", "--input", "i"],
+    "wsd evaluate": ["--wsd", "w", "--input", "i"],
+    "static contexts": ["--model", "m", "--bert", "b", "--word", "w", "a w"],
+    "pretrain": ["--data", "d", "--out", "o", "--preset", "tiny", "--max-steps", "1"],
+}
+
+# Spellings of a concept that has another name on the command line. (`pretrain --data` is the
+# directory `prepare --out` wrote: a concept of its own.)
+SYNONYMS = {"--corpus": "--input", "--test": "--input",
+            "--file": "--input", "--dir": "--model", "--model-dir": "--model",
+            "--output": "--out", "--output-dir": "--out", "--out-dir": "--out",
+            "-k": "--top-k", "--k": "--top-k", "--topk": "--top-k", "--verbose": "--quiet",
+            "--no-progress": "--quiet", "--show-progress": "--quiet", "--silent": "--quiet",
+            "--gpu": "--device", "--cuda": "--device", "--dtype": "--precision",
+            "--bf16": "--precision", "--fp16": "--precision", "--last4": "--layers"}
+
+
+def flags_of(name: str) -> dict:
+    command = next(c for c in cli.COMMANDS if c.name == name)
+    return {opt.flag: opt for opt in command.flags() if not opt.positional}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_command_has_help_with_every_default(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.build_parser().parse_args([*name.split(), "--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--config FILE.toml" in text
+    for flag, opt in flags_of(name).items():
+        if opt.default is dataclasses.MISSING:
+            shown = "(required)"
+        else:
+            shown = f"(default: {' '.join(show(opt.default).split())})"
+        assert flag in text and shown in text, (flag, shown)
+
+
+def test_version(capsys):
+    from bertkit import __version__
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"bertkit {__version__}"
+
+
+def test_one_spelling_per_concept():
+    seen: dict[str, tuple] = {}
+    for name in NAMES:
+        for flag, opt in flags_of(name).items():
+            assert flag not in SYNONYMS, f"{name}: {flag} is spelled {SYNONYMS[flag]} elsewhere"
+            # one type per flag; one file or several (--input) is the same concept
+            assert seen.setdefault(flag, opt.kind) == opt.kind, f"{name}: {flag} has two types"
+    for name in MODEL_COMMANDS:
+        assert "--device" in flags_of(name), name
+
+
+@pytest.fixture
+def reached(monkeypatch):
+    """Library entry points replaced by fakes that stop with the device they were given."""
+    import bertkit.cli.pretraining
+    import bertkit.embeddings.embedder
+    import bertkit.finetuning.predict
+    import bertkit.finetuning.recipe
+    import bertkit.model.fill_mask
+    import bertkit.pretraining.recipe
+    import bertkit.senses.data
+    import bertkit.senses.static
+    import bertkit.senses.wsd
+    import bertkit.embeddings.plots
+
+    def stop(device):
+        raise UserError(f"reached device={device}")
+
+    def load(path, device="cpu", **kwargs):
+        stop(device)
+
+    monkeypatch.setattr(bertkit.cli.pretraining, "tune_runtime", lambda *a: None)
+    monkeypatch.setattr(bertkit.embeddings.embedder.Embedder, "load", staticmethod(load))
+    monkeypatch.setattr(bertkit.model.fill_mask.FillMask, "load", staticmethod(load))
+    monkeypatch.setattr(bertkit.finetuning.predict.TaskModel, "load", staticmethod(load))
+    monkeypatch.setattr(bertkit.finetuning.recipe, "finetune", lambda *a: stop(a[-1].device))
+    monkeypatch.setattr(bertkit.pretraining.recipe, "pretrain", lambda o: stop(o.device))
+    monkeypatch.setattr(bertkit.senses.data, "load_source",
+                        lambda model, device="cpu", **k: stop(device))
+    monkeypatch.setattr(bertkit.senses.data, "read_examples", lambda *a, **k: [])
+    monkeypatch.setattr(bertkit.embeddings.plots, "read_sense_instances", lambda *a: [])
+    monkeypatch.setattr(bertkit.senses.wsd.SenseInventory, "load", staticmethod(
+        lambda path: SimpleNamespace(model="m", options=bertkit.senses.wsd.WsdOptions())))
+    monkeypatch.setattr(bertkit.senses.static, "find_word", lambda text, word: (0, 1))
+    monkeypatch.setattr(bertkit.senses.static.StaticVectors, "load", staticmethod(
+        lambda path: SimpleNamespace(instance_vectors=lambda texts, spans: None)))
+
+
+@pytest.mark.parametrize("name", MODEL_COMMANDS)
+def test_device_reaches_the_library(name, reached, capsys):
+    assert cli.main([*name.split(), *MODEL_COMMANDS[name], "--device", "cpu:0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: reached device=cpu:0"
+
+
+@pytest.mark.parametrize("device,message", [
+    ("gpu", "--device gpu: not a device"),
+    pytest.param("cuda", "--device cuda: no cuda device available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="has a GPU")),
+])
+def test_a_bad_device_is_one_line(device, message, capsys):
+    assert cli.main(["embed", "--model", "m", "--input", "i", "--out", "o",
+                     "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and len(err.strip().splitlines()) == 1, err
+
+
+def test_main_leaves_the_warning_handler_as_it_was(monkeypatch, capsys):
+    import bertkit.model.info
+
+    def warn(model):
+        warnings.warn("careful")
+        raise UserError("stop")
+
+    monkeypatch.setattr(bertkit.model.info, "info", warn)
+    before = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert cli.main(["info", "--model", "m"]) == 2
+    assert warnings.showwarning is before
+    assert capsys.readouterr().err.splitlines() == ["warning: careful", "error: stop"]
+
+
+def test_config_errors_through_main(tmp_path, capsys):
+    (tmp_path / "bad.toml").write_text("top_k = 'five'\n", encoding="utf-8")
+    for config, message in ((tmp_path, "config file is a directory, expected a TOML file"),
+                            (tmp_path / "none.toml", "config file does not exist"),
+                            (tmp_path / "bad.toml", "top_k: expected an integer, got 'five'")):
+        assert cli.main(["fill-mask", "--config", str(config), "--model", "m", "t"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: {config}: {message}\n", err
+
+
+@pytest.mark.slow
+def test_help_does_not_import_torch():
+    code = ("import sys; from bertkit.cli.main import build_parser; "
+            "p = build_parser(); p.format_help(); p.parse_args(['tokenize', '--model', 'm', 'x']);"
+            " print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["False"]

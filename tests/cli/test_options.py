@@ -1,0 +1,245 @@
+"""The flag generator (bertkit.cli.options): types, defaults, choices, switches, nested
+dataclasses and help from field docstrings; `--config FILE.toml` under the flags, and its
+errors."""
+from __future__ import annotations
+
+import argparse
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from bertkit.cli.options import Command, field_docs
+from bertkit.files import UserError
+
+
+@dataclass(kw_only=True)
+class Inner:
+    rate: float = 0.5
+    """How fast."""
+    steps: int | None = None
+    """How long."""
+
+
+@dataclass(kw_only=True)
+class Opts:
+    path: Path
+    """Where to read."""
+    count: int = 3
+    """How many: 100% of them."""
+    name: str | None = None
+    """A name."""
+    mode: Literal["a", "b"] = "a"
+    """The mode."""
+    pick: str = field(default="x", metadata={"choices": ("x", "y")})
+    """A pick."""
+    limit: int | None = 7
+    """A limit."""
+    flag: bool = False
+    """A switch."""
+    keep: bool = True
+    """Kept."""
+    files: list[Path] = field(default_factory=list)
+    """Files."""
+    pair: tuple[float, float] = (0.9, 0.99)
+    """Two numbers."""
+    words: list[str] = field(default_factory=list, metadata={"positional": True})
+    """Words."""
+    inner: Inner = field(default_factory=Inner)
+    """Nested."""
+
+
+@dataclass(kw_only=True)
+class Extra:
+    verbose_name: str = "v"
+    """Another source's option."""
+
+
+COMMAND = Command("t", lambda *o: 0, (Opts, Extra), help="t")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="t")
+    COMMAND.add_flags(p)
+    return p
+
+
+def parse(*argv):
+    return COMMAND.read(parser().parse_args([str(a) for a in argv]))
+
+
+def test_types_from_annotations():
+    opts, extra = parse("--path", "p", "--count", "4", "--name", "n", "--limit", "none",
+                        "--files", "a", "b", "--pair", "0.8", "0.95", "--rate", "0.1",
+                        "--steps", "9", "--verbose-name", "w", "one", "two")
+    assert opts == Opts(path=Path("p"), count=4, name="n", limit=None,
+                        files=[Path("a"), Path("b")], pair=(0.8, 0.95),
+                        inner=Inner(rate=0.1, steps=9), words=["one", "two"])
+    assert isinstance(opts.path, Path) and isinstance(opts.pair, tuple)
+    assert extra == Extra(verbose_name="w")
+
+
+def test_defaults_come_from_the_fields():
+    opts, extra = parse("--path", "p")
+    assert opts == Opts(path=Path("p")) and extra == Extra()
+
+
+def test_switches():
+    assert parse("--path", "p", "--flag", "--no-keep")[0].flag is True
+    assert parse("--path", "p", "--flag", "--no-keep")[0].keep is False
+    assert parse("--path", "p", "--flag", "--no-flag")[0].flag is False  # the last one wins
+
+
+def test_choices_and_bad_values_are_refused(capsys):
+    assert parse("--path", "p", "--mode", "b", "--pick", "y")[0].mode == "b"
+    for argv in (["--mode", "c"], ["--pick", "z"], ["--count", "many"], ["--pair", "1"]):
+        with pytest.raises(SystemExit) as e:
+            parse("--path", "p", *argv)
+        assert e.value.code == 2
+    assert "invalid choice: 'z' (choose from x, y)" in capsys.readouterr().err
+
+
+def test_a_missing_required_option_is_a_user_error():
+    with pytest.raises(UserError, match="^missing --path$"):
+        parse("--count", "2")
+
+
+def test_help_shows_every_default_and_the_docstrings():
+    text = " ".join(parser().format_help().split())
+    for expected in ("--path PATH Where to read. (required)",
+                     "How many: 100% of them. (default: 3)", "A name. (default: none)",
+                     "--mode {a,b} The mode. (default: a)", "--pick {x,y} A pick. (default: x)",
+                     "--flag, --no-flag A switch. (default: off)", "Kept. (default: on)",
+                     "--pair PAIR PAIR Two numbers. (default: 0.9 0.99)",
+                     "--rate RATE How fast. (default: 0.5)", "How long. (default: none)",
+                     "Another source's option. (default: v)", "WORDS Words."):
+        assert expected in text, expected
+
+
+def test_docstrings_are_read_from_the_class_source():
+    assert field_docs(Inner) == {"rate": "How fast.", "steps": "How long."}
+
+
+def test_without_source_the_flags_still_work(monkeypatch):
+    def no_source(obj):
+        raise OSError("could not get source code")
+
+    monkeypatch.setattr(inspect, "getsource", no_source)
+    assert field_docs(Opts) == {}
+    assert "(default: 3)" in parser().format_help()
+    assert parse("--path", "p", "--count", "5")[0].count == 5
+
+
+def test_the_library_options_all_have_help():
+    from bertkit.config import TrainConfig
+    from bertkit.demo import DemoOptions
+    from bertkit.finetuning.recipe import FinetuneConfig
+    from bertkit.pretraining.recipe import PretrainOptions
+    from bertkit.senses.static import SkipGramConfig
+    from bertkit.senses.wsd import WsdOptions
+
+    for cls in (TrainConfig, DemoOptions, FinetuneConfig, PretrainOptions, SkipGramConfig,
+                WsdOptions):
+        docs = field_docs(cls)
+        assert all(docs.get(f) for f in cls.__dataclass_fields__), cls
+
+
+def test_two_options_spelled_alike_are_refused():
+    @dataclass
+    class Twice:
+        count: int = 1
+
+    with pytest.raises(ValueError, match="two options are spelled --count"):
+        Command("t", lambda *o: 0, (Opts, Twice), help="t").flags()
+
+
+def test_a_type_without_a_flag_is_refused():
+    @dataclass
+    class Odd:
+        table: dict = field(default_factory=dict)
+
+    with pytest.raises(TypeError, match="no command-line flag"):
+        Command("t", lambda *o: 0, (Odd,), help="t").flags()
+
+
+# --config FILE.toml ---------------------------------------------------------------------------
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "run.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_config_file_under_the_flags(tmp_path):
+    config = write(tmp_path, 'path = "data.txt"\ncount = 8\nmode = "b"\nflag = true\n'
+                             'files = ["a", "b"]\npair = [0.5, 0.6]\nverbose_name = "file"\n'
+                             '[inner]\nrate = 2\nsteps = 100\n')
+    opts, extra = parse("--config", config, "--count", "9", "--no-flag", "--steps", "5")
+    assert opts == Opts(path=Path("data.txt"), count=9, mode="b", flag=False,
+                        files=[Path("a"), Path("b")], pair=(0.5, 0.6),
+                        inner=Inner(rate=2.0, steps=5))
+    assert extra.verbose_name == "file"
+    assert isinstance(opts.inner.rate, float)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("cont = 3", "unknown setting 'cont'"),
+    ("[inner]\nspeed = 3", "unknown setting 'inner.speed'"),
+    ('count = "3"', "count: expected an integer, got '3'"),
+    ("count = true", "count: expected an integer, got True"),
+    ("flag = 1", "flag: expected true or false, got 1"),
+    ('mode = "c"', "mode: expected one of a, b, got 'c'"),
+    ('files = "a.txt"', "files: expected a list of paths, got 'a.txt'"),
+    ("pair = [1.0]", "pair: expected a list of 2 numbers, got [1.0]"),
+    ('[inner]\nrate = "fast"', "inner.rate: expected a number, got 'fast'"),
+    ("inner = 3", "inner: expected a table"),
+    ("count = ", "not a valid TOML file"),
+])
+def test_config_errors_name_the_file_and_the_key(tmp_path, text, message):
+    config = write(tmp_path, 'path = "p"\n' + text + "\n")
+    with pytest.raises(UserError) as e:
+        parse("--config", config)
+    line = str(e.value)
+    assert line.startswith(f"{config}: ") and message in line and "\n" not in line, line
+
+
+def test_config_that_is_missing_or_a_directory(tmp_path):
+    with pytest.raises(UserError, match="none.toml: config file does not exist"):
+        parse("--config", tmp_path / "none.toml", "--path", "p")
+    with pytest.raises(UserError, match="config file is a directory"):
+        parse("--config", tmp_path, "--path", "p")
+
+
+def test_a_required_option_may_come_from_the_file(tmp_path):
+    config = write(tmp_path, "count = 2\n")
+    with pytest.raises(UserError, match=r"^missing --path \(or set it in .*run.toml\)$"):
+        parse("--config", config)
+
+
+
+@dataclass
+class Stop:
+    steps: int | None = None
+    """Steps."""
+
+    def __post_init__(self):
+        if self.steps is None:
+            raise ValueError("give steps")
+
+
+@dataclass
+class Run:
+    stop: Stop = field(default_factory=lambda: Stop(steps=1000))
+    """A library default that the command line does not use."""
+
+
+def test_a_nested_dataclass_is_built_from_its_own_defaults():
+    command = Command("t", lambda *o: 0, (Run,), help="t")
+    p = argparse.ArgumentParser()
+    command.add_flags(p)
+    assert "(default: none)" in p.format_help()  # what --help says is what runs
+    with pytest.raises(UserError, match="^give steps$"):
+        command.read(p.parse_args([]))
+    assert command.read(p.parse_args(["--steps", "3"])) == [Run(stop=Stop(steps=3))]
