@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from bertkit.cli.main import build_parser
+from bertkit.cli.finetuning import COMMANDS
 from bertkit.files import UserError
 from bertkit.finetuning import heads
 from bertkit.finetuning.predict import TaskModel
@@ -52,9 +52,8 @@ EXPECTED = {
 def test_one_tuple_names_the_tasks_and_the_command_line_offers_them():
     assert TASK_NAMES == tuple(t.name for t in TASKS)
     assert len(set(TASK_NAMES)) == len(TASKS)
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    finetune = sub.choices["finetune"]
-    assert tuple(next(a for a in finetune._actions if a.dest == "task").choices) == TASK_NAMES
+    finetune = next(c for c in COMMANDS if c.name == "finetune")
+    assert next(o for o in finetune.flags() if o.path[-1] == "task").choices == TASK_NAMES
     assert task_type("spans") is Spans
     with pytest.raises(UserError, match="unknown task 'nope'; choose one of classify, pair"):
         task_type("nope")
