@@ -421,6 +421,15 @@ def _micro_weights(run: _Run, micro: list[dict]):
     return counts * (run.world / total.clamp(min=1))  # DDP averages over ranks: hence `world`
 
 
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether an error is an allocation failure. Accelerators raise torch.OutOfMemoryError;
+    torch's CPU allocator raises a plain RuntimeError (torch 2.13: no subclass to catch), so
+    there its enforce message is the only sign."""
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return "DefaultCPUAllocator: can't allocate memory" in str(e)
+
+
 def _optimisation_step(run: _Run, state: _State) -> None:
     """One optimiser step: cfg.grad_accum micro-batches forward and backward under autocast,
     then clipping, the scheduled learning rate and the update; then the progress log."""
@@ -432,7 +441,9 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     try:
         _accumulate_gradients(run, state, micro)
         _update(run, state)
-    except (torch.OutOfMemoryError, MemoryError):
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        if not _out_of_memory(e):
+            raise
         B, T = micro[0]["input_ids"].shape
         raise UserError(f"out of memory for a batch of {B} x {T} tokens: lower the batch size "
                         f"or the sequence length (raise gradient accumulation to keep the "

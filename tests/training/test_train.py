@@ -171,6 +171,25 @@ def test_out_of_memory_is_one_clear_line_and_leaves_nothing(tmp_path, error, tin
     assert not (tmp_path / "run").exists()
 
 
+def test_a_real_cpu_allocation_failure_is_one_clear_line(tmp_path, tiny):
+    """torch's CPU allocator raises a plain RuntimeError; it is still out of memory."""
+    def loss_fn(model, batch):
+        torch.empty(10 ** 14, dtype=torch.uint8)  # 100 TB: refused at once
+
+    with pytest.raises(UserError, match="out of memory for a batch of 8 x 16 tokens"):
+        train(tiny.model(), loss_fn, tiny.FakeBatches(), TrainConfig(max_steps=5), tmp_path / "run",
+              show_progress=False)
+
+
+def test_other_runtime_errors_are_not_taken_for_out_of_memory(tmp_path, tiny):
+    def loss_fn(model, batch):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        train(tiny.model(), loss_fn, tiny.FakeBatches(), TrainConfig(max_steps=5), tmp_path / "run",
+              show_progress=False)
+
+
 def test_empty_data_is_refused(tmp_path, tiny):
     with pytest.raises(UserError, match="no batches"):
         train(tiny.model(), objectives.mlm_loss, [], TrainConfig(max_steps=5), tmp_path / "r",
