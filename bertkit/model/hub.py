@@ -209,11 +209,17 @@ def load_state_into(module: nn.Module, encoder_state: dict, other_state: dict,
     return missing
 
 
+def _missing_weights_generator() -> torch.Generator:
+    """Weights a directory lacks (a head) start from the same draw on every load, and loading
+    leaves the process's random stream alone."""
+    return torch.Generator().manual_seed(0)
+
+
 def load_encoder(path: str | Path, device: str | torch.device = "cpu") -> Encoder:
     cfg = load_config(path)
     encoder_state, _ = from_hf_state_dict(load_weights(path))
     model = Encoder(cfg)
-    init_weights(model, cfg)
+    init_weights(model, cfg, _missing_weights_generator())
     load_state_into(model, encoder_state, {}, path)
     return model.to(device).eval()
 
@@ -224,7 +230,7 @@ def load_pretraining_model(path: str | Path,
     cfg = load_config(path)
     encoder_state, other = from_hf_state_dict(load_weights(path))
     model = PretrainingModel(cfg)
-    init_weights(model, cfg)
+    init_weights(model, cfg, _missing_weights_generator())
     load_state_into(model, encoder_state, other, path)
     return model.to(device).eval()
 
