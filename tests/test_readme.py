@@ -1,4 +1,5 @@
-"""The README's commands parse with the real command line, and its Python imports resolve."""
+"""The commands of the README and of docs/ parse with the real command line, and the README's
+Python imports resolve."""
 from __future__ import annotations
 
 import ast
@@ -11,20 +12,23 @@ import pytest
 
 from bertkit.cli.main import build_parser
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+DOCS = {p.name: p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").glob("*.md"))}
 
 
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+def blocks(language: str, text: str = README) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
-def commands() -> list[str]:
+def commands(text: str = README) -> list[str]:
     found = []
-    for block in blocks("bash"):
+    for block in blocks("(?:bash|sh)", text):
         text = re.sub(r"\\\n\s*", " ", block)  # continuation lines
         for line in text.splitlines():
             line = line.split(" #")[0].strip()
-            if not line.startswith("bertkit "):
+            line = re.sub(r"^(?:\w+=\S+ )*(?:\.venv/bin/)?", "", line)  # env, the venv's path
+            if not line.startswith("bertkit ") or "$obj" in line:
                 continue
             line = re.sub(r"\[[^\[\]]*\]", "", line)  # optional parts
             if any(c in line for c in "(|") or "..." in line:
@@ -44,6 +48,18 @@ def test_the_readme_shows_every_command():
 def test_readme_command_parses(command):
     args = build_parser().parse_args(shlex.split(command)[1:])
     if args.config is None:  # the options it builds are valid (no file to read)
+        assert len(args.command.read(args)) == len(args.command.options)
+
+
+@pytest.mark.parametrize("command", [(name, c) for name, text in DOCS.items()
+                                     for c in commands(text)], ids=lambda c: c[1][:60])
+def test_docs_command_parses(command):
+    name, line = command
+    try:
+        args = build_parser().parse_args(shlex.split(line)[1:])
+    except SystemExit:
+        pytest.fail(f"docs/{name}: {line}")
+    if args.config is None:
         assert len(args.command.read(args)) == len(args.command.options)
 
 
