@@ -114,15 +114,6 @@ def quick_config():
     return lambda **kwargs: FinetuneConfig(**{**FAST, **kwargs})
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models on a shared CPU: one thread avoids OpenMP threads waiting on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     """Directory of a random 2-layer BERT whose vocabulary holds the synthetic words."""
