@@ -15,7 +15,8 @@ from bertkit.training.checkpoint import (_flatten, _unflatten, latest_checkpoint
                                 set_rng_state)
 from bertkit.config import TrainConfig
 from bertkit.files import UserError
-from bertkit.training.loop import make_optimizer, train
+from bertkit.training.loop import train
+from bertkit.training.optimizer import make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

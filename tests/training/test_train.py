@@ -15,7 +15,8 @@ from bertkit.config import EncoderConfig, TrainConfig
 from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import PretrainingModel
-from bertkit.training.loop import default_param_groups, lr_factor, train
+from bertkit.training.loop import train
+from bertkit.training.optimizer import default_param_groups, lr_factor
 from bertkit.training.runlog import loss_curves, plot_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
