@@ -125,13 +125,19 @@ class Seq2Seq(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, generator: torch.Generator) -> None:
-        """Uniform(-0.1, 0.1) weights (as Sutskever et al.), zero biases, drawn from `generator`."""
-        for name, p in self.named_parameters():
-            if name.endswith("bias") or name.startswith("encoder.bias"):
-                p.zero_()
-            else:
-                p.uniform_(-0.1, 0.1, generator=generator)
-        self.embed.weight[self.cfg.pad_id].zero_()
+        """PyTorch's default initialisation, drawn from `generator`: N(0, 1) embeddings,
+        U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for linear layers and the GRUs. (Sutskever's
+        U(-0.1, 0.1) leaves the tied output projection so flat that training sits at the
+        unigram distribution for hundreds of steps.)"""
+        for module in self.modules():
+            if isinstance(module, nn.Embedding):
+                module.weight.normal_(0.0, 1.0, generator=generator)
+                module.weight[self.cfg.pad_id].zero_()
+            elif isinstance(module, (nn.Linear, nn.GRU, nn.GRUCell)):
+                fan_in = module.in_features if isinstance(module, nn.Linear) \
+                    else module.hidden_size
+                for p in module.parameters(recurse=False):
+                    p.uniform_(-fan_in ** -0.5, fan_in ** -0.5, generator=generator)
 
     def encode(self, src: torch.Tensor, mask: torch.Tensor) -> Encoded:
         """src [B, S] ids, mask [B, S] bool (every row at least one real token)."""
@@ -457,7 +463,7 @@ class Seq2SeqOptions:
     """Dropout in training."""
     batch_size: int = 64
     """Pairs per batch."""
-    lr: float = 2e-3
+    lr: float = 3e-3
     """Peak learning rate (AdamW, linear decay)."""
     max_minutes: float = 4.0
     """Training time budget per variant, in minutes."""
@@ -534,6 +540,8 @@ def run_seq2seq(options: Seq2SeqOptions) -> Seq2SeqResult:
                        save=lambda m, path: save_seq2seq(m, tokenizer, path),
                        device=options.device,
                        fingerprint={"task": "seq2seq", "variant": variant})
+        if result.stopped_by == "interrupted":
+            raise KeyboardInterrupt(f"stopped: continue {out / variant} with resume")
         model.cpu().eval()
         started = time.perf_counter()
         greedy = translate_with(model, tokenizer, sources, beam=1, device=options.device)
