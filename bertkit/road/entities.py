@@ -212,8 +212,8 @@ class Recommender(nn.Module):
 
     def _genre_mean(self, genres: torch.Tensor) -> torch.Tensor:
         """genres [B, G] (0 = none) -> the mean of each row's genre vectors [B, width]."""
-        count = (genres != 0).sum(1, keepdim=True).clamp(min=1)
-        return self.genre(genres).sum(1) / count  # padding rows are zero vectors
+        real = (genres != 0)[..., None]  # [B, G, 1]
+        return (self.genre(genres) * real).sum(1) / real.sum(1).clamp(min=1)
 
     def forward(self, user: torch.Tensor, movie: torch.Tensor, genres: torch.Tensor,
                 year: torch.Tensor) -> torch.Tensor:
