@@ -501,3 +501,16 @@ def run_entities(options: EntitiesOptions) -> EntitiesResult:
     with atomic_file(out / "metrics.json") as f:
         json.dump(metrics, f, indent=2, ensure_ascii=False)
     return EntitiesResult(out, metrics, points, found)
+
+
+@dataclass
+class NeighboursOptions:
+    """List the movies nearest to one by cosine of a saved recommender's learned vectors."""
+    model: str
+    """Model directory: OUT/dot or OUT/mlp of an entities run."""
+    movie: str
+    """Movie id, or part of its title (the most-rated match)."""
+    k: int = 10
+    """Neighbours to list."""
+    min_ratings: int = 20
+    """Only movies rated at least this often in training."""

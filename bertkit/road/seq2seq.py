@@ -577,3 +577,18 @@ def run_seq2seq(options: Seq2SeqOptions) -> Seq2SeqResult:
 def _picture_source(sources: Sequence[str]) -> str:
     """A dev source of 12 to 20 words for the attention picture (the first one, else the first)."""
     return next((s for s in sources if 12 <= len(s.split()) <= 20), sources[0])
+
+
+@dataclass
+class TranslateOptions:
+    """Translate texts with a model saved by run_seq2seq (greedy, or beam search)."""
+    model: str
+    """Model directory: OUT/attention or OUT/plain of a seq2seq run."""
+    texts: tuple[str, ...]
+    """Source texts, one output line each."""
+    beam: int = 1
+    """Beam width; 1 decodes greedily."""
+    max_length: int = 100
+    """Most pieces written per text."""
+    device: str = "cpu"
+    """Torch device."""
