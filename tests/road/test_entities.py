@@ -11,7 +11,7 @@ import torch
 from bertkit.files import UserError
 from bertkit.road.entities import (Categories, EntitiesOptions, Rating, Recommender,
                                    RecommenderConfig, baselines, load_recommender, neighbours,
-                                   neighbours_of, plot_items, predict, read_ratings, rmse,
+                                   neighbours_of, plot_items, predict, read_ratings,
                                    run_entities, save_recommender)
 
 HEADER = ["userId", "movieId", "title", "year", "genres", "rating", "timestamp"]
