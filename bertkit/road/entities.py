@@ -426,6 +426,8 @@ class EntitiesOptions:
     """Most-rated movies drawn in movies.png."""
     seed: int = 0
     """Seed of initialisation, batch order and the training loop."""
+    resume: bool = False
+    """Continue each model from its latest checkpoint under out (after Ctrl-C or SIGTERM)."""
     device: str = "cpu"
     """Torch device."""
 
@@ -471,7 +473,8 @@ def run_entities(options: EntitiesOptions) -> EntitiesResult:
         per_epoch = len(batches)
         train_cfg = TrainConfig(lr=options.lr, max_steps=max(1, round(options.epochs * per_epoch)),
                                 warmup_fraction=0.02, weight_decay=options.weight_decay,
-                                clip_norm=0.0, seed=options.seed, log_every=per_epoch // 4 or 1,
+                                clip_norm=0.0, seed=options.seed, resume=options.resume,
+                                log_every=per_epoch // 4 or 1,
                                 eval_every=per_epoch, best_metric="dev_rmse", best_mode="min")
 
         def evaluate(m: Recommender) -> dict[str, float]:

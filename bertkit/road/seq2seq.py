@@ -473,6 +473,8 @@ class Seq2SeqOptions:
     """Beam width for the beam-search figures (greedy is always reported)."""
     seed: int = 0
     """Seed of weight initialisation, batch order and the training loop."""
+    resume: bool = False
+    """Continue each model from its latest checkpoint under out (after Ctrl-C or SIGTERM)."""
     device: str = "cpu"
     """Torch device."""
 
@@ -534,7 +536,8 @@ def run_seq2seq(options: Seq2SeqOptions) -> Seq2SeqResult:
         model = Seq2Seq(cfg, torch.Generator().manual_seed(options.seed))
         train_cfg = TrainConfig(lr=options.lr, max_steps=options.max_steps,
                                 max_time=options.max_minutes, warmup_fraction=0.02,
-                                weight_decay=0.0, seed=options.seed, log_every=20)
+                                weight_decay=0.0, seed=options.seed, resume=options.resume,
+                                log_every=20)
         batches = PairBatches(train_set, options.batch_size, cfg, options.seed)
         result = train(model, seq2seq_loss, batches, train_cfg, out / variant,
                        save=lambda m, path: save_seq2seq(m, tokenizer, path),
