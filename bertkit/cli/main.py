@@ -16,12 +16,13 @@ import sys
 import warnings
 
 from bertkit import __version__
-from bertkit.cli import embeddings, finetuning, model, pretraining, senses, text
+from bertkit.cli import embeddings, finetuning, model, pretraining, road, senses, text
 from bertkit.cli.options import Command
 from bertkit.files import UserError
 
 COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.COMMANDS,
-                                 *finetuning.COMMANDS, *embeddings.COMMANDS, *senses.COMMANDS)
+                                 *finetuning.COMMANDS, *embeddings.COMMANDS, *senses.COMMANDS,
+                                 *road.COMMANDS)
 
 GROUPS = {
     "tokenizer": "train a WordPiece or Unigram vocabulary",
@@ -29,6 +30,8 @@ GROUPS = {
     "wsd": "word-sense disambiguation with sense embeddings: split, train, predict, evaluate",
     "static": "static word vectors (skip-gram with negative sampling): train, neighbors, "
               "similarity, contexts",
+    "road": "the source documents' earlier systems beside BERT: entity embeddings, seq2seq "
+            "with attention",
 }
 
 

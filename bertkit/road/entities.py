@@ -418,7 +418,7 @@ class EntitiesOptions:
     """AdamW weight decay on the embeddings and weights."""
     movies: tuple[str, ...] = ("Toy Story", "Godfather, The", "Star Wars: Episode IV")
     """Movies (title parts or ids) whose nearest neighbours to list."""
-    k: int = 8
+    top_k: int = 8
     """Neighbours per movie."""
     min_ratings: int = 20
     """Neighbours and pictures only among movies rated at least this often in training."""
@@ -494,7 +494,7 @@ def run_entities(options: EntitiesOptions) -> EntitiesResult:
               f"{metrics[kind]['examples_per_s']:.0f} examples/s", file=sys.stderr)
         if kind == "onehot":
             continue
-        found[kind] = {m: neighbours_of(model, categories, m, options.k, options.min_ratings)
+        found[kind] = {m: neighbours_of(model, categories, m, options.top_k, options.min_ratings)
                        for m in options.movies}
         if points is None or kind == "dot":
             points = plot_items(model, categories, out / "movies.png", options.plot_movies,
@@ -513,7 +513,7 @@ class NeighboursOptions:
     """Model directory: OUT/dot or OUT/mlp of an entities run."""
     movie: str
     """Movie id, or part of its title (the most-rated match)."""
-    k: int = 10
+    top_k: int = 10
     """Neighbours to list."""
     min_ratings: int = 20
     """Only movies rated at least this often in training."""

@@ -587,7 +587,7 @@ class TranslateOptions:
     """Translate texts with a model saved by run_seq2seq (greedy, or beam search)."""
     model: str
     """Model directory: OUT/attention or OUT/plain of a seq2seq run."""
-    texts: tuple[str, ...]
+    texts: tuple[str, ...] = field(metadata={"positional": True})
     """Source texts, one output line each."""
     beam: int = 1
     """Beam width; 1 decodes greedily."""

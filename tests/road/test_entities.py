@@ -174,7 +174,7 @@ def test_one_epoch_on_movielens_beats_the_global_mean(tmp_path, shared_data):
     result = run_entities(EntitiesOptions(
         train=str(shared_data / "tabular" / "movielens.train.csv"),
         dev=str(shared_data / "tabular" / "movielens.dev.csv"), out=str(tmp_path / "o"),
-        kinds=("mlp",), epochs=1, movies=("Toy Story",), k=3))
+        kinds=("mlp",), epochs=1, movies=("Toy Story",), top_k=3))
     r = result.metrics["dev_rmse"]
     assert r["mlp"] < r["movie_mean"] < r["global_mean"]
     assert [t for _, t, _ in result.neighbours["mlp"]["Toy Story"]][0] != "Toy Story (1995)"

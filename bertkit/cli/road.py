@@ -1,0 +1,60 @@
+"""Commands of the road to BERT: the source documents' earlier systems as runnable baselines
+(`road entities`, `road neighbours`, `road seq2seq`, `road translate`). Their settings are the
+library's options dataclasses in bertkit.road."""
+from __future__ import annotations
+
+import json
+
+from bertkit.cli.options import Command
+
+
+def run_entities(opts) -> int:
+    from bertkit.road.entities import run_entities as run
+
+    result = run(opts)
+    print(json.dumps({k: v for k, v in result.metrics.items() if k != "neighbours"}, indent=2,
+                     default=float))
+    return 0
+
+
+def run_neighbours(opts) -> int:
+    from bertkit.road.entities import neighbours
+
+    for movie_id, title, cosine in neighbours(opts.model, opts.movie, opts.top_k,
+                                              opts.min_ratings):
+        print(f"{cosine:.3f}  {movie_id}  {title}")
+    return 0
+
+
+def run_seq2seq(opts) -> int:
+    from bertkit.road.seq2seq import run_seq2seq as run
+
+    print(json.dumps(run(opts).metrics, indent=2, default=float))
+    return 0
+
+
+def run_translate(opts) -> int:
+    from bertkit.road.seq2seq import translate
+
+    for line in translate(opts.model, list(opts.texts), beam=opts.beam,
+                          max_length=opts.max_length, device=opts.device):
+        print(line)
+    return 0
+
+
+COMMANDS = (
+    Command("road entities", run_entities, ("bertkit.road.entities:EntitiesOptions",),
+            help="one-hot vs learned entity embeddings on a ratings table (lecture 17)",
+            description="Train a linear model on one-hot columns, a dot product + biases and "
+                        "an MLP over learned user, movie, genre and year embeddings; dev RMSE "
+                        "beside the global and per-movie mean; nearest movies; a 2-D map."),
+    Command("road neighbours", run_neighbours, ("bertkit.road.entities:NeighboursOptions",),
+            help="the movies nearest to one by its learned embedding"),
+    Command("road seq2seq", run_seq2seq, ("bertkit.road.seq2seq:Seq2SeqOptions",),
+            help="GRU encoder-decoder with and without additive attention; BLEU and chrF",
+            description="Train on parallel JSON lines ({source, target}), decode dev greedily "
+                        "and with beam search, score BLEU and chrF beside copying the source, "
+                        "and draw the attention of one dev verse."),
+    Command("road translate", run_translate, ("bertkit.road.seq2seq:TranslateOptions",),
+            help="translate texts with a model saved by road seq2seq"),
+)
