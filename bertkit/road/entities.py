@@ -396,11 +396,11 @@ def plot_items(model: Recommender, categories: Categories, out: str | Path, n: i
 @dataclass
 class EntitiesOptions:
     """Learn entity embeddings from movie ratings; dev RMSE against baselines, neighbours, a map."""
-    train: str
+    train: Path
     """Training ratings: CSV with userId, movieId, year, genres, rating (and title)."""
-    dev: str
+    dev: Path
     """Development ratings, same columns."""
-    out: str
+    out: Path
     """Output directory: a model directory per kind, metrics.json, movies.png."""
     kinds: tuple[str, ...] = KINDS
     """Models to train: "onehot", "dot" and/or "mlp"."""
@@ -408,7 +408,7 @@ class EntitiesOptions:
     """Entity embedding width."""
     hidden: int = 64
     """MLP hidden width."""
-    epochs: float = 6.0
+    epochs: int = 6
     """Passes over the training ratings."""
     batch_size: int = 256
     """Ratings per batch."""
@@ -509,7 +509,7 @@ def run_entities(options: EntitiesOptions) -> EntitiesResult:
 @dataclass
 class NeighboursOptions:
     """List the movies nearest to one by cosine of a saved recommender's learned vectors."""
-    model: str
+    model: Path
     """Model directory: OUT/dot or OUT/mlp of an entities run."""
     movie: str
     """Movie id, or part of its title (the most-rated match)."""

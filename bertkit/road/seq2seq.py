@@ -439,11 +439,11 @@ VARIANTS = ("attention", "plain")
 @dataclass
 class Seq2SeqOptions:
     """Train a GRU encoder-decoder (with and without attention) on parallel text; BLEU and chrF."""
-    train: str
+    train: Path
     """Training pairs: JSON lines of {"source": ..., "target": ...}."""
-    dev: str
+    dev: Path
     """Development pairs, same format: BLEU, chrF and the attention picture."""
-    out: str
+    out: Path
     """Output directory: one model directory per variant, metrics.json, attention.png."""
     variants: tuple[str, ...] = VARIANTS
     """Models to train: "attention" (additive attention) and/or "plain" (final state only)."""
@@ -585,7 +585,7 @@ def _picture_source(sources: Sequence[str]) -> str:
 @dataclass
 class TranslateOptions:
     """Translate texts with a model saved by run_seq2seq (greedy, or beam search)."""
-    model: str
+    model: Path
     """Model directory: OUT/attention or OUT/plain of a seq2seq run."""
     texts: tuple[str, ...] = field(metadata={"positional": True})
     """Source texts, one output line each."""
