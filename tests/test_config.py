@@ -45,7 +45,14 @@ def test_hf_round_trip_keeps_unmodelled_keys():
 
 
 def test_non_bert_configs_are_refused():
-    with pytest.raises(ConfigError, match="not a BERT model"):
+    with pytest.raises(ConfigError, match="neither bert nor modernbert"):
         EncoderConfig.from_hf({"model_type": "gpt2"})
+    modern = {"model_type": "modernbert", "vocab_size": 10, "hidden_size": 8,
+              "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}
+    with pytest.raises(ConfigError, match="norm_bias: true is not supported"):
+        EncoderConfig.from_hf({**modern, "norm_bias": True})
+    with pytest.raises(ConfigError, match="rope_type 'yarn' is not supported"):
+        EncoderConfig.from_hf({**modern, "rope_parameters": {"full_attention": {
+            "rope_type": "yarn"}}})
     with pytest.raises(ConfigError, match="absolute position"):
         EncoderConfig.from_hf({"position_embedding_type": "relative_key"})

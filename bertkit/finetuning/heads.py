@@ -207,7 +207,8 @@ def init_head(model: nn.Module, generator: torch.Generator) -> None:
                 nn.init.zeros_(m.bias)
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
 
 
 class _Exported(nn.Module):
@@ -227,11 +228,18 @@ class _Exported(nn.Module):
             setattr(self, name, getattr(model, name))
 
 
+def _hf_heads(model: TaskHead) -> tuple[str, ...]:
+    """The heads saved under their transformers names. transformers' ModernBERT task models
+    put a dense + LayerNorm head between the encoder and the classifier, which bertkit's heads
+    do not have: a "modern" task model is saved as a ModernBertModel, its head beside it."""
+    return () if model.encoder.config.architecture == "modern" else model.hf_heads
+
+
 def _extra_state(model: TaskHead) -> dict[str, torch.Tensor]:
     """Weights transformers has no place for (CRF transitions, the span head)."""
     out = {}
     for prefix, module in model.named_children():
-        if prefix != "encoder" and prefix not in model.hf_heads:
+        if prefix != "encoder" and prefix not in _hf_heads(model):
             out.update({f"{prefix}.{k}": v.detach().cpu().float().contiguous()
                         for k, v in module.state_dict().items()})
     return out
@@ -254,8 +262,10 @@ def save_task_model(model: TaskHead, path: str | Path, *, task: dict, tokenizer=
     extra = _extra_state(model)
     if extra:
         files[HEAD_FILE] = save_safetensors_bytes(extra, metadata={"format": "pt"})
-    target = _Exported(model) if model.hf_heads else model.encoder
-    return hub.save_model(target, path, tokenizer=tokenizer, architectures=[model.architecture],
+    target = _Exported(model) if _hf_heads(model) else model.encoder
+    modern = model.encoder.config.architecture == "modern"
+    architecture = "ModernBertModel" if modern else model.architecture
+    return hub.save_model(target, path, tokenizer=tokenizer, architectures=[architecture],
                           extra_config=extra_config, extra_files=files)
 
 
@@ -275,7 +285,8 @@ def load_task_weights(model: TaskHead, path: str | Path,
     """Fill `model` (built by its task for the saved config) with the weights of a directory
     written by `save_task_model` or by transformers' task models; returns it in eval mode."""
     p = Path(path)
-    encoder_state, rest = hub.from_hf_state_dict(hub.load_weights(p))
+    encoder_state, rest = hub.from_hf_state_dict(hub.load_weights(p),
+                                                 model.encoder.config.architecture)
     init_weights(model, model.encoder.config)
     if (p / HEAD_FILE).is_file():
         try:

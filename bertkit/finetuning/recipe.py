@@ -183,7 +183,9 @@ def freeze(model: nn.Module, train_layers: int | None) -> None:
     for block in enc.blocks[len(enc.blocks) - train_layers:]:
         block.requires_grad_(True)
     if train_layers > 0:
-        enc.pooler.requires_grad_(True)
+        for top in (enc.pooler, enc.final_norm):  # whichever the architecture has
+            if top is not None:
+                top.requires_grad_(True)
 
 
 def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: float) -> list[dict]:

@@ -1,8 +1,15 @@
-"""The BERT encoder, top to bottom: embeddings -> N post-LN blocks -> pooler.
+"""The encoder, top to bottom: embeddings -> N blocks -> pooler (or a final norm).
 
-Shapes: B batch, T tokens, H hidden, A heads, D = H / A head width, N selected rows.
-Parameter names are bertkit's own (fused q/k/v); `hub.py` maps them to and from Hugging Face
-names. The heads (masked LM, next sentence, span boundary) are in `heads.py`.
+Two architectures, chosen by `EncoderConfig.architecture` (an argument, not a class each):
+"bert", BERT as published (post-LN blocks, learned positions, segments, biases, a tanh pooler),
+and "modern", the small-budget recipe of cramming, MosaicBERT and ModernBERT (pre-LN blocks
+with a LayerNorm after the embeddings and after the last block, a gated feed-forward, rotary
+positions, no biases). The same modules build both; each place they differ says why.
+
+Shapes: B batch, T tokens, H hidden, A heads, D = H / A head width, I feed-forward width,
+N selected rows. Parameter names are bertkit's own (fused q/k/v); `hub.py` maps them to and
+from Hugging Face names (BertModel, ModernBertModel). The heads (masked LM, next sentence,
+span boundary) are in `heads.py`.
 
 This file is the reference: nn.Dropout, F.scaled_dot_product_attention, every block on every
 token. `Encoder(cfg, fast=True)` (the default) swaps in the CPU speed paths of `fast.py`, which
@@ -45,30 +52,60 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 class Embeddings(nn.Module):
-    """Word + learned position + segment embeddings, then LayerNorm and dropout."""
+    """Word + learned position + segment embeddings ("bert"; "modern": words only, its
+    positions are rotary and it has no segments), then LayerNorm and dropout."""
 
     def __init__(self, cfg: EncoderConfig, fast: bool = False):
         super().__init__()
+        bert = cfg.architecture == "bert"
+        self.max_positions = cfg.max_positions
         self.word = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
-        self.position = nn.Embedding(cfg.max_positions, cfg.hidden_size)
-        self.segment = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.position = nn.Embedding(cfg.max_positions, cfg.hidden_size) if bert else None
+        self.segment = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size) if bert else None
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=bert)
         self.dropout = make_dropout(cfg.hidden_dropout, fast)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
         T = input_ids.shape[-1]
-        if T > self.position.num_embeddings:
+        if T > self.max_positions:
             raise ValueError(f"input of {T} tokens is longer than the model's "
-                             f"{self.position.num_embeddings} positions")
-        if position_ids is None:
-            position_ids = torch.arange(T, device=input_ids.device)
-        x = self.word(input_ids) + self.position(position_ids)  # [B, T, H]
-        if token_type_ids is None:
-            x = x + self.segment.weight[0]
-        else:
-            x = x + self.segment(token_type_ids)
+                             f"{self.max_positions} positions")
+        x = self.word(input_ids)  # [B, T, H]
+        if self.position is not None:
+            if position_ids is None:
+                position_ids = torch.arange(T, device=input_ids.device)
+            x = x + self.position(position_ids)
+        if self.segment is not None:
+            x = x + (self.segment.weight[0] if token_type_ids is None
+                     else self.segment(token_type_ids))
         return self.dropout(self.norm(x))
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (RoFormer, as ModernBERT applies it): each pair of
+    dimensions (j, j + D/2) of q and k is turned by the angle position x theta^(-2j/D), so that
+    q.k depends on the distance between the two tokens only."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # [D/2]
+
+    def angles(self, T: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin), each [T, D], in fp32."""
+        freqs = torch.arange(T, device=device, dtype=torch.float)[:, None] \
+            * self.inv_freq.to(device)[None, :]  # [T, D/2]
+        freqs = torch.cat([freqs, freqs], dim=-1)  # [T, D]
+        return freqs.cos(), freqs.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, A, T, D] turned by the angles of `Rotary.angles` (in fp32, back in x's dtype)."""
+    half = x.shape[-1] // 2
+    xf = x.float()
+    turned = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
+    return (xf * cos + turned * sin).to(x.dtype)
 
 
 class SelfAttention(nn.Module):
@@ -76,75 +113,109 @@ class SelfAttention(nn.Module):
 
     def __init__(self, cfg: EncoderConfig, fast: bool = False):
         super().__init__()
+        bias = cfg.architecture == "bert"
         self.num_heads = cfg.num_heads
-        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
-        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=bias)
+        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
         self.dropout_p = cfg.attention_dropout
         self.attend = fast_paths.attend if fast else attend
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        """x: [B, T, H] -> [B, T, H]."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H]; `rope` (cos, sin) [T, D] turns q and k ("modern")."""
         B, T, H = x.shape
         A, D = self.num_heads, H // self.num_heads
         p = self.dropout_p if self.training else 0.0
         q, k, v = self.qkv(x).view(B, T, 3, A, D).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # 3 x [B, A, T, D]
+        if rope is not None:
+            q, k = rotate(q, *rope), rotate(k, *rope)
         y = self.attend(q, k, v, mask, causal, p).transpose(1, 2).reshape(B, T, H)  # [B, T, H]
         return self.out(y)
 
 
 class Block(nn.Module):
-    """Post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+    """A transformer block.
 
-    def __init__(self, cfg: EncoderConfig, fast: bool = False):
+    "bert", post-LN: x = LN(x + Attn(x)); x = LN(x + FFN(x)), FFN(x) = W2 act(W1 x).
+    "modern", pre-LN: x = x + Attn(LN(x)); x = x + FFN(LN(x)), with the gated FFN(x) =
+    W2 (act(W1a x) * W1b x). The residual stream is never normalised, which keeps gradients
+    sane at a high learning rate; block 0 skips its first LN, the embeddings' LN has just run.
+    """
+
+    def __init__(self, cfg: EncoderConfig, fast: bool = False, index: int = 0):
         super().__init__()
+        self.pre_norm = cfg.architecture == "modern"
+        bias = not self.pre_norm
+        H, I, eps = cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps
         self.attn = SelfAttention(cfg, fast)
-        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
-        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
-        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.attn_norm = (nn.Identity() if self.pre_norm and index == 0
+                          else nn.LayerNorm(H, eps=eps, bias=bias))
+        self.up = nn.Linear(H, 2 * I if self.pre_norm else I, bias=bias)
+        self.down = nn.Linear(I, H, bias=bias)
+        self.ffn_norm = nn.LayerNorm(H, eps=eps, bias=bias)
         self.act = activation_fn(cfg.activation)
         self.dropout = make_dropout(cfg.hidden_dropout, fast)
+        # ModernBERT drops the attention output with the attention rate, BERT with the hidden one
+        self.attn_dropout = (make_dropout(cfg.attention_dropout, fast) if self.pre_norm
+                             else self.dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """x: [B, T, H] -> [B, T, H]."""
+        if self.pre_norm:
+            x = x + self.attn_dropout(self.attn(self.attn_norm(x), mask, causal, rope))
+            return x + self.ffn(self.ffn_norm(x))
         x = self.attn_norm(x + self.dropout(self.attn(x, mask, causal)))
         return self.feed_forward(x)
 
+    def ffn(self, x: torch.Tensor) -> torch.Tensor:
+        """The feed-forward layer alone: [..., H] -> [..., H]."""
+        if self.pre_norm:
+            a, g = self.up(x).chunk(2, dim=-1)  # 2 x [..., I]
+            return self.down(self.dropout(self.act(a) * g))
+        return self.dropout(self.down(self.act(self.up(x))))
+
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The second half, row by row: x [..., H] -> LN(x + FFN(x)) [..., H]."""
-        return self.ffn_norm(x + self.dropout(self.down(self.act(self.up(x)))))
+        """The post-LN second half, row by row: x [..., H] -> LN(x + FFN(x)) [..., H]."""
+        return self.ffn_norm(x + self.ffn(x))
 
 
 def build_attention_mask(padding: torch.Tensor | None, T: int, causal: bool,
-                         device: torch.device) -> torch.Tensor | None:
-    """Boolean SDPA mask (True = may attend) from a [B, T] 1/0 padding mask.
+                         device: torch.device, window: int = 0) -> torch.Tensor | None:
+    """Boolean SDPA mask (True = may attend) from a [B, T] 1/0 padding mask; `window` > 0
+    keeps each token to the tokens within window // 2 of it (local attention).
 
-    Returns None when every position may attend (no padding, bidirectional), which lets SDPA
-    take its fastest kernel. On a GPU that check would wait for the device, so there a given
-    mask is always used (the data side leaves it out of full batches).
+    Returns None when every position may attend (no padding, bidirectional, global), which
+    lets SDPA take its fastest kernel. On a GPU that check would wait for the device, so there
+    a given mask is always used (the data side leaves it out of full batches).
     """
-    if padding is None or (padding.device.type == "cpu" and bool(padding.all())):
-        if not causal:
-            return None
-        return torch.ones(T, T, dtype=torch.bool, device=device).tril()  # [T, T]
-    keys = padding.bool()[:, None, None, :]  # [B, 1, 1, T]
+    pairs = None  # [T, T] or None
     if causal:
-        keys = keys & torch.ones(T, T, dtype=torch.bool, device=device).tril()  # [B, 1, T, T]
-    return keys
+        pairs = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    if window:
+        i = torch.arange(T, device=device)
+        near = (i[:, None] - i[None, :]).abs() <= window // 2  # [T, T]
+        pairs = near if pairs is None else pairs & near
+    if padding is None or (padding.device.type == "cpu" and bool(padding.all())):
+        return pairs
+    keys = padding.bool()[:, None, None, :]  # [B, 1, 1, T]
+    return keys if pairs is None else keys & pairs  # [B, 1, T, T]
 
 
 class EncoderOutput(NamedTuple):
     last_hidden_state: torch.Tensor
-    """[B, T, H] output of the last block."""
+    """[B, T, H] output of the last block ("modern": after the final LayerNorm)."""
     pooled: torch.Tensor
-    """[B, H] tanh(W h_[CLS] + b): the pooled sentence vector the NSP head reads."""
+    """[B, H] the sentence vector the NSP and sentence heads read: tanh(W h_[CLS] + b) for
+    "bert", h_[CLS] itself for "modern" (which has no pooler)."""
     hidden_states: tuple[torch.Tensor, ...] | None
-    """L + 1 tensors [B, T, H] (embeddings, then each block) when asked for, else None."""
+    """L + 1 tensors [B, T, H] (embeddings, then each block; the last is last_hidden_state,
+    after the final LayerNorm of "modern", as in transformers) when asked for, else None."""
 
 
 class Encoder(nn.Module):
-    """The bidirectional transformer encoder (Hugging Face `BertModel`).
+    """The bidirectional transformer encoder (Hugging Face `BertModel` or `ModernBertModel`).
 
     `fast` (default True) swaps in the speed paths of `bertkit.model.fast` (the same function,
     faster on the CPU); `fast=False` is the reference, exactly this file.
@@ -154,9 +225,29 @@ class Encoder(nn.Module):
         super().__init__()
         self.config = cfg
         self.fast = fast
+        modern = cfg.architecture == "modern"
         self.embeddings = Embeddings(cfg, fast)
-        self.blocks = nn.ModuleList(Block(cfg, fast) for _ in range(cfg.num_layers))
-        self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.blocks = nn.ModuleList(Block(cfg, fast, i) for i in range(cfg.num_layers))
+        self.pooler = None if modern else nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        # pre-LN leaves the residual stream unnormalised: one LN after the last block
+        self.final_norm = (nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=False)
+                           if modern else None)
+        self.rotary = nn.ModuleList(
+            [Rotary(cfg.head_dim, cfg.rope_theta), Rotary(cfg.head_dim, cfg.local_rope_theta)]
+        ) if modern else None  # [global, local]
+
+    def layer_inputs(self, attention_mask: torch.Tensor | None, T: int, causal: bool,
+                     device: torch.device) -> list[tuple]:
+        """(mask, rope) for each block: global and local layers differ in both."""
+        cfg = self.config
+        kinds = {}
+        for is_global in {cfg.is_global(i) for i in range(cfg.num_layers)}:
+            mask = build_attention_mask(attention_mask, T, causal, device,
+                                        0 if is_global else cfg.local_window)
+            rope = (self.rotary[0 if is_global else 1].angles(T, device)
+                    if self.rotary is not None else None)
+            kinds[is_global] = (mask, rope)
+        return [kinds[cfg.is_global(i)] for i in range(cfg.num_layers)]
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, *, causal: bool = False,
@@ -164,12 +255,16 @@ class Encoder(nn.Module):
         """input_ids, token_type_ids, attention_mask: [B, T]. `causal=True` lets each token
         see only itself and the tokens to its left (the left-to-right variant)."""
         x = self.embeddings(input_ids, token_type_ids)  # [B, T, H]
-        mask = build_attention_mask(attention_mask, input_ids.shape[1], causal, x.device)
+        inputs = self.layer_inputs(attention_mask, input_ids.shape[1], causal, x.device)
         states = [x] if output_hidden_states else None
-        for block in self.blocks:
-            x = block(x, mask, causal)
+        for block, (mask, rope) in zip(self.blocks, inputs):
+            x = block(x, mask, causal, rope)
             if states is not None:
                 states.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if states is not None:
+                states[-1] = x  # as transformers: the last hidden state is the output
         return EncoderOutput(x, self.pool(x[:, 0]), tuple(states) if states is not None else None)
 
     def forward_rows(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
@@ -185,19 +280,23 @@ class Encoder(nn.Module):
         """
         wanted = rows[0] if len(rows) == 1 else torch.cat(rows)  # [N]
         x = self.embeddings(input_ids, token_type_ids)  # [B, T, H]
-        mask = build_attention_mask(attention_mask, input_ids.shape[1], False, x.device)
-        for block in self.blocks[:-1]:
-            x = block(x, mask, False)
-        if self.fast:
-            h = fast_paths.block_at_rows(self.blocks[-1], x, mask, wanted)  # [N, H]
+        inputs = self.layer_inputs(attention_mask, input_ids.shape[1], False, x.device)
+        for block, (mask, rope) in zip(self.blocks[:-1], inputs[:-1]):
+            x = block(x, mask, False, rope)
+        last, (mask, rope) = self.blocks[-1], inputs[-1]
+        if self.fast and not last.pre_norm:  # (rotary queries at a few rows: not worth it)
+            h = fast_paths.block_at_rows(last, x, mask, wanted)  # [N, H]
         else:
-            x = self.blocks[-1](x, mask, False)
+            x = last(x, mask, False, rope)
             h = x.reshape(-1, x.shape[-1]).index_select(0, wanted)  # [N, H]
+            if self.final_norm is not None:
+                h = self.final_norm(h)
         return h.split([r.shape[0] for r in rows])
 
     def pool(self, cls: torch.Tensor) -> torch.Tensor:
-        """[CLS] outputs [B, H] -> the pooled sentence vectors tanh(W h + b) [B, H]."""
-        return torch.tanh(self.pooler(cls))
+        """[CLS] outputs [B, H] -> the pooled sentence vectors [B, H]: tanh(W h + b) for
+        "bert", h itself for "modern"."""
+        return cls if self.pooler is None else torch.tanh(self.pooler(cls))
 
 
 def cls_rows(input_ids: torch.Tensor) -> torch.Tensor:
@@ -210,15 +309,21 @@ def cls_rows(input_ids: torch.Tensor) -> torch.Tensor:
 def init_weights(module: nn.Module, cfg: EncoderConfig,
                  generator: torch.Generator | None = None) -> None:
     """BERT's initialisation: N(0, initializer_range) weights, zero biases, unit LayerNorms.
+    "modern" scales the projections that write into the residual stream (attention output,
+    feed-forward down) by 1 / sqrt(2 L), as GPT-2 and ModernBERT do, so that the stream's
+    variance does not grow with depth.
 
     Draws from `generator` (a seeded torch.Generator gives the same weights every time), or
     from torch's global generator when None. A bias a head owns directly (the MLM head's
     vocabulary bias) starts at zero too.
     """
     std = cfg.initializer_range
+    residual = {id(m) for b in module.modules() if isinstance(b, Block) and b.pre_norm
+                for m in (b.attn.out, b.down)}
     for m in module.modules():
         if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, std=std, generator=generator)
+            scale = (2 * cfg.num_layers) ** -0.5 if id(m) in residual else 1.0
+            nn.init.normal_(m.weight, std=std * scale, generator=generator)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
@@ -228,7 +333,8 @@ def init_weights(module: nn.Module, cfg: EncoderConfig,
                     m.weight[m.padding_idx].zero_()
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
         elif isinstance(getattr(m, "bias", None), nn.Parameter):
             nn.init.zeros_(m.bias)
 
@@ -237,6 +343,6 @@ def num_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-__all__ = ["Embeddings", "SelfAttention", "Block", "Encoder", "EncoderOutput", "attend",
+__all__ = ["Embeddings", "Rotary", "rotate", "SelfAttention", "Block", "Encoder", "EncoderOutput", "attend",
            "build_attention_mask", "cls_rows", "init_weights", "num_parameters",
            "activation_fn"]

@@ -22,7 +22,8 @@ IGNORE_INDEX = -100
 
 class MaskedLMHead(nn.Module):
     """Dense + activation + LayerNorm, then the decoder tied to the word embeddings, plus a
-    bias: states [..., H] -> logits [..., V] (Hugging Face `BertLMPredictionHead`).
+    bias: states [..., H] -> logits [..., V] (Hugging Face `BertLMPredictionHead`, or
+    ModernBERT's `head` + `decoder`).
 
     The tied weight is the word embedding's own Parameter, held by reference and not
     registered here, so it is saved once, under the embeddings. A fused loss that never
@@ -31,9 +32,10 @@ class MaskedLMHead(nn.Module):
 
     def __init__(self, cfg: EncoderConfig, word_embeddings: nn.Embedding):
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        bias = cfg.architecture == "bert"  # "modern" keeps only the vocabulary bias
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
         self.act = activation_fn(cfg.activation)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=bias)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self._tied = (word_embeddings,)  # a tuple: not a submodule, no second state_dict key
 
@@ -84,7 +86,8 @@ class SpanBoundaryHead(nn.Module):
 
 
 class PretrainingModel(nn.Module):
-    """Encoder + masked-LM head + next-sentence head (Hugging Face `BertForPreTraining`).
+    """Encoder + masked-LM head + next-sentence head (Hugging Face `BertForPreTraining`; a
+    "modern" one has no next-sentence head: `ModernBertForMaskedLM`).
 
     `sbo` optionally adds SpanBERT's span-boundary head; it has no Hugging Face name, so
     `hub.save_model` must not see it (pretraining saves it apart, in sbo.safetensors).
@@ -99,14 +102,15 @@ class PretrainingModel(nn.Module):
         self.fast = fast
         self.encoder = Encoder(cfg, fast)
         self.mlm = MaskedLMHead(cfg, self.encoder.embeddings.word)
-        self.nsp = NextSentenceHead(cfg)
+        # transformers' ModernBERT has no next-sentence head (RoBERTa showed it does not help)
+        self.nsp = NextSentenceHead(cfg) if cfg.architecture == "bert" else None
         self.sbo = sbo
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, *,
                 positions: torch.Tensor | None = None, causal: bool = False,
                 output_hidden_states: bool = False):
-        """Returns (mlm_logits, nsp_logits [B, 2], encoder output).
+        """Returns (mlm_logits, nsp_logits [B, 2] (None without an NSP head), encoder output).
 
         mlm_logits are [B, T, V] for every position, or [N, V] for `positions`, a [N] tensor
         of flat indices into B*T: then only those positions (and [CLS]) pass the last block
@@ -121,7 +125,8 @@ class PretrainingModel(nn.Module):
             h, cls = self.encoder.forward_rows(input_ids, token_type_ids, attention_mask,
                                                positions, cls_rows(input_ids))
             out = EncoderOutput(h, self.encoder.pool(cls), None)
-        return self.mlm(out.last_hidden_state), self.nsp(out.pooled), out
+        nsp = self.nsp(out.pooled) if self.nsp is not None else None
+        return self.mlm(out.last_hidden_state), nsp, out
 
 
 __all__ = ["IGNORE_INDEX", "MaskedLMHead", "NextSentenceHead", "SpanBoundaryHead",

@@ -1,15 +1,15 @@
-"""Hugging Face BERT directories in and out.
+"""Hugging Face BERT and ModernBERT directories in and out.
 
-A bertkit model directory *is* a Hugging Face BERT directory: config.json, model.safetensors,
+A bertkit model directory *is* a Hugging Face directory: config.json, model.safetensors,
 vocab.txt and the tokenizer files. Reading accepts BertModel, BertForMaskedLM,
-BertForPreTraining and the task models (BertForSequenceClassification, ...), `.safetensors` or
-`pytorch_model.bin` (read with weights_only=True, never unpickling code), and the old
-`gamma`/`beta` LayerNorm names. Writing produces weight names that `transformers` loads with no
-missing or unexpected keys.
+BertForPreTraining and the task models (BertForSequenceClassification, ...), ModernBertModel
+and ModernBertForMaskedLM, `.safetensors` or `pytorch_model.bin` (read with
+weights_only=True, never unpickling code), and the old `gamma`/`beta` LayerNorm names. Writing
+produces weight names that `transformers` loads with no missing or unexpected keys.
 
-Our modules name things their own way (one fused q/k/v projection, `blocks.3.up`); the two
-tables below translate. A task head whose names already match (`classifier`, `qa_outputs`)
-passes through unchanged.
+Our modules name things their own way (one fused q/k/v projection, `blocks.3.up`); the
+tables below translate, one pair per architecture. A task head whose names already match
+(`classifier`, `qa_outputs`) passes through unchanged.
 """
 from __future__ import annotations
 
@@ -47,6 +47,23 @@ _HEAD_NAMES = [
     ("mlm.bias", "cls.predictions.bias"),
     ("nsp.", "cls.seq_relationship."),
 ]
+# The same for ModernBertModel (q/k/v fused there too) and ModernBertForMaskedLM.
+_MODERN_ENCODER_NAMES = [
+    ("embeddings.word.", "embeddings.tok_embeddings."),
+    ("embeddings.norm.", "embeddings.norm."),
+    ("blocks.{i}.attn_norm.", "layers.{i}.attn_norm."),
+    ("blocks.{i}.attn.qkv.", "layers.{i}.attn.Wqkv."),
+    ("blocks.{i}.attn.out.", "layers.{i}.attn.Wo."),
+    ("blocks.{i}.ffn_norm.", "layers.{i}.mlp_norm."),
+    ("blocks.{i}.up.", "layers.{i}.mlp.Wi."),
+    ("blocks.{i}.down.", "layers.{i}.mlp.Wo."),
+    ("final_norm.", "final_norm."),
+]
+_MODERN_HEAD_NAMES = [
+    ("mlm.dense.", "head.dense."),
+    ("mlm.norm.", "head.norm."),
+    ("mlm.bias", "decoder.bias"),
+]
 
 
 def _table(pairs: list[tuple[str, str]], backward: bool = False) -> list[tuple[str, str]]:
@@ -61,12 +78,26 @@ def _table(pairs: list[tuple[str, str]], backward: bool = False) -> list[tuple[s
     return rules
 
 
-_ENCODER, _ENCODER_BACK = _table(_ENCODER_NAMES), _table(_ENCODER_NAMES, backward=True)
-_HEADS, _HEADS_BACK = _table(_HEAD_NAMES), _table(_HEAD_NAMES, backward=True)
+class _Names:
+    """One architecture's translation: the rules both ways, the prefix of the encoder inside a
+    task or pretraining model, and the keys its checkpoints carry that hold nothing to load."""
+
+    def __init__(self, encoder: list, heads: list, prefix: str, ignored: str):
+        self.encoder, self.encoder_back = _table(encoder), _table(encoder, backward=True)
+        self.heads, self.heads_back = _table(heads), _table(heads, backward=True)
+        self.prefix = prefix
+        self.ignored = re.compile(ignored)
+
+
+NAMES = {
+    "bert": _Names(_ENCODER_NAMES, _HEAD_NAMES, "bert.",
+                   r"(embeddings\.position_ids|cls\.predictions\.decoder\.(weight|bias))$"),
+    # the decoder weight is the tied word embeddings
+    "modern": _Names(_MODERN_ENCODER_NAMES, _MODERN_HEAD_NAMES, "model.", r"^decoder\.weight$"),
+}
+# BERT checkpoints keep q, k and v apart; bertkit fuses them.
 _QKV = re.compile(r"blocks\.(\d+)\.attn\.qkv\.(weight|bias)$")
 _HF_QKV = re.compile(r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)$")
-# Keys that Hugging Face checkpoints carry but that hold nothing to load.
-_IGNORED = re.compile(r"(embeddings\.position_ids|cls\.predictions\.decoder\.(weight|bias))$")
 
 
 def _rename(name: str, table) -> str | None:
@@ -79,29 +110,32 @@ def _rename(name: str, table) -> str | None:
 
 # Ours -> Hugging Face --------------------------------------------------------------------------
 
-def to_hf_state_dict(state: dict[str, torch.Tensor], encoder_prefix: str = "bert.") -> dict:
+def to_hf_state_dict(state: dict[str, torch.Tensor], encoder_prefix: str = "bert.",
+                     architecture: str = "bert") -> dict:
     """Translate a bertkit state dict (an Encoder's, or a model holding `.encoder`) to HF names.
 
-    `encoder_prefix` is "bert." for the task and pretraining models and "" for a bare BertModel.
+    `encoder_prefix` is "bert." ("model." for "modern") for the task and pretraining models
+    and "" for a bare BertModel / ModernBertModel.
     """
+    names = NAMES[architecture]
     out = {}
     for name, tensor in state.items():
         inner = name[len("encoder."):] if name.startswith("encoder.") else None
-        if inner is None and not any(re.match(p, name) for p, _ in _HEADS) \
-                and re.match(r"(embeddings|blocks|pooler)\.", name):
+        if inner is None and not any(re.match(p, name) for p, _ in names.heads) \
+                and re.match(r"(embeddings|blocks|pooler|final_norm)\.", name):
             inner = name  # a bare Encoder's own state dict
         if inner is not None:
-            if m := _QKV.match(inner):
+            if architecture == "bert" and (m := _QKV.match(inner)):
                 layer, kind = m.groups()
                 for part, chunk in zip(("query", "key", "value"), tensor.chunk(3, dim=0)):
                     out[f"{encoder_prefix}encoder.layer.{layer}.attention.self.{part}.{kind}"] = \
                         chunk.contiguous()
                 continue
-            hf = _rename(inner, _ENCODER)
+            hf = _rename(inner, names.encoder)
             if hf is None:
                 raise KeyError(f"no Hugging Face name for encoder weight {name}")
             out[encoder_prefix + hf] = tensor.contiguous()
-        elif (hf := _rename(name, _HEADS)) is not None:
+        elif (hf := _rename(name, names.heads)) is not None:
             out[hf] = tensor.contiguous()
         else:
             out[name] = tensor.contiguous()  # task heads already carry HF names
@@ -110,25 +144,27 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], encoder_prefix: str = "bert
 
 # Hugging Face -> ours --------------------------------------------------------------------------
 
-def from_hf_state_dict(hf: dict[str, torch.Tensor]) -> tuple[dict, dict]:
+def from_hf_state_dict(hf: dict[str, torch.Tensor],
+                       architecture: str = "bert") -> tuple[dict, dict]:
     """Split HF weights into (encoder state dict in our names, everything else in our names).
 
-    Accepts both the bare BertModel names and the `bert.`-prefixed ones, and the old TF-era
-    `gamma`/`beta` LayerNorm names.
+    Accepts both the bare BertModel / ModernBertModel names and the prefixed ones (`bert.`,
+    `model.`), and the old TF-era `gamma`/`beta` LayerNorm names.
     """
+    names = NAMES[architecture]
     encoder, rest, qkv = {}, {}, {}
     for name, tensor in hf.items():
         name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
         name = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name)
-        if _IGNORED.search(name):
+        if names.ignored.search(name):
             continue
-        inner = name[len("bert."):] if name.startswith("bert.") else name
-        if m := _HF_QKV.match(inner):
+        inner = name[len(names.prefix):] if name.startswith(names.prefix) else name
+        if architecture == "bert" and (m := _HF_QKV.match(inner)):
             layer, part, kind = m.groups()
             qkv.setdefault((int(layer), kind), {})[part] = tensor
-        elif (ours := _rename(inner, _ENCODER_BACK)) is not None:
+        elif (ours := _rename(inner, names.encoder_back)) is not None:
             encoder[ours] = tensor
-        elif (ours := _rename(name, _HEADS_BACK)) is not None:
+        elif (ours := _rename(name, names.heads_back)) is not None:
             rest[ours] = tensor
         else:
             rest[name] = tensor
@@ -138,6 +174,18 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor]) -> tuple[dict, dict]:
         encoder[f"blocks.{layer}.attn.qkv.{kind}"] = torch.cat(
             [parts["query"], parts["key"], parts["value"]], dim=0)
     return encoder, rest
+
+
+def our_name(name: str, architecture: str = "bert") -> str | None:
+    """bertkit's name of one Hugging Face weight name (q, k and v all name the fused qkv), or
+    None for a key that holds nothing to load."""
+    names = NAMES[architecture]
+    if names.ignored.search(name):
+        return None
+    inner = name[len(names.prefix):] if name.startswith(names.prefix) else name
+    if architecture == "bert" and (m := _HF_QKV.match(inner)):
+        return f"blocks.{m.group(1)}.attn.qkv.{m.group(3)}"
+    return (_rename(inner, names.encoder_back) or _rename(name, names.heads_back) or name)
 
 
 # Directories -------------------------------------------------------------------------------------
@@ -217,7 +265,7 @@ def _missing_weights_generator() -> torch.Generator:
 
 def load_encoder(path: str | Path, device: str | torch.device = "cpu") -> Encoder:
     cfg = load_config(path)
-    encoder_state, _ = from_hf_state_dict(load_weights(path))
+    encoder_state, _ = from_hf_state_dict(load_weights(path), cfg.architecture)
     model = Encoder(cfg)
     init_weights(model, cfg, _missing_weights_generator())
     load_state_into(model, encoder_state, {}, path)
@@ -228,7 +276,7 @@ def load_pretraining_model(path: str | Path,
                            device: str | torch.device = "cpu") -> PretrainingModel:
     """Encoder + MLM + NSP heads; heads the directory lacks are initialised (with a warning)."""
     cfg = load_config(path)
-    encoder_state, other = from_hf_state_dict(load_weights(path))
+    encoder_state, other = from_hf_state_dict(load_weights(path), cfg.architecture)
     model = PretrainingModel(cfg)
     init_weights(model, cfg, _missing_weights_generator())
     load_state_into(model, encoder_state, other, path)
@@ -243,16 +291,23 @@ def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
     The directory appears complete or not at all. `tokenizer` (a bertkit Tokenizer) adds
     vocab.txt and the tokenizer files; `extra_config` adds keys such as `id2label`.
     """
+    cfg = module.config if isinstance(module, Encoder) else module.encoder.config
+    modern = cfg.architecture == "modern"
     if isinstance(module, Encoder):
-        cfg, prefix, default_arch = module.config, "", ["BertModel"]
+        prefix, default_arch = "", ["ModernBertModel" if modern else "BertModel"]
     else:
-        cfg, prefix, default_arch = module.encoder.config, "bert.", ["BertForPreTraining"]
+        prefix = NAMES[cfg.architecture].prefix
+        default_arch = ["ModernBertForMaskedLM" if modern else "BertForPreTraining"]
     config = cfg.to_hf()
     config["architectures"] = architectures or default_arch
     config.update(extra_config or {})
+    if modern and tokenizer is not None:
+        # ModernBertConfig's defaults are the ids of its own vocabulary: give ours
+        config.update(cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id,
+                      bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
     state = {k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
              for k, v in module.state_dict().items()}
-    hf = to_hf_state_dict(state, prefix)
+    hf = to_hf_state_dict(state, prefix, cfg.architecture)
     if config["architectures"] == ["BertForMaskedLM"]:
         # transformers' BertForMaskedLM has neither pooler nor NSP head: leave them out so it
         # loads with no unexpected keys (an MLM-only run never trains them anyway).

@@ -15,24 +15,22 @@ from safetensors import safe_open
 
 from bertkit.files import UserError
 from bertkit.config import EncoderConfig
-from bertkit.model.hub import load_config, to_hf_state_dict
+from bertkit.model.hub import NAMES, load_config, our_name, to_hf_state_dict
 from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
 
-# Hugging Face weight name (without "bert.") -> the part of the model it belongs to.
+# bertkit weight name -> the part of the model it belongs to.
 _PARTS = [
-    (r"embeddings\.word_embeddings\.", "embeddings.word"),
-    (r"embeddings\.position_embeddings\.", "embeddings.position"),
-    (r"embeddings\.token_type_embeddings\.", "embeddings.segment"),
-    (r"embeddings\.LayerNorm\.", "embeddings.norm"),
-    (r"encoder\.layer\.(\d+)\.attention\.", r"block.\1.attention"),
-    (r"encoder\.layer\.(\d+)\.(intermediate|output)\.", r"block.\1.feed_forward"),
+    (r"embeddings\.(word|position|segment|norm)\.", r"embeddings.\1"),
+    (r"blocks\.(\d+)\.(attn|attn_norm)\.", r"block.\1.attention"),
+    (r"blocks\.(\d+)\.(up|down|ffn_norm)\.", r"block.\1.feed_forward"),
     (r"pooler\.", "pooler"),
-    (r"cls\.predictions\.(transform\.|bias$)", "head.mlm"),
-    (r"cls\.seq_relationship\.", "head.nsp"),
+    (r"final_norm\.", "final_norm"),
+    (r"mlm\.", "head.mlm"),
+    (r"nsp\.", "head.nsp"),
 ]
-# Not parameters of their own: a buffer, and the MLM decoder tied to the word embeddings.
-_NOT_COUNTED = re.compile(r"(embeddings\.position_ids|cls\.predictions\.decoder\.(weight|bias))$")
+_ORDER = ["embeddings.word", "embeddings.position", "embeddings.segment", "embeddings.norm",
+          "pooler", "final_norm", "head.mlm", "head.nsp"]
 
 _SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
                        "I64": "int64", "I32": "int32"}
@@ -44,7 +42,7 @@ class ModelInfo:
     config: EncoderConfig
     parts: dict[str, int]
     """Parameter count per part, in model order: embeddings.word, ..., block.0.attention,
-    block.0.feed_forward, ..., pooler, head.mlm, head.nsp, head.<task>."""
+    block.0.feed_forward, ..., pooler or final_norm, head.mlm, head.nsp, head.<task>."""
     dtype: str
     """Storage dtype of the weights (the most common one)."""
     tokenizer: Tokenizer | None = field(default=None, repr=False)
@@ -73,7 +71,11 @@ class ModelInfo:
                  f"  layers {c.num_layers}, hidden {c.hidden_size}, heads {c.num_heads}, "
                  f"intermediate {c.intermediate_size}, vocab {c.vocab_size}, positions "
                  f"{c.max_positions}, segments {c.type_vocab_size}, activation {c.activation}, "
-                 f"weights {self.dtype}"]
+                 f"weights {self.dtype}",
+                 f"  architecture {c.architecture}" + (
+                     f" (pre-LN, gated feed-forward, rotary positions, no biases"
+                     f"{f', local window {c.local_window}' if c.local_window else ''})"
+                     if c.architecture == "modern" else "")]
         if self.tokenizer is not None:
             t = self.tokenizer
             note = "" if t.vocab_size == c.vocab_size else \
@@ -125,10 +127,10 @@ def _weight_shapes(path: Path) -> tuple[dict[str, tuple[int, ...]], str]:
     return shapes, max(set(dtypes), key=dtypes.count) if dtypes else "none"
 
 
-def _hf_name(name: str) -> str:
-    """A weight's name without the "bert." prefix and with the old gamma/beta LayerNorm names
-    updated, as BertModel and BertForPreTraining checkpoints share it."""
-    name = re.sub(r"^bert\.", "", name)
+def _hf_name(name: str, prefix: str) -> str:
+    """A weight's name without the "bert." / "model." prefix and with the old gamma/beta
+    LayerNorm names updated, as bare and task checkpoints share it."""
+    name = name.removeprefix(prefix)
     return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
                   re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
 
@@ -146,28 +148,29 @@ def info(path: str | Path) -> ModelInfo:
     path = Path(path)
     config = load_config(path)
     shapes, dtype = _weight_shapes(path)
+    arch = config.architecture
+    prefix = NAMES[arch].prefix
     with torch.device("meta"):  # shapes only: no memory, no initialisation
-        expected = {_hf_name(k): tuple(v.shape) for k, v in
-                    to_hf_state_dict(PretrainingModel(config).state_dict(), "bert.").items()}
-    weights = {_hf_name(name): shape for name, shape in shapes.items()
-               if not _NOT_COUNTED.search(_hf_name(name))}
+        expected = {_hf_name(k, prefix): tuple(v.shape) for k, v in to_hf_state_dict(
+            PretrainingModel(config).state_dict(), prefix, arch).items()}
+    weights = {_hf_name(name, prefix): shape for name, shape in shapes.items()
+               if our_name(_hf_name(name, prefix), arch) is not None}
     parts: dict[str, int] = {}
     for name, shape in weights.items():
         if name in expected and expected[name] != shape:
             raise UserError(f"{path}: weight {name} has shape {shape}, config.json implies "
                             f"{expected[name]}")
-        if name.startswith("encoder.layer.") and name not in expected:
+        if re.match(r"(encoder\.layer|layers)\.\d+\.", name) and name not in expected:
             raise UserError(f"{path}: weight {name} does not fit config.json's "
                             f"{config.num_layers} layers")
-        part = _part(name)
+        part = _part(our_name(name, arch))
         parts[part] = parts.get(part, 0) + int(torch.Size(shape).numel())
-    missing = [n for n in expected if n.startswith(("embeddings.", "encoder."))
+    missing = [n for n in expected if our_name(n, arch).startswith(("embeddings.", "blocks."))
                and n not in weights]
     if missing:
-        raise UserError(f"{path}: encoder weights missing ({missing[0]}, ...): not a BERT "
+        raise UserError(f"{path}: encoder weights missing ({missing[0]}, ...): not a "
                         "checkpoint of config.json's shape")
-    order = [p for _, p in _PARTS if "\\" not in p]
-    parts = dict(sorted(parts.items(), key=lambda kv: _sort_key(kv[0], order)))
+    parts = dict(sorted(parts.items(), key=lambda kv: _sort_key(kv[0], _ORDER)))
     tokenizer = Tokenizer.load(path) if any(
         (path / f).is_file() for f in ("tokenizer.json", "vocab.txt")) else None
     return ModelInfo(path, config, parts, dtype, tokenizer)

@@ -16,6 +16,7 @@ and `--init` of such a directory with `--objective span` picks it up again.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -28,7 +29,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-from bertkit.config import ConfigError, PRESETS, TrainConfig, preset
+from bertkit.config import ARCHITECTURES, ConfigError, PRESETS, TrainConfig, preset
 from bertkit.files import UserError
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
@@ -43,7 +44,34 @@ from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import TrainResult, train
 
 SBO_FILE = "sbo.safetensors"
-MASKING = ("token", "whole-word")
+DEFAULT_PRESET = "mini"
+"""The size a fresh model gets without --preset: the best held-out quality for an afternoon
+on a laptop CPU (docs/pretraining.md, "Choosing the recipe")."""
+
+
+@dataclass
+class PretrainMasking(MaskingConfig):
+    """MaskingConfig with pretraining's measured default rate (docs/pretraining.md)."""
+    mlm_prob: float = 0.3
+    """Share of the non-special tokens of each sequence that are predicted (BERT 0.15; a
+    higher rate learns more per step: Wettig et al. 2023, ModernBERT)."""
+
+
+@dataclass
+class PretrainSchedule(TrainConfig):
+    """TrainConfig with pretraining's measured defaults (docs/pretraining.md)."""
+    lr: float = 2e-3
+    """Peak learning rate, reached at the end of warm-up (a pre-LN "modern" model takes a
+    high one; the 2018 "bert" recipe wants about 1e-4 to 5e-4)."""
+    schedule: str = field(default="wsd", metadata={"choices": ("linear", "cosine", "constant",
+                                                                "wsd")})
+    """Decay after warm-up: "linear" to min_lr_ratio, "cosine", "constant", or "wsd"
+    (warmup-stable-decay: the peak until the last decay_fraction of the run, then linear)."""
+    precision: str = field(default="auto", metadata={"choices": ("auto", "fp32", "bf16",
+                                                                  "fp16")})
+    """"auto": bf16 where this device multiplies it natively (a GPU that has it, a CPU
+    measured at start to multiply bf16 faster than fp32), else fp32; or "fp32", "bf16",
+    "fp16" (GPU, loss scaling)."""
 
 
 @dataclass
@@ -53,14 +81,20 @@ class PretrainOptions:
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
-    """Size of a fresh model (config.PRESETS); exactly one of preset / init."""
+    """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
     init: Path | None = None
-    """Model directory to continue pretraining from."""
+    """Model directory to continue pretraining from (its architecture and size)."""
+    architecture: str = field(default="modern", metadata={"choices": ARCHITECTURES})
+    """Architecture of a fresh model: "modern" (pre-LN, gated feed-forward, rotary positions,
+    no biases; saved as ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining)."""
+    dropout: float | None = None
+    """Dropout of a fresh model (hidden and attention); none: the architecture's (0 for
+    "modern", 0.1 for "bert")."""
     objective: str = field(default="mlm", metadata={"choices": objectives.OBJECTIVES})
-    """"mlm" (RoBERTa: packed, no NSP), "mlm+nsp" (BERT), "span" (SpanBERT), "clm"."""
-    masking: str = field(default="token", metadata={"choices": MASKING})
-    """"token" (BERT's 15% of pieces) or "whole-word" (all pieces of a chosen word); the span
-    objective always masks spans of whole words."""
+    """"mlm" (RoBERTa: packed, no NSP), "mlm+nsp" (BERT; "bert" only), "span" (SpanBERT),
+    "clm"."""
+    masking: PretrainMasking = field(default_factory=PretrainMasking)
+    """Masking rate, the [MASK] / random / unchanged split, whole words, spans."""
     seq_len: int = 128
     """Tokens per sequence, special tokens included."""
     batch_size: int = 32
@@ -69,21 +103,26 @@ class PretrainOptions:
     """Held-out batches per evaluation (the same masks every time, so curves compare)."""
     device: str | None = None
     """"cpu", "cuda", "cuda:1"; None: cuda if available (each rank its LOCAL_RANK GPU)."""
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(max_steps=1000))
+    train: PretrainSchedule = field(default_factory=lambda: PretrainSchedule(max_steps=1000))
     """The training loop's settings (lr, steps/time, precision, checkpoints, ...)."""
 
     def __post_init__(self) -> None:
         self.data, self.out = Path(self.data), Path(self.out)
         self.init = Path(self.init) if self.init is not None else None
-        if (self.preset is None) == (self.init is None):
-            raise UserError("give exactly one of --preset NAME (a fresh model) or --init DIR")
+        if self.preset is not None and self.init is not None:
+            raise UserError("give --preset NAME (a fresh model) or --init DIR, not both")
+        if self.preset is None and self.init is None:
+            self.preset = DEFAULT_PRESET
         if self.preset is not None and self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        if self.architecture not in ARCHITECTURES:
+            raise UserError(f"unknown architecture {self.architecture!r}; choose one of "
+                            f"{', '.join(ARCHITECTURES)}")
         if self.objective not in objectives.OBJECTIVES:
             raise UserError(f"unknown objective {self.objective!r}; choose one of "
                             f"{', '.join(objectives.OBJECTIVES)}")
-        if self.masking not in MASKING:
-            raise UserError(f"unknown masking {self.masking!r}; choose one of {', '.join(MASKING)}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.seq_len < 8 or self.batch_size < 1:
             raise UserError(f"--seq-len must be at least 8 and --batch-size at least 1 (got "
                             f"{self.seq_len}, {self.batch_size})")
@@ -121,12 +160,17 @@ def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> Pret
             model = load_pretraining_model(opts.init)
         cfg = model.config
     else:
+        dropout = {} if opts.dropout is None else dict(hidden_dropout=opts.dropout,
+                                                       attention_dropout=opts.dropout)
         try:
-            cfg = preset(opts.preset, vocab_size=vocab_size,
-                         max_positions=max(512, opts.seq_len))
+            cfg = preset(opts.preset, vocab_size=vocab_size, architecture=opts.architecture,
+                         max_positions=max(512, opts.seq_len), **dropout)
         except ConfigError as e:
             raise UserError(str(e)) from None
         model = new_pretraining_model(cfg, seed)
+    if opts.objective == "mlm+nsp" and model.nsp is None:
+        raise UserError(f"--objective mlm+nsp needs a next-sentence head, which the "
+                        f"{cfg.architecture} architecture has not; use --architecture bert")
     if opts.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
                         f"{cfg.max_positions} positions")
@@ -138,8 +182,9 @@ def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> Pret
             model.sbo.load_state_dict(load_file(str(opts.init / SBO_FILE)))
     # Heads the objective never reads get no gradient; DDP needs every trained weight used.
     if opts.objective != "mlm+nsp":
-        for p in itertools.chain(model.nsp.parameters(), model.encoder.pooler.parameters()):
-            p.requires_grad_(False)
+        for head in (model.nsp, model.encoder.pooler):
+            if head is not None:
+                head.requires_grad_(False)
     return model
 
 
@@ -185,8 +230,10 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
         cfg = opts.train
         model = model_to_pretrain(opts, tokenizer.vocab_size, cfg.seed)
         if rank == 0:
-            print(f"model: {opts.preset or opts.init} with {num_parameters(model) / 1e6:.1f}M "
-                  f"parameters, objective {opts.objective}, {opts.seq_len} x {opts.batch_size} "
+            masking = opts.masking
+            print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
+                  f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
+                  f"{masking.mlm_prob:.0%} masked, {opts.seq_len} x {opts.batch_size} "
                   f"tokens per batch{f' x {cfg.grad_accum} accumulated' if cfg.grad_accum > 1 else ''}"
                   f", precision {cfg.precision}, {world} rank(s) on {device}, "
                   f"{torch.get_num_threads()} threads", file=sys.stderr)
@@ -195,7 +242,7 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
                 print(f"note: steps run faster with another allocator: LD_PRELOAD={better} "
                       f"bertkit pretrain ...", file=sys.stderr)
         data_kwargs = dict(objective=opts.objective, seq_len=opts.seq_len,
-                           masking=MaskingConfig(whole_word=opts.masking == "whole-word"))
+                           masking=opts.masking)
         # Each rank takes its rows of the same global batch: any number of ranks trains alike.
         batches = PretrainingBatches(opts.data, batch_size=opts.batch_size // world,
                                      split="train", seed=cfg.seed, rank=rank, world_size=world,
@@ -210,7 +257,7 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
 
         fingerprint = {"data": _data_fingerprint(opts.data), "objective": opts.objective,
                        "seq_len": opts.seq_len, "batch_size": opts.batch_size,
-                       "masking": opts.masking, "grad_accum": cfg.grad_accum}
+                       "masking": dataclasses.asdict(opts.masking), "grad_accum": cfg.grad_accum}
         return train(model, objectives.loss_for(opts.objective), batches, cfg, opts.out,
                      evaluate=evaluate if held else None,
                      save=lambda m, path: save_pretrained(m, path, tokenizer),
@@ -222,6 +269,6 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
             dist.destroy_process_group()
 
 
-__all__ = ["PretrainOptions", "pretrain", "model_to_pretrain", "save_pretrained", "start_distributed",
+__all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain", "model_to_pretrain", "save_pretrained", "start_distributed",
            "SBO_FILE"]
 

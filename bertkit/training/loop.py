@@ -60,6 +60,7 @@ from torch import nn
 from bertkit.config import TrainConfig
 from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
+from bertkit.runtime import choose_precision
 from bertkit.training.optimizer import default_param_groups, lr_factor, make_optimizer
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
                                          rng_state, save_checkpoint, set_rng_state)
@@ -310,6 +311,11 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     if cfg.precision == "fp16" and device.type != "cuda":
         raise UserError("fp16 needs a GPU; use bf16 on the CPU")
+    if cfg.precision == "auto":
+        precision, why = choose_precision(device)
+        cfg = cfg.replace(precision=precision)
+        if rank == 0 and show_progress:
+            print(f"precision {precision}: {why}", file=sys.stderr)
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
     model.to(device).train()

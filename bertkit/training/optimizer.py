@@ -1,6 +1,6 @@
 """The optimiser and its schedule: AdamW with the usual groups (no decay on biases and
 LayerNorm weights), and the learning-rate multiplier of each step (linear warm-up, then linear,
-cosine or constant, over max_steps or over the time budget)."""
+cosine, constant or warmup-stable-decay, over max_steps or over the time budget)."""
 from __future__ import annotations
 
 import math
@@ -39,6 +39,12 @@ def lr_factor(cfg: TrainConfig, step: int, train_seconds: float) -> float:
         warm = 1.0 if warm_end == 0 else min(1.0, (progress + per_step) / warm_end)
     if cfg.schedule == "constant" or progress <= warm_end:
         return warm
+    if cfg.schedule == "wsd":
+        decay_start = max(warm_end, 1.0 - cfg.decay_fraction)
+        if progress <= decay_start:
+            return warm
+        t = min(1.0, (progress - decay_start) / max(1e-12, 1.0 - decay_start))
+        return warm * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * (1.0 - t))
     t = min(1.0, (progress - warm_end) / max(1e-12, 1.0 - warm_end))
     shape = 1.0 - t if cfg.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * t))
     return warm * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape)

@@ -29,21 +29,23 @@ WORDS = POSITIVE + NEGATIVE + FILLER + PEOPLE + CITIES + [
 FAST = dict(lr=1e-2, head_lr=1e-2, warmup=0.0, show_progress=False, patience=None)
 
 
-def _tiny_bert(path: Path) -> Path:
-    """A random 2-layer BERT with a vocabulary of the synthetic words, saved as a directory."""
+def _tiny_bert(path: Path, architecture: str = "bert") -> Path:
+    """A random 2-layer BERT (or "modern" encoder) with a vocabulary of the synthetic words,
+    saved as a directory."""
     path.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tokenizer = Tokenizer.from_vocab(path / "vocab.txt")
-    cfg = EncoderConfig(vocab_size=len(vocab), hidden_size=32, num_layers=2, num_heads=2,
+    cfg = EncoderConfig(architecture=architecture, vocab_size=len(vocab), hidden_size=32,
+                        num_layers=2, num_heads=2,
                         intermediate_size=64, max_positions=64, hidden_dropout=0.0,
                         attention_dropout=0.0)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         encoder = Encoder(cfg)
         init_weights(encoder, cfg)
-    hub.save_model(encoder, path / "bert", tokenizer=tokenizer)
-    return path / "bert"
+    hub.save_model(encoder, path / architecture, tokenizer=tokenizer)
+    return path / architecture
 
 
 def sentiment(n: int, seed: int) -> list[dict]:
@@ -118,6 +120,12 @@ def quick_config():
 def tiny_bert(tmp_path_factory) -> Path:
     """Directory of a random 2-layer BERT whose vocabulary holds the synthetic words."""
     return _tiny_bert(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_modern(tmp_path_factory) -> Path:
+    """The same, as the "modern" architecture (a ModernBertModel directory)."""
+    return _tiny_bert(tmp_path_factory.mktemp("tiny"), "modern")
 
 
 @pytest.fixture(scope="session")

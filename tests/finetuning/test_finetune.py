@@ -59,6 +59,38 @@ def test_classify_learns_saves_and_round_trips(tiny_bert, task_files, quick_conf
 
 
 @pytest.mark.slow
+def test_modern_encoder_fine_tunes_and_round_trips(tiny_modern, task_files, quick_config,
+                                                    tmp_path):
+    """A "modern" model takes every kind of head; the saved directory is a ModernBertModel
+    (transformers has no place for bertkit's heads on ModernBERT: they sit beside it)."""
+    result = finetune("classify", tiny_modern, task_files["train"], task_files["dev"],
+                      tmp_path / "c", quick_config(epochs=4, batch_size=16))
+    assert result.dev_metrics["accuracy"] >= 0.9
+    runner = TaskModel.load(tmp_path / "c")
+    assert runner.model.encoder.config.architecture == "modern"
+    batch = runner.tokenizer(["the movie was good", "so awful and poor plot"])
+    again = TaskModel.load(tmp_path / "c")
+    torch.testing.assert_close(runner.model(*batch), again.model(*batch))
+    config = json.loads((tmp_path / "c" / "config.json").read_text())
+    assert config["architectures"] == ["ModernBertModel"] and config["model_type"] == "modernbert"
+    hf = _hf_logits("ModernBertModel", tmp_path / "c",
+                    {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})
+    ours = runner.model.encoder(batch.input_ids, None, batch.attention_mask)
+    keep = batch.attention_mask.bool()
+    torch.testing.assert_close(ours.last_hidden_state[keep], hf.last_hidden_state[keep],
+                               atol=1e-5, rtol=1e-5)
+    tagged = finetune("tag", tiny_modern, task_files["ner_train"], task_files["ner_dev"],
+                      tmp_path / "t", quick_config(epochs=6, batch_size=16))
+    assert tagged.dev_metrics["f1"] > tagged.dev_metrics["baseline"]["f1"]
+    TaskModel.load(tmp_path / "t")
+    finetune("qa", tiny_modern, task_files["squad"], None, tmp_path / "q",
+             quick_config(epochs=1, batch_size=16, max_length=32, dev_fraction=0.2, stride=8))
+    start, end = TaskModel.load(tmp_path / "q").model(
+        *TaskModel.load(tmp_path / "q").tokenizer(["where did john go ?"], ["john went to rome ."]))
+    assert start.shape == end.shape
+
+
+@pytest.mark.slow
 def test_pair_and_regression_heads(tiny_bert, task_files, quick_config, tmp_path):
     pair = finetune("pair", tiny_bert, task_files["pairs"], None, tmp_path / "pair",
                     quick_config(epochs=1, batch_size=32))

@@ -115,15 +115,19 @@ TINY = ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8", "--lr", "1e-
         "--log-every", "2", "--eval-batches", "2"]
 
 
-def test_pretrain_cli_writes_a_hugging_face_directory_with_the_sbo_head_beside(prepared, tmp_path):
+@pytest.mark.parametrize("architecture,hf_class", [("bert", "BertForPreTraining"),
+                                                  ("modern", "ModernBertForMaskedLM")])
+def test_pretrain_cli_writes_a_hugging_face_directory_with_the_sbo_head_beside(
+        prepared, tmp_path, architecture, hf_class):
     transformers = pytest.importorskip("transformers")
     out = tmp_path / "span"
     assert _cli(["pretrain", "--data", str(prepared), "--out", str(out), "--objective", "span",
-                 "--max-steps", "4", "--eval-every", "2", *TINY]) == 0
+                 "--architecture", architecture, "--max-steps", "4", "--eval-every", "2",
+                 *TINY]) == 0
     for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json",
                  "sbo.safetensors", "metrics.jsonl", "loss.png"):
         assert (out / name).is_file(), name
-    model, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
+    model, info = getattr(transformers, hf_class).from_pretrained(out, output_loading_info=True)
     assert not info["unexpected_keys"] and not info["missing_keys"], info
     sbo = load_file(str(out / "sbo.safetensors"))
     assert "dense1.weight" in sbo and "position.weight" in sbo
@@ -135,7 +139,8 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(prepared, tmp_path):
     import signal
     import time
 
-    args = ["pretrain", "--data", str(prepared), "--objective", "mlm+nsp", "--max-steps", "12",
+    args = ["pretrain", "--data", str(prepared), "--objective", "mlm+nsp",
+            "--architecture", "bert", "--max-steps", "12",
             "--save-every", "3", "--eval-every", "6", *TINY]
     bertkit = [str(Path(PYTHON).parent / "bertkit")]
     full = subprocess.run(bertkit + args + ["--out", str(tmp_path / "full")], env=_env(),
@@ -211,7 +216,7 @@ def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, mo
 
     out = tmp_path / "out"
     base = ["pretrain", "--data", str(prepared), "--out", str(out), "--max-steps", "2"]
-    assert "exactly one of --preset" in _error(capsys, base + ["--seq-len", "32"])
+    assert "--init DIR, not both" in _error(capsys, base + ["--preset", "tiny", "--init", "x"])
 
     tokenizer = Tokenizer.load(prepared / "tokenizer")
     short = tmp_path / "short"
