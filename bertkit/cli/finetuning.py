@@ -99,6 +99,9 @@ def _print_lm_report(report: dict) -> None:
     def show(value):
         return f"{value:.4f}" if isinstance(value, float) else str(value)
 
+    titles = {"heldout": "held-out masked tokens", "text": "masked tokens and pseudo-perplexity",
+              "minimal_pairs": "minimal pairs (good > bad by pseudo-log-likelihood; ties 1/2)"}
+    print(titles.get(report.get("kind"), ""))
     for key, value in report.items():
         if key in ("kind", "groups", "group_by") or value is None:
             continue
