@@ -18,7 +18,8 @@ phenomenon:
 
 Seeded and deterministic: the same seed gives the same file, byte for byte.
 
-    .venv/bin/python bench/make_pairs.py [--per-uid 100] [--seed 0] [--out bench/data/minimal_pairs.jsonl]
+    .venv/bin/python bench/make_pairs.py [--per-uid 100] [--seed 0]
+                                         [--out bench/data/minimal_pairs.jsonl]
 """
 from __future__ import annotations
 
@@ -206,15 +207,16 @@ def pairs(per_uid: int, seed: int) -> Iterator[dict]:
             if (good, bad) in seen or good == bad:
                 continue
             seen.add((good, bad))
-            yield {"sentence_good": written(good), "sentence_bad": written(bad), "UID": uid, "field": field,
-                   "pairID": f"{uid}_{len(seen)}"}
+            yield {"sentence_good": written(good), "sentence_bad": written(bad), "UID": uid,
+                   "field": field, "pairID": f"{uid}_{len(seen)}"}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--per-uid", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "data" / "minimal_pairs.jsonl")
+    parser.add_argument("--out", type=Path,
+                        default=REPO / "bench" / "data" / "minimal_pairs.jsonl")
     args = parser.parse_args(argv)
     rows = list(pairs(args.per_uid, args.seed))
     with atomic_file(args.out) as f:

@@ -44,7 +44,7 @@ from bertkit.pretraining.corpus import check_tokenizer, load_manifest
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
-from bertkit.pretraining.recipe import SBO_FILE
+from bertkit.pretraining.recipe import MASKING, SBO_FILE
 from bertkit.text.tokenizer import Tokenizer
 
 GOOD, BAD = "sentence_good", "sentence_bad"
@@ -67,7 +67,7 @@ class LMEvalOptions:
     """Minimal pairs: field whose values group the pairs; none: "UID" when the pairs have it."""
     objective: str = field(default="mlm", metadata={"choices": OBJECTIVES})
     """Prepared directory: the objective pretraining ran with."""
-    masking: str = field(default="token", metadata={"choices": ("token", "whole-word")})
+    masking: str = field(default="token", metadata={"choices": MASKING})
     """Prepared directory: pretraining's --masking."""
     seq_len: int = 128
     """Prepared directory: pretraining's --seq-len."""
@@ -84,8 +84,9 @@ class LMEvalOptions:
         if self.objective not in OBJECTIVES:
             raise UserError(f"unknown objective {self.objective!r}; choose one of "
                             f"{', '.join(OBJECTIVES)}")
-        if self.masking not in ("token", "whole-word"):
-            raise UserError(f"unknown masking {self.masking!r}; choose token or whole-word")
+        if self.masking not in MASKING:
+            raise UserError(f"unknown masking {self.masking!r}; choose one of "
+                            f"{', '.join(MASKING)}")
         if self.seq_len < 8 or self.pretrain_batch_size < 1 or self.eval_batches < 1:
             raise UserError("--seq-len must be at least 8, --pretrain-batch-size and "
                             "--eval-batches at least 1")
