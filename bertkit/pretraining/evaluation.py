@@ -64,7 +64,8 @@ class LMEvalOptions:
     """Text file: seed of the masked sample; prepared directory: pretraining's --seed (the
     held-out masks are drawn as pretraining draws them)."""
     group_by: str | None = None
-    """Minimal pairs: field whose values group the pairs; none: "UID" when the pairs have it."""
+    """Minimal pairs: field whose values group the pairs; none: "UID" when the pairs have it;
+    "": no groups."""
     objective: str = field(default="mlm", metadata={"choices": OBJECTIVES})
     """Prepared directory: the objective pretraining ran with."""
     masking: str = field(default="token", metadata={"choices": MASKING})
