@@ -25,6 +25,9 @@ _EXPORTS = {
     "prepare": "pretraining.corpus", "PretrainingBatches": "pretraining.examples", "MaskingConfig": "pretraining.masking",
     "mask_tokens": "pretraining.masking", "whole_word_mask": "pretraining.masking", "span_mask": "pretraining.masking",
     "PretrainOptions": "pretraining.recipe", "pretrain": "pretraining.recipe",
+    "masked_token_scores": "pretraining.evaluation", "pseudo_log_likelihood": "pretraining.evaluation",
+    "pseudo_perplexity": "pretraining.evaluation", "minimal_pairs": "pretraining.evaluation",
+    "read_pairs": "pretraining.evaluation",
     # fine-tuning
     "FinetuneConfig": "finetuning.recipe", "finetune": "finetuning.recipe",
     "TaskModel": "finetuning.predict", "classify": "finetuning.predict", "tag": "finetuning.predict", "answer": "finetuning.predict",

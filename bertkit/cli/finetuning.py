@@ -1,5 +1,7 @@
 """Commands of fine-tuning: `finetune` (a task head on labelled data), `evaluate` and `predict`
-with the directory it writes. The settings of `finetune` are the library's FinetuneConfig."""
+with the directory it writes. The settings of `finetune` are the library's FinetuneConfig.
+`evaluate` given a pretrained (not fine-tuned) model judges it as a language model instead
+(`bertkit.pretraining.evaluation`)."""
 from __future__ import annotations
 
 import json
@@ -65,9 +67,12 @@ def _with_columns(runner, columns: ColumnOverrides):
 @dataclass(kw_only=True)
 class EvaluateOptions:
     model: Path
-    """Directory written by `bertkit finetune`."""
+    """Directory written by `bertkit finetune`, or a pretrained model (judged as a language
+    model)."""
     input: Path
-    """Labelled file in the task's format."""
+    """Fine-tuned model: labelled file in the task's format. Pretrained model: a directory
+    written by `bertkit prepare` (held-out masked tokens), a .jsonl of minimal pairs, or a
+    text file (one text a line)."""
     json: bool = False
     """Print one JSON object."""
     batch_size: int = 64
@@ -76,9 +81,53 @@ class EvaluateOptions:
     """Where the model runs: cpu, cuda, cuda:1, ..."""
 
 
-def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides) -> int:
+def _is_pretrained(path: Path) -> bool:
+    """A model directory that no task claims: no bertkit_task.json, and a config.json whose
+    architecture is no transformers task model (BertForPreTraining, BertForMaskedLM, ...)."""
+    from bertkit.finetuning.heads import read_task_file
+    from bertkit.finetuning.tasks import TASKS
+    from bertkit.model.hub import is_model_dir, load_config
+
+    if not is_model_dir(path) or read_task_file(path) is not None:
+        return False
+    config = load_config(path).extra
+    return all(t.from_transformers(config) is None for t in TASKS)
+
+
+def _print_lm_report(report: dict) -> None:
+    """The figures of `evaluate_pretrained` as a table."""
+    def show(value):
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+    titles = {"heldout": "held-out masked tokens", "text": "masked tokens and pseudo-perplexity",
+              "minimal_pairs": "minimal pairs (good > bad by pseudo-log-likelihood; ties 1/2)"}
+    print(titles.get(report.get("kind"), ""))
+    for key, value in report.items():
+        if key in ("kind", "groups", "group_by") or value is None:
+            continue
+        print(f"{key:>22}  {show(value)}")
+    groups = report.get("groups") or {}
+    if groups:
+        width = max(len(str(g)) for g in groups)
+        print(f"\n{report['group_by']:<{width}}  accuracy  pairs  mean PLL difference")
+        for name, g in groups.items():
+            print(f"{name:<{width}}  {g['accuracy']:>8.4f}  {g['pairs']:>5}  "
+                  f"{g['mean_pll_difference']:>19.4f}")
+
+
+def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
     from bertkit.finetuning.predict import TaskModel
 
+    if _is_pretrained(opts.model):
+        from bertkit.pretraining.evaluation import evaluate_pretrained
+
+        report = evaluate_pretrained(opts.model, opts.input, lm, batch_size=opts.batch_size,
+                                     device=opts.device)
+        if opts.json:
+            print(json.dumps(report))
+        else:
+            _print_lm_report(report)
+        return 0
     runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
     runner = _with_columns(runner, columns)
     scores = runner.evaluate(runner.task.read(opts.input))
@@ -134,8 +183,16 @@ COMMANDS = (
             help="train a task head on labelled data",
             description="Fine-tune a BERT directory on a task; the result is a Hugging Face "
                         "directory (transformers loads it) with the task remembered."),
-    Command("evaluate", run_evaluate, (EvaluateOptions, ColumnOverrides),
-            help="score a fine-tuned model on a labelled file"),
+    Command("evaluate", run_evaluate,
+            (EvaluateOptions, ColumnOverrides, "bertkit.pretraining.evaluation:LMEvalOptions"),
+            help="score a fine-tuned model on a labelled file, or judge a pretrained one",
+            description="A fine-tuned model is scored on a labelled file in its task's format. "
+                        "A pretrained model is judged as a language model: on a directory "
+                        "written by `bertkit prepare`, held-out masked-token accuracy, loss and "
+                        "perplexity (as pretraining logs them); on a .jsonl of minimal pairs "
+                        "(sentence_good, sentence_bad), how often the good sentence has the "
+                        "higher pseudo-log-likelihood; on a text file, masked-token figures and "
+                        "pseudo-perplexity of its lines."),
     Command("predict", run_predict, (PredictOptions, ColumnOverrides),
             help="run a fine-tuned model over a file, JSON lines out"),
 )

@@ -1,0 +1,452 @@
+"""Judging a pretrained masked LM as the field does: held-out masked-token accuracy, loss and
+perplexity; pseudo-log-likelihood and pseudo-perplexity; minimal pairs.
+
+    scores = masked_token_scores(model, tokenizer, texts, mask_rate=0.15, seed=0)
+    pll = pseudo_log_likelihood(model, tokenizer, ["the dogs run .", "the dogs runs ."])
+    report = minimal_pairs(model, tokenizer, read_pairs("pairs.jsonl"))
+
+Masked-token scores mask a fixed, seeded sample of the non-special pieces, all with [MASK]
+(evaluation: no 80/10/10), and predict them. On a prepared data directory they are
+`objectives.evaluate_lm` over the held-out split, with the batches pretraining evaluates on, so
+the figures equal what `bertkit pretrain` logs for the same settings.
+
+The pseudo-log-likelihood of a sentence (Salazar et al. 2020, "Masked Language Model Scoring")
+is the sum over its non-special pieces of log P(piece | the sentence with that piece masked):
+one masked copy per piece. All copies of all sentences are sorted by length and packed into
+padded batches; the vocabulary projection runs only at the masked row of each copy
+(`positions=`), not at every position. A minimal pair counts 1 when the good sentence scores
+higher, 1/2 on a tie, 0 otherwise (BLiMP's format: JSON lines with "sentence_good",
+"sentence_bad" and grouping fields such as "UID").
+
+Every function takes the model as `bertkit.model.hub.load_pretraining_model` returns it and
+uses only `model(input_ids, token_type_ids, attention_mask, positions=...)`; the model is put
+in eval mode for the call and given back in the mode it was in.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+
+from bertkit.files import UserError, read_jsonl, read_lines
+from bertkit.model.heads import SpanBoundaryHead
+from bertkit.model.hub import load_pretraining_model
+from bertkit.pretraining.corpus import check_tokenizer, load_manifest
+from bertkit.pretraining.examples import PretrainingBatches
+from bertkit.pretraining.masking import MaskingConfig
+from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
+from bertkit.pretraining.recipe import MASKING, SBO_FILE
+from bertkit.text.tokenizer import Tokenizer
+
+GOOD, BAD = "sentence_good", "sentence_bad"
+DEFAULT_GROUP = "UID"
+"""The grouping field of BLiMP lines, used when the pairs carry it and no other is asked for."""
+
+
+@dataclass
+class LMEvalOptions:
+    """How `bertkit evaluate` judges a pretrained (not fine-tuned) model."""
+
+    max_lines: int | None = None
+    """Text file: score at most this many non-blank lines; none: all."""
+    mask_rate: float = 0.15
+    """Text file: share of each line's pieces masked for masked-token accuracy (at least one)."""
+    seed: int = 0
+    """Text file: seed of the masked sample; prepared directory: pretraining's --seed (the
+    held-out masks are drawn as pretraining draws them)."""
+    group_by: str | None = None
+    """Minimal pairs: field whose values group the pairs; none: "UID" when the pairs have it;
+    "": no groups."""
+    objective: str = field(default="mlm", metadata={"choices": OBJECTIVES})
+    """Prepared directory: the objective pretraining ran with."""
+    masking: str = field(default="token", metadata={"choices": MASKING})
+    """Prepared directory: pretraining's --masking."""
+    seq_len: int = 128
+    """Prepared directory: pretraining's --seq-len."""
+    pretrain_batch_size: int = 32
+    """Prepared directory: pretraining's --batch-size (the held-out batches depend on it)."""
+    eval_batches: int = 20
+    """Prepared directory: held-out batches to score (pretraining's --eval-batches)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.mask_rate <= 1:
+            raise UserError(f"--mask-rate must be in (0, 1], got {self.mask_rate}")
+        if self.max_lines is not None and self.max_lines < 1:
+            raise UserError(f"--max-lines must be at least 1, got {self.max_lines}")
+        if self.objective not in OBJECTIVES:
+            raise UserError(f"unknown objective {self.objective!r}; choose one of "
+                            f"{', '.join(OBJECTIVES)}")
+        if self.masking not in MASKING:
+            raise UserError(f"unknown masking {self.masking!r}; choose one of "
+                            f"{', '.join(MASKING)}")
+        if self.seq_len < 8 or self.pretrain_batch_size < 1 or self.eval_batches < 1:
+            raise UserError("--seq-len must be at least 8, --pretrain-batch-size and "
+                            "--eval-batches at least 1")
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _max_length(model: nn.Module, tokenizer) -> int:
+    config = getattr(model, "config", None)
+    return int(getattr(config, "max_positions", tokenizer.model_max_length))
+
+
+def _encode(tokenizer, texts: Sequence[str], max_length: int, truncate: bool,
+            names: Sequence[str] | None = None):
+    """(flat ids [P], lengths [S], is-special [P]) of the texts with [CLS] / [SEP]."""
+    batch = tokenizer.encode_batch(list(texts), max_length=max_length,
+                                   truncation="longest_first" if truncate else False,
+                                   with_offsets=False, names=names)
+    flat, lengths = batch.flat_ids()
+    special = np.isin(flat, np.fromiter(tokenizer.special_ids, dtype=np.int64))
+    return flat, lengths, special
+
+
+def _padded(flat: np.ndarray, lengths: np.ndarray, pad_id: int) -> np.ndarray:
+    """int64 [S, longest]: the texts' ids, padded."""
+    real = np.arange(int(lengths.max(initial=1)))[None, :] < lengths[:, None]
+    ids = np.full(real.shape, pad_id, dtype=np.int64)
+    ids[real] = flat
+    return ids
+
+
+def _masked_logits(model: nn.Module, rows: np.ndarray, lengths: np.ndarray,
+                   positions: np.ndarray, mask_id: int, device: torch.device):
+    """rows [C, T] of ids (lengths [C] real tokens), positions [N] flat indices into C*T:
+    (log-probabilities over the vocabulary [N, V] at those positions, their original ids [N]),
+    with [MASK] put at every position."""
+    ids = torch.from_numpy(rows).to(device)
+    attention = (torch.arange(rows.shape[1])[None, :] < torch.from_numpy(lengths)[:, None])
+    pos = torch.from_numpy(positions).to(device)
+    targets = ids.flatten()[pos]
+    ids = ids.flatten().index_fill(0, pos, mask_id).view_as(ids)
+    logits = model(ids, torch.zeros_like(ids), attention.long().to(device), positions=pos)[0]
+    return F.log_softmax(logits.float(), dim=-1), targets
+
+
+# Masked-token accuracy, loss and perplexity --------------------------------------------------
+
+def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str | os.PathLike,
+                        mask_rate: float = 0.15, seed: int = 0, batch_size: int | None = None,
+                        device: str | torch.device = "cpu", **heldout) -> dict[str, float]:
+    """accuracy, loss (mean cross-entropy, nats), perplexity (exp loss) and tokens over a fixed
+    sample of masked pieces: of each text, round(mask_rate * pieces) (at least one) of its
+    non-special pieces, drawn from a generator seeded with `seed`, all replaced by [MASK].
+    Texts longer than the model's positions are cut to fit. The sample depends on the texts
+    and the seed only, not on batch_size (texts per forward pass, default 64) or the device.
+
+    `texts` a path: a directory written by `bertkit prepare`, scored by `heldout_scores` with
+    `seed`, `device`, batch_size (rows per held-out batch, as pretraining's --batch-size,
+    default 32) and the keyword arguments `heldout`.
+    """
+    if isinstance(texts, (str, os.PathLike)):
+        return heldout_scores(model, texts, seed=seed, device=device,
+                              batch_size=batch_size or 32, **heldout)
+    batch_size = batch_size or 64
+    if not 0 < mask_rate <= 1:
+        raise ValueError(f"mask_rate must be in (0, 1], got {mask_rate}")
+    device = torch.device(device)
+    texts = list(texts)
+    flat, lengths, special = _encode(tokenizer, texts, _max_length(model, tokenizer),
+                                     truncate=True)
+    text_of = np.repeat(np.arange(len(texts)), lengths)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    # Rank the pieces of each text by a random key (specials last) and keep the first k.
+    key = torch.rand(len(flat), generator=torch.Generator().manual_seed(seed),
+                     dtype=torch.float64).numpy()
+    key[special] = 2.0
+    order = np.lexsort((key, text_of))
+    rank = np.empty(len(flat), dtype=np.int64)
+    rank[order] = np.arange(len(flat)) - starts[text_of[order]]
+    pieces = np.bincount(text_of[~special], minlength=len(texts))
+    k = np.where(pieces > 0, np.maximum(1, np.round(pieces * mask_rate)), 0).astype(np.int64)
+    chosen = rank < k[text_of]
+    padded = _padded(flat, lengths, tokenizer.pad_id)
+    loss_sum, correct, count = 0.0, 0, 0
+    by_length = np.argsort(lengths, kind="stable")
+    with _eval_mode(model):
+        for start in range(0, len(texts), batch_size):
+            chunk = by_length[start:start + batch_size]
+            T = int(lengths[chunk].max())
+            rows = padded[chunk, :T]
+            within = np.zeros((len(chunk), T), dtype=bool)
+            for r, s in enumerate(chunk):
+                within[r, :lengths[s]] = chosen[starts[s]:starts[s] + lengths[s]]
+            positions = np.flatnonzero(within)
+            if len(positions) == 0:
+                continue
+            logp, targets = _masked_logits(model, rows, lengths[chunk], positions,
+                                           tokenizer.mask_id, device)
+            loss_sum -= float(logp.gather(1, targets[:, None]).sum())
+            correct += int((logp.argmax(-1) == targets).sum())
+            count += len(positions)
+    if count == 0:
+        raise UserError("no pieces to score: the texts are empty")
+    loss = loss_sum / count
+    return {"accuracy": correct / count, "loss": loss, "perplexity": math.exp(loss),
+            "tokens": count}
+
+
+_HELDOUT_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss", "eval_ppl": "perplexity",
+                  "eval_tokens": "tokens", "eval_nsp_acc": "nsp_accuracy",
+                  "eval_sbo_loss": "sbo_loss"}
+
+
+def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_len: int = 128,
+                    batch_size: int = 32, eval_batches: int = 20, seed: int = 0,
+                    whole_word: bool = False) -> list[dict]:
+    """The held-out batches `bertkit pretrain` evaluates on for these settings (its --seed is
+    `seed`; pretraining draws the held-out masks from seed + 1)."""
+    held = PretrainingBatches(data_dir, objective=objective, seq_len=seq_len,
+                              batch_size=batch_size, split="heldout", seed=seed + 1, prefetch=0,
+                              masking=MaskingConfig(whole_word=whole_word))
+    batches = []
+    for batch in held:
+        batches.append(batch)
+        if len(batches) == eval_batches:
+            return batches
+    return batches
+
+
+def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: str = "mlm",
+                   seq_len: int = 128, batch_size: int = 32, eval_batches: int = 20,
+                   seed: int = 0, whole_word: bool = False,
+                   device: str | torch.device = "cpu") -> dict[str, float]:
+    """`objectives.evaluate_lm` over `heldout_batches`: accuracy, loss, perplexity, tokens
+    (and nsp_accuracy for mlm+nsp, sbo_loss for span when the model has the span head)."""
+    if objective == "span" and getattr(model, "sbo", None) is None:
+        raise UserError("the span objective's held-out figures need the span-boundary head "
+                        "(sbo.safetensors); evaluate with --objective mlm")
+    batches = heldout_batches(data_dir, objective=objective, seq_len=seq_len,
+                              batch_size=batch_size, eval_batches=eval_batches, seed=seed,
+                              whole_word=whole_word)
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    try:
+        figures = evaluate_lm(model, batches, objective, device)
+    finally:
+        model.train(was_training)
+    return {_HELDOUT_NAMES[k]: v for k, v in figures.items() if k in _HELDOUT_NAMES}
+
+
+# Pseudo-log-likelihood ------------------------------------------------------------------------
+
+def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
+         device: torch.device, truncate: bool = False,
+         names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(pseudo-log-likelihood float64 [S], scored pieces int64 [S]) of distinct sentences."""
+    flat, lengths, special = _encode(tokenizer, sentences, _max_length(model, tokenizer),
+                                     truncate, names)
+    text_of = np.repeat(np.arange(len(sentences)), lengths)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    # One masked copy per non-special piece: (its sentence, its position in the sentence),
+    # ordered by the sentence's length so that a batch pads little.
+    piece = np.flatnonzero(~special)
+    copy_sentence = text_of[piece]
+    copy_position = piece - starts[copy_sentence]
+    order = np.argsort(lengths[copy_sentence], kind="stable")
+    copy_sentence, copy_position = copy_sentence[order], copy_position[order]
+    padded = _padded(flat, lengths, tokenizer.pad_id)
+    scores = np.zeros(len(sentences), dtype=np.float64)
+    with _eval_mode(model):
+        for start in range(0, len(order), batch_size):
+            s = copy_sentence[start:start + batch_size]
+            T = int(lengths[s].max())
+            positions = np.arange(len(s)) * T + copy_position[start:start + batch_size]
+            logp, targets = _masked_logits(model, padded[s, :T], lengths[s], positions,
+                                           tokenizer.mask_id, device)
+            np.add.at(scores, s, logp.gather(1, targets[:, None]).squeeze(1).double().cpu()
+                      .numpy())
+    return scores, np.bincount(copy_sentence, minlength=len(sentences))
+
+
+def _distinct_pll(model, tokenizer, sentences: Sequence[str], batch_size: int, device,
+                  truncate: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """`_pll` of each sentence, each distinct sentence scored once: equal sentences get equal
+    scores exactly, whatever batch they would have fallen into."""
+    distinct = list(dict.fromkeys(sentences))
+    index = {s: i for i, s in enumerate(distinct)}
+    where = np.fromiter((index[s] for s in sentences), dtype=np.int64, count=len(sentences))
+    scores, pieces = _pll(model, tokenizer, distinct, batch_size, torch.device(device),
+                          truncate, names=[f"sentence {s[:60]!r}" for s in distinct])
+    return scores[where], pieces[where]
+
+
+def pseudo_log_likelihood(model: nn.Module, tokenizer, sentences: Sequence[str],
+                          batch_size: int = 256,
+                          device: str | torch.device = "cpu") -> list[float]:
+    """One float per sentence: the sum over its non-special pieces of log P(piece | the
+    sentence with that piece masked), natural log. batch_size: masked copies per forward pass.
+    A sentence longer than the model's positions is a UserError naming it."""
+    return _distinct_pll(model, tokenizer, list(sentences), batch_size, device)[0].tolist()
+
+
+def pseudo_perplexity(model: nn.Module, tokenizer, texts: Sequence[str], batch_size: int = 256,
+                      device: str | torch.device = "cpu",
+                      truncate: bool = True) -> dict[str, float]:
+    """pseudo_perplexity = exp(-sum PLL / pieces) over all texts, with pseudo_log_likelihood
+    (the sum), pieces and texts. Texts longer than the model's positions are cut to fit
+    (`truncate`) or refused."""
+    scores, pieces = _distinct_pll(model, tokenizer, list(texts), batch_size, device, truncate)
+    total, n = float(scores.sum()), int(pieces.sum())
+    if n == 0:
+        raise UserError("no pieces to score: the texts are empty")
+    return {"pseudo_perplexity": math.exp(-total / n), "pseudo_log_likelihood": total,
+            "pieces": n, "texts": len(scores)}
+
+
+# Minimal pairs --------------------------------------------------------------------------------
+
+def _check_pair(pair, where: str) -> None:
+    if not isinstance(pair, Mapping):
+        raise UserError(f"{where}: expected a JSON object with {GOOD!r} and {BAD!r}")
+    for key in (GOOD, BAD):
+        if key not in pair:
+            raise UserError(f"{where}: no {key!r}")
+        if not isinstance(pair[key], str):
+            raise UserError(f"{where}: {key!r} is {type(pair[key]).__name__}, not a string")
+        if not pair[key].strip():
+            raise UserError(f"{where}: {key!r} is empty")
+
+
+def read_pairs(path: str | os.PathLike) -> list[dict]:
+    """The minimal pairs of a JSON-lines file, one object a line with the strings
+    "sentence_good" and "sentence_bad" (other fields kept, for grouping). Blank lines are
+    skipped; anything else wrong is a UserError naming the file and line."""
+    pairs = []
+    for number, obj in read_jsonl(path, "minimal-pairs file"):
+        _check_pair(obj, f"{path}:{number}")
+        pairs.append(obj)
+    if not pairs:
+        raise UserError(f"{path}: no minimal pairs (an empty file)")
+    return pairs
+
+
+def is_pairs_file(path: str | os.PathLike) -> bool:
+    """A .jsonl file whose first record has a "sentence_good" or "sentence_bad" field."""
+    p = Path(path)
+    if p.suffix.lower() != ".jsonl" or not p.is_file():
+        return False
+    for _, line in read_lines(p):
+        if line.strip():
+            return f'"{GOOD}"' in line or f'"{BAD}"' in line
+    return False
+
+
+def _pair_figures(good: np.ndarray, bad: np.ndarray) -> dict[str, float]:
+    wins = (good > bad) + 0.5 * (good == bad)
+    return {"accuracy": float(wins.mean()), "pairs": len(good),
+            "mean_pll_difference": float((good - bad).mean())}
+
+
+def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
+                  group_by: str | None = None, batch_size: int = 256,
+                  device: str | torch.device = "cpu") -> dict:
+    """How often the model's pseudo-log-likelihood prefers the good sentence of each pair.
+
+    Returns accuracy (good > bad counts 1, a tie 1/2), pairs, mean_pll_difference (good minus
+    bad, nats), group_by and groups: {value: the same three figures} per value of the field
+    `group_by` (None: "UID" when some pair has it, else no groups; "" : no groups). A pair
+    without the field falls in the group "(none)".
+    """
+    if not pairs:
+        raise UserError("no minimal pairs to score")
+    for i, pair in enumerate(pairs):
+        _check_pair(pair, f"pair {i + 1}")
+    if group_by is None:
+        group_by = DEFAULT_GROUP if any(DEFAULT_GROUP in p for p in pairs) else ""
+    elif group_by and not any(group_by in p for p in pairs):
+        raise UserError(f"no pair has the field {group_by!r} to group by")
+    sentences = [p[GOOD] for p in pairs] + [p[BAD] for p in pairs]
+    scores, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device)
+    good, bad = scores[:len(pairs)], scores[len(pairs):]
+    report = {**_pair_figures(good, bad), "group_by": group_by or None, "groups": {}}
+    if group_by:
+        values = np.array([str(p.get(group_by, "(none)")) for p in pairs], dtype=object)
+        for value in sorted(set(values)):
+            chosen = values == value
+            report["groups"][value] = _pair_figures(good[chosen], bad[chosen])
+    return report
+
+
+# What `bertkit evaluate` runs on a pretrained model --------------------------------------------
+
+def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathLike,
+                        options: LMEvalOptions | None = None, batch_size: int = 64,
+                        device: str | torch.device = "cpu") -> dict:
+    """Judge the pretrained model of `model_dir` on `input_path`, by what the input is:
+
+    - a directory written by `bertkit prepare`: held-out masked-token accuracy, loss and
+      perplexity, as pretraining logs them (kind "heldout");
+    - a .jsonl file of minimal pairs: `minimal_pairs` (kind "minimal_pairs");
+    - any other text file: its non-blank lines' masked-token scores and pseudo-perplexity
+      (kind "text").
+
+    batch_size: texts per forward pass for masked-token scores; masked copies per forward pass
+    (four times as many) for pseudo-log-likelihoods.
+    """
+    opts = options or LMEvalOptions()
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+    inp = Path(input_path)
+    if not inp.exists():
+        raise UserError(f"{inp}: no such file or directory")
+    tokenizer = Tokenizer.load(model_dir)
+    if inp.is_dir():
+        load_manifest(inp)
+        check_tokenizer(inp, tokenizer)
+    model = load_pretraining_model(model_dir, device)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise UserError(f"{model_dir}: the tokenizer's {tokenizer.vocab_size} pieces do not fit "
+                        f"the model's vocabulary of {model.config.vocab_size}")
+    if inp.is_dir():
+        if opts.objective == "span":
+            if (Path(model_dir) / SBO_FILE).is_file():
+                model.sbo = SpanBoundaryHead(model.config).to(device)
+                model.sbo.load_state_dict(load_file(str(Path(model_dir) / SBO_FILE)))
+        figures = heldout_scores(model, inp, objective=opts.objective, seq_len=opts.seq_len,
+                                 batch_size=opts.pretrain_batch_size,
+                                 eval_batches=opts.eval_batches, seed=opts.seed,
+                                 whole_word=opts.masking == "whole-word", device=device)
+        return {"kind": "heldout", **figures}
+    if is_pairs_file(inp):
+        report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
+                               batch_size=4 * batch_size, device=device)
+        return {"kind": "minimal_pairs", **report}
+    lines = []
+    for _, line in read_lines(inp):
+        if line.strip():
+            lines.append(line)
+            if opts.max_lines is not None and len(lines) >= opts.max_lines:
+                break
+    if not lines:
+        raise UserError(f"{inp}: no text to score (an empty file)")
+    masked = masked_token_scores(model, tokenizer, lines, mask_rate=opts.mask_rate,
+                                 seed=opts.seed, batch_size=batch_size, device=device)
+    pseudo = pseudo_perplexity(model, tokenizer, lines, batch_size=4 * batch_size,
+                               device=device)
+    return {"kind": "text", **masked, **pseudo}
+
+
+__all__ = ["LMEvalOptions", "masked_token_scores", "heldout_batches", "heldout_scores",
+           "pseudo_log_likelihood", "pseudo_perplexity", "read_pairs", "is_pairs_file",
+           "minimal_pairs", "evaluate_pretrained", "GOOD", "BAD", "DEFAULT_GROUP"]

@@ -1,0 +1,128 @@
+"""`bertkit evaluate` on a pretrained (not fine-tuned) model judges the language model: held-out
+masked tokens of a prepared directory, minimal pairs of a .jsonl, masked tokens and
+pseudo-perplexity of a text file's lines; the figures are the library's."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bertkit.cli.finetuning import _is_pretrained
+from bertkit.cli.main import main
+from bertkit.config import EncoderConfig
+from bertkit.model.encoder import init_weights
+from bertkit.model.heads import PretrainingModel
+from bertkit.model.hub import load_pretraining_model, save_model
+from bertkit.pretraining.evaluation import (masked_token_scores, minimal_pairs,
+                                            pseudo_perplexity, read_pairs)
+from bertkit.text.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PAIRS = [("the dog runs .", "the dog run .", "sv"), ("the dogs run .", "the dogs runs .", "sv"),
+         ("a big cat sleeps .", "a cat big sleeps .", "order"),
+         ("the cat sleeps .", "the cat sleeps .", "order")]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny) -> dict:
+    """A prepared corpus, a tiny pretrained model on its tokenizer, a pair file, a text file."""
+    from bertkit.pretraining.corpus import prepare
+    from bertkit.text.vocab import train_tokenizer
+
+    root = tmp_path_factory.mktemp("lm")
+    corpus = tiny.write_corpus(root / "corpus.txt")
+    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
+    prepare([corpus], root / "tok", root / "data", heldout_fraction=0.2, workers=1,
+            progress=False)
+    tokenizer = Tokenizer.load(root / "tok")
+    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2,
+                        num_heads=2, intermediate_size=64, max_positions=64)
+    model = PretrainingModel(cfg)
+    init_weights(model, cfg, torch.Generator().manual_seed(0))
+    save_model(model, root / "model", tokenizer=tokenizer)
+    pairs = root / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"sentence_good": g, "sentence_bad": b, "UID": u}) + "\n"
+                             for g, b, u in PAIRS), encoding="utf-8")
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    return {"root": root, "data": root / "data", "model": root / "model", "pairs": pairs,
+            "text": corpus, "lines": [line for line in lines if line.strip()]}
+
+
+def _json(capsys, args: list[str]) -> dict:
+    assert main(["evaluate", *map(str, args), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_minimal_pairs_of_a_jsonl(setup, capsys):
+    got = _json(capsys, ["--model", setup["model"], "--input", setup["pairs"]])
+    model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
+    want = minimal_pairs(model, tokenizer, read_pairs(setup["pairs"]))
+    assert got == {"kind": "minimal_pairs", **want}
+    assert got["pairs"] == 4 and set(got["groups"]) == {"sv", "order"}
+    assert main(["evaluate", "--model", str(setup["model"]), "--input",
+                 str(setup["pairs"])]) == 0
+    table = capsys.readouterr().out
+    assert "accuracy" in table and "mean_pll_difference" in table
+    assert "UID" in table and "order" in table and "sv" in table
+
+
+def test_a_text_file_gives_masked_tokens_and_pseudo_perplexity(setup, capsys):
+    got = _json(capsys, ["--model", setup["model"], "--input", setup["text"],
+                         "--max-lines", "5", "--seed", "3"])
+    model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
+    lines = setup["lines"][:5]
+    want = {**masked_token_scores(model, tokenizer, lines, seed=3),
+            **pseudo_perplexity(model, tokenizer, lines)}
+    assert got["kind"] == "text" and got["texts"] == 5
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-6), key
+
+
+def test_a_prepared_directory_gives_the_held_out_figures(setup, capsys):
+    got = _json(capsys, ["--model", setup["model"], "--input", setup["data"],
+                         "--seq-len", "32", "--pretrain-batch-size", "8",
+                         "--eval-batches", "2"])
+    model = load_pretraining_model(setup["model"])
+    want = masked_token_scores(model, Tokenizer.load(setup["model"]), setup["data"],
+                               batch_size=8, seq_len=32, eval_batches=2)
+    assert got == {"kind": "heldout", **want}
+
+
+def test_a_fine_tuned_directory_is_not_judged_as_a_language_model(setup, tmp_path):
+    assert _is_pretrained(setup["model"])
+    model = load_pretraining_model(setup["model"])
+    save_model(model, tmp_path / "cls", tokenizer=Tokenizer.load(setup["model"]),
+               architectures=["BertForSequenceClassification"],
+               extra_config={"id2label": {"0": "a", "1": "b"}})
+    assert not _is_pretrained(tmp_path / "cls")
+    assert not _is_pretrained(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("content,message", [
+    ('{"sentence_good": "the dog runs ."}\n', "bad.jsonl:1: no 'sentence_bad'"),
+    ('{"sentence_good": "a", "sentence_bad": "b"}\n{"sentence_bad": 1}\n',
+     "bad.jsonl:2: no 'sentence_good'"),
+])
+def test_a_bad_pair_file_is_one_line(setup, tmp_path, capsys, content, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content, encoding="utf-8")
+    assert main(["evaluate", "--model", str(setup["model"]), "--input", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_prepared_directory_of_another_tokenizer_is_refused(setup, tmp_path, capsys):
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "runs", "."]
+    (tmp_path / "vocab.txt").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+    tokenizer = Tokenizer.from_vocab(tmp_path / "vocab.txt")
+    cfg = EncoderConfig(vocab_size=len(pieces), hidden_size=32, num_layers=1, num_heads=2,
+                        intermediate_size=64, max_positions=64)
+    model = PretrainingModel(cfg)
+    init_weights(model, cfg, torch.Generator().manual_seed(0))
+    save_model(model, tmp_path / "other", tokenizer=tokenizer)
+    assert main(["evaluate", "--model", str(tmp_path / "other"), "--input",
+                 str(setup["data"])]) == 2
+    err = capsys.readouterr().err
+    assert "tokenizer does not match the data" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,292 @@
+"""Judging a pretrained masked LM: batched pseudo-log-likelihoods equal a plain loop over masked
+copies, minimal pairs (ties count half, groups), the pair reader's errors, masked-token scores
+(on texts, and on a prepared directory equal to what pretraining logs), and a tiny model
+trained on agreement that prefers the good sentences of held-out pairs."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit.config import EncoderConfig
+from bertkit.files import UserError
+from bertkit.model.encoder import init_weights
+from bertkit.config import TrainConfig
+from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
+from bertkit.pretraining import objectives
+from bertkit.pretraining.evaluation import (masked_token_scores, minimal_pairs,
+                                            pseudo_log_likelihood, pseudo_perplexity,
+                                            read_pairs)
+from bertkit.pretraining.masking import mask_tokens, sampling_probs, special_tokens_mask
+from bertkit.text.tokenizer import Tokenizer
+from bertkit.training.loop import train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+NOUNS = ["dog", "cat", "bird", "child", "farmer", "teacher", "horse", "king"]
+VERBS = ["run", "sleep", "sing", "walk", "swim", "eat"]
+STEPS = 400
+"""Optimizer steps of the agreement model (a few seconds on one thread)."""
+WORDS = (["the", "a", "near", "tree", "house", "."] + NOUNS + [n + "s" for n in NOUNS]
+         + VERBS + [v + "s" for v in VERBS])
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer(tmp_path_factory) -> Tokenizer:
+    """Whole words as pieces, plus letters and ## letters so that any word splits."""
+    root = tmp_path_factory.mktemp("tok")
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + letters + \
+        ["##" + c for c in letters]
+    (root / "vocab.txt").write_text("\n".join(dict.fromkeys(pieces)) + "\n", encoding="utf-8")
+    return Tokenizer.from_vocab(root / "vocab.txt")
+
+
+def _model(tokenizer, seed=0, **kw) -> PretrainingModel:
+    cfg = EncoderConfig(**{**dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2,
+                                  num_heads=2, intermediate_size=64, max_positions=32,
+                                  hidden_dropout=0.0, attention_dropout=0.0), **kw})
+    model = PretrainingModel(cfg)
+    init_weights(model, cfg, torch.Generator().manual_seed(seed))
+    return model.eval()
+
+
+SENTENCES = ["the dog runs .", "the dogs near the tree run .", "a cat sleeps",
+             "the kings swim near a house .", "zebra", "the teacher eats ."]
+
+
+def _plain_pll(model, tokenizer, sentence: str) -> float:
+    """One sentence at a time, one masked copy at a time, all logits computed."""
+    ids = torch.tensor([tokenizer.encode(sentence).ids])
+    total = 0.0
+    for t in range(ids.shape[1]):
+        if int(ids[0, t]) in tokenizer.special_ids:
+            continue
+        masked = ids.clone()
+        masked[0, t] = tokenizer.mask_id
+        with torch.no_grad():
+            logits = model(masked, torch.zeros_like(masked), torch.ones_like(masked))[0]
+        total += float(F.log_softmax(logits[0, t], -1)[ids[0, t]])
+    return total
+
+
+@pytest.mark.parametrize("batch_size", [1, 5, 1000])
+def test_batched_pll_equals_a_plain_loop_over_masked_copies(word_tokenizer, batch_size):
+    model = _model(word_tokenizer)
+    got = pseudo_log_likelihood(model, word_tokenizer, SENTENCES, batch_size=batch_size)
+    want = [_plain_pll(model, word_tokenizer, s) for s in SENTENCES]
+    assert len(got) == len(SENTENCES)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=1e-4, rtol=0)
+    assert all(v < 0 for v in got)
+
+
+def test_pseudo_perplexity_is_exp_of_minus_the_mean_pll_per_piece(word_tokenizer):
+    model = _model(word_tokenizer)
+    texts = SENTENCES[:3]
+    pll = pseudo_log_likelihood(model, word_tokenizer, texts)
+    pieces = sum(len(word_tokenizer.encode(t).ids) - 2 for t in texts)
+    got = pseudo_perplexity(model, word_tokenizer, texts)
+    assert got["pieces"] == pieces and got["texts"] == 3
+    assert got["pseudo_perplexity"] == pytest.approx(math.exp(-sum(pll) / pieces), rel=1e-9)
+
+
+def test_a_pair_of_identical_sentences_is_a_tie_counted_half(word_tokenizer):
+    model = _model(word_tokenizer)
+    pairs = [{"sentence_good": s, "sentence_bad": s} for s in SENTENCES]
+    report = minimal_pairs(model, word_tokenizer, pairs, batch_size=3)
+    assert report["accuracy"] == 0.5 and report["pairs"] == len(SENTENCES)
+    assert report["mean_pll_difference"] == 0.0
+    assert report["group_by"] is None and report["groups"] == {}
+
+
+def test_figures_per_group_and_overall(word_tokenizer):
+    model = _model(word_tokenizer, seed=3)
+    rng = random.Random(0)
+    pairs = []
+    for i in range(12):
+        noun, verb = rng.choice(NOUNS), rng.choice(VERBS)
+        good, bad = f"the {noun} {verb}s .", f"the {noun} {verb} ."
+        pairs.append({"sentence_good": good, "sentence_bad": bad, "UID": f"uid_{i % 3}",
+                      "field": "syntax" if i % 2 else "morphology", "pairID": str(i)})
+    sentences = [p[k] for p in pairs for k in ("sentence_good", "sentence_bad")]
+    pll = dict(zip(sentences, pseudo_log_likelihood(model, word_tokenizer, sentences)))
+
+    def expected(chosen):
+        wins = [1.0 if pll[p["sentence_good"]] > pll[p["sentence_bad"]] else
+                0.5 if pll[p["sentence_good"]] == pll[p["sentence_bad"]] else 0.0
+                for p in chosen]
+        diff = [pll[p["sentence_good"]] - pll[p["sentence_bad"]] for p in chosen]
+        return sum(wins) / len(chosen), sum(diff) / len(chosen)
+
+    report = minimal_pairs(model, word_tokenizer, pairs)  # UID by default: the pairs have it
+    assert report["group_by"] == "UID" and sorted(report["groups"]) == ["uid_0", "uid_1", "uid_2"]
+    acc, diff = expected(pairs)
+    assert report["accuracy"] == pytest.approx(acc) and report["pairs"] == 12
+    assert report["mean_pll_difference"] == pytest.approx(diff, abs=1e-9)
+    for uid, figures in report["groups"].items():
+        acc, diff = expected([p for p in pairs if p["UID"] == uid])
+        assert figures["pairs"] == 4
+        assert figures["accuracy"] == pytest.approx(acc)
+        assert figures["mean_pll_difference"] == pytest.approx(diff, abs=1e-9)
+    by_field = minimal_pairs(model, word_tokenizer, pairs, group_by="field")
+    assert sorted(by_field["groups"]) == ["morphology", "syntax"]
+    assert sum(g["pairs"] for g in by_field["groups"].values()) == 12
+    assert minimal_pairs(model, word_tokenizer, pairs, group_by="")["groups"] == {}
+    with pytest.raises(UserError, match="no pair has the field 'linguistics_term'"):
+        minimal_pairs(model, word_tokenizer, pairs, group_by="linguistics_term")
+
+
+@pytest.mark.parametrize("content,message", [
+    ('{"sentence_good": "a b", "sentence_bad": "b a"}\n{"sentence_good": "x"}\n',
+     r"pairs.jsonl:2: no 'sentence_bad'"),
+    ('{"sentence_good": "a b", "sentence_bad": 3}\n', r"pairs.jsonl:1: 'sentence_bad' is int"),
+    ('{"sentence_good": "  ", "sentence_bad": "b"}\n', r"pairs.jsonl:1: 'sentence_good' is empty"),
+    ('\n{"sentence_good": "a", "sentence_bad": "b"\n', r"pairs.jsonl:2: not valid JSON"),
+    ('["a", "b"]\n', r"pairs.jsonl:1: expected a JSON object"),
+    ('\n\n', r"pairs.jsonl: no minimal pairs \(an empty file\)"),
+    (b'{"sentence_good": "caf\xe9", "sentence_bad": "b"}\n', r"pairs.jsonl:1: not UTF-8"),
+])
+def test_pair_reader_errors_name_the_file_and_line(tmp_path, content, message):
+    path = tmp_path / "pairs.jsonl"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(UserError, match=message) as e:
+        read_pairs(path)
+    assert "\n" not in str(e.value)
+
+
+def test_pair_reader_keeps_the_other_fields(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    rows = [{"sentence_good": "the dog runs", "sentence_bad": "the dog run", "UID": "sv"},
+            {"sentence_good": "the dogs run", "sentence_bad": "the dogs runs", "UID": "sv"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
+    assert read_pairs(path) == rows
+
+
+def test_masked_token_scores_with_every_piece_masked_equal_the_full_logits(word_tokenizer):
+    model = _model(word_tokenizer, seed=1)
+    texts = SENTENCES[:4]
+    got = masked_token_scores(model, word_tokenizer, texts, mask_rate=1.0, batch_size=3)
+    losses, correct = [], 0
+    for text in texts:
+        ids = torch.tensor([word_tokenizer.encode(text).ids])
+        keep = torch.tensor([int(i) not in word_tokenizer.special_ids for i in ids[0]])
+        masked = ids.masked_fill(keep[None], word_tokenizer.mask_id)
+        with torch.no_grad():
+            logits = model(masked)[0][0, keep]
+        losses += F.cross_entropy(logits, ids[0, keep], reduction="none").tolist()
+        correct += int((logits.argmax(-1) == ids[0, keep]).sum())
+    assert got["tokens"] == len(losses)
+    assert got["loss"] == pytest.approx(sum(losses) / len(losses), abs=1e-5)
+    assert got["accuracy"] == correct / len(losses)
+    assert got["perplexity"] == pytest.approx(math.exp(got["loss"]))
+
+
+def test_masked_token_sample_is_fixed_by_the_seed_not_the_batch_size(word_tokenizer):
+    model = _model(word_tokenizer, seed=2)
+    texts = [" ".join(random.Random(i).choices(WORDS, k=3 + i % 9)) for i in range(40)]
+    pieces = [len(word_tokenizer.encode(t).ids) - 2 for t in texts]
+    a = masked_token_scores(model, word_tokenizer, texts, seed=7, batch_size=4)
+    b = masked_token_scores(model, word_tokenizer, texts, seed=7, batch_size=64)
+    assert a["tokens"] == b["tokens"] == sum(max(1, round(0.15 * n)) for n in pieces)
+    assert a["loss"] == pytest.approx(b["loss"], abs=1e-5) and a["accuracy"] == b["accuracy"]
+    c = masked_token_scores(model, word_tokenizer, texts, seed=8, batch_size=64)
+    assert c["loss"] != pytest.approx(a["loss"], abs=1e-6)
+
+
+# On a prepared directory: the figures pretraining logs ----------------------------------------
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, tiny):
+    from bertkit.pretraining.corpus import prepare
+    from bertkit.text.vocab import train_tokenizer
+
+    root = tmp_path_factory.mktemp("judge")
+    corpus = tiny.write_corpus(root / "corpus.txt")
+    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
+    prepare([corpus], root / "tok", root / "data", heldout_fraction=0.2, workers=1,
+            progress=False)
+    return root / "data", Tokenizer.load(root / "tok")
+
+
+@pytest.mark.parametrize("objective,masking", [("mlm", "token"), ("mlm+nsp", "whole-word")])
+def test_masked_token_scores_on_a_prepared_directory_equal_evaluate_lm(prepared, tmp_path,
+                                                                       objective, masking):
+    from bertkit.pretraining.masking import MaskingConfig
+    from bertkit.pretraining.recipe import PretrainOptions, _heldout_batches
+
+    data, tokenizer = prepared
+    model = _model(tokenizer, seed=4)
+    opts = PretrainOptions(data=data, out=tmp_path / "run", preset="tiny", objective=objective,
+                           masking=masking, seq_len=32, batch_size=8, eval_batches=3)
+    # what `pretrain` evaluates on with --seed 5
+    held = _heldout_batches(opts, dict(objective=objective, seq_len=32,
+                                       masking=MaskingConfig(whole_word=masking == "whole-word")),
+                            5 + 1)
+    want = objectives.evaluate_lm(model, held, objective)
+    got = masked_token_scores(model, tokenizer, data, seed=5, batch_size=8, objective=objective,
+                              seq_len=32, eval_batches=3, whole_word=masking == "whole-word")
+    assert got["accuracy"] == want["eval_acc"] and got["loss"] == want["eval_loss"]
+    assert got["perplexity"] == want["eval_ppl"] and got["tokens"] == want["eval_tokens"]
+    assert ("nsp_accuracy" in got) == (objective == "mlm+nsp")
+    other = masked_token_scores(model, tokenizer, data, seed=6, batch_size=8,
+                                objective=objective, seq_len=32, eval_batches=3)
+    assert other["loss"] != want["eval_loss"]  # the seed chooses the masks
+
+
+# Behaviour: a model trained on agreement prefers the agreeing sentence ----------------------
+
+def _agreement_pair(noun: str, verb: str, plural: bool) -> tuple[str, str]:
+    """("the dogs run .", "the dogs runs .") or ("the dog runs .", "the dog run .")."""
+    subject = noun + "s" if plural else noun
+    good, bad = (verb, verb + "s") if plural else (verb + "s", verb)
+    return f"the {subject} {good} .", f"the {subject} {bad} ."
+
+
+def _sentence_batches(tokenizer, sentences, batch_size, seed):
+    """Endless MLM batches of whole sentences, one a row, masked by bertkit's mask_tokens."""
+    g = torch.Generator().manual_seed(seed)
+    probs = sampling_probs(None, tokenizer.vocab_size, tokenizer.special_ids)
+    while True:
+        chosen = torch.randint(len(sentences), (batch_size,), generator=g).tolist()
+        rows = tokenizer([sentences[i] for i in chosen])
+        special = special_tokens_mask(rows.input_ids, tokenizer.special_ids)
+        ids, labels = mask_tokens(rows.input_ids, special, mask_id=tokenizer.mask_id,
+                                  sampling_probs=probs, mlm_prob=0.25, generator=g)
+        positions = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
+        yield {"input_ids": ids, "token_type_ids": rows.token_type_ids,
+               "attention_mask": rows.attention_mask, "mlm_positions": positions,
+               "mlm_labels": labels.flatten()[positions]}
+
+
+@pytest.mark.slow
+def test_a_model_trained_on_agreement_prefers_the_good_sentence_of_held_out_pairs(
+        tmp_path, word_tokenizer):
+    rng = random.Random(0)
+    combos = list(itertools.product(NOUNS, VERBS))
+    rng.shuffle(combos)
+    held_out, seen = combos[:12], combos[12:]  # noun-verb pairs never seen together
+    train_sentences = [_agreement_pair(n, v, plural)[0] for n, v in seen
+                       for plural in (False, True)]
+    model = _model(word_tokenizer, seed=0, hidden_size=64, intermediate_size=128,
+                   num_heads=4).train()
+    train(model, objectives.mlm_loss, _sentence_batches(word_tokenizer, train_sentences, 32, 0),
+          TrainConfig(max_steps=STEPS, lr=2e-3, warmup_steps=20, log_every=100),
+          tmp_path / "run", target_count=objectives.target_count("mlm"), show_progress=False)
+    pairs = [dict(zip(("sentence_good", "sentence_bad"), _agreement_pair(n, v, plural)),
+                  UID="plural" if plural else "singular")
+             for n, v in held_out for plural in (False, True)]
+    report = minimal_pairs(model.eval(), word_tokenizer, pairs)
+    untrained = minimal_pairs(_model(word_tokenizer, seed=0, hidden_size=64,
+                                     intermediate_size=128, num_heads=4), word_tokenizer, pairs)
+    assert report["accuracy"] >= 0.85, report
+    assert report["mean_pll_difference"] > 0.5 > untrained["mean_pll_difference"], \
+        (report, untrained)
+    assert all(g["accuracy"] >= 0.75 for g in report["groups"].values()), report
