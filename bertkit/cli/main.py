@@ -12,7 +12,9 @@ shown (building them imports the module of its options class): `bertkit --help` 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import warnings
 
 from bertkit import __version__
@@ -100,13 +102,22 @@ def check_device(name: str | None) -> None:
         raise UserError(f"--device {name}: there are {torch.cuda.device_count()} cuda devices")
 
 
+def _terminated(signum, frame):
+    """SIGTERM as an exit that unwinds: temporary files are removed and locks released."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command: Command = args.command
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
     with warnings.catch_warnings():  # warnings as one line each, for this call only
         warnings.showwarning = _warning_line
         try:
             options = command.read(args)
+            command.check_paths(options)
             for o in options:
                 check_device(getattr(o, "device", None))
             return command.run(*options) or 0
@@ -120,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             print("error: out of memory; lower --batch-size or --seq-len / --max-length",
                   file=sys.stderr)
             return 2
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
