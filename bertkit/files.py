@@ -194,8 +194,8 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def check_not_input(out: str | os.PathLike | None, inputs: Iterable, what: str = "output",
-                    names: Iterable[str] | None = None) -> None:
+def check_not_input(out: str | os.PathLike | None, inputs: list, what: str = "output",
+                    names: list[str] | None = None) -> None:
     """UserError when the output `out` would clobber an input: it is the same file or directory
     as one of `inputs` (by inode, however it is spelled), or an existing directory that holds
     one. `names` (the inputs' flags) and `what` (the output's) make the message."""
@@ -204,15 +204,14 @@ def check_not_input(out: str | os.PathLike | None, inputs: Iterable, what: str =
     out = Path(out)
     if not out.exists():
         return
-    inputs = [p for p in inputs if p is not None]
-    names = list(names) if names is not None else ["input"] * len(inputs)
-    for name, given in zip(names, inputs):
-        source = Path(given)
-        if not source.exists():
-            continue
+    named = [(name, Path(p)) for name, p in zip(
+        names if names is not None else ["input"] * len(inputs), inputs) if p is not None]
+    named = [(name, p) for name, p in named if p.exists()]
+    for name, source in named:
         if os.path.samefile(out, source):
             raise UserError(f"{out}: {what} is the {name} {source}: it would be overwritten; "
                             f"choose another {what}")
+    for name, source in named:
         if out.is_dir() and out.resolve() in source.resolve().parents:
             raise UserError(f"{out}: {what} directory holds the {name} {source}; choose "
                             f"another {what}")
