@@ -170,6 +170,9 @@ def _carry_over(source: Path, target: Path, root: Path, replaces: set[str]) -> N
             continue  # the new directory's version, or a file the caller owns, wins
         if entry.is_symlink():
             os.symlink(os.readlink(entry.path), there)
+        elif entry.is_dir() and os.path.ismount(entry.path):
+            raise UserError(f"{entry.path}: a mount point inside the output directory {root}; "
+                            f"choose another output")
         elif entry.is_dir():
             there.mkdir(exist_ok=True)
             _carry_over(Path(entry.path), there, root, replaces)
@@ -182,8 +185,9 @@ def _carry_over(source: Path, target: Path, root: Path, replaces: set[str]) -> N
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one step (renameat2 RENAME_EXCHANGE); False where unsupported."""
-    rename = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    if rename is None:
+    try:
+        rename = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError, TypeError):  # not Linux, or a C library without it
         return False
     at_fdcwd, rename_exchange = -100, 2
     if rename(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
