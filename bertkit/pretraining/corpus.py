@@ -7,7 +7,8 @@ file starts a new document) or JSONL with a "text" field (one document per line;
 the text separate paragraphs), recognised by the extension .jsonl/.json or by its first line.
 
 Output directory:
-    manifest.json      written last: tokenizer fingerprint, shard list with sha256, counts
+    manifest.json      written last: tokenizer fingerprint, shard list with sha256, counts,
+                       and "files": every file prepare wrote (what a re-run may replace)
     plan.json          the inputs and settings (a re-run with other ones starts afresh)
     tokenizer/         the tokenizer the shards were made with (`Tokenizer.load` reads it)
     token_counts.npy   int64 [vocab]: token frequencies of the train split (unigram sampler)
@@ -15,10 +16,17 @@ Output directory:
                        looked up per batch for whole-word and span masking
     shards/            see `bertkit.pretraining.shards`; read back with `shards.load_split`
 
+Never losing the previous output: the new one is built in `.OUT.prepare` beside the output
+directory, checked (`shards.verify_shards`), and only then swapped in by one rename
+(`files.publish_dir`). Bad input found at any line leaves the previous output as it was and
+deletes the build. The swap carries over every file of the old directory except those the old
+manifest lists as prepare's own ("files"), so the user's files there stay. The output
+directory is locked (`bertkit.runlock`) while prepare runs.
+
 Speed: `bertkit.pretraining.wordcache` tokenizes each distinct word once and finds sentence ends per
 distinct word, in `workers` processes. Memory is bounded by the shard size, the chunk size
 and the word cache, not by the corpus. A re-run with the same inputs and settings resumes
-after the last finished shard.
+after the last finished shard of the build directory an interrupted run left.
 """
 from __future__ import annotations
 
