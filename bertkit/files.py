@@ -123,6 +123,8 @@ def atomic_dir(path: str | os.PathLike, replaces: Iterable[str] = ()) -> Iterato
     Its files the block did not write are kept, except those named in `replaces`.
     """
     path = Path(path)
+    if path.is_symlink():  # replace the directory it names, not the link
+        path = path.resolve()
     if path.exists() and not path.is_dir():
         raise UserError(f"{path}: exists and is not a directory")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -161,3 +161,14 @@ def test_an_output_that_is_an_input_is_refused_however_spelled(tmp_path):
     check_not_input(tmp_path / "sub", [data])  # so is a directory beside it
     check_not_input(None, [data])  # stdout
     assert data.read_text(encoding="utf-8") == "{}\n"
+
+
+def test_a_linked_output_directory_is_replaced_where_the_link_points(tmp_path):
+    _old_run(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with atomic_dir(tmp_path / "link") as tmp:
+        (tmp / "config.json").write_text("new", encoding="utf-8")
+    assert (tmp_path / "link").is_symlink()
+    assert (tmp_path / "real" / "config.json").read_text(encoding="utf-8") == "new"
+    assert (tmp_path / "real" / "weights.bin").read_bytes() == b"old weights"
+    assert sorted(os.listdir(tmp_path)) == ["link", "real"]

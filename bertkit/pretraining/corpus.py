@@ -92,6 +92,8 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     kinds = [_kind(f) for f in files]
     tokenizer = Tokenizer.load(tokenizer_dir)
     out = Path(out_dir)
+    if out.is_symlink():  # the new output replaces the directory it names, not the link
+        out = out.resolve()
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a directory")
     vocab_size = tokenizer.vocab_size
