@@ -172,3 +172,16 @@ def test_a_linked_output_directory_is_replaced_where_the_link_points(tmp_path):
     assert (tmp_path / "real" / "config.json").read_text(encoding="utf-8") == "new"
     assert (tmp_path / "real" / "weights.bin").read_bytes() == b"old weights"
     assert sorted(os.listdir(tmp_path)) == ["link", "real"]
+
+
+def test_the_library_writers_refuse_an_output_that_is_an_input(tmp_path):
+    from bertkit.finetuning.recipe import finetune
+    from bertkit.text.vocab import train_tokenizer
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat on the mat\n" * 20, encoding="utf-8")
+    with pytest.raises(UserError, match="output directory holds the input"):
+        train_tokenizer([corpus], vocab_size=40, out=tmp_path, progress=False)
+    with pytest.raises(UserError, match="output is the model"):
+        finetune("classify", tmp_path, corpus, None, tmp_path / ".")
+    assert sorted(os.listdir(tmp_path)) == ["c.txt"]
