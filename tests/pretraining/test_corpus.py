@@ -292,3 +292,34 @@ def test_prepare_into_a_directory_in_use_is_refused(tmp_path, tok_dir):
         holder.wait()
     with RunLock(tmp_path / "data"):  # the dead holder's lock is taken over
         pass
+
+
+def test_an_interrupted_rerun_keeps_the_previous_output_and_resumes(tmp_path, tok_dir,
+                                                                    monkeypatch, capsys):
+    from bertkit.pretraining import shards
+
+    write_corpus(tmp_path / "old.txt", docs=10, seed=7)
+    write_corpus(tmp_path / "c.txt", docs=200, seed=8)
+    kwargs = dict(shard_tokens=2000, chunk_bytes=4000, workers=1, progress=False)
+    full = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "full", **kwargs)
+    prepare([tmp_path / "old.txt"], tok_dir, tmp_path / "data", **kwargs)
+    before = _snapshot(tmp_path / "data")
+    close = shards.ShardWriter.close
+
+    def interrupted_after_two(self):
+        if self.index == 2:
+            raise KeyboardInterrupt
+        return close(self)
+
+    monkeypatch.setattr(shards.ShardWriter, "close", interrupted_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "data", **kwargs)
+    assert _snapshot(tmp_path / "data") == before  # the previous output, untouched
+    assert (tmp_path / ".data.prepare" / "shards" / "shard_00001.json").is_file()
+    monkeypatch.undo()
+    capsys.readouterr()
+    resumed = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "data", **kwargs)
+    assert "resuming after 2 finished shard(s)" in capsys.readouterr().err
+    assert resumed["shards"] == full["shards"]
+    assert all_tokens(tmp_path / "data").tolist() == all_tokens(tmp_path / "full").tolist()
+    assert not (tmp_path / ".data.prepare").exists()
