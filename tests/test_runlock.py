@@ -151,3 +151,45 @@ def test_sigterm_releases_the_lock_and_leaves_the_previous_output(tmp_path):
     assert process.wait(timeout=30) == 128 + signal.SIGTERM, process.stderr.read()
     assert os.listdir(tmp_path / "data") == ["mine.txt"]
     assert "Traceback" not in process.stderr.read()
+
+
+@pytest.mark.slow
+def test_two_pretrain_runs_on_one_out(tmp_path):
+    """The second `bertkit pretrain` into a directory a live one trains in gets one line and
+    exit 2; SIGTERM stops the first cleanly, and its lock goes with it."""
+    from bertkit.pretraining.corpus import prepare
+    from bertkit.text.vocab import train_tokenizer
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"The cat {i} sat on the mat.\nIt ran to the pond.\n\n"
+                              for i in range(80)), encoding="utf-8")
+    train_tokenizer([corpus], vocab_size=80, out=tmp_path / "tok", progress=False)
+    prepare([corpus], tmp_path / "tok", tmp_path / "data", workers=1, progress=False)
+    run = tmp_path / "run"
+
+    def pretrain(**kw):
+        return subprocess.Popen(
+            [sys.executable, "-m", "bertkit.cli", "pretrain", "--data", str(tmp_path / "data"),
+             "--preset", "tiny", "--seq-len", "32", "--batch-size", "4", "--max-steps",
+             "100000", "--out", str(run)],
+            stderr=subprocess.PIPE, text=True, cwd=ROOT, **kw)
+
+    first = pretrain()
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / LOCK_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert first.poll() is None, first.stderr.read()
+        second = pretrain()
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 2
+        assert err.strip().splitlines()[-1].startswith(
+            f"error: {run} is in use by pid {first.pid} on {socket.gethostname()} (started ")
+        assert "Traceback" not in err
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=120) == 130, first.stderr.read()  # stopped, checkpoint saved
+    finally:
+        first.kill()
+        first.wait()
+    assert not (run / LOCK_FILE).exists()
+    assert list((run / "checkpoints").iterdir())  # SIGTERM saved a checkpoint
