@@ -2,7 +2,9 @@
 
 Every command that fails on bad input raises `UserError`; the CLI prints its one line and exits
 non-zero without a traceback. Outputs are written to a temporary sibling and renamed into place,
-so an interrupted or failed run never leaves a half-written file or directory behind.
+so an interrupted or failed run never leaves a half-written file or directory behind; an
+existing directory is replaced whole (`publish_dir`), keeping the files it did not write. An
+output that is one of the inputs is refused before anything is written (`check_not_input`).
 """
 from __future__ import annotations
 
