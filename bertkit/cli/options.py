@@ -11,6 +11,9 @@ A command's options are typed once, as dataclass fields. From each field come:
 - its default (shown by `--help`); a field without one is required;
 - its help: the string literal right under the field, read from the class source with `ast`
   (no help text when the source is not available, nothing else changes).
+- for a path, whether the command writes it: a field named `out` or `*_out`, or with
+  `metadata={"output": True}`; every other path is an input. `Command.check_paths` (called by
+  `main` before the command runs) refuses an output that is one of the inputs.
 
 A field whose type is a dataclass (PretrainOptions.train: TrainConfig) adds the flags of its
 fields, built from that class's own defaults (what --help shows is what runs, not a default
