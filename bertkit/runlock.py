@@ -8,10 +8,12 @@ with O_EXCL (exactly one process creates it). A second process gets one line,
 "DIR is in use by pid N on HOST (started ...)". The lock of a process that no longer runs on
 this host (killed with -9, the machine's power cut) is taken over with a notice. The lock is
 released when the block ends, by an exception too; the CLI turns SIGTERM into an exit that
-runs it. A process that already holds the lock may take it again (nested calls).
+runs it. A directory the lock made is removed with it if nothing was written there. A process
+that already holds the lock may take it again (nested calls).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -32,6 +34,7 @@ class RunLock:
         self.path = self.directory / LOCK_FILE
         self.enabled = enabled
         self.owned = False
+        self.made = False
 
     def __enter__(self) -> RunLock:
         if self.enabled:
@@ -44,6 +47,7 @@ class RunLock:
     def acquire(self) -> None:
         if self.directory.exists() and not self.directory.is_dir():
             raise UserError(f"{self.directory}: exists and is not a directory")
+        self.made = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         me = {"pid": os.getpid(), "host": socket.gethostname(),
               "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -71,6 +75,9 @@ class RunLock:
         if self.owned:
             self.owned = False
             self.path.unlink(missing_ok=True)
+            if self.made:  # nothing was written into the directory the lock made: remove it
+                with contextlib.suppress(OSError):
+                    self.directory.rmdir()
 
     def _holder(self) -> dict:
         try:

@@ -57,11 +57,12 @@ def test_the_lock_names_its_owner_and_goes_away_after_the_block(tmp_path):
         with RunLock(tmp_path / "run"):  # the same process may take it again
             pass
         assert lock.path.exists()  # ... and the inner block does not release it
-    assert os.listdir(tmp_path / "run") == []
+    assert not (tmp_path / "run").exists()  # the lock made it, and nothing was written there
+    (tmp_path / "run").mkdir()
     with pytest.raises(RuntimeError):
         with RunLock(tmp_path / "run"):
             raise RuntimeError("failed midway")
-    assert os.listdir(tmp_path / "run") == []
+    assert os.listdir(tmp_path / "run") == []  # there before the lock: it stays
 
 
 @pytest.mark.slow
@@ -193,3 +194,20 @@ def test_two_pretrain_runs_on_one_out(tmp_path):
         first.wait()
     assert not (run / LOCK_FILE).exists()
     assert list((run / "checkpoints").iterdir())  # SIGTERM saved a checkpoint
+
+
+@pytest.mark.slow
+def test_every_command_that_writes_a_directory_locks_it(tmp_path, holder, capsys):
+    from bertkit.cli.main import main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat on the mat\n" * 20, encoding="utf-8")
+    run = str(tmp_path / "run")
+    for argv in (["tokenizer", "train", "--input", str(corpus), "--vocab-size", "40",
+                  "--out", run],
+                 ["static", "train", "--input", str(corpus), "--out", run]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: {run} is in use by pid {holder.pid} on {socket.gethostname()}" \
+                      f" (started {err.split('(started ')[1]}", err
+    assert os.listdir(run) == [LOCK_FILE]

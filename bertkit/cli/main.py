@@ -12,6 +12,7 @@ shown (building them imports the module of its options class): `bertkit --help` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
@@ -21,6 +22,7 @@ from bertkit import __version__
 from bertkit.cli import embeddings, finetuning, model, pretraining, road, senses, text
 from bertkit.cli.options import Command
 from bertkit.files import UserError
+from bertkit.runlock import RunLock
 
 COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.COMMANDS,
                                  *finetuning.COMMANDS, *embeddings.COMMANDS, *senses.COMMANDS,
@@ -120,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             command.check_paths(options)
             for o in options:
                 check_device(getattr(o, "device", None))
-            return command.run(*options) or 0
+            with contextlib.ExitStack() as locks:  # one process writes an output directory
+                for directory in command.output_dirs(options):
+                    locks.enter_context(RunLock(directory))
+                return command.run(*options) or 0
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

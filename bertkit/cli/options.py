@@ -13,7 +13,9 @@ A command's options are typed once, as dataclass fields. From each field come:
   (no help text when the source is not available, nothing else changes).
 - for a path, whether the command writes it: a field named `out` or `*_out`, or with
   `metadata={"output": True}`; every other path is an input. `Command.check_paths` (called by
-  `main` before the command runs) refuses an output that is one of the inputs.
+  `main` before the command runs) refuses an output that is one of the inputs. An output
+  directory says so, `metadata={"output": "directory"}`, and `main` locks it while the command
+  runs (`Command.output_dirs`).
 
 A field whose type is a dataclass (PretrainOptions.train: TrainConfig) adds the flags of its
 fields, built from that class's own defaults (what --help shows is what runs, not a default
@@ -101,6 +103,9 @@ class Option:
     """The name shown for the value; a positional argument is named by it."""
     output: bool = False
     """A path the command writes (see `is_output`); every other path is one it reads."""
+    directory: bool = False
+    """An output directory (`metadata={"output": "directory"}`): `main` locks it while the
+    command runs (bertkit.runlock)."""
 
     @property
     def dest(self) -> str:
@@ -174,7 +179,8 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
             default = dataclasses.MISSING
         found.append(Option(source, path, kind, optional, choices, nargs, container, default,
                             docs.get(f.name, ""), bool(f.metadata.get("positional")),
-                            f.metadata.get("metavar"), kind is Path and is_output(f)))
+                            f.metadata.get("metavar"), kind is Path and is_output(f),
+                            kind is Path and f.metadata.get("output") == "directory"))
     return found
 
 
@@ -309,6 +315,18 @@ class Command:
                 raise UserError(f"{config}: {e}" if config else str(e)) from None
         return instances
 
+
+    def output_dirs(self, instances: list) -> list[Path]:
+        """The output directories given (fields with `metadata={"output": "directory"}`)."""
+        found = []
+        for opt in self.flags():
+            if opt.directory:
+                value = instances[opt.source]
+                for name in opt.path:
+                    value = getattr(value, name, None)
+                if value is not None:
+                    found.append(Path(value))
+        return found
 
     def check_paths(self, instances: list) -> None:
         """Refuse, before anything runs, an output path that is one of the command's inputs

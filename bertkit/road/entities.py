@@ -401,7 +401,7 @@ class EntitiesOptions:
     """Training ratings: CSV with userId, movieId, year, genres, rating (and title)."""
     dev: Path
     """Development ratings, same columns."""
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Output directory: a model directory per kind, metrics.json, movies.png."""
     kinds: tuple[str, ...] = KINDS
     """Models to train: "onehot", "dot" and/or "mlp"."""

@@ -444,7 +444,7 @@ class Seq2SeqOptions:
     """Training pairs: JSON lines of {"source": ..., "target": ...}."""
     dev: Path
     """Development pairs, same format: BLEU, chrF and the attention picture."""
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Output directory: one model directory per variant, metrics.json, attention.png."""
     variants: tuple[str, ...] = VARIANTS
     """Models to train: "attention" (additive attention) and/or "plain" (final state only)."""
