@@ -45,7 +45,7 @@ SENTENCES = (
 
 @dataclass
 class DemoOptions:
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Directory for everything the demo writes."""
     input: list[Path] | None = None
     """Your text files; none fetches the default public-domain corpus."""

@@ -2,18 +2,22 @@
 
 Every command that fails on bad input raises `UserError`; the CLI prints its one line and exits
 non-zero without a traceback. Outputs are written to a temporary sibling and renamed into place,
-so an interrupted or failed run never leaves a half-written file or directory behind.
+so an interrupted or failed run never leaves a half-written file or directory behind; an
+existing directory is replaced whole (`publish_dir`), keeping the files it did not write. An
+output that is one of the inputs is refused before anything is written (`check_not_input`).
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 
 class UserError(Exception):
@@ -113,14 +117,16 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike, replaces: Iterable[str] = ()) -> Iterator[Path]:
     """Yield a temporary directory beside `path` to write into; publish it only on success.
 
-    A new `path` appears whole (one rename). Into an existing `path` (a training run's output,
-    with its checkpoints and logs) each written file is renamed over its old version, and
-    files the block did not write are left alone.
+    A new `path` appears whole (one rename). An existing `path` (a model directory, a training
+    run's output with its checkpoints and logs) is replaced whole as well: see `publish_dir`.
+    Its files the block did not write are kept, except those named in `replaces`.
     """
     path = Path(path)
+    if path.is_symlink():  # replace the directory it names, not the link
+        path = path.resolve()
     if path.exists() and not path.is_dir():
         raise UserError(f"{path}: exists and is not a directory")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,17 +134,95 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it owner-only; a model directory is not secret
     try:
         yield tmp
-        if path.exists():
-            for child in sorted(tmp.iterdir()):
-                if (path / child.name).is_dir():
-                    shutil.rmtree(path / child.name)
-                os.replace(child, path / child.name)
-            tmp.rmdir()
-        else:
-            os.rename(tmp, path)
+        publish_dir(tmp, path, replaces)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def publish_dir(new: str | os.PathLike, path: str | os.PathLike,
+                replaces: Iterable[str] = ()) -> None:
+    """Move the finished directory `new` to `path` so that `path` is at every instant either
+    the old directory or the new one, complete.
+
+    Into an existing `path`: every entry of the old directory that `new` lacks is carried over
+    (hard links, cheap and on the same file system; a copy where links are refused), except
+    the relative paths in `replaces` (files, or directories with all they hold) that the
+    caller listed as its own from an earlier run; then the two directories are swapped in one
+    rename (Linux renameat2 RENAME_EXCHANGE) and the old one is deleted. Where the system has
+    no exchange, two renames leave `path` missing for an instant, the old directory complete
+    beside it as `.NAME.*.old`."""
+    new, path = Path(new), Path(path)
+    if not path.exists():
+        os.rename(new, path)
+        return
+    _carry_over(path, new, path, {Path(r).as_posix() for r in replaces})
+    if _exchange(new, path):
+        shutil.rmtree(new, ignore_errors=True)  # the old directory now has the new one's name
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+    os.rename(path, old / "dir")
+    os.rename(new, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _carry_over(source: Path, target: Path, root: Path, replaces: set[str]) -> None:
+    for entry in os.scandir(source):
+        rel = Path(entry.path).relative_to(root).as_posix()
+        there = target / entry.name
+        if rel in replaces or (there.exists() and not there.is_dir()) or there.is_symlink():
+            continue  # the new directory's version, or a file the caller owns, wins
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.path), there)
+        elif entry.is_dir() and os.path.ismount(entry.path):
+            raise UserError(f"{entry.path}: a mount point inside the output directory {root}; "
+                            f"choose another output")
+        elif entry.is_dir():
+            there.mkdir(exist_ok=True)
+            _carry_over(Path(entry.path), there, root, replaces)
+        else:
+            try:
+                os.link(entry.path, there)
+            except OSError:
+                shutil.copy2(entry.path, there)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (renameat2 RENAME_EXCHANGE); False where unsupported."""
+    try:
+        rename = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError, TypeError):  # not Linux, or a C library without it
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if rename(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def check_not_input(out: str | os.PathLike | None, inputs: list, what: str = "output",
+                    names: list[str] | None = None) -> None:
+    """UserError when the output `out` would clobber an input: it is the same file or directory
+    as one of `inputs` (by inode, however it is spelled), or an existing directory that holds
+    one. `names` (the inputs' flags) and `what` (the output's) make the message."""
+    if out is None:
+        return
+    out = Path(out)
+    if not out.exists():
+        return
+    named = [(name, Path(p)) for name, p in zip(
+        names if names is not None else ["input"] * len(inputs), inputs) if p is not None]
+    named = [(name, p) for name, p in named if p.exists()]
+    for name, source in named:
+        if os.path.samefile(out, source):
+            raise UserError(f"{out}: {what} is the {name} {source}: it would be overwritten; "
+                            f"choose another {what}")
+    for name, source in named:
+        if out.is_dir() and out.resolve() in source.resolve().parents:
+            raise UserError(f"{out}: {what} directory holds the {name} {source}; choose "
+                            f"another {what}")
 
 
 def _umask() -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -112,7 +112,7 @@ class AnisotropyOptions:
     """Rogue dimensions listed per layer."""
     min_count: int = 5
     """Instances a word needs for self-similarity."""
-    plot: Path | None = None
+    plot: Path | None = field(default=None, metadata={"output": True})
     """PNG of anisotropy per layer, before and after."""
     json: bool = False
     """The report as one JSON object."""

@@ -12,13 +12,17 @@ shown (building them imports the module of its options class): `bertkit --help` 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import warnings
 
 from bertkit import __version__
 from bertkit.cli import embeddings, finetuning, model, pretraining, road, senses, text
 from bertkit.cli.options import Command
 from bertkit.files import UserError
+from bertkit.runlock import RunLock
 
 COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.COMMANDS,
                                  *finetuning.COMMANDS, *embeddings.COMMANDS, *senses.COMMANDS,
@@ -100,16 +104,28 @@ def check_device(name: str | None) -> None:
         raise UserError(f"--device {name}: there are {torch.cuda.device_count()} cuda devices")
 
 
+def _terminated(signum, frame):
+    """SIGTERM as an exit that unwinds: temporary files are removed and locks released."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command: Command = args.command
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
     with warnings.catch_warnings():  # warnings as one line each, for this call only
         warnings.showwarning = _warning_line
         try:
             options = command.read(args)
+            command.check_paths(options)
             for o in options:
                 check_device(getattr(o, "device", None))
-            return command.run(*options) or 0
+            with contextlib.ExitStack() as locks:  # one process writes an output directory
+                for directory in command.output_dirs(options):
+                    locks.enter_context(RunLock(directory))
+                return command.run(*options) or 0
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -120,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
             print("error: out of memory; lower --batch-size or --seq-len / --max-length",
                   file=sys.stderr)
             return 2
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

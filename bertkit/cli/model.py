@@ -17,7 +17,7 @@ class InitOptions:
     """Model size (bertkit.config.PRESETS)."""
     tokenizer: Path
     """Tokenizer (or model) directory: the vocabulary size and [PAD] id."""
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Directory for the model and its tokenizer."""
     seed: int = 0
     """Seeds the weight initialisation."""

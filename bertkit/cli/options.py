@@ -11,6 +11,11 @@ A command's options are typed once, as dataclass fields. From each field come:
 - its default (shown by `--help`); a field without one is required;
 - its help: the string literal right under the field, read from the class source with `ast`
   (no help text when the source is not available, nothing else changes).
+- for a path, whether the command writes it: a field named `out` or `*_out`, or with
+  `metadata={"output": True}`; every other path is an input. `Command.check_paths` (called by
+  `main` before the command runs) refuses an output that is one of the inputs. An output
+  directory says so, `metadata={"output": "directory"}`, and `main` locks it while the command
+  runs (`Command.output_dirs`).
 
 A field whose type is a dataclass (PretrainOptions.train: TrainConfig) adds the flags of its
 fields, built from that class's own defaults (what --help shows is what runs, not a default
@@ -43,7 +48,7 @@ if sys.version_info >= (3, 11):
 else:  # tomllib is new in 3.11; tomli is the same parser
     import tomli as tomllib
 
-from bertkit.files import UserError
+from bertkit.files import UserError, check_not_input
 
 _ABSENT = object()
 _PLURALS = {int: "integers", float: "numbers", str: "strings", Path: "paths",
@@ -96,6 +101,11 @@ class Option:
     positional: bool
     metavar: str | None
     """The name shown for the value; a positional argument is named by it."""
+    output: bool = False
+    """A path the command writes (see `is_output`); every other path is one it reads."""
+    directory: bool = False
+    """An output directory (`metadata={"output": "directory"}`): `main` locks it while the
+    command runs (bertkit.runlock)."""
 
     @property
     def dest(self) -> str:
@@ -169,8 +179,16 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
             default = dataclasses.MISSING
         found.append(Option(source, path, kind, optional, choices, nargs, container, default,
                             docs.get(f.name, ""), bool(f.metadata.get("positional")),
-                            f.metadata.get("metavar")))
+                            f.metadata.get("metavar"), kind is Path and is_output(f),
+                            kind is Path and f.metadata.get("output") == "directory"))
     return found
+
+
+def is_output(f: dataclasses.Field) -> bool:
+    """A path field the command writes: `field(metadata={"output": True})`, or by name, `out`
+    and `*_out`; every other path field is an input. `Command.check_paths` refuses an output
+    that is one of the inputs."""
+    return bool(f.metadata.get("output", f.name == "out" or f.name.endswith("_out")))
 
 
 def show(value) -> str:
@@ -296,6 +314,43 @@ class Command:
             except (ValueError, TypeError) as e:  # a dataclass's own validation
                 raise UserError(f"{config}: {e}" if config else str(e)) from None
         return instances
+
+
+    def output_dirs(self, instances: list) -> list[Path]:
+        """The output directories given (fields with `metadata={"output": "directory"}`)."""
+        found = []
+        for opt in self.flags():
+            if opt.directory:
+                value = instances[opt.source]
+                for name in opt.path:
+                    value = getattr(value, name, None)
+                if value is not None:
+                    found.append(Path(value))
+        return found
+
+    def check_paths(self, instances: list) -> None:
+        """Refuse, before anything runs, an output path that is one of the command's inputs
+        (the same file or directory however spelled, or a directory that holds one)."""
+        inputs: list[tuple[str, Path]] = []
+        outputs: list[tuple[str, Path]] = []
+        for opt in self.flags():
+            if opt.kind is not Path:
+                continue
+            value = instances[opt.source]
+            for name in opt.path:
+                value = getattr(value, name, None)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            for v in values:
+                if v is not None:
+                    (outputs if opt.output else inputs).append((opt.flag, Path(v)))
+        for i, (flag, out) in enumerate(outputs):
+            for other, path in outputs[i + 1:]:
+                if out.resolve() == path.resolve():
+                    raise UserError(f"{out}: {flag} and {other} name the same path; the second "
+                                    f"would overwrite the first")
+            others = inputs + [o for j, o in enumerate(outputs) if j != i]
+            check_not_input(out, [p for _, p in others], what=flag,
+                            names=[name for name, _ in others])
 
 
 def _table(tree: dict, path: tuple[str, ...]) -> dict:

@@ -3,7 +3,7 @@ pipeline on a small corpus)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.cli.options import Command
@@ -29,7 +29,7 @@ class PrepareOptions:
     JSONL with a "text" field."""
     tokenizer: Path
     """Tokenizer or model directory."""
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Directory for the shards, the manifest and a copy of the tokenizer."""
     heldout: float = 0.01
     """Share of documents held out for evaluation."""

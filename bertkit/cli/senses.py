@@ -67,7 +67,7 @@ class WsdTrainFiles:
     """BERT directory or `bertkit static` directory."""
     input: Path
     """Sense-labelled JSON lines (lemma, pos, synset, sense_rank, gloss, text, start, end)."""
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Output directory."""
 
 
@@ -163,7 +163,7 @@ def run_wsd_evaluate(opts: WsdEvaluateOptions, run: WsdRun) -> int:
 class StaticTrainFiles:
     input: list[Path]
     """UTF-8 text files, a paragraph a line."""
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Output directory."""
     tokenizer: Path | None = None
     """Tokenizer or model directory: train on its pieces; none: whole lowercase words."""

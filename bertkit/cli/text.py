@@ -15,7 +15,7 @@ class TokenizerTrainOptions:
     input: list[Path]
     """Text files, one paragraph or sentence per line; several files (one per language) are
     mixed with exponent --alpha."""
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Directory for the tokenizer files."""
     vocab_size: int = 30000
     """Tokens in the vocabulary, special tokens included."""

@@ -19,7 +19,8 @@ import numpy as np
 
 from bertkit.embeddings.embedder import Embedder, LayerSpec, Text, resolve_layers, word_groups
 from bertkit.embeddings.standardize import unit_rows
-from bertkit.files import UserError, atomic_file, atomic_path, read_lines, require_file
+from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_lines,
+                           require_file)
 from bertkit.progress import Progress
 
 
@@ -56,6 +57,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     """
     input_path = require_file(input_path)
     out = Path(out)
+    check_not_input(out, [input_path])
     layers_list = resolve_layers(layers, embedder.config.num_layers)
     width = embedder.config.hidden_size * (len(layers_list) if combine == "concat" else 1)
     if standardize and embedder.standardizer is None:

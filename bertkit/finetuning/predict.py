@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from bertkit.files import UserError, atomic_file
+from bertkit.files import UserError, atomic_file, check_not_input
 from bertkit.finetuning.heads import load_task_weights
 from bertkit.finetuning.inputs import Item, length_batches
 from bertkit.finetuning.task import Task
@@ -124,6 +124,7 @@ class TaskModel:
 def predict_file(runner: TaskModel, path: str | Path, out: str | Path | None = None) -> int:
     """Predict every input of a file; write one JSON object per input (to `out` atomically, or
     to stdout). Returns the number of predictions."""
+    check_not_input(out, [path], what="output", names=["input"])
     rows = runner.task.prediction_rows(runner, path)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     if out is None:

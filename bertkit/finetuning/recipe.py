@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from bertkit.config import TrainConfig
-from bertkit.files import UserError, write_json
+from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning import heads
 from bertkit.finetuning.inputs import Item, length_batches
 from bertkit.finetuning.predict import TaskModel
@@ -213,6 +213,8 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
     `task` is a name from `bertkit.finetuning.tasks.TASKS` or a Task class."""
     cfg = cfg or FinetuneConfig()
     out_dir = Path(out_dir)
+    check_not_input(out_dir, [model_dir, train_path, dev_path],
+                    names=["model", "training file", "dev file"])
     kind = task_type(task) if isinstance(task, str) else task
     setting = kind.configure(cfg, Path(train_path))
     defaults = kind.defaults

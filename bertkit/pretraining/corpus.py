@@ -7,7 +7,8 @@ file starts a new document) or JSONL with a "text" field (one document per line;
 the text separate paragraphs), recognised by the extension .jsonl/.json or by its first line.
 
 Output directory:
-    manifest.json      written last: tokenizer fingerprint, shard list with sha256, counts
+    manifest.json      written last: tokenizer fingerprint, shard list with sha256, counts,
+                       and "files": every file prepare wrote (what a re-run may replace)
     plan.json          the inputs and settings (a re-run with other ones starts afresh)
     tokenizer/         the tokenizer the shards were made with (`Tokenizer.load` reads it)
     token_counts.npy   int64 [vocab]: token frequencies of the train split (unigram sampler)
@@ -15,16 +16,25 @@ Output directory:
                        looked up per batch for whole-word and span masking
     shards/            see `bertkit.pretraining.shards`; read back with `shards.load_split`
 
+Never losing the previous output: the new one is built in `.OUT.prepare` beside the output
+directory, checked (`shards.verify_shards`), and only then swapped in by one rename
+(`files.publish_dir`). Bad input found at any line leaves the previous output as it was and
+deletes the build. The swap carries over every file of the old directory except those the old
+manifest lists as prepare's own ("files"), so the user's files there stay. The output
+directory is locked (`bertkit.runlock`) while prepare runs.
+
 Speed: `bertkit.pretraining.wordcache` tokenizes each distinct word once and finds sentence ends per
 distinct word, in `workers` processes. Memory is bounded by the shard size, the chunk size
 and the word cache, not by the corpus. A re-run with the same inputs and settings resumes
-after the last finished shard.
+after the last finished shard of the build directory an interrupted run left.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -33,11 +43,18 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from bertkit.files import UserError, read_json, require_file, write_json
-from bertkit.pretraining.shards import FORMAT, SPLITS, ShardWriter, load_manifest
+from bertkit.files import (UserError, check_not_input, publish_dir, read_json, require_file,
+                           write_json)
+from bertkit.pretraining.shards import (FORMAT, SPLITS, ShardWriter, load_manifest,
+                                        verify_shards)
 from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
 from bertkit.progress import Progress
+from bertkit.runlock import RunLock
 from bertkit.text.tokenizer import Tokenizer
+
+
+_SHARD_FILE = re.compile(r"\.?shard_\d{5}\..*")
+"""A shard file's name (see `bertkit.pretraining.shards`), finished or temporary."""
 
 
 @dataclass
@@ -75,6 +92,8 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     kinds = [_kind(f) for f in files]
     tokenizer = Tokenizer.load(tokenizer_dir)
     out = Path(out_dir)
+    if out.is_symlink():  # the new output replaces the directory it names, not the link
+        out = out.resolve()
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a directory")
     vocab_size = tokenizer.vocab_size
@@ -89,14 +108,70 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
             "sources": [{"path": str(f.resolve()), "bytes": f.stat().st_size,
                          "mtime_ns": f.stat().st_mtime_ns} for f in files],
             **layout}
+    check_not_input(out, [*files, Path(tokenizer_dir)], what="output directory",
+                    names=[*(["corpus file"] * len(files)), "tokenizer"])
     created = not out.exists()
     try:
-        return _prepare(files, kinds, tokenizer, out, plan, fingerprint, dtype, workers,
-                        cache_words, progress)
+        with RunLock(out):
+            return _prepare_beside(files, kinds, tokenizer, out, plan, fingerprint, dtype,
+                                   workers, cache_words, progress)
+    finally:
+        if created:  # failed before anything was published: leave no empty directory
+            with contextlib.suppress(OSError):
+                out.rmdir()
+
+
+def _prepare_beside(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, dtype,
+                    workers, cache_words: int, progress: bool) -> dict:
+    """Build the new output in `.OUT.prepare` beside `out`, check it, then swap it in: until
+    then `out` keeps the previous output, whole. The build directory survives an interrupted
+    run (a re-run resumes from its finished shards) and is deleted on bad input."""
+    if _json_or_none(out / "plan.json") == plan and (out / "manifest.json").is_file():
+        if progress:
+            print(f"prepare: {out} is already prepared from these files", file=sys.stderr)
+        return read_json(out / "manifest.json")
+    build = out.parent / f".{out.name}.prepare"
+    if not build.exists() and _json_or_none(out / "plan.json") == plan:
+        _seed(build, out)  # an output left unfinished by an earlier version: keep its shards
+    try:
+        manifest = _prepare(files, kinds, tokenizer, build, plan, fingerprint, dtype, workers,
+                            cache_words, progress)
+        verify_shards(build)
     except UserError:
-        if created:  # bad input found late (invalid JSON, no text at all): leave nothing
-            shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(build, ignore_errors=True)  # bad input stays bad: nothing to resume
         raise
+    publish_dir(build, out, replaces=_owned(out))
+    return manifest
+
+
+def _seed(build: Path, out: Path) -> None:
+    """Start `build` from the finished shards of an unfinished `out` (hard links: no copy)."""
+    build.mkdir()
+    for name in ("shards", "tokenizer"):
+        if (out / name).is_dir():
+            shutil.copytree(out / name, build / name, copy_function=_link_or_copy)
+    shutil.copy2(out / "plan.json", build / "plan.json")
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _owned(out: Path) -> list[str]:
+    """The files an earlier `prepare` wrote into `out` (relative paths), which the new output
+    replaces: those its manifest lists, and its shard files by their names. Anything else in
+    `out` is the user's and is kept."""
+    manifest = _json_or_none(out / "manifest.json") if (out / "manifest.json").is_file() else None
+    owned = ["manifest.json", "plan.json", "token_counts.npy", "word_starts.npy"]
+    if isinstance(manifest, dict) and isinstance(manifest.get("files"), list):
+        owned += [f for f in manifest["files"] if isinstance(f, str)]
+    if (out / "shards").is_dir():
+        owned += [f"shards/{p.name}" for p in (out / "shards").iterdir()
+                  if _SHARD_FILE.fullmatch(p.name)]
+    return owned
 
 
 def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, dtype,
@@ -144,6 +219,8 @@ def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, d
     manifest = _manifest(out, shards, tokenizer, fingerprint, dtype, plan, fast)
     if manifest["train"]["tokens"] == 0:
         raise UserError(f"{files[0]}: no text to train on in the corpus")
+    manifest["files"] = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                               if p.is_file() and not p.name.startswith(".")) + ["manifest.json"]
     write_json(out / "manifest.json", manifest)
     return manifest
 
@@ -311,17 +388,14 @@ def _json_text(line: str, path: Path, number: int) -> str:
 
 
 def _resume_point(out: Path, plan: dict):
-    """None when `out` is finished for this plan; else (complete shards, position after them).
-    A directory made from other inputs or settings is cleared first."""
+    """None when the build directory `out` is finished for this plan; else (complete shards,
+    position after them). One made from other inputs or settings is cleared first."""
     plan_file = out / "plan.json"
     same = plan_file.is_file() and _json_or_none(plan_file) == plan
     if same and (out / "manifest.json").is_file():
         return None
-    if not same:
-        for name in ("manifest.json", "plan.json", "token_counts.npy", "word_starts.npy"):
-            (out / name).unlink(missing_ok=True)
-        shutil.rmtree(out / "shards", ignore_errors=True)
-        shutil.rmtree(out / "tokenizer", ignore_errors=True)
+    if not same:  # the build directory holds only what prepare wrote
+        shutil.rmtree(out, ignore_errors=True)
         return [], _Position()
     shards = []
     while (record := out / "shards" / f"shard_{len(shards):05d}.json").is_file() \

@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertkit.pretraining.shards import load_manifest, load_split
+from bertkit.pretraining.shards import load_array, load_manifest, load_split, verify_shards
 from bertkit.files import UserError
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, sampling_probs, span_mask,
@@ -106,8 +106,10 @@ class PretrainingBatches:
         self.num_predictions = 8 * math.ceil(round(batch_size * seq_len *
                                                    self.masking.mlm_prob) / 8)
         """N: entries of mlm_positions / mlm_labels in every batch of this rank."""
-        self.word_starts = torch.from_numpy(np.load(self.data_dir / manifest["word_starts"]))
-        counts = np.load(self.data_dir / manifest["token_counts"])
+        if split == "train" and rank == 0:  # once per run, before training reads the shards
+            verify_shards(data_dir)
+        self.word_starts = torch.from_numpy(load_array(self.data_dir / manifest["word_starts"]))
+        counts = load_array(self.data_dir / manifest["token_counts"])
         self.sampling_probs = sampling_probs(counts, self.vocab_size, self.special_ids,
                                              uniform=self.masking.uniform_random)
         self._index_split(load_split(data_dir, split))

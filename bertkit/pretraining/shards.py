@@ -99,10 +99,51 @@ class ShardWriter:
 def shard_arrays(root: Path, name: str, dtype):
     tokens = np.memmap(root / f"{name}.tokens.bin", dtype=dtype, mode="r") \
         if (root / f"{name}.tokens.bin").stat().st_size else np.zeros(0, dtype=dtype)
-    sentences = np.load(root / f"{name}.sentences.npy", mmap_mode="r")
-    documents = np.load(root / f"{name}.documents.npy")
-    heldout = np.load(root / f"{name}.heldout.npy")
+    sentences = load_array(root / f"{name}.sentences.npy", mmap_mode="r")
+    documents = load_array(root / f"{name}.documents.npy")
+    heldout = load_array(root / f"{name}.heldout.npy")
     return tokens, sentences, documents, heldout
+
+
+def load_array(path: Path, mmap_mode: str | None = None) -> np.ndarray:
+    """A .npy file of a data directory, or a one-line UserError naming it."""
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except FileNotFoundError:
+        raise UserError(f"{path}: data file missing: re-run bertkit prepare") from None
+    except (ValueError, OSError, EOFError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"{path}: not a readable .npy file ({reason}): re-run bertkit "
+                        f"prepare") from None
+
+
+def verify_shards(data_dir: str | os.PathLike) -> None:
+    """Check a data directory before training reads it: every shard file against its sha256 in
+    the manifest, and every token id inside the vocabulary. One streaming pass over the bytes
+    (about a second per GB); a one-line UserError naming the first bad file."""
+    data = Path(data_dir)
+    manifest = load_manifest(data)
+    dtype = np.dtype(manifest["dtype"])
+    vocab = manifest["tokenizer"]["vocab_size"]
+    root = data / "shards"
+    for shard in manifest["shards"]:
+        for suffix, digest in shard["files"].items():
+            path = root / f"{shard['name']}.{suffix}"
+            if not path.is_file():
+                raise UserError(f"{path}: shard file missing: re-run bertkit prepare")
+            digest_now, low, high = hashlib.sha256(), 0, -1
+            with open(path, "rb") as f:
+                while block := f.read(1 << 22):  # a multiple of every id's size
+                    digest_now.update(block)
+                    if suffix == "tokens.bin" and len(block) % dtype.itemsize == 0:
+                        ids = np.frombuffer(block, dtype=dtype)
+                        low, high = min(low, int(ids.min())), max(high, int(ids.max()))
+            if digest_now.hexdigest() != digest:
+                raise UserError(f"{path}: shard file is corrupt (checksum differs from "
+                                f"manifest.json): re-run bertkit prepare")
+            if low < 0 or high >= vocab:
+                raise UserError(f"{path}: token id {low if low < 0 else high} is outside the "
+                                f"vocabulary of {vocab} pieces: re-run bertkit prepare")
 
 
 def load_manifest(data_dir: str | os.PathLike) -> dict:

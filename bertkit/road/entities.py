@@ -34,7 +34,8 @@ from torch import nn
 
 from bertkit.config import TrainConfig
 from bertkit.embeddings.plots import project_2d
-from bertkit.files import UserError, atomic_file, atomic_path, read_json, read_lines
+from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_json,
+                           read_lines)
 from bertkit.training.loop import train
 
 CONFIG_FORMAT = "bertkit-recommender"
@@ -400,7 +401,7 @@ class EntitiesOptions:
     """Training ratings: CSV with userId, movieId, year, genres, rating (and title)."""
     dev: Path
     """Development ratings, same columns."""
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Output directory: a model directory per kind, metrics.json, movies.png."""
     kinds: tuple[str, ...] = KINDS
     """Models to train: "onehot", "dot" and/or "mlp"."""
@@ -450,6 +451,7 @@ def run_entities(options: EntitiesOptions) -> EntitiesResult:
         if kind not in KINDS:
             raise UserError(f"kinds must be among {', '.join(KINDS)}, got {kind!r}")
     out = Path(options.out)
+    check_not_input(out, [options.train, options.dev], names=["training file", "dev file"])
     train_rows, dev_rows = read_ratings(options.train), read_ratings(options.dev)
     categories = Categories.from_ratings(train_rows)
     train_data, dev_data = categories.encode(train_rows), categories.encode(dev_rows)

@@ -37,7 +37,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from bertkit.config import TrainConfig
-from bertkit.files import UserError, atomic_file, atomic_path, read_json, read_jsonl
+from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_json,
+                           read_jsonl)
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.road.bleu import corpus_bleu, corpus_chrf
 from bertkit.text.tokenizer import CLS, PAD, SEP, Tokenizer
@@ -443,7 +444,7 @@ class Seq2SeqOptions:
     """Training pairs: JSON lines of {"source": ..., "target": ...}."""
     dev: Path
     """Development pairs, same format: BLEU, chrF and the attention picture."""
-    out: Path
+    out: Path = field(metadata={"output": "directory"})
     """Output directory: one model directory per variant, metrics.json, attention.png."""
     variants: tuple[str, ...] = VARIANTS
     """Models to train: "attention" (additive attention) and/or "plain" (final state only)."""
@@ -498,6 +499,7 @@ def run_seq2seq(options: Seq2SeqOptions) -> Seq2SeqResult:
     if unknown or not options.variants:
         raise UserError(f"variants must be among {', '.join(VARIANTS)}, got {options.variants}")
     out = Path(options.out)
+    check_not_input(out, [options.train, options.dev], names=["training file", "dev file"])
     train_pairs = read_pairs(options.train)
     dev_pairs = read_pairs(options.dev)
     with tempfile.TemporaryDirectory() as tmp:

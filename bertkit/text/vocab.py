@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 import tokenizers
 from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
 
-from bertkit.files import UserError, read_lines
+from bertkit.files import UserError, check_not_input, read_lines
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_tokens,
                                     bert_pipeline, bert_template)
@@ -147,6 +147,7 @@ def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise UserError(f"vocab_size {vocab_size} is too small")
     sizes = [count_lines(f) for f in files]
+    check_not_input(out, list(files))
     # The trainer's own bars (merges, pruning) only make sense on a terminal.
     backend, trainer = _untrained(kind, vocab_size, cased, min_frequency,
                                   progress and sys.stderr.isatty())

@@ -173,9 +173,10 @@ def save_checkpoint(root: str | Path, step: int, *, model: nn.Module,
     opt_json = _flatten(opt_state, opt_tensors, "optimizer")
     tensors: dict[str, torch.Tensor] = {}
     state_json = _flatten(state, tensors, "state")
-    if path.exists():
-        shutil.rmtree(path)
-    with atomic_dir(path) as tmp:
+    # Saved again at the same step (a resumed run stopped where it was stopped before): the
+    # new checkpoint replaces the old one whole, and until then the old one stays.
+    replaced = [p.name for p in path.iterdir()] if path.is_dir() else []
+    with atomic_dir(path, replaces=replaced) as tmp:
         save_file(_unshared(model.state_dict()), str(tmp / "model.safetensors"))
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
         save_file(tensors, str(tmp / "state.safetensors"))

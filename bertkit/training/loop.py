@@ -60,6 +60,7 @@ from torch import nn
 from bertkit.config import TrainConfig
 from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
+from bertkit.runlock import RunLock
 from bertkit.runtime import choose_precision
 from bertkit.training.optimizer import default_param_groups, lr_factor, make_optimizer
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
@@ -262,7 +263,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
     """Train `model` on `batches` with `loss_fn` per `cfg`; see the module docstring."""
     out_dir = Path(out_dir)
     created = not out_dir.exists()
-    with _own_rng():
+    first_rank = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    with _own_rng(), RunLock(out_dir, enabled=first_rank):  # one run writes into out_dir
         run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
                      target_count, fingerprint, torch.device(device), find_unused_parameters,
                      show_progress)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from bertkit.config import TrainConfig
-from bertkit.files import atomic_file
+from bertkit.files import UserError, atomic_file
 
 # Writing, as training goes ------------------------------------------------------------------
 
@@ -33,10 +33,10 @@ class MetricsLog:
     def __init__(self, out_dir: Path, active: bool, resumed_step: int):
         self.path, self.active = out_dir / "metrics.jsonl", active
         if active and self.path.exists():
-            keep = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line)["step"] <= resumed_step]
+            keep = [r for r in read_metrics(self.path, announce=True)
+                    if r.get("step", 0) <= resumed_step]
             with atomic_file(self.path) as f:
-                f.write("".join(line + "\n" for line in keep))
+                f.write("".join(json.dumps(r) + "\n" for r in keep))
         self.file = open(self.path, "a", encoding="utf-8") if active else None
 
     def record(self, obj: dict) -> None:
@@ -73,13 +73,34 @@ def progress_line(step: int, cfg: TrainConfig, seconds: float, tokens: int,
 
 # Reading and drawing -----------------------------------------------------------------------
 
-def read_metrics(path: str | Path) -> list[dict]:
-    """The records of a metrics.jsonl file ([] if it does not exist)."""
+def read_metrics(path: str | Path, announce: bool = False) -> list[dict]:
+    """The records of a metrics.jsonl file ([] if it does not exist).
+
+    A last line cut short (the process was killed while writing it) is dropped, with a notice
+    on stderr when `announce`; any other line that is not a JSON object is a UserError."""
     path = Path(path)
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        elif number == len(lines):
+            if announce:
+                print(f"note: {path}:{number}: dropped a torn last line (the run was stopped "
+                      f"while writing it)", file=sys.stderr)
+        else:
+            raise UserError(f"{path}:{number}: not a JSON object: the run log is damaged")
+    return records
 
 
 Curves = dict[str, tuple[list[float], list[float]]]

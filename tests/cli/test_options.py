@@ -243,3 +243,52 @@ def test_a_nested_dataclass_is_built_from_its_own_defaults():
     with pytest.raises(UserError, match="^give steps$"):
         command.read(p.parse_args([]))
     assert command.read(p.parse_args(["--steps", "3"])) == [Run(stop=Stop(steps=3))]
+
+
+# Outputs that would clobber inputs ------------------------------------------------------------
+
+_WRITES = ("Output", "Directory for", "Run directory", "Where to save", "PNG")
+
+
+def test_every_path_a_command_writes_is_an_output_and_every_other_an_input():
+    from bertkit.cli.main import COMMANDS
+
+    for command in COMMANDS:
+        for opt in command.flags():
+            if opt.kind is Path:
+                writes = opt.help.startswith(_WRITES)
+                assert opt.output == writes, (command.name, opt.flag, opt.help)
+
+
+def _run(capsys, argv: list[str]) -> str:
+    from bertkit.cli.main import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+def test_an_output_that_is_an_input_is_refused_before_the_command_runs(tmp_path, capsys):
+    labelled = tmp_path / "s.jsonl"
+    text = '{"lemma": "bank", "synset": "a", "text": "the bank", "start": 4, "end": 8}\n' * 84
+    labelled.write_text(text, encoding="utf-8")
+    cases = [
+        (["predict", "--model", str(tmp_path / "m"), "--input", str(labelled), "--out",
+          str(tmp_path / "." / "s.jsonl")], "--out is the --input"),
+        (["wsd", "split", "--input", str(labelled), "--train-out", str(tmp_path / "t.jsonl"),
+          "--test-out", str(labelled)], "--test-out is the --input"),
+        (["wsd", "split", "--input", str(labelled), "--train-out", str(tmp_path / "t.jsonl"),
+          "--test-out", str(tmp_path / "t.jsonl")], "--train-out and --test-out name the same"),
+        (["embed", "--model", str(tmp_path), "--input", str(labelled), "--out",
+          str(tmp_path / "v.npy")], "--out is the --model"),
+        (["finetune", "classify", "--model", str(tmp_path), "--train", str(labelled), "--out",
+          str(tmp_path)], "--out is the --model"),
+        (["tokenizer", "train", "--input", str(labelled), "--out", str(tmp_path)],
+         "--out directory holds the --input"),
+    ]
+    (tmp_path / "v.npy").symlink_to(tmp_path)  # an output spelled otherwise
+    for argv, message in cases:
+        assert message in _run(capsys, argv), argv
+    assert labelled.read_text(encoding="utf-8") == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl", "v.npy"]

@@ -216,3 +216,110 @@ def test_unigram_tokenizer_uses_the_word_cache_exactly(tmp_path):
     vocab = tok.get_vocab()
     assert all(starts[i] == p.startswith("\u2581") for p, i in vocab.items()
                if i not in tok.special_ids)
+
+
+# Never lose a byte: a re-run, bad input, the user's files, shard checks ------------------------
+
+def _snapshot(data: Path) -> dict[str, bytes]:
+    return {p.relative_to(data).as_posix(): p.read_bytes() for p in sorted(data.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_rerun_with_bad_input_keeps_the_previous_output(tmp_path, tok_dir):
+    write_corpus(tmp_path / "c.txt", docs=40, seed=5)
+    kwargs = dict(shard_tokens=2000, chunk_bytes=4000, workers=1, progress=False)
+    prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "data", **kwargs)
+    before = _snapshot(tmp_path / "data")
+    # the bad line comes late: shards are written before it is found
+    lines = [json.dumps({"text": f"Kalo mine number {i} went to the pond."}) for i in range(400)]
+    (tmp_path / "late.jsonl").write_text("\n".join(lines + ["{not json"]) + "\n",
+                                         encoding="utf-8")
+    with pytest.raises(UserError, match=r"late.jsonl:401: not valid JSON"):
+        prepare([tmp_path / "late.jsonl"], tok_dir, tmp_path / "data", **kwargs)
+    assert _snapshot(tmp_path / "data") == before  # every byte as it was, still usable
+    assert load_split(tmp_path / "data", "train", verify=True).num_tokens > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "data", "late.jsonl"]
+
+
+def test_a_rerun_keeps_the_users_files_and_drops_only_its_own(tmp_path, tok_dir):
+    write_corpus(tmp_path / "c.txt", docs=60, seed=6)
+    kwargs = dict(chunk_bytes=4000, workers=1, progress=False)
+    data = tmp_path / "data"
+    old = prepare([tmp_path / "c.txt"], tok_dir, data, shard_tokens=2000, **kwargs)
+    assert len(old["shards"]) >= 3
+    (data / "shards" / "notes.csv").write_text("mine\n", encoding="utf-8")
+    (data / "tokenizer" / "NOTES.txt").write_text("also mine\n", encoding="utf-8")
+    (data / "README").write_text("about this corpus\n", encoding="utf-8")
+    new = prepare([tmp_path / "c.txt"], tok_dir, data, shard_tokens=10**6, **kwargs)
+    assert len(new["shards"]) == 1
+    assert (data / "shards" / "notes.csv").read_text(encoding="utf-8") == "mine\n"
+    assert (data / "tokenizer" / "NOTES.txt").read_text(encoding="utf-8") == "also mine\n"
+    assert (data / "README").read_text(encoding="utf-8") == "about this corpus\n"
+    shard_files = {p.name for p in (data / "shards").iterdir()} - {"notes.csv"}
+    assert shard_files == {f"shard_00000.{suffix}" for suffix in
+                           ("tokens.bin", "sentences.npy", "documents.npy", "heldout.npy",
+                            "counts.npy", "json")}
+    assert "shards/notes.csv" not in new["files"] and "shards/shard_00000.json" in new["files"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "data"]
+
+
+def test_prepare_refuses_an_output_that_is_an_input(tmp_path, tok_dir):
+    write_corpus(tmp_path / "c.txt", docs=5)
+    before = _snapshot(tok_dir)
+    with pytest.raises(UserError, match="is the tokenizer"):
+        prepare([tmp_path / "c.txt"], tok_dir, tok_dir / ".." / tok_dir.name, progress=False)
+    with pytest.raises(UserError, match="holds the corpus file"):
+        prepare([tmp_path / "c.txt"], tok_dir, tmp_path, progress=False)
+    assert _snapshot(tok_dir) == before
+
+
+@pytest.mark.slow
+def test_prepare_into_a_directory_in_use_is_refused(tmp_path, tok_dir):
+    from bertkit.runlock import RunLock
+
+    write_corpus(tmp_path / "c.txt", docs=5)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from bertkit.runlock import RunLock\n"
+                               "with RunLock(sys.argv[1]):\n"
+                               "    print('held', flush=True); time.sleep(60)",
+                               str(tmp_path / "data")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(UserError, match=rf"data is in use by pid {holder.pid} on "):
+            prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "data", progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunLock(tmp_path / "data"):  # the dead holder's lock is taken over
+        pass
+
+
+def test_an_interrupted_rerun_keeps_the_previous_output_and_resumes(tmp_path, tok_dir,
+                                                                    monkeypatch, capsys):
+    from bertkit.pretraining import shards
+
+    write_corpus(tmp_path / "old.txt", docs=10, seed=7)
+    write_corpus(tmp_path / "c.txt", docs=200, seed=8)
+    kwargs = dict(shard_tokens=2000, chunk_bytes=4000, workers=1, progress=False)
+    full = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "full", **kwargs)
+    prepare([tmp_path / "old.txt"], tok_dir, tmp_path / "data", **kwargs)
+    before = _snapshot(tmp_path / "data")
+    close = shards.ShardWriter.close
+
+    def interrupted_after_two(self):
+        if self.index == 2:
+            raise KeyboardInterrupt
+        return close(self)
+
+    monkeypatch.setattr(shards.ShardWriter, "close", interrupted_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "data", **kwargs)
+    assert _snapshot(tmp_path / "data") == before  # the previous output, untouched
+    assert (tmp_path / ".data.prepare" / "shards" / "shard_00001.json").is_file()
+    monkeypatch.undo()
+    capsys.readouterr()
+    resumed = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "data", **kwargs)
+    assert "resuming after 2 finished shard(s)" in capsys.readouterr().err
+    assert resumed["shards"] == full["shards"]
+    assert all_tokens(tmp_path / "data").tolist() == all_tokens(tmp_path / "full").tolist()
+    assert not (tmp_path / ".data.prepare").exists()

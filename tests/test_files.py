@@ -1,0 +1,187 @@
+"""Outputs never lose a byte: directories replaced whole, outputs that would clobber inputs refused."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import bertkit.files as files
+from bertkit.files import UserError, atomic_dir, check_not_input, publish_dir
+from bertkit.model.hub import load_pretraining_model, save_model
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def _old_run(path: Path) -> None:
+    """A run directory: a model (config + weights), a checkpoint and a log beside it."""
+    (path / "checkpoints" / "step-1").mkdir(parents=True)
+    (path / "checkpoints" / "step-1" / "model.safetensors").write_bytes(b"ckpt")
+    (path / "metrics.jsonl").write_text('{"step": 1}\n', encoding="utf-8")
+    (path / "config.json").write_text("old", encoding="utf-8")
+    (path / "weights.bin").write_bytes(b"old weights")
+
+
+def test_an_existing_directory_is_replaced_whole_keeping_what_the_block_did_not_write(tmp_path):
+    _old_run(tmp_path / "run")
+    (tmp_path / "run" / "stale.bin").write_bytes(b"from an earlier save")
+    with atomic_dir(tmp_path / "run", replaces=["stale.bin"]) as tmp:
+        (tmp / "config.json").write_text("new", encoding="utf-8")
+        (tmp / "weights.bin").write_bytes(b"new weights")
+    assert _tree(tmp_path / "run") == {
+        "checkpoints/step-1/model.safetensors": b"ckpt", "config.json": b"new",
+        "metrics.jsonl": b'{"step": 1}\n', "weights.bin": b"new weights"}
+    assert os.listdir(tmp_path) == ["run"]  # no temporary directory left
+
+
+def test_a_failed_block_leaves_the_old_directory_and_no_temporary_one(tmp_path):
+    _old_run(tmp_path / "run")
+    before = _tree(tmp_path / "run")
+    with pytest.raises(RuntimeError):
+        with atomic_dir(tmp_path / "run") as tmp:
+            (tmp / "config.json").write_text("new", encoding="utf-8")
+            raise RuntimeError("killed midway")
+    assert _tree(tmp_path / "run") == before
+    assert os.listdir(tmp_path) == ["run"]
+
+
+def test_without_an_exchange_two_renames_still_publish_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    _old_run(tmp_path / "run")
+    with atomic_dir(tmp_path / "run") as tmp:
+        (tmp / "config.json").write_text("new", encoding="utf-8")
+    assert (tmp_path / "run" / "config.json").read_text(encoding="utf-8") == "new"
+    assert (tmp_path / "run" / "weights.bin").read_bytes() == b"old weights"
+    assert os.listdir(tmp_path) == ["run"]
+
+
+def test_saving_a_model_that_fails_at_the_swap_leaves_the_old_model(tmp_path, monkeypatch, tiny):
+    old, new = tiny.model(seed=0), tiny.model(seed=1)
+    save_model(old, tmp_path / "m")
+    before = _tree(tmp_path / "m")
+
+    def fail(a, b):
+        raise OSError("the machine went down")
+
+    monkeypatch.setattr(files, "_exchange", fail)
+    with pytest.raises(OSError):
+        save_model(new, tmp_path / "m")
+    assert _tree(tmp_path / "m") == before
+    assert os.listdir(tmp_path) == ["m"]
+    monkeypatch.undo()
+    save_model(new, tmp_path / "m")
+    loaded = load_pretraining_model(tmp_path / "m").state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in new.state_dict().items())
+
+
+_KILLER = textwrap.dedent("""
+    import os, shutil, signal, sys
+    from pathlib import Path
+    import bertkit.files as files
+
+    target, die_at = Path(sys.argv[1]), int(sys.argv[2])
+    calls = 0
+
+    def counted(fn):
+        def step(*args, **kwargs):
+            global calls
+            calls += 1
+            if calls == die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return fn(*args, **kwargs)
+        return step
+
+    for name in ("replace", "rename", "link", "unlink", "rmdir"):
+        setattr(os, name, counted(getattr(os, name)))
+    shutil.rmtree = counted(shutil.rmtree)
+    files._exchange = counted(files._exchange)
+    with files.atomic_dir(target) as tmp:
+        (tmp / "config.json").write_text("new", encoding="utf-8")
+        counted(lambda: None)()
+        (tmp / "weights.bin").write_bytes(b"new weights")
+    print("finished", calls)
+""")
+
+
+@pytest.mark.slow
+def test_a_kill_at_any_instant_of_a_save_leaves_the_old_or_the_new_directory_whole(tmp_path):
+    """SIGKILL at each file-system step of replacing a run's model, one process per step."""
+    outcomes = set()
+    for die_at in range(1, 40):
+        root = tmp_path / str(die_at)
+        _old_run(root / "run")
+        done = subprocess.run([sys.executable, "-c", _KILLER, str(root / "run"), str(die_at)],
+                              capture_output=True, text=True, env={**os.environ},
+                              cwd=Path(__file__).parent.parent)
+        tree = _tree(root / "run")
+        model = (tree.get("config.json"), tree.get("weights.bin"))
+        assert model in {(b"old", b"old weights"), (b"new", b"new weights")}, (die_at, tree)
+        assert tree["checkpoints/step-1/model.safetensors"] == b"ckpt"
+        assert tree["metrics.jsonl"] == b'{"step": 1}\n'
+        outcomes.add(model[0])
+        if done.returncode == 0:
+            assert done.stdout.startswith("finished")
+            assert os.listdir(root) == ["run"]
+            break
+        assert done.returncode == -9, done.stderr
+    else:
+        pytest.fail("the save never finished")
+    assert outcomes == {b"old", b"new"}  # kills landed both before and after the swap
+
+
+def test_publish_dir_into_a_new_path_is_one_rename(tmp_path):
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "a").write_text("1", encoding="utf-8")
+    publish_dir(tmp_path / "new", tmp_path / "out")
+    assert _tree(tmp_path / "out") == {"a": b"1"} and not (tmp_path / "new").exists()
+
+
+def test_an_output_that_is_an_input_is_refused_however_spelled(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text("{}\n", encoding="utf-8")
+    os.link(data, tmp_path / "hard.jsonl")
+    (tmp_path / "soft.jsonl").symlink_to(data)
+    (tmp_path / "sub").mkdir()
+    for out in (data, tmp_path / "." / "data.jsonl", tmp_path / "hard.jsonl",
+                tmp_path / "soft.jsonl"):
+        with pytest.raises(UserError, match=r"output is the input .*data.jsonl"):
+            check_not_input(out, [data])
+    with pytest.raises(UserError, match=r"--out is the --model"):
+        check_not_input(tmp_path, [tmp_path / "sub" / ".."], what="--out", names=["--model"])
+    with pytest.raises(UserError, match=r"output directory holds the input"):
+        check_not_input(tmp_path, [data])
+    check_not_input(tmp_path / "new.jsonl", [data])  # a new file is fine
+    check_not_input(tmp_path / "sub", [data])  # so is a directory beside it
+    check_not_input(None, [data])  # stdout
+    assert data.read_text(encoding="utf-8") == "{}\n"
+
+
+def test_a_linked_output_directory_is_replaced_where_the_link_points(tmp_path):
+    _old_run(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with atomic_dir(tmp_path / "link") as tmp:
+        (tmp / "config.json").write_text("new", encoding="utf-8")
+    assert (tmp_path / "link").is_symlink()
+    assert (tmp_path / "real" / "config.json").read_text(encoding="utf-8") == "new"
+    assert (tmp_path / "real" / "weights.bin").read_bytes() == b"old weights"
+    assert sorted(os.listdir(tmp_path)) == ["link", "real"]
+
+
+def test_the_library_writers_refuse_an_output_that_is_an_input(tmp_path):
+    from bertkit.finetuning.recipe import finetune
+    from bertkit.text.vocab import train_tokenizer
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat on the mat\n" * 20, encoding="utf-8")
+    with pytest.raises(UserError, match="output directory holds the input"):
+        train_tokenizer([corpus], vocab_size=40, out=tmp_path, progress=False)
+    with pytest.raises(UserError, match="output is the model"):
+        finetune("classify", tmp_path, corpus, None, tmp_path / ".")
+    assert sorted(os.listdir(tmp_path)) == ["c.txt"]

@@ -1,0 +1,38 @@
+"""The run log: a last line torn by a kill is dropped with a notice, so --resume goes on."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bertkit.config import TrainConfig
+from bertkit.files import UserError
+from bertkit.pretraining import objectives
+from bertkit.training.loop import train
+from bertkit.training.runlog import read_metrics
+
+
+def test_resume_goes_on_past_a_torn_last_line(tmp_path, tiny, capsys):
+    cfg = TrainConfig(max_steps=4, lr=1e-3, save_every=2, log_every=1)
+    train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
+          save=tiny.no_save, show_progress=False)
+    log = tmp_path / "run" / "metrics.jsonl"
+    with open(log, "a", encoding="utf-8") as f:
+        f.write('{"step": 5, "split": "tra')  # killed while writing step 5
+    capsys.readouterr()
+    result = train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(),
+                   cfg.replace(max_steps=6, resume=True), tmp_path / "run", save=tiny.no_save,
+                   show_progress=False)
+    assert result.step == 6
+    assert "metrics.jsonl:5: dropped a torn last line" in capsys.readouterr().err
+    steps = [json.loads(line)["step"] for line in log.read_text(encoding="utf-8").splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_damaged_line_before_the_last_is_one_error(tmp_path):
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 1}\n{"step": 2, oops\n{"step": 3}\n', encoding="utf-8")
+    with pytest.raises(UserError, match=r"metrics.jsonl:2: not a JSON object"):
+        read_metrics(log)
+    log.write_text('{"step": 1}\n{"step": 2, oops\n\n', encoding="utf-8")
+    assert read_metrics(log) == [{"step": 1}]
