@@ -44,7 +44,7 @@ from bertkit.pretraining.corpus import check_tokenizer, load_manifest
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
-from bertkit.pretraining.recipe import MASKING, SBO_FILE
+from bertkit.pretraining.recipe import SBO_FILE
 from bertkit.text.tokenizer import Tokenizer
 
 GOOD, BAD = "sentence_good", "sentence_bad"
@@ -59,7 +59,9 @@ class LMEvalOptions:
     max_lines: int | None = None
     """Text file: score at most this many non-blank lines; none: all."""
     mask_rate: float = 0.15
-    """Text file: share of each line's pieces masked for masked-token accuracy (at least one)."""
+    """Share of the pieces masked for masked-token accuracy: of each line of a text file (at
+    least one), or of the held-out rows of a prepared directory (pretraining logs its own
+    --mlm-prob: give the same rate to reproduce its figures)."""
     seed: int = 0
     """Text file: seed of the masked sample; prepared directory: pretraining's --seed (the
     held-out masks are drawn as pretraining draws them)."""
@@ -68,8 +70,8 @@ class LMEvalOptions:
     "": no groups."""
     objective: str = field(default="mlm", metadata={"choices": OBJECTIVES})
     """Prepared directory: the objective pretraining ran with."""
-    masking: str = field(default="token", metadata={"choices": MASKING})
-    """Prepared directory: pretraining's --masking."""
+    whole_word: bool = False
+    """Prepared directory: mask whole words (pretraining's --whole-word)."""
     seq_len: int = 128
     """Prepared directory: pretraining's --seq-len."""
     pretrain_batch_size: int = 32
@@ -85,9 +87,6 @@ class LMEvalOptions:
         if self.objective not in OBJECTIVES:
             raise UserError(f"unknown objective {self.objective!r}; choose one of "
                             f"{', '.join(OBJECTIVES)}")
-        if self.masking not in MASKING:
-            raise UserError(f"unknown masking {self.masking!r}; choose one of "
-                            f"{', '.join(MASKING)}")
         if self.seq_len < 8 or self.pretrain_batch_size < 1 or self.eval_batches < 1:
             raise UserError("--seq-len must be at least 8, --pretrain-batch-size and "
                             "--eval-batches at least 1")
@@ -158,7 +157,7 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
     default 32) and the keyword arguments `heldout`.
     """
     if isinstance(texts, (str, os.PathLike)):
-        return heldout_scores(model, texts, seed=seed, device=device,
+        return heldout_scores(model, texts, seed=seed, device=device, mask_rate=mask_rate,
                               batch_size=batch_size or 32, **heldout)
     batch_size = batch_size or 64
     if not 0 < mask_rate <= 1:
@@ -212,12 +211,12 @@ _HELDOUT_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss", "eval_ppl": "perp
 
 def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_len: int = 128,
                     batch_size: int = 32, eval_batches: int = 20, seed: int = 0,
-                    whole_word: bool = False) -> list[dict]:
+                    whole_word: bool = False, mask_rate: float = 0.15) -> list[dict]:
     """The held-out batches `bertkit pretrain` evaluates on for these settings (its --seed is
     `seed`; pretraining draws the held-out masks from seed + 1)."""
     held = PretrainingBatches(data_dir, objective=objective, seq_len=seq_len,
                               batch_size=batch_size, split="heldout", seed=seed + 1, prefetch=0,
-                              masking=MaskingConfig(whole_word=whole_word))
+                              masking=MaskingConfig(mlm_prob=mask_rate, whole_word=whole_word))
     batches = []
     for batch in held:
         batches.append(batch)
@@ -228,7 +227,7 @@ def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_
 
 def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: str = "mlm",
                    seq_len: int = 128, batch_size: int = 32, eval_batches: int = 20,
-                   seed: int = 0, whole_word: bool = False,
+                   seed: int = 0, whole_word: bool = False, mask_rate: float = 0.15,
                    device: str | torch.device = "cpu") -> dict[str, float]:
     """`objectives.evaluate_lm` over `heldout_batches`: accuracy, loss, perplexity, tokens
     (and nsp_accuracy for mlm+nsp, sbo_loss for span when the model has the span head)."""
@@ -237,7 +236,7 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
                         "(sbo.safetensors); evaluate with --objective mlm")
     batches = heldout_batches(data_dir, objective=objective, seq_len=seq_len,
                               batch_size=batch_size, eval_batches=eval_batches, seed=seed,
-                              whole_word=whole_word)
+                              whole_word=whole_word, mask_rate=mask_rate)
     device = torch.device(device)
     was_training = model.training
     model.eval()
@@ -426,7 +425,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
         figures = heldout_scores(model, inp, objective=opts.objective, seq_len=opts.seq_len,
                                  batch_size=opts.pretrain_batch_size,
                                  eval_batches=opts.eval_batches, seed=opts.seed,
-                                 whole_word=opts.masking == "whole-word", device=device)
+                                 whole_word=opts.whole_word, mask_rate=opts.mask_rate,
+                                 device=device)
         return {"kind": "heldout", **figures}
     if is_pairs_file(inp):
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,

@@ -220,15 +220,18 @@ def prepared(tmp_path_factory, tiny):
 def test_masked_token_scores_on_a_prepared_directory_equal_evaluate_lm(prepared, tmp_path,
                                                                        objective, masking):
     from bertkit.pretraining.masking import MaskingConfig
-    from bertkit.pretraining.recipe import PretrainOptions, _heldout_batches
+    from bertkit.pretraining.recipe import PretrainMasking, PretrainOptions, _heldout_batches
 
     data, tokenizer = prepared
     model = _model(tokenizer, seed=4)
+    rate, whole_word = 0.15, masking == "whole-word"
     opts = PretrainOptions(data=data, out=tmp_path / "run", preset="tiny", objective=objective,
-                           masking=masking, seq_len=32, batch_size=8, eval_batches=3)
+                           masking=PretrainMasking(mlm_prob=rate, whole_word=whole_word),
+                           seq_len=32, batch_size=8, eval_batches=3)
     # what `pretrain` evaluates on with --seed 5
     held = _heldout_batches(opts, dict(objective=objective, seq_len=32,
-                                       masking=MaskingConfig(whole_word=masking == "whole-word")),
+                                       masking=MaskingConfig(mlm_prob=rate,
+                                                             whole_word=whole_word)),
                             5 + 1)
     want = objectives.evaluate_lm(model, held, objective)
     got = masked_token_scores(model, tokenizer, data, seed=5, batch_size=8, objective=objective,
