@@ -1,0 +1,321 @@
+"""Pretraining quality side by side: the same corpus, tokenizer and wall-clock budget for
+bertkit's default recipe and for two transformers recipes, each judged by the same functions.
+
+    .venv/bin/python bench/pretrain_quality.py --data runs/data --minutes 30 --out runs/quality
+    .venv/bin/python bench/pretrain_quality.py --data runs/data --minutes 5 --sides bert,modernbert \
+        --heldout heldout.txt --max-heldout-lines 2000 --out runs/quality-5
+
+The sides, each trained for --minutes of training steps (model building, saving and
+evaluation are not counted):
+- bertkit: `bertkit.pretraining.recipe.pretrain` with every option at its default (the modern
+  architecture, 30% masking, warmup-stable-decay at 2e-3, --precision auto), only the preset
+  and the time budget given.
+- bert: transformers' `BertForMaskedLM` trained the `run_mlm.py` way: rows of 128 tokens,
+  `DataCollatorForLanguageModeling` at 15%, dropout 0.1, AdamW (lr 5e-4, weight decay 0.01 off
+  biases and LayerNorm, betas 0.9 / 0.999, eps 1e-6), gradient norm clipped at 1, 6% linear
+  warm-up then linear decay to 0, batch 32, fp32.
+- modernbert: transformers' `ModernBertForMaskedLM` of the same width and depth (the feed-forward
+  width of bertkit's modern preset, global attention in every layer, no dropout), 30% masking
+  by the same collator, the head and the loss at the masked rows only (`sparse_prediction`),
+  lr 2e-3 with the same warm-up and decay, fp32 (bf16 autocast where
+  `bertkit.runtime.choose_precision` measures bf16 faster).
+The transformers schedules run on elapsed time: progress = training seconds / budget.
+
+All three read the train split of --data through bertkit's own reader (`PretrainingBatches`):
+bertkit masks its packed rows itself; the transformers sides take the same kind of packed rows
+of 128 ids, unmasked (the "clm" rows, which are the "mlm" rows before masking, in another
+shuffle), and mask them with the collator. Each side's model is saved as a Hugging Face
+directory under --out/SIDE, loaded back with `bertkit.model.hub.load_pretraining_model`, and
+scored by `bertkit.pretraining.evaluation`: masked-token accuracy and loss at 15% (seed 0) on
+--heldout (text lines, or .jsonl with "text"; default: the held-out split of --data), and
+minimal-pair accuracy on --pairs. The table and --out/results.json give them with the steps,
+tokens and tokens/s of each side.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bertkit.config import PRESETS, preset  # noqa: E402
+from bertkit.files import UserError, atomic_dir, read_jsonl, read_lines, write_json  # noqa: E402
+from bertkit.model.heads import IGNORE_INDEX  # noqa: E402
+from bertkit.model.hub import load_pretraining_model  # noqa: E402
+from bertkit.pretraining.evaluation import masked_token_scores, minimal_pairs, read_pairs  # noqa: E402
+from bertkit.pretraining.examples import PretrainingBatches  # noqa: E402
+from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, pretrain  # noqa: E402
+from bertkit.runtime import choose_precision, describe, keep_freed_memory, physical_cores  # noqa: E402
+from bertkit.text.tokenizer import Tokenizer  # noqa: E402
+from bertkit.training.loop import autocast  # noqa: E402
+
+SIDES = ("bertkit", "bert", "modernbert")
+SEQ_LEN, BATCH_SIZE = 128, 32  # run_mlm.py's block size; bertkit's default batch
+WARMUP = 0.06
+HELDOUT_MASK_RATE, HELDOUT_SEED = 0.15, 0
+DEFAULT_PAIRS = Path(__file__).resolve().parent / "data" / "minimal_pairs.jsonl"
+
+
+# The two transformers recipes -------------------------------------------------------------------
+
+def packed_rows(data: Path, seed: int):
+    """Batches of unmasked packed rows [CLS] + 126 ids + [SEP] from the data's train split."""
+    batches = PretrainingBatches(data, objective="clm", seq_len=SEQ_LEN, batch_size=BATCH_SIZE,
+                                 seed=seed)
+    for batch in batches:
+        ids = batch["input_ids"]
+        attention = batch.get("attention_mask", torch.ones_like(ids))
+        yield ids, attention
+
+
+def linear_warmup_decay(peak: float, progress: float) -> float:
+    """Linear warm-up over the first WARMUP of the run, then linear decay to 0 at its end."""
+    if progress < WARMUP:
+        return peak * progress / WARMUP
+    return peak * max(0.0, (1.0 - progress) / (1.0 - WARMUP))
+
+
+def adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
+    """AdamW as transformers' Trainer sets it up: no weight decay on biases and norm weights."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.999), eps=1e-6)
+
+
+def train_transformers(side: str, model, hf_tokenizer, mlm_probability: float, lr: float,
+                       precision: str, data: Path, minutes: float, seed: int, log_every: int,
+                       device: torch.device) -> dict:
+    """A plain loop: collate, forward, backward, clip, step, until `minutes` of it are spent.
+    Collating counts as training time (run_mlm.py's data loader does it in the same process)."""
+    from transformers import DataCollatorForLanguageModeling
+
+    collator = DataCollatorForLanguageModeling(hf_tokenizer, mlm_probability=mlm_probability,
+                                               seed=seed, return_tensors="pt")
+    optimizer = adamw(model, lr)
+    model.to(device).train()
+    budget = minutes * 60.0
+    rows = packed_rows(data, seed)
+    step, tokens, elapsed = 0, 0, 0.0
+    while elapsed < budget:
+        start = time.perf_counter()
+        ids, attention = next(rows)
+        batch = collator([{"input_ids": i, "attention_mask": a}
+                          for i, a in zip(ids.tolist(), attention.tolist())])
+        batch = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "labels")}
+        for group in optimizer.param_groups:
+            group["lr"] = linear_warmup_decay(lr, elapsed / budget)
+        with autocast(device, precision):
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        logging = step % log_every == 0
+        if logging:
+            last_loss = loss.item()  # the only host sync, as in bertkit's loop
+        elif device.type == "cuda":
+            torch.cuda.synchronize(device)  # so that the clock sees the step's work
+        elapsed += time.perf_counter() - start
+        tokens += int(attention.sum())
+        if logging:
+            print(f"{side}: step {step}, loss {last_loss:.3f}, lr "
+                  f"{optimizer.param_groups[0]['lr']:.2e}, {tokens / elapsed:,.0f} tokens/s, "
+                  f"{elapsed / 60:.2f}/{minutes:g} min", file=sys.stderr)
+    return {"steps": step, "tokens": tokens, "train_seconds": elapsed, "precision": precision}
+
+
+def save_transformers(model, data: Path, path: Path) -> None:
+    """The model's save_pretrained plus the shared tokenizer's files, published whole."""
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp)
+        for file in (data / "tokenizer").iterdir():
+            if file.is_file():
+                shutil.copy2(file, tmp / file.name)
+
+
+def run_bert(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> dict:
+    from transformers import BertConfig, BertForMaskedLM
+
+    cfg = preset(args.preset, vocab_size=tokenizer.vocab_size, architecture="bert",
+                 hidden_dropout=0.1, attention_dropout=0.1, pad_token_id=tokenizer.pad_id)
+    hf = {k: v for k, v in cfg.to_hf().items() if k not in ("architectures", "model_type")}
+    torch.manual_seed(args.seed)  # transformers initialises from the global generator
+    model = BertForMaskedLM(BertConfig(**hf, attn_implementation="sdpa"))
+    figures = train_transformers("bert", model, hf_tokenizer, 0.15, 5e-4, "fp32", args.data,
+                                 args.minutes, args.seed, args.log_every, device)
+    save_transformers(model, args.data, args.out / "bert")
+    return figures
+
+
+def run_modernbert(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> dict:
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    cfg = preset(args.preset, vocab_size=tokenizer.vocab_size, architecture="modern",
+                 hidden_dropout=0.0, attention_dropout=0.0, local_window=0,
+                 pad_token_id=tokenizer.pad_id)
+    hf = {k: v for k, v in cfg.to_hf().items() if k not in ("architectures", "model_type")}
+    hf.update(cls_token_id=hf_tokenizer.cls_token_id, sep_token_id=hf_tokenizer.sep_token_id,
+              bos_token_id=hf_tokenizer.cls_token_id, eos_token_id=hf_tokenizer.sep_token_id,
+              sparse_prediction=True, sparse_pred_ignore_index=IGNORE_INDEX)
+    torch.manual_seed(args.seed)
+    model = ModernBertForMaskedLM(ModernBertConfig(**hf, attn_implementation="sdpa"))
+    precision, why = choose_precision(device)
+    print(f"modernbert: precision {precision} ({why})", file=sys.stderr)
+    figures = train_transformers("modernbert", model, hf_tokenizer, 0.3, 2e-3, precision,
+                                 args.data, args.minutes, args.seed, args.log_every, device)
+    save_transformers(model, args.data, args.out / "modernbert")
+    return figures
+
+
+# bertkit's default ------------------------------------------------------------------------------
+
+def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> dict:
+    result = pretrain(PretrainOptions(data=args.data, out=args.out / "bertkit", preset=args.preset,
+                                      device=str(device),
+                                      train=PretrainSchedule(max_time=args.minutes)))
+    return {"steps": result.step, "tokens": result.tokens,
+            "train_seconds": result.train_seconds,
+            "precision": "auto"}  # its log line says which it chose
+
+
+RUNNERS = {"bertkit": run_bertkit, "bert": run_bert, "modernbert": run_modernbert}
+
+
+# Judging: the same functions for every side -----------------------------------------------------
+
+def heldout_texts(path: Path, max_lines: int) -> list[str]:
+    """Non-blank lines of a text file, or the "text" of each record of a .jsonl file."""
+    texts = []
+    if path.suffix.lower() == ".jsonl":
+        for number, record in read_jsonl(path, "held-out file"):
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise UserError(f"{path}:{number}: expected an object with a \"text\" string")
+            texts.append(record["text"])
+            if len(texts) >= max_lines:
+                break
+    else:
+        for _, line in read_lines(path, "held-out file"):
+            if line.strip():
+                texts.append(line.strip())
+                if len(texts) >= max_lines:
+                    break
+    if not texts:
+        raise UserError(f"{path}: no text to score (an empty file)")
+    return texts
+
+
+def judge(model_dir: Path, heldout, pairs: list[dict], device: torch.device) -> dict:
+    with warnings.catch_warnings():  # a MaskedLM directory has no NSP head: none is used here
+        warnings.filterwarnings("ignore", message=".*initialised randomly")
+        model = load_pretraining_model(model_dir, device)
+    tokenizer = Tokenizer.load(model_dir)
+    masked = masked_token_scores(model, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE,
+                                 seed=HELDOUT_SEED, device=device)
+    return {"heldout": masked, "pairs": minimal_pairs(model, tokenizer, pairs, device=device)}
+
+
+def table(results: dict) -> str:
+    header = ("side", "steps", "tokens", "tokens/s", "held-out acc", "held-out loss",
+              "pairs acc")
+    rows = [header]
+    for side, r in results.items():
+        rows.append((side, f"{r['steps']:,}", f"{r['tokens']:,}", f"{r['tokens_per_s']:,.0f}",
+                     f"{r['heldout']['accuracy']:.4f}", f"{r['heldout']['loss']:.4f}",
+                     f"{r['pairs']['accuracy']:.4f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                               for i, (cell, w) in enumerate(zip(row, widths)))
+                     for row in rows)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", type=Path, required=True,
+                   help="directory written by `bertkit prepare` (its tokenizer/ is shared)")
+    p.add_argument("--minutes", type=float, required=True, help="training time of each side")
+    p.add_argument("--preset", default="mini", choices=tuple(PRESETS))
+    p.add_argument("--sides", default=",".join(SIDES),
+                   help=f"comma-separated subset of {', '.join(SIDES)}")
+    p.add_argument("--heldout", type=Path, default=None,
+                   help="text lines or .jsonl with \"text\" (default: the held-out split of --data)")
+    p.add_argument("--max-heldout-lines", type=int, default=2000)
+    p.add_argument("--pairs", type=Path, default=DEFAULT_PAIRS, help="minimal pairs (.jsonl)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="a new directory: one model directory per side and results.json")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: one per physical core)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the transformers sides")
+    p.add_argument("--log-every", type=int, default=10,
+                   help="steps between the transformers sides' progress lines (bertkit: its own)")
+    args = p.parse_args(argv)
+    args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    unknown = [s for s in args.sides if s not in SIDES]
+    if unknown or not args.sides:
+        p.error(f"--sides takes a subset of {', '.join(SIDES)}, got {', '.join(unknown) or 'none'}")
+    if args.minutes <= 0 or args.max_heldout_lines < 1 or args.log_every < 1:
+        p.error("--minutes, --max-heldout-lines and --log-every must be positive")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    from transformers import AutoTokenizer
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    torch.set_num_threads(args.threads or physical_cores())
+    kept = keep_freed_memory()  # as the training commands do, for every side alike
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if not (args.data / "manifest.json").is_file():
+        raise UserError(f"{args.data}: not a directory written by `bertkit prepare` "
+                        f"(no manifest.json)")
+    taken = [s for s in args.sides if (args.out / s).exists()]
+    if taken:
+        raise UserError(f"{args.out}: already holds {', '.join(taken)}; give a new --out")
+    tokenizer = Tokenizer.load(args.data / "tokenizer")
+    hf_tokenizer = AutoTokenizer.from_pretrained(args.data / "tokenizer")
+    heldout = (heldout_texts(args.heldout, args.max_heldout_lines) if args.heldout
+               else args.data)
+    pairs = read_pairs(args.pairs)
+    environment = describe(freed_memory_kept=kept)
+    print(environment, file=sys.stderr)
+
+    results = {}
+    for side in args.sides:
+        print(f"--- {side}: {args.minutes:g} min of training, preset {args.preset}",
+              file=sys.stderr)
+        figures = RUNNERS[side](args, tokenizer, hf_tokenizer, device)
+        figures["tokens_per_s"] = figures["tokens"] / max(figures["train_seconds"], 1e-9)
+        figures.update(judge(args.out / side, heldout, pairs, device))
+        results[side] = figures
+
+    report = {"environment": environment, "device": str(device), "preset": args.preset,
+              "minutes": args.minutes, "data": str(args.data),
+              "heldout": str(args.heldout) if args.heldout else f"{args.data} (held-out split)",
+              "heldout_mask_rate": HELDOUT_MASK_RATE, "pairs": str(args.pairs),
+              "sides": results}
+    write_json(args.out / "results.json", report)
+    print(f"\n{environment}\npreset {args.preset}, {args.minutes:g} min of training per side, "
+          f"held-out: {report['heldout']} at {HELDOUT_MASK_RATE:.0%}, pairs: {args.pairs}\n")
+    print(table(results))
+    print(f"\n{args.out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
