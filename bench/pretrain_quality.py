@@ -2,8 +2,8 @@
 bertkit's default recipe and for two transformers recipes, each judged by the same functions.
 
     .venv/bin/python bench/pretrain_quality.py --data runs/data --minutes 30 --out runs/quality
-    .venv/bin/python bench/pretrain_quality.py --data runs/data --minutes 5 --sides bert,modernbert \
-        --heldout heldout.txt --max-heldout-lines 2000 --out runs/quality-5
+    .venv/bin/python bench/pretrain_quality.py --data runs/data --minutes 5 \
+        --sides bert,modernbert --heldout heldout.txt --max-heldout-lines 2000 --out runs/quality-5
 
 The sides, each trained for --minutes of training steps (model building, saving and
 evaluation are not counted):
@@ -48,10 +48,12 @@ from bertkit.config import PRESETS, preset  # noqa: E402
 from bertkit.files import UserError, atomic_dir, read_jsonl, read_lines, write_json  # noqa: E402
 from bertkit.model.heads import IGNORE_INDEX  # noqa: E402
 from bertkit.model.hub import load_pretraining_model  # noqa: E402
-from bertkit.pretraining.evaluation import masked_token_scores, minimal_pairs, read_pairs  # noqa: E402
+from bertkit.pretraining.evaluation import (masked_token_scores, minimal_pairs,  # noqa: E402
+                                            read_pairs)
 from bertkit.pretraining.examples import PretrainingBatches  # noqa: E402
 from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, pretrain  # noqa: E402
-from bertkit.runtime import choose_precision, describe, keep_freed_memory, physical_cores  # noqa: E402
+from bertkit.runtime import (choose_precision, describe, keep_freed_memory,  # noqa: E402
+                             physical_cores)
 from bertkit.text.tokenizer import Tokenizer  # noqa: E402
 from bertkit.training.loop import autocast  # noqa: E402
 
@@ -247,7 +249,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sides", default=",".join(SIDES),
                    help=f"comma-separated subset of {', '.join(SIDES)}")
     p.add_argument("--heldout", type=Path, default=None,
-                   help="text lines or .jsonl with \"text\" (default: the held-out split of --data)")
+                   help="text lines or .jsonl with \"text\" (default: the held-out split of "
+                   "--data)")
     p.add_argument("--max-heldout-lines", type=int, default=2000)
     p.add_argument("--pairs", type=Path, default=DEFAULT_PAIRS, help="minimal pairs (.jsonl)")
     p.add_argument("--out", type=Path, required=True,
@@ -281,9 +284,8 @@ def main(argv=None) -> None:
     if not (args.data / "manifest.json").is_file():
         raise UserError(f"{args.data}: not a directory written by `bertkit prepare` "
                         f"(no manifest.json)")
-    taken = [s for s in args.sides if (args.out / s).exists()]
-    if taken:
-        raise UserError(f"{args.out}: already holds {', '.join(taken)}; give a new --out")
+    if args.out.exists() and any(args.out.iterdir()):  # results.json describes one run whole
+        raise UserError(f"{args.out}: not empty (an earlier comparison?); give a new --out")
     tokenizer = Tokenizer.load(args.data / "tokenizer")
     hf_tokenizer = AutoTokenizer.from_pretrained(args.data / "tokenizer")
     heldout = (heldout_texts(args.heldout, args.max_heldout_lines) if args.heldout
