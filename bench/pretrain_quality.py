@@ -101,8 +101,8 @@ def train_transformers(side: str, model, hf_tokenizer, mlm_probability: float, l
 
     collator = DataCollatorForLanguageModeling(hf_tokenizer, mlm_probability=mlm_probability,
                                                seed=seed, return_tensors="pt")
-    optimizer = adamw(model, lr)
     model.to(device).train()
+    optimizer = adamw(model, lr)
     budget = minutes * 60.0
     rows = packed_rows(data, seed)
     step, tokens, elapsed = 0, 0, 0.0
@@ -123,9 +123,9 @@ def train_transformers(side: str, model, hf_tokenizer, mlm_probability: float, l
         step += 1
         logging = step % log_every == 0
         if logging:
-            last_loss = loss.item()  # the only host sync, as in bertkit's loop
+            last_loss = loss.item()  # waits for the step, as a synchronize would
         elif device.type == "cuda":
-            torch.cuda.synchronize(device)  # so that the clock sees the step's work
+            torch.cuda.synchronize(device)  # so that the clock sees the whole step
         elapsed += time.perf_counter() - start
         tokens += int(attention.sum())
         if logging:
