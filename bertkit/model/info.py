@@ -67,10 +67,11 @@ class ModelInfo:
     def format(self) -> str:
         """A readable table: config line, then parameters per part (identical blocks folded)."""
         c = self.config
+        segments = c.type_vocab_size if c.architecture == "bert" else "none"
         lines = [f"{self.path}",
                  f"  layers {c.num_layers}, hidden {c.hidden_size}, heads {c.num_heads}, "
                  f"intermediate {c.intermediate_size}, vocab {c.vocab_size}, positions "
-                 f"{c.max_positions}, segments {c.type_vocab_size}, activation {c.activation}, "
+                 f"{c.max_positions}, segments {segments}, activation {c.activation}, "
                  f"weights {self.dtype}",
                  f"  architecture {c.architecture}" + (
                      f" (pre-LN, gated feed-forward, rotary positions, no biases"

@@ -146,3 +146,17 @@ def test_training_step_has_gradients_everywhere():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     assert all(not hasattr(m, "bias") or m.bias is None for m in model.encoder.modules()
                if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm)))
+
+
+def test_info_counts_every_weight_of_a_modern_directory(tmp_path):
+    from bertkit.model.encoder import num_parameters
+    from bertkit.model.info import info
+
+    model = tiny()
+    hub.save_model(model, tmp_path / "m")
+    report = info(tmp_path / "m")
+    assert report.total == num_parameters(model)
+    assert report.parts["final_norm"] == 32 and "pooler" not in report.parts
+    assert report.parts["block.0.attention"] == 4 * 32 * 32  # no norm before block 0
+    assert report.parts["block.1.attention"] == 4 * 32 * 32 + 32
+    assert "architecture modern" in report.format() and "segments none" in report.format()
