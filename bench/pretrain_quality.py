@@ -8,7 +8,7 @@ bertkit's default recipe and for two transformers recipes, each judged by the sa
 The sides, each trained for --minutes of training steps (model building, saving and
 evaluation are not counted):
 - bertkit: `bertkit.pretraining.recipe.pretrain` with every option at its default (the modern
-  architecture, 30% masking, warmup-stable-decay at 1e-3, --precision auto), only the preset
+  architecture, 40% masking, warmup-stable-decay at 1e-3, --precision auto), only the preset
   and the time budget given.
 - bert: transformers' `BertForMaskedLM` trained the `run_mlm.py` way: rows of 128 tokens,
   `DataCollatorForLanguageModeling` at 15%, dropout 0.1, AdamW (lr 5e-4, weight decay 0.01 off

@@ -52,7 +52,7 @@ on a laptop CPU (docs/pretraining.md, "Choosing the recipe")."""
 @dataclass
 class PretrainMasking(MaskingConfig):
     """MaskingConfig with pretraining's measured default rate (docs/pretraining.md)."""
-    mlm_prob: float = 0.3
+    mlm_prob: float = 0.4
     """Share of the non-special tokens of each sequence that are predicted (BERT 0.15; a
     higher rate learns more per step: Wettig et al. 2023, ModernBERT)."""
 
