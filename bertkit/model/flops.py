@@ -13,7 +13,8 @@ def _layer_flops(cfg: EncoderConfig, seq_len: int) -> tuple[float, float]:
     row pays; the output projection and feed-forward, which `Encoder.forward_rows` skips at
     the rows not asked for)."""
     H, I = cfg.hidden_size, cfg.intermediate_size
-    return 2 * 3 * H * H + 2 * 2 * seq_len * H, 2 * (H * H + 2 * H * I)
+    ffn = 3 if cfg.architecture == "modern" else 2  # the gated layer has two input projections
+    return 2 * 3 * H * H + 2 * 2 * seq_len * H, 2 * (H * H + ffn * H * I)
 
 
 def encoder_flops_per_token(cfg: EncoderConfig, seq_len: int) -> float:
@@ -28,7 +29,9 @@ def model_flops_per_token(cfg: EncoderConfig, seq_len: int, predicted_fraction: 
     and feed-forward, and the head, are paid only for the predicted fraction of positions.
     """
     H, V = cfg.hidden_size, cfg.vocab_size
-    skipped = (1 - predicted_fraction) * _layer_flops(cfg, seq_len)[1]
+    # ("modern" runs its last block on every row: rotary queries at a few rows do not pay)
+    skipped = 0.0 if cfg.architecture == "modern" else \
+        (1 - predicted_fraction) * _layer_flops(cfg, seq_len)[1]
     head = (2 * H * H + 2 * H * V) * predicted_fraction
     return 3.0 * (encoder_flops_per_token(cfg, seq_len) - skipped + head)
 
