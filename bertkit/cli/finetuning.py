@@ -37,6 +37,8 @@ def run_finetune(files: FinetuneFiles, cfg) -> int:
     tune_runtime()
     cfg = replace(cfg, show_progress=not files.quiet)
     result = finetune(files.task, files.model, files.train, files.dev, files.out, cfg)
+    if result.stopped_by == "interrupted":  # the loop said: checkpoint saved, go on with --resume
+        return 130
     shown = {k: round(v, 4) for k, v in result.dev_metrics.items()
              if isinstance(v, (int, float)) and not isinstance(v, bool)}
     print(f"saved {result.out_dir} ({result.steps} steps, {result.train_seconds:.0f} s, "

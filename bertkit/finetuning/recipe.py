@@ -14,6 +14,11 @@ Defaults follow what works for small BERTs: lr 5e-5 for the encoder and a larger
 freshly initialised head, 10% warm-up then linear decay, evaluation every epoch with early
 stopping on the dev metric, the best checkpoint kept; 3 epochs at batch 32 for sentences,
 10 epochs at batch 16 for tagging, where more, smaller steps pay.
+
+A run never loses its work: Ctrl-C or SIGTERM finishes the step and saves a checkpoint in
+OUT/checkpoints (so do `save_every` steps), and `resume=True` goes on from the latest one with
+the model, optimizer, schedule, generators, data position and best-so-far restored: the result
+equals that of an uninterrupted run, bit for bit.
 """
 from __future__ import annotations
 
@@ -99,10 +104,20 @@ class FinetuneConfig:
     max_time: float | None = None
     """Stop after this many minutes of training; without `epochs` the learning-rate schedule
     then decays over the time budget instead of the default epochs."""
+    save_every: int | None = None
+    """Steps between checkpoints in OUT/checkpoints, from which --resume goes on after a kill;
+    none: only Ctrl-C and SIGTERM save one. They are removed when the run ends."""
+    resume: bool = False
+    """Go on from the latest checkpoint in OUT/checkpoints (a run stopped by Ctrl-C, SIGTERM or
+    a kill), with the same settings; a fresh start if there is none."""
     device: str = "cpu"
     """Where the model trains: cpu, cuda, cuda:1, ..."""
     show_progress: bool = True
     """Progress lines on stderr."""
+
+
+# How a run is driven, not what it learns: free to differ between a run and its resume.
+_RUN_CONTROL = ("save_every", "resume", "device", "show_progress")
 
 
 @dataclass
@@ -113,6 +128,8 @@ class FinetuneResult:
     steps: int
     train_seconds: float
     stopped_by: str
+    """"max_steps", "max_time", "early_stop", or "interrupted" (Ctrl-C or SIGTERM: a checkpoint
+    is saved, no model; `resume` goes on)."""
     best_step: int | None
     task: Task
     """The task as saved: labels, columns, tuned thresholds."""
@@ -139,6 +156,8 @@ class EpochBatches:
     def __init__(self, items: list[Item], task: Task, batch_size: int, seed: int):
         self.items, self.task, self.batch_size, self.seed = items, task, batch_size, seed
         self.lengths = [len(it.ids) for it in items]
+        # the pass, and how many of its batches were handed out: a new iterator (a resumed
+        # run's) starts after them
         self.epoch, self.served = 0, 0
 
     def __len__(self) -> int:
@@ -147,9 +166,8 @@ class EpochBatches:
     def __iter__(self):
         g = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
         order = length_batches(self.lengths, self.batch_size, g)
-        skip, self.served = self.served, 0
-        for idx in order[skip:]:
-            self.served += 1
+        for idx in order[self.served:]:
+            self.served += 1  # counted from the pass's start, so a second resume lands right
             yield self.task.collate([self.items[i] for i in idx])
         self.epoch, self.served = self.epoch + 1, 0
 
@@ -210,9 +228,13 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
     """Train a task head (and the encoder) on `train_path`, keep the best dev checkpoint, and
     write it to `out_dir` as a Hugging Face directory with bertkit_task.json.
 
-    `task` is a name from `bertkit.finetuning.tasks.TASKS` or a Task class."""
+    `task` is a name from `bertkit.finetuning.tasks.TASKS` or a Task class. Stopped by Ctrl-C
+    or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in `out_dir`, from
+    which `cfg.resume` goes on."""
     cfg = cfg or FinetuneConfig()
     out_dir = Path(out_dir)
+    if cfg.save_every is not None and cfg.save_every < 1:
+        raise UserError(f"--save-every must be at least 1, got {cfg.save_every}")
     check_not_input(out_dir, [model_dir, train_path, dev_path],
                     names=["model", "training file", "dev file"])
     kind = task_type(task) if isinstance(task, str) else task
@@ -271,15 +293,20 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
         warmup_fraction=cfg.warmup, weight_decay=cfg.weight_decay, eps=1e-8,
         precision=cfg.precision, seed=cfg.seed, log_every=max(1, min(50, eval_every // 4)),
         eval_every=eval_every, best_mode="max", best_metric="dev_selection",
-        patience=cfg.patience, restore_best=True)
-    fingerprint = {"task": kind.name, "train": str(train_path), "config": dataclasses.asdict(cfg)}
+        patience=cfg.patience, restore_best=True, save_every=cfg.save_every, resume=cfg.resume)
+    # A checkpoint goes on only with the data and settings it was made with; one key per
+    # setting, so that a refusal names the setting that differs.
+    fingerprint = {"task": kind.name, "train": str(train_path),
+                   "dev": None if dev_path is None else str(dev_path),
+                   **{k: v for k, v in dataclasses.asdict(cfg).items() if k not in _RUN_CONTROL}}
     result = train(model, lambda m, batch: (setting.loss(m, batch), {}), batches, train_cfg,
                    out_dir, evaluate=evaluate,
                    param_groups=param_groups(model, cfg.lr, head_lr, cfg.weight_decay),
                    save=save, fingerprint=json.loads(json.dumps(fingerprint, default=str)),
                    device=cfg.device, show_progress=cfg.show_progress)
-    if result.stopped_by == "interrupted":
-        raise UserError(f"{out_dir}: interrupted at step {result.step}; no model was saved")
+    if result.stopped_by == "interrupted":  # the loop said where its checkpoint is
+        return FinetuneResult(out_dir, {}, result.step, result.train_seconds, result.stopped_by,
+                              result.best_step, setting)
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)  # the best one is the model
     return FinetuneResult(out_dir, final, result.step, result.train_seconds, result.stopped_by,
                           result.best_step, runner.task)

@@ -29,7 +29,7 @@ WORDS = POSITIVE + NEGATIVE + FILLER + PEOPLE + CITIES + [
 FAST = dict(lr=1e-2, head_lr=1e-2, warmup=0.0, show_progress=False, patience=None)
 
 
-def _tiny_bert(path: Path, architecture: str = "bert") -> Path:
+def _tiny_bert(path: Path, architecture: str = "bert", dropout: float = 0.0) -> Path:
     """A random 2-layer BERT (or "modern" encoder) with a vocabulary of the synthetic words,
     saved as a directory."""
     path.mkdir(parents=True, exist_ok=True)
@@ -38,8 +38,8 @@ def _tiny_bert(path: Path, architecture: str = "bert") -> Path:
     tokenizer = Tokenizer.from_vocab(path / "vocab.txt")
     cfg = EncoderConfig(architecture=architecture, vocab_size=len(vocab), hidden_size=32,
                         num_layers=2, num_heads=2,
-                        intermediate_size=64, max_positions=64, hidden_dropout=0.0,
-                        attention_dropout=0.0)
+                        intermediate_size=64, max_positions=64, hidden_dropout=dropout,
+                        attention_dropout=dropout)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         encoder = Encoder(cfg)
@@ -120,6 +120,13 @@ def quick_config():
 def tiny_bert(tmp_path_factory) -> Path:
     """Directory of a random 2-layer BERT whose vocabulary holds the synthetic words."""
     return _tiny_bert(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dropout(tmp_path_factory) -> Path:
+    """The same BERT with dropout 0.1: a run draws from the random generator at every step, as
+    a resumed run must draw alike."""
+    return _tiny_bert(tmp_path_factory.mktemp("tiny"), dropout=0.1)
 
 
 @pytest.fixture(scope="session")

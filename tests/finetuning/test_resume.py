@@ -1,0 +1,274 @@
+"""Fine-tuning goes on after an interruption: Ctrl-C or SIGTERM saves a checkpoint on the spot,
+a kill leaves the last --save-every one, and `resume` then ends with the model of an
+uninterrupted run, bit for bit (dropout on, best-checkpoint tracking and early stopping
+included), in process and through the command line."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.files import UserError
+from bertkit.finetuning import recipe
+from bertkit.finetuning.recipe import finetune
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _model_files(out: Path) -> dict:
+    """Every tensor the saved directory holds, by file and name."""
+    return {(f.name, k): v for f in sorted(out.glob("*.safetensors"))
+            for k, v in load_file(str(f)).items()}
+
+
+def _assert_same_model(a: Path, b: Path) -> None:
+    ta, tb = _model_files(a), _model_files(b)
+    assert ta and ta.keys() == tb.keys()
+    for key in ta:
+        assert ta[key].dtype == tb[key].dtype and bool((ta[key] == tb[key]).all()), key
+    assert json.loads((a / "dev_metrics.json").read_text()) == \
+        json.loads((b / "dev_metrics.json").read_text())
+
+
+def _signal_at(monkeypatch, batch: int, signum: int = signal.SIGTERM) -> None:
+    """The next `finetune` sends itself `signum` as it takes its `batch`-th batch, as if
+    Ctrl-C or a scheduler's SIGTERM came during that step."""
+    taken = [0]
+
+    class Signalling(recipe.EpochBatches):
+        def __iter__(self):
+            for b in super().__iter__():
+                taken[0] += 1
+                if taken[0] == batch:
+                    os.kill(os.getpid(), signum)
+                yield b
+
+    monkeypatch.setattr(recipe, "EpochBatches", Signalling)
+
+
+def _crash_at(monkeypatch, batch: int) -> None:
+    """The next `finetune` dies as it takes its `batch`-th batch, saving nothing (a kill)."""
+    taken = [0]
+
+    class Crashing(recipe.EpochBatches):
+        def __iter__(self):
+            for b in super().__iter__():
+                taken[0] += 1
+                if taken[0] == batch:
+                    raise KeyboardInterrupt  # a second Ctrl-C: the loop aborts, no checkpoint
+                yield b
+
+    monkeypatch.setattr(recipe, "EpochBatches", Crashing)
+
+
+# 160 training rows at batch 16: 10 steps an epoch, an evaluation at the end of each.
+SETTINGS = dict(epochs=3, batch_size=16)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_bert_dropout, task_files, quick_config, tmp_path_factory):
+    out = tmp_path_factory.mktemp("full") / "out"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the tests' runs (one_thread): sums in the same order
+    try:
+        result = finetune("classify", tiny_bert_dropout, task_files["train"],
+                          task_files["dev"], out, quick_config(**SETTINGS))
+    finally:
+        torch.set_num_threads(threads)
+    assert result.stopped_by == "max_steps" and result.steps == 30
+    return out, result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stops", [[4], [3, 4], [10], [12, 9]],
+                         ids=["mid-epoch", "twice-in-one-epoch", "at-an-evaluation",
+                              "twice-across-epochs"])
+def test_sigterm_then_resume_equals_an_uninterrupted_run(
+        uninterrupted, tiny_bert_dropout, task_files, quick_config, tmp_path, monkeypatch,
+        capsys, stops):
+    full, expected = uninterrupted
+    out, done = tmp_path / "out", 0
+    for i, batches in enumerate(stops):
+        with monkeypatch.context() as patch:
+            _signal_at(patch, batches)
+            result = finetune("classify", tiny_bert_dropout, task_files["train"],
+                              task_files["dev"], out,
+                              quick_config(**SETTINGS, resume=i > 0, show_progress=True))
+        done += batches
+        assert result.stopped_by == "interrupted" and result.steps == done
+        assert (out / f"checkpoints/step-{done:08d}/manifest.json").is_file()
+        assert not (out / "model.safetensors").exists()  # no model from a cut run
+        err = capsys.readouterr().err
+        assert f"saved a checkpoint at step {done}; continue with --resume" in err
+    result = finetune("classify", tiny_bert_dropout, task_files["train"], task_files["dev"],
+                      out, quick_config(**SETTINGS, resume=True, show_progress=True))
+    assert f"resumed from {out / 'checkpoints'}/step-{done:08d} at step {done}" in \
+        capsys.readouterr().err
+    assert (result.stopped_by, result.steps, result.best_step) == \
+        (expected.stopped_by, expected.steps, expected.best_step)
+    assert result.dev_metrics == expected.dev_metrics
+    _assert_same_model(full, out)
+    assert not (out / "checkpoints").exists()  # gone once the run is done
+    assert _records(out) == _records(full)  # each record once, none lost
+
+
+def _records(out: Path) -> list[tuple[int, str]]:
+    return [(r["step"], r["split"]) for r in map(json.loads, (out / "metrics.jsonl").open())]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_from_its_last_saved_checkpoint(
+        uninterrupted, tiny_bert_dropout, task_files, quick_config, tmp_path, monkeypatch,
+        capsys):
+    full, _ = uninterrupted
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        _crash_at(patch, 12)  # past the checkpoint at 8 and the best saved at 10
+        with pytest.raises(KeyboardInterrupt):
+            finetune("classify", tiny_bert_dropout, task_files["train"], task_files["dev"],
+                     out, quick_config(**SETTINGS, save_every=4))
+    assert [p.name for p in sorted((out / "checkpoints").glob("step-*"))] == \
+        ["step-00000004", "step-00000008"]
+    # a re-run without resume is refused, and the refusal names the way on
+    with pytest.raises(UserError, match="holds checkpoints of an earlier run: resume it "
+                                        r"\(--resume\)"):
+        finetune("classify", tiny_bert_dropout, task_files["train"], task_files["dev"], out,
+                 quick_config(**SETTINGS, save_every=4))
+    capsys.readouterr()
+    finetune("classify", tiny_bert_dropout, task_files["train"], task_files["dev"], out,
+             quick_config(**SETTINGS, resume=True, show_progress=True))
+    assert "at step 8" in capsys.readouterr().err
+    _assert_same_model(full, out)
+
+
+@pytest.mark.slow
+def test_early_stopping_counts_across_a_resume(tiny_bert, task_files, quick_config, tmp_path,
+                                               monkeypatch):
+    # A learning rate too small to change the dev score: the first evaluation (step 10) stays
+    # the best, and patience 2 stops the run at step 30. Cut at 25, the resumed run must know
+    # that one evaluation (step 20) has already gone by without a better score.
+    settings = dict(epochs=8, batch_size=16, lr=1e-12, head_lr=1e-12, patience=2)
+    whole = finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
+                     tmp_path / "whole", quick_config(**settings))
+    assert (whole.stopped_by, whole.steps, whole.best_step) == ("early_stop", 30, 10)
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 25)
+        cut = finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
+                       tmp_path / "cut", quick_config(**settings))
+    assert cut.stopped_by == "interrupted" and cut.best_step == 10
+    resumed = finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
+                       tmp_path / "cut", quick_config(**settings, resume=True))
+    assert (resumed.stopped_by, resumed.steps, resumed.best_step) == ("early_stop", 30, 10)
+    _assert_same_model(tmp_path / "whole", tmp_path / "cut")
+
+
+def test_a_resume_with_other_settings_is_refused(tiny_bert, task_files, quick_config,
+                                                 tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 2)
+        finetune("classify", tiny_bert, task_files["train"], task_files["dev"], out,
+                 quick_config(**SETTINGS))
+    with pytest.raises(UserError, match=r"checkpoint was made with lr = 0\.01, this run has "
+                                        r"0\.02"):
+        finetune("classify", tiny_bert, task_files["train"], task_files["dev"], out,
+                 quick_config(**SETTINGS, lr=0.02, resume=True))
+    with pytest.raises(UserError, match="--save-every must be at least 1, got 0"):
+        finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
+                 tmp_path / "other", quick_config(**SETTINGS, save_every=0))
+
+
+def test_resume_without_a_checkpoint_starts_afresh(tiny_bert, task_files, quick_config,
+                                                   tmp_path, capsys):
+    result = finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
+                      tmp_path / "out", quick_config(epochs=1, batch_size=16, resume=True,
+                                                     show_progress=True))
+    assert result.stopped_by == "max_steps" and result.steps == 10
+    assert "no checkpoint in" in capsys.readouterr().err
+
+
+# The command line: a real process killed with SIGKILL or stopped with SIGTERM --------------------
+
+def _cli_args(model: Path, files: dict) -> list[str]:
+    # 20 steps an epoch, 120 in all: time enough to stop the run well before its end
+    return ["finetune", "classify", "--model", str(model), "--train", str(files["train"]),
+            "--dev", str(files["dev"]), "--epochs", "6", "--batch-size", "8", "--lr", "1e-2",
+            "--head-lr", "1e-2", "--warmup", "0", "--patience", "none", "--save-every", "5",
+            "--quiet"]
+
+
+def _bertkit(args: list[str], **kw):
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return [sys.executable, "-m", "bertkit.cli", *args], dict(env=env, cwd=REPO, **kw)
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    command, kw = _bertkit(args)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, **kw)
+
+
+def _start_and_wait_for_a_checkpoint(args: list[str], out: Path, err_file: Path):
+    command, kw = _bertkit(args)
+    with open(err_file, "w") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, **kw)
+    deadline = time.time() + 240
+    while not list((out / "checkpoints").glob("step-*")) and time.time() < deadline:
+        assert proc.poll() is None, "the run ended before its first checkpoint: " + \
+            err_file.read_text()[-2000:]
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGSTOP)  # frozen wherever it is (even mid-save)
+    assert proc.poll() is None and not (out / "model.safetensors").exists()
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cli_uninterrupted(tiny_bert_dropout, task_files, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "full"
+    done = _run(_cli_args(tiny_bert_dropout, task_files) + ["--out", str(out)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_equals_an_uninterrupted_run(cli_uninterrupted, tiny_bert_dropout,
+                                                         task_files, tmp_path):
+    args = _cli_args(tiny_bert_dropout, task_files)
+    cut = tmp_path / "cut"
+    proc = _start_and_wait_for_a_checkpoint(args + ["--out", str(cut)], cut, tmp_path / "err")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    again = _run(args + ["--out", str(cut)])
+    assert again.returncode == 2 and "(--resume)" in again.stderr.strip().splitlines()[-1]
+    resumed = _run(args + ["--out", str(cut), "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stderr
+    _assert_same_model(cli_uninterrupted, cut)
+
+
+@pytest.mark.slow
+def test_sigterm_says_resume_and_resume_equals_an_uninterrupted_run(
+        cli_uninterrupted, tiny_bert_dropout, task_files, tmp_path):
+    args = _cli_args(tiny_bert_dropout, task_files)
+    cut, err = tmp_path / "cut", tmp_path / "err"
+    proc = _start_and_wait_for_a_checkpoint(args + ["--out", str(cut)], cut, err)
+    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(proc.pid, signal.SIGCONT)
+    assert proc.wait(timeout=120) == 130, err.read_text()[-2000:]
+    said = err.read_text()
+    assert "continue with --resume" in said and "Traceback" not in said
+    assert not (cut / "model.safetensors").exists()
+    resumed = _run(args + ["--out", str(cut), "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stderr
+    _assert_same_model(cli_uninterrupted, cut)
