@@ -108,6 +108,13 @@ class EncoderConfig:
         return dataclasses.replace(self, **changes)
 
     # Hugging Face config.json ------------------------------------------------------------
+    def _shared_hf(self) -> dict:
+        """The sizes, spelled alike in BertConfig and ModernBertConfig."""
+        return {"vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+                "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
+                "intermediate_size": self.intermediate_size,
+                "max_position_embeddings": self.max_positions}
+
     def to_hf(self) -> dict:
         if self.architecture == "modern":
             return self._to_modernbert()
@@ -115,12 +122,7 @@ class EncoderConfig:
         hf.update({
             "model_type": "bert",
             "architectures": hf.get("architectures", ["BertForPreTraining"]),
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "num_hidden_layers": self.num_layers,
-            "num_attention_heads": self.num_heads,
-            "intermediate_size": self.intermediate_size,
-            "max_position_embeddings": self.max_positions,
+            **self._shared_hf(),
             "type_vocab_size": self.type_vocab_size,
             "hidden_dropout_prob": self.hidden_dropout,
             "attention_probs_dropout_prob": self.attention_dropout,
@@ -139,12 +141,7 @@ class EncoderConfig:
         hf.update({
             "model_type": "modernbert",
             "architectures": hf.get("architectures", ["ModernBertForMaskedLM"]),
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "num_hidden_layers": self.num_layers,
-            "num_attention_heads": self.num_heads,
-            "intermediate_size": self.intermediate_size,
-            "max_position_embeddings": self.max_positions,
+            **self._shared_hf(),
             "hidden_activation": self.activation,
             "classifier_activation": self.activation,
             "initializer_range": self.initializer_range,
