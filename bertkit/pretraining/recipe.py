@@ -29,7 +29,8 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-from bertkit.config import ARCHITECTURES, ConfigError, PRESETS, TrainConfig, preset
+from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, PRESETS, Precision,
+                            Schedule, TrainConfig, preset)
 from bertkit.files import UserError
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
@@ -63,12 +64,10 @@ class PretrainSchedule(TrainConfig):
     lr: float = 1e-3
     """Peak learning rate, reached at the end of warm-up (1e-3 beat 2e-3 for "modern" mini;
     the 2018 "bert" recipe wants about 1e-4 to 5e-4)."""
-    schedule: str = field(default="wsd", metadata={"choices": ("linear", "cosine", "constant",
-                                                                "wsd")})
+    schedule: Schedule = "wsd"
     """Decay after warm-up: "linear" to min_lr_ratio, "cosine", "constant", or "wsd"
     (warmup-stable-decay: the peak until the last decay_fraction of the run, then linear)."""
-    precision: str = field(default="auto", metadata={"choices": ("auto", "fp32", "bf16",
-                                                                  "fp16")})
+    precision: Precision = "auto"
     """"auto": bf16 where this device multiplies it natively (a GPU that has it, a CPU
     measured at start to multiply bf16 faster than fp32), else fp32; or "fp32", "bf16",
     "fp16" (GPU, loss scaling)."""
@@ -84,7 +83,7 @@ class PretrainOptions:
     """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
     init: Path | None = None
     """Model directory to continue pretraining from (its architecture and size)."""
-    architecture: str = field(default="modern", metadata={"choices": ARCHITECTURES})
+    architecture: Architecture = "modern"
     """Architecture of a fresh model: "modern" (pre-LN, gated feed-forward, rotary positions,
     no biases; saved as ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining)."""
     dropout: float | None = None
