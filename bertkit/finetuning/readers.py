@@ -143,9 +143,10 @@ def _records(path: Path, fmt: str):
             yield number, obj, list(obj)
         return
     # csv joins quoted multi-line cells, so it gets the newlines back; its line_num is then
-    # the file's line number of a record's last line
+    # the file's line number of a record's last line. strict: a quote still open at the end of
+    # the file is an error, not one last cell that swallowed every row after it.
     reader = csv.reader((line + "\n" for _, line in read_lines(path)),
-                        delimiter="\t" if fmt == "tsv" else ",")
+                        delimiter="\t" if fmt == "tsv" else ",", strict=True)
     header, header_line = None, 0
     while True:
         number = reader.line_num + 1
@@ -154,6 +155,9 @@ def _records(path: Path, fmt: str):
         except StopIteration:
             return
         except csv.Error as e:
+            if "end of data" in str(e):
+                raise UserError(f"{path}:{number}: a quote opened on this line is never closed "
+                                f"(a quote inside a cell is written twice: \"\")") from None
             raise UserError(f"{path}:{reader.line_num}: not valid {fmt.upper()} ({e})") from None
         if not any(cell.strip() for cell in row):
             continue
@@ -166,6 +170,13 @@ def _records(path: Path, fmt: str):
             raise UserError(f"{path}:{number}: {len(row)} fields but the header (line "
                             f"{header_line}) has {len(header)}")
         yield number, dict(zip(header, row)), header
+
+
+def _one_line(path, number, value: str, column: str) -> None:
+    """A label never spans lines: one that does is rows swallowed by a quote left open."""
+    if "\n" in value:
+        raise UserError(f"{path}:{number}: column {column!r} spans several lines (a quote "
+                        f"left open? a quote inside a cell is written twice: \"\")")
 
 
 def _text_value(path, number, record, column, columns) -> str:
@@ -231,6 +242,8 @@ def read_text_examples(path: str | Path, *, text_column: str = "text",
                 _text_value(p, number, record, label_column, columns)  # raises, naming columns
             if record[label_column] is None:
                 raise UserError(f"{p}:{number}: no label (null in column {label_column!r})")
+            if fmt != "jsonl" and isinstance(record[label_column], str):
+                _one_line(p, number, record[label_column], label_column)
             label = _label_value(p, number, record[label_column], label_kind)
         if not text.strip() or (pair is not None and not pair.strip()):
             skipped += 1
@@ -272,10 +285,12 @@ def check_labels(examples: Iterable[TextExample], labels: Sequence[str]) -> None
 
 def read_conll(path: str | Path) -> list[TaggedSentence]:
     """Sentences of a CoNLL file: `token TAB tag` (or space-separated; with more columns the
-    tag is the last), a blank line between sentences, `-DOCSTART-` lines skipped."""
+    tag is the last, and every line of a sentence has as many columns as its first), a blank
+    line between sentences, `-DOCSTART-` lines skipped."""
     p = require_file(path)
     sentences: list[TaggedSentence] = []
     tokens, tags, lines = [], [], []
+    width, width_line = 0, 0  # every line of a sentence has as many columns as its first
 
     def flush():
         if tokens:
@@ -287,11 +302,18 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
         s = line.strip().lstrip("\ufeff")
         if not s or s.startswith("-DOCSTART-"):
             flush()
+            width = 0
             continue
         fields = [f.strip() for f in s.split("\t")] if "\t" in s else s.split()
         if len(fields) < 2 or not fields[-1] or not fields[0]:
             raise UserError(f"{p}:{number}: token {fields[0]!r} has no tag (expected "
                             f"TOKEN<TAB>TAG, a blank line between sentences)")
+        if not width:
+            width, width_line = len(fields), number
+        elif len(fields) != width:
+            raise UserError(f"{p}:{number}: {len(fields)} columns but line {width_line} has "
+                            f"{width} (the tag is the last column, so every line of a "
+                            f"sentence needs the same columns)")
         tokens.append(fields[0])
         tags.append(fields[-1])
         lines.append(number)
@@ -400,10 +422,19 @@ class _LineFinder:
         return f"{self.path}:{self.raw.count(chr(10), 0, at) + 1}" if at >= 0 else str(self.path)
 
 
-def _field(obj, key: str, kind, where: str):
-    if not isinstance(obj, dict) or key not in obj:
+def _field(obj, key: str, kind, where: str, default=...):
+    """obj[key], which must be of `kind` (bool is never an int here); `default` if absent."""
+    if not isinstance(obj, dict):
+        raise UserError(f"{where}: should be a JSON object, not {type(obj).__name__}")
+    if key not in obj:
+        if default is not ...:
+            return default
         raise UserError(f"{where}: missing {key!r}")
     value = obj[key]
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{where}: {key!r} should be true or false, not {value!r}")
+        return value
     if not isinstance(value, kind) or isinstance(value, bool):
         names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
         raise UserError(f"{where}: {key!r} should be {names}, not {type(value).__name__}")
@@ -425,36 +456,42 @@ def read_squad(path: str | Path, strict: bool = False) -> list[QAExample]:
     bad_answers = dropped = 0
     first_bad = ""
     for a, article in enumerate(data["data"]):
-        title = article.get("title", "") if isinstance(article, dict) else ""
-        for g, para in enumerate(_field(article, "paragraphs", list, f"{p}: article {a}")):
+        where = f"{p}: article {a}"
+        title = _field(article, "title", str, where, "")
+        for g, para in enumerate(_field(article, "paragraphs", list, where)):
             where = f"{p}: article {a} paragraph {g}"
             context = _field(para, "context", str, where)
             for qa in _field(para, "qas", list, where):
                 qid = str(_field(qa, "id", (str, int), where))
-                where = line_of(qid)
-                question = _field(qa, "question", str, f"{where}: question {qid}")
+                here = f"{line_of(qid)}: question {qid}"
+                question = _field(qa, "question", str, here)
+                impossible = _field(qa, "is_impossible", bool, here, False)
+                listed = _field(qa, "answers", list, here, [])
+                for ans in _field(qa, "plausible_answers", list, here, []):
+                    _field(ans, "text", str, f"{here}: plausible answer")
+                    _field(ans, "answer_start", int, f"{here}: plausible answer")
                 answers = []
-                listed = _field(qa, "answers", list, f"{where}: question {qid}") \
-                    if "answers" in qa else []
-                if not qa.get("is_impossible", False):
-                    for ans in listed:
-                        text = _field(ans, "text", str, f"{where}: question {qid}")
-                        start = _field(ans, "answer_start", int, f"{where}: question {qid}")
-                        if text and context[start:start + len(text)] == text and start >= 0:
-                            answers.append(Answer(text, start))
-                            continue
-                        message = (f"{where}: question {qid}: answer {text!r} is not at "
-                                   f"answer_start {start} of its context")
-                        if strict:
-                            raise UserError(message)
-                        bad_answers += 1
-                        first_bad = first_bad or message
-                    if not answers and listed:
-                        dropped += 1
+                for ans in listed:
+                    text = _field(ans, "text", str, f"{here}: answer")
+                    start = _field(ans, "answer_start", int, f"{here}: answer")
+                    if impossible:
+                        continue  # SQuAD 2.0 keeps no answers for these; the flag decides
+                    if text and start >= 0 and context[start:start + len(text)] == text:
+                        answers.append(Answer(text, start))
                         continue
+                    message = (f"{here}: answer {text!r} is not at answer_start {start} of "
+                               f"its context")
+                    if strict:
+                        raise UserError(message)
+                    bad_answers += 1
+                    first_bad = first_bad or message
+                if not impossible and not answers and listed:
+                    dropped += 1
+                    continue
                 if not question.strip() or not context.strip():
-                    raise UserError(f"{where}: question {qid}: empty question or context")
-                examples.append(QAExample(qid, question, context, answers, title, where))
+                    raise UserError(f"{here}: empty question or context")
+                examples.append(QAExample(qid, question, context, answers, title,
+                                          line_of(qid)))
     if bad_answers:
         warnings.warn(f"{p}: skipped {bad_answers} answers not at their offset and {dropped} "
                       f"questions left without an answer (first: {first_bad})", stacklevel=2)

@@ -83,6 +83,18 @@ def test_label_kinds(tmp_path):
                                                 "(for numeric targets use the regress task)"),
     ("i.jsonl", '{"text": "  ", "label": "y"}\n', "i.jsonl: no examples"),
     ("j.jsonl", "", "j.jsonl: input file is empty"),
+    # a quote left open swallows the rows after it: caught at the line that opened it
+    ("l.csv", 'text,label\nhi,"pos\nbye,neg\n', 'l.csv:2: a quote opened on this line is '
+                                                  'never closed'),
+    ("m.tsv", 'text\tlabel\n"hi\tpos\nbye\tneg\n', "m.tsv:2: a quote opened on this line"),
+    ("n.csv", 'text,label\n"hi"x,pos\n', "n.csv:2: not valid CSV"),
+    # ... or closed again by a later stray quote: the label then spans lines
+    ("o.csv", 'text,label\nhi,"pos\nbye,neg\nok,x"\n', "o.csv:2: column 'label' spans "
+                                                       "several lines"),
+    ("p.jsonl", '["x", "y"]\n', "p.jsonl:1: expected a JSON object, got list"),
+    ("q.jsonl", '{"text": "x", "label": true}\n', "q.jsonl:1: label True is not a class name"),
+    ("r.jsonl", '{"text": "x", "label": {"a": 1}}\n', "r.jsonl:1: label {'a': 1} is not a "),
+    ("s.csv", b"text,label\nfine,a\nK\xf6ln,b\n", "s.csv:3: not UTF-8 text"),
 ])
 def test_bad_classification_input(tmp_path, name, text, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -153,6 +165,9 @@ def test_conll_reader(tmp_path):
     ("EU\tB-ORG\nrejects\t\n", "a.conll:2: token 'rejects' has no tag"),
     ("\n\n-DOCSTART-\tO\n\n", "a.conll: no sentences"),
     (b"EU\tB-ORG\nK\xf6ln\tB-LOC\n", "a.conll:2: not UTF-8"),
+    # an extra column would be learned as the tag
+    ("EU\tB-ORG\nrejects\tO\textra\n", "a.conll:2: 3 columns but line 1 has 2"),
+    ("EU NNP B-ORG\nrejects O\n\nx NN O\n", "a.conll:2: 2 columns but line 1 has 3"),
 ])
 def test_bad_conll(tmp_path, text, message):
     with pytest.raises(UserError, match=message):
@@ -270,6 +285,21 @@ def test_squad_answer_not_at_offset(tmp_path):
     (_squad([{"id": [1], "question": "?", "answers": []}]), "'id' should be str or int"),
     (b'{"data": "\xff"}', "not UTF-8"),
     ('{"data": []}', "no questions"),
+    # a string "false" would be truthy: every field's type is checked
+    (_squad([{"id": "q", "question": "?", "is_impossible": "false",
+              "answers": [{"text": "Rollo", "answer_start": 32}]}]),
+     r"s.json:\d+: question q: 'is_impossible' should be true or false, not 'false'"),
+    (_squad([{"id": "q", "question": "?", "answers": [],
+              "plausible_answers": [{"text": 3, "answer_start": 0}]}]),
+     "question q: plausible answer: 'text' should be str"),
+    (_squad([{"id": "q", "question": "?", "answers": ["Rollo"]}]),
+     "question q: answer: should be a JSON object, not str"),
+    (_squad([{"id": "q", "question": "?", "answers": [{"text": "x", "answer_start": True}]}]),
+     "'answer_start' should be int, not bool"),
+    ('{"data": [{"title": 1, "paragraphs": []}]}', "article 0: 'title' should be str"),
+    ('{"data": [[]]}', "article 0: should be a JSON object, not list"),
+    ('{"data": [{"paragraphs": [{"context": "c", "qas": [7]}]}]}',
+     "paragraph 0: should be a JSON object, not int"),
 ])
 def test_bad_squad(tmp_path, text, message):
     with pytest.raises(UserError, match=message):
