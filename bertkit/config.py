@@ -169,13 +169,17 @@ class EncoderConfig:
 
     @classmethod
     def from_hf(cls, hf: dict) -> "EncoderConfig":
+        if not isinstance(hf, dict):
+            raise ConfigError(f"expected a JSON object, got {type(hf).__name__}")
         if hf.get("model_type") == "modernbert":
+            _require_sizes(hf)
             return cls._from_modernbert(hf)
         if hf.get("model_type", "bert") != "bert":
             raise ConfigError(f"model_type {hf.get('model_type')!r} is neither bert nor modernbert")
         if hf.get("position_embedding_type", "absolute") != "absolute":
             raise ConfigError("only absolute position embeddings are supported, got "
                               f"{hf['position_embedding_type']!r}")
+        _require_sizes(hf)
         names = {
             "vocab_size": "vocab_size", "hidden_size": "hidden_size",
             "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
@@ -243,6 +247,18 @@ class EncoderConfig:
                  "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta"}
         kwargs["extra"] = {k: v for k, v in hf.items() if k not in known}
         return cls(**kwargs)
+
+
+# The weights' shapes follow from these: a config.json without one describes no checkpoint
+# (a default would only fail later, on a weight of the wrong shape).
+_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "intermediate_size")
+
+
+def _require_sizes(hf: dict) -> None:
+    missing = [k for k in _SIZE_KEYS if hf.get(k) is None]
+    if missing:
+        raise ConfigError(f"missing {', '.join(map(repr, missing))}")
 
 
 def _preset(layers: int, hidden: int, heads: int, intermediate: int) -> dict:

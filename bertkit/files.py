@@ -69,10 +69,12 @@ def read_json(path: str | os.PathLike, what: str = "JSON file", format: str | No
     """The parsed file; with `format`, it must be a JSON object whose "format" is that name
     (the files bertkit writes say what they are)."""
     p = require_file(path, what)
+    raw = p.read_bytes()
     try:
-        data = json.loads(p.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise UserError(f"{p}: not UTF-8 text") from None
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise UserError(f"{p}:{line}: not UTF-8 text (byte {raw[e.start]:#04x})") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
     if format is not None and (not isinstance(data, dict) or data.get("format") != format):

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertkit.config import ConfigError, EncoderConfig
-from bertkit.files import UserError, atomic_dir
+from bertkit.files import UserError, atomic_dir, read_json
 from bertkit.model.encoder import Encoder, init_weights
 from bertkit.model.heads import PretrainingModel
 
@@ -203,13 +203,13 @@ def load_config(path: str | Path) -> EncoderConfig:
                         else f"{p}: is a file, expected a model directory")
     if not (p / "config.json").is_file():
         raise UserError(f"{p}: not a model directory (no config.json)")
+    hf = read_json(p / "config.json", "config.json")
     try:
-        hf = json.loads((p / "config.json").read_text(encoding="utf-8"))
         return EncoderConfig.from_hf(hf)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{p / 'config.json'}: not valid JSON ({e})") from None
-    except (ConfigError, TypeError) as e:
+    except ConfigError as e:
         raise UserError(f"{p / 'config.json'}: {e}") from None
+    except (TypeError, ValueError, AttributeError) as e:  # a value of the wrong JSON type
+        raise UserError(f"{p / 'config.json'}: a value of the wrong type ({e})") from None
 
 
 def load_weights(path: str | Path) -> dict[str, torch.Tensor]:

@@ -180,3 +180,30 @@ def test_minilm_round_trip_through_transformers(minilm_dir, tmp_path):
     torch.testing.assert_close(mlm[keep], theirs.prediction_logits[keep], atol=1e-5, rtol=1e-4)  # sums differ by thread count
     torch.testing.assert_close(nsp, theirs.seq_relationship_logits, atol=1e-5, rtol=0)
     assert same_parameters(hub.load_pretraining_model(tmp_path / "copy"), model)
+
+
+_SIZES = {"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+          "intermediate_size": 16}
+
+
+@pytest.mark.parametrize("body, message", [
+    ("[1, 2]", "config.json: expected a JSON object, got list"),
+    ('{"model_type": "bert", "hidden_size": 8}',
+     "config.json: missing 'vocab_size', 'num_hidden_layers', 'num_attention_heads', "
+     "'intermediate_size'"),
+    ('{"model_type": "modernbert", "vocab_size": 10}', "config.json: missing 'hidden_size'"),
+    (json.dumps({**_SIZES, "hidden_dropout_prob": "0.1"}), "config.json: a value of the wrong "
+                                                           "type"),
+    (json.dumps({**_SIZES, "model_type": "modernbert", "global_rope_theta": "abc"}),
+     "config.json: a value of the wrong type"),
+    (json.dumps({**_SIZES, "model_type": "modernbert", "rope_parameters": [1]}),
+     "config.json: a value of the wrong type"),
+    (json.dumps({**_SIZES, "hidden_size": "8"}), "hidden_size must be a positive integer"),
+    (b'{"vocab_size": 10,\n "name": "caf\xe9"}', r"config.json:2: not UTF-8 text"),
+    ('{"vocab_size": ', r"config.json:1: not valid JSON"),
+])
+def test_bad_config_json_is_one_line_naming_the_file(tmp_path, body, message):
+    (tmp_path / "config.json").write_bytes(body if isinstance(body, bytes) else body.encode())
+    with pytest.raises(UserError, match=message.replace("(", r"\(")) as e:
+        hub.load_config(tmp_path)
+    assert str(tmp_path / "config.json") in str(e.value) and "\n" not in str(e.value)
