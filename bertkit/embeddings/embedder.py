@@ -19,7 +19,6 @@ negative numbers count from the last (-1, the default, is the last block).
 """
 from __future__ import annotations
 
-import warnings
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from bertkit.files import UserError, read_json
 from bertkit.model.encoder import Encoder
 from bertkit.model.hub import load_encoder
 from bertkit.progress import Progress
-from bertkit.text.tokenizer import Tokenizer
+from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs, cut_warning
 
 LayerSpec = int | Sequence[int] | str
 """A layer number, a list of them, "last4" or "all"."""
@@ -169,12 +168,14 @@ class Embedder:
 
     def __init__(self, encoder: Encoder, tokenizer, *, max_length: int | None = None,
                  precision: str = "fp32", standardizer: Standardizer | None = None,
-                 workers: int | None = None, max_padding: float = 0.02):
+                 workers: int | None = None, max_padding: float = 0.02,
+                 source: str = "the model"):
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         self.encoder = encoder.eval()
         self.tokenizer = tokenizer
         self.config = encoder.config
+        check_fits(tokenizer, self.config, source)
         self.max_length = min(max_length or self.config.max_positions, self.config.max_positions)
         self.precision = precision
         self.standardizer = standardizer
@@ -182,6 +183,8 @@ class Embedder:
         self.max_padding = max_padding
         """Largest share of a batch's positions that may be padding (see plan_batches):
         2% costs a few more batches than fixed-size ones and saves the padding's compute."""
+        self.source = source
+        """The model's name (its directory) in messages."""
         self.workers = max(1, workers or torch.get_num_threads())
         """Batches computed at once on the CPU, each on one thread: independent batches on
         separate cores never wait for each other, where one batch split over all cores meets
@@ -210,7 +213,7 @@ class Embedder:
         if (path / STANDARDIZER_FILE).is_file():
             standardizer = Standardizer.load(path / STANDARDIZER_FILE)
         return cls(encoder, tokenizer, max_length=max_length, precision=precision,
-                   standardizer=standardizer, workers=workers)
+                   standardizer=standardizer, workers=workers, source=str(path))
 
     # Tokenizing -------------------------------------------------------------------------------
 
@@ -219,6 +222,8 @@ class Embedder:
         """Tokenize with offsets and word ids; over-long inputs are cut to `max_length`
         (`truncation=True`, flagged `truncated`) or rejected with a UserError naming the input
         (`names[i]`, e.g. "FILE:LINE", else "input i+1")."""
+        if any(not isinstance(t, str) for t in texts):
+            check_pairs(self.config, self.source)
         return tokenize_texts(self.tokenizer, texts, self.max_length, truncation, names)
 
     # The forward pass -------------------------------------------------------------------------
@@ -329,7 +334,7 @@ class Embedder:
         `combine="concat"` over k layers)."""
         _check_choice("pool", pool, POOLS)
         encoded = self.tokenize(texts, truncation)
-        _warn_truncated(encoded)
+        _warn_truncated(encoded, self.max_length)
         groups = [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded]
         vectors = self.pool_groups(encoded, groups, layers, combine, "mean", standardize,
                                    batch_size, progress, "sentences")
@@ -353,7 +358,7 @@ class Embedder:
                       batch_size: int = 32) -> list[np.ndarray]:
         """Every token's vector, special tokens included: one [T_i, H] array per text."""
         encoded = self.tokenize(texts)
-        _warn_truncated(encoded)
+        _warn_truncated(encoded, self.max_length)
         groups = [[np.array([t]) for t in range(len(e.ids))] for e in encoded]
         flat = self.pool_groups(encoded, groups, layers, combine, "mean", standardize,
                                 batch_size, False, "texts")
@@ -399,7 +404,7 @@ class Embedder:
         """A vector for every word of every text (special tokens left out), and which word
         each row is."""
         encoded = self.tokenize(texts, truncation)
-        _warn_truncated(encoded)
+        _warn_truncated(encoded, self.max_length)
         groups, refs = word_groups(encoded, texts)
         vectors = self.pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
                                    batch_size, progress, "texts")
@@ -501,11 +506,8 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(choices)}")
 
 
-def _warn_truncated(encoded: Sequence[Encoded]) -> None:
-    n = sum(e.truncated for e in encoded)
-    if n:
-        warnings.warn(f"{n} of {len(encoded)} texts were longer than the model's maximum "
-                      f"length and were cut", stacklevel=3)
+def _warn_truncated(encoded: Sequence[Encoded], max_length: int) -> None:
+    cut_warning(sum(e.truncated for e in encoded), len(encoded), max_length, stacklevel=3)
 
 
 __all__ = ["Embedder", "embed", "word_vector", "word_vectors", "resolve_layers", "plan_batches",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -22,6 +21,7 @@ from bertkit.embeddings.standardize import unit_rows
 from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_lines,
                            require_file)
 from bertkit.progress import Progress
+from bertkit.text.tokenizer import cut_warning
 
 
 @dataclass
@@ -119,9 +119,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                 done += len(block)
             bar.update(add=sum(len(e.ids) for e in encoded), lines=len(texts))
     bar.finish()
-    if truncated:
-        warnings.warn(f"{input_path}: {truncated} of {lines} lines were longer than "
-                      f"{embedder.max_length} tokens and were cut", stacklevel=2)
+    cut_warning(truncated, lines, embedder.max_length, "lines", str(input_path))
     return EmbedFileResult(rows=rows, lines=lines, truncated=truncated, index_path=index)
 
 

@@ -23,6 +23,7 @@ from bertkit.embeddings.anisotropy import AnisotropyReport
 from bertkit.embeddings.embedder import Embedder, LayerSpec
 from bertkit.files import UserError, atomic_file
 from bertkit.senses.data import SenseExample, read_examples
+from bertkit.text.tokenizer import cut_warning
 
 
 @dataclass
@@ -220,6 +221,7 @@ def attention_probabilities(embedder: Embedder, text: str | tuple[str, str],
         raise UserError(f"layer {layer}: the model has blocks 1..{L} (or -{L}..-1)")
     block_index = layer - 1 if layer > 0 else L + layer
     enc = embedder.tokenize([text])[0]
+    cut_warning(int(enc.truncated), 1, embedder.max_length, stacklevel=2)
     encoder = embedder.encoder
     with torch.inference_mode():
         ids = torch.from_numpy(enc.ids)[None].to(embedder.device)

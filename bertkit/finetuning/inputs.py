@@ -8,12 +8,13 @@ model sees the same inputs in training and in use.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
+
+from bertkit.text.tokenizer import check_fits, check_pairs, cut_warning
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Item:
     """What the loss learns: a class id, a float, a multi-hot list, piece label ids, ..."""
     extra: object = None
     """What a task needs to decode the item's output (QA: its window and context offsets)."""
+    cut: bool = False
+    """The example was longer than the task's max_length and lost its end to fit."""
 
 
 def pad_inputs(items: Sequence[Item]) -> dict:
@@ -52,19 +55,32 @@ def pad_inputs(items: Sequence[Item]) -> dict:
 
 
 def encode_words(tokenizer, sentences: Sequence, max_length: int) -> list[tuple]:
-    """(encoding, word_ids with -1 for specials) of word-split sentences (`.tokens`); warns
-    once, counting them, when sentences lose words to `max_length`."""
+    """(encoding, word_ids with -1 for specials) of word-split sentences (`.tokens`), cut to
+    `max_length` (`words_cut` says which lost words)."""
     enc = tokenizer.encode_batch([s.tokens for s in sentences], max_length=max_length,
                                  truncation="longest_first", is_split_into_words=True)
-    out, cut = [], 0
-    for s, e in zip(sentences, enc):
-        word_ids = [-1 if w is None else w for w in e.word_ids]
-        cut += max(word_ids, default=-1) + 1 < len(s.tokens)
-        out.append((e, word_ids))
-    if cut:
-        warnings.warn(f"{cut} of {len(sentences)} sentences are longer than max_length "
-                      f"{max_length} tokens; their last words are not seen", stacklevel=3)
-    return out
+    return [(e, [-1 if w is None else w for w in e.word_ids]) for e in enc]
+
+
+def words_cut(sentence, word_ids: Sequence[int]) -> bool:
+    """Whether the encoding (its word ids) lost the sentence's last words."""
+    return max(word_ids, default=-1) + 1 < len(sentence.tokens)
+
+
+def warn_cut(items: Sequence[Item], examples: int, max_length: int, where=None) -> None:
+    """The one line that says how many of `examples` were cut to max_length (a command's
+    policy for over-long texts: cut, as transformers' pipelines do, and say so once)."""
+    cut = len({it.example for it in items if it.cut})
+    cut_warning(cut, examples, max_length, where=where and str(where), stacklevel=3)
+
+
+def check_fit(items: Sequence[Item], tokenizer, config, where) -> None:
+    """UserError naming `where` (the model) when the inputs cannot go through a model of
+    `config`: the tokenizer is larger than its vocabulary, or the items hold sentence pairs
+    and the model has one segment type."""
+    check_fits(tokenizer, config, where)
+    if any(any(it.type_ids) for it in items):
+        check_pairs(config, where)
 
 
 def length_batches(lengths: Sequence[int], batch_size: int,
@@ -87,4 +103,5 @@ def length_batches(lengths: Sequence[int], batch_size: int,
     return [out[i] for i in torch.randperm(len(out), generator=generator).tolist()]
 
 
-__all__ = ["Item", "pad_inputs", "encode_words", "length_batches"]
+__all__ = ["Item", "pad_inputs", "encode_words", "words_cut", "warn_cut", "check_fit",
+           "length_batches"]

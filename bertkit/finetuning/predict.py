@@ -22,7 +22,7 @@ import torch
 
 from bertkit.files import UserError, atomic_file, check_not_input
 from bertkit.finetuning.heads import load_task_weights
-from bertkit.finetuning.inputs import Item, length_batches
+from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import TASKS, load_task
 from bertkit.model import hub
@@ -59,6 +59,11 @@ class TaskModel:
     skip_no_room: bool = False
     """Skip (with a warning) inputs that cannot be encoded, such as QA questions that leave
     no room for the context, instead of refusing them."""
+    report_cut: bool = True
+    """Warn once per call how many inputs were longer than the task's max_length and were
+    cut (fine-tuning's repeated dev evaluations turn it off and say it once)."""
+    source: str = "the model"
+    """The model's name (its directory) in messages."""
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64,
@@ -67,7 +72,8 @@ class TaskModel:
         is found by name among `task_types`."""
         task = load_task(path, task_types)
         model = load_task_weights(task.make_model(Encoder(hub.load_config(path))), path, device)
-        return cls(model, Tokenizer.load(path), task, torch.device(device), batch_size)
+        return cls(model, Tokenizer.load(path), task, torch.device(device), batch_size,
+                   source=str(path))
 
     def with_task(self, task: Task) -> "TaskModel":
         """The same model (shared, not copied) predicting with other task settings."""
@@ -81,6 +87,11 @@ class TaskModel:
     def outputs(self, examples: Sequence) -> tuple[list[Item], list]:
         """The model inputs of `examples` and the model's raw outputs for them."""
         items = self.task.encode(self.tokenizer, examples, skip_no_room=self.skip_no_room)
+        config = getattr(getattr(self.model, "encoder", None), "config", None)
+        if config is not None:
+            check_fit(items, self.tokenizer, config, self.source)
+        if self.report_cut:
+            warn_cut(items, len(examples), self.task.max_length)
         return items, run_model(self.model, self.task, items, self.batch_size, self.device)
 
     def predict(self, examples: Sequence) -> list:

@@ -35,7 +35,7 @@ from torch import nn
 from bertkit.config import TrainConfig
 from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning import heads
-from bertkit.finetuning.inputs import Item, length_batches
+from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import task_type
@@ -261,9 +261,15 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
     items = setting.encode(tokenizer, train_examples, training=True)
     if not items:
         raise UserError(f"{train_path}: nothing to train on")
+    check_fit(items, tokenizer, model.encoder.config, model_dir)
+    warn_cut(items, len(train_examples), setting.max_length, train_path)
+    # said once here, not at every evaluation
+    warn_cut(setting.encode(tokenizer, dev, skip_no_room=True), len(dev), setting.max_length,
+             dev_path or f"{train_path} (its dev part)")
     batches = EpochBatches(items, setting, batch_size, cfg.seed)
     steps_per_epoch = len(batches)
-    runner = TaskModel(model, tokenizer, setting, torch.device(cfg.device), skip_no_room=True)
+    runner = TaskModel(model, tokenizer, setting, torch.device(cfg.device), skip_no_room=True,
+                       report_cut=False, source=str(model_dir))
 
     def evaluate(m: nn.Module) -> dict:
         scores = runner.evaluate(dev)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Sequence
@@ -122,6 +123,12 @@ class EncodedBatch(Sequence[Encoding]):
             return rows
         pad = self._pad[0]
         return [row + [pad] * (self._pad_to - len(row)) for row in rows]
+
+    @property
+    def cut(self) -> np.ndarray:
+        """bool [B]: the item was longer than max_length and was cut to it."""
+        return np.fromiter((bool(e.overflowing) for e in self._encodings), dtype=bool,
+                           count=len(self._encodings))
 
     def flat_ids(self) -> tuple[np.ndarray, np.ndarray]:
         """(all ids concatenated, int64 [sum of lengths]; lengths [B]), without padding."""
@@ -417,6 +424,32 @@ class Tokenizer:
     def __repr__(self) -> str:
         return (f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, "
                 f"lowercase={self.do_lower_case})")
+
+
+def check_fits(tokenizer: "Tokenizer", config, where) -> None:
+    """UserError naming `where` (the model) when the tokenizer's ids reach past the model's
+    vocabulary: its rows would be looked up out of range at the first such piece."""
+    if tokenizer.vocab_size > config.vocab_size:
+        raise UserError(f"{where}: the tokenizer's {tokenizer.vocab_size} pieces do not fit the "
+                        f"model's vocabulary of {config.vocab_size} (a tokenizer of another "
+                        f"model?)")
+
+
+def check_pairs(config, where) -> None:
+    """UserError naming `where` (the model) when a sentence pair cannot go through it: a
+    "bert" encoder gives the second text segment 1, which needs two segment types. A
+    "modern" encoder has no segment table: a pair is [CLS] a [SEP] b [SEP] without types."""
+    if config.architecture == "bert" and config.type_vocab_size < 2:
+        raise UserError(f"{where}: the model has {config.type_vocab_size} segment type, so it "
+                        f"takes no sentence pairs (the second text would be segment 1)")
+
+
+def cut_warning(cut: int, total: int, max_length: int, what: str = "texts",
+                where: str | None = None, stacklevel: int = 2) -> None:
+    """The one warning of a command whose inputs were cut to the model's maximum length."""
+    if cut:
+        warnings.warn(f"{f'{where}: ' if where else ''}{cut} of {total} {what} were longer "
+                      f"than {max_length} tokens and were cut", stacklevel=stacklevel + 1)
 
 
 _BERT_FLAGS = {"do_lower_case": "lowercase", "strip_accents": "strip_accents",

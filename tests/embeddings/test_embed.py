@@ -16,6 +16,7 @@ from bertkit.embeddings.embedder import Embedder, embed, plan_batches, resolve_l
 from bertkit.embeddings.files import embed_file, index_path_for
 from bertkit.embeddings.standardize import Standardizer
 from bertkit.files import UserError
+from bertkit.model.encoder import Encoder
 
 def reference_states(embedder: Embedder, text) -> tuple[torch.Tensor, ...]:
     """All hidden states [T, H] of one text run alone (no batching, no padding)."""
@@ -282,3 +283,17 @@ def test_bf16_stays_close_to_fp32(minilm_embedder):
                     precision="bf16").encode(MIXED, normalize=True)
     assert np.abs(fast - exact).max() < 2e-2
     assert (fast * exact).sum(1).min() > 0.99
+
+
+def test_inputs_that_do_not_fit_the_model_name_it(embedder):
+    tok, cfg = embedder.tokenizer, embedder.config
+    with pytest.raises(UserError, match=rf"^m: the tokenizer's {tok.vocab_size} pieces do not "
+                                        rf"fit the model's vocabulary of {tok.vocab_size - 1}"):
+        Embedder(Encoder(cfg.replace(vocab_size=tok.vocab_size - 1)), tok, source="m")
+    one = Embedder(Encoder(cfg.replace(type_vocab_size=1)), tok, source="m")
+    assert one.embed(["we sat"]).shape == (1, 32)
+    with pytest.raises(UserError, match=r"^m: the model has 1 segment type, so it takes no "
+                                        r"sentence pairs"):
+        one.embed([("we sat", "the bank")])
+    modern = Embedder(Encoder(cfg.replace(architecture="modern")), tok, source="m")
+    assert modern.embed([("we sat", "the bank")]).shape == (1, 32)  # no segments at all

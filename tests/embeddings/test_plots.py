@@ -13,6 +13,7 @@ from bertkit.cli.main import main
 from bertkit.embeddings.anisotropy import anisotropy_report
 from bertkit.embeddings.plots import (attention_probabilities, plot_anisotropy, plot_attention,
                                       plot_senses, project_2d, read_sense_instances)
+from bertkit.embeddings.embedder import Embedder
 from bertkit.files import UserError
 from bertkit.senses.data import SenseExample
 
@@ -188,3 +189,10 @@ def test_plots_leave_matplotlib_global_state_alone(tiny_bert_dir, tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False"]
+
+
+def test_attention_of_an_over_long_text_is_cut_and_says_so(tmp_path, make_tiny_bert):
+    small = Embedder.load(make_tiny_bert(tmp_path, max_positions=8))
+    with pytest.warns(UserWarning, match="^1 of 1 texts were longer than 8 tokens and were cut$"):
+        probs, tokens = attention_probabilities(small, "the bank raised rates on the river bank")
+    assert probs.shape[-1] == len(tokens) == 8

@@ -103,8 +103,8 @@ class TextTask(Task):
                                      max_length=self.max_length, truncation="longest_first",
                                      with_offsets=False)
         return [Item(i, e.ids, e.type_ids,
-                     target=None if ex.label is None else self.target(ex.label))
-                for i, (ex, e) in enumerate(zip(examples, enc))]
+                     target=None if ex.label is None else self.target(ex.label), cut=bool(cut))
+                for i, (ex, e, cut) in enumerate(zip(examples, enc, enc.cut))]
 
     def target(self, label):
         """What the loss learns from one label."""

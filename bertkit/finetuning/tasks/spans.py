@@ -27,7 +27,7 @@ from torch import nn
 from bertkit.files import UserError, read_jsonl
 from bertkit.finetuning import metrics
 from bertkit.finetuning.heads import TaskHead, first_subword_index, head_dropout
-from bertkit.finetuning.inputs import Item, encode_words, pad_inputs
+from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
 from bertkit.finetuning.readers import detect_format, read_tagged
 from bertkit.finetuning.task import model_inputs
 from bertkit.finetuning.tagging import tags_to_spans
@@ -299,7 +299,8 @@ class Spans(WordTask):
                 kept = max(word_ids, default=-1) + 1
                 target = [(a, b - 1, types[t]) for a, b, t in gold_spans(s)
                           if b <= kept and t in types]
-            items.append(Item(i, e.ids, e.type_ids, word_ids, target))
+            items.append(Item(i, e.ids, e.type_ids, word_ids, target,
+                              cut=words_cut(s, word_ids)))
         return items
 
     def collate(self, items) -> dict:

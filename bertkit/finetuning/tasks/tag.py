@@ -20,7 +20,7 @@ from bertkit.files import UserError
 from bertkit.finetuning import baselines, metrics
 from bertkit.finetuning.crf import CRF, allowed_transitions
 from bertkit.finetuning.heads import TokenClassifier
-from bertkit.finetuning.inputs import Item, encode_words, pad_inputs
+from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
 from bertkit.finetuning.readers import (TaggedSentence, check_tags, detect_format, read_tagged,
                                         read_text_examples, tagging_labels)
 from bertkit.finetuning.task import Defaults, Task, model_inputs, text_lines
@@ -174,7 +174,8 @@ class Tag(WordTask):
         """Piece label ids aligned per `alignment` where the sentences have tags."""
         index = {name: i for i, name in enumerate(self.labels)}
         return [Item(i, e.ids, e.type_ids, word_ids,
-                     align_labels(e.word_ids, s.tags, index, self.alignment) if s.tags else None)
+                     align_labels(e.word_ids, s.tags, index, self.alignment) if s.tags else None,
+                     cut=words_cut(s, word_ids))
                 for i, (s, (e, word_ids)) in enumerate(
                     zip(examples, encode_words(tokenizer, examples, self.max_length)))]
 
