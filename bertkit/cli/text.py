@@ -91,7 +91,7 @@ class TokenizeOptions:
 
 def run_tokenize(opts: TokenizeOptions) -> int:
     from bertkit.model.hub import load_config
-    from bertkit.text.tokenizer import Tokenizer
+    from bertkit.text.tokenizer import Tokenizer, cut_warning
 
     tok = Tokenizer.load(opts.model)
     max_length = opts.max_length
@@ -100,15 +100,18 @@ def run_tokenize(opts: TokenizeOptions) -> int:
         max_length = load_config(opts.model).max_positions if has_config \
             else tok.model_max_length
     truncation = False if opts.truncation == "off" else opts.truncation
+    cut = total = 0
     for names, firsts, seconds in text_batches(opts.text, opts.input):
         pairs = seconds if any(s is not None for s in seconds) else None
         batch = tok.encode_batch(firsts, pairs, max_length=max_length, truncation=truncation,
                                  names=names)
+        cut, total = cut + int(batch.cut.sum()), total + len(batch)
         for enc in batch:
             if opts.json:
                 print(json.dumps(enc.to_dict(), ensure_ascii=False))
             else:
                 print(f"{len(enc)}\t{' '.join(enc.tokens)}\t{' '.join(map(str, enc.ids))}")
+    cut_warning(cut, total, max_length)
     return 0
 
 

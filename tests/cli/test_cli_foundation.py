@@ -136,8 +136,9 @@ def test_bad_inputs_exit_2_with_one_line(model_dir, corpus, capsys, tmp_path):
                       "tokenize", "--model", model_dir, "--truncation", "off", "--input", lines)
     assert_user_error(capsys, r"text 1: \d+ tokens, longer than max_length 32",
                       "fill-mask", "--model", model_dir, long_text + " [MASK]")
-    code, out_text, _ = run(capsys, "tokenize", "--model", model_dir, long_text)
+    code, out_text, err = run(capsys, "tokenize", "--model", model_dir, long_text, "the river")
     assert code == 0 and out_text.split("\t")[0] == "32"  # truncated by default
+    assert err == "warning: 1 of 2 texts were longer than 32 tokens and were cut\n"
     assert_user_error(capsys, r"text 2: no \[MASK\]", "fill-mask", "--model", model_dir,
                       "a [MASK]", "none here")
     assert_user_error(capsys, r"no text", "tokenize", "--model", model_dir)
