@@ -178,6 +178,8 @@ class Embedder:
         check_fits(tokenizer, self.config, source)
         self.max_length = min(max_length or self.config.max_positions, self.config.max_positions)
         self.precision = precision
+        if standardizer is not None:
+            standardizer.check_width(self.config.hidden_size)
         self.standardizer = standardizer
         self.device = next(encoder.parameters()).device
         self.max_padding = max_padding

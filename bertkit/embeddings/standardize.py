@@ -8,7 +8,7 @@ as `STANDARDIZER_FILE`, and applied by the embedder on request.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -45,6 +45,8 @@ class Standardizer:
     """Number of vectors the statistics came from."""
     source: str = ""
     """What they were fitted on (corpus path), for the record."""
+    path: str = field(default="", compare=False)
+    """The file it was loaded from, for messages."""
 
     @classmethod
     def fit(cls, per_layer: Sequence[np.ndarray], layers: Sequence[int],
@@ -62,19 +64,32 @@ class Standardizer:
 
     def _row(self, layer: int) -> int:
         if layer not in self.layers:
-            raise UserError(f"the standardizer was fitted on layers {self.layers}, not {layer}")
+            raise UserError(f"{self._name}fitted on layers {self.layers}, not {layer}")
         return self.layers.index(layer)
+
+    @property
+    def _name(self) -> str:
+        return f"{self.path}: the standardizer was " if self.path else "the standardizer was "
+
+    def check_width(self, width: int) -> None:
+        """UserError when the vectors to standardize are not as wide as the fitted ones (a
+        standardizer of another model)."""
+        if width != self.mean.shape[-1]:
+            raise UserError(f"{self._name}fitted on vectors of width {self.mean.shape[-1]}, "
+                            f"but these have {width} (the standardizer of another model?)")
 
     def transform(self, x: np.ndarray, layer: int | None = None) -> np.ndarray:
         """Standardize vectors [..., H] of `layer` (may be omitted when one layer is fitted)."""
         row = self._row(layer) if layer is not None else 0
         if layer is None and len(self.layers) != 1:
             raise ValueError(f"say which layer: fitted on {self.layers}")
+        self.check_width(np.shape(x)[-1])
         return ((np.asarray(x, np.float32) - self.mean[row]) / self.std[row]).astype(np.float32)
 
     def transform_layer(self, x: torch.Tensor, layer: int) -> torch.Tensor:
         """The same on a tensor [..., H], keeping its device."""
         row = self._row(layer)
+        self.check_width(x.shape[-1])
         mean = torch.from_numpy(self.mean[row]).to(x.device, x.dtype)
         std = torch.from_numpy(self.std[row]).to(x.device, x.dtype)
         return (x - mean) / std
@@ -97,7 +112,18 @@ class Standardizer:
                 mean, std, layers = (f.get_tensor(k) for k in ("mean", "std", "layers"))
         except Exception as e:  # safetensors raises its own error types
             raise UserError(f"{p}: not a standardizer file ({e})") from None
-        return cls(mean, std, layers.tolist(), int(meta.get("count", 0)), meta.get("source", ""))
+        if mean.ndim != 2 or std.shape != mean.shape or layers.shape != (len(mean),) \
+                or layers.dtype.kind not in "iu":
+            raise UserError(f"{p}: not a standardizer file (mean {mean.shape}, std {std.shape}, "
+                            f"layers {layers.shape}: expected [K, H], [K, H] and [K] integers)")
+        if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
+            raise UserError(f"{p}: the standardizer holds a non-finite mean or a std that is "
+                            f"not positive")
+        try:
+            count = int(meta.get("count", 0))
+        except ValueError:
+            raise UserError(f"{p}: not a standardizer file (count {meta['count']!r})") from None
+        return cls(mean, std, layers.tolist(), count, meta.get("source", ""), str(p))
 
 
 __all__ = ["STANDARDIZER_FILE", "unit_rows", "Standardizer"]

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.numpy import save_file
 
 from bertkit.cli.main import main
 from bertkit.embeddings.anisotropy import (anisotropy_report, cosine_contributions, cosine_matrix,
@@ -171,3 +172,22 @@ def test_anisotropy_command_fits_a_standardizer_for_embed(make_tiny_bert, senten
     assert main(["anisotropy", "--model", str(model_dir), "--input",
                  str(tmp_path / "empty.txt")]) == 2
     assert "is empty" in capsys.readouterr().err
+
+
+def test_a_standardizer_of_another_width_or_shape_names_its_file(tmp_path, embedder, sentences):
+    rng = np.random.default_rng(0)
+    narrow = Standardizer.fit([rng.normal(size=(20, 16))], [2]).save(tmp_path / "n.safetensors")
+    loaded = Standardizer.load(narrow)
+    with pytest.raises(UserError, match=rf"^{narrow}: the standardizer was fitted on vectors of "
+                                        r"width 16, but these have 32"):
+        Embedder(embedder.encoder, embedder.tokenizer, standardizer=loaded)
+    with pytest.raises(UserError, match=rf"^{narrow}: the standardizer was fitted on vectors"):
+        loaded.transform(rng.normal(size=(3, 32)), 2)
+    save_file({"mean": np.zeros((2, 32), np.float32), "std": np.ones((1, 32), np.float32),
+               "layers": np.array([1, 2])}, str(tmp_path / "odd.safetensors"))
+    with pytest.raises(UserError, match=r"odd.safetensors: not a standardizer file \(mean"):
+        Standardizer.load(tmp_path / "odd.safetensors")
+    save_file({"mean": np.zeros((1, 32), np.float32), "std": np.zeros((1, 32), np.float32),
+               "layers": np.array([1])}, str(tmp_path / "zero.safetensors"))
+    with pytest.raises(UserError, match=r"zero.safetensors: .*a std that is not positive"):
+        Standardizer.load(tmp_path / "zero.safetensors")
