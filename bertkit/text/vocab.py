@@ -130,6 +130,15 @@ def _untrained(kind: str, vocab_size: int, cased: bool, min_frequency: int,
     return backend, trainer
 
 
+def _alphabet(backend: tokenizers.Tokenizer, lines: Iterator[str]) -> set[str]:
+    """The characters a Unigram vocabulary must hold: those of the normalized text, spaces
+    as the word-start mark."""
+    chars = {"\u2581"}
+    for line in lines:
+        chars.update(backend.normalizer.normalize_str(line).replace(" ", "\u2581"))
+    return chars
+
+
 def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
                     kind: str = "wordpiece", cased: bool = False, alpha: float = 0.3,
                     out: str | Path | None = None, *, min_frequency: int = 2,
@@ -152,7 +161,16 @@ def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
     backend, trainer = _untrained(kind, vocab_size, cased, min_frequency,
                                   progress and sys.stderr.isatty())
     report = Progress(f"training {kind} vocabulary", sum(sizes), "lines", enabled=progress)
-    backend.train_from_iterator(_batches(mixed_lines(files, alpha, seed, sizes), report), trainer)
+    try:
+        backend.train_from_iterator(_batches(mixed_lines(files, alpha, seed, sizes), report),
+                                    trainer)
+    except Exception as e:  # the Rust trainer raises a bare Exception
+        if "not large enough to contain all chars" not in str(e):
+            raise
+        smallest = len(_alphabet(backend, mixed_lines(files, alpha, seed, sizes)))
+        raise UserError(f"{files[0]}: vocab_size {vocab_size} is too small for a Unigram "
+                        f"vocabulary of this text: it needs at least {smallest}, one piece for "
+                        f"each of its characters") from None
     add_special_tokens(backend, mask_lstrip=kind == "unigram")
     bert_template(backend)
     tokenizer = Tokenizer(backend, model_max_length=model_max_length, source=str(files[0]))

@@ -106,3 +106,15 @@ def test_training_several_files_writes_a_loadable_directory(tmp_path, capsys):
     assert loaded.vocab_size == tok.vocab_size <= 120
     assert loaded.encode("f1 l3 word2").ids == tok.encode("f1 l3 word2").ids
     assert "f1" in loaded.get_vocab()  # the small file's tag made it into the vocabulary
+
+
+def test_a_unigram_vocabulary_too_small_for_its_alphabet_says_the_minimum(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("abcdefghij Klmnopqrst uvwxyz 0123456789 αβγδεζ Ä\n" * 50, encoding="utf-8")
+    # uncased: 26 letters, 10 digits, 6 Greek letters and the word-start mark
+    with pytest.raises(UserError, match=r"c.txt: vocab_size 42 is too small for a Unigram "
+                                        r"vocabulary of this text: it needs at least 43"):
+        train_tokenizer([corpus], vocab_size=42, kind="unigram", progress=False,
+                        out=tmp_path / "tok")
+    assert not (tmp_path / "tok").exists()
+    assert train_tokenizer([corpus], vocab_size=43, kind="unigram", progress=False).vocab_size
