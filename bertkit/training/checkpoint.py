@@ -197,8 +197,10 @@ def _verify(path: Path) -> None:
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
+        manifest = None
+    if not isinstance(manifest, dict):
         raise UserError(f"{manifest_path}: checkpoint is corrupt (unreadable manifest); delete "
-                        f"{path} to resume from an earlier checkpoint") from None
+                        f"{path} to resume from an earlier checkpoint")
     for name in _FILES:
         file = path / name
         if not file.is_file() or manifest.get(name) != sha256_file(file):

@@ -102,6 +102,9 @@ def test_corrupt_checkpoint_is_refused_with_one_line(tmp_path, tiny):
         load_checkpoint(path, model=model, optimizer=opt, fingerprint=fp)
     message = str(e.value)
     assert "model.safetensors: checkpoint is corrupt" in message and "\n" not in message
+    (path / "manifest.json").write_text("[1, 2]\n", encoding="utf-8")  # JSON, not a manifest
+    with pytest.raises(UserError, match=r"manifest.json: checkpoint is corrupt \(unreadable "):
+        load_checkpoint(path, model=model, optimizer=opt, fingerprint=fp)
     (path / "manifest.json").unlink()
     with pytest.raises(UserError, match="corrupt"):
         load_checkpoint(path, model=model, optimizer=opt, fingerprint=fp)
