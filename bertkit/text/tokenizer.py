@@ -228,6 +228,14 @@ class Tokenizer:
                             else f"{p}: is a file, expected a tokenizer or model directory")
         config = read_json(p / "tokenizer_config.json") \
             if (p / "tokenizer_config.json").is_file() else {}
+        if not isinstance(config, dict):
+            raise UserError(f"{p / 'tokenizer_config.json'}: expected a JSON object, got "
+                            f"{type(config).__name__}")
+        for flag in _BERT_FLAGS:
+            if not isinstance(config.get(flag, False), bool) and \
+                    not (flag == "strip_accents" and config[flag] is None):
+                raise UserError(f"{p / 'tokenizer_config.json'}: {flag} should be true or "
+                                f"false, not {config[flag]!r}")
         max_length = config.get("model_max_length")
         max_length = max_length if isinstance(max_length, int) and max_length < 10**9 else 512
         if (p / "tokenizer.json").is_file():

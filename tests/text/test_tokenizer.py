@@ -202,3 +202,19 @@ def test_vocabulary_without_special_tokens_is_refused(tmp_path, minilm_dir):
         Tokenizer.load(tmp_path)
     with pytest.raises(UserError, match="does not exist"):
         Tokenizer.load(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("config, message", [
+    ("[1]", "tokenizer_config.json: expected a JSON object, got list"),
+    ('{"do_lower_case": "yes"}', "tokenizer_config.json: do_lower_case should be true or false, "
+                                 "not 'yes'"),
+    ('{"strip_accents": 0}', "strip_accents should be true or false, not 0"),
+    ('{"model_max_length": ', r"tokenizer_config.json:1: not valid JSON"),
+])
+def test_a_bad_tokenizer_config_names_the_file(tmp_path, config, message):
+    (tmp_path / "vocab.txt").write_text("\n".join(SPECIAL_TOKENS) + "\nriver\n", encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(config, encoding="utf-8")
+    with pytest.raises(UserError, match=message):
+        Tokenizer.load(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text('{"strip_accents": null}', encoding="utf-8")
+    assert Tokenizer.load(tmp_path).encode("river").tokens == ["[CLS]", "river", "[SEP]"]
