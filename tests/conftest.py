@@ -1,20 +1,25 @@
 """Shared fixtures: where the real data and the real MiniLM checkpoint are, skipping cleanly
 when a clone has neither (a user's clone has no ../shared); the tiny pretraining setup
-(`tiny`) that the training, pretraining and demo tests share; one torch thread.
+(`tiny`) that the training, pretraining and demo tests share; one torch thread; the mutations
+and the check of the readers' fuzz tests (`fuzz`).
 
 Run as a script's module too: the torchrun worker of tests/pretraining/test_pretrain.py loads
 this file by its path for `tiny_model` and `FakeBatches`.
 """
 from __future__ import annotations
 
+import json
 import random
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import strategies as st
 
 from bertkit.config import EncoderConfig
+from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
 
@@ -156,3 +161,121 @@ def tiny() -> SimpleNamespace:
     return SimpleNamespace(V=V, T=T, config=tiny_config, model=tiny_model, batch=make_batch,
                            concat=concat, FakeBatches=FakeBatches, params=params,
                            no_save=no_save, write_corpus=write_corpus)
+
+
+# Fuzzing the readers ------------------------------------------------------------------------------
+
+DELIMITERS = [b",", b"\t", b'"', b"\n", b"\r\n", b" ", b"{", b"}", b"[", b"]", b":", b"#", b"=",
+              b"\xff", b"\xc3", b"\x00", b"\xef\xbb\xbf"]
+JSON_VALUES = [None, True, False, 0, -1, 7, 1.5, float("nan"), "", "false", "x\ny", [], [1],
+               {}, {"text": 1}, "\u00e9"]
+
+
+def _json_paths(value, path=()):
+    """Every path (keys and indices) to a value inside parsed JSON, the root included."""
+    yield path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _json_paths(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _json_paths(v, path + (i,))
+
+
+def _retyped(text: str, data) -> str | None:
+    """The JSON text (a whole document, or each JSON line) with one value changed in type, a
+    key dropped, or None when nothing in it parses."""
+    lines = text.split("\n")
+    parsed = []
+    for i, line in enumerate(lines):
+        try:
+            parsed.append((i, json.loads(line)))
+        except ValueError:
+            pass
+    whole = None
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        pass
+    if whole is None and not parsed:
+        return None
+    if whole is not None and (not parsed or data.draw(st.booleans())):
+        target, where = whole, None
+    else:
+        where, target = data.draw(st.sampled_from(parsed))
+    paths = list(_json_paths(target))
+    path = data.draw(st.sampled_from(paths))
+    if not path:
+        target = data.draw(st.sampled_from(JSON_VALUES))
+    else:
+        parent = target
+        for key in path[:-1]:
+            parent = parent[key]
+        if isinstance(parent, dict) and data.draw(st.booleans()):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = data.draw(st.sampled_from(JSON_VALUES))
+    out = json.dumps(target, ensure_ascii=False)
+    if where is None:
+        return out
+    lines[where] = out
+    return "\n".join(lines)
+
+
+def mutated(data, valid: bytes, rounds: int = 3) -> bytes:
+    """`valid` after up to `rounds` mutations drawn from `data` (a hypothesis st.data()):
+    truncated, a byte flipped, a range dropped or repeated, a delimiter or quote inserted or
+    removed, a JSON value given another type or a key dropped; or random bytes instead."""
+    if data.draw(st.integers(0, 9)) == 0:
+        return data.draw(st.binary(max_size=200))
+    out = valid
+    for _ in range(data.draw(st.integers(1, rounds))):
+        kind = data.draw(st.sampled_from(["truncate", "flip", "drop", "repeat", "insert",
+                                          "remove", "retype"]))
+        at = data.draw(st.integers(0, len(out)))
+        if kind == "truncate":
+            out = out[:at]
+        elif kind == "flip" and at < len(out):
+            out = out[:at] + bytes([out[at] ^ data.draw(st.integers(1, 255))]) + out[at + 1:]
+        elif kind == "drop":
+            out = out[:at] + out[at + data.draw(st.integers(1, 20)):]
+        elif kind == "repeat":
+            out = out[:at] + out[at:at + data.draw(st.integers(1, 20))] + out[at:]
+        elif kind == "insert":
+            out = out[:at] + data.draw(st.sampled_from(DELIMITERS)) + out[at:]
+        elif kind == "remove":
+            mark = data.draw(st.sampled_from(DELIMITERS[:13]))
+            spots = [i for i in range(len(out)) if out.startswith(mark, i)]
+            if spots:
+                i = data.draw(st.sampled_from(spots))
+                out = out[:i] + out[i + len(mark):]
+        elif kind == "retype":
+            try:
+                changed = _retyped(out.decode("utf-8"), data)
+            except UnicodeDecodeError:
+                changed = None
+            if changed is not None:
+                out = changed.encode("utf-8")
+    return out
+
+
+def reads_or_names(read, path: Path, name: str | None = None):
+    """read(path)'s result, or None after a UserError of one line that names the file
+    (`name`: the part of the path it must hold); any other exception fails the test."""
+    try:
+        with warnings.catch_warnings():  # skipped rows are counted in a warning: not the point
+            warnings.simplefilter("ignore")
+            return read(path)
+    except UserError as e:
+        message = str(e)
+        assert (name or str(path)) in message, f"the message does not name the file: {message}"
+        assert "\n" not in message and "\r" not in message, f"not one line: {message!r}"
+        return None
+
+
+@pytest.fixture(scope="session")
+def fuzz(tmp_path_factory) -> SimpleNamespace:
+    """For the readers' property tests: `mutated(data, valid_bytes)`, `reads_or_names(read,
+    path)` and `dir`, a session directory to write the mutated files into."""
+    return SimpleNamespace(mutated=mutated, reads_or_names=reads_or_names,
+                           dir=tmp_path_factory.mktemp("fuzz"))

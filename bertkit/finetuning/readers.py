@@ -204,7 +204,8 @@ def _label_value(path, number, value, kind: str):
     if kind == "multi":
         if isinstance(value, str):
             value = [v.strip() for v in value.split(MULTI_LABEL_SEPARATOR) if v.strip()]
-        if not isinstance(value, list) or not all(isinstance(v, (str, int)) for v in value):
+        if not isinstance(value, list) or not all(
+                isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
             raise UserError(f"{where}: multi-label value {value!r} is not a list of labels")
         return sorted({str(v) for v in value})
     if isinstance(value, bool) or not isinstance(value, (str, int)):
