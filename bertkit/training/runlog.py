@@ -93,6 +93,7 @@ def read_metrics(path: str | Path, announce: bool = False) -> list[dict]:
         except json.JSONDecodeError:
             record = None
         if isinstance(record, dict):
+            _check_record(record, f"{path}:{number}")
             records.append(record)
         elif number == len(lines):
             if announce:
@@ -101,6 +102,21 @@ def read_metrics(path: str | Path, announce: bool = False) -> list[dict]:
         else:
             raise UserError(f"{path}:{number}: not a JSON object: the run log is damaged")
     return records
+
+
+def _check_record(record: dict, where: str) -> None:
+    """A record as the training loop writes it: a "split" name, an integer "step" and numbers
+    (a damaged one would fail later, in a plot or a resume, without a line to point at);
+    a plot leaves out the records that lack either."""
+    step = record.get("step", 0)
+    if not isinstance(record.get("split", ""), str) or not isinstance(step, int) \
+            or isinstance(step, bool):
+        raise UserError(f"{where}: \"split\" is not a name or \"step\" not an integer: the run "
+                        f"log is damaged")
+    for key, value in record.items():
+        if key != "split" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise UserError(f"{where}: {key!r} is {value!r}, not a number: the run log is "
+                            f"damaged")
 
 
 Curves = dict[str, tuple[list[float], list[float]]]
@@ -131,17 +147,19 @@ def loss_curves(records: list[dict]) -> Curves:
     """The curves of `plot_loss`: training loss, its LM part when the loss has several parts
     (MLM + NSP, MLM + SBO: what eval_loss measures), and the held-out loss; {} with no
     training records."""
+    records = [r for r in records if "split" in r and "step" in r]
     train = [r for r in records if r["split"] == "train" and "loss" in r]
     if not train:
         return {}
     steps = [r["step"] for r in train]
     curves = {"train loss": (steps, [r["loss"] for r in train])}
-    part = next((k for k in ("mlm_loss", "clm_loss") if k in train[0]), None)
+    part = next((k for k in ("mlm_loss", "clm_loss") if all(k in r for r in train)), None)
     if part and any(abs(r[part] - r["loss"]) > 1e-9 for r in train):
         curves[f"train {part}"] = (steps, [r[part] for r in train])
     evals = [r for r in records if r["split"] == "eval"]
     key = next((k for k in ("eval_loss", "loss", "dev_loss") if evals and k in evals[0]), None)
     if key:
+        evals = [r for r in evals if key in r]
         curves[key] = ([r["step"] for r in evals], [r[key] for r in evals])
     return curves
 
@@ -164,7 +182,8 @@ def run_curves(runs: dict[str, str | Path], *, split: str, key: str,
     clock of the last train record at or before their step."""
     curves = {}
     for label, path in runs.items():
-        records = read_metrics(Path(path) / "metrics.jsonl" if Path(path).is_dir() else path)
+        records = [r for r in read_metrics(Path(path) / "metrics.jsonl" if Path(path).is_dir()
+                                           else path) if "split" in r and "step" in r]
         clock = sorted((r["step"], r["seconds"]) for r in records
                        if r["split"] == "train" and "seconds" in r)
 

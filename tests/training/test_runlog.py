@@ -36,3 +36,19 @@ def test_a_damaged_line_before_the_last_is_one_error(tmp_path):
         read_metrics(log)
     log.write_text('{"step": 1}\n{"step": 2, oops\n\n', encoding="utf-8")
     assert read_metrics(log) == [{"step": 1}]
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"step": "2", "split": "train"}', "metrics.jsonl:2: \"split\" is not a name or \"step\" "
+                                        "not an integer"),
+    ('{"step": 2, "split": ["train"]}', "metrics.jsonl:2: \"split\" is not a name"),
+    ('{"step": 2, "split": "train", "loss": "nan"}', "metrics.jsonl:2: 'loss' is 'nan', not a "
+                                                      "number"),
+    ('{"step": 2, "split": "train", "loss": true}', "metrics.jsonl:2: 'loss' is True"),
+])
+def test_a_record_of_the_wrong_types_is_one_error(tmp_path, line, message):
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 1, "split": "train", "loss": 2.0}\n' + line + "\n{}\n",
+                   encoding="utf-8")
+    with pytest.raises(UserError, match=message):
+        read_metrics(log)
