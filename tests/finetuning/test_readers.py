@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 
+from bertkit.cli.main import main
 from bertkit.finetuning import readers
 from bertkit.files import UserError
 
@@ -330,3 +331,22 @@ def test_real_files(shared_data):
     assert len(squad) == 950 and 300 < sum(e.is_impossible for e in squad) < 650
     assert readers.collect_labels(sick) == ["contradiction", "entailment", "neutral"]
     assert all(-4 <= e.label <= 4 for e in movie)
+
+
+@pytest.mark.parametrize("name, body, task, line", [
+    ("q.csv", 'text,label\nhi,"pos\nbye,neg\nok,neg\n', "classify",
+     "q.csv:2: a quote opened on this line is never closed"),
+    ("c.conll", "EU\tB-ORG\nrejects\tO\textra\n", "tag", "c.conll:2: 3 columns but line 1 has 2"),
+    ("s.json", _squad([{"id": "q", "question": "Who?", "is_impossible": "false",
+                        "answers": [{"text": "Rollo", "answer_start": 32}]}]), "qa",
+     "question q: 'is_impossible' should be true or false"),
+])
+def test_bad_files_stop_finetune_with_one_line(tmp_path, capsys, tiny_bert, name, body, task,
+                                               line):
+    train = _write(tmp_path, name, body)
+    code = main(["finetune", task, "--model", str(tiny_bert), "--train", str(train),
+                 "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and line in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
