@@ -45,7 +45,7 @@ from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
 from bertkit.pretraining.recipe import SBO_FILE
-from bertkit.text.tokenizer import Tokenizer
+from bertkit.text.tokenizer import Tokenizer, cut_warning
 
 GOOD, BAD = "sentence_good", "sentence_bad"
 DEFAULT_GROUP = "UID"
@@ -114,6 +114,7 @@ def _encode(tokenizer, texts: Sequence[str], max_length: int, truncate: bool,
     batch = tokenizer.encode_batch(list(texts), max_length=max_length,
                                    truncation="longest_first" if truncate else False,
                                    with_offsets=False, names=names)
+    cut_warning(int(batch.cut.sum()), len(batch), max_length, stacklevel=3)
     flat, lengths = batch.flat_ids()
     special = np.isin(flat, np.fromiter(tokenizer.special_ids, dtype=np.int64))
     return flat, lengths, special

@@ -293,3 +293,14 @@ def test_a_model_trained_on_agreement_prefers_the_good_sentence_of_held_out_pair
     assert report["mean_pll_difference"] > 0.5 > untrained["mean_pll_difference"], \
         (report, untrained)
     assert all(g["accuracy"] >= 0.75 for g in report["groups"].values()), report
+
+
+def test_masked_token_scores_cut_an_over_long_text_and_say_so_once(word_tokenizer):
+    model = _model(word_tokenizer, seed=3, max_positions=8)
+    texts = ["the dogs near the tree run near a house .", "a cat sleeps", "zebra"]
+    with pytest.warns(UserWarning, match="^1 of 3 texts were longer than 8 tokens and were "
+                                         "cut$") as caught:
+        got = masked_token_scores(model, word_tokenizer, texts, mask_rate=1.0)
+    assert len([w for w in caught if "were cut" in str(w.message)]) == 1
+    pieces = [min(len(word_tokenizer.encode(t).ids), 8) - 2 for t in texts]
+    assert pieces[0] == 6 and got["tokens"] == sum(pieces)  # the long text keeps 8 - 2
