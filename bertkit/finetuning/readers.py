@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -419,7 +420,10 @@ class _LineFinder:
     def __call__(self, qid: str) -> str:
         if self.raw is None:
             self.raw = self.path.read_bytes().decode("utf-8")
-        at = self.raw.find(json.dumps(qid, ensure_ascii=False))
+        # the id as the value of "id" (a string, or a number), not the same text in a context
+        found = re.search(r'"id"\s*:\s*(?:' + re.escape(json.dumps(qid, ensure_ascii=False))
+                          + "|" + re.escape(qid) + r"(?![\w.]))", self.raw)
+        at = found.start() if found else -1
         return f"{self.path}:{self.raw.count(chr(10), 0, at) + 1}" if at >= 0 else str(self.path)
 
 

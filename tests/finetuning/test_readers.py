@@ -350,3 +350,21 @@ def test_bad_files_stop_finetune_with_one_line(tmp_path, capsys, tiny_bert, name
     assert code == 2 and err.startswith("error: ") and line in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_squad_message_points_at_the_line_of_the_id(tmp_path):
+    doc = {"data": [{"paragraphs": [{"context": 'He said "q7" twice.', "qas": [
+        {"id": 7, "question": "?", "answers": [{"text": "x", "answer_start": "0"}]},
+        {"id": "q7", "question": "?", "answers": [{"text": "x", "answer_start": "0"}]}]}]}]}
+    p = _write(tmp_path, "s.json", json.dumps(doc, indent=1))
+    lines = p.read_text().splitlines()
+    int_line = next(n for n, t in enumerate(lines, 1) if '"id": 7' in t)
+    with pytest.raises(UserError, match=rf"s.json:{int_line}: question 7: answer: "):
+        readers.read_squad(p)
+    doc["data"][0]["paragraphs"][0]["qas"].pop(0)
+    p = _write(tmp_path, "s.json", json.dumps(doc, indent=1))
+    lines = p.read_text().splitlines()
+    str_line = next(n for n, t in enumerate(lines, 1) if '"id": "q7"' in t)
+    assert str_line > 3  # the context, which holds "q7" too, comes first
+    with pytest.raises(UserError, match=rf"s.json:{str_line}: question q7: answer: "):
+        readers.read_squad(p)
