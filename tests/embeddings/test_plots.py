@@ -188,3 +188,14 @@ def test_plots_leave_matplotlib_global_state_alone(tiny_bert_dir, tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False"]
+
+
+def test_plot_commands_without_matplotlib_exit_2_with_one_line(tiny_bert_dir, tmp_path,
+                                                              capsys, no_matplotlib):
+    out = tmp_path / "att.png"
+    assert main(["plot", "attention", "--model", str(tiny_bert_dir), "--text", "the bank",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "error: matplotlib not installed (pip install bertkit[plot]); cannot draw att.png"]
+    assert not out.exists()
