@@ -293,3 +293,23 @@ def test_a_model_trained_on_agreement_prefers_the_good_sentence_of_held_out_pair
     assert report["mean_pll_difference"] > 0.5 > untrained["mean_pll_difference"], \
         (report, untrained)
     assert all(g["accuracy"] >= 0.75 for g in report["groups"].values()), report
+
+
+def test_a_tiny_held_out_split_is_flagged_and_an_empty_one_refused(prepared, monkeypatch,
+                                                                   capsys):
+    from bertkit.pretraining import evaluation
+    from bertkit.pretraining.evaluation import heldout_scores
+
+    data, tokenizer = prepared
+    model = _model(tokenizer)
+    scores = heldout_scores(model, data, seq_len=16, batch_size=1, eval_batches=1)
+    assert 0 < scores["tokens"] < evaluation.MIN_SCORED_TOKENS
+    assert capsys.readouterr().err == (
+        f"warning: {data}: only {int(scores['tokens'])} masked tokens of the held-out split "
+        "scored: these figures are noise (prepare it with more text or a larger --heldout)\n")
+    heldout_scores(model, data, seq_len=32, batch_size=32, eval_batches=3)
+    assert capsys.readouterr().err == ""  # enough tokens: nothing said
+    figures = {"eval_loss": 0.0, "eval_acc": 0.0, "eval_ppl": 1.0, "eval_tokens": 0.0}
+    monkeypatch.setattr(evaluation, "evaluate_lm", lambda *a, **k: figures)
+    with pytest.raises(UserError, match=r"held-out split gives no masked tokens to score"):
+        heldout_scores(model, data, seq_len=16, batch_size=1, eval_batches=1)
