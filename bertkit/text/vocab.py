@@ -138,7 +138,7 @@ def _continuation_pieces(backend: tokenizers.Tokenizer, chars: set[str]) -> list
 
 
 def _untrained(kind: str, vocab_size: int, cased: bool, min_frequency: int,
-               show_progress: bool, chars: set[str]
+               show_progress: bool, chars: set[str] | None
                ) -> tuple[tokenizers.Tokenizer, trainers.Trainer]:
     if kind == "wordpiece":
         backend = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token=UNK))
@@ -149,7 +149,7 @@ def _untrained(kind: str, vocab_size: int, cased: bool, min_frequency: int,
         # made ordinary pieces again in `_canonical`.
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency,
-            special_tokens=list(SPECIAL_TOKENS) + _continuation_pieces(backend, chars),
+            special_tokens=list(SPECIAL_TOKENS) + _continuation_pieces(backend, chars or set()),
             continuing_subword_prefix="##", show_progress=show_progress)
     elif kind == "unigram":
         backend = tokenizers.Tokenizer(tokenizers.models.Unigram())
@@ -197,9 +197,9 @@ def _canonical(backend: tokenizers.Tokenizer, kind: str) -> tokenizers.Tokenizer
         spec["model"]["vocab"] = {piece: i for i, piece in enumerate(sorted(vocab, key=rank))}
     else:
         vocab = spec["model"]["vocab"]
-        specials = vocab[:len(SPECIAL_TOKENS)]
-        assert [p for p, _ in specials] == list(SPECIAL_TOKENS)
-        rest = vocab[len(SPECIAL_TOKENS):]
+        specials = sorted((ps for ps in vocab if ps[0] in SPECIAL_TOKENS),
+                          key=lambda ps: SPECIAL_TOKENS.index(ps[0]))
+        rest = [ps for ps in vocab if ps[0] not in SPECIAL_TOKENS]
         # The trainer's scores for these characters are their rank in a random order: give the
         # same scores out in the characters' own order.
         chars = _penalty_chars(rest)
@@ -207,6 +207,7 @@ def _canonical(backend: tokenizers.Tokenizer, kind: str) -> tokenizers.Tokenizer
         by_char = {p: next(scores) for p in sorted(chars)}
         rest = [[p, round(by_char.get(p, s), 8)] for p, s in rest]
         spec["model"]["vocab"] = specials + sorted(rest, key=lambda ps: (-ps[1], ps[0]))
+        spec["model"]["unk_id"] = SPECIAL_TOKENS.index(UNK)
     return tokenizers.Tokenizer.from_str(json.dumps(spec))
 
 
@@ -226,7 +227,7 @@ def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
         raise UserError("no input files given")
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise UserError(f"vocab_size {vocab_size} is too small")
-    chars: set[str] = set()
+    chars = set() if kind == "wordpiece" else None  # only WordPiece needs its characters
     sizes = [count_lines(f, chars) for f in files]
     check_not_input(out, list(files))
     # The trainer's own bars (merges, pruning) only make sense on a terminal.
