@@ -266,8 +266,9 @@ def _plan_documents(files: list[Path], kinds: list[str], fraction: float) -> dic
     lopsided). When chance leaves the held-out documents under half the asked share of the bytes
     (a small corpus), the documents whose hash came nearest are added until they reach it (none
     that would pass twice the share), so that a small corpus does not hold out one five-token
-    document; at least one is held out when there are two or more. A corpus that is one document of text has its last 1% of lines
-    (at least one) made a second, held-out document."""
+    document; at least one is held out when there are two or more. A corpus that is one
+    document of text has its last 1% of lines (at least one) made a second, held-out
+    document."""
     total = sum(f.stat().st_size for f in files)
     cap = max(2 * fraction * total, 1 << 16)
     documents, first_doc_lines, size, held_bytes = 0, 0, 0, 0
