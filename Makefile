@@ -1,17 +1,19 @@
 # Two commands on a fresh clone: `make demo` and `make test`. Each sets up .venv itself.
-# torch is installed first and pinned so that pip takes the CPU wheel, not CUDA wheels.
+# torch is installed first and pinned so that pip takes the CPU wheel, not CUDA wheels; the
+# pins are this environment's, the package itself asks only for ranges (pyproject.toml).
 PYTHON ?= python3
+TORCH  := torch==2.13.0
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-fast clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[test,plot]'
 	touch $(STAMP)
 
 demo: $(STAMP)

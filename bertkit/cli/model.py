@@ -9,6 +9,7 @@ from pathlib import Path
 from bertkit.cli.options import Command
 from bertkit.cli.text import text_batches
 from bertkit.config import PRESETS
+from bertkit.files import UserError
 
 
 @dataclass(kw_only=True)
@@ -69,11 +70,28 @@ class FillMaskOptions:
     """Texts per forward pass."""
     device: str = "cpu"
     """Where the model runs: cpu, cuda, cuda:1, ..."""
+    allow_untrained_head: bool = False
+    """Guess even with a masked-LM head the checkpoint lacks (initialised at random: noise)."""
+
+
+def _untrained_mlm_head(model: Path) -> list[str]:
+    """The masked-LM head weights the directory lacks; [] also when it is no model directory
+    (loading it then says what is wrong)."""
+    from bertkit.model.info import info
+
+    try:
+        return [name for name in info(model).missing if name.startswith("mlm.")]
+    except UserError:
+        return []
 
 
 def run_fill_mask(opts: FillMaskOptions) -> int:
     from bertkit.model.fill_mask import FillMask
 
+    if not opts.allow_untrained_head and (untrained := _untrained_mlm_head(opts.model)):
+        raise UserError(f"{opts.model} has no trained masked-LM head (no {', '.join(untrained)}"
+                        f" in its weights); fill-mask needs one (--allow-untrained-head "
+                        f"guesses with a random one)")
     filler = FillMask.load(opts.model, device=opts.device, batch_size=opts.batch_size)
     for names, texts, _ in text_batches(opts.text, opts.input, size=256, pairs=False):
         for result in filler(texts, top_k=opts.top_k, names=names):

@@ -4,6 +4,8 @@ Every function writes one PNG (atomically) that explains itself: a title saying 
 and how it was made, labelled axes, a legend, and returns a `Plot`: the file, the figure, and
 the numbers drawn. Figures are `matplotlib.figure.Figure`s of their own, saved through their
 canvas, never pyplot, so no backend is chosen and the caller's open figures are left alone.
+matplotlib is an extra (`bertkit.figures`): without it each function fails at once, before any
+encoding, with a one-line `UserError`.
 """
 from __future__ import annotations
 
@@ -12,18 +14,20 @@ import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
-from matplotlib import colormaps
-from matplotlib.figure import Figure
 
 from bertkit.embeddings.anisotropy import AnisotropyReport
 from bertkit.embeddings.embedder import Embedder, LayerSpec
+from bertkit.figures import colormap, new_figure, require_matplotlib
 from bertkit.files import UserError, atomic_file
 from bertkit.senses.data import SenseExample, read_examples
 from bertkit.text.tokenizer import cut_warning
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -105,14 +109,15 @@ def plot_senses(embedder: Embedder, instances: Sequence[SenseExample], out: str 
     with a few points labelled by their sentence (the seeds' figure of "die").
 
     data: "points" {sense: [n, 2] the points drawn}, "axes" (the two axis labels)."""
+    require_matplotlib(out)
     vectors = embedder.word_vectors([i.text for i in instances],
                                     [(i.start, i.end) for i in instances], layers=layers,
                                     standardize=standardize)
     points, axis = project_2d(vectors, method, seed)
     senses = [s for s, _ in Counter(i.synset for i in instances).most_common()]
     gloss = {i.synset: i.gloss for i in instances}
-    fig = Figure(figsize=(10, 7))
-    cmap = colormaps["tab10" if len(senses) <= 10 else "tab20"]
+    fig = new_figure(out, figsize=(10, 7))
+    cmap = colormap("tab10" if len(senses) <= 10 else "tab20")
     ax = fig.subplots()
     markers = "osD^v<>ph*"
     drawn = {}
@@ -158,7 +163,7 @@ def plot_anisotropy(report: AnisotropyReport, out: str | Path) -> Plot:
     data: "layers", "lines" {label: one value per layer}, "rogue_share" [k, layers]."""
     layers = [s.layer for s in report.layers]
     lines: dict[str, list[float]] = {}
-    fig = Figure(figsize=(13, 5))
+    fig = new_figure(out, figsize=(13, 5))
     left, right = fig.subplots(1, 2)
     series = [("anisotropy", "expected cosine (anisotropy)", "o", "C3"),
               ("self_similarity", "self-similarity (same word)", "s", "C0"),
@@ -185,7 +190,7 @@ def plot_anisotropy(report: AnisotropyReport, out: str | Path) -> Plot:
     for r in range(k):
         share = np.array([s.rogue[r].share if r < len(s.rogue) else 0 for s in report.layers])
         shares.append(share)
-        bars = right.bar(layers, share, bottom=bottom, color=colormaps["Oranges"](
+        bars = right.bar(layers, share, bottom=bottom, color=colormap("Oranges")(
             0.8 - 0.5 * r / max(k, 1)), edgecolor="black", linewidth=0.4,
             label=f"rogue dimension #{r + 1}")
         for b, s in zip(bars, report.layers):
@@ -243,6 +248,7 @@ def plot_attention(embedder: Embedder, text: str, out: str | Path, *, layer: int
     a grid.
 
     data: "weights" {head: [T, T] the matrix drawn}, "tokens"."""
+    require_matplotlib(out)
     probs, tokens = attention_probabilities(embedder, text, layer)
     A, T = probs.shape[0], len(tokens)
     if head is not None and not 0 <= head < A:
@@ -251,7 +257,7 @@ def plot_attention(embedder: Embedder, text: str, out: str | Path, *, layer: int
     cols = 1 if len(heads) == 1 else min(4, len(heads))
     rows = -(-len(heads) // cols)
     size = max(4.0, 0.32 * T) if len(heads) == 1 else max(3.0, 0.2 * T)
-    fig = Figure(figsize=(size * cols + 1.5, size * rows + 1), layout="constrained")
+    fig = new_figure(out, figsize=(size * cols + 1.5, size * rows + 1), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     block = layer if layer > 0 else embedder.config.num_layers + 1 + layer
     image = None

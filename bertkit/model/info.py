@@ -46,6 +46,9 @@ class ModelInfo:
     dtype: str
     """Storage dtype of the weights (the most common one)."""
     tokenizer: Tokenizer | None = field(default=None, repr=False)
+    missing: list[str] = field(default_factory=list)
+    """bertkit names of the pretraining weights the directory lacks (a head that loading
+    initialises at random: `mlm.*` for an encoder-only checkpoint)."""
 
     @property
     def total(self) -> int:
@@ -174,7 +177,8 @@ def info(path: str | Path) -> ModelInfo:
     parts = dict(sorted(parts.items(), key=lambda kv: _sort_key(kv[0], _ORDER)))
     tokenizer = Tokenizer.load(path) if any(
         (path / f).is_file() for f in ("tokenizer.json", "vocab.txt")) else None
-    return ModelInfo(path, config, parts, dtype, tokenizer)
+    absent = [our_name(n, arch) for n in expected if n not in weights]
+    return ModelInfo(path, config, parts, dtype, tokenizer, absent)
 
 
 def _sort_key(part: str, order: list[str]) -> tuple:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 import json
 import os
 import re
@@ -52,6 +53,13 @@ from bertkit.progress import Progress
 from bertkit.runlock import RunLock
 from bertkit.text.tokenizer import Tokenizer
 
+
+MIN_HELDOUT_TOKENS = 1024
+"""Below this many held-out tokens (eight sequences of 128; about 150 masked at 15%) held-out
+figures are noise: prepare says so."""
+_SPARE_DOCUMENTS = 100_000
+"""Documents remembered (those the hash came nearest to holding out) to top up a short
+held-out split: a bound on memory, and far more than a corpus that needs topping up has."""
 
 _SHARD_FILE = re.compile(r"\.?shard_\d{5}\..*")
 """A shard file's name (see `bertkit.pretraining.shards`), finished or temporary."""
@@ -113,8 +121,15 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     created = not out.exists()
     try:
         with RunLock(out):
-            return _prepare_beside(files, kinds, tokenizer, out, plan, fingerprint, dtype,
-                                   workers, cache_words, progress)
+            manifest = _prepare_beside(files, kinds, tokenizer, out, plan, fingerprint, dtype,
+                                       workers, cache_words, progress)
+        held = manifest["heldout"]
+        if heldout_fraction > 0 and held["tokens"] < MIN_HELDOUT_TOKENS:
+            print(f"warning: {out}: the held-out split is only {held['tokens']} tokens "
+                  f"({held['documents']} documents), too few for meaningful evaluation "
+                  f"(under {MIN_HELDOUT_TOKENS}); give more text or a larger --heldout",
+                  file=sys.stderr)
+        return manifest
     finally:
         if created:  # failed before anything was published: leave no empty directory
             with contextlib.suppress(OSError):
@@ -248,20 +263,31 @@ def _plan_documents(files: list[Path], kinds: list[str], fraction: float) -> dic
     the held-out documents. Each document is held out with probability `fraction` (a hash of
     its index, so the choice is scattered through the corpus and repeatable), unless it is
     larger than 2 x fraction of the corpus (one huge document would make the held-out split
-    lopsided); at least one is when there are two or more. A corpus that is one document of
-    text has its last 1% of lines (at least one) made a second, held-out document."""
+    lopsided). When chance leaves the held-out documents under half the asked share of the bytes
+    (a small corpus), the documents whose hash came nearest are added until they reach it (none
+    that would pass twice the share), so that a small corpus does not hold out one five-token
+    document; at least one is held out when there are two or more. A corpus that is one
+    document of text has its last 1% of lines (at least one) made a second, held-out
+    document."""
     total = sum(f.stat().st_size for f in files)
     cap = max(2 * fraction * total, 1 << 16)
-    documents, first_doc_lines, size = 0, 0, 0
+    documents, first_doc_lines, size, held_bytes = 0, 0, 0, 0
     heldout: list[int] = []
     smallest = (float("inf"), -1)
+    spare: list[tuple[float, int, int]] = []  # a max-heap on the hash: (-hash, doc, size)
 
     def close(doc: int, size: int) -> None:
-        nonlocal smallest
+        nonlocal smallest, held_bytes
         if doc < 0:
             return
-        if size <= cap and _unit_hash(doc) < fraction:
+        h = _unit_hash(doc)
+        if size <= cap and h < fraction:
             heldout.append(doc)
+            held_bytes += size
+        elif size <= cap and len(spare) < _SPARE_DOCUMENTS:
+            heapq.heappush(spare, (-h, doc, size))
+        elif size <= cap and h < -spare[0][0]:
+            heapq.heapreplace(spare, (-h, doc, size))
         smallest = min(smallest, (size, doc))
 
     for path, kind in zip(files, kinds):
@@ -287,8 +313,17 @@ def _plan_documents(files: list[Path], kinds: list[str], fraction: float) -> dic
                 if seen == tail_start and cut is None:
                     cut = [0, number]
         heldout = [1]
-    elif not heldout and documents >= 2 and fraction > 0:
-        heldout = [smallest[1]]
+    else:
+        if documents >= 2 and held_bytes < fraction * total / 2:
+            for _, doc, size in sorted(spare, reverse=True):  # nearest hash first
+                if held_bytes >= fraction * total:
+                    break
+                if held_bytes + size <= 2 * fraction * total:  # never twice the share asked
+                    heldout.append(doc)
+                    held_bytes += size
+            heldout.sort()
+        if not heldout and documents >= 2 and fraction > 0:
+            heldout = [smallest[1]]
     return {"documents": documents, "heldout": heldout, "cut_line": cut}
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -205,6 +206,10 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
             "tokens": count}
 
 
+MIN_SCORED_TOKENS = 100
+"""Fewer masked tokens than this and held-out figures are noise (an accuracy's standard error
+is then over 5 points): `heldout_scores` says so."""
+
 _HELDOUT_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss", "eval_ppl": "perplexity",
                   "eval_tokens": "tokens", "eval_nsp_acc": "nsp_accuracy",
                   "eval_sbo_loss": "sbo_loss"}
@@ -245,6 +250,14 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
         figures = evaluate_lm(model, batches, objective, device)
     finally:
         model.train(was_training)
+    # An accuracy of 0 out of nothing, or of a handful, must not pass for a figure.
+    if figures["eval_tokens"] == 0:
+        raise UserError(f"{data_dir}: the held-out split gives no masked tokens to score; "
+                        f"prepare it with more text or a larger --heldout")
+    if figures["eval_tokens"] < MIN_SCORED_TOKENS:
+        print(f"warning: {data_dir}: only {int(figures['eval_tokens'])} masked tokens of the "
+              f"held-out split scored: these figures are noise (prepare it with more text or a "
+              f"larger --heldout)", file=sys.stderr)
     return {_HELDOUT_NAMES[k]: v for k, v in figures.items() if k in _HELDOUT_NAMES}
 
 

@@ -34,6 +34,7 @@ from torch import nn
 
 from bertkit.config import TrainConfig
 from bertkit.embeddings.plots import project_2d
+from bertkit.figures import draw_or_skip, new_figure
 from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_json,
                            read_lines)
 from bertkit.training.loop import train
@@ -376,19 +377,22 @@ def plot_items(model: Recommender, categories: Categories, out: str | Path, n: i
     xy, axes = project_2d(vectors[top])
     points = ItemPoints([categories.movies[i] for i in top], [categories.titles[i] for i in top],
                         xy, list(range(min(labels, len(top)))))
-    from matplotlib.figure import Figure  # imported here: only drawing needs it (~0.3 s)
-    fig = Figure(figsize=(10, 8))
-    ax = fig.add_subplot()
-    ax.scatter(xy[:, 0], xy[:, 1], s=8, c="tab:blue", alpha=0.5)
-    for i in points.labelled:
-        ax.annotate(points.titles[i][:32], xy[i], fontsize=7, xytext=(3, 2),
-                    textcoords="offset points")
-    ax.set_xlabel(axes[0])
-    ax.set_ylabel(axes[1])
-    ax.set_title(title or f"learned movie embeddings, the {len(top)} most-rated movies (PCA)",
-                 fontsize=10)
-    with atomic_file(out, "wb") as f:
-        fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+
+    def draw() -> None:
+        fig = new_figure(out, figsize=(10, 8))
+        ax = fig.add_subplot()
+        ax.scatter(xy[:, 0], xy[:, 1], s=8, c="tab:blue", alpha=0.5)
+        for i in points.labelled:
+            ax.annotate(points.titles[i][:32], xy[i], fontsize=7, xytext=(3, 2),
+                        textcoords="offset points")
+        ax.set_xlabel(axes[0])
+        ax.set_ylabel(axes[1])
+        ax.set_title(title or f"learned movie embeddings, the {len(top)} most-rated movies "
+                     "(PCA)", fontsize=10)
+        with atomic_file(out, "wb") as f:
+            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+
+    draw_or_skip(draw, out)  # the points are the result; the picture is a side product
     return points
 
 

@@ -37,6 +37,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from bertkit.config import TrainConfig
+from bertkit.figures import draw_or_skip, new_figure
 from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_json,
                            read_jsonl)
 from bertkit.model.heads import IGNORE_INDEX
@@ -403,13 +404,6 @@ def attention_map(model: Seq2Seq, tokenizer: Tokenizer, source: str,
     return AttentionMap(pieces, written, maps[0])
 
 
-def _figure(**kwargs):
-    """A Figure of its own, no pyplot state. matplotlib is imported here, not at the top: it
-    adds about 0.3 s to every import of this module and only drawing needs it."""
-    from matplotlib.figure import Figure
-    return Figure(**kwargs)
-
-
 def save_png(fig, out: str | Path) -> Path:
     with atomic_file(out, "wb") as f:
         fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
@@ -419,7 +413,7 @@ def save_png(fig, out: str | Path) -> Path:
 def plot_attention_map(amap: AttentionMap, out: str | Path, title: str = "") -> Path:
     """The lecture's alignment picture: source tokens across, output tokens down."""
     S, T = len(amap.source_tokens), len(amap.output_tokens)
-    fig = _figure(figsize=(max(4.0, 0.32 * S + 1.5), max(3.0, 0.3 * T + 1.2)))
+    fig = new_figure(out, figsize=(max(4.0, 0.32 * S + 1.5), max(3.0, 0.3 * T + 1.2)))
     ax = fig.add_subplot()
     image = ax.imshow(amap.weights, cmap="Greys", vmin=0, vmax=1, aspect="auto")
     ax.set_xticks(range(S), amap.source_tokens, rotation=90, fontsize=8)
@@ -571,7 +565,8 @@ def run_seq2seq(options: Seq2SeqOptions) -> Seq2SeqResult:
               f"{metrics['copy_source']['bleu']:.2f})", file=sys.stderr)
         if variant == "attention":
             amap = attention_map(model, tokenizer, _picture_source(sources))
-            plot_attention_map(amap, out / "attention.png")
+            draw_or_skip(lambda: plot_attention_map(amap, out / "attention.png"),
+                         out / "attention.png")
     examples = [{"source": s, "reference": r, **{v: outputs[v][i] for v in outputs}}
                 for i, (s, r) in enumerate(zip(sources[:8], references[:8]))]
     with atomic_file(out / "metrics.json") as f:

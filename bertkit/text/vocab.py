@@ -10,9 +10,21 @@ of the training lines (alpha = 1 keeps the natural mixture, alpha -> 0 makes it 
 times over, a large one is thinned, each line kept independently so the whole file is
 represented. Lines come from open files one at a time, so memory stays constant however large
 the corpus; the `tokenizers` trainer keeps only its word counts.
+
+The same files and seed give the same vocabulary, byte for byte. The `tokenizers` trainers do
+not on their own: they keep the word counts in a hash map seeded at random in every call, and
+hand out ids in its iteration order where nothing else decides — the WordPiece trainer to the
+`##` continuation characters (whose ids then break ties between equally frequent merges, so
+even the set of pieces can change), the Unigram trainer to the characters it must keep (whose
+scores are spaced by their rank in that order), and the Unigram EM sums its floats in that
+order (scores differ in the last bit). So `train_tokenizer` registers the continuation
+characters up front in sorted order, and rebuilds the trained vocabulary in a canonical order:
+the special tokens, then characters, then pieces (WordPiece: in merge order; Unigram: by score,
+ties by the piece).
 """
 from __future__ import annotations
 
+import json
 import random
 import sys
 from pathlib import Path
@@ -29,9 +41,15 @@ from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_
 KINDS = ("wordpiece", "unigram")
 
 
-def count_lines(path: str | Path) -> int:
-    """Non-blank lines of a text file (one streaming pass that also checks it is UTF-8)."""
-    n = sum(1 for _, line in read_lines(path) if line.strip())
+def count_lines(path: str | Path, chars: set[str] | None = None) -> int:
+    """Non-blank lines of a text file (one streaming pass that also checks it is UTF-8); the
+    characters of those lines are added to `chars` when given."""
+    n = 0
+    for _, line in read_lines(path):
+        if line.strip():
+            n += 1
+            if chars is not None:
+                chars.update(line)
     if n == 0:
         raise UserError(f"{path}: no text (only blank lines)")
     return n
@@ -108,14 +126,30 @@ def _unigram_normalizer(cased: bool) -> normalizers.Normalizer:
     return normalizers.Sequence(steps)
 
 
+def _continuation_pieces(backend: tokenizers.Tokenizer, chars: set[str]) -> list[str]:
+    """`##c` for every character c that the normalizer and pre-tokenizer can leave inside a
+    word (not punctuation, spaces or CJK characters, which stand alone), sorted."""
+    pieces = set()
+    for c in chars:
+        for word, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(
+                "a" + c)):
+            pieces.update("##" + d for d in word[1:])
+    return sorted(pieces)
+
+
 def _untrained(kind: str, vocab_size: int, cased: bool, min_frequency: int,
-               show_progress: bool) -> tuple[tokenizers.Tokenizer, trainers.Trainer]:
+               show_progress: bool, chars: set[str] | None
+               ) -> tuple[tokenizers.Tokenizer, trainers.Trainer]:
     if kind == "wordpiece":
         backend = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token=UNK))
         # BERT: uncased strips accents too; cased keeps both (strip_accents=None follows case).
         bert_pipeline(backend, lowercase=not cased, strip_accents=None)
+        # Registered with the specials, the continuation characters take their ids in sorted
+        # order rather than the trainer's hash-map order (see the module docstring); they are
+        # made ordinary pieces again in `_canonical`.
         trainer = trainers.WordPieceTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+            vocab_size=vocab_size, min_frequency=min_frequency,
+            special_tokens=list(SPECIAL_TOKENS) + _continuation_pieces(backend, chars or set()),
             continuing_subword_prefix="##", show_progress=show_progress)
     elif kind == "unigram":
         backend = tokenizers.Tokenizer(tokenizers.models.Unigram())
@@ -139,6 +173,53 @@ def _alphabet(backend: tokenizers.Tokenizer, lines: Iterator[str]) -> set[str]:
     return chars
 
 
+def _penalty_chars(vocab: list[list]) -> set[str]:
+    """The characters the Unigram trainer kept although its model had dropped them: it scores
+    them min_score, min_score + 0.0001, min_score + 0.0002, ... in its hash-set order."""
+    scores = {}
+    for piece, score in vocab:
+        if len(piece) == 1:
+            scores.setdefault(score, []).append(piece)
+    if not scores:
+        return set()
+    base, penalty, found = min(scores), 0.0, set()
+    while len(scores.get(base + penalty, ())) == 1:  # the trainer's own float arithmetic
+        found.add(scores[base + penalty][0])
+        penalty += 0.0001
+    return found
+
+
+def _canonical(backend: tokenizers.Tokenizer, kind: str) -> tokenizers.Tokenizer:
+    """The trained vocabulary in an order that depends only on its content: the special tokens,
+    then single characters (WordPiece: then `##` characters), then the other pieces (WordPiece:
+    in merge order; Unigram: by score, rounded below the EM's last-bit noise, ties by piece)."""
+    spec = json.loads(backend.to_str())
+    spec["added_tokens"] = []
+    if kind == "wordpiece":
+        vocab = spec["model"]["vocab"]
+        def rank(piece: str) -> tuple:
+            if piece in SPECIAL_TOKENS:
+                return 0, SPECIAL_TOKENS.index(piece)
+            if len(piece) == 1 or (piece.startswith("##") and len(piece) == 3):
+                return 1 + (len(piece) == 3), piece
+            return 3, vocab[piece]
+        spec["model"]["vocab"] = {piece: i for i, piece in enumerate(sorted(vocab, key=rank))}
+    else:
+        vocab = spec["model"]["vocab"]
+        specials = sorted((ps for ps in vocab if ps[0] in SPECIAL_TOKENS),
+                          key=lambda ps: SPECIAL_TOKENS.index(ps[0]))
+        rest = [ps for ps in vocab if ps[0] not in SPECIAL_TOKENS]
+        # The trainer's scores for these characters are their rank in a random order: give the
+        # same scores out in the characters' own order.
+        chars = _penalty_chars(rest)
+        scores = iter(sorted((s for p, s in rest if p in chars), reverse=True))
+        by_char = {p: next(scores) for p in sorted(chars)}
+        rest = [[p, round(by_char.get(p, s), 8)] for p, s in rest]
+        spec["model"]["vocab"] = specials + sorted(rest, key=lambda ps: (-ps[1], ps[0]))
+        spec["model"]["unk_id"] = SPECIAL_TOKENS.index(UNK)
+    return tokenizers.Tokenizer.from_str(json.dumps(spec))
+
+
 def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
                     kind: str = "wordpiece", cased: bool = False, alpha: float = 0.3,
                     out: str | Path | None = None, *, min_frequency: int = 2,
@@ -155,11 +236,12 @@ def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
         raise UserError("no input files given")
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise UserError(f"vocab_size {vocab_size} is too small")
-    sizes = [count_lines(f) for f in files]
+    chars = set() if kind == "wordpiece" else None  # only WordPiece needs its characters
+    sizes = [count_lines(f, chars) for f in files]
     check_not_input(out, list(files))
     # The trainer's own bars (merges, pruning) only make sense on a terminal.
     backend, trainer = _untrained(kind, vocab_size, cased, min_frequency,
-                                  progress and sys.stderr.isatty())
+                                  progress and sys.stderr.isatty(), chars)
     report = Progress(f"training {kind} vocabulary", sum(sizes), "lines", enabled=progress)
     try:
         backend.train_from_iterator(_batches(mixed_lines(files, alpha, seed, sizes), report),
@@ -171,6 +253,7 @@ def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
         raise UserError(f"{files[0]}: vocab_size {vocab_size} is too small for a Unigram "
                         f"vocabulary of this text: it needs at least {smallest}, one piece for "
                         f"each of its characters") from None
+    backend = _canonical(backend, kind)
     add_special_tokens(backend, mask_lstrip=kind == "unigram")
     bert_template(backend)
     tokenizer = Tokenizer(backend, model_max_length=model_max_length, source=str(files[0]))

@@ -58,6 +58,7 @@ from safetensors.torch import load_file, save
 from torch import nn
 
 from bertkit.config import TrainConfig
+from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
 from bertkit.runlock import RunLock
@@ -573,7 +574,8 @@ def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] 
         _evaluate(run, state)
     run.log.close()
     if run.main:
-        plot_loss(run.out_dir / "metrics.jsonl", run.out_dir / "loss.png")
+        draw_or_skip(lambda: plot_loss(run.out_dir / "metrics.jsonl", run.out_dir / "loss.png"),
+                     run.out_dir / "loss.png")
         if not interrupted:
             if cfg.best_metric is not None and cfg.restore_best \
                     and state.best_step not in (None, state.step):

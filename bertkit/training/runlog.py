@@ -1,8 +1,8 @@
 """A run's log: metrics.jsonl written as training goes, with a progress line on stderr, read
 back, and drawn as loss curves in PNG files.
 
-Drawing uses a bare `matplotlib.figure.Figure` on its own Agg canvas: no pyplot, no backend
-chosen for the process. The plotting functions return the curves they drew (label -> (x, y)).
+Drawing uses a bare `matplotlib.figure.Figure` (`bertkit.figures`): no pyplot, no backend
+chosen for the process; matplotlib is an extra, imported only to draw. The plotting functions return the curves they drew (label -> (x, y)).
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from bertkit.config import TrainConfig
+from bertkit.figures import new_figure
 from bertkit.files import UserError, atomic_file
 
 # Writing, as training goes ------------------------------------------------------------------
@@ -125,13 +126,7 @@ Curves = dict[str, tuple[list[float], list[float]]]
 
 def _draw(curves: Curves, png: Path, xlabel: str, ylabel: str, marked: set[str],
           marker_size: float) -> None:
-    # matplotlib costs about a second to import; only drawing needs it, and a script that
-    # tokenizes or embeds without training never draws.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 4))
-    FigureCanvasAgg(fig)
+    fig = new_figure(png, figsize=(7, 4))
     ax = fig.add_subplot()
     for label, (xs, ys) in curves.items():
         ax.plot(xs, ys, "o-" if label in marked else "-", label=label, lw=1.2, ms=marker_size)

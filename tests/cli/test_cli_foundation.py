@@ -154,3 +154,23 @@ def test_real_subprocess(model_dir):
                           text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_fill_mask_refuses_a_model_without_a_trained_mlm_head(model_dir, tmp_path, capsys):
+    """An encoder-only directory (BertModel, a sentence-transformers checkpoint): the MLM head
+    would be initialised at random and its guesses noise."""
+    from bertkit.model.hub import load_encoder, save_model
+    from bertkit.text.tokenizer import Tokenizer
+
+    encoder_only = save_model(load_encoder(model_dir), tmp_path / "encoder",
+                              tokenizer=Tokenizer.load(model_dir))
+    line = assert_user_error(capsys, r"has no trained masked-LM head", "fill-mask", "--model",
+                             encoder_only, "the [MASK] ran")
+    assert line == (f"error: {encoder_only} has no trained masked-LM head (no mlm.bias, "
+                    "mlm.dense.weight, mlm.dense.bias, mlm.norm.weight, mlm.norm.bias in its "
+                    "weights); "
+                    "fill-mask needs one (--allow-untrained-head guesses with a random one)")
+    code, out, err = run(capsys, "fill-mask", "--model", encoder_only, "--allow-untrained-head",
+                         "the [MASK] ran")
+    assert code == 0 and out.startswith("the [MASK] ran\n  [MASK] 1:")
+    assert "initialised randomly" in err

@@ -196,3 +196,14 @@ def test_attention_of_an_over_long_text_is_cut_and_says_so(tmp_path, make_tiny_b
     with pytest.warns(UserWarning, match="^1 of 1 texts were longer than 8 tokens and were cut$"):
         probs, tokens = attention_probabilities(small, "the bank raised rates on the river bank")
     assert probs.shape[-1] == len(tokens) == 8
+
+
+def test_plot_commands_without_matplotlib_exit_2_with_one_line(tiny_bert_dir, tmp_path,
+                                                              capsys, no_matplotlib):
+    out = tmp_path / "att.png"
+    assert main(["plot", "attention", "--model", str(tiny_bert_dir), "--text", "the bank",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "error: matplotlib not installed (pip install bertkit[plot]); cannot draw att.png"]
+    assert not out.exists()

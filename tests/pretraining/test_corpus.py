@@ -323,3 +323,35 @@ def test_an_interrupted_rerun_keeps_the_previous_output_and_resumes(tmp_path, to
     assert resumed["shards"] == full["shards"]
     assert all_tokens(tmp_path / "data").tolist() == all_tokens(tmp_path / "full").tolist()
     assert not (tmp_path / ".data.prepare").exists()
+
+
+def test_a_small_corpus_holds_out_its_share_not_one_tiny_document(tmp_path, tok_dir, capsys):
+    """Of documents 0..99 the hash holds out none at 1.5%: the old rule then held out the
+    smallest, a five-token document (evaluation said accuracy 0); now the documents whose hash
+    came nearest make up the share asked."""
+    docs = ["Kalo mine."] + [" ".join(f"Kalo mine {i} tuli {j}." for j in range(100))
+                             for i in range(1, 100)]
+    (tmp_path / "c.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    m = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "d", heldout_fraction=0.015,
+                workers=1, progress=False)
+    total = m["train"]["tokens"] + m["heldout"]["tokens"]
+    assert 0.01 * total <= m["heldout"]["tokens"] <= 0.04 * total
+    assert m["heldout"]["documents"] >= 2
+    held = split_documents(tmp_path / "d", "heldout")
+    assert min(sum(len(s) for s in d) for d in held) > 5
+    assert "held-out split is only" not in capsys.readouterr().err
+
+
+def test_a_corpus_too_small_to_hold_out_says_so(tmp_path, tok_dir, capsys):
+    (tmp_path / "c.txt").write_text("Kalo mine tuli.\n\nMine kalo.\n\nTuli tuli kalo.\n",
+                                    encoding="utf-8")
+    m = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "d", workers=1, progress=False)
+    assert m["heldout"]["documents"] == 1
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "held-out" in line] == [
+        f"warning: {tmp_path / 'd'}: the held-out split is only {m['heldout']['tokens']} tokens "
+        "(1 documents), too few for meaningful evaluation (under 1024); give more text or a "
+        "larger --heldout"]
+    prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "e", heldout_fraction=0.0, workers=1,
+            progress=False)
+    assert "held-out" not in capsys.readouterr().err  # none asked for, none missed

@@ -304,3 +304,23 @@ def test_masked_token_scores_cut_an_over_long_text_and_say_so_once(word_tokenize
     assert len([w for w in caught if "were cut" in str(w.message)]) == 1
     pieces = [min(len(word_tokenizer.encode(t).ids), 8) - 2 for t in texts]
     assert pieces[0] == 6 and got["tokens"] == sum(pieces)  # the long text keeps 8 - 2
+
+
+def test_a_tiny_held_out_split_is_flagged_and_an_empty_one_refused(prepared, monkeypatch,
+                                                                   capsys):
+    from bertkit.pretraining import evaluation
+    from bertkit.pretraining.evaluation import heldout_scores
+
+    data, tokenizer = prepared
+    model = _model(tokenizer)
+    scores = heldout_scores(model, data, seq_len=16, batch_size=1, eval_batches=1)
+    assert 0 < scores["tokens"] < evaluation.MIN_SCORED_TOKENS
+    assert capsys.readouterr().err == (
+        f"warning: {data}: only {int(scores['tokens'])} masked tokens of the held-out split "
+        "scored: these figures are noise (prepare it with more text or a larger --heldout)\n")
+    heldout_scores(model, data, seq_len=32, batch_size=32, eval_batches=3)
+    assert capsys.readouterr().err == ""  # enough tokens: nothing said
+    figures = {"eval_loss": 0.0, "eval_acc": 0.0, "eval_ppl": 1.0, "eval_tokens": 0.0}
+    monkeypatch.setattr(evaluation, "evaluate_lm", lambda *a, **k: figures)
+    with pytest.raises(UserError, match=r"held-out split gives no masked tokens to score"):
+        heldout_scores(model, data, seq_len=16, batch_size=1, eval_batches=1)

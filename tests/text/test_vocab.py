@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import inspect
+import os
+import random
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from bertkit.files import UserError
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.text.vocab import count_lines, mixture_weights, mixed_lines, train_tokenizer
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _tagged_files(tmp_path, sizes):
@@ -118,3 +125,53 @@ def test_a_unigram_vocabulary_too_small_for_its_alphabet_says_the_minimum(tmp_pa
                         out=tmp_path / "tok")
     assert not (tmp_path / "tok").exists()
     assert train_tokenizer([corpus], vocab_size=43, kind="unigram", progress=False).vocab_size
+
+
+def _syllable_text(path: Path) -> Path:
+    """Words of random syllables, accents and capitals included: many merges tie in count."""
+    rng = random.Random(0)
+    syllables = ["ka", "to", "ri", "mu", "sen", "la", "pó", "de", "qui", "Zor", "an", "él", "us"]
+    words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(300)]
+    path.write_text("".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12)))
+                            + ".\n" for _ in range(1500)), encoding="utf-8")
+    return path
+
+
+def _trained_files(out: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(out.iterdir())}
+
+
+@pytest.mark.parametrize("kind,cased", [("wordpiece", False), ("wordpiece", True),
+                                        ("unigram", False)])
+def test_same_files_and_seed_give_the_same_vocabulary_byte_for_byte(tmp_path, kind, cased):
+    corpus = _syllable_text(tmp_path / "corpus.txt")
+    for run in ("a", "b", "c"):
+        train_tokenizer([corpus], vocab_size=180, kind=kind, cased=cased, seed=5,
+                        out=tmp_path / run, progress=False)
+    first = _trained_files(tmp_path / "a")
+    assert _trained_files(tmp_path / "b") == first
+    assert _trained_files(tmp_path / "c") == first
+    pieces = first["vocab.txt"].decode().split("\n")[:-1]
+    assert pieces[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(pieces) == 180
+    assert len(set(pieces)) == len(pieces)
+    if kind == "wordpiece":  # characters, then `##` characters, each sorted, then merges
+        chars = [p for p in pieces[5:] if len(p) == 1]
+        continuations = [p for p in pieces[5:] if len(p) == 3 and p.startswith("##")]
+        assert pieces[5:5 + len(chars) + len(continuations)] == sorted(chars) + sorted(
+            continuations)
+        assert ("##Z" in continuations) == cased and "##." not in continuations
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
+def test_a_fresh_process_with_another_hash_seed_trains_the_same_vocabulary(tmp_path, kind):
+    corpus = _syllable_text(tmp_path / "corpus.txt")
+    train_tokenizer([corpus], vocab_size=180, kind=kind, seed=5, out=tmp_path / "here",
+                    progress=False)
+    script = ("import sys; from bertkit.text.vocab import train_tokenizer; "
+              f"train_tokenizer([sys.argv[1]], vocab_size=180, kind={kind!r}, seed=5, "
+              "out=sys.argv[2], progress=False)")
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", script, str(corpus), str(tmp_path / "there")],
+                   env=env, check=True, timeout=120)
+    assert _trained_files(tmp_path / "there") == _trained_files(tmp_path / "here")

@@ -248,3 +248,15 @@ def test_compile_equals_eager(tmp_path, tiny):
     compiled, _ = _run(tiny, tmp_path, "compiled", compile=True)
     for k in eager:
         torch.testing.assert_close(eager[k], compiled[k], atol=1e-5, rtol=1e-4)
+
+
+def test_without_matplotlib_a_run_skips_its_loss_plot_with_one_warning(tmp_path, tiny, capsys,
+                                                                       no_matplotlib):
+    cfg = TrainConfig(max_steps=4, lr=1e-3, warmup_steps=1, log_every=2)
+    result = train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
+                   target_count=objectives.target_count("mlm"), show_progress=False)
+    assert result.step == 4
+    assert not (tmp_path / "run/loss.png").exists()
+    assert (tmp_path / "run/metrics.jsonl").is_file()
+    assert ("warning: matplotlib not installed (pip install bertkit[plot]); skipping loss.png"
+            in capsys.readouterr().err.splitlines())

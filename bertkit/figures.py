@@ -1,0 +1,52 @@
+"""matplotlib as an optional extra (`pip install bertkit[plot]`), imported only to draw.
+
+A command whose output is a picture (`bertkit plot ...`) fails with a one-line `UserError` when
+matplotlib is missing; a run that draws on the side (a training run's loss.png) says so in one
+line and goes on (`draw_or_skip`). Figures are `matplotlib.figure.Figure`s of their own, never
+pyplot, so no backend is chosen and the caller's open figures are left alone.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from bertkit.files import UserError
+
+INSTALL = "pip install bertkit[plot]"
+T = TypeVar("T")
+
+
+class MatplotlibMissing(UserError):
+    """Drawing was asked for and matplotlib is not installed."""
+
+
+def require_matplotlib(out: str | Path) -> None:
+    """A one-line error naming the picture `out` when matplotlib cannot be imported."""
+    try:
+        import matplotlib.figure  # noqa: F401  (about 0.3 s: only drawing pays it)
+    except ImportError:
+        raise MatplotlibMissing(f"matplotlib not installed ({INSTALL}); cannot draw "
+                                f"{Path(out).name}") from None
+
+
+def new_figure(out: str | Path, **kwargs):
+    """A fresh `matplotlib.figure.Figure(**kwargs)` for the picture `out`."""
+    require_matplotlib(out)
+    from matplotlib.figure import Figure
+    return Figure(**kwargs)
+
+
+def colormap(name: str):
+    from matplotlib import colormaps
+    return colormaps[name]
+
+
+def draw_or_skip(draw: Callable[[], T], out: str | Path) -> T | None:
+    """draw(); without matplotlib, one warning line naming `out` and None."""
+    try:
+        return draw()
+    except MatplotlibMissing:
+        print(f"warning: matplotlib not installed ({INSTALL}); skipping {Path(out).name}",
+              file=sys.stderr)
+        return None
