@@ -1,5 +1,5 @@
-"""A run's log: metrics.jsonl written as training goes, with a progress line on stderr, read
-back, and drawn as loss curves in PNG files.
+"""A run's log: metrics.jsonl written as training goes, with a progress line on stderr (and
+TensorBoard scalars when asked), read back, and drawn as loss curves in PNG files.
 
 Drawing uses a bare `matplotlib.figure.Figure` on its own Agg canvas: no pyplot, no backend
 chosen for the process. The plotting functions return the curves they drew (label -> (x, y)).
@@ -26,11 +26,41 @@ def format_metrics(values: dict[str, float]) -> str:
     return "  ".join(f"{k} {v:.4g}" for k, v in values.items())
 
 
+def summary_writer():
+    """torch's TensorBoard `SummaryWriter` class, imported when a run asks for it (it needs the
+    tensorboard package, which nothing else does)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError("--tensorboard needs the tensorboard package: pip install tensorboard") \
+            from None
+    return SummaryWriter
+
+
+def scalar_tags(record: dict) -> dict[str, float]:
+    """A metrics.jsonl record as TensorBoard tags, grouped by split as transformers' callback
+    groups them: a train record's `loss` is "train/loss", an eval record's `eval_loss`
+    "eval/loss", `dev_f1` "dev/f1"."""
+    tags = {}
+    for key, value in record.items():
+        if key in ("step", "split", "seconds") or isinstance(value, bool) \
+                or not isinstance(value, (int, float)):
+            continue
+        prefix, _, rest = key.partition("_")
+        if record.get("split") == "train" or prefix not in ("eval", "dev") or not rest:
+            tags[f"{record.get('split', 'train')}/{key}"] = float(value)
+        else:
+            tags[f"{prefix}/{rest}"] = float(value)
+    return tags
+
+
 class MetricsLog:
     """A run's metrics.jsonl (appended line by line, cut back to the resumed step) and its
-    stderr lines; silent and writing nothing when not `active` (ranks other than 0)."""
+    stderr lines; with `tensorboard`, its records as scalars in out_dir/tensorboard too. Silent
+    and writing nothing when not `active` (ranks other than 0)."""
 
-    def __init__(self, out_dir: Path, active: bool, resumed_step: int):
+    def __init__(self, out_dir: Path, active: bool, resumed_step: int,
+                 tensorboard: bool = False):
         self.path, self.active = out_dir / "metrics.jsonl", active
         if active and self.path.exists():
             keep = [r for r in read_metrics(self.path, announce=True)
@@ -38,11 +68,18 @@ class MetricsLog:
             with atomic_file(self.path) as f:
                 f.write("".join(json.dumps(r) + "\n" for r in keep))
         self.file = open(self.path, "a", encoding="utf-8") if active else None
+        self.writer = None
+        if active and tensorboard:  # a resumed run drops the events after its step
+            self.writer = summary_writer()(str(out_dir / "tensorboard"),
+                                           purge_step=resumed_step + 1 if resumed_step else None)
 
     def record(self, obj: dict) -> None:
         if self.file:
             self.file.write(json.dumps(obj) + "\n")
             self.file.flush()
+        if self.writer is not None:
+            for tag, value in scalar_tags(obj).items():
+                self.writer.add_scalar(tag, value, obj["step"])
 
     def say(self, line: str) -> None:
         if self.active:
@@ -51,6 +88,10 @@ class MetricsLog:
     def close(self) -> None:
         if self.file:
             self.file.close()
+            self.file = None
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
 
 
 def progress_line(step: int, cfg: TrainConfig, seconds: float, tokens: int,
@@ -193,5 +234,5 @@ def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: 
     return curves
 
 
-__all__ = ["MetricsLog", "format_metrics", "progress_line", "read_metrics", "loss_curves",
+__all__ = ["MetricsLog", "summary_writer", "scalar_tags", "format_metrics", "progress_line", "read_metrics", "loss_curves",
            "plot_loss", "run_curves", "plot_runs", "Curves"]
