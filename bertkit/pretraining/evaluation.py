@@ -204,9 +204,6 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
             "tokens": count}
 
 
-_HELDOUT_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss", "eval_ppl": "perplexity",
-                  "eval_tokens": "tokens", "eval_nsp_acc": "nsp_accuracy",
-                  "eval_sbo_loss": "sbo_loss"}
 
 
 def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_len: int = 128,
@@ -244,7 +241,8 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
         figures = evaluate_lm(model, batches, objective, device)
     finally:
         model.train(was_training)
-    return {_HELDOUT_NAMES[k]: v for k, v in figures.items() if k in _HELDOUT_NAMES}
+    # the names pretraining logs, without the split's prefix (README, "Metric names")
+    return {k.removeprefix("eval_"): v for k, v in figures.items()}
 
 
 # Pseudo-log-likelihood ------------------------------------------------------------------------

@@ -87,7 +87,7 @@ class TrainResult:
     stopped_by: str
     """"max_steps", "max_time", "early_stop" or "interrupted"."""
     train_metrics: dict[str, float] = field(default_factory=dict)
-    """The last logged training figures (loss, metrics, lr, tokens_per_s)."""
+    """The last logged training figures (loss, metrics, learning_rate, tokens_per_second)."""
     eval_metrics: dict[str, float] = field(default_factory=dict)
     """The last evaluation's result."""
     best_value: float | None = None
@@ -453,7 +453,7 @@ def _optimisation_step(run: _Run, state: _State) -> None:
         # Time spent waiting on the device is only visible after the log's sync.
         waited = time.perf_counter() - started - elapsed
         state.train_seconds += waited
-        state.train_metrics["tokens_per_s"] = state.window_tokens / max(
+        state.train_metrics["tokens_per_second"] = state.window_tokens / max(
             state.window_seconds + waited, 1e-9)
         _write_training_record(run, state)
 
@@ -503,7 +503,7 @@ def _log_training(run: _Run, state: _State) -> None:
         dist.all_reduce(values)
         values = values / run.world
     state.train_metrics = {k: v / state.window_steps for k, v in zip(names, values.tolist())}
-    state.train_metrics["lr"] = run.optimizer.param_groups[0]["lr"]
+    state.train_metrics["learning_rate"] = run.optimizer.param_groups[0]["lr"]
 
 
 def _write_training_record(run: _Run, state: _State) -> None:

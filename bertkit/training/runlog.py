@@ -106,9 +106,10 @@ def progress_line(step: int, cfg: TrainConfig, seconds: float, tokens: int,
     else:
         eta = 60 * cfg.max_time - seconds
         where = f"step {step}"
-    shown = {k: v for k, v in metrics.items() if k not in ("lr", "tokens_per_s", "grad_norm")}
-    return (f"{where}  {format_metrics(shown)}  lr {metrics['lr']:.2e}  "
-            f"{metrics['tokens_per_s']:,.0f} tok/s  {tokens:,} tokens  "
+    shown = {k: v for k, v in metrics.items()
+             if k not in ("learning_rate", "tokens_per_second", "grad_norm")}
+    return (f"{where}  {format_metrics(shown)}  lr {metrics['learning_rate']:.2e}  "
+            f"{metrics['tokens_per_second']:,.0f} tok/s  {tokens:,} tokens  "
             f"elapsed {_clock(seconds)}  ETA {_clock(eta)}")
 
 
