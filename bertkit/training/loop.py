@@ -603,7 +603,8 @@ def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] 
         _evaluate(run, state)
     run.log.close()
     if run.main:
-        plot_loss(run.out_dir / "metrics.jsonl", run.out_dir / "loss.png")
+        plot_loss(run.out_dir / "metrics.jsonl", run.out_dir / "loss.png",
+                  metric=cfg.best_metric, best_step=state.best_step)
         if not interrupted:
             if cfg.best_metric is not None and cfg.restore_best \
                     and state.best_step not in (None, state.step):

@@ -150,7 +150,9 @@ Curves = dict[str, tuple[list[float], list[float]]]
 
 
 def _draw(curves: Curves, png: Path, xlabel: str, ylabel: str, marked: set[str],
-          marker_size: float) -> None:
+          marker_size: float, right: Curves | None = None) -> None:
+    """`curves` against the left axis; `right` (a metric, and the kept step as one point)
+    against a second axis on the right, named after its first curve."""
     # matplotlib costs about a second to import; only drawing needs it, and a script that
     # tokenizes or embeds without training never draws.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -164,7 +166,18 @@ def _draw(curves: Curves, png: Path, xlabel: str, ylabel: str, marked: set[str],
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend()
+    axes = [ax]
+    if right:
+        other = ax.twinx()
+        (metric, (xs, ys)), *points = right.items()
+        other.plot(xs, ys, "s--", color="C3", label=metric, lw=1.2, ms=marker_size)
+        for label, (px, py) in points:
+            other.plot(px, py, "*", color="C3", ms=2.5 * marker_size, label=label)
+            ax.axvline(px[0], color="C3", ls=":", lw=1)
+        other.set_ylabel(metric)
+        axes.append(other)
+    handles = [h for a in axes for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles, [h.get_label() for h in handles], loc="best")
     with atomic_file(png, "wb") as f:
         fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
 
@@ -188,15 +201,38 @@ def loss_curves(records: list[dict]) -> Curves:
     return curves
 
 
-def plot_loss(metrics: str | Path, png: str | Path) -> Curves | None:
-    """Training loss (and held-out loss when evaluated) against steps, drawn into `png`;
-    returns the curves drawn, or None (and draws nothing) with no training records."""
-    curves = loss_curves(read_metrics(metrics))
+def metric_curve(records: list[dict], metric: str, best_step: int | None = None) -> Curves:
+    """The evaluation's `metric` against steps, and the kept step as one point labelled
+    "kept: step N"; {} when no evaluation holds it. A tracked figure that another figure
+    always equals (fine-tuning's dev_selection is the task's dev_f1, dev_accuracy, ...) takes
+    that figure's name."""
+    evals = [r for r in records if r.get("split") == "eval" and metric in r]
+    if not evals:
+        return {}
+    same = [k for k in evals[0] if k not in (metric, "step", "split", "seconds")
+            and all(r.get(k) == r[metric] for r in evals)]
+    name = same[0] if same else metric
+    curve = {name: ([r["step"] for r in evals], [r[metric] for r in evals])}
+    kept = [r[metric] for r in evals if r["step"] == best_step]
+    if kept:
+        curve[f"kept: step {best_step}"] = ([best_step], kept[:1])
+    return curve
+
+
+def plot_loss(metrics: str | Path, png: str | Path, metric: str | None = None,
+              best_step: int | None = None) -> Curves | None:
+    """Training loss (and held-out loss when evaluated) against steps, drawn into `png`; with
+    `metric`, that evaluation figure on a second axis with the kept `best_step` marked
+    (`metric_curve`). Returns the curves drawn, or None (and draws nothing) with no training
+    records."""
+    records = read_metrics(metrics)
+    curves = loss_curves(records)
     if not curves:
         return None
     evals = {k for k in curves if not k.startswith("train")}
-    _draw(curves, Path(png), "step", "loss", evals, marker_size=6)
-    return curves
+    right = metric_curve(records, metric, best_step) if metric else {}
+    _draw(curves, Path(png), "step", "loss", evals, marker_size=6, right=right)
+    return {**curves, **right}
 
 
 def run_curves(runs: dict[str, str | Path], *, split: str, key: str,
@@ -235,5 +271,6 @@ def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: 
     return curves
 
 
-__all__ = ["MetricsLog", "summary_writer", "scalar_tags", "format_metrics", "progress_line", "read_metrics", "loss_curves",
-           "plot_loss", "run_curves", "plot_runs", "Curves"]
+__all__ = ["MetricsLog", "summary_writer", "scalar_tags", "format_metrics", "progress_line",
+           "read_metrics", "loss_curves", "metric_curve", "plot_loss", "run_curves", "plot_runs",
+           "Curves"]
