@@ -71,8 +71,12 @@ def settings_block(record: dict, width: int = 100) -> str:
             if isinstance(value, dict):
                 walk(value, f"{prefix}{key}.")
             else:
-                shown = json.dumps(value) if isinstance(value, str) and (
-                    not value or " " in value) else value
+                if value is None:
+                    shown = "none"  # as the command line spells it
+                elif isinstance(value, str) and (not value or " " in value):
+                    shown = json.dumps(value)
+                else:
+                    shown = value
                 pairs.append(f"{prefix}{key}={shown}")
 
     env = record["environment"]
