@@ -94,7 +94,7 @@ def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
               save=lambda m, p: None, show_progress=False, device=device)
         from bertkit.training.runlog import read_metrics
         records = [r for r in read_metrics(Path(out) / "metrics.jsonl") if r["split"] == "train"]
-    return [r["tokens_per_s"] for r in records[1:]]
+    return [r["tokens_per_second"] for r in records[1:]]
 
 
 def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps: int,

@@ -361,7 +361,11 @@ class TrainConfig:
     restore_best: bool = True
     """With best_metric set, save the best evaluated weights as the final model, not the last."""
     resume: bool = False
-    """Continue from the latest checkpoint in out_dir/checkpoints (a fresh start if none)."""
+    """Continue from the latest checkpoint in out_dir/checkpoints (a fresh start if none); with
+    a larger max_steps, extend a finished run."""
+    tensorboard: bool = False
+    """Also write the logged figures (loss, learning rate, metrics, tokens/s) as TensorBoard
+    scalars into out_dir/tensorboard (needs the tensorboard package)."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)

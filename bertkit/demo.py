@@ -195,7 +195,7 @@ def _print_report(report: dict, out: Path) -> None:
              f"{report['train_minutes']} min"]
     if held:
         lines.append(f"held-out: MLM loss {held['eval_loss']:.3f}, accuracy "
-                     f"{held['eval_acc']:.1%}, perplexity {held['eval_ppl']:.1f}")
+                     f"{held['eval_accuracy']:.1%}, perplexity {held['eval_perplexity']:.1f}")
     lines.append("fill-mask (top 5):")
     for p in report["fill_mask"]:
         guesses = ", ".join(f"{t} {s:.2f}" for t, s in p["top5"])

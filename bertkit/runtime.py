@@ -67,16 +67,23 @@ def keep_freed_memory() -> bool:
         bool(libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1))
 
 
+def cpu_name() -> str:
+    """The processor's model name (/proc/cpuinfo on Linux), else what `platform` knows."""
+    cpu = platform.processor() or platform.machine()
+    if Path("/proc/cpuinfo").exists():
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    return cpu
+
+
 def describe(precision: str | None = None, freed_memory_kept: bool = False) -> str:
     """One line: torch, python, threads, allocator, precision, the CPU kernels torch takes.
     `freed_memory_kept`: what `keep_freed_memory()` returned."""
     name, _ = allocator()
     if freed_memory_kept:
         name += " (freed memory kept)"
-    cpu = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").exists():
-        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                    if line.startswith("model name")), cpu)
+    cpu = cpu_name()
     parts = [f"torch {torch.__version__}", f"python {platform.python_version()}",
              f"{torch.get_num_threads()} threads ({physical_cores()} physical cores)",
              f"allocator {name}"]
@@ -145,5 +152,5 @@ def choose_precision(device: torch.device | str) -> tuple[str, str]:
         " (emulated: it would crawl)" if ratio < 0.2 else "")
 
 
-__all__ = ["physical_cores", "allocator", "keep_freed_memory", "describe", "matmul_limit",
-           "choose_precision"]
+__all__ = ["physical_cores", "allocator", "keep_freed_memory", "describe", "cpu_name",
+           "matmul_limit", "choose_precision"]

@@ -76,7 +76,7 @@ def test_demo_on_user_files_end_to_end(tmp_path, capsys, tiny):
     assert "fill-mask (top 5):" in printed and "Walden Pond" in printed
     report = json.loads((out / "demo.json").read_text())
     assert report["steps"] == 4 and report["corpus"] == str(corpus)
-    assert {"eval_loss", "eval_acc", "eval_ppl"} <= report["heldout"].keys()
+    assert {"eval_loss", "eval_accuracy", "eval_perplexity"} <= report["heldout"].keys()
     assert len(report["fill_mask"]) == len(demo.SENTENCES)
     assert all(len(p["top5"]) == 5 for p in report["fill_mask"])
     for name in ("model/config.json", "model/model.safetensors", "model/vocab.txt",

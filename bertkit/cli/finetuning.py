@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
-from bertkit.cli.options import Command
+from bertkit.cli.options import Command, command_line
 from bertkit.cli.pretraining import tune_runtime
 
 
@@ -32,17 +32,29 @@ class FinetuneFiles:
 
 
 def run_finetune(files: FinetuneFiles, cfg) -> int:
+    """Progress and the baseline beside the result on stderr (a warning when the model does
+    not beat it, even with --quiet); the summary, one JSON object, on stdout."""
+    from bertkit.finetuning.baselines import baseline_report
     from bertkit.finetuning.recipe import finetune
 
     tune_runtime()
     cfg = replace(cfg, show_progress=not files.quiet)
-    result = finetune(files.task, files.model, files.train, files.dev, files.out, cfg)
+    result = finetune(files.task, files.model, files.train, files.dev, files.out, cfg,
+                      command_line=lambda resolved: command_line(FINETUNE, [files, resolved]))
     if result.stopped_by == "interrupted":  # the loop said: checkpoint saved, go on with --resume
         return 130
-    shown = {k: round(v, 4) for k, v in result.dev_metrics.items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    print(f"saved {result.out_dir} ({result.steps} steps, {result.train_seconds:.0f} s, "
-          f"stopped by {result.stopped_by}, best step {result.best_step}); dev: {shown}")
+    if not files.quiet:
+        print(f"saved {result.out_dir}: {result.steps} steps, {result.train_seconds:.0f} s, "
+              + ("finished its epochs" if result.stopped_by == "epochs"
+                 else f"stopped by {result.stopped_by}")
+              + f", best step {result.best_step}", file=sys.stderr)
+    if result.comparison is not None:
+        line, warning = baseline_report(result.comparison)
+        if not files.quiet:
+            print(line, file=sys.stderr)
+        if warning:
+            print(warning, file=sys.stderr)
+    print(json.dumps(result.summary()))
     return 0
 
 
@@ -179,12 +191,14 @@ def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
     return 0
 
 
+FINETUNE = Command(
+    "finetune", run_finetune, (FinetuneFiles, "bertkit.finetuning.recipe:FinetuneConfig"),
+    omit=("show_progress",), help="train a task head on labelled data",
+    description="Fine-tune a BERT directory on a task; the result is a Hugging Face directory "
+                "(transformers loads it) with the task remembered.")
+
 COMMANDS = (
-    Command("finetune", run_finetune,
-            (FinetuneFiles, "bertkit.finetuning.recipe:FinetuneConfig"), omit=("show_progress",),
-            help="train a task head on labelled data",
-            description="Fine-tune a BERT directory on a task; the result is a Hugging Face "
-                        "directory (transformers loads it) with the task remembered."),
+    FINETUNE,
     Command("evaluate", run_evaluate,
             (EvaluateOptions, ColumnOverrides, "bertkit.pretraining.evaluation:LMEvalOptions"),
             help="score a fine-tuned model on a labelled file, or judge a pretrained one",

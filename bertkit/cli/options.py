@@ -353,6 +353,35 @@ class Command:
                             names=[name for name, _ in others])
 
 
+def command_line(command: Command, instances: list, program: str = "bertkit") -> str:
+    """The shell line that runs `command` with these options instances (one per class of
+    `command.options`): every flag spelled out with its value, defaults included, so that it
+    runs the same settings again whatever the defaults become. A None that the command line
+    cannot say (a path or free string) is left out: its default is None."""
+    positional, flags = [], []
+    for opt in command.flags():
+        value = instances[opt.source]
+        for name in opt.path:
+            value = getattr(value, name)
+        if opt.positional:
+            positional += [str(v) for v in value] if opt.nargs else [str(value)]
+        elif opt.kind is bool and opt.nargs is None:
+            flags.append(opt.flag if value else "--no-" + opt.flag[2:])
+        elif value is None:
+            if opt.optional and (opt.kind in (int, float) or opt.choices):
+                flags += [opt.flag, "none"]
+        elif opt.nargs is not None:
+            if value:
+                flags += [opt.flag, *(_spelled(v) for v in value)]
+        else:
+            flags += [opt.flag, _spelled(value)]
+    return shlex.join([program, command.name, *positional, *flags])
+
+
+def _spelled(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def _table(tree: dict, path: tuple[str, ...]) -> dict:
     for name in path:
         tree = tree.setdefault(name, {})
@@ -440,4 +469,4 @@ def _scalar(opt: Option, value, fail):
     return value
 
 
-__all__ = ["Command", "Option", "field_docs", "show"]
+__all__ = ["Command", "Option", "command_line", "field_docs", "show"]

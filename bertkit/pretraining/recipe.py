@@ -23,6 +23,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -40,9 +41,10 @@ from bertkit.pretraining import objectives
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
-from bertkit.runtime import allocator
+from bertkit.runtime import allocator, choose_precision
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import TrainResult, train
+from bertkit.training.settings import run_settings, settings_block
 
 SBO_FILE = "sbo.safetensors"
 DEFAULT_PRESET = "mini"
@@ -216,8 +218,23 @@ def _data_fingerprint(data: Path) -> str:
     return hashlib.sha256((data / "manifest.json").read_bytes()).hexdigest()[:16]
 
 
-def pretrain(opts: PretrainOptions) -> TrainResult:
-    """Pretrain per `opts`; see the module docstring."""
+def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
+            ) -> tuple[PretrainOptions, str]:
+    """`opts` with what the run decides spelled out: the device of a single process and the
+    precision "auto" picks; and why that precision."""
+    why = "given"
+    if opts.train.precision == "auto":
+        precision, why = choose_precision(device)
+        opts = dataclasses.replace(opts, train=opts.train.replace(precision=precision))
+    if opts.device is None and world == 1:  # under torchrun each rank takes its LOCAL_RANK GPU
+        opts = dataclasses.replace(opts, device=str(device))
+    return opts, why
+
+
+def pretrain(opts: PretrainOptions,
+             command_line: Callable[[PretrainOptions], str] | None = None) -> TrainResult:
+    """Pretrain per `opts`; see the module docstring. `command_line(resolved options)` gives
+    the shell line recorded in OUT/training_args.json (the CLI's; none from a library call)."""
     load_manifest(opts.data)
     tokenizer = Tokenizer.load(opts.data / "tokenizer")
     device = _device(opts.device)
@@ -226,7 +243,13 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         if opts.batch_size % world:
             raise UserError(f"--batch-size {opts.batch_size} does not split over {world} ranks")
+        opts, why = resolve(opts, device, world)
         cfg = opts.train
+        settings = run_settings({"options": opts}, device=device, precision=cfg.precision,
+                                command=command_line(opts) if command_line else None)
+        if rank == 0:
+            print(settings_block(settings), file=sys.stderr)
+            print(f"precision {cfg.precision}: {why}", file=sys.stderr)
         model = model_to_pretrain(opts, tokenizer.vocab_size, cfg.seed)
         if rank == 0:
             masking = opts.masking
@@ -261,13 +284,13 @@ def pretrain(opts: PretrainOptions) -> TrainResult:
                      evaluate=evaluate if held else None,
                      save=lambda m, path: save_pretrained(m, path, tokenizer),
                      target_count=objectives.target_count(opts.objective),
-                     fingerprint=fingerprint, device=device,
+                     fingerprint=fingerprint, device=device, settings=settings,
                      find_unused_parameters=False)  # model_to_pretrain froze the unused heads
     finally:
         if joined:
             dist.destroy_process_group()
 
 
-__all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain", "model_to_pretrain", "save_pretrained", "start_distributed",
+__all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain", "resolve", "model_to_pretrain", "save_pretrained", "start_distributed",
            "SBO_FILE"]
 

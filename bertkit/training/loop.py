@@ -23,10 +23,14 @@
   trainable weight is used (freeze the others), to save the search and torch's warning.
 * `fingerprint` — a JSON-able dict describing the data and objective; a checkpoint made with
   another fingerprint (or another model shape) is refused on resume.
+* `settings` — the run's record (`bertkit.training.settings.run_settings`), written as
+  `training_args.json` once `out_dir` exists.
 
-Writes into `out_dir`: `metrics.jsonl` (one JSON object per log or eval: step, split, loss,
-metrics, lr, tokens/s), `loss.png`, `checkpoints/step-*/` (see checkpoint.py),
-`checkpoints/best.safetensors` when tracking a best metric, and the final model files at the
+Writes into `out_dir`: `training_args.json` (given `settings`), `metrics.jsonl` (one JSON
+object per log or eval: step, split, loss, metrics, learning_rate, tokens_per_second),
+`loss.png`, `checkpoints/step-*/` (see checkpoint.py; one is always saved at the end, so that
+`resume` with a larger `max_steps` extends a finished run), `checkpoints/best.safetensors` when
+tracking a best metric, `tensorboard/` with `cfg.tensorboard`, and the final model files at the
 top. Progress lines go to stderr. Ctrl-C or SIGTERM finishes the current step, saves a
 checkpoint and returns with `stopped_by="interrupted"` (no final model). Only rank 0 writes.
 
@@ -66,7 +70,9 @@ from bertkit.runtime import choose_precision
 from bertkit.training.optimizer import default_param_groups, lr_factor, make_optimizer
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
                                          rng_state, save_checkpoint, set_rng_state)
-from bertkit.training.runlog import MetricsLog, format_metrics, plot_loss, progress_line
+from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_line,
+                                     summary_writer)
+from bertkit.training.settings import write_settings
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
 
@@ -82,7 +88,7 @@ class TrainResult:
     stopped_by: str
     """"max_steps", "max_time", "early_stop" or "interrupted"."""
     train_metrics: dict[str, float] = field(default_factory=dict)
-    """The last logged training figures (loss, metrics, lr, tokens_per_s)."""
+    """The last logged training figures (loss, metrics, learning_rate, tokens_per_second)."""
     eval_metrics: dict[str, float] = field(default_factory=dict)
     """The last evaluation's result."""
     best_value: float | None = None
@@ -90,6 +96,16 @@ class TrainResult:
     best_step: int | None = None
     """Step at which best_value was reached."""
     out_dir: Path | None = None
+
+    def summary(self) -> dict:
+        """The result as one JSON-able object, in the names of the README's table: the
+        training figures prefixed `train_`, the evaluation's as they come (`eval_*`, `dev_*`)."""
+        return {"out_dir": None if self.out_dir is None else str(self.out_dir),
+                "steps": self.step, "tokens": self.tokens,
+                "train_seconds": round(self.train_seconds, 3), "stopped_by": self.stopped_by,
+                **({"best_step": self.best_step} if self.best_step is not None else {}),
+                **{f"train_{k}": v for k, v in self.train_metrics.items()},
+                **self.eval_metrics}
 
 
 def autocast(device: torch.device, precision: str):
@@ -238,6 +254,7 @@ class _State:
     evals_since_best: int = 0
     stopped_by: str | None = None
     last_eval_step: int = -1
+    last_checkpoint_step: int = -1
     train_metrics: dict[str, float] = field(default_factory=dict)
     eval_metrics: dict[str, float] = field(default_factory=dict)
     # figures summed since the last log line
@@ -260,7 +277,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
           save: Callable[[nn.Module, Path], object] | None = None,
           target_count: Callable[[dict], torch.Tensor] | None = None,
           fingerprint: dict | None = None, device: str | torch.device = "cpu",
-          find_unused_parameters: bool = True, show_progress: bool = True) -> TrainResult:
+          find_unused_parameters: bool = True, show_progress: bool = True,
+          settings: dict | None = None) -> TrainResult:
     """Train `model` on `batches` with `loss_fn` per `cfg`; see the module docstring."""
     out_dir = Path(out_dir)
     created = not out_dir.exists()
@@ -268,7 +286,7 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
     with _own_rng(), RunLock(out_dir, enabled=first_rank):  # one run writes into out_dir
         run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
                      target_count, fingerprint, torch.device(device), find_unused_parameters,
-                     show_progress)
+                     show_progress, settings)
         state = _resume_or_seed(run)
         try:
             with _StopSignal(announce=run.main and show_progress) as stop:
@@ -282,6 +300,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                         _checkpoint(run, state)
                     if state.stopped_by is not None:
                         break
+            if state.stopped_by != "interrupted" and state.last_checkpoint_step != state.step:
+                _checkpoint(run, state)  # a finished run can be extended (--resume)
         except BaseException:
             run.feed.close()
             run.log.close()
@@ -308,7 +328,7 @@ def _own_rng():
 
 
 def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target_count,
-           fingerprint, device, find_unused_parameters, show_progress) -> _Run:
+           fingerprint, device, find_unused_parameters, show_progress, settings) -> _Run:
     """Check the options, make the optimiser and the wrapped objective."""
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
@@ -319,8 +339,15 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
         cfg = cfg.replace(precision=precision)
         if rank == 0 and show_progress:
             print(f"precision {precision}: {why}", file=sys.stderr)
+        if settings is not None:
+            settings = {**settings, "environment": {**settings.get("environment", {}),
+                                                    "precision": precision}}
+    if cfg.tensorboard:
+        summary_writer()  # fails now, not after the first steps, when tensorboard is absent
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
+        if settings is not None:
+            write_settings(out_dir, settings)
     model.to(device).train()
     optimizer = make_optimizer(param_groups or default_param_groups(model, cfg.weight_decay),
                                cfg, device)
@@ -348,7 +375,8 @@ def _resume_or_seed(run: _Run) -> _State:
     latest = latest_checkpoint(root)
     if latest is not None and not cfg.resume:
         raise UserError(f"{run.out_dir}: holds checkpoints of an earlier run: resume it "
-                        f"(--resume) or choose another output directory")
+                        f"(--resume) or choose another output directory (a finished run is "
+                        f"extended by --resume with a larger --max-steps)")
     if latest is not None:
         saved = load_checkpoint(latest, model=run.model, optimizer=run.optimizer,
                                 fingerprint=run.fingerprint)
@@ -356,11 +384,12 @@ def _resume_or_seed(run: _Run) -> _State:
         run.scaler.load_state_dict(saved["scaler"])
         set_rng_state(saved["ranks"][run.rank]["rng"])
         run.feed.load_state_dict(saved["ranks"][run.rank]["feed"])
+        state.last_checkpoint_step = state.step
     else:
         if cfg.resume and run.main:
             print(f"no checkpoint in {root}: starting afresh", file=sys.stderr)
         torch.manual_seed(cfg.seed + run.rank)  # dropout's draws; see _own_rng
-    run.log = MetricsLog(run.out_dir, run.main, state.step)
+    run.log = MetricsLog(run.out_dir, run.main, state.step, tensorboard=cfg.tensorboard)
     if latest is not None:
         run.log.say(f"resumed from {latest} at step {state.step}")
     return state
@@ -425,7 +454,7 @@ def _optimisation_step(run: _Run, state: _State) -> None:
         # Time spent waiting on the device is only visible after the log's sync.
         waited = time.perf_counter() - started - elapsed
         state.train_seconds += waited
-        state.train_metrics["tokens_per_s"] = state.window_tokens / max(
+        state.train_metrics["tokens_per_second"] = state.window_tokens / max(
             state.window_seconds + waited, 1e-9)
         _write_training_record(run, state)
 
@@ -475,7 +504,7 @@ def _log_training(run: _Run, state: _State) -> None:
         dist.all_reduce(values)
         values = values / run.world
     state.train_metrics = {k: v / state.window_steps for k, v in zip(names, values.tolist())}
-    state.train_metrics["lr"] = run.optimizer.param_groups[0]["lr"]
+    state.train_metrics["learning_rate"] = run.optimizer.param_groups[0]["lr"]
 
 
 def _write_training_record(run: _Run, state: _State) -> None:
@@ -557,6 +586,7 @@ def _checkpoint(run: _Run, state: _State) -> None:
         gathered = [None] * run.world
         dist.all_gather_object(gathered, ranks[0])
         ranks = gathered
+    state.last_checkpoint_step = state.step
     if run.main:
         save_checkpoint(run.checkpoints, state.step, model=run.model, optimizer=run.optimizer,
                         keep=run.cfg.keep_checkpoints,
@@ -574,7 +604,8 @@ def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] 
         _evaluate(run, state)
     run.log.close()
     if run.main:
-        draw_or_skip(lambda: plot_loss(run.out_dir / "metrics.jsonl", run.out_dir / "loss.png"),
+        draw_or_skip(lambda: plot_loss(run.out_dir / "metrics.jsonl", run.out_dir / "loss.png",
+                                       metric=cfg.best_metric, best_step=state.best_step),
                      run.out_dir / "loss.png")
         if not interrupted:
             if cfg.best_metric is not None and cfg.restore_best \

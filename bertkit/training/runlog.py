@@ -1,5 +1,5 @@
-"""A run's log: metrics.jsonl written as training goes, with a progress line on stderr, read
-back, and drawn as loss curves in PNG files.
+"""A run's log: metrics.jsonl written as training goes, with a progress line on stderr (and
+TensorBoard scalars when asked), read back, and drawn as loss curves in PNG files.
 
 Drawing uses a bare `matplotlib.figure.Figure` (`bertkit.figures`): no pyplot, no backend
 chosen for the process; matplotlib is an extra, imported only to draw. The plotting functions return the curves they drew (label -> (x, y)).
@@ -27,11 +27,41 @@ def format_metrics(values: dict[str, float]) -> str:
     return "  ".join(f"{k} {v:.4g}" for k, v in values.items())
 
 
+def summary_writer():
+    """torch's TensorBoard `SummaryWriter` class, imported when a run asks for it (it needs the
+    tensorboard package, which nothing else does)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError("--tensorboard needs the tensorboard package: pip install tensorboard") \
+            from None
+    return SummaryWriter
+
+
+def scalar_tags(record: dict) -> dict[str, float]:
+    """A metrics.jsonl record as TensorBoard tags, grouped by split as transformers' callback
+    groups them: a train record's `loss` is "train/loss", an eval record's `eval_loss`
+    "eval/loss", `dev_f1` "dev/f1"."""
+    tags = {}
+    for key, value in record.items():
+        if key in ("step", "split", "seconds") or isinstance(value, bool) \
+                or not isinstance(value, (int, float)):
+            continue
+        prefix, _, rest = key.partition("_")
+        if record.get("split") == "train" or prefix not in ("eval", "dev") or not rest:
+            tags[f"{record.get('split', 'train')}/{key}"] = float(value)
+        else:
+            tags[f"{prefix}/{rest}"] = float(value)
+    return tags
+
+
 class MetricsLog:
     """A run's metrics.jsonl (appended line by line, cut back to the resumed step) and its
-    stderr lines; silent and writing nothing when not `active` (ranks other than 0)."""
+    stderr lines; with `tensorboard`, its records as scalars in out_dir/tensorboard too. Silent
+    and writing nothing when not `active` (ranks other than 0)."""
 
-    def __init__(self, out_dir: Path, active: bool, resumed_step: int):
+    def __init__(self, out_dir: Path, active: bool, resumed_step: int,
+                 tensorboard: bool = False):
         self.path, self.active = out_dir / "metrics.jsonl", active
         if active and self.path.exists():
             keep = [r for r in read_metrics(self.path, announce=True)
@@ -39,11 +69,18 @@ class MetricsLog:
             with atomic_file(self.path) as f:
                 f.write("".join(json.dumps(r) + "\n" for r in keep))
         self.file = open(self.path, "a", encoding="utf-8") if active else None
+        self.writer = None
+        if active and tensorboard:  # a resumed run drops the events after its step
+            self.writer = summary_writer()(str(out_dir / "tensorboard"),
+                                           purge_step=resumed_step + 1 if resumed_step else None)
 
     def record(self, obj: dict) -> None:
         if self.file:
             self.file.write(json.dumps(obj) + "\n")
             self.file.flush()
+        if self.writer is not None:
+            for tag, value in scalar_tags(obj).items():
+                self.writer.add_scalar(tag, value, obj["step"])
 
     def say(self, line: str) -> None:
         if self.active:
@@ -52,6 +89,10 @@ class MetricsLog:
     def close(self) -> None:
         if self.file:
             self.file.close()
+            self.file = None
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
 
 
 def progress_line(step: int, cfg: TrainConfig, seconds: float, tokens: int,
@@ -66,9 +107,10 @@ def progress_line(step: int, cfg: TrainConfig, seconds: float, tokens: int,
     else:
         eta = 60 * cfg.max_time - seconds
         where = f"step {step}"
-    shown = {k: v for k, v in metrics.items() if k not in ("lr", "tokens_per_s", "grad_norm")}
-    return (f"{where}  {format_metrics(shown)}  lr {metrics['lr']:.2e}  "
-            f"{metrics['tokens_per_s']:,.0f} tok/s  {tokens:,} tokens  "
+    shown = {k: v for k, v in metrics.items()
+             if k not in ("learning_rate", "tokens_per_second", "grad_norm")}
+    return (f"{where}  {format_metrics(shown)}  lr {metrics['learning_rate']:.2e}  "
+            f"{metrics['tokens_per_second']:,.0f} tok/s  {tokens:,} tokens  "
             f"elapsed {_clock(seconds)}  ETA {_clock(eta)}")
 
 
@@ -125,7 +167,9 @@ Curves = dict[str, tuple[list[float], list[float]]]
 
 
 def _draw(curves: Curves, png: Path, xlabel: str, ylabel: str, marked: set[str],
-          marker_size: float) -> None:
+          marker_size: float, right: Curves | None = None) -> None:
+    """`curves` against the left axis; `right` (a metric, and the kept step as one point)
+    against a second axis on the right, named after its first curve."""
     fig = new_figure(png, figsize=(7, 4))
     ax = fig.add_subplot()
     for label, (xs, ys) in curves.items():
@@ -133,7 +177,18 @@ def _draw(curves: Curves, png: Path, xlabel: str, ylabel: str, marked: set[str],
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend()
+    axes = [ax]
+    if right:
+        other = ax.twinx()
+        (metric, (xs, ys)), *points = right.items()
+        other.plot(xs, ys, "s--", color="C3", label=metric, lw=1.2, ms=marker_size)
+        for label, (px, py) in points:
+            other.plot(px, py, "*", color="C3", ms=2.5 * marker_size, label=label)
+            ax.axvline(px[0], color="C3", ls=":", lw=1)
+        other.set_ylabel(metric)
+        axes.append(other)
+    handles = [h for a in axes for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles, [h.get_label() for h in handles], loc="best")
     with atomic_file(png, "wb") as f:
         fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
 
@@ -159,15 +214,38 @@ def loss_curves(records: list[dict]) -> Curves:
     return curves
 
 
-def plot_loss(metrics: str | Path, png: str | Path) -> Curves | None:
-    """Training loss (and held-out loss when evaluated) against steps, drawn into `png`;
-    returns the curves drawn, or None (and draws nothing) with no training records."""
-    curves = loss_curves(read_metrics(metrics))
+def metric_curve(records: list[dict], metric: str, best_step: int | None = None) -> Curves:
+    """The evaluation's `metric` against steps, and the kept step as one point labelled
+    "kept: step N"; {} when no evaluation holds it. A tracked figure that another figure
+    always equals (fine-tuning's dev_selection is the task's dev_f1, dev_accuracy, ...) takes
+    that figure's name."""
+    evals = [r for r in records if r.get("split") == "eval" and metric in r]
+    if not evals:
+        return {}
+    same = [k for k in evals[0] if k not in (metric, "step", "split", "seconds")
+            and all(r.get(k) == r[metric] for r in evals)]
+    name = same[0] if same else metric
+    curve = {name: ([r["step"] for r in evals], [r[metric] for r in evals])}
+    kept = [r[metric] for r in evals if r["step"] == best_step]
+    if kept:
+        curve[f"kept: step {best_step}"] = ([best_step], kept[:1])
+    return curve
+
+
+def plot_loss(metrics: str | Path, png: str | Path, metric: str | None = None,
+              best_step: int | None = None) -> Curves | None:
+    """Training loss (and held-out loss when evaluated) against steps, drawn into `png`; with
+    `metric`, that evaluation figure on a second axis with the kept `best_step` marked
+    (`metric_curve`). Returns the curves drawn, or None (and draws nothing) with no training
+    records."""
+    records = read_metrics(metrics)
+    curves = loss_curves(records)
     if not curves:
         return None
     evals = {k for k in curves if not k.startswith("train")}
-    _draw(curves, Path(png), "step", "loss", evals, marker_size=6)
-    return curves
+    right = metric_curve(records, metric, best_step) if metric else {}
+    _draw(curves, Path(png), "step", "loss", evals, marker_size=6, right=right)
+    return {**curves, **right}
 
 
 def run_curves(runs: dict[str, str | Path], *, split: str, key: str,
@@ -207,5 +285,6 @@ def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: 
     return curves
 
 
-__all__ = ["MetricsLog", "format_metrics", "progress_line", "read_metrics", "loss_curves",
-           "plot_loss", "run_curves", "plot_runs", "Curves"]
+__all__ = ["MetricsLog", "summary_writer", "scalar_tags", "format_metrics", "progress_line",
+           "read_metrics", "loss_curves", "metric_curve", "plot_loss", "run_curves", "plot_runs",
+           "Curves"]

@@ -108,8 +108,9 @@ def reached(monkeypatch):
     monkeypatch.setattr(bertkit.embeddings.embedder.Embedder, "load", staticmethod(load))
     monkeypatch.setattr(bertkit.model.fill_mask.FillMask, "load", staticmethod(load))
     monkeypatch.setattr(bertkit.finetuning.predict.TaskModel, "load", staticmethod(load))
-    monkeypatch.setattr(bertkit.finetuning.recipe, "finetune", lambda *a: stop(a[-1].device))
-    monkeypatch.setattr(bertkit.pretraining.recipe, "pretrain", lambda o: stop(o.device))
+    monkeypatch.setattr(bertkit.finetuning.recipe, "finetune",
+                        lambda *a, **k: stop(a[-1].device))
+    monkeypatch.setattr(bertkit.pretraining.recipe, "pretrain", lambda o, **k: stop(o.device))
     monkeypatch.setattr(bertkit.senses.data, "load_source",
                         lambda model, device="cpu", **k: stop(device))
     monkeypatch.setattr(bertkit.senses.data, "read_examples", lambda *a, **k: [])

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
-from bertkit.cli.options import Command, field_docs
+from bertkit.cli.options import Command, command_line, field_docs
 from bertkit.files import UserError
 
 
@@ -292,3 +293,38 @@ def test_an_output_that_is_an_input_is_refused_before_the_command_runs(tmp_path,
         assert message in _run(capsys, argv), argv
     assert labelled.read_text(encoding="utf-8") == text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl", "v.npy"]
+
+
+# The command line that runs the same settings again -------------------------------------------
+
+def test_command_line_spells_every_option_and_parses_back_to_the_same_settings():
+    cases = [parse("--path", "p q"),  # defaults, and a path with a space
+             parse("w1", "w2", "--path", "p", "--count", "9", "--name", "n", "--mode", "b",
+                   "--pick", "y", "--limit", "none", "--flag", "--no-keep", "--files", "a", "b",
+                   "--pair", "0.1", "1e-07", "--rate", "0.125", "--steps", "4",
+                   "--verbose-name", "x y")]
+    for instances in cases:
+        line = command_line(COMMAND, instances)
+        argv = shlex.split(line)
+        assert argv[:2] == ["bertkit", "t"]
+        assert "--count" in argv and "--rate" in argv and "--pair" in argv  # defaults spelled
+        assert parse(*argv[2:]) == instances, line
+    assert "--limit none" in command_line(COMMAND, cases[1])
+    assert "--no-keep" in command_line(COMMAND, cases[1])
+
+
+@pytest.mark.parametrize("name", ["pretrain", "finetune"])
+def test_the_training_commands_lines_parse_back(name):
+    from bertkit.cli.main import COMMANDS
+
+    command = next(c for c in COMMANDS if c.name == name)
+    argv = {"pretrain": ["--data", "d", "--out", "o", "--preset", "tiny", "--max-steps", "3",
+                         "--lr", "3e-4", "--betas", "0.9", "0.98", "--tensorboard"],
+            "finetune": ["tag", "--model", "m", "--train", "t", "--out", "o", "--epochs", "2",
+                         "--scheme", "BIO", "--crf", "--head-lr", "0.002"]}[name]
+    p = argparse.ArgumentParser(prog=name)
+    command.add_flags(p)
+    instances = command.read(p.parse_args(argv))
+    line = command_line(command, instances)
+    again = command.read(p.parse_args(shlex.split(line)[2:]))
+    assert again == instances

@@ -314,6 +314,54 @@ def test_time_budget_without_epochs_follows_the_clock(tiny_bert, task_files, qui
                       quick_config(max_time=0.01, batch_size=16))
     assert result.stopped_by == "max_time" and result.steps >= 1
     assert (tmp_path / "t" / "model.safetensors").is_file()
+    # the schedule follows the clock: no epochs are filled in for a re-run to follow instead
+    options = json.loads((tmp_path / "t" / "training_args.json").read_text())["options"]
+    assert options["epochs"] is None and options["max_time"] == 0.01
+
+
+# What a run says and records ------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_cli_records_settings_reports_the_baseline_and_its_command_reproduces_the_run(
+        tiny_bert, synthetic, tmp_path, capsys):
+    import shlex
+
+    from bertkit.finetuning.tasks import task_type
+
+    # Every dev example has the training data's most frequent label: the majority baseline
+    # is perfect there, and no model beats it.
+    rows = synthetic.sentiment(120, 1)
+    train = synthetic.write_jsonl(tmp_path / "train.jsonl", rows)
+    dev = synthetic.write_jsonl(tmp_path / "dev.jsonl",
+                                [r for r in synthetic.sentiment(40, 2) if r["label"] == "positive"])
+    out = tmp_path / "out"
+    assert main(["finetune", "classify", "--model", str(tiny_bert), "--train", str(train),
+                 "--dev", str(dev), "--out", str(out), "--epochs", "1", "--lr", "1e-2"]) == 0
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert err[0].startswith("settings (bertkit ")  # the resolved settings come first
+    assert any("finished its epochs" in line for line in err)
+    assert not any("max_steps" in line for line in err)
+    assert any(line.startswith("dev accuracy ") and "baseline 1.0000" in line for line in err)
+    assert any(line.startswith("warning: the model does not beat the baseline") for line in err)
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert summary["stopped_by"] == "epochs" and summary["selection"] == "accuracy"
+    assert summary["baseline_accuracy"] == 1.0 and "dev_accuracy" in summary
+    assert "train_loss" in summary and "train_learning_rate" in summary
+
+    record = json.loads((out / "training_args.json").read_text())
+    defaults = task_type("classify").defaults
+    options = record["options"]
+    assert (options["epochs"], options["batch_size"], options["head_lr"]) == \
+        (1, defaults.batch_size, defaults.head_lr)  # the task's defaults filled in
+    assert options["max_length"] is not None and record["task"] == "classify"
+    argv = shlex.split(record["command"])
+    assert argv[:3] == ["bertkit", "finetune", "classify"]
+    assert argv[argv.index("--batch-size") + 1] == str(defaults.batch_size)
+    argv[argv.index("--out") + 1] = str(tmp_path / "again")
+    assert main(argv[1:]) == 0
+    first = json.loads((out / "dev_metrics.json").read_text())
+    assert json.loads((tmp_path / "again" / "dev_metrics.json").read_text()) == first
 
 
 # A new task is one class ----------------------------------------------------------------------

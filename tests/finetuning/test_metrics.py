@@ -149,23 +149,23 @@ def test_squad_scores_split_and_best_threshold():
     preds = {"q1": "France", "q2": "the 10th", "q3": "", "q4": "Rollo"}
     s = metrics.squad_scores(preds, refs)
     # EM: 1, 0, 1, 0; F1: 1, 2/3 (p=1, r=1/2), 1, 0
-    assert s["exact"] == pytest.approx(0.5) and s["f1"] == pytest.approx((1 + 2 / 3 + 1) / 4)
-    assert (s["has_ans_exact"], s["has_ans_f1"], s["has_ans_total"]) == \
+    assert s["exact_match"] == pytest.approx(0.5) and s["f1"] == pytest.approx((1 + 2 / 3 + 1) / 4)
+    assert (s["has_ans_exact_match"], s["has_ans_f1"], s["has_ans_total"]) == \
         (pytest.approx(0.5), pytest.approx((1 + 2 / 3) / 2), 2)
-    assert (s["no_ans_exact"], s["no_ans_total"]) == (pytest.approx(0.5), 2)
-    assert "best_exact" not in s
+    assert (s["no_ans_exact_match"], s["no_ans_total"]) == (pytest.approx(0.5), 2)
+    assert "best_exact_match" not in s
 
     null = {"q1": 0.1, "q2": 0.7, "q3": 0.5, "q4": 0.9}
     s = metrics.squad_scores(preds, refs, null)
     # all null: 2 right (q3, q4). Rising null score: q1 (+1 -> 3, thresh .1), q3 (pred "" -> 0),
     # q2 (+0 EM / +2/3 F1), q4 (pred "Rollo", unanswerable -> -1)
-    assert (s["best_exact"], s["best_exact_thresh"]) == (pytest.approx(3 / 4), 0.1)
-    assert (s["best_f1"], s["best_f1_thresh"]) == (pytest.approx((3 + 2 / 3) / 4), 0.7)
+    assert (s["best_exact_match"], s["best_exact_match_threshold"]) == (pytest.approx(3 / 4), 0.1)
+    assert (s["best_f1"], s["best_f1_threshold"]) == (pytest.approx((3 + 2 / 3) / 4), 0.7)
     # applying a threshold: q4 (0.9 > 0.8) becomes "" -> right
     s = metrics.squad_scores(preds, refs, null, null_threshold=0.8)
-    assert s["exact"] == pytest.approx(3 / 4) and s["no_ans_exact"] == 1.0
+    assert s["exact_match"] == pytest.approx(3 / 4) and s["no_ans_exact_match"] == 1.0
     # a missing prediction scores 0
-    assert metrics.squad_scores({}, {"q1": ["x"]})["exact"] == 0.0
+    assert metrics.squad_scores({}, {"q1": ["x"]})["exact_match"] == 0.0
 
 
 def test_best_threshold_against_the_definition():
@@ -183,8 +183,8 @@ def test_best_threshold_against_the_definition():
                         for t in [min(null.values()) - 1, *null.values()]}
         if len(set(null.values())) == len(null):
             assert s["best_f1"] == pytest.approx(max(by_threshold.values()))
-            if s["best_f1_thresh"] in by_threshold:
-                assert by_threshold[s["best_f1_thresh"]] == pytest.approx(s["best_f1"])
+            if s["best_f1_threshold"] in by_threshold:
+                assert by_threshold[s["best_f1_threshold"]] == pytest.approx(s["best_f1"])
         else:
             assert s["best_f1"] >= max(by_threshold.values()) - 1e-12
 
@@ -194,5 +194,5 @@ def test_best_threshold_counts_a_nonempty_prediction_as_wrong_like_the_official_
     # non-empty prediction on an unanswerable question
     s = metrics.squad_scores({"q1": "a", "q2": "x"}, {"q1": [], "q2": ["x"]},
                              {"q1": 0.1, "q2": 0.2})
-    assert s["exact"] == 1.0
-    assert (s["best_exact"], s["best_exact_thresh"]) == (pytest.approx(0.5), 0.0)
+    assert s["exact_match"] == 1.0
+    assert (s["best_exact_match"], s["best_exact_match_threshold"]) == (pytest.approx(0.5), 0.0)

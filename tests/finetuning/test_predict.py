@@ -121,7 +121,7 @@ def test_evaluate_json_and_predict_jsonl(finetuned, tmp_path, capsys):
     assert {"precision", "recall", "f1", "per_type", "token_accuracy"} <= set(scores)
     assert main(["evaluate", "--model", str(d / "qa"), "--input", str(finetuned["squad"]),
                  "--json"]) == 0
-    assert {"exact", "f1", "has_ans_exact", "no_ans_exact"} <= set(
+    assert {"exact_match", "f1", "has_ans_exact_match", "no_ans_exact_match"} <= set(
         json.loads(capsys.readouterr().out))
     # plain text in, JSON lines out
     texts = tmp_path / "in.txt"

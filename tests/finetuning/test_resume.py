@@ -85,7 +85,7 @@ def uninterrupted(tiny_bert_dropout, task_files, quick_config, tmp_path_factory)
                           task_files["dev"], out, quick_config(**SETTINGS))
     finally:
         torch.set_num_threads(threads)
-    assert result.stopped_by == "max_steps" and result.steps == 30
+    assert result.stopped_by == "epochs" and result.steps == 30
     return out, result
 
 
@@ -193,7 +193,7 @@ def test_resume_without_a_checkpoint_starts_afresh(tiny_bert, task_files, quick_
     result = finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
                       tmp_path / "out", quick_config(epochs=1, batch_size=16, resume=True,
                                                      show_progress=True))
-    assert result.stopped_by == "max_steps" and result.steps == 10
+    assert result.stopped_by == "epochs" and result.steps == 10
     assert "no checkpoint in" in capsys.readouterr().err
 
 

@@ -236,8 +236,8 @@ def test_masked_token_scores_on_a_prepared_directory_equal_evaluate_lm(prepared,
     want = objectives.evaluate_lm(model, held, objective)
     got = masked_token_scores(model, tokenizer, data, seed=5, batch_size=8, objective=objective,
                               seq_len=32, eval_batches=3, whole_word=masking == "whole-word")
-    assert got["accuracy"] == want["eval_acc"] and got["loss"] == want["eval_loss"]
-    assert got["perplexity"] == want["eval_ppl"] and got["tokens"] == want["eval_tokens"]
+    assert got["accuracy"] == want["eval_accuracy"] and got["loss"] == want["eval_loss"]
+    assert got["perplexity"] == want["eval_perplexity"] and got["tokens"] == want["eval_tokens"]
     assert ("nsp_accuracy" in got) == (objective == "mlm+nsp")
     other = masked_token_scores(model, tokenizer, data, seed=6, batch_size=8,
                                 objective=objective, seq_len=32, eval_batches=3)

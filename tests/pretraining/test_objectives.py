@@ -31,7 +31,7 @@ def test_sparse_mlm_loss_equals_full_vocabulary_projection(tiny):
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
     kept = labels != IGNORE_INDEX
     acc = (full.reshape(-1, tiny.V).argmax(-1)[kept] == labels[kept]).float().mean()
-    torch.testing.assert_close(metrics["mlm_acc"], acc)
+    torch.testing.assert_close(metrics["mlm_accuracy"], acc)
 
 
 def test_padding_entries_do_not_count(tiny):
@@ -65,7 +65,7 @@ def test_mlm_nsp_loss_matches_transformers_bert_for_pretraining(tmp_path, tiny):
     nsp = F.cross_entropy(out.seq_relationship_logits, batch["nsp_labels"])
     torch.testing.assert_close(metrics["nsp_loss"], nsp, atol=1e-5, rtol=1e-5)
     nsp_acc = (out.seq_relationship_logits.argmax(-1) == batch["nsp_labels"]).float().mean()
-    torch.testing.assert_close(metrics["nsp_acc"], nsp_acc)
+    torch.testing.assert_close(metrics["nsp_accuracy"], nsp_acc)
 
 
 def test_span_boundary_head_reads_boundaries_and_offsets(tiny):
@@ -145,7 +145,7 @@ def test_causal_lm_sees_only_the_left(tiny):
     model = tiny.model().eval()
     batch = _batch(tiny)
     loss, metrics = objectives.clm_loss(model, batch)
-    assert math.isfinite(float(loss.detach())) and "clm_acc" in metrics
+    assert math.isfinite(float(loss.detach())) and "clm_accuracy" in metrics
     changed = batch["input_ids"].clone()
     changed[:, tiny.T // 2:] = 7
     a, _, _ = model(batch["input_ids"], causal=True)
@@ -168,9 +168,9 @@ def test_evaluate_weights_by_tokens_and_reports_perplexity(tiny):
         sums, counts = sums + float(loss) * n, counts + n
         nsp_right += float((nsp_logits.argmax(-1) == b["nsp_labels"]).sum())
     assert result["eval_loss"] == pytest.approx(sums / counts, rel=1e-5)
-    assert result["eval_ppl"] == pytest.approx(math.exp(result["eval_loss"]), rel=1e-5)
+    assert result["eval_perplexity"] == pytest.approx(math.exp(result["eval_loss"]), rel=1e-5)
     assert result["eval_tokens"] == counts
-    assert result["eval_nsp_acc"] == pytest.approx(nsp_right / 6)  # over all 2 + 4 pairs
+    assert result["eval_nsp_accuracy"] == pytest.approx(nsp_right / 6)  # over all 2 + 4 pairs
 
 
 def test_unknown_objective():

@@ -262,3 +262,69 @@ def test_corrupt_checkpoint_is_refused_on_resume(prepared, tmp_path, capsys):
     line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out), "--resume",
                            "--max-steps", "4", *TINY[:4], "--batch-size", "4"])
     assert "checkpoint was made with batch_size = 8, this run has 4" in line
+
+
+# What a run records, and extending a finished one --------------------------------------------------
+
+def test_the_run_records_its_settings_and_its_command_reproduces_it(prepared, tmp_path, capsys):
+    import shlex
+
+    out = tmp_path / "first"
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(out), "--max-steps", "2",
+                 "--precision", "auto", *TINY]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("settings (bertkit ")  # the resolved settings come first
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and summary["stopped_by"] == "max_steps"
+    assert {"train_loss", "train_learning_rate", "train_tokens_per_second", "eval_loss",
+            "eval_accuracy", "eval_perplexity"} <= summary.keys()
+    record = json.loads((out / "training_args.json").read_text())
+    precision = record["environment"]["precision"]
+    assert precision in ("fp32", "bf16")
+    assert record["options"]["train"]["precision"] == precision  # "auto" resolved
+    assert record["options"]["preset"] == "tiny" and record["options"]["device"] == "cpu"
+    argv = shlex.split(record["command"])
+    assert argv[:2] == ["bertkit", "pretrain"]
+    assert argv[argv.index("--precision") + 1] == precision
+    assert argv[argv.index("--warmup-fraction") + 1] == "0.05"  # defaults spelled out too
+
+    again = tmp_path / "again"
+    argv[argv.index("--out") + 1] = str(again)
+    assert _cli(argv[1:]) == 0
+    a, b = load_file(str(out / "model.safetensors")), load_file(str(again / "model.safetensors"))
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_a_finished_run_is_extended_by_resume_with_more_steps(prepared, tmp_path, capsys):
+    args = ["pretrain", "--data", str(prepared), "--schedule", "constant", "--warmup-steps", "0",
+            *TINY]
+    out = tmp_path / "run"
+    assert _cli(args + ["--out", str(out), "--max-steps", "4"]) == 0
+    assert (out / "checkpoints/step-00000004").is_dir()  # no --save-every, still a checkpoint
+    four = load_file(str(out / "model.safetensors"))
+    capsys.readouterr()
+    assert _cli(args + ["--out", str(out), "--max-steps", "6", "--resume"]) == 0
+    captured = capsys.readouterr()
+    assert "resumed from" in captured.err
+    assert json.loads(captured.out.strip().splitlines()[-1])["steps"] == 6
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6]
+    six = load_file(str(out / "model.safetensors"))
+    assert any(not torch.equal(four[k], six[k]) for k in four)
+    whole = tmp_path / "whole"
+    assert _cli(args + ["--out", str(whole), "--max-steps", "6"]) == 0
+    uninterrupted = load_file(str(whole / "model.safetensors"))
+    for k in six:
+        assert torch.equal(six[k], uninterrupted[k]), k
+
+
+def test_tensorboard_on_the_command_line(prepared, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "tb"
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(out), "--max-steps", "2",
+                 "--tensorboard", *TINY]) == 0
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert {"train/loss", "train/learning_rate", "eval/loss"} <= set(events.Tags()["scalars"])

@@ -9,7 +9,7 @@ from bertkit.config import TrainConfig
 from bertkit.files import UserError
 from bertkit.pretraining import objectives
 from bertkit.training.loop import train
-from bertkit.training.runlog import read_metrics
+from bertkit.training.runlog import metric_curve, plot_loss, read_metrics, scalar_tags
 
 
 def test_resume_goes_on_past_a_torn_last_line(tmp_path, tiny, capsys):
@@ -52,3 +52,32 @@ def test_a_record_of_the_wrong_types_is_one_error(tmp_path, line, message):
                    encoding="utf-8")
     with pytest.raises(UserError, match=message):
         read_metrics(log)
+
+
+def _fine_tuning_log(path):
+    records = [{"step": s, "split": "train", "loss": 1.0 / s, "learning_rate": 1e-4}
+               for s in (1, 2, 3, 4, 5, 6)]
+    for step, f1, precision in ((2, 0.5, 0.4), (4, 0.8, 0.9), (6, 0.7, 0.7)):
+        records.append({"step": step, "split": "eval", "dev_precision": precision,
+                        "dev_f1": f1, "dev_selection": f1})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_the_fine_tuning_plot_shows_the_dev_metric_and_the_kept_step(tmp_path):
+    log = _fine_tuning_log(tmp_path / "metrics.jsonl")
+    curves = plot_loss(log, tmp_path / "loss.png", metric="dev_selection", best_step=4)
+    assert list(curves) == ["train loss", "dev_f1", "kept: step 4"]  # named for what it is
+    assert curves["dev_f1"] == ([2, 4, 6], [0.5, 0.8, 0.7])
+    assert curves["kept: step 4"] == ([4], [0.8])
+    assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert list(metric_curve(read_metrics(log), "dev_precision")) == ["dev_precision"]
+    assert metric_curve(read_metrics(log), "eval_loss") == {}
+
+
+def test_records_become_tensorboard_tags_by_split():
+    assert scalar_tags({"step": 3, "split": "train", "loss": 2.0, "learning_rate": 1e-3,
+                        "tokens": 100, "seconds": 1.5}) == \
+        {"train/loss": 2.0, "train/learning_rate": 1e-3, "train/tokens": 100.0}
+    assert scalar_tags({"step": 3, "split": "eval", "eval_loss": 2.0, "dev_f1": 0.5,
+                        "seconds": 1.0}) == {"eval/loss": 2.0, "dev/f1": 0.5}

@@ -73,8 +73,9 @@ def test_train_learns_and_writes_run_directory(tmp_path, tiny):
     assert [r["step"] for r in train_records] == [10, 20, 30, 40]
     assert [r["step"] for r in evals] == [20, 40]
     assert train_records[-1]["loss"] < train_records[0]["loss"] - 0.3
-    assert evals[-1]["eval_ppl"] == pytest.approx(math.exp(evals[-1]["eval_loss"]), rel=1e-5)
-    assert all(r["tokens_per_s"] > 0 and "mlm_acc" in r for r in train_records)
+    assert evals[-1]["eval_perplexity"] == pytest.approx(math.exp(evals[-1]["eval_loss"]), rel=1e-5)
+    assert all(r["tokens_per_second"] > 0 and "mlm_accuracy" in r and "learning_rate" in r
+               for r in train_records)
     assert (tmp_path / "run/loss.png").read_bytes()[:4] == b"\x89PNG"
     curves = plot_loss(tmp_path / "run/metrics.jsonl", tmp_path / "again.png")
     assert list(curves) == ["train loss", "eval_loss"]  # mlm: the loss is its LM part
@@ -147,10 +148,10 @@ def test_early_stopping_keeps_the_best_weights(tmp_path, tiny):
 
     def evaluate(model):
         snapshots[len(snapshots) + 1] = tiny.params(model)
-        return {"dev_acc": next(scores)}
+        return {"dev_accuracy": next(scores)}
 
     model = tiny.model()
-    cfg = TrainConfig(max_steps=100, lr=1e-3, eval_every=2, log_every=2, best_metric="dev_acc",
+    cfg = TrainConfig(max_steps=100, lr=1e-3, eval_every=2, log_every=2, best_metric="dev_accuracy",
                       best_mode="max", patience=2)
     result = train(model, objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
                    evaluate=evaluate, save=tiny.no_save, show_progress=False)
@@ -260,3 +261,85 @@ def test_without_matplotlib_a_run_skips_its_loss_plot_with_one_warning(tmp_path,
     assert (tmp_path / "run/metrics.jsonl").is_file()
     assert ("warning: matplotlib not installed (pip install bertkit[plot]); skipping loss.png"
             in capsys.readouterr().err.splitlines())
+
+
+# A finished run can be extended -------------------------------------------------------------------
+
+def test_a_finished_run_leaves_a_checkpoint_and_extends_to_more_steps(tmp_path, tiny):
+    """No --save-every: the run still ends with a checkpoint; resume with a larger max_steps
+    does the steps left, and a constant schedule makes 4 + 2 steps equal 6 in one go."""
+    cfg = TrainConfig(max_steps=4, lr=1e-3, warmup_steps=0, schedule="constant", log_every=2)
+    model = tiny.model()
+    first = train(model, objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "ext",
+                  save=tiny.no_save, show_progress=False)
+    assert first.step == 4
+    assert [p.name for p in (tmp_path / "ext/checkpoints").glob("step-*")] == ["step-00000004"]
+    after_four = tiny.params(model)
+    with pytest.raises(UserError, match="extended by --resume with a larger --max-steps"):
+        train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "ext",
+              save=tiny.no_save, show_progress=False)
+
+    extended_model = tiny.model()
+    extended = train(extended_model, objectives.mlm_loss, tiny.FakeBatches(),
+                     cfg.replace(max_steps=6, resume=True), tmp_path / "ext",
+                     save=tiny.no_save, show_progress=False)
+    assert (extended.step, extended.stopped_by) == (6, "max_steps")
+    steps = [json.loads(line)["step"] for line in
+             (tmp_path / "ext/metrics.jsonl").read_text().splitlines()]
+    assert steps == [2, 4, 6]  # two more steps, logged once
+    whole_model = tiny.model()
+    train(whole_model, objectives.mlm_loss, tiny.FakeBatches(), cfg.replace(max_steps=6),
+          tmp_path / "whole", save=tiny.no_save, show_progress=False)
+    extended_params, whole = tiny.params(extended_model), tiny.params(whole_model)
+    assert any(not torch.equal(extended_params[k], after_four[k]) for k in after_four)
+    for k in whole:
+        assert torch.equal(extended_params[k], whole[k]), k
+
+
+# What a run records -------------------------------------------------------------------------------
+
+def test_settings_are_written_as_training_args_json(tmp_path, tiny):
+    from bertkit.training.settings import run_settings, settings_block
+
+    cfg = TrainConfig(max_steps=2, lr=1e-3, precision="auto")
+    record = run_settings({"options": cfg}, device="cpu", precision="auto",
+                          command="bertkit x --lr 0.001")
+    block = settings_block(record)
+    assert block.startswith("settings (bertkit ") and "lr=0.001" in block
+    train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "r",
+          save=tiny.no_save, show_progress=False, settings=record)
+    written = json.loads((tmp_path / "r/training_args.json").read_text())
+    assert written["command"] == "bertkit x --lr 0.001"
+    assert written["options"]["lr"] == 1e-3 and written["options"]["betas"] == [0.9, 0.999]
+    env = written["environment"]
+    assert env["precision"] in ("fp32", "bf16")  # "auto" as the loop resolved it
+    assert env["torch"] == torch.__version__ and env["device"] == "cpu"
+    assert {"bertkit", "python", "cpu"} <= env.keys()
+
+
+def test_tensorboard_scalars(tmp_path, tiny):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    held = [tiny.batch(torch.Generator().manual_seed(99), 8)]
+    cfg = TrainConfig(max_steps=4, lr=1e-3, log_every=2, eval_every=2, tensorboard=True)
+    train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "tb",
+          evaluate=lambda m: objectives.evaluate_lm(m, held, "mlm"), save=tiny.no_save,
+          show_progress=False)
+    events = EventAccumulator(str(tmp_path / "tb/tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "train/mlm_loss", "train/learning_rate", "train/tokens_per_second",
+            "eval/loss", "eval/accuracy", "eval/perplexity"} <= tags, tags
+    assert [e.step for e in events.Scalars("train/loss")] == [2, 4]
+    assert [e.step for e in events.Scalars("eval/loss")] == [2, 4]
+
+
+def test_tensorboard_missing_is_one_line_naming_the_package(tmp_path, tiny, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    with pytest.raises(UserError, match="pip install tensorboard"):
+        train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(),
+              TrainConfig(max_steps=2, tensorboard=True), tmp_path / "none",
+              save=tiny.no_save, show_progress=False)
+    assert not (tmp_path / "none").exists()

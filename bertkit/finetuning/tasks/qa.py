@@ -322,8 +322,8 @@ class QA(Task):
             raw = metrics.squad_scores(
                 {ex.id: p.span_text for ex, p in zip(examples, predictions)}, refs,
                 {ex.id: p.null_margin for ex, p in zip(examples, predictions)})
-            out.update({k: raw[k] for k in ("best_exact", "best_exact_thresh", "best_f1",
-                                            "best_f1_thresh")})
+            out.update({k: raw[k] for k in ("best_exact_match", "best_exact_match_threshold",
+                                            "best_f1", "best_f1_threshold")})
         return out
 
     def selection(self, scores: dict) -> float:
@@ -344,7 +344,7 @@ class QA(Task):
             return self
         untuned = dataclasses.replace(self, null_threshold=None)
         scores = runner.with_task(untuned).evaluate(dev)
-        tuned = dataclasses.replace(self, null_threshold=scores["best_f1_thresh"])
+        tuned = dataclasses.replace(self, null_threshold=scores["best_f1_threshold"])
         if runner.with_task(tuned).evaluate(dev)["f1"] < scores["best_f1"] - 1e-9:
             # The best is to answer nothing: the search reports that as threshold 0.
             tuned = dataclasses.replace(self, null_threshold=-1e9)

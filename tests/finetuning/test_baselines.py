@@ -1,0 +1,29 @@
+"""The model's dev figure beside the trivial baseline's, and the warning when it is not beaten."""
+from __future__ import annotations
+
+from bertkit.finetuning.baselines import baseline_comparison, baseline_report
+
+
+def test_the_comparison_names_the_selected_figure():
+    scores = {"precision": 0.75, "recall": 0.6, "f1": 0.75, "per_type": {}}
+    baseline = {"precision": 0.5, "recall": 0.2, "f1": 0.4}
+    assert baseline_comparison(scores, baseline, lambda s: s["f1"]) == ("f1", 0.75, 0.4)
+    # QA selects by a mean of two figures: no key holds it
+    qa = baseline_comparison({"best_f1": 0.5, "has_ans_f1": 0.3}, {"best_f1": 0.2},
+                             lambda s: (s["best_f1"] + s.get("has_ans_f1", 0.0)) / 2)
+    assert qa == ("selection", 0.4, 0.1)
+
+
+def test_no_baseline_or_a_baseline_without_the_figure_gives_no_comparison():
+    assert baseline_comparison({"f1": 0.5}, None, lambda s: s["f1"]) is None
+    assert baseline_comparison({"f1": 0.5}, {"accuracy": 0.3}, lambda s: s["f1"]) is None
+
+
+def test_the_report_warns_only_when_the_model_does_not_beat_the_baseline():
+    line, warning = baseline_report(("accuracy", 0.9, 0.6))
+    assert line == "dev accuracy 0.9000, baseline 0.6000 (a trivial predictor)"
+    assert warning is None
+    for model in (0.6, 0.5):
+        _, warning = baseline_report(("accuracy", model, 0.6))
+        assert warning.startswith("warning: the model does not beat the baseline on dev "
+                                  "(accuracy ")
