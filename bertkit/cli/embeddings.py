@@ -17,13 +17,14 @@ class EncoderOptions:
     """The model whose vectors are read, and how it runs."""
 
     model: Path
-    """bertkit or Hugging Face BERT directory."""
+    """bertkit, Hugging Face or sentence-transformers directory."""
     device: str = "cpu"
     """Where the model runs: cpu, cuda, cuda:1, ..."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16)."""
     max_length: int | None = None
-    """Cut inputs to this many tokens; none: the model's maximum."""
+    """Cut inputs to this many tokens; none: the model's (sentence-transformers'
+    max_seq_length, else its positions)."""
     workers: int | None = None
     """Batches computed at once, one core each; none: torch's thread count; 1 = one batch at a
     time on all threads."""
@@ -61,14 +62,17 @@ class EmbedOptions:
     "last4" or "all"."""
     combine: Literal["mean", "sum", "concat"] = "mean"
     """How several layers are combined."""
-    pool: Literal["cls", "mean"] = "mean"
-    """Sentence vector: [CLS] or mean over the tokens."""
+    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
+                  "lasttoken"] | None = None
+    """Sentence vector from the tokens: [CLS], their mean, max, ...; none: the model's
+    sentence-transformers Pooling (modules.json), else mean."""
     words: bool = False
     """One row per word instead of per line."""
     subword_pool: Literal["mean", "first"] = "mean"
     """Word vector from its pieces: their mean or the first."""
-    normalize: bool = False
-    """Scale rows to unit length."""
+    normalize: bool | None = None
+    """Scale rows to unit length; none: as the model's sentence-transformers Normalize says
+    for sentence vectors (no for a plain BERT directory, and for words)."""
     standardize: bool = False
     """z-score each layer with the model's fitted standardizer."""
     standardizer: Path | None = None
