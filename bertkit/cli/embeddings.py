@@ -1,5 +1,5 @@
-"""Commands on contextual embeddings and what they show: `embed`, `anisotropy`,
-`plot senses`, `plot attention`."""
+"""Commands on contextual embeddings and what they show: `embed`, `sentence-model`,
+`anisotropy`, `plot senses`, `plot attention`."""
 from __future__ import annotations
 
 import json
@@ -99,6 +99,30 @@ def run_embed(opts: EmbedOptions, encoder: EncoderOptions) -> int:
         raise UserError(str(e)) from None
     print(f"{opts.out}: {result.rows} rows from {result.lines} lines "
           f"(index: {result.index_path})")
+    return 0
+
+
+@dataclass(kw_only=True)
+class SentenceModelOptions:
+    out: Path = field(metadata={"output": "directory"})
+    """The directory to write: the model plus modules.json, 1_Pooling, 2_Normalize and
+    sentence_bert_config.json, which sentence-transformers loads."""
+    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
+                  "lasttoken"] | None = None
+    """Sentence vector from the tokens; none: the model's own Pooling, else mean."""
+    normalize: bool | None = None
+    """Scale sentence vectors to unit length; none: as the model does (no for plain BERT)."""
+
+
+def run_sentence_model(opts: SentenceModelOptions, encoder: EncoderOptions) -> int:
+    embedder = encoder.load()
+    if opts.pool is not None:
+        embedder.pool = (opts.pool,)
+    if opts.normalize is not None:
+        embedder.normalize = opts.normalize
+    path = embedder.save(opts.out)
+    print(f"{path}: sentence-transformers model ({'+'.join(embedder.pool)} pooling"
+          f"{', normalized' if embedder.normalize else ''}, max {embedder.max_length} tokens)")
     return 0
 
 
@@ -229,6 +253,12 @@ COMMANDS = (
             description="One float32 row per input line (a tab separates a pair), or with "
                         "--words one row per word, written to --out with an index "
                         "OUT.index.jsonl saying which line / word each row is."),
+    Command("sentence-model", run_sentence_model, (SentenceModelOptions, EncoderOptions),
+            help="write a model as a sentence-transformers directory (pooling, normalize)",
+            description="Copy MODEL to --out with sentence-transformers' modules.json, "
+                        "1_Pooling/config.json, sentence_bert_config.json (max_seq_length from "
+                        "--max-length) and, when normalizing, 2_Normalize, so that "
+                        "SentenceTransformer(OUT) gives what `bertkit embed` gives."),
     Command("anisotropy", run_anisotropy, (AnisotropyOptions, EncoderOptions),
             help="expected cosine, rogue dimensions and standardization, per layer, on a corpus",
             description="Embed a sample of corpus lines and report, per layer, the expected "

@@ -9,8 +9,8 @@ is: `bertkit.embeddings.files`.
 
 A sentence-transformers directory is read as sentence-transformers reads it (its modules.json:
 Pooling, Normalize, max_seq_length; `bertkit.embeddings.sentence_model`), so that by default
-`Embedder.load(dir).encode(texts)` equals `SentenceTransformer(dir).encode(texts)`.
-Explicit arguments (pool, normalize, layers) override.
+`Embedder.load(dir).encode(texts)` equals `SentenceTransformer(dir).encode(texts)`; and
+`Embedder.save` writes one. Explicit arguments (pool, normalize, layers) override.
 
 Texts are tokenized into `Encoded` inputs that keep each piece's characters and word, so that
 the vectors of pieces can be pooled back into words (`word_groups`, `WordRef`).
@@ -33,11 +33,12 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from bertkit.embeddings.sentence_model import POOLING_MODES, read_sentence_model
+from bertkit.embeddings.sentence_model import (POOLING_MODES, read_sentence_model,
+                                               sentence_model_files)
 from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
 from bertkit.files import UserError, read_json
 from bertkit.model.encoder import Encoder
-from bertkit.model.hub import load_encoder
+from bertkit.model.hub import load_encoder, save_model
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import Tokenizer
 
@@ -243,6 +244,17 @@ class Embedder:
             standardizer = Standardizer.load(path / STANDARDIZER_FILE)
         return cls(encoder, tokenizer, max_length=max_length, precision=precision,
                    standardizer=standardizer, workers=workers)
+
+    def save(self, path: str | Path) -> Path:
+        """Write a model directory that is also a sentence-transformers one: the encoder and
+        tokenizer as `bertkit.model.hub.save_model` writes them, plus modules.json,
+        1_Pooling/config.json, sentence_bert_config.json (this Embedder's maximum length) and,
+        when `normalize` is set, 2_Normalize. `SentenceTransformer(path).encode` then gives
+        what `encode` gives here. Appears complete or not at all. (A standardizer is not
+        saved: sentence-transformers has no place for it.)"""
+        files = sentence_model_files(self.pool, self.normalize, self.max_length,
+                                     self.config.hidden_size, self.lowercase)
+        return save_model(self.encoder, path, tokenizer=self.tokenizer, extra_files=files)
 
     # Tokenizing -------------------------------------------------------------------------------
 

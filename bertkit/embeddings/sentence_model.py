@@ -8,11 +8,12 @@ sentence-transformers describes a sentence model as a pipeline in `modules.json`
 - optionally a Normalize: the sentence vector scaled to unit length.
 
 bertkit reads that pipeline so that `Embedder.load(dir)` gives what `SentenceTransformer(dir)`
-gives. A pipeline with other modules (Dense, LayerNorm, ...) is refused rather than
-half-followed.
+gives, and writes it so that a sentence model bertkit saves loads in sentence-transformers. A
+pipeline with other modules (Dense, LayerNorm, ...) is refused rather than half-followed.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +101,30 @@ def read_pooling(path: Path) -> tuple[str, ...]:
     return modes
 
 
+def sentence_model_files(pool: tuple[str, ...], normalize: bool, max_seq_length: int,
+                         hidden_size: int, lowercase: bool = False) -> dict[str, bytes]:
+    """The files that make a model directory a sentence-transformers one, by name."""
+    modules = [{"idx": 0, "name": "0", "path": "",
+                "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling",
+                "type": "sentence_transformers.models.Pooling"}]
+    flags = [m for m in _POOLING_FLAGS.values() if m in pool]
+    if flags == list(pool):  # the older spelling, which every version reads without a warning
+        pooling = {"word_embedding_dimension": hidden_size,
+                   **{flag: m in pool for flag, m in _POOLING_FLAGS.items()}}
+    else:  # modes in an order the flags cannot say
+        pooling = {"embedding_dimension": hidden_size, "pooling_mode": list(pool)}
+    files = {"1_Pooling/config.json": pooling,
+             CONFIG_FILE: {"max_seq_length": max_seq_length, "do_lower_case": lowercase}}
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
+        files["2_Normalize/config.json"] = {}
+    files[MODULES_FILE] = modules
+    return {name: (json.dumps(obj, indent=2) + "\n").encode("utf-8")
+            for name, obj in files.items()}
+
+
 def _positive_int(value, where: Path, key: str) -> int | None:
     if value is None:
         return None
@@ -108,5 +133,5 @@ def _positive_int(value, where: Path, key: str) -> int | None:
     return value
 
 
-__all__ = ["SentenceModel", "read_sentence_model", "read_pooling", "POOLING_MODES",
-           "MODULES_FILE", "CONFIG_FILE"]
+__all__ = ["SentenceModel", "read_sentence_model", "read_pooling", "sentence_model_files",
+           "POOLING_MODES", "MODULES_FILE", "CONFIG_FILE"]

@@ -319,5 +319,6 @@ def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
         if tokenizer is not None:
             tokenizer.save(tmp)
         for name, data in (extra_files or {}).items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)  # "1_Pooling/config.json"
             (tmp / name).write_bytes(data)
     return Path(path)

@@ -1,5 +1,5 @@
 """sentence-transformers directories: read as sentence-transformers reads them (modules.json,
-Pooling, Normalize, max_seq_length, do_lower_case)."""
+Pooling, Normalize, max_seq_length, do_lower_case), and written so that it loads them."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ import pytest
 
 from bertkit.cli.main import main
 from bertkit.embeddings.embedder import POOLS, Embedder
+from bertkit.embeddings.sentence_model import read_sentence_model, sentence_model_files
 from bertkit.files import UserError
 from bertkit.model import hub
 from bertkit.text.tokenizer import Tokenizer
@@ -161,3 +162,58 @@ def test_unsupported_pipelines_are_one_line_errors(tiny_bert_dir, tmp_path, pool
     err = capsys.readouterr().err
     assert message.split(";")[0] in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "v.npy").exists()
+
+
+# Writing ----------------------------------------------------------------------------------------
+
+def test_saved_model_loads_in_sentence_transformers(tiny_bert_dir, sentences, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    embedder = Embedder.load(tiny_bert_dir, max_length=6)
+    embedder.pool, embedder.normalize = ("cls", "max"), True
+    path = embedder.save(tmp_path / "sentence")
+    assert read_sentence_model(path).pool == ("cls", "max")
+    with pytest.warns(UserWarning, match="2 of 5 texts"):  # cut to 6 tokens, as theirs
+        ours = embedder.encode(sentences)
+    theirs = st.SentenceTransformer(str(path), device="cpu").encode(sentences)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    with pytest.warns(UserWarning, match="2 of 5 texts"):
+        np.testing.assert_allclose(Embedder.load(path).encode(sentences), ours, atol=1e-6)
+
+
+def test_saved_minilm_round_trips_through_sentence_transformers(minilm_dir, sentence_transformer,
+                                                                tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    path = Embedder.load(minilm_dir).save(tmp_path / "minilm")
+    assert {"modules.json", "sentence_bert_config.json", "1_Pooling", "2_Normalize"} <= \
+        {p.name for p in path.iterdir()}
+    with pytest.warns(UserWarning, match="were cut"):
+        ours = Embedder.load(path).encode(TEXTS)
+    theirs = st.SentenceTransformer(str(path), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(theirs, sentence_transformer.encode(TEXTS), atol=1e-5)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_written_files_spell_what_is_asked():
+    files = {k: json.loads(v) for k, v in sentence_model_files(("mean",), False, 128, 32).items()}
+    assert [m["type"].rsplit(".", 1)[-1] for m in files["modules.json"]] == ["Transformer",
+                                                                            "Pooling"]
+    assert files["1_Pooling/config.json"]["pooling_mode_mean_tokens"] is True
+    assert files["sentence_bert_config.json"] == {"max_seq_length": 128, "do_lower_case": False}
+    files = {k: json.loads(v) for k, v in sentence_model_files(("max", "cls"), True, 8, 4).items()}
+    assert files["1_Pooling/config.json"]["pooling_mode"] == ["max", "cls"]
+    assert "2_Normalize/config.json" in files
+
+
+def test_cli_sentence_model(tiny_bert_dir, embedder, sentences, tmp_path, capsys):
+    out = tmp_path / "sentence"
+    assert main(["sentence-model", "--model", str(tiny_bert_dir), "--out", str(out),
+                 "--pool", "max", "--normalize", "--max-length", "20"]) == 0
+    assert "max pooling, normalized, max 20 tokens" in capsys.readouterr().out
+    loaded = Embedder.load(out)
+    assert (loaded.pool, loaded.normalize, loaded.max_length) == (("max",), True, 20)
+    np.testing.assert_allclose(loaded.encode(sentences),
+                               embedder.encode(sentences, pool="max", normalize=True), atol=1e-6)
+    # a sentence model written again keeps its own settings unless told otherwise
+    again = tmp_path / "again"
+    assert main(["sentence-model", "--model", str(out), "--out", str(again)]) == 0
+    assert read_sentence_model(again).pool == ("max",) and read_sentence_model(again).normalize
