@@ -17,7 +17,8 @@ class EncoderOptions:
     """The model whose vectors are read, and how it runs."""
 
     model: Path
-    """bertkit, Hugging Face or sentence-transformers directory."""
+    """bertkit, Hugging Face or sentence-transformers directory, or a model's name in the
+    local Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2)."""
     device: str = "cpu"
     """Where the model runs: cpu, cuda, cuda:1, ..."""
     precision: Literal["fp32", "bf16"] = "fp32"
@@ -160,6 +161,7 @@ class AnisotropyOptions:
 def run_anisotropy(opts: AnisotropyOptions, encoder: EncoderOptions) -> int:
     from bertkit.embeddings.anisotropy import anisotropy_report, sample_lines
     from bertkit.embeddings.standardize import STANDARDIZER_FILE
+    from bertkit.model.hub import resolve_model
 
     if opts.fit_standardizer and opts.standardizer:
         raise UserError("--fit-standardizer fits a new standardizer; --standardizer applies an "
@@ -187,7 +189,8 @@ def run_anisotropy(opts: AnisotropyOptions, encoder: EncoderOptions) -> int:
         from bertkit.embeddings.plots import plot_anisotropy
         print(f"plot: {plot_anisotropy(report, opts.plot).path}", file=sys.stderr)
     if opts.fit_standardizer:
-        where = standardizer.save(opts.standardizer_out or encoder.model / STANDARDIZER_FILE)
+        where = standardizer.save(opts.standardizer_out
+                                  or resolve_model(encoder.model) / STANDARDIZER_FILE)
         print(f"standardizer: {where}", file=sys.stderr)
     return 0
 

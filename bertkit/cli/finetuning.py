@@ -88,8 +88,9 @@ def _is_pretrained(path: Path) -> bool:
     architecture is no transformers task model (BertForPreTraining, BertForMaskedLM, ...)."""
     from bertkit.finetuning.heads import read_task_file
     from bertkit.finetuning.tasks import TASKS
-    from bertkit.model.hub import is_model_dir, load_config
+    from bertkit.model.hub import is_model_dir, load_config, resolve_model
 
+    path = resolve_model(path)
     if not is_model_dir(path) or read_task_file(path) is not None:
         return False
     config = load_config(path).extra

@@ -38,7 +38,7 @@ from bertkit.embeddings.sentence_model import (POOLING_MODES, read_sentence_mode
 from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
 from bertkit.files import UserError, read_json
 from bertkit.model.encoder import Encoder
-from bertkit.model.hub import load_encoder, save_model
+from bertkit.model.hub import load_encoder, resolve_model, save_model
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import Tokenizer
 
@@ -210,7 +210,8 @@ class Embedder:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
              max_length: int | None = None, workers: int | None = None) -> "Embedder":
-        """Load a bertkit / Hugging Face BERT directory.
+        """Load a bertkit / Hugging Face BERT directory, or a model's name in the local Hugging
+        Face cache (`sentence-transformers/all-MiniLM-L6-v2`; `bertkit.model.hub.resolve_model`).
 
         A sentence-transformers directory (modules.json) sets the default pooling,
         normalisation, maximum length and lowercasing as sentence-transformers does. Otherwise
@@ -219,7 +220,7 @@ class Embedder:
         directory (`standardize.safetensors`) is loaded, and applied only when a call asks for
         `standardize=True`.
         """
-        path = Path(path)
+        path = resolve_model(path)
         sentence = read_sentence_model(path)
         if sentence is not None:
             model_dir = sentence.transformer

@@ -232,6 +232,7 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
     or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in `out_dir`, from
     which `cfg.resume` goes on."""
     cfg = cfg or FinetuneConfig()
+    model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
     out_dir = Path(out_dir)
     if cfg.save_every is not None and cfg.save_every < 1:
         raise UserError(f"--save-every must be at least 1, got {cfg.save_every}")
