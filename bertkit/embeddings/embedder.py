@@ -601,8 +601,8 @@ def _reduce(how: str, picked: torch.Tensor, local: torch.Tensor, rank: torch.Ten
         return sums / counts[:, None]
     if how == "mean_sqrt_len_tokens":
         return sums / counts.sqrt()[:, None]
-    total = torch.zeros(rows, dtype=picked.dtype, device=picked.device).index_add_(0, local, weights)
-    return sums / total[:, None]
+    total = torch.zeros(rows, dtype=picked.dtype, device=picked.device)
+    return sums / total.index_add_(0, local, weights)[:, None]
 
 
 def _pool_modes(pool: str | Sequence[str]) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from bertkit.cli.main import main
 from bertkit.embeddings.embedder import Embedder
 from bertkit.files import UserError
 from bertkit.model import hub
+from bertkit.model.create import init_model
 from bertkit.model.fill_mask import FillMask
 from bertkit.model.info import info
 
@@ -84,7 +85,7 @@ def test_what_cannot_be_a_name_is_left_to_the_caller(cache, tmp_path):
         hub.load_config(tmp_path / "nowhere")
 
 
-def test_every_loader_takes_a_cached_name(cache, minilm_dir, capsys):
+def test_every_loader_takes_a_cached_name(cache, minilm_dir, tmp_path, capsys):
     snapshot = fake_cache(cache, minilm_dir)
     assert hub.load_config(NAME).hidden_size == 384
     assert info(NAME).path == snapshot
@@ -96,6 +97,7 @@ def test_every_loader_takes_a_cached_name(cache, minilm_dir, capsys):
         assert FillMask.load(NAME).tokenizer.vocab_size == 30522
     assert main(["info", "--model", NAME]) == 0
     assert "384" in capsys.readouterr().out
+    assert init_model("tiny", NAME, tmp_path / "new").config.vocab_size == 30522  # its tokenizer
 
 
 def test_cli_embed_with_a_name(cache, minilm_dir, tmp_path, capsys):
