@@ -106,7 +106,7 @@ def run_embed(opts: EmbedOptions, encoder: EncoderOptions) -> int:
 @dataclass(kw_only=True)
 class SentenceModelOptions:
     out: Path = field(metadata={"output": "directory"})
-    """The directory to write: the model plus modules.json, 1_Pooling, 2_Normalize and
+    """Output directory: the model plus modules.json, 1_Pooling, 2_Normalize and
     sentence_bert_config.json, which sentence-transformers loads."""
     pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
                   "lasttoken"] | None = None
