@@ -1,5 +1,5 @@
-"""Commands on contextual embeddings and what they show: `embed`, `anisotropy`,
-`plot senses`, `plot attention`."""
+"""Commands on contextual embeddings and what they show: `embed`, `sentence-model`,
+`anisotropy`, `plot senses`, `plot attention`."""
 from __future__ import annotations
 
 import json
@@ -17,13 +17,15 @@ class EncoderOptions:
     """The model whose vectors are read, and how it runs."""
 
     model: Path
-    """bertkit or Hugging Face BERT directory."""
+    """bertkit, Hugging Face or sentence-transformers directory, or a model's name in the
+    local Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2)."""
     device: str = "cpu"
     """Where the model runs: cpu, cuda, cuda:1, ..."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16)."""
     max_length: int | None = None
-    """Cut inputs to this many tokens; none: the model's maximum."""
+    """Cut inputs to this many tokens; none: the model's (sentence-transformers'
+    max_seq_length, else its positions)."""
     workers: int | None = None
     """Batches computed at once, one core each; none: torch's thread count; 1 = one batch at a
     time on all threads."""
@@ -61,14 +63,17 @@ class EmbedOptions:
     "last4" or "all"."""
     combine: Literal["mean", "sum", "concat"] = "mean"
     """How several layers are combined."""
-    pool: Literal["cls", "mean"] = "mean"
-    """Sentence vector: [CLS] or mean over the tokens."""
+    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
+                  "lasttoken"] | None = None
+    """Sentence vector from the tokens: [CLS], their mean, max, ...; none: the model's
+    sentence-transformers Pooling (modules.json), else mean."""
     words: bool = False
     """One row per word instead of per line."""
     subword_pool: Literal["mean", "first"] = "mean"
     """Word vector from its pieces: their mean or the first."""
-    normalize: bool = False
-    """Scale rows to unit length."""
+    normalize: bool | None = None
+    """Scale rows to unit length; none: as the model's sentence-transformers Normalize says
+    for sentence vectors (no for a plain BERT directory, and for words)."""
     standardize: bool = False
     """z-score each layer with the model's fitted standardizer."""
     standardizer: Path | None = None
@@ -95,6 +100,30 @@ def run_embed(opts: EmbedOptions, encoder: EncoderOptions) -> int:
         raise UserError(str(e)) from None
     print(f"{opts.out}: {result.rows} rows from {result.lines} lines "
           f"(index: {result.index_path})")
+    return 0
+
+
+@dataclass(kw_only=True)
+class SentenceModelOptions:
+    out: Path = field(metadata={"output": "directory"})
+    """Output directory: the model plus modules.json, 1_Pooling, 2_Normalize and
+    sentence_bert_config.json, which sentence-transformers loads."""
+    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
+                  "lasttoken"] | None = None
+    """Sentence vector from the tokens; none: the model's own Pooling, else mean."""
+    normalize: bool | None = None
+    """Scale sentence vectors to unit length; none: as the model does (no for plain BERT)."""
+
+
+def run_sentence_model(opts: SentenceModelOptions, encoder: EncoderOptions) -> int:
+    embedder = encoder.load()
+    if opts.pool is not None:
+        embedder.pool = (opts.pool,)
+    if opts.normalize is not None:
+        embedder.normalize = opts.normalize
+    path = embedder.save(opts.out)
+    print(f"{path}: sentence-transformers model ({'+'.join(embedder.pool)} pooling"
+          f"{', normalized' if embedder.normalize else ''}, max {embedder.max_length} tokens)")
     return 0
 
 
@@ -132,6 +161,7 @@ class AnisotropyOptions:
 def run_anisotropy(opts: AnisotropyOptions, encoder: EncoderOptions) -> int:
     from bertkit.embeddings.anisotropy import anisotropy_report, sample_lines
     from bertkit.embeddings.standardize import STANDARDIZER_FILE
+    from bertkit.model.hub import resolve_model
 
     if opts.fit_standardizer and opts.standardizer:
         raise UserError("--fit-standardizer fits a new standardizer; --standardizer applies an "
@@ -162,7 +192,8 @@ def run_anisotropy(opts: AnisotropyOptions, encoder: EncoderOptions) -> int:
         if plot is not None:
             print(f"plot: {plot.path}", file=sys.stderr)
     if opts.fit_standardizer:
-        where = standardizer.save(opts.standardizer_out or encoder.model / STANDARDIZER_FILE)
+        where = standardizer.save(opts.standardizer_out
+                                  or resolve_model(encoder.model) / STANDARDIZER_FILE)
         print(f"standardizer: {where}", file=sys.stderr)
     return 0
 
@@ -232,6 +263,12 @@ COMMANDS = (
             description="One float32 row per input line (a tab separates a pair), or with "
                         "--words one row per word, written to --out with an index "
                         "OUT.index.jsonl saying which line / word each row is."),
+    Command("sentence-model", run_sentence_model, (SentenceModelOptions, EncoderOptions),
+            help="write a model as a sentence-transformers directory (pooling, normalize)",
+            description="Copy MODEL to --out with sentence-transformers' modules.json, "
+                        "1_Pooling/config.json, sentence_bert_config.json (max_seq_length from "
+                        "--max-length) and, when normalizing, 2_Normalize, so that "
+                        "SentenceTransformer(OUT) gives what `bertkit embed` gives."),
     Command("anisotropy", run_anisotropy, (AnisotropyOptions, EncoderOptions),
             help="expected cosine, rogue dimensions and standardization, per layer, on a corpus",
             description="Embed a sample of corpus lines and report, per layer, the expected "

@@ -12,6 +12,7 @@ from typing import Literal
 
 from bertkit.cli.options import Command, command_line
 from bertkit.cli.pretraining import tune_runtime
+from bertkit.files import UserError
 
 
 @dataclass(kw_only=True)
@@ -100,8 +101,12 @@ def _is_pretrained(path: Path) -> bool:
     architecture is no transformers task model (BertForPreTraining, BertForMaskedLM, ...)."""
     from bertkit.finetuning.heads import read_task_file
     from bertkit.finetuning.tasks import TASKS
-    from bertkit.model.hub import is_model_dir, load_config
+    from bertkit.model.hub import is_model_dir, load_config, resolve_model
 
+    try:
+        path = resolve_model(path)
+    except UserError:  # not here, nor in the cache: TaskModel.load says so
+        return False
     if not is_model_dir(path) or read_task_file(path) is not None:
         return False
     config = load_config(path).extra

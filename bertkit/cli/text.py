@@ -90,14 +90,15 @@ class TokenizeOptions:
 
 
 def run_tokenize(opts: TokenizeOptions) -> int:
-    from bertkit.model.hub import load_config
+    from bertkit.model.hub import load_config, resolve_model
     from bertkit.text.tokenizer import Tokenizer, cut_warning
 
-    tok = Tokenizer.load(opts.model)
+    model = resolve_model(opts.model)
+    tok = Tokenizer.load(model)
     max_length = opts.max_length
     if max_length is None:
-        has_config = (Path(opts.model) / "config.json").is_file()
-        max_length = load_config(opts.model).max_positions if has_config \
+        has_config = (model / "config.json").is_file()
+        max_length = load_config(model).max_positions if has_config \
             else tok.model_max_length
     truncation = False if opts.truncation == "off" else opts.truncation
     cut = total = 0

@@ -3,9 +3,14 @@
 BERT gives one vector per token *instance*. This module turns those into what people use:
 vectors from any layer or set of layers (the last four combined by mean, sum or
 concatenation), one vector per word (mean or first of its subword pieces), one per sentence
-([CLS] or the mean over the real tokens, optionally L2-normalised as sentence-transformers
-does). Files of any size, streamed to `.npy` with an index of what each row is:
-`bertkit.embeddings.files`.
+(any of sentence-transformers' poolings: [CLS], mean, max, ... over the real tokens,
+optionally L2-normalised). Files of any size, streamed to `.npy` with an index of what each row
+is: `bertkit.embeddings.files`.
+
+A sentence-transformers directory is read as sentence-transformers reads it (its modules.json:
+Pooling, Normalize, max_seq_length; `bertkit.embeddings.sentence_model`), so that by default
+`Embedder.load(dir).encode(texts)` equals `SentenceTransformer(dir).encode(texts)`; and
+`Embedder.save` writes one. Explicit arguments (pool, normalize, layers) override.
 
 Texts are tokenized into `Encoded` inputs that keep each piece's characters and word, so that
 the vectors of pieces can be pooled back into words (`word_groups`, `WordRef`).
@@ -27,10 +32,12 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from bertkit.embeddings.sentence_model import (POOLING_MODES, read_sentence_model,
+                                               sentence_model_files)
 from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
 from bertkit.files import UserError, read_json
 from bertkit.model.encoder import Encoder
-from bertkit.model.hub import load_encoder
+from bertkit.model.hub import load_encoder, resolve_model, save_model
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs, cut_warning
 
@@ -38,8 +45,12 @@ LayerSpec = int | Sequence[int] | str
 """A layer number, a list of them, "last4" or "all"."""
 
 COMBINES = ("mean", "sum", "concat")
-POOLS = ("cls", "mean")
+POOLS = POOLING_MODES
+"""Sentence poolings: [CLS], max, mean, mean * sqrt(count), mean weighted by position, last."""
 SUBWORD_POOLS = ("mean", "first")
+REDUCTIONS = ("mean", "first", "last", "max", "mean_sqrt_len_tokens", "weightedmean")
+"""How the vectors of one group of positions (a word's pieces, a sentence's tokens) become one."""
+_POOL_REDUCTION = {"cls": "first", "lasttoken": "last"}
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -169,9 +180,17 @@ class Embedder:
     def __init__(self, encoder: Encoder, tokenizer, *, max_length: int | None = None,
                  precision: str = "fp32", standardizer: Standardizer | None = None,
                  workers: int | None = None, max_padding: float = 0.02,
-                 source: str = "the model"):
+                 pool: str | Sequence[str] = "mean", normalize: bool = False,
+                 lowercase: bool = False, source: str = "the model"):
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        self.pool = _pool_modes(pool)
+        """Default sentence pooling (a sentence-transformers directory's Pooling); several
+        modes give their vectors side by side."""
+        self.normalize = normalize
+        """Sentence vectors are scaled to unit length by default (a Normalize module)."""
+        self.lowercase = lowercase
+        """Texts are lowercased before tokenizing (sentence-transformers' do_lower_case)."""
         self.encoder = encoder.eval()
         self.tokenizer = tokenizer
         self.config = encoder.config
@@ -195,14 +214,29 @@ class Embedder:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
              max_length: int | None = None, workers: int | None = None) -> "Embedder":
-        """Load a bertkit / Hugging Face BERT directory.
+        """Load a bertkit / Hugging Face BERT directory, or a model's name in the local Hugging
+        Face cache (`sentence-transformers/all-MiniLM-L6-v2`; `bertkit.model.hub.resolve_model`).
 
-        The maximum length defaults to the directory's sentence-transformers setting
-        (`sentence_bert_config.json`) when it has one, else the model's positions. A fitted
-        standardizer saved in the directory (`standardize.safetensors`) is loaded, and applied
-        only when a call asks for `standardize=True`.
+        A sentence-transformers directory (modules.json) sets the default pooling,
+        normalisation, maximum length and lowercasing as sentence-transformers does. Otherwise
+        the maximum length is `sentence_bert_config.json`'s when there is one, else the model's
+        positions, and sentence vectors are token means. A fitted standardizer saved in the
+        directory (`standardize.safetensors`) is loaded, and applied only when a call asks for
+        `standardize=True`.
         """
-        path = Path(path)
+        path = resolve_model(path)
+        sentence = read_sentence_model(path)
+        if sentence is not None:
+            model_dir = sentence.transformer
+            encoder = load_encoder(model_dir, device)
+            standardizer = None
+            if (path / STANDARDIZER_FILE).is_file():
+                standardizer = Standardizer.load(path / STANDARDIZER_FILE)
+            return cls(encoder, Tokenizer.load(model_dir), precision=precision,
+                       max_length=max_length or sentence.max_seq_length,
+                       standardizer=standardizer, workers=workers, pool=sentence.pool,
+                       normalize=sentence.normalize, lowercase=sentence.lowercase,
+                       source=str(path))
         encoder = load_encoder(path, device)
         tokenizer = Tokenizer.load(path)
         if max_length is None and (path / "sentence_bert_config.json").is_file():
@@ -217,6 +251,17 @@ class Embedder:
         return cls(encoder, tokenizer, max_length=max_length, precision=precision,
                    standardizer=standardizer, workers=workers, source=str(path))
 
+    def save(self, path: str | Path) -> Path:
+        """Write a model directory that is also a sentence-transformers one: the encoder and
+        tokenizer as `bertkit.model.hub.save_model` writes them, plus modules.json,
+        1_Pooling/config.json, sentence_bert_config.json (this Embedder's maximum length) and,
+        when `normalize` is set, 2_Normalize. `SentenceTransformer(path).encode` then gives
+        what `encode` gives here. Appears complete or not at all. (A standardizer is not
+        saved: sentence-transformers has no place for it.)"""
+        files = sentence_model_files(self.pool, self.normalize, self.max_length,
+                                     self.config.hidden_size, self.lowercase)
+        return save_model(self.encoder, path, tokenizer=self.tokenizer, extra_files=files)
+
     # Tokenizing -------------------------------------------------------------------------------
 
     def tokenize(self, texts: Sequence[Text], truncation: bool = True,
@@ -226,16 +271,22 @@ class Embedder:
         (`names[i]`, e.g. "FILE:LINE", else "input i+1")."""
         if any(not isinstance(t, str) for t in texts):
             check_pairs(self.config, self.source)
+        if self.lowercase:  # as sentence-transformers' do_lower_case, before the tokenizer
+            texts = [t.lower() if isinstance(t, str) else (t[0].lower(), t[1].lower())
+                     for t in texts]
         return tokenize_texts(self.tokenizer, texts, self.max_length, truncation, names)
 
     # The forward pass -------------------------------------------------------------------------
 
     def _tasks(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
-               first_row: np.ndarray, batch_size: int, subword_pool: str) -> Iterator["_Task"]:
+               first_row: np.ndarray, batch_size: int,
+               reduce: tuple[str, ...]) -> Iterator["_Task"]:
         """Batches of texts of similar token counts, with the positions each output row pools.
 
         Longest first, so a batch too big for memory fails at once rather than at the end.
         """
+        # first or last alone need one position of each group: gather only that one
+        only = reduce[0] if len(reduce) == 1 and reduce[0] in ("first", "last") else None
         for items in plan_batches(np.array([len(e.ids) for e in encoded]), batch_size,
                                   self.max_padding):
             lengths = np.array([len(encoded[i].ids) for i in items])
@@ -245,16 +296,18 @@ class Embedder:
             types = np.zeros((B, T), dtype=np.int64)
             ids[mask.astype(bool)] = np.concatenate([encoded[i].ids for i in items])
             types[mask.astype(bool)] = np.concatenate([encoded[i].type_ids for i in items])
-            flat, local, rows = [], [], []
+            flat, local, rank, rows = [], [], [], []
             for b, i in enumerate(items):
                 for k, positions in enumerate(groups[i]):
-                    chosen = positions[:1] if subword_pool == "first" else positions
+                    chosen = positions[:1] if only == "first" else \
+                        positions[-1:] if only == "last" else positions
                     flat.append(b * T + chosen)
                     local.append(np.full(len(chosen), len(rows)))
+                    rank.append(np.arange(len(chosen)))
                     rows.append(first_row[i] + k)
             if rows:
                 yield _Task(ids, types, mask, np.concatenate(flat), np.concatenate(local),
-                            np.asarray(rows), B)
+                            np.concatenate(rank), np.asarray(rows), B)
 
     def _states(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray, layers: list[int],
                 combine: str, standardize: bool) -> torch.Tensor:
@@ -277,36 +330,40 @@ class Embedder:
         total = torch.stack(picked).sum(0)  # [k, B, T, H] -> [B, T, H]
         return total / len(picked) if combine == "mean" else total
 
-    def _run(self, task: "_Task", layers: list[int], combine: str,
-             standardize: bool) -> tuple[np.ndarray, np.ndarray]:
-        """One batch: (its output rows, their vectors [R, W]), each the mean of its positions."""
+    def _run(self, task: "_Task", layers: list[int], combine: str, standardize: bool,
+             reduce: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """One batch: (its output rows, their vectors [R, W * len(reduce)]), each reduction of
+        the row's positions side by side."""
         h = self._states(task.ids, task.types, task.mask, layers, combine, standardize)
         h = h.reshape(-1, h.shape[-1])  # [B*T, W]
+        picked = h.index_select(0, torch.from_numpy(task.flat).to(h.device))  # [P, W]
         local = torch.from_numpy(task.local).to(h.device)
-        sums = torch.zeros(len(task.rows), h.shape[1], dtype=h.dtype, device=h.device)
-        sums.index_add_(0, local, h.index_select(0, torch.from_numpy(task.flat).to(h.device)))
-        counts = torch.bincount(local, minlength=len(task.rows)).to(h.dtype)
-        return task.rows, (sums / counts[:, None]).cpu().numpy()
+        rank = torch.from_numpy(task.rank).to(h.device)
+        out = [_reduce(how, picked, local, rank, len(task.rows)) for how in reduce]
+        return task.rows, (out[0] if len(out) == 1 else torch.cat(out, dim=1)).cpu().numpy()
 
     def pool_groups(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
-                    layers: LayerSpec, combine: str, subword_pool: str, standardize: bool,
-                    batch_size: int, progress: bool, what: str,
+                    layers: LayerSpec, combine: str, reduce: str | Sequence[str],
+                    standardize: bool, batch_size: int, progress: bool, what: str,
                     out: np.ndarray | None = None) -> np.ndarray:
         """The vectors of groups of token positions: `groups[i]` lists, for input i, one array
-        of positions per output row (rows numbered in order over i). Mean or first position.
+        of positions per output row (rows numbered in order over i), reduced to one vector by
+        `reduce` (one of REDUCTIONS, or several side by side).
 
         Written into `out` when given (e.g. a slice of a memory-mapped file), so that a large
         result never has to fit in memory."""
         layers = resolve_layers(layers, self.config.num_layers)
         _check_choice("combine", combine, COMBINES)
-        _check_choice("subword_pool", subword_pool, SUBWORD_POOLS)
+        reduce = (reduce,) if isinstance(reduce, str) else tuple(reduce)
+        for how in reduce:
+            _check_choice("reduction", how, REDUCTIONS)
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
         if standardize and self.standardizer is None:
             raise UserError("standardization requested but no standardizer is fitted for "
                             "this model (run `bertkit anisotropy --fit-standardizer`)")
         first_row = np.cumsum([0] + [len(g) for g in groups])
-        width = self.config.hidden_size * (len(layers) if combine == "concat" else 1)
+        width = self.config.hidden_size * (len(layers) if combine == "concat" else 1) * len(reduce)
         if out is None:
             out = np.zeros((int(first_row[-1]), width), dtype=np.float32)
         elif out.shape != (int(first_row[-1]), width):
@@ -315,9 +372,9 @@ class Embedder:
         # the first ETA far too long.
         bar = Progress(what, sum(len(e.ids) for e in encoded), "tokens",
                        counts={"texts": len(encoded)}, enabled=progress)
-        tasks = self._tasks(encoded, groups, first_row, batch_size, subword_pool)
+        tasks = self._tasks(encoded, groups, first_row, batch_size, reduce)
         for (rows, vectors), n in _parallel_map(
-                lambda t: (self._run(t, layers, combine, standardize), t), tasks,
+                lambda t: (self._run(t, layers, combine, standardize, reduce), t), tasks,
                 self.workers if self.device.type == "cpu" else 1):
             out[rows] = vectors
             bar.update(add=int(n.mask.sum()), texts=n.size)
@@ -327,25 +384,49 @@ class Embedder:
     # Public API ------------------------------------------------------------------------------
 
     def embed(self, texts: Sequence[Text], *, layers: LayerSpec = -1, combine: str = "mean",
-              pool: str = "mean", normalize: bool = False, standardize: bool = False,
-              batch_size: int = 32, truncation: bool = True,
+              pool: str | Sequence[str] | None = None, normalize: bool | None = None,
+              standardize: bool = False, batch_size: int = 32, truncation: bool = True,
               progress: bool = False) -> np.ndarray:
-        """One float32 vector per text: [CLS] (`pool="cls"`) or the mean over its tokens
-        (`pool="mean"`, [CLS] and [SEP] included, as sentence-transformers does) of the chosen
-        layers. `normalize` scales each row to unit length. Returns [N, H] (or [N, k*H] for
-        `combine="concat"` over k layers)."""
-        _check_choice("pool", pool, POOLS)
+        """One float32 vector per text, pooled over its tokens ([CLS] and [SEP] included, as
+        sentence-transformers does) of the chosen layers: `pool` is one of POOLS ("cls",
+        "mean", "max", ...) or several side by side; None: this Embedder's default (the
+        directory's Pooling, else "mean"). `normalize` scales each row to unit length; None:
+        the default (a Normalize module). Returns [N, H] (or [N, k*H] for `combine="concat"`
+        over k layers, times the number of pooling modes)."""
         encoded = self.tokenize(texts, truncation)
         _warn_truncated(encoded, self.max_length)
-        groups = [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded]
-        vectors = self.pool_groups(encoded, groups, layers, combine, "mean", standardize,
-                                   batch_size, progress, "sentences")
-        return unit_rows(vectors) if normalize else vectors
+        return self.pool_sentences(encoded, layers=layers, combine=combine, pool=pool,
+                                   normalize=normalize, standardize=standardize,
+                                   batch_size=batch_size, progress=progress)
+
+    def pool_sentences(self, encoded: Sequence[Encoded], *, layers: LayerSpec = -1,
+                       combine: str = "mean", pool: str | Sequence[str] | None = None,
+                       normalize: bool | None = None, standardize: bool = False,
+                       batch_size: int = 32, progress: bool = False,
+                       out: np.ndarray | None = None) -> np.ndarray:
+        """`embed` on inputs already tokenized, written into `out` when given."""
+        modes = self.pool if pool is None else _pool_modes(pool)
+        groups = [[np.arange(len(e.ids))] for e in encoded]
+        vectors = self.pool_groups(encoded, groups, layers, combine,
+                                   [_POOL_REDUCTION.get(m, m) for m in modes], standardize,
+                                   batch_size, progress, "sentences", out=out)
+        if self.normalize if normalize is None else normalize:
+            vectors[:] = unit_rows(vectors)
+        return vectors
+
+    def sentence_width(self, layers: LayerSpec = -1, combine: str = "mean",
+                       pool: str | Sequence[str] | None = None) -> int:
+        """The length of the vectors `embed` returns with these settings."""
+        modes = self.pool if pool is None else _pool_modes(pool)
+        k = len(resolve_layers(layers, self.config.num_layers)) if combine == "concat" else 1
+        return self.config.hidden_size * k * len(modes)
 
     def encode(self, sentences: str | Sequence[Text], batch_size: int = 32,
-               normalize: bool = False, pool: str = "mean", show_progress_bar: bool = False,
+               normalize: bool | None = None, pool: str | Sequence[str] | None = None,
+               show_progress_bar: bool = False,
                normalize_embeddings: bool | None = None) -> np.ndarray:
-        """sentence-transformers' `encode`: last layer, mean pooling; a single string gives a
+        """sentence-transformers' `encode`: last layer, the directory's pooling and
+        normalisation (mean and none for a plain BERT directory); a single string gives a
         single vector. `normalize_embeddings` is sentence-transformers' name for `normalize`."""
         single = isinstance(sentences, str)
         if normalize_embeddings is not None:
@@ -379,6 +460,7 @@ class Embedder:
         """
         if len(texts) != len(spans):
             raise ValueError(f"{len(texts)} texts but {len(spans)} spans")
+        _check_choice("subword_pool", subword_pool, SUBWORD_POOLS)
         encoded = self.tokenize(list(texts))
         groups = []
         for i, (e, (start, end)) in enumerate(zip(encoded, spans)):
@@ -405,6 +487,7 @@ class Embedder:
               progress: bool = False) -> tuple[np.ndarray, list[WordRef]]:
         """A vector for every word of every text (special tokens left out), and which word
         each row is."""
+        _check_choice("subword_pool", subword_pool, SUBWORD_POOLS)
         encoded = self.tokenize(texts, truncation)
         _warn_truncated(encoded, self.max_length)
         groups, refs = word_groups(encoded, texts)
@@ -449,7 +532,9 @@ class _Task:
     flat: np.ndarray
     """[P] positions (into the flattened B*T) that are pooled."""
     local: np.ndarray
-    """[P] which of this batch's output rows each position adds to."""
+    """[P] which of this batch's output rows each position adds to (ascending)."""
+    rank: np.ndarray
+    """[P] each position's place within its row's group: 0 for the first."""
     rows: np.ndarray
     """[R] the output rows, as indices into the whole result."""
     size: int
@@ -503,6 +588,39 @@ def _parallel_map(fn, tasks: Iterator, workers: int) -> Iterator:
         torch.set_num_threads(threads)
 
 
+def _reduce(how: str, picked: torch.Tensor, local: torch.Tensor, rank: torch.Tensor,
+            rows: int) -> torch.Tensor:
+    """[P, W] vectors -> [rows, W]: each row's positions (`local`) reduced as `how` says."""
+    width = picked.shape[1]
+    counts = torch.bincount(local, minlength=rows).to(picked.dtype)
+    if how == "max":
+        out = torch.full((rows, width), float("-inf"), dtype=picked.dtype, device=picked.device)
+        return out.scatter_reduce(0, local[:, None].expand_as(picked), picked, "amax")
+    if how in ("first", "last"):
+        keep = rank == 0 if how == "first" else rank == counts.long()[local] - 1
+        out = torch.zeros(rows, width, dtype=picked.dtype, device=picked.device)
+        out[local[keep]] = picked[keep]
+        return out
+    weights = (rank + 1).to(picked.dtype) if how == "weightedmean" else None
+    sums = torch.zeros(rows, width, dtype=picked.dtype, device=picked.device)
+    sums.index_add_(0, local, picked if weights is None else picked * weights[:, None])
+    if how == "mean":
+        return sums / counts[:, None]
+    if how == "mean_sqrt_len_tokens":
+        return sums / counts.sqrt()[:, None]
+    total = torch.zeros(rows, dtype=picked.dtype, device=picked.device)
+    return sums / total.index_add_(0, local, weights)[:, None]
+
+
+def _pool_modes(pool: str | Sequence[str]) -> tuple[str, ...]:
+    modes = (pool,) if isinstance(pool, str) else tuple(pool)
+    if not modes:
+        raise ValueError("pool: no pooling mode given")
+    for mode in modes:
+        _check_choice("pool", mode, POOLS)
+    return modes
+
+
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(choices)}")
@@ -514,4 +632,4 @@ def _warn_truncated(encoded: Sequence[Encoded], max_length: int) -> None:
 
 __all__ = ["Embedder", "embed", "word_vector", "word_vectors", "resolve_layers", "plan_batches",
            "Text", "Encoded", "WordRef", "tokenize_texts", "word_groups", "COMBINES", "POOLS",
-           "SUBWORD_POOLS", "PRECISIONS"]
+           "SUBWORD_POOLS", "REDUCTIONS", "PRECISIONS"]

@@ -44,7 +44,8 @@ def index_path_for(out: str | Path) -> Path:
 
 def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                words: bool = False, layers: LayerSpec = -1, combine: str = "mean",
-               pool: str = "mean", subword_pool: str = "mean", normalize: bool = False,
+               pool: str | None = None, subword_pool: str = "mean",
+               normalize: bool | None = None,
                standardize: bool = False, batch_size: int = 32, chunk_lines: int = 10000,
                progress: bool = True) -> EmbedFileResult:
     """Embed every line of a UTF-8 file (a tab separates a pair) into a float32 `.npy` file.
@@ -54,12 +55,15 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     Streams the file in chunks, so memory does not grow with its size: a first pass checks
     the text and counts rows, the second embeds into a memory-mapped file. Lines longer than
     the model are cut (counted and warned about). Both files appear complete or not at all.
+    `pool` and `normalize` None: the embedder's defaults for sentence vectors (a
+    sentence-transformers directory's Pooling and Normalize), no normalising for words.
     """
     input_path = require_file(input_path)
     out = Path(out)
     check_not_input(out, [input_path])
     layers_list = resolve_layers(layers, embedder.config.num_layers)
-    width = embedder.config.hidden_size * (len(layers_list) if combine == "concat" else 1)
+    width = embedder.config.hidden_size * (len(layers_list) if combine == "concat" else 1) \
+        if words else embedder.sentence_width(layers_list, combine, pool)
     if standardize and embedder.standardizer is None:
         raise UserError("--standardize: no standardizer is fitted for this model (run "
                         "`bertkit anisotropy --fit-standardizer` first)")
@@ -97,7 +101,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                     block = matrix[done:done + len(refs)]
                     embedder.pool_groups(encoded, groups, layers_list, combine, subword_pool,
                                          standardize, batch_size, False, "lines", out=block)
-                    if normalize:
+                    if normalize:  # None: word vectors are left as they are
                         block[:] = unit_rows(block)
                 for k, r in enumerate(refs):
                     f_index.write(json.dumps({"row": done + k, "line": first_line + r.item,
@@ -107,12 +111,9 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                 done += len(refs)
             else:
                 block = matrix[done:done + len(encoded)]
-                embedder.pool_groups(
-                    encoded, [[np.arange(1 if pool == "cls" else len(e.ids))] for e in encoded],
-                    layers_list, combine, "mean", standardize, batch_size, False, "lines",
-                    out=block)
-                if normalize:
-                    block[:] = unit_rows(block)
+                embedder.pool_sentences(encoded, layers=layers_list, combine=combine, pool=pool,
+                                        normalize=normalize, standardize=standardize,
+                                        batch_size=batch_size, out=block)
                 for k, e in enumerate(encoded):
                     f_index.write(json.dumps({"row": done + k, "line": first_line + k,
                                               "truncated": e.truncated}) + "\n")

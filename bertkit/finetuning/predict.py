@@ -69,7 +69,9 @@ class TaskModel:
     def load(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64,
              task_types: Sequence[type[Task]] = TASKS) -> "TaskModel":
         """The model of a directory written by `bertkit finetune` or by transformers; its task
-        is found by name among `task_types`."""
+        is found by name among `task_types`. A model's name is looked up in the local Hugging
+        Face cache."""
+        path = hub.resolve_model(path)
         task = load_task(path, task_types)
         model = load_task_weights(task.make_model(Encoder(hub.load_config(path))), path, device)
         return cls(model, Tokenizer.load(path), task, torch.device(device), batch_size,

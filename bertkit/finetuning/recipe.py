@@ -270,6 +270,7 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
     which `cfg.resume` goes on. The settings, the task's defaults filled in, go to
     OUT/training_args.json with `command_line(resolved cfg)` (the CLI's shell line)."""
     cfg = cfg or FinetuneConfig()
+    model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
     out_dir = Path(out_dir)
     if cfg.save_every is not None and cfg.save_every < 1:
         raise UserError(f"--save-every must be at least 1, got {cfg.save_every}")

@@ -13,7 +13,7 @@ import torch
 from bertkit.config import ConfigError, EncoderConfig
 from bertkit.config import preset as preset_config
 from bertkit.files import UserError
-from bertkit.model.hub import save_model
+from bertkit.model.hub import resolve_model, save_model
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
@@ -36,7 +36,8 @@ def init_model(preset: str, tokenizer: str | Path | Tokenizer, out: str | Path, 
     [PAD] id of `tokenizer` (a directory or a loaded Tokenizer), initialise it as BERT does
     from `seed`, and save it with the tokenizer to `out`. `overrides` set other EncoderConfig
     fields, e.g. max_positions=128."""
-    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) \
+        else Tokenizer.load(resolve_model(tokenizer))  # a directory, or a cached model's name
     for name, ours in (("vocab_size", tok.vocab_size), ("pad_token_id", tok.pad_id)):
         if overrides.get(name, ours) != ours:
             raise UserError(f"{name}={overrides[name]} contradicts the tokenizer's {ours}")

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from bertkit.files import UserError
-from bertkit.model.hub import load_pretraining_model
+from bertkit.model.hub import load_pretraining_model, resolve_model
 from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
 
@@ -33,7 +33,9 @@ class FillMask:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu",
              batch_size: int = 32) -> "FillMask":
-        """From a model directory holding both the weights and the tokenizer files."""
+        """From a model directory holding both the weights and the tokenizer files, or a
+        model's name in the local Hugging Face cache."""
+        path = resolve_model(path)
         tokenizer = Tokenizer.load(path)
         return cls(load_pretraining_model(path, device), tokenizer, device, batch_size)
 

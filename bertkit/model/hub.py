@@ -7,6 +7,9 @@ and ModernBertForMaskedLM, `.safetensors` or `pytorch_model.bin` (read with
 weights_only=True, never unpickling code), and the old `gamma`/`beta` LayerNorm names. Writing
 produces weight names that `transformers` loads with no missing or unexpected keys.
 
+A model is given as a directory or, offline, as its name in the local Hugging Face cache
+(`resolve_model`), which every loader here accepts.
+
 Our modules name things their own way (one fused q/k/v projection, `blocks.3.up`); the
 tables below translate, one pair per architecture. A task head whose names already match
 (`classifier`, `qa_outputs`) passes through unchanged.
@@ -14,6 +17,7 @@ tables below translate, one pair per architecture. A task head whose names alrea
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from pathlib import Path
@@ -188,6 +192,55 @@ def our_name(name: str, architecture: str = "bert") -> str | None:
     return (_rename(inner, names.encoder_back) or _rename(name, names.heads_back) or name)
 
 
+# Model names -------------------------------------------------------------------------------------
+
+# What the hub calls a model: "name" or "org/name", letters, digits, '-', '_' and '.'.
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def hf_cache_dir() -> Path:
+    """Where huggingface_hub keeps downloaded models, by the same variables it reads:
+    $HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else
+    ~/.cache/huggingface/hub."""
+    env = os.environ
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if env.get(variable):
+            return Path(env[variable]).expanduser()
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser() / "hub"
+    if env.get("XDG_CACHE_HOME"):
+        return Path(env["XDG_CACHE_HOME"]).expanduser() / "huggingface" / "hub"
+    return Path.home() / ".cache" / "huggingface" / "hub"
+
+
+def resolve_model(name_or_path: str | Path) -> Path:
+    """The directory of a model given as a path or as a hub name (`org/name`).
+
+    An existing path always wins. A name is looked up in the local Hugging Face cache, offline:
+    `models--{org}--{name}/refs/main` holds the commit whose `snapshots/{commit}/` is the model.
+    A name the cache lacks is a one-line UserError saying where it looked and how to fetch it.
+    Anything that cannot be a hub name comes back unchanged, for the caller to report."""
+    path = Path(name_or_path)
+    name = str(name_or_path)
+    if path.exists() or not _HUB_NAME.fullmatch(name):
+        return path
+    cache = hf_cache_dir()
+    repo = cache / ("models--" + name.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    ref = repo / "refs" / "main"
+    commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else ""
+    if commit and (snapshots / commit).is_dir():
+        return snapshots / commit
+    found = sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
+    if not commit and len(found) == 1:  # fetched at one revision, with no branch recorded
+        return found[0]
+    why = (f"its snapshots hold no single model for refs/main in {repo}" if repo.is_dir()
+           else f"not in the local Hugging Face cache either ({cache})")
+    raise UserError(f"{name}: does not exist as a directory, and {why}; fetch it with "
+                    f"`huggingface-cli download {name}` on a machine with internet access "
+                    f"(it will be found offline), or pass a model directory")
+
+
 # Directories -------------------------------------------------------------------------------------
 
 def is_model_dir(path: str | Path) -> bool:
@@ -197,7 +250,7 @@ def is_model_dir(path: str | Path) -> bool:
 
 
 def load_config(path: str | Path) -> EncoderConfig:
-    p = Path(path)
+    p = resolve_model(path)
     if not p.is_dir():
         raise UserError(f"{p}: model directory does not exist" if not p.exists()
                         else f"{p}: is a file, expected a model directory")
@@ -213,8 +266,9 @@ def load_config(path: str | Path) -> EncoderConfig:
 
 
 def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
-    """The raw weights of a directory, in Hugging Face names, on the CPU."""
-    p = Path(path)
+    """The raw weights of a directory (or a cached model's name), in Hugging Face names, on
+    the CPU."""
+    p = resolve_model(path)
     if (p / "model.safetensors").is_file():
         try:
             return load_file(str(p / "model.safetensors"))
@@ -264,6 +318,7 @@ def _missing_weights_generator() -> torch.Generator:
 
 
 def load_encoder(path: str | Path, device: str | torch.device = "cpu") -> Encoder:
+    path = resolve_model(path)
     cfg = load_config(path)
     encoder_state, _ = from_hf_state_dict(load_weights(path), cfg.architecture)
     model = Encoder(cfg)
@@ -275,6 +330,7 @@ def load_encoder(path: str | Path, device: str | torch.device = "cpu") -> Encode
 def load_pretraining_model(path: str | Path,
                            device: str | torch.device = "cpu") -> PretrainingModel:
     """Encoder + MLM + NSP heads; heads the directory lacks are initialised (with a warning)."""
+    path = resolve_model(path)
     cfg = load_config(path)
     encoder_state, other = from_hf_state_dict(load_weights(path), cfg.architecture)
     model = PretrainingModel(cfg)
@@ -319,5 +375,6 @@ def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
         if tokenizer is not None:
             tokenizer.save(tmp)
         for name, data in (extra_files or {}).items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)  # "1_Pooling/config.json"
             (tmp / name).write_bytes(data)
     return Path(path)

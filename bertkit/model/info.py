@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 from bertkit.files import UserError
 from bertkit.config import EncoderConfig
-from bertkit.model.hub import NAMES, load_config, our_name, to_hf_state_dict
+from bertkit.model.hub import NAMES, load_config, our_name, resolve_model, to_hf_state_dict
 from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
 
@@ -148,8 +148,8 @@ def _part(name: str) -> str:
 
 def info(path: str | Path) -> ModelInfo:
     """Config and parameter counts per part of a model directory; raises UserError if the
-    weights do not fit the config."""
-    path = Path(path)
+    weights do not fit the config. A model's name is looked up in the local Hugging Face cache."""
+    path = resolve_model(path)
     config = load_config(path)
     shapes, dtype = _weight_shapes(path)
     arch = config.architecture

@@ -40,7 +40,7 @@ from torch import nn
 
 from bertkit.files import UserError, read_jsonl, read_lines
 from bertkit.model.heads import SpanBoundaryHead
-from bertkit.model.hub import load_pretraining_model
+from bertkit.model.hub import load_pretraining_model, resolve_model
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
@@ -420,6 +420,7 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     inp = Path(input_path)
     if not inp.exists():
         raise UserError(f"{inp}: no such file or directory")
+    model_dir = resolve_model(model_dir)  # a directory, or a name in the local HF cache
     tokenizer = Tokenizer.load(model_dir)
     if inp.is_dir():
         load_manifest(inp)

@@ -193,7 +193,7 @@ class ContextualSource:
             raise UserError(message) from None
 
     def sentences(self, texts: Sequence[str]) -> np.ndarray:
-        return self.embedder.embed(list(texts), layers=-1, pool="mean",
+        return self.embedder.embed(list(texts), layers=-1, pool="mean", normalize=False,
                                    batch_size=self.batch_size, progress=self.progress)
 
 
