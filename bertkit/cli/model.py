@@ -64,7 +64,8 @@ class FillMaskOptions:
     top_k: int = 5
     """Guesses per [MASK]."""
     json: bool = False
-    """One {"text", "masks": [[{"token", "id", "score"}, ...], ...]} per text."""
+    """One {"text", "masks": [[{"score", "token", "token_str", "sequence"}, ...], ...]} per
+    text, each guess in the shape of transformers' fill-mask pipeline ("token" is the id)."""
     batch_size: int = 32
     """Texts per forward pass."""
     device: str = "cpu"
@@ -82,7 +83,7 @@ def run_fill_mask(opts: FillMaskOptions) -> int:
                 continue
             print(result["text"])
             for k, guesses in enumerate(result["masks"], 1):
-                cells = "  ".join(f"{g['token']:<12} {g['score']:.4f}" for g in guesses)
+                cells = "  ".join(f"{g['token_str']:<12} {g['score']:.4f}" for g in guesses)
                 print(f"  [MASK] {k}:  {cells}")
     return 0
 
