@@ -19,14 +19,14 @@ import threading
 import warnings
 
 from bertkit import __version__
-from bertkit.cli import embeddings, finetuning, model, pretraining, road, senses, text
+from bertkit.cli import embeddings, export, finetuning, model, pretraining, road, senses, text
 from bertkit.cli.options import Command
 from bertkit.files import UserError
 from bertkit.runlock import RunLock
 
 COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.COMMANDS,
                                  *finetuning.COMMANDS, *embeddings.COMMANDS, *senses.COMMANDS,
-                                 *road.COMMANDS)
+                                 *road.COMMANDS, *export.COMMANDS)
 
 GROUPS = {
     "tokenizer": "train a WordPiece or Unigram vocabulary",
@@ -34,6 +34,7 @@ GROUPS = {
     "wsd": "word-sense disambiguation with sense embeddings: split, train, predict, evaluate",
     "static": "static word vectors (skip-gram with negative sampling): train, neighbors, "
               "similarity, contexts",
+    "export": "a model in another runtime's format: ONNX",
     "road": "the source documents' earlier systems beside BERT: entity embeddings, seq2seq "
             "with attention",
 }
