@@ -162,7 +162,11 @@ class PredictOptions:
     """Texts: .txt (one per line), JSONL/CSV/TSV; tag: also CoNLL; qa: SQuAD JSON or JSONL
     with question/context."""
     out: Path | None = None
-    """Output JSON lines; none: stdout."""
+    """Output file; none: stdout."""
+    format: Literal["jsonl", "conll"] = "jsonl"
+    """jsonl: one JSON object per input, one shape per task (README); conll (tagging models):
+    word TAB predicted tag per line (word TAB gold TAB predicted for tagged input), a blank
+    line after each sentence."""
     batch_size: int = 64
     """Examples per forward pass."""
     device: str = "cpu"
@@ -174,7 +178,7 @@ def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
 
     runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
     runner = _with_columns(runner, columns)
-    n = predict_file(runner, opts.input, opts.out)
+    n = predict_file(runner, opts.input, opts.out, opts.format)
     print(f"{n} predictions" + (f" written to {opts.out}" if opts.out else ""), file=sys.stderr)
     return 0
 
@@ -196,5 +200,5 @@ COMMANDS = (
                         "higher pseudo-log-likelihood; on a text file, masked-token figures and "
                         "pseudo-perplexity of its lines."),
     Command("predict", run_predict, (PredictOptions, ColumnOverrides),
-            help="run a fine-tuned model over a file, JSON lines out"),
+            help="run a fine-tuned model over a file, JSON lines (or CoNLL) out"),
 )

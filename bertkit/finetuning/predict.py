@@ -8,6 +8,10 @@ step means for a task is the task's (bertkit.finetuning.task.Task); this module 
 
 Inference sorts inputs by token count and batches neighbours, so a batch pads to almost
 nothing, and runs under `torch.inference_mode`.
+
+`predict_file` writes one JSON object per input, one shape per task whatever the input format
+(`PREDICTION_SHAPES`), or for a tagging model CoNLL: a word and its predicted tag per line
+(word, gold tag, predicted tag when the input had tags), a blank line after each sentence.
 """
 from __future__ import annotations
 
@@ -121,12 +125,47 @@ class TaskModel:
         return self.task.pipeline(self, *args)
 
 
-def predict_file(runner: TaskModel, path: str | Path, out: str | Path | None = None) -> int:
-    """Predict every input of a file; write one JSON object per input (to `out` atomically, or
-    to stdout). Returns the number of predictions."""
+PREDICTION_SHAPES = {
+    "classify": '{"text", "label", "score"}; multi-label: {"text", "labels", "scores": '
+                '{label: probability}}; "pair" after "text" for pairs of texts',
+    "pair": '{"text", "pair", "label", "score"}',
+    "regress": '{"text", "score"} ("score" the predicted number; "pair" for pairs of texts)',
+    "tag": '{"text", "tokens", "tags", "entities": [{"label", "text", "start", "end", '
+           '"score"}]} plus "gold" for tagged input',
+    "spans": 'as tag ("tags": the entities in BIO, the best-scored where they overlap)',
+    "qa": '{"id", "answer", "start", "end", "score", "null_margin"}',
+}
+"""The row `bertkit predict` writes per input, by task (README, fine-tuning section)."""
+
+FORMATS = ("jsonl", "conll")
+
+
+def conll_lines(rows: Sequence[dict]) -> str:
+    """Tagging rows as CoNLL: word TAB [gold TAB] predicted tag, a blank line after each
+    sentence."""
+    out = []
+    for row in rows:
+        gold = row.get("gold")
+        for i, (word, tag) in enumerate(zip(row["tokens"], row["tags"])):
+            out.append(f"{word}\t{gold[i]}\t{tag}\n" if gold else f"{word}\t{tag}\n")
+        out.append("\n")
+    return "".join(out)
+
+
+def predict_file(runner: TaskModel, path: str | Path, out: str | Path | None = None,
+                 format: str = "jsonl") -> int:
+    """Predict every input of a file; write one JSON object per input (`PREDICTION_SHAPES`),
+    or with format="conll" a tagging model's CoNLL (to `out` atomically, or to stdout).
+    Returns the number of predictions."""
+    if format not in FORMATS:
+        raise UserError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if format == "conll" and runner.task.verb != "tag":
+        raise UserError(f"--format conll writes tags: a {runner.task.name} model has none "
+                        "(use jsonl)")
     check_not_input(out, [path], what="output", names=["input"])
     rows = runner.task.prediction_rows(runner, path)
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    lines = conll_lines(rows) if format == "conll" else \
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     if out is None:
         sys.stdout.write(lines)
     else:
@@ -153,4 +192,5 @@ def answer(model: "TaskModel | str | Path", question, context):
     return _model(model).answer(question, context)
 
 
-__all__ = ["TaskModel", "run_model", "classify", "tag", "answer", "predict_file"]
+__all__ = ["TaskModel", "run_model", "classify", "tag", "answer", "predict_file",
+           "PREDICTION_SHAPES", "FORMATS", "conll_lines"]

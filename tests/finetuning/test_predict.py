@@ -139,6 +139,40 @@ def test_evaluate_json_and_predict_jsonl(finetuned, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_predict_writes_conll_for_taggers(finetuned, tmp_path, capsys):
+    d = finetuned["dir"]
+    assert main(["predict", "--model", str(d / "tag"), "--input", str(finetuned["ner_dev"]),
+                 "--format", "conll", "--out", str(tmp_path / "tags.conll")]) == 0
+    written = (tmp_path / "tags.conll").read_text()
+    rows = [json.loads(r) for r in _jsonl(d / "tag", finetuned["ner_dev"], tmp_path)]
+    sentences = written.split("\n\n")
+    assert written.endswith("\n\n") and len(sentences) == 31 and sentences[-1] == ""
+    gold = finetuned["ner_dev"].read_text().split("\n\n")
+    for block, row, original in zip(sentences, rows, gold):
+        lines = [line.split("\t") for line in block.splitlines()]
+        assert lines == [[w, g, t] for w, g, t in zip(row["tokens"], row["gold"], row["tags"])]
+        assert [[x[0], x[1]] for x in lines] == [line.split() for line in original.splitlines()]
+    # untagged text in: word TAB predicted tag
+    texts = tmp_path / "in.txt"
+    texts.write_text("mary went to rome .\n")
+    assert main(["predict", "--model", str(d / "tag"), "--input", str(texts),
+                 "--format", "conll"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split("\t")[0] for line in out.splitlines() if line] == \
+        ["mary", "went", "to", "rome", "."]
+    assert all(len(line.split("\t")) == 2 for line in out.splitlines() if line)
+    assert main(["predict", "--model", str(d / "cls"), "--input", str(texts),
+                 "--format", "conll"]) == 2
+    assert "--format conll writes tags: a classify model has none" in capsys.readouterr().err
+
+
+def _jsonl(model, path, tmp_path) -> list[str]:
+    assert main(["predict", "--model", str(model), "--input", str(path),
+                 "--out", str(tmp_path / "rows.jsonl")]) == 0
+    return (tmp_path / "rows.jsonl").read_text().splitlines()
+
+
+@pytest.mark.slow
 def test_evaluate_on_a_bad_file_exits_2(finetuned, synthetic, tmp_path, capsys):
     bad = synthetic.write_jsonl(tmp_path / "bad.jsonl", [{"text": "good", "label": "positive"},
                                                          {"text": "fine", "label": "meh"}])
@@ -189,14 +223,18 @@ def test_predict_files_of_every_kind(finetuned, synthetic, tmp_path):
     d = finetuned["dir"]
     texts = tmp_path / "in.txt"
     texts.write_text("mary went to rome .\njohn went to new york .\n")
-    # spans over CoNLL: entities per sentence, in word offsets
+    # spans over CoNLL: the same row as over text, offsets into the words joined by spaces
     assert main(["predict", "--model", str(d / "spans"), "--input", str(finetuned["ner_dev"]),
                  "--out", str(tmp_path / "spans.jsonl")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "spans.jsonl").open()]
     assert len(rows) == 30
     for row in rows:
-        assert all(0 <= a < b <= len(row["tokens"]) and t in ("LOC", "PER")
-                   for a, b, t, _ in row["entities"])
+        assert list(row) == ["text", "tokens", "tags", "entities", "gold"]
+        assert row["text"] == " ".join(row["tokens"])
+        assert len(row["tags"]) == len(row["gold"]) == len(row["tokens"])
+        for e in row["entities"]:
+            assert row["text"][e["start"]:e["end"]] == e["text"] and e["label"] in ("LOC", "PER")
+        assert sum(t.startswith("B-") for t in row["tags"]) == len(row["entities"])
     assert sum(len(r["entities"]) for r in rows) >= 30  # a person in every sentence
     # a tagger over plain text: entities with character offsets
     for kind in ("tag", "spans"):
@@ -204,6 +242,8 @@ def test_predict_files_of_every_kind(finetuned, synthetic, tmp_path):
                      "--out", str(tmp_path / f"{kind}.txt.jsonl")]) == 0
         rows = [json.loads(line) for line in (tmp_path / f"{kind}.txt.jsonl").open()]
         assert [r["text"] for r in rows] == texts.read_text().splitlines()
+        assert all(list(r) == ["text", "tokens", "tags", "entities"] for r in rows)
+        assert rows[0]["tokens"] == ["mary", "went", "to", "rome", "."]
         alone = TaskModel.load(d / kind).tag(rows[0]["text"])
         assert [{**e, "score": pytest.approx(e["score"], abs=1e-5)} for e in rows[0]["entities"]] \
             == alone
