@@ -18,10 +18,12 @@ class EncoderOptions:
 
     model: Path
     """bertkit or Hugging Face BERT directory."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16)."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16); auto: bf16 on
+    a GPU that supports it, else fp32."""
     max_length: int | None = None
     """Cut inputs to this many tokens; none: the model's maximum."""
     workers: int | None = None
@@ -29,9 +31,16 @@ class EncoderOptions:
     time on all threads."""
 
     def load(self):
-        from bertkit.embeddings.embedder import Embedder
+        import torch
 
-        return Embedder.load(self.model, device=self.device, precision=self.precision,
+        from bertkit.embeddings.embedder import Embedder
+        from bertkit.runtime import resolve_device
+
+        device, precision = resolve_device(self.device), self.precision
+        if precision == "auto":
+            precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() \
+                else "fp32"
+        return Embedder.load(self.model, device=device, precision=precision,
                              max_length=self.max_length, workers=self.workers)
 
 

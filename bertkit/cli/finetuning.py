@@ -79,8 +79,9 @@ class EvaluateOptions:
     """Print one JSON object."""
     batch_size: int = 64
     """Examples per forward pass."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
 
 
 def _is_pretrained(path: Path) -> bool:
@@ -169,8 +170,9 @@ class PredictOptions:
     line after each sentence."""
     batch_size: int = 64
     """Examples per forward pass."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
 
 
 def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:

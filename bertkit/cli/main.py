@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
@@ -105,6 +106,15 @@ def check_device(name: str | None) -> None:
         raise UserError(f"--device {name}: there are {torch.cuda.device_count()} cuda devices")
 
 
+def resolve_auto_device(options):
+    """The options with --device auto made the device this machine has (CUDA, else CPU)."""
+    if getattr(options, "device", None) != "auto":
+        return options
+    from bertkit.runtime import resolve_device
+
+    return dataclasses.replace(options, device=str(resolve_device("auto")))
+
+
 def _terminated(signum, frame):
     """SIGTERM as an exit that unwinds: temporary files are removed and locks released."""
     raise SystemExit(128 + signum)
@@ -121,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             options = command.read(args)
             command.check_paths(options)
+            options = [resolve_auto_device(o) for o in options]
             for o in options:
                 check_device(getattr(o, "device", None))
             with contextlib.ExitStack() as locks:  # one process writes an output directory

@@ -68,8 +68,9 @@ class FillMaskOptions:
     text, each guess in the shape of transformers' fill-mask pipeline ("token" is the id)."""
     batch_size: int = 32
     """Texts per forward pass."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
 
 
 def run_fill_mask(opts: FillMaskOptions) -> int:

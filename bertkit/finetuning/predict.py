@@ -31,6 +31,7 @@ from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import TASKS, load_task
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder
+from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -69,9 +70,9 @@ class TaskModel:
              task_types: Sequence[type[Task]] = TASKS) -> "TaskModel":
         """The model of a directory written by `bertkit finetune` or by transformers; its task
         is found by name among `task_types`."""
-        task = load_task(path, task_types)
+        task, device = load_task(path, task_types), resolve_device(device)
         model = load_task_weights(task.make_model(Encoder(hub.load_config(path))), path, device)
-        return cls(model, Tokenizer.load(path), task, torch.device(device), batch_size)
+        return cls(model, Tokenizer.load(path), task, device, batch_size)
 
     def with_task(self, task: Task) -> "TaskModel":
         """The same model (shared, not copied) predicting with other task settings."""

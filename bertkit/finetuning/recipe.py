@@ -40,6 +40,7 @@ from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
+from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import train
 
@@ -89,8 +90,8 @@ class FinetuneConfig:
     """Without a dev file, this share of the training data (whole articles for QA) is held out."""
     seed: int = 0
     """Seeds head initialisation, batch order and dropout."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """fp32 or bf16 (autocast)."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """fp32 or bf16 (autocast); auto: bf16 on a GPU that supports it, else fp32."""
     max_span_width: int = 8
     """spans: longest entity in words."""
     span_null_weight: float = 0.25
@@ -110,8 +111,9 @@ class FinetuneConfig:
     resume: bool = False
     """Go on from the latest checkpoint in OUT/checkpoints (a run stopped by Ctrl-C, SIGTERM or
     a kill), with the same settings; a fresh start if there is none."""
-    device: str = "cpu"
-    """Where the model trains: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda,
+    cuda:1, ..."""
     show_progress: bool = True
     """Progress lines on stderr."""
 
@@ -232,6 +234,11 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
     or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in `out_dir`, from
     which `cfg.resume` goes on."""
     cfg = cfg or FinetuneConfig()
+    device = resolve_device(cfg.device)
+    if cfg.precision == "auto":
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        cfg = dataclasses.replace(cfg, precision="bf16" if bf16 else "fp32")
+    cfg = dataclasses.replace(cfg, device=str(device))
     out_dir = Path(out_dir)
     if cfg.save_every is not None and cfg.save_every < 1:
         raise UserError(f"--save-every must be at least 1, got {cfg.save_every}")

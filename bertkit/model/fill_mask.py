@@ -19,6 +19,7 @@ import torch
 from bertkit.files import UserError
 from bertkit.model.hub import load_pretraining_model
 from bertkit.model.heads import PretrainingModel
+from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -30,16 +31,16 @@ class FillMask:
         if tokenizer.vocab_size > model.config.vocab_size:
             raise UserError(f"the tokenizer's {tokenizer.vocab_size} tokens do not fit the "
                             f"model's vocabulary of {model.config.vocab_size}")
-        self.model = model.to(device).eval()
+        self.device = resolve_device(device)
+        self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.device = torch.device(device)
         self.batch_size = batch_size
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu",
              batch_size: int = 32) -> "FillMask":
         """From a model directory holding both the weights and the tokenizer files."""
-        tokenizer = Tokenizer.load(path)
+        tokenizer, device = Tokenizer.load(path), resolve_device(device)
         return cls(load_pretraining_model(path, device), tokenizer, device, batch_size)
 
     @torch.inference_mode()
