@@ -62,7 +62,7 @@ def _standardizer(path: Path | None):
 @dataclass(kw_only=True)
 class EmbedOptions:
     input: Path
-    """UTF-8 text file, one text per line (a tab separates a pair)."""
+    """UTF-8 text file, one text per line (a tab separates a pair); "-": standard input."""
     out: Path
     """Output .npy file; its index goes to OUT.index.jsonl."""
     layers: str = "-1"
@@ -90,16 +90,18 @@ class EmbedOptions:
 
 def run_embed(opts: EmbedOptions, encoder: EncoderOptions) -> int:
     from bertkit.embeddings.files import embed_file
+    from bertkit.finetuning.readers import input_file
 
     embedder = encoder.load()
     if opts.standardizer:
         embedder.standardizer = _standardizer(opts.standardizer)
     try:
-        result = embed_file(embedder, opts.input, opts.out, words=opts.words,
-                            layers=layer_spec(opts.layers), combine=opts.combine, pool=opts.pool,
-                            subword_pool=opts.subword_pool, normalize=opts.normalize,
-                            standardize=opts.standardize or bool(opts.standardizer),
-                            batch_size=opts.batch_size, progress=not opts.quiet)
+        with input_file(opts.input) as path:  # "-": standard input
+            result = embed_file(
+                embedder, path, opts.out, words=opts.words, layers=layer_spec(opts.layers),
+                combine=opts.combine, pool=opts.pool, subword_pool=opts.subword_pool,
+                normalize=opts.normalize, standardize=opts.standardize or bool(opts.standardizer),
+                batch_size=opts.batch_size, progress=not opts.quiet)
     except ValueError as e:
         raise UserError(str(e)) from None
     print(f"{opts.out}: {result.rows} rows from {result.lines} lines "

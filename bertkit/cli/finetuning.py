@@ -74,7 +74,7 @@ class EvaluateOptions:
     input: Path
     """Fine-tuned model: labelled file in the task's format. Pretrained model: a directory
     written by `bertkit prepare` (held-out masked tokens), a .jsonl of minimal pairs, or a
-    text file (one text a line)."""
+    text file (one text a line). "-": standard input."""
     json: bool = False
     """Print one JSON object."""
     batch_size: int = 64
@@ -124,8 +124,11 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
     if _is_pretrained(opts.model):
         from bertkit.pretraining.evaluation import evaluate_pretrained
 
-        report = evaluate_pretrained(opts.model, opts.input, lm, batch_size=opts.batch_size,
-                                     device=opts.device)
+        from bertkit.finetuning.readers import input_file
+
+        with input_file(opts.input) as path:  # "-": standard input
+            report = evaluate_pretrained(opts.model, path, lm, batch_size=opts.batch_size,
+                                         device=opts.device)
         if opts.json:
             print(json.dumps(report))
         else:
@@ -133,7 +136,7 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
         return 0
     runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
     runner = _with_columns(runner, columns)
-    scores = runner.evaluate(runner.task.read(opts.input))
+    scores = runner.evaluate(opts.input)  # a file, or "-": standard input
     if opts.json:
         print(json.dumps(scores, default=float))
         return 0
@@ -161,7 +164,8 @@ class PredictOptions:
     """Directory written by `bertkit finetune`."""
     input: Path
     """Texts: .txt (one per line), JSONL/CSV/TSV; tag: also CoNLL; qa: SQuAD JSON or JSONL
-    with question/context."""
+    with question/context. "-": standard input (JSON lines, CoNLL or SQuAD JSON by their
+    content, else one text a line)."""
     out: Path | None = None
     """Output file; none: stdout."""
     format: Literal["jsonl", "conll"] = "jsonl"

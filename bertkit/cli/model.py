@@ -60,7 +60,7 @@ class FillMaskOptions:
     text: list[str] = field(default_factory=list, metadata={"positional": True})
     """Texts with one or more [MASK]."""
     input: Path | None = None
-    """A file instead: one text per line."""
+    """A file instead: one text per line; "-": standard input."""
     top_k: int = 5
     """Guesses per [MASK]."""
     json: bool = False

@@ -27,6 +27,7 @@ import torch
 from bertkit.files import UserError, atomic_file, check_not_input
 from bertkit.finetuning.heads import load_task_weights
 from bertkit.finetuning.inputs import Item, length_batches
+from bertkit.finetuning.readers import STDIN, input_file, is_source
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import TASKS, load_task
 from bertkit.model import hub
@@ -93,10 +94,21 @@ class TaskModel:
         items, outputs = self.outputs(examples)
         return self.task.decode_outputs(outputs, items, examples)
 
-    def evaluate(self, examples: Sequence) -> dict:
-        """The task's metrics on labelled examples (an unknown label names its line)."""
+    def evaluate(self, examples) -> dict:
+        """The task's metrics on labelled examples (an unknown label names its line): examples
+        already read, or a file, "-" (standard input), rows in memory (dicts as a JSONL file
+        holds them) or a datasets.Dataset."""
+        if is_source(examples):
+            with input_file(examples) as path:
+                examples = self.task.read(path)
         self.task.check(examples)
         return self.task.score(examples, self.predict(examples))
+
+    def predict_rows(self, source) -> list[dict]:
+        """The rows `bertkit predict` writes (`PREDICTION_SHAPES`) for a file, "-", texts,
+        rows in memory (dicts as a JSONL file holds them) or a datasets.Dataset."""
+        with input_file(source) as path:
+            return self.task.prediction_rows(self, path)
 
     # The Python API ----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -153,9 +165,10 @@ def conll_lines(rows: Sequence[dict]) -> str:
     return "".join(out)
 
 
-def predict_file(runner: TaskModel, path: str | Path, out: str | Path | None = None,
+def predict_file(runner: TaskModel, path, out: str | Path | None = None,
                  format: str = "jsonl") -> int:
-    """Predict every input of a file; write one JSON object per input (`PREDICTION_SHAPES`),
+    """Predict every input of a file (or "-", or rows in memory: `TaskModel.predict_rows`);
+    write one JSON object per input (`PREDICTION_SHAPES`),
     or with format="conll" a tagging model's CoNLL (to `out` atomically, or to stdout).
     Returns the number of predictions."""
     if format not in FORMATS:
@@ -163,8 +176,9 @@ def predict_file(runner: TaskModel, path: str | Path, out: str | Path | None = N
     if format == "conll" and runner.task.verb != "tag":
         raise UserError(f"--format conll writes tags: a {runner.task.name} model has none "
                         "(use jsonl)")
-    check_not_input(out, [path], what="output", names=["input"])
-    rows = runner.task.prediction_rows(runner, path)
+    if isinstance(path, (str, Path)) and str(path) != STDIN:
+        check_not_input(out, [path], what="output", names=["input"])
+    rows = runner.predict_rows(path)
     lines = conll_lines(rows) if format == "conll" else \
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     if out is None:

@@ -37,6 +37,7 @@ from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning import heads
 from bertkit.finetuning.inputs import Item, length_batches
 from bertkit.finetuning.predict import TaskModel
+from bertkit.finetuning.readers import input_file
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
@@ -224,15 +225,24 @@ def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: floa
 
 # The pipeline -------------------------------------------------------------------------------------
 
-def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Path,
-             dev_path: str | Path | None, out_dir: str | Path,
+def finetune(task: str | type[Task], model_dir: str | Path, train_path,
+             dev_path, out_dir: str | Path,
              cfg: FinetuneConfig | None = None) -> FinetuneResult:
     """Train a task head (and the encoder) on `train_path`, keep the best dev checkpoint, and
-    write it to `out_dir` as a Hugging Face directory with bertkit_task.json.
+    write it to `out_dir` as a Hugging Face directory with bertkit_task.json. The training and
+    dev data are files, "-" (standard input), or rows in memory: dicts as a JSONL file holds
+    them, or a datasets.Dataset.
 
     `task` is a name from `bertkit.finetuning.tasks.TASKS` or a Task class. Stopped by Ctrl-C
     or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in `out_dir`, from
     which `cfg.resume` goes on."""
+    with input_file(train_path) as train, input_file(dev_path) as dev:
+        return _finetune(task, model_dir, train, dev, out_dir, cfg)
+
+
+def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
+              dev_path: Path | None, out_dir: str | Path,
+              cfg: FinetuneConfig | None) -> FinetuneResult:
     cfg = cfg or FinetuneConfig()
     device = resolve_device(cfg.device)
     if cfg.precision == "auto":

@@ -264,3 +264,41 @@ def test_a_model_serves_only_its_own_verb(finetuned):
     with pytest.raises(UserError, match="a classify model cannot tag; call it as "
                                         "TaskModel.classify"):
         model.tag("good film")
+
+
+@pytest.mark.slow
+def test_rows_in_memory_and_stdin_are_read_as_files_are(finetuned, monkeypatch, capsys):
+    import io
+
+    model = TaskModel.load(finetuned["dir"] / "cls")
+    rows = [json.loads(line) for line in finetuned["dev"].open()]
+    on_file = model.evaluate(finetuned["dev"])
+    assert model.evaluate(rows) == on_file
+
+    class Dataset:  # datasets.Dataset, duck-typed
+        def to_list(self):
+            return rows
+
+    assert model.evaluate(Dataset()) == on_file
+    texts = ["the movie was good", "awful plot"]
+    assert [r["label"] for r in model.predict_rows(texts)] == \
+        [r["label"] for r in model.classify(texts)]
+    assert [r["text"] for r in model.predict_rows([{"text": t} for t in texts])] == texts
+    # the commands: --input - reads standard input
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(texts) + "\n"))
+    assert main(["predict", "--model", str(finetuned["dir"] / "cls"), "--input", "-"]) == 0
+    assert [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == texts
+    monkeypatch.setattr("sys.stdin", io.StringIO(finetuned["ner_dev"].read_text()))
+    assert main(["evaluate", "--model", str(finetuned["dir"] / "tag"), "--input", "-",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == \
+        TaskModel.load(finetuned["dir"] / "tag").evaluate(finetuned["ner_dev"])
+
+
+@pytest.mark.slow
+def test_finetune_takes_rows_in_memory(tiny_bert, quick_config, synthetic, tmp_path):
+    rows = synthetic.sentiment(40, 11)
+    result = finetune("classify", tiny_bert, rows, rows[:10], tmp_path / "m",
+                      quick_config(epochs=1, batch_size=16))
+    assert result.steps > 0
+    assert TaskModel.load(tmp_path / "m").labels == ["negative", "positive"]

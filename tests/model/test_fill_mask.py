@@ -101,3 +101,19 @@ def test_bad_texts_are_named(model_dir):
     with pytest.raises(UserError, match=r"text 1: \d+ tokens, longer than max_length 64"):
         filler(["the cat " * 40 + "[MASK]"])
     assert filler([]) == []
+
+
+def test_the_command_reads_standard_input(model_dir, monkeypatch, capsys):
+    import io
+    import json
+
+    from bertkit.cli.main import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("the [MASK] sat\n[MASK] and [MASK]\n"))
+    assert main(["fill-mask", "--model", str(model_dir), "--input", "-", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in rows] == ["the [MASK] sat", "[MASK] and [MASK]"]
+    assert rows == FillMask.load(model_dir)(["the [MASK] sat", "[MASK] and [MASK]"])
+    monkeypatch.setattr("sys.stdin", io.StringIO("a [MASK]\nno blank\n"))
+    assert main(["fill-mask", "--model", str(model_dir), "--input", "-"]) == 2
+    assert "<stdin>:2: no [MASK]" in capsys.readouterr().err
