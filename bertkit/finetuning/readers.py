@@ -474,14 +474,12 @@ STDIN = "-"
 
 
 def is_source(value) -> bool:
-    """Whether `value` is something `input_file` reads: a path, "-", or rows in memory (a
-    list of strings or dicts, a datasets.Dataset or anything with `.to_list()`), as opposed to
-    examples already read (TextExample, TaggedSentence, ...)."""
+    """Whether `value` is labelled data for `input_file` to stage: a path, "-", or rows in
+    memory (a list of dicts, a datasets.Dataset or anything with `.to_list()`), as opposed to
+    examples already read (TextExample, TaggedSentence, a task's own objects or strings)."""
     if isinstance(value, (str, Path)) or hasattr(value, "to_list"):
         return True
-    if isinstance(value, (list, tuple)):
-        return bool(value) and isinstance(value[0], (str, dict))
-    return False
+    return isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], dict)
 
 
 @contextlib.contextmanager

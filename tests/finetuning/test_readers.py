@@ -343,5 +343,5 @@ def test_input_file_stages_stdin_and_rows_for_the_readers(tmp_path):
     with pytest.raises(UserError, match="no rows"):
         with input_file([]):
             pass
-    assert is_source("-") and is_source(rows) and is_source(["a"]) and is_source(Dataset())
-    assert not is_source([TextExample("a")])
+    assert is_source("-") and is_source(rows) and is_source(Dataset())
+    assert not is_source([TextExample("a")]) and not is_source(["a text a task reads as is"])
