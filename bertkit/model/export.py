@@ -46,7 +46,7 @@ class ExportOptions:
     model: Path
     """Model directory (bertkit or Hugging Face): pretrained, or written by `bertkit finetune`."""
     out: Path = field(metadata={"output": True})
-    """The .onnx file to write (the int8 one goes beside it, as OUT.int8.onnx)."""
+    """Output .onnx file (the int8 one goes beside it, as OUT.int8.onnx)."""
     task: Kind = "auto"
     """What the graph returns: "encoder" (last_hidden_state), "fill-mask" (MLM logits), or
     "auto": a fine-tuned model's logits, else the MLM logits when the directory has an MLM
