@@ -182,7 +182,7 @@ def run_demo(opts: DemoOptions) -> dict:
               "train_minutes": round(result.train_seconds / 60, 2),
               "heldout": result.eval_metrics, "train": result.train_metrics,
               "fill_mask": [{"text": p["text"],
-                             "top5": [[c["token"], round(c["score"], 4)] for c in p["masks"][0]]}
+                             "top5": [[c["token_str"], round(c["score"], 4)] for c in p["masks"][0]]}
                             for p in predictions]}
     write_json(out / "demo.json", report)
     _print_report(report, out)

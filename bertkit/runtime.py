@@ -152,5 +152,13 @@ def choose_precision(device: torch.device | str) -> tuple[str, str]:
         " (emulated: it would crawl)" if ratio < 0.2 else "")
 
 
-__all__ = ["physical_cores", "allocator", "keep_freed_memory", "describe", "cpu_name",
-           "matmul_limit", "choose_precision"]
+def resolve_device(name: str | torch.device = "auto") -> torch.device:
+    """"auto": the CUDA device when there is one, else the CPU; any other name as torch reads
+    it."""
+    if isinstance(name, str) and name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+__all__ = ["resolve_device", "physical_cores", "allocator", "keep_freed_memory", "describe",
+           "cpu_name", "matmul_limit", "choose_precision"]

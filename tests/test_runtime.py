@@ -46,3 +46,11 @@ def test_keeping_freed_memory_leaves_results_alone():
     assert equal == "True"
     if platform.system() == "Linux" and runtime.allocator()[0] == "glibc malloc":
         assert kept == "True"
+
+
+def test_resolve_device_auto_is_cuda_when_there_is_one():
+    from bertkit.runtime import resolve_device
+
+    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(torch.device("cpu", 0)) == torch.device("cpu", 0)

@@ -19,10 +19,12 @@ class EncoderOptions:
     model: Path
     """bertkit, Hugging Face or sentence-transformers directory, or a model's name in the
     local Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2)."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16)."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16); auto: bf16 on
+    a GPU that supports it, else fp32."""
     max_length: int | None = None
     """Cut inputs to this many tokens; none: the model's (sentence-transformers'
     max_seq_length, else its positions)."""
@@ -31,9 +33,16 @@ class EncoderOptions:
     time on all threads."""
 
     def load(self):
-        from bertkit.embeddings.embedder import Embedder
+        import torch
 
-        return Embedder.load(self.model, device=self.device, precision=self.precision,
+        from bertkit.embeddings.embedder import Embedder
+        from bertkit.runtime import resolve_device
+
+        device, precision = resolve_device(self.device), self.precision
+        if precision == "auto":
+            precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() \
+                else "fp32"
+        return Embedder.load(self.model, device=device, precision=precision,
                              max_length=self.max_length, workers=self.workers)
 
 
@@ -55,7 +64,7 @@ def _standardizer(path: Path | None):
 @dataclass(kw_only=True)
 class EmbedOptions:
     input: Path
-    """UTF-8 text file, one text per line (a tab separates a pair)."""
+    """UTF-8 text file, one text per line (a tab separates a pair); "-": standard input."""
     out: Path
     """Output .npy file; its index goes to OUT.index.jsonl."""
     layers: str = "-1"
@@ -86,16 +95,18 @@ class EmbedOptions:
 
 def run_embed(opts: EmbedOptions, encoder: EncoderOptions) -> int:
     from bertkit.embeddings.files import embed_file
+    from bertkit.finetuning.readers import input_file
 
     embedder = encoder.load()
     if opts.standardizer:
         embedder.standardizer = _standardizer(opts.standardizer)
     try:
-        result = embed_file(embedder, opts.input, opts.out, words=opts.words,
-                            layers=layer_spec(opts.layers), combine=opts.combine, pool=opts.pool,
-                            subword_pool=opts.subword_pool, normalize=opts.normalize,
-                            standardize=opts.standardize or bool(opts.standardizer),
-                            batch_size=opts.batch_size, progress=not opts.quiet)
+        with input_file(opts.input) as path:  # "-": standard input
+            result = embed_file(
+                embedder, path, opts.out, words=opts.words, layers=layer_spec(opts.layers),
+                combine=opts.combine, pool=opts.pool, subword_pool=opts.subword_pool,
+                normalize=opts.normalize, standardize=opts.standardize or bool(opts.standardizer),
+                batch_size=opts.batch_size, progress=not opts.quiet)
     except ValueError as e:
         raise UserError(str(e)) from None
     print(f"{opts.out}: {result.rows} rows from {result.lines} lines "

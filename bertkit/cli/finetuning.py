@@ -87,13 +87,14 @@ class EvaluateOptions:
     input: Path
     """Fine-tuned model: labelled file in the task's format. Pretrained model: a directory
     written by `bertkit prepare` (held-out masked tokens), a .jsonl of minimal pairs, or a
-    text file (one text a line)."""
+    text file (one text a line). "-": standard input."""
     json: bool = False
     """Print one JSON object."""
     batch_size: int = 64
     """Examples per forward pass."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
 
 
 def _is_pretrained(path: Path) -> bool:
@@ -140,8 +141,11 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
     if _is_pretrained(opts.model):
         from bertkit.pretraining.evaluation import evaluate_pretrained
 
-        report = evaluate_pretrained(opts.model, opts.input, lm, batch_size=opts.batch_size,
-                                     device=opts.device)
+        from bertkit.finetuning.readers import input_file
+
+        with input_file(opts.input) as path:  # "-": standard input
+            report = evaluate_pretrained(opts.model, path, lm, batch_size=opts.batch_size,
+                                         device=opts.device)
         if opts.json:
             print(json.dumps(report))
         else:
@@ -149,7 +153,7 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
         return 0
     runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
     runner = _with_columns(runner, columns)
-    scores = runner.evaluate(runner.task.read(opts.input))
+    scores = runner.evaluate(opts.input)  # a file, or "-": standard input
     if opts.json:
         print(json.dumps(scores, default=float))
         return 0
@@ -177,13 +181,19 @@ class PredictOptions:
     """Directory written by `bertkit finetune`."""
     input: Path
     """Texts: .txt (one per line), JSONL/CSV/TSV; tag: also CoNLL; qa: SQuAD JSON or JSONL
-    with question/context."""
+    with question/context. "-": standard input (JSON lines, CoNLL or SQuAD JSON by their
+    content, else one text a line)."""
     out: Path | None = None
-    """Output JSON lines; none: stdout."""
+    """Output file; none: stdout."""
+    format: Literal["jsonl", "conll"] = "jsonl"
+    """jsonl: one JSON object per input, one shape per task (README); conll (tagging models):
+    word TAB predicted tag per line (word TAB gold TAB predicted for tagged input), a blank
+    line after each sentence."""
     batch_size: int = 64
     """Examples per forward pass."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
 
 
 def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
@@ -191,7 +201,7 @@ def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
 
     runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
     runner = _with_columns(runner, columns)
-    n = predict_file(runner, opts.input, opts.out)
+    n = predict_file(runner, opts.input, opts.out, opts.format)
     print(f"{n} predictions" + (f" written to {opts.out}" if opts.out else ""), file=sys.stderr)
     return 0
 
@@ -215,5 +225,5 @@ COMMANDS = (
                         "higher pseudo-log-likelihood; on a text file, masked-token figures and "
                         "pseudo-perplexity of its lines."),
     Command("predict", run_predict, (PredictOptions, ColumnOverrides),
-            help="run a fine-tuned model over a file, JSON lines out"),
+            help="run a fine-tuned model over a file, JSON lines (or CoNLL) out"),
 )

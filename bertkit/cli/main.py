@@ -13,20 +13,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
 import warnings
 
 from bertkit import __version__
-from bertkit.cli import embeddings, finetuning, model, pretraining, road, senses, text
+from bertkit.cli import embeddings, export, finetuning, model, pretraining, road, senses, text
 from bertkit.cli.options import Command
 from bertkit.files import UserError
 from bertkit.runlock import RunLock
 
 COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.COMMANDS,
                                  *finetuning.COMMANDS, *embeddings.COMMANDS, *senses.COMMANDS,
-                                 *road.COMMANDS)
+                                 *road.COMMANDS, *export.COMMANDS)
 
 GROUPS = {
     "tokenizer": "train a WordPiece or Unigram vocabulary",
@@ -34,6 +35,7 @@ GROUPS = {
     "wsd": "word-sense disambiguation with sense embeddings: split, train, predict, evaluate",
     "static": "static word vectors (skip-gram with negative sampling): train, neighbors, "
               "similarity, contexts",
+    "export": "a model in another runtime's format: ONNX",
     "road": "the source documents' earlier systems beside BERT: entity embeddings, seq2seq "
             "with attention",
 }
@@ -104,6 +106,15 @@ def check_device(name: str | None) -> None:
         raise UserError(f"--device {name}: there are {torch.cuda.device_count()} cuda devices")
 
 
+def resolve_auto_device(options):
+    """The options with --device auto made the device this machine has (CUDA, else CPU)."""
+    if getattr(options, "device", None) != "auto":
+        return options
+    from bertkit.runtime import resolve_device
+
+    return dataclasses.replace(options, device=str(resolve_device("auto")))
+
+
 def _terminated(signum, frame):
     """SIGTERM as an exit that unwinds: temporary files are removed and locks released."""
     raise SystemExit(128 + signum)
@@ -120,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             options = command.read(args)
             command.check_paths(options)
+            options = [resolve_auto_device(o) for o in options]
             for o in options:
                 check_device(getattr(o, "device", None))
             with contextlib.ExitStack() as locks:  # one process writes an output directory

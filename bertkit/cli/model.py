@@ -61,15 +61,17 @@ class FillMaskOptions:
     text: list[str] = field(default_factory=list, metadata={"positional": True})
     """Texts with one or more [MASK]."""
     input: Path | None = None
-    """A file instead: one text per line."""
+    """A file instead: one text per line; "-": standard input."""
     top_k: int = 5
     """Guesses per [MASK]."""
     json: bool = False
-    """One {"text", "masks": [[{"token", "id", "score"}, ...], ...]} per text."""
+    """One {"text", "masks": [[{"score", "token", "token_str", "sequence"}, ...], ...]} per
+    text, each guess in the shape of transformers' fill-mask pipeline ("token" is the id)."""
     batch_size: int = 32
     """Texts per forward pass."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
     allow_untrained_head: bool = False
     """Guess even with a masked-LM head the checkpoint lacks (initialised at random: noise)."""
 
@@ -100,7 +102,7 @@ def run_fill_mask(opts: FillMaskOptions) -> int:
                 continue
             print(result["text"])
             for k, guesses in enumerate(result["masks"], 1):
-                cells = "  ".join(f"{g['token']:<12} {g['score']:.4f}" for g in guesses)
+                cells = "  ".join(f"{g['token_str']:<12} {g['score']:.4f}" for g in guesses)
                 print(f"  [MASK] {k}:  {cells}")
     return 0
 

@@ -48,8 +48,9 @@ class WsdRun:
 
     batch_size: int = 32
     """Texts per forward pass."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
     quiet: bool = False
     """No progress on stderr."""
 
@@ -240,8 +241,9 @@ class StaticContextsOptions:
     standardizer: Path | None = None
     """Also show the contextual vectors standardized with this file (from
     `bertkit anisotropy --fit-standardizer`)."""
-    device: str = "cpu"
-    """Where the BERT model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the BERT model runs: auto (CUDA when there is one, else the CPU), cpu, cuda,
+    cuda:1, ..."""
 
 
 def run_static_contexts(opts: StaticContextsOptions) -> int:

@@ -56,14 +56,18 @@ def text_batches(texts: list[str], input: Path | None, size: int = 1024,
     """(names, firsts, seconds) chunks from TEXT arguments or the lines of --input."""
     split = _split_pair if pairs else (lambda line: (line, None))
     if input is not None:
+        from bertkit.finetuning.readers import STDIN, input_file
+
         if texts:
             raise UserError("give texts as arguments or --input FILE, not both")
         chunk = []
-        for number, line in read_lines(input):
-            chunk.append((f"{input}:{number}", *split(line)))
-            if len(chunk) == size:
-                yield tuple(map(list, zip(*chunk)))
-                chunk = []
+        name = "<stdin>" if str(input) == STDIN else input
+        with input_file(input) as path:  # "-": standard input
+            for number, line in read_lines(path):
+                chunk.append((f"{name}:{number}", *split(line)))
+                if len(chunk) == size:
+                    yield tuple(map(list, zip(*chunk)))
+                    chunk = []
         if chunk:
             yield tuple(map(list, zip(*chunk)))
     elif texts:

@@ -8,6 +8,10 @@ step means for a task is the task's (bertkit.finetuning.task.Task); this module 
 
 Inference sorts inputs by token count and batches neighbours, so a batch pads to almost
 nothing, and runs under `torch.inference_mode`.
+
+`predict_file` writes one JSON object per input, one shape per task whatever the input format
+(`PREDICTION_SHAPES`), or for a tagging model CoNLL: a word and its predicted tag per line
+(word, gold tag, predicted tag when the input had tags), a blank line after each sentence.
 """
 from __future__ import annotations
 
@@ -23,10 +27,12 @@ import torch
 from bertkit.files import UserError, atomic_file, check_not_input
 from bertkit.finetuning.heads import load_task_weights
 from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
+from bertkit.finetuning.readers import STDIN, input_file, is_source
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import TASKS, load_task
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder
+from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -72,9 +78,9 @@ class TaskModel:
         is found by name among `task_types`. A model's name is looked up in the local Hugging
         Face cache."""
         path = hub.resolve_model(path)
-        task = load_task(path, task_types)
+        task, device = load_task(path, task_types), resolve_device(device)
         model = load_task_weights(task.make_model(Encoder(hub.load_config(path))), path, device)
-        return cls(model, Tokenizer.load(path), task, torch.device(device), batch_size,
+        return cls(model, Tokenizer.load(path), task, device, batch_size,
                    source=str(path))
 
     def with_task(self, task: Task) -> "TaskModel":
@@ -101,10 +107,21 @@ class TaskModel:
         items, outputs = self.outputs(examples)
         return self.task.decode_outputs(outputs, items, examples)
 
-    def evaluate(self, examples: Sequence) -> dict:
-        """The task's metrics on labelled examples (an unknown label names its line)."""
+    def evaluate(self, examples) -> dict:
+        """The task's metrics on labelled examples (an unknown label names its line): examples
+        already read, or a file, "-" (standard input), rows in memory (dicts as a JSONL file
+        holds them) or a datasets.Dataset."""
+        if is_source(examples):
+            with input_file(examples) as path:
+                examples = self.task.read(path)
         self.task.check(examples)
         return self.task.score(examples, self.predict(examples))
+
+    def predict_rows(self, source) -> list[dict]:
+        """The rows `bertkit predict` writes (`PREDICTION_SHAPES`) for a file, "-", texts,
+        rows in memory (dicts as a JSONL file holds them) or a datasets.Dataset."""
+        with input_file(source) as path:
+            return self.task.prediction_rows(self, path)
 
     # The Python API ----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -134,12 +151,49 @@ class TaskModel:
         return self.task.pipeline(self, *args)
 
 
-def predict_file(runner: TaskModel, path: str | Path, out: str | Path | None = None) -> int:
-    """Predict every input of a file; write one JSON object per input (to `out` atomically, or
-    to stdout). Returns the number of predictions."""
-    check_not_input(out, [path], what="output", names=["input"])
-    rows = runner.task.prediction_rows(runner, path)
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+PREDICTION_SHAPES = {
+    "classify": '{"text", "label", "score"}; multi-label: {"text", "labels", "scores": '
+                '{label: probability}}; "pair" after "text" for pairs of texts',
+    "pair": '{"text", "pair", "label", "score"}',
+    "regress": '{"text", "score"} ("score" the predicted number; "pair" for pairs of texts)',
+    "tag": '{"text", "tokens", "tags", "entities": [{"label", "text", "start", "end", '
+           '"score"}]} plus "gold" for tagged input',
+    "spans": 'as tag ("tags": the entities in BIO, the best-scored where they overlap)',
+    "qa": '{"id", "answer", "start", "end", "score", "null_margin"}',
+}
+"""The row `bertkit predict` writes per input, by task (README, fine-tuning section)."""
+
+FORMATS = ("jsonl", "conll")
+
+
+def conll_lines(rows: Sequence[dict]) -> str:
+    """Tagging rows as CoNLL: word TAB [gold TAB] predicted tag, a blank line after each
+    sentence."""
+    out = []
+    for row in rows:
+        gold = row.get("gold")
+        for i, (word, tag) in enumerate(zip(row["tokens"], row["tags"])):
+            out.append(f"{word}\t{gold[i]}\t{tag}\n" if gold else f"{word}\t{tag}\n")
+        out.append("\n")
+    return "".join(out)
+
+
+def predict_file(runner: TaskModel, path, out: str | Path | None = None,
+                 format: str = "jsonl") -> int:
+    """Predict every input of a file (or "-", or rows in memory: `TaskModel.predict_rows`);
+    write one JSON object per input (`PREDICTION_SHAPES`),
+    or with format="conll" a tagging model's CoNLL (to `out` atomically, or to stdout).
+    Returns the number of predictions."""
+    if format not in FORMATS:
+        raise UserError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if format == "conll" and runner.task.verb != "tag":
+        raise UserError(f"--format conll writes tags: a {runner.task.name} model has none "
+                        "(use jsonl)")
+    if isinstance(path, (str, Path)) and str(path) != STDIN:
+        check_not_input(out, [path], what="output", names=["input"])
+    rows = runner.predict_rows(path)
+    lines = conll_lines(rows) if format == "conll" else \
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     if out is None:
         sys.stdout.write(lines)
     else:
@@ -166,4 +220,5 @@ def answer(model: "TaskModel | str | Path", question, context):
     return _model(model).answer(question, context)
 
 
-__all__ = ["TaskModel", "run_model", "classify", "tag", "answer", "predict_file"]
+__all__ = ["TaskModel", "run_model", "classify", "tag", "answer", "predict_file",
+           "PREDICTION_SHAPES", "FORMATS", "conll_lines"]

@@ -13,14 +13,17 @@ words) is skipped the same way. A file with nothing left is an error.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import re
+import sys
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from bertkit.files import UserError, read_json, read_jsonl, read_lines, require_file
 from bertkit.finetuning.tagging import tag_label_set
@@ -503,3 +506,63 @@ def read_squad(path: str | Path, strict: bool = False) -> list[QAExample]:
     if not examples:
         raise UserError(f"{p}: no questions")
     return examples
+
+
+# --------------------------------------------------------------------------------------------
+# inputs from anywhere: a path, "-" (standard input), rows in memory
+# --------------------------------------------------------------------------------------------
+
+STDIN = "-"
+
+
+def is_source(value) -> bool:
+    """Whether `value` is labelled data for `input_file` to stage: a path, "-", or rows in
+    memory (a list of dicts, a datasets.Dataset or anything with `.to_list()`), as opposed to
+    examples already read (TextExample, TaggedSentence, a task's own objects or strings)."""
+    if isinstance(value, (str, Path)) or hasattr(value, "to_list"):
+        return True
+    return isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], dict)
+
+
+@contextlib.contextmanager
+def input_file(source, stdin=None) -> Iterator[Path | None]:
+    """The file the readers read for `source`, staged in a temporary directory when it is not
+    one already: a path is itself; "-" is standard input (JSON lines, SQuAD JSON, CoNLL with
+    tabs or CoNLL-U when its content says so, else one text a line); strings are one text a
+    line; dicts are JSON lines. None stays None."""
+    if source is None or (isinstance(source, (str, Path)) and str(source) != STDIN):
+        yield None if source is None else Path(source)
+        return
+    with tempfile.TemporaryDirectory(prefix="bertkit-input-") as tmp:
+        if isinstance(source, (str, Path)):  # "-"
+            staged = Path(tmp) / "stdin"
+            content = (stdin or sys.stdin).read()
+            staged.write_text(content, encoding="utf-8")
+            try:
+                fmt = detect_format(staged)
+            except UserError:
+                fmt = "text"
+            # short sentences split by spaces look like CoNLL: here CoNLL has tabs
+            if fmt == "conll" and any("\t" not in line for line in content.splitlines()
+                                      if line.strip() and not line.startswith("#")):
+                fmt = "text"
+            suffix = {"jsonl": ".jsonl", "squad": ".json", "conll": ".conll",
+                      "conllu": ".conllu"}.get(fmt, ".txt")
+            yield staged.rename(staged.with_suffix(suffix))
+            return
+        rows = list(source.to_list() if hasattr(source, "to_list") else source)
+        if not rows:
+            raise UserError("no rows given")
+        if all(isinstance(r, str) for r in rows):
+            if any("\n" in r for r in rows):
+                raise UserError("a text holds a line break; give texts of one line each")
+            staged = Path(tmp) / "rows.txt"
+            staged.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+        elif all(isinstance(r, dict) for r in rows):
+            staged = Path(tmp) / "rows.jsonl"
+            staged.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                              encoding="utf-8")
+        else:
+            kinds = sorted({type(r).__name__ for r in rows})
+            raise UserError(f"rows must be all strings or all dicts, got {', '.join(kinds)}")
+        yield staged

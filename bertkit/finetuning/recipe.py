@@ -39,9 +39,11 @@ from bertkit.finetuning import heads
 from bertkit.finetuning.baselines import baseline_comparison
 from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
 from bertkit.finetuning.predict import TaskModel
+from bertkit.finetuning.readers import input_file
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
+from bertkit.runtime import choose_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings, settings_block
@@ -92,8 +94,8 @@ class FinetuneConfig:
     """Without a dev file, this share of the training data (whole articles for QA) is held out."""
     seed: int = 0
     """Seeds head initialisation, batch order and dropout."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """fp32 or bf16 (autocast)."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """fp32 or bf16 (autocast); auto: bf16 on a GPU that supports it, else fp32."""
     max_span_width: int = 8
     """spans: longest entity in words."""
     span_null_weight: float = 0.25
@@ -113,8 +115,9 @@ class FinetuneConfig:
     resume: bool = False
     """Go on from the latest checkpoint in OUT/checkpoints (a run stopped by Ctrl-C, SIGTERM or
     a kill), with the same settings; a fresh start if there is none."""
-    device: str = "cpu"
-    """Where the model trains: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda,
+    cuda:1, ..."""
     tensorboard: bool = False
     """Also write the logged figures as TensorBoard scalars into OUT/tensorboard (needs the
     tensorboard package)."""
@@ -258,19 +261,31 @@ def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: floa
 
 # The pipeline -------------------------------------------------------------------------------------
 
-def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Path,
-             dev_path: str | Path | None, out_dir: str | Path,
-             cfg: FinetuneConfig | None = None,
+def finetune(task: str | type[Task], model_dir: str | Path, train_path, dev_path,
+             out_dir: str | Path, cfg: FinetuneConfig | None = None,
              command_line: Callable[[FinetuneConfig], str] | None = None) -> FinetuneResult:
     """Train a task head (and the encoder) on `train_path`, keep the best dev checkpoint, and
-    write it to `out_dir` as a Hugging Face directory with bertkit_task.json.
+    write it to `out_dir` as a Hugging Face directory with bertkit_task.json. The training and
+    dev data are files, "-" (standard input), or rows in memory: dicts as a JSONL file holds
+    them, or a datasets.Dataset.
 
     `task` is a name from `bertkit.finetuning.tasks.TASKS` or a Task class. Stopped by Ctrl-C
     or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in `out_dir`, from
     which `cfg.resume` goes on. The settings, the task's defaults filled in, go to
     OUT/training_args.json with `command_line(resolved cfg)` (the CLI's shell line)."""
+    with input_file(train_path) as train, input_file(dev_path) as dev:
+        return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line)
+
+
+def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
+              dev_path: Path | None, out_dir: str | Path, cfg: FinetuneConfig | None,
+              command_line: Callable[[FinetuneConfig], str] | None) -> FinetuneResult:
     cfg = cfg or FinetuneConfig()
     model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
+    device = resolve_device(cfg.device)
+    if cfg.precision == "auto":  # measured, as pretraining does: bf16 only where it is native
+        cfg = dataclasses.replace(cfg, precision=choose_precision(device)[0])
+    cfg = dataclasses.replace(cfg, device=str(device))
     out_dir = Path(out_dir)
     if cfg.save_every is not None and cfg.save_every < 1:
         raise UserError(f"--save-every must be at least 1, got {cfg.save_every}")

@@ -1,5 +1,10 @@
 """Fill in the blanks: the masked-LM head's top-k guesses for each [MASK] in a text.
 
+Each guess is a dict in the shape of transformers' `pipeline("fill-mask")`: {"score", "token"
+(the id), "token_str", "sequence"}; `sequence` is the text with that guess in its [MASK],
+decoded as the pipeline decodes it (special tokens dropped when the text has one [MASK], kept
+when it has several, the other [MASK]s left in place).
+
 Only the [MASK] positions are projected onto the vocabulary (`positions=` in
 `PretrainingModel.forward`); texts are sorted by length and batched so that padding is small.
 """
@@ -14,6 +19,7 @@ import torch
 from bertkit.files import UserError
 from bertkit.model.hub import load_pretraining_model, resolve_model
 from bertkit.model.heads import PretrainingModel
+from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -25,9 +31,9 @@ class FillMask:
         if tokenizer.vocab_size > model.config.vocab_size:
             raise UserError(f"the tokenizer's {tokenizer.vocab_size} tokens do not fit the "
                             f"model's vocabulary of {model.config.vocab_size}")
-        self.model = model.to(device).eval()
+        self.device = resolve_device(device)
+        self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.device = torch.device(device)
         self.batch_size = batch_size
 
     @classmethod
@@ -36,14 +42,16 @@ class FillMask:
         """From a model directory holding both the weights and the tokenizer files, or a
         model's name in the local Hugging Face cache."""
         path = resolve_model(path)
-        tokenizer = Tokenizer.load(path)
+        tokenizer, device = Tokenizer.load(path), resolve_device(device)
         return cls(load_pretraining_model(path, device), tokenizer, device, batch_size)
 
     @torch.inference_mode()
     def __call__(self, texts: str | Sequence[str], top_k: int = 5,
                  names: Sequence[str] | None = None) -> list[dict]:
-        """For each text, {"text": ..., "masks": [[{"token", "id", "score"}, ...], ...]}: one
-        list per [MASK] in order, best first, scores the softmax probabilities.
+        """For each text, {"text": ..., "masks": [[{"score", "token", "token_str",
+        "sequence"}, ...], ...]}: one list per [MASK] in order, best first, scores the softmax
+        probabilities, "token" the id. `masks[0]` of a text with one [MASK] is what
+        transformers' fill-mask pipeline returns for it; `masks` of a text with several is too.
 
         A text without [MASK], or longer than the model's positions, is a UserError naming it
         (`names[i]`, else "text i+1")."""
@@ -73,12 +81,27 @@ class FillMask:
             logits, _, _ = self.model(**tensors._asdict(), positions=flat_positions)  # [N, V]
             probs = logits.float().softmax(-1)
             scores, top = probs.topk(top_k, dim=-1)  # [N, k]
-            row_of = (flat_positions // tensors.input_ids.shape[1]).tolist()
-            for row, s, t in zip(row_of, scores.tolist(), top.tolist()):
-                results[chunk[row]].append([
-                    {"token": tok.id_to_token(i), "id": i, "score": score}
-                    for i, score in zip(t, s)])
+            width = tensors.input_ids.shape[1]
+            rows, columns = (flat_positions // width).tolist(), (flat_positions % width).tolist()
+            for row, column, s, t in zip(rows, columns, scores.tolist(), top.tolist()):
+                text = chunk[row]
+                results[text].append(self._guesses(
+                    ids[starts[text]:starts[text] + lengths[text]].tolist(), column, t, s,
+                    single=int(masks_per_text[text]) == 1))
         return [{"text": text, "masks": masks} for text, masks in zip(texts, results)]
+
+    def _guesses(self, ids: list[int], position: int, top: list[int], scores: list[float],
+                 single: bool) -> list[dict]:
+        """The pipeline's dicts for one [MASK] at `position` of a text's unpadded `ids`."""
+        guesses = []
+        for token, score in zip(top, scores):
+            filled = list(ids)
+            filled[position] = token
+            guesses.append({"score": score, "token": token,
+                            "token_str": self.tokenizer.decode([token], skip_special_tokens=False),
+                            "sequence": self.tokenizer.decode(filled,
+                                                              skip_special_tokens=single)})
+        return guesses
 
 
 def fill_mask(model: str | Path | PretrainingModel, texts: str | Sequence[str], top_k: int = 5,

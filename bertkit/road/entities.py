@@ -433,8 +433,8 @@ class EntitiesOptions:
     """Seed of initialisation, batch order and the training loop."""
     resume: bool = False
     """Continue each model from its latest checkpoint under out (after Ctrl-C or SIGTERM)."""
-    device: str = "cpu"
-    """Torch device."""
+    device: str = "auto"
+    """Torch device; auto: CUDA when there is one, else the CPU."""
 
 
 @dataclass

@@ -42,6 +42,7 @@ from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input,
                            read_jsonl)
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.road.bleu import corpus_bleu, corpus_chrf
+from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import CLS, PAD, SEP, Tokenizer
 from bertkit.text.vocab import train_tokenizer
 from bertkit.training.loop import train
@@ -352,6 +353,7 @@ def translate_with(model: Seq2Seq, tokenizer: Tokenizer, texts: Sequence[str], b
                    max_length: int = 100, batch_size: int = 64,
                    device: str | torch.device = "cpu") -> list[str]:
     """Output texts for `texts`: greedy (beam=1, batched) or beam search of that width."""
+    device = resolve_device(device)
     model.eval().to(device)
     sources = encode_texts(tokenizer, texts)
     outputs: list[list[int]] = []
@@ -470,8 +472,8 @@ class Seq2SeqOptions:
     """Seed of weight initialisation, batch order and the training loop."""
     resume: bool = False
     """Continue each model from its latest checkpoint under out (after Ctrl-C or SIGTERM)."""
-    device: str = "cpu"
-    """Torch device."""
+    device: str = "auto"
+    """Torch device; auto: CUDA when there is one, else the CPU."""
 
 
 @dataclass
@@ -590,5 +592,5 @@ class TranslateOptions:
     """Beam width; 1 decodes greedily."""
     max_length: int = 100
     """Most pieces written per text."""
-    device: str = "cpu"
-    """Torch device."""
+    device: str = "auto"
+    """Torch device; auto: CUDA when there is one, else the CPU."""

@@ -66,7 +66,7 @@ from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
 from bertkit.runlock import RunLock
-from bertkit.runtime import choose_precision
+from bertkit.runtime import choose_precision, resolve_device
 from bertkit.training.optimizer import default_param_groups, lr_factor, make_optimizer
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
                                          rng_state, save_checkpoint, set_rng_state)
@@ -285,7 +285,7 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
     first_rank = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     with _own_rng(), RunLock(out_dir, enabled=first_rank):  # one run writes into out_dir
         run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
-                     target_count, fingerprint, torch.device(device), find_unused_parameters,
+                     target_count, fingerprint, resolve_device(device), find_unused_parameters,
                      show_progress, settings)
         state = _resume_or_seed(run)
         try:

@@ -83,7 +83,7 @@ def test_end_to_end_in_process(model_dir, capsys, tmp_path):
     assert [len(r["masks"]) for r in results] == [1, 2]
     assert all(len(m) == 3 and m[0]["score"] >= m[2]["score"] for r in results
                for m in r["masks"])
-    assert set(results[0]["masks"][0][0]) == {"token", "id", "score"}
+    assert list(results[0]["masks"][0][0]) == ["score", "token", "token_str", "sequence"]
     code, out, _ = run(capsys, "fill-mask", "--model", model_dir, "the [MASK] ran")
     assert out.startswith("the [MASK] ran\n  [MASK] 1:") and code == 0
 

@@ -128,6 +128,16 @@ def test_device_reaches_the_library(name, reached, capsys):
     assert capsys.readouterr().err.strip() == "error: reached device=cpu:0"
 
 
+@pytest.mark.parametrize("name", [n for n in MODEL_COMMANDS if n != "pretrain"])
+def test_the_default_device_is_auto(name, reached, capsys):
+    """No --device: CUDA when the machine has it, else the CPU (pretrain: its own None)."""
+    assert cli.main([*name.split(), *MODEL_COMMANDS[name]]) == 2
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert capsys.readouterr().err.strip() == f"error: reached device={want}"
+    assert show(next(o.default for o in cli.COMMANDS[NAMES.index(name)].flags()
+                     if o.flag == "--device")) == "auto"
+
+
 @pytest.mark.parametrize("device,message", [
     ("gpu", "--device gpu: not a device"),
     pytest.param("cuda", "--device cuda: no cuda device available",

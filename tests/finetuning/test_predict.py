@@ -139,6 +139,40 @@ def test_evaluate_json_and_predict_jsonl(finetuned, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_predict_writes_conll_for_taggers(finetuned, tmp_path, capsys):
+    d = finetuned["dir"]
+    assert main(["predict", "--model", str(d / "tag"), "--input", str(finetuned["ner_dev"]),
+                 "--format", "conll", "--out", str(tmp_path / "tags.conll")]) == 0
+    written = (tmp_path / "tags.conll").read_text()
+    rows = [json.loads(r) for r in _jsonl(d / "tag", finetuned["ner_dev"], tmp_path)]
+    sentences = written.split("\n\n")
+    assert written.endswith("\n\n") and len(sentences) == 31 and sentences[-1] == ""
+    gold = finetuned["ner_dev"].read_text().split("\n\n")
+    for block, row, original in zip(sentences, rows, gold):
+        lines = [line.split("\t") for line in block.splitlines()]
+        assert lines == [[w, g, t] for w, g, t in zip(row["tokens"], row["gold"], row["tags"])]
+        assert [[x[0], x[1]] for x in lines] == [line.split() for line in original.splitlines()]
+    # untagged text in: word TAB predicted tag
+    texts = tmp_path / "in.txt"
+    texts.write_text("mary went to rome .\n")
+    assert main(["predict", "--model", str(d / "tag"), "--input", str(texts),
+                 "--format", "conll"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split("\t")[0] for line in out.splitlines() if line] == \
+        ["mary", "went", "to", "rome", "."]
+    assert all(len(line.split("\t")) == 2 for line in out.splitlines() if line)
+    assert main(["predict", "--model", str(d / "cls"), "--input", str(texts),
+                 "--format", "conll"]) == 2
+    assert "--format conll writes tags: a classify model has none" in capsys.readouterr().err
+
+
+def _jsonl(model, path, tmp_path) -> list[str]:
+    assert main(["predict", "--model", str(model), "--input", str(path),
+                 "--out", str(tmp_path / "rows.jsonl")]) == 0
+    return (tmp_path / "rows.jsonl").read_text().splitlines()
+
+
+@pytest.mark.slow
 def test_evaluate_on_a_bad_file_exits_2(finetuned, synthetic, tmp_path, capsys):
     bad = synthetic.write_jsonl(tmp_path / "bad.jsonl", [{"text": "good", "label": "positive"},
                                                          {"text": "fine", "label": "meh"}])
@@ -189,14 +223,18 @@ def test_predict_files_of_every_kind(finetuned, synthetic, tmp_path):
     d = finetuned["dir"]
     texts = tmp_path / "in.txt"
     texts.write_text("mary went to rome .\njohn went to new york .\n")
-    # spans over CoNLL: entities per sentence, in word offsets
+    # spans over CoNLL: the same row as over text, offsets into the words joined by spaces
     assert main(["predict", "--model", str(d / "spans"), "--input", str(finetuned["ner_dev"]),
                  "--out", str(tmp_path / "spans.jsonl")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "spans.jsonl").open()]
     assert len(rows) == 30
     for row in rows:
-        assert all(0 <= a < b <= len(row["tokens"]) and t in ("LOC", "PER")
-                   for a, b, t, _ in row["entities"])
+        assert list(row) == ["text", "tokens", "tags", "entities", "gold"]
+        assert row["text"] == " ".join(row["tokens"])
+        assert len(row["tags"]) == len(row["gold"]) == len(row["tokens"])
+        for e in row["entities"]:
+            assert row["text"][e["start"]:e["end"]] == e["text"] and e["label"] in ("LOC", "PER")
+        assert sum(t.startswith("B-") for t in row["tags"]) == len(row["entities"])
     assert sum(len(r["entities"]) for r in rows) >= 30  # a person in every sentence
     # a tagger over plain text: entities with character offsets
     for kind in ("tag", "spans"):
@@ -204,6 +242,8 @@ def test_predict_files_of_every_kind(finetuned, synthetic, tmp_path):
                      "--out", str(tmp_path / f"{kind}.txt.jsonl")]) == 0
         rows = [json.loads(line) for line in (tmp_path / f"{kind}.txt.jsonl").open()]
         assert [r["text"] for r in rows] == texts.read_text().splitlines()
+        assert all(list(r) == ["text", "tokens", "tags", "entities"] for r in rows)
+        assert rows[0]["tokens"] == ["mary", "went", "to", "rome", "."]
         alone = TaskModel.load(d / kind).tag(rows[0]["text"])
         assert [{**e, "score": pytest.approx(e["score"], abs=1e-5)} for e in rows[0]["entities"]] \
             == alone
@@ -224,3 +264,41 @@ def test_a_model_serves_only_its_own_verb(finetuned):
     with pytest.raises(UserError, match="a classify model cannot tag; call it as "
                                         "TaskModel.classify"):
         model.tag("good film")
+
+
+@pytest.mark.slow
+def test_rows_in_memory_and_stdin_are_read_as_files_are(finetuned, monkeypatch, capsys):
+    import io
+
+    model = TaskModel.load(finetuned["dir"] / "cls")
+    rows = [json.loads(line) for line in finetuned["dev"].open()]
+    on_file = model.evaluate(finetuned["dev"])
+    assert model.evaluate(rows) == on_file
+
+    class Dataset:  # datasets.Dataset, duck-typed
+        def to_list(self):
+            return rows
+
+    assert model.evaluate(Dataset()) == on_file
+    texts = ["the movie was good", "awful plot"]
+    assert [r["label"] for r in model.predict_rows(texts)] == \
+        [r["label"] for r in model.classify(texts)]
+    assert [r["text"] for r in model.predict_rows([{"text": t} for t in texts])] == texts
+    # the commands: --input - reads standard input
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(texts) + "\n"))
+    assert main(["predict", "--model", str(finetuned["dir"] / "cls"), "--input", "-"]) == 0
+    assert [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == texts
+    monkeypatch.setattr("sys.stdin", io.StringIO(finetuned["ner_dev"].read_text()))
+    assert main(["evaluate", "--model", str(finetuned["dir"] / "tag"), "--input", "-",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == \
+        TaskModel.load(finetuned["dir"] / "tag").evaluate(finetuned["ner_dev"])
+
+
+@pytest.mark.slow
+def test_finetune_takes_rows_in_memory(tiny_bert, quick_config, synthetic, tmp_path):
+    rows = synthetic.sentiment(40, 11)
+    result = finetune("classify", tiny_bert, rows, rows[:10], tmp_path / "m",
+                      quick_config(epochs=1, batch_size=16))
+    assert result.steps > 0
+    assert TaskModel.load(tmp_path / "m").labels == ["negative", "positive"]

@@ -368,3 +368,48 @@ def test_a_squad_message_points_at_the_line_of_the_id(tmp_path):
     assert str_line > 3  # the context, which holds "q7" too, comes first
     with pytest.raises(UserError, match=rf"s.json:{str_line}: question q7: answer: "):
         readers.read_squad(p)
+
+
+# Inputs from anywhere -------------------------------------------------------------------------
+
+def test_input_file_stages_stdin_and_rows_for_the_readers(tmp_path):
+    import io
+
+    from bertkit.finetuning.readers import (TextExample, input_file, is_source,
+                                            read_tagged, read_text_examples)
+
+    given = tmp_path / "a.jsonl"
+    with input_file(given) as path:
+        assert path == given
+    with input_file(None) as path:
+        assert path is None
+    with input_file(["good film", "bad plot"]) as path:
+        assert path.suffix == ".txt" and path.read_text() == "good film\nbad plot\n"
+    rows = [{"text": "good film", "label": "pos"}, {"text": "bad plot", "label": "neg"}]
+    with input_file(rows) as path:
+        assert path.suffix == ".jsonl"
+        assert [(e.text, e.label) for e in read_text_examples(path)] == \
+            [("good film", "pos"), ("bad plot", "neg")]
+
+    class Dataset:  # what datasets.Dataset offers
+        def to_list(self):
+            return rows
+
+    with input_file(Dataset()) as path:
+        assert [e.label for e in read_text_examples(path)] == ["pos", "neg"]
+    assert not path.exists()  # the staged file goes with the block
+    for text, suffix in (('{"text": "a", "label": "x"}\n', ".jsonl"),
+                         ("mary\tB-PER\nwent\tO\n\nrome\tB-LOC\n", ".conll"),
+                         ("just a text\nand another, with a comma\n", ".txt")):
+        with input_file("-", stdin=io.StringIO(text)) as path:
+            assert path.suffix == suffix and path.read_text() == text
+    with input_file("-", stdin=io.StringIO("mary\tB-PER\n\nrome\tB-LOC\n")) as path:
+        assert [s.tokens for s in read_tagged(path)] == [["mary"], ["rome"]]
+    with pytest.raises(UserError, match="all strings or all dicts, got dict, str"):
+        with input_file(["a", {"text": "b"}]):
+            pass
+    with pytest.raises(UserError, match="no rows"):
+        with input_file([]):
+            pass
+    assert is_source("-") and is_source(rows) and is_source(Dataset())
+    assert not is_source([TextExample("a")]) and not is_source(["a text a task reads as is"])

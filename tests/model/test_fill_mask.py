@@ -56,10 +56,28 @@ def test_top_k_matches_bert_for_masked_lm(model_dir):
         assert len(result["masks"]) == len(where) == text.count("[MASK]")
         for guesses, position in zip(result["masks"], where):
             scores, top = row[position].softmax(-1).topk(4)
-            assert [g["id"] for g in guesses] == top.tolist()
+            assert [g["token"] for g in guesses] == top.tolist()
             assert [g["score"] for g in guesses] == pytest.approx(scores.tolist(), abs=1e-5)
-            assert [g["token"] for g in guesses] == hf_tok.convert_ids_to_tokens(top.tolist())
+            assert [g["token_str"] for g in guesses] == [hf_tok.decode([t]) for t in top]
             assert guesses[0]["score"] >= guesses[-1]["score"]
+
+
+def test_guesses_are_the_fill_mask_pipelines(model_dir):
+    """The same dicts as transformers' pipeline("fill-mask"): for one [MASK] its list, for
+    several its list of lists (each sequence keeping the other [MASK]s and the specials)."""
+    pipe = transformers.pipeline("fill-mask", model=str(model_dir), device="cpu")
+    results = FillMask.load(model_dir, batch_size=2)(TEXTS, top_k=3)
+    for text, result in zip(TEXTS, results):
+        theirs = pipe(text, top_k=3)
+        ours = result["masks"][0] if text.count("[MASK]") == 1 else result["masks"]
+        if text.count("[MASK]") == 1:
+            theirs, ours = [theirs], [ours]
+        assert len(ours) == len(theirs)
+        for mine, pipes in zip(ours, theirs):
+            assert [list(g) for g in mine] == [["score", "token", "token_str", "sequence"]] * 3
+            assert [{**g, "score": pytest.approx(g["score"], abs=1e-5)} for g in pipes] == mine
+    assert "[MASK]" not in results[0]["masks"][0][0]["sequence"]
+    assert results[1]["masks"][0][0]["sequence"].count("[MASK]") == 2
 
 
 def test_function_and_class_agree(model_dir):
@@ -67,8 +85,8 @@ def test_function_and_class_agree(model_dir):
     by_dir = fill_mask(model_dir, TEXTS[:2], top_k=3)
     by_model = fill_mask(model, TEXTS[:2], top_k=3, tokenizer=tok)
     assert by_dir == by_model
-    assert fill_mask(model, TEXTS[0], tokenizer=tok)[0]["masks"][0][0]["id"] == \
-        by_dir[0]["masks"][0][0]["id"]
+    assert fill_mask(model, TEXTS[0], tokenizer=tok)[0]["masks"][0][0]["token"] == \
+        by_dir[0]["masks"][0][0]["token"]
     assert len(by_dir[0]["masks"][0]) == 3
     with pytest.raises(ValueError, match="tokenizer"):
         fill_mask(model, TEXTS)
@@ -83,3 +101,19 @@ def test_bad_texts_are_named(model_dir):
     with pytest.raises(UserError, match=r"text 1: \d+ tokens, longer than max_length 64"):
         filler(["the cat " * 40 + "[MASK]"])
     assert filler([]) == []
+
+
+def test_the_command_reads_standard_input(model_dir, monkeypatch, capsys):
+    import io
+    import json
+
+    from bertkit.cli.main import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("the [MASK] sat\n[MASK] and [MASK]\n"))
+    assert main(["fill-mask", "--model", str(model_dir), "--input", "-", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in rows] == ["the [MASK] sat", "[MASK] and [MASK]"]
+    assert rows == FillMask.load(model_dir)(["the [MASK] sat", "[MASK] and [MASK]"])
+    monkeypatch.setattr("sys.stdin", io.StringIO("a [MASK]\nno blank\n"))
+    assert main(["fill-mask", "--model", str(model_dir), "--input", "-"]) == 2
+    assert "<stdin>:2: no [MASK]" in capsys.readouterr().err

@@ -30,7 +30,7 @@ from bertkit.finetuning.heads import TaskHead, first_subword_index, head_dropout
 from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
 from bertkit.finetuning.readers import detect_format, read_tagged
 from bertkit.finetuning.task import model_inputs
-from bertkit.finetuning.tagging import tags_to_spans
+from bertkit.finetuning.tagging import spans_to_tags, tags_to_spans
 from bertkit.finetuning.tasks.tag import WordTask
 from bertkit.model.encoder import Encoder
 
@@ -365,8 +365,15 @@ class Spans(WordTask):
         # the margin over NULL as a probability-like score
         return [(a, b, t, float(np.exp(-np.logaddexp(0, -s)))) for a, b, t, s in prediction]
 
-    def sentence_row(self, prediction) -> dict:
-        return {"entities": [[a, b, t, round(sc, 4)] for a, b, t, sc in prediction]}
+    def word_tags(self, prediction, length: int) -> list[str]:
+        """The entities in BIO; where nested ones overlap, the best-scored is kept."""
+        taken = [False] * length
+        kept = []
+        for a, b, t, _ in sorted(prediction, key=lambda e: -e[3]):
+            if not any(taken[a:b]):
+                taken[a:b] = [True] * (b - a)
+                kept.append((a, b, t))
+        return spans_to_tags(kept, length, "BIO")
 
 
 __all__ = ["NULL", "SpanSentence", "gold_spans", "read_span_jsonl", "SpanHead", "span_mask",

@@ -73,22 +73,23 @@ class WordTask(Task):
         texts = [texts] if single else list(texts)
         words = split_words(runner.tokenizer, texts)
         sentences = [TaggedSentence([t[a:b] for a, b in w], [], t) for t, w in zip(texts, words)]
-        keep = [i for i, s in enumerate(sentences) if s.tokens]
-        found = runner.predict([sentences[i] for i in keep])
-        results: list[list[dict]] = [[] for _ in texts]
-        for i, res in zip(keep, found):
-            text, spans = texts[i], words[i]
-            entities = self.entities(res)
-            if entities is None:  # plain labels: one row per word
+        results: list[list[dict]] = []
+        for text, spans, res in zip(texts, words, self._predict_words(runner, sentences)):
+            entities = None if res is None else self.entities(res)
+            if res is not None and entities is None:  # plain labels: one row per word
                 tags, scores = res
-                results[i] = [{"word": text[s:e], "label": t, "start": s, "end": e,
-                               "score": sc} for (s, e), t, sc in zip(spans, tags, scores)]
-                continue
-            for a, b, t, sc in entities:
-                s, e = spans[a][0], spans[b - 1][1]
-                results[i].append({"label": t, "text": text[s:e], "start": s, "end": e,
-                                   "score": sc})
+                results.append([{"word": text[s:e], "label": t, "start": s, "end": e,
+                                 "score": sc} for (s, e), t, sc in zip(spans, tags, scores)])
+            else:
+                results.append(_entity_dicts(text, spans, entities or []))
         return results[0] if single else results
+
+    @staticmethod
+    def _predict_words(runner, sentences: Sequence[TaggedSentence]) -> list:
+        """The prediction of each sentence; None for one without words."""
+        keep = [i for i, s in enumerate(sentences) if s.tokens]
+        found = dict(zip(keep, runner.predict([sentences[i] for i in keep])))
+        return [found.get(i) for i in range(len(sentences))]
 
     def entities(self, prediction) -> list[tuple[int, int, str, float]] | None:
         """(start word, end word exclusive, type, score) of one sentence's prediction; None
@@ -96,19 +97,42 @@ class WordTask(Task):
         raise NotImplementedError
 
     def prediction_rows(self, runner, path) -> list[dict]:
+        """One row per sentence, whatever the input: {"text", "tokens", "tags", "entities"},
+        plus "gold" (the file's tags) for tagged input. `tokens` are the words (as the file
+        splits them, or as the tokenizer splits a text), `tags` one predicted tag per word
+        (BIO for spans), `entities` [{"label", "text", "start", "end", "score"}] with
+        character offsets into `text` ([] for plain tags such as POS); the text of CoNLL
+        input is its words joined by spaces."""
         inputs = self.read_inputs(path)
         if inputs and isinstance(inputs[0], str):
-            return [{"text": t, "entities" if self.marks_entities else "words": r}
-                    for t, r in zip(inputs, runner.tag(inputs))]
-        return [{"tokens": s.tokens, **self.sentence_row(p)}
-                for s, p in zip(inputs, runner.predict(inputs))]
+            spans = split_words(runner.tokenizer, inputs)
+            sentences = [TaggedSentence([t[a:b] for a, b in w], [], t)
+                         for t, w in zip(inputs, spans)]
+            texts = list(inputs)
+        else:
+            sentences, texts, spans = inputs, [], []
+            for s in sentences:
+                starts = np.cumsum([0] + [len(w) + 1 for w in s.tokens[:-1]]).tolist()
+                texts.append(" ".join(s.tokens))
+                spans.append([(a, a + len(w)) for a, w in zip(starts, s.tokens)])
+        rows = []
+        for s, text, words, res in zip(sentences, texts, spans,
+                                       self._predict_words(runner, sentences)):
+            row = {"text": text, "tokens": list(s.tokens),
+                   "tags": [] if res is None else self.word_tags(res, len(s.tokens)),
+                   "entities": _entity_dicts(text, words, (res is not None
+                                                           and self.entities(res)) or [])}
+            if s.tags:
+                row["gold"] = list(s.tags)
+            rows.append(row)
+        return rows
 
     @property
     def marks_entities(self) -> bool:
         return has_entities(self.labels)
 
-    def sentence_row(self, prediction) -> dict:
-        """One word-split sentence's prediction as `bertkit predict` writes it."""
+    def word_tags(self, prediction, length: int) -> list[str]:
+        """One predicted tag per word of a sentence of `length` words."""
         raise NotImplementedError
 
 
@@ -234,8 +258,8 @@ class Tag(WordTask):
         tags, scores = prediction
         return [(a, b, t, float(np.mean(scores[a:b]))) for a, b, t in tags_to_spans(tags)]
 
-    def sentence_row(self, prediction) -> dict:
-        return {"tags": prediction[0]}
+    def word_tags(self, prediction, length: int) -> list[str]:
+        return list(prediction[0])
 
 
 def _mean_word_labels(logits: torch.Tensor, items: Sequence[Item]) -> list:
@@ -269,6 +293,17 @@ def _word_tags(row, item: Item, labels: Sequence[str], alignment: str, num_words
         if w >= 0 and scores[t] is not None and word_score[w] == 1.0:
             word_score[w] = scores[t]
     return tags, word_score
+
+
+def _entity_dicts(text: str, spans: Sequence[tuple[int, int]],
+                  entities: Sequence[tuple[int, int, str, float]]) -> list[dict]:
+    """Entities over words as {"label", "text", "start", "end", "score"}, character offsets
+    into `text` (whose words are at `spans`)."""
+    out = []
+    for a, b, t, sc in entities:
+        s, e = spans[a][0], spans[b - 1][1]
+        out.append({"label": t, "text": text[s:e], "start": s, "end": e, "score": sc})
+    return out
 
 
 def split_words(tokenizer, texts: Sequence[str]) -> list[list[tuple[int, int]]]:

@@ -1,0 +1,34 @@
+"""Commands that write a model in another runtime's format: `export onnx`."""
+from __future__ import annotations
+
+import json
+
+from bertkit.cli.options import Command
+
+
+def run_export_onnx(opts) -> int:
+    from bertkit.model.export import export_onnx, headline
+
+    result = export_onnx(opts.model, opts.out, opts.task, quantize=opts.quantize, dev=opts.dev,
+                         opset=opts.opset)
+    print(f"{result.path}: {result.kind} graph, inputs {', '.join(result.inputs)} -> "
+          f"{', '.join(result.outputs)} (dynamic batch and sequence); max |onnx - pytorch| "
+          f"{result.max_abs_diff:.2e}")
+    if result.quantized:
+        print(f"{result.quantized}: int8 weights (dynamic quantization)")
+    for runtime, scores in result.dev_scores.items():
+        shown = headline(scores)
+        figure = f"{shown[0]} {shown[1]:.4f}" if shown else json.dumps(scores, default=float)
+        print(f"dev {runtime:>10}: {figure}")
+    return 0
+
+
+COMMANDS = (
+    Command("export onnx", run_export_onnx, ("bertkit.model.export:ExportOptions",),
+            help="write a model as an ONNX graph (encoder, fill-mask or a fine-tuned task)",
+            description="An ONNX graph with dynamic batch and sequence axes that onnxruntime "
+                        "runs without torch: the encoder's last_hidden_state, the masked-LM "
+                        "logits, or a fine-tuned model's logits; checked against PyTorch. "
+                        "--quantize adds an int8 copy; --dev scores a fine-tuned model's graphs "
+                        "on a labelled file. Needs pip install bertkit[onnx]."),
+)

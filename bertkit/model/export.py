@@ -1,0 +1,296 @@
+"""ONNX export: a model directory as one .onnx graph that onnxruntime runs without torch.
+
+Three kinds of graph, each with dynamic batch and sequence axes:
+
+- "encoder": input_ids, [token_type_ids,] attention_mask -> last_hidden_state [B, T, H];
+- "fill-mask": the same inputs -> logits [B, T, V] (the masked-LM head at every position);
+- a fine-tuned task model (a directory written by `bertkit finetune`): its logits, as
+  `TaskModel` reads them (classify/pair/regress [B, K], tag [B, T, K] (a CRF's emissions),
+  qa start_logits and end_logits [B, T]).
+
+A "modern" model has no segments, so its graph takes no token_type_ids. The graph is traced
+from the reference encoder (`Encoder(cfg, fast=False)`) with a padded example, so that the
+attention mask is always applied (it changes nothing where there is no padding). `--quantize`
+adds `quantize_dynamic`'s int8 weights beside it; `dev=` scores both graphs on a labelled file
+with the task's own metrics.
+
+onnx and onnxruntime are an optional extra (`pip install bertkit[onnx]`), imported on use.
+"""
+from __future__ import annotations
+
+import importlib
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.files import UserError, atomic_path
+from bertkit.finetuning.heads import load_task_weights
+from bertkit.finetuning.predict import TaskModel
+from bertkit.finetuning.tasks import load_task
+from bertkit.model import hub
+from bertkit.model.encoder import Encoder, init_weights
+from bertkit.model.heads import PretrainingModel
+from bertkit.text.tokenizer import Tokenizer
+
+Kind = Literal["auto", "encoder", "fill-mask"]
+OPSET = 17
+
+
+@dataclass(kw_only=True)
+class ExportOptions:
+    model: Path
+    """Model directory (bertkit or Hugging Face): pretrained, or written by `bertkit finetune`."""
+    out: Path = field(metadata={"output": True})
+    """Output .onnx file (the int8 one goes beside it, as OUT.int8.onnx)."""
+    task: Kind = "auto"
+    """What the graph returns: "encoder" (last_hidden_state), "fill-mask" (MLM logits), or
+    "auto": a fine-tuned model's logits, else the MLM logits when the directory has an MLM
+    head, else the encoder's states."""
+    quantize: bool = False
+    """Also write a dynamically int8-quantized copy (onnxruntime.quantization)."""
+    dev: Path | None = None
+    """A fine-tuned model's labelled dev file: report the task's metrics with PyTorch, the
+    ONNX graph and (with --quantize) the int8 graph."""
+    opset: int = OPSET
+    """ONNX opset version."""
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    kind: str
+    """"encoder", "fill-mask" or the fine-tuned task's name."""
+    inputs: list[str]
+    outputs: list[str]
+    max_abs_diff: float
+    """Largest difference between the graph's outputs and PyTorch's on a padded test batch."""
+    quantized: Path | None = None
+    dev_scores: dict = field(default_factory=dict)
+    """{"pytorch": metrics, "onnx": metrics, "onnx-int8": metrics} when a dev file was given."""
+
+
+def onnx_modules():
+    """(onnx, onnxruntime), or a one-line UserError naming the extra to install."""
+    try:
+        return importlib.import_module("onnx"), importlib.import_module("onnxruntime")
+    except ImportError:
+        raise UserError("ONNX export needs onnx and onnxruntime: pip install bertkit[onnx]") \
+            from None
+
+
+class _Graph(nn.Module):
+    """What is traced: named tensor inputs -> a tuple of output tensors."""
+
+    def __init__(self, model: nn.Module, kind: str, segments: bool):
+        super().__init__()
+        self.model, self.kind, self.segments = model, kind, segments
+
+    def forward(self, input_ids, *rest):
+        token_type_ids, attention_mask = rest if self.segments else (None, rest[0])
+        if self.kind == "encoder":
+            return (self.model(input_ids, token_type_ids, attention_mask).last_hidden_state,)
+        if self.kind == "fill-mask":
+            return (self.model(input_ids, token_type_ids, attention_mask)[0],)
+        out = self.model(input_ids, token_type_ids, attention_mask)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _has_mlm_head(path: Path, architecture: str) -> bool:
+    _, heads = hub.from_hf_state_dict(hub.load_weights(path), architecture)
+    return any(name.startswith("mlm.") for name in heads)
+
+
+def load_for_export(path: str | Path, kind: Kind = "auto") -> tuple[nn.Module, str, object]:
+    """(the reference-path model in eval mode, its kind, the Task of a fine-tuned one or None)."""
+    path = Path(path)
+    cfg = hub.load_config(path)
+    if kind == "auto":
+        try:
+            task = load_task(path)
+        except UserError:
+            task = None
+        if task is not None:
+            if task.name == "spans":
+                raise UserError(f"{path}: a spans model does not export to ONNX (the spans it "
+                                "scores depend on each batch's word count); export its encoder "
+                                "with --task encoder")
+            model = load_task_weights(task.make_model(Encoder(cfg, fast=False)), path)
+            return model.eval(), task.name, task
+        kind = "fill-mask" if _has_mlm_head(path, cfg.architecture) else "encoder"
+    if kind == "fill-mask":
+        model = PretrainingModel(cfg, fast=False)
+        init_weights(model, cfg, torch.Generator().manual_seed(0))
+        encoder_state, heads = hub.from_hf_state_dict(hub.load_weights(path), cfg.architecture)
+        hub.load_state_into(model, encoder_state, heads, path)
+        return model.eval(), kind, None
+    if kind != "encoder":
+        raise UserError(f"--task must be auto, encoder or fill-mask, got {kind!r}")
+    model = Encoder(cfg, fast=False)
+    init_weights(model, cfg, torch.Generator().manual_seed(0))
+    encoder_state, _ = hub.from_hf_state_dict(hub.load_weights(path), cfg.architecture)
+    hub.load_state_into(model, encoder_state, {}, path)
+    return model.eval(), kind, None
+
+
+def example_inputs(cfg, batch: int = 2, length: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A batch whose second row is padded: tracing it keeps the attention mask in the graph."""
+    g = torch.Generator().manual_seed(seed)
+    length = min(length, cfg.max_positions)
+    ids = torch.randint(5, cfg.vocab_size, (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1:, length * 2 // 3:] = 0
+    ids = ids.masked_fill(mask == 0, cfg.pad_token_id)
+    inputs = {"input_ids": ids}
+    if cfg.architecture == "bert":
+        types = torch.zeros_like(ids)
+        types[:, length // 2:] = 1
+        inputs["token_type_ids"] = types * mask
+    inputs["attention_mask"] = mask
+    return inputs
+
+
+def output_names(kind: str, task) -> list[str]:
+    if kind == "encoder":
+        return ["last_hidden_state"]
+    if task is not None and task.name == "qa":
+        return ["start_logits", "end_logits"]
+    return ["logits"]
+
+
+def run_session(session, inputs: dict[str, torch.Tensor | np.ndarray]) -> list[np.ndarray]:
+    wanted = {i.name for i in session.get_inputs()}
+    feed = {k: (v.numpy() if isinstance(v, torch.Tensor) else v).astype(np.int64)
+            for k, v in inputs.items() if k in wanted}
+    return session.run(None, feed)
+
+
+def _session(ort, path: Path):
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def max_difference(model: nn.Module, kind: str, task, session, cfg) -> float:
+    """Largest |onnx - torch| over a batch of another size and length than the traced one."""
+    inputs = example_inputs(cfg, batch=3, length=min(cfg.max_positions, 21), seed=1)
+    graph = _Graph(model, kind, cfg.architecture == "bert").eval()
+    with torch.inference_mode():
+        expected = graph(*inputs.values())
+    got = run_session(session, inputs)
+    return max(float(np.abs(g - e.float().numpy()).max()) for g, e in zip(got, expected))
+
+
+def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
+                quantize: bool = False, dev: str | Path | None = None,
+                opset: int = OPSET) -> ExportResult:
+    """Write `model` as an ONNX graph at `out` (atomically); see the module docstring."""
+    onnx, ort = onnx_modules()
+    path, out = Path(model), Path(out)
+    module, kind, task = load_for_export(path, kind)
+    if dev is not None and task is None:
+        raise UserError(f"--dev scores a fine-tuned model; {path} is not one")
+    cfg = hub.load_config(path)
+    inputs = example_inputs(cfg)
+    names, outputs = list(inputs), output_names(kind, task)
+    axes = {name: {0: "batch", 1: "sequence"} for name in names}
+    for name in outputs:
+        axes[name] = {0: "batch"} if kind not in ("encoder", "fill-mask") \
+            and task.name in ("classify", "pair", "regress") else {0: "batch", 1: "sequence"}
+    graph = _Graph(module, kind, cfg.architecture == "bert").eval()
+    with atomic_path(out) as traced:
+        # TorchScript tracing: torch.export would refuse the encoder's data-dependent "is there
+        # any padding?" test, which tracing a padded batch settles (the mask is kept).
+        with warnings.catch_warnings():  # tracer notes about Python branches on shapes
+            warnings.simplefilter("ignore")
+            torch.onnx.export(graph, tuple(inputs.values()), str(traced), input_names=names,
+                              output_names=outputs, dynamic_axes=axes, opset_version=opset,
+                              do_constant_folding=True, dynamo=False)
+        try:
+            onnx.checker.check_model(str(traced))
+        except onnx.checker.ValidationError as e:
+            raise UserError(f"{out}: the exported graph is not valid ONNX ({e})") from None
+    session = _session(ort, out)
+    result = ExportResult(out, kind, names, outputs,
+                          max_difference(module, kind, task, session, cfg))
+    if quantize:
+        result.quantized = quantize_model(out)
+    if dev is not None:
+        result.dev_scores = dev_scores(path, task, module, out, result.quantized, dev)
+    return result
+
+
+def quantized_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".int8.onnx")
+
+
+def quantize_model(path: Path) -> Path:
+    """Dynamic int8 quantization of the weights of matrix products (activations stay float,
+    quantized on the fly per batch)."""
+    onnx_modules()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    target = quantized_path(path)
+    with atomic_path(target) as staged, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(str(path), str(staged), weight_type=QuantType.QInt8)
+    return target
+
+
+class OnnxForward(nn.Module):
+    """A task model whose forward runs an onnxruntime session: the task's decoding (argmax, the
+    CRF's Viterbi, answer spans) still reads the PyTorch module's other parts."""
+
+    def __init__(self, session, model: nn.Module):
+        super().__init__()
+        self.session = session
+        self.torch_model = model
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+        inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids,
+                  "attention_mask": attention_mask}
+        out = [torch.from_numpy(o) for o in run_session(
+            self.session, {k: v for k, v in inputs.items() if v is not None})]
+        return tuple(out) if len(out) > 1 else out[0]
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["torch_model"], name)
+
+
+def dev_scores(path: Path, task, model: nn.Module, onnx_path: Path, quantized: Path | None,
+               dev: str | Path) -> dict:
+    """The task's metrics on `dev` with PyTorch and each graph."""
+    _, ort = onnx_modules()
+    tokenizer = Tokenizer.load(path)
+    examples = task.read(dev)
+    scores = {"pytorch": TaskModel(model, tokenizer, task).evaluate(examples)}
+    for name, graph in (("onnx", onnx_path), ("onnx-int8", quantized)):
+        if graph is not None:
+            runner = TaskModel(OnnxForward(_session(ort, graph), model), tokenizer, task)
+            scores[name] = runner.evaluate(examples)
+    return scores
+
+
+def headline(scores: dict) -> tuple[str, float] | None:
+    """The first plain figure of a task's metrics (accuracy, f1, exact...) to show."""
+    for key in ("accuracy", "f1", "exact", "pearson", "spearman", "micro_f1"):
+        if isinstance(scores.get(key), (int, float)):
+            return key, float(scores[key])
+    return None
+
+
+def onnx_session(path: str | Path):
+    """An onnxruntime CPU session on an exported graph."""
+    _, ort = onnx_modules()
+    return _session(ort, Path(path))
+
+
+__all__ = ["ExportOptions", "ExportResult", "export_onnx", "quantize_model", "load_for_export",
+           "example_inputs", "onnx_session", "run_session", "OnnxForward", "headline"]
