@@ -40,7 +40,7 @@ from bertkit.pretraining import objectives
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
-from bertkit.runtime import allocator
+from bertkit.runtime import allocator, parse_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import TrainResult, train
 
@@ -132,10 +132,7 @@ def _device(requested: str | None) -> torch.device:
         if torch.cuda.is_available():
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         return torch.device("cpu")
-    device = torch.device(requested)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {requested}: no GPU available")
-    return device
+    return parse_device(requested)
 
 
 def start_distributed(device: torch.device) -> bool:
