@@ -92,7 +92,12 @@ def public_name(path: str | os.PathLike | bytes) -> Path:
     """`path` with each bertkit temporary in it replaced by the output it becomes."""
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    parts = [(m["name"] if (m := _TEMP.fullmatch(part)) else part) for part in Path(path).parts]
+    def public(part: str) -> str:
+        while m := _TEMP.fullmatch(part):  # a temporary of a temporary: a nested atomic_dir
+            part = m["name"]
+        return part
+
+    parts = [public(part) for part in Path(path).parts]
     return Path(*parts) if parts else Path(path)
 
 
