@@ -141,7 +141,8 @@ def _prepare_beside(files, kinds, tokenizer, out: Path, plan: dict, fingerprint:
         # Bad input stays bad: nothing to resume. A full disk or a read-only directory wants
         # its space back.
         shutil.rmtree(build, ignore_errors=True)
-        if (error := environment_error(e, out)) is not None:  # named by the output it builds
+        error = e if isinstance(e, UserError) else environment_error(e, out)
+        if error is not None:  # named by the output it builds
             raise UserError(str(error).replace(str(build), str(out))) from None
         raise
     publish_dir(build, out, replaces=_owned(out))
