@@ -46,3 +46,26 @@ def test_keeping_freed_memory_leaves_results_alone():
     assert equal == "True"
     if platform.system() == "Linux" and runtime.allocator()[0] == "glibc malloc":
         assert kept == "True"
+
+
+@pytest.mark.parametrize("name,message", [
+    ("foo", "--device foo: not a device"), ("cuda:x", "--device cuda:x: not a device"),
+    ("", "--device : not a device"),
+    pytest.param("cuda", "--device cuda: no cuda device available", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="this machine has CUDA")),
+    pytest.param("cuda:7", "--device cuda:7: ", marks=pytest.mark.skipif(
+        torch.cuda.device_count() > 7, reason="this machine has 8 GPUs")),
+])
+def test_a_device_this_machine_lacks_is_one_line(name, message):
+    from bertkit.files import UserError
+
+    with pytest.raises(UserError) as e:
+        runtime.parse_device(name)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_devices_this_machine_has():
+    assert runtime.parse_device("cpu") == torch.device("cpu")
+    assert runtime.parse_device("cpu:0") == torch.device("cpu", 0)
+    if torch.cuda.is_available():
+        assert runtime.parse_device("cuda:0") == torch.device("cuda", 0)
