@@ -67,8 +67,12 @@ class RunLock:
                       f"which no longer runs", file=sys.stderr)
                 self.path.unlink(missing_ok=True)
                 continue
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(json.dumps(me) + "\n")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(json.dumps(me) + "\n")
+            except BaseException:  # a full disk: no unreadable lock left to block the next run
+                self.path.unlink(missing_ok=True)
+                raise
             self.owned = True
             announce_swept(sweep_leftovers(self.directory, recursive=True)
                            + sweep_leftovers(self.directory.parent, self.directory.name))

@@ -159,3 +159,17 @@ def test_a_forbidden_directory_for_real(tmp_path, world, tools, capsys):
         assert os.listdir(tmp_path / "ro") == []
     finally:
         os.chmod(tmp_path / "ro", 0o755)
+
+
+def test_no_room_even_for_the_lock(tmp_path, world, tools, capsys):
+    """The lock file cannot be written: one line, and no unreadable lock left to block the
+    next run."""
+    out = tmp_path / "outputs" / "model"
+    with tools.disk_full_after(8):
+        code, err = tools.cli(capsys, "init", "--preset", "tiny", "--tokenizer", world / "tok",
+                              "--out", out)
+    assert "file too large" in tools.assert_one_error(code, err, out)
+    assert tools.leftovers(tmp_path / "outputs") == []
+    code, err = tools.cli(capsys, "init", "--preset", "tiny", "--tokenizer", world / "tok",
+                          "--out", out)
+    assert code == 0, err
