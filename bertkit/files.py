@@ -92,6 +92,7 @@ def public_name(path: str | os.PathLike | bytes) -> Path:
     """`path` with each bertkit temporary in it replaced by the output it becomes."""
     if isinstance(path, bytes):
         path = os.fsdecode(path)
+
     def public(part: str) -> str:
         while m := _TEMP.fullmatch(part):  # a temporary of a temporary: a nested atomic_dir
             part = m["name"]
@@ -136,8 +137,8 @@ def sweep_leftovers(directory: str | os.PathLike, name: str | None = None,
                     recursive: bool = False) -> list[Path]:
     """Remove the temporaries in `directory` (of the output `name`, or all; with `recursive`,
     in its subdirectories too) that a process on this host made and that no longer runs:
-    what a kill -9 leaves. Prints one line naming them; returns them. Only names bertkit gives
-    its temporaries are considered, and never one whose process still runs."""
+    what a kill -9 leaves. Returns them (`announce_swept` says so in one line). Only names
+    bertkit gives its temporaries are considered, and never one whose process still runs."""
     directory = Path(directory)
     swept: list[Path] = []
     try:
