@@ -72,6 +72,9 @@ class RunLock:
                     f.write(json.dumps(me) + "\n")
             except BaseException:  # a full disk: no unreadable lock left to block the next run
                 self.path.unlink(missing_ok=True)
+                if self.made:
+                    with contextlib.suppress(OSError):
+                        self.directory.rmdir()
                 raise
             self.owned = True
             announce_swept(sweep_leftovers(self.directory, recursive=True)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bertkit import runtime
+from bertkit.files import UserError
 
 
 def test_physical_cores_and_allocator():
@@ -57,8 +58,6 @@ def test_keeping_freed_memory_leaves_results_alone():
         torch.cuda.device_count() > 7, reason="this machine has 8 GPUs")),
 ])
 def test_a_device_this_machine_lacks_is_one_line(name, message):
-    from bertkit.files import UserError
-
     with pytest.raises(UserError) as e:
         runtime.parse_device(name)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)

@@ -12,11 +12,15 @@ import random
 import resource
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bertkit.cli.main import main
+from bertkit.model.create import init_model
+from bertkit.pretraining.corpus import prepare
 from bertkit.runlock import LOCK_FILE
+from bertkit.text.vocab import train_tokenizer
 
 WORDS = ("the cat dog bird sat ran flew on in under mat tree pond sky red blue small big old "
          "happy quiet loud good bad").split()
@@ -79,10 +83,6 @@ def disk_full_after(nbytes: int):
 def world(tmp_path_factory, tiny):
     """A corpus, its tokenizer, a tiny model initialised from it, a prepared data directory,
     classification files and a text to embed: inputs every hostile case may read."""
-    from bertkit.model.create import init_model
-    from bertkit.pretraining.corpus import prepare
-    from bertkit.text.vocab import train_tokenizer
-
     root = tmp_path_factory.mktemp("world")
     corpus = tiny.write_corpus(root / "corpus.txt", documents=40)
     train_tokenizer([corpus], vocab_size=80, out=root / "tok", progress=False)
@@ -115,8 +115,6 @@ def pretrain_args(world: Path, out: Path, steps: int = 2) -> list:
 @pytest.fixture(scope="session")
 def tools():
     """The helpers above, for the test modules (which never import one another)."""
-    from types import SimpleNamespace
-
     return SimpleNamespace(cli=cli, assert_one_error=assert_one_error, leftovers=leftovers,
                            snapshot=snapshot, disk_full_after=disk_full_after,
                            finetune_args=finetune_args, pretrain_args=pretrain_args)

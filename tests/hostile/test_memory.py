@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bertkit.cli.main import main
+
 FAILURES = [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
             RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
                          "can't allocate memory: you tried to allocate 4503599627370496 bytes"),
@@ -16,8 +18,6 @@ FAILURES = [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 G
 @pytest.fixture(scope="module")
 def finetuned(tmp_path_factory, world, tools):
     out = tmp_path_factory.mktemp("finetuned") / "clf"
-    from bertkit.cli.main import main
-
     assert main([str(a) for a in tools.finetune_args(world, out)]) == 0
     return out
 
@@ -34,14 +34,14 @@ def test_out_of_memory_in_any_command(command, failure, tmp_path, world, finetun
                                       capsys, monkeypatch):
     out = tmp_path / "outputs"
     out.mkdir()
-    (world_lines := tmp_path / "in.jsonl").write_text(
-        (world / "dev.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    labelled = tmp_path / "in.jsonl"
+    labelled.write_text((world / "dev.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
     args = {"embed": ["embed", "--model", world / "model", "--input", world / "lines.txt",
                       "--out", out / "v.npy"],
             "finetune": tools.finetune_args(world, out / "clf"),
-            "predict": ["predict", "--model", finetuned, "--input", world_lines,
+            "predict": ["predict", "--model", finetuned, "--input", labelled,
                         "--out", out / "p.jsonl"],
-            "evaluate": ["evaluate", "--model", finetuned, "--input", world_lines],
+            "evaluate": ["evaluate", "--model", finetuned, "--input", labelled],
             "fill-mask": ["fill-mask", "--model", world / "model", "the [MASK] sat"]}[command]
     (out / "v.npy").write_bytes(b"previous")
     (out / "p.jsonl").write_bytes(b"previous")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import bertkit.road.entities as entities
 from bertkit.files import UserError
 from bertkit.road.entities import (Categories, EntitiesOptions, Rating, Recommender,
                                    RecommenderConfig, baselines, load_recommender, neighbours,
@@ -145,8 +146,6 @@ def test_save_load_round_trip_neighbours_and_picture(tmp_path):
 @pytest.mark.slow
 def test_a_save_that_fails_leaves_the_previous_model_whole(tmp_path, monkeypatch):
     """One folder swap: the weights and the config appear together or not at all."""
-    import bertkit.road.entities as entities
-
     cats = Categories.from_ratings([Rating(u, m, f"Movie {m}", 2000, ("Drama",), 3.0)
                                     for u in range(1, 4) for m in range(1, 4)])
     config = RecommenderConfig(users=4, movies=4, genres=2, years=cats.year_buckets, kind="dot",
