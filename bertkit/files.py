@@ -5,6 +5,12 @@ non-zero without a traceback. Outputs are written to a temporary sibling and ren
 so an interrupted or failed run never leaves a half-written file or directory behind; an
 existing directory is replaced whole (`publish_dir`), keeping the files it did not write. An
 output that is one of the inputs is refused before anything is written (`check_not_input`).
+
+The machine's refusals are user errors too (`environment_error`): a full disk, a read-only or
+forbidden directory, a directory where a file is written, memory exhausted. A temporary's name
+says which process made it (`.NAME.PID-HOST.XXXXXXXX.tmp`), so the leftovers of a process killed
+with -9 are recognised and swept by the next run that writes the same output
+(`sweep_leftovers`); nothing else is ever removed.
 """
 from __future__ import annotations
 
@@ -14,8 +20,11 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -23,6 +32,149 @@ from typing import Iterable, Iterator
 
 class UserError(Exception):
     """Bad input from the user: the message is the whole story, printed on one line."""
+
+
+# The machine's refusals ----------------------------------------------------------------------
+
+ENVIRONMENT_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "ENOSPC", "EDQUOT", "EFBIG", "EACCES", "EPERM", "EROFS", "EISDIR", "ENOTDIR", "EEXIST",
+    "ENOENT", "ENAMETOOLONG", "ELOOP", "EIO", "EMFILE", "ENFILE", "ENOMEM") if hasattr(errno, name))
+"""OSErrors that say something about the machine or the paths given, not about bertkit."""
+
+_REASONS = {errno.ENOSPC: "no space left on the device; free some or write elsewhere",
+            errno.EROFS: "read-only file system; write elsewhere",
+            errno.EACCES: "permission denied",
+            errno.EPERM: "operation not permitted",
+            errno.EISDIR: "is a directory, where a file is needed",
+            errno.ENOTDIR: "a part of this path is a file, where a directory is needed",
+            errno.EFBIG: "file too large (for the file system, or past `ulimit -f`)",
+            errno.ENOMEM: "out of memory"}
+if hasattr(errno, "EDQUOT"):
+    _REASONS[errno.EDQUOT] = "disk quota exceeded; free some space or write elsewhere"
+
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+OUT_OF_MEMORY = ("out of memory; lower --batch-size (or --seq-len / --max-length), or use a "
+                 "machine with more memory")
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """An allocation failure: MemoryError, torch.OutOfMemoryError (accelerators), or the plain
+    RuntimeError of torch's CPU allocator, whose message is the only sign."""
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
+
+
+def environment_error(e: BaseException, path: str | os.PathLike | None = None
+                      ) -> UserError | None:
+    """The one-line UserError for an error of the machine rather than of bertkit: an OSError in
+    `ENVIRONMENT_ERRNOS`, or another library's error that reports one, such as safetensors'
+    "I/O error: ... (os error 28)" (naming the file it names, else `path`; a temporary by the
+    output it stands for), or memory exhausted. None for anything else (a bug: keep its
+    traceback)."""
+    if out_of_memory(e):
+        return UserError(OUT_OF_MEMORY)
+    if isinstance(e, OSError):
+        code, named = e.errno, e.filename
+    else:  # Rust writers (safetensors, tokenizers) report the system's error in their message
+        found = _RUST_OS_ERROR.search(str(e))
+        code, named = (int(found.group(1)) if found else None), None
+    if code not in ENVIRONMENT_ERRNOS:
+        return None
+    named = named if named is not None else path
+    reason = _REASONS.get(code) or os.strerror(code)
+    if named is None:
+        return UserError(reason)
+    return UserError(f"{public_name(named)}: {reason}")
+
+
+def public_name(path: str | os.PathLike | bytes) -> Path:
+    """`path` with each bertkit temporary in it replaced by the output it becomes."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+
+    def public(part: str) -> str:
+        while m := _TEMP.fullmatch(part):  # a temporary of a temporary: a nested atomic_dir
+            part = m["name"]
+        return part
+
+    parts = [public(part) for part in Path(path).parts]
+    return Path(*parts) if parts else Path(path)
+
+
+# Temporaries and the leftovers of killed processes -------------------------------------------
+
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
+_TEMP = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-(?P<host>[0-9a-f]{6})\.[A-Za-z0-9_]+"
+                   r"\.(?P<kind>tmp|old)")
+
+
+def _temp_prefix(name: str) -> str:
+    return f".{name}.{os.getpid()}-{_HOST}."
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # it runs, as another user (or cannot be asked): not ours to sweep
+    return True
+
+
+def temp_in_use(name: str) -> bool:
+    """Whether `name` is a temporary of a process that may still run: one of this host's that
+    runs, or any other host's. False for a name without its maker (a killed process's, from
+    versions that did not name it), and for one whose process is gone."""
+    m = _TEMP.fullmatch(name)
+    return m is not None and (m["host"] != _HOST or _alive(int(m["pid"])))
+
+
+def sweep_leftovers(directory: str | os.PathLike, name: str | None = None,
+                    recursive: bool = False) -> list[Path]:
+    """Remove the temporaries in `directory` (of the output `name`, or all; with `recursive`,
+    in its subdirectories too) that a process on this host made and that no longer runs:
+    what a kill -9 leaves. Returns them (`announce_swept` says so in one line). Only names
+    bertkit gives its temporaries are considered, and never one whose process still runs."""
+    directory = Path(directory)
+    swept: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return swept
+    for entry in entries:
+        m = _TEMP.fullmatch(entry.name)
+        if m and (name is None or m["name"] == name) and not temp_in_use(entry.name):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+            swept.append(Path(entry.path))
+        elif recursive and not m and entry.is_dir(follow_symlinks=False):
+            swept += sweep_leftovers(entry.path, None, recursive=True)
+    return swept
+
+
+def announce_swept(swept: list[Path]) -> None:
+    """One line on stderr naming what `sweep_leftovers` removed (nothing when it was none)."""
+    if swept:
+        shown = ", ".join(str(p) for p in swept[:3]) + (f" and {len(swept) - 3} more"
+                                                          if len(swept) > 3 else "")
+        print(f"note: removed {len(swept)} leftover temporar{'y' if len(swept) == 1 else 'ies'} "
+              f"of killed bertkit runs: {shown}", file=sys.stderr)
+
+
+def _make_parent(path: Path) -> None:
+    """Create `path`'s parent directories; a file in the way is a one-line UserError."""
+    for ancestor in reversed(path.parents):
+        if ancestor.exists() and not ancestor.is_dir():
+            raise UserError(f"{ancestor}: is a file, where a directory is needed (for {path})")
+    path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def require_file(path: str | os.PathLike, what: str = "input file") -> Path:
@@ -86,20 +238,31 @@ def read_json(path: str | os.PathLike, what: str = "JSON file", format: str | No
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; it is synced and renamed onto `path` only if the
-    block succeeds (for writers that want a path, such as numpy's open_memmap)."""
+    block succeeds (for writers that want a path, such as numpy's open_memmap). On any error
+    the temporary is removed; an error of the machine (disk full, read-only, ...) becomes a
+    one-line UserError naming the file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only, unlike a plain open()
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, where a file is needed; name a file")
     try:
+        _make_parent(path)
+        announce_swept(sweep_leftovers(path.parent, path.name))
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp",
+                                   dir=path.parent)
+    except OSError as e:
+        raise environment_error(e, path) or e from None
+    try:
+        os.close(fd)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only, unlike a plain open()
         yield Path(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as e:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if (error := environment_error(e, path)) is not None:
+            raise error from None
         raise
 
 
@@ -125,23 +288,31 @@ def atomic_dir(path: str | os.PathLike, replaces: Iterable[str] = ()) -> Iterato
 
     A new `path` appears whole (one rename). An existing `path` (a model directory, a training
     run's output with its checkpoints and logs) is replaced whole as well: see `publish_dir`.
-    Its files the block did not write are kept, except those named in `replaces`.
+    Its files the block did not write are kept, except those named in `replaces`. On any
+    error the temporary directory is removed; an error of the machine becomes a UserError.
     """
     path = Path(path)
     if path.is_symlink():  # replace the directory it names, not the link
         path = path.resolve()
     if path.exists() and not path.is_dir():
         raise UserError(f"{path}: exists and is not a directory")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    umask = _umask()
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it owner-only; a model directory is not secret
+    try:
+        _make_parent(path)
+        announce_swept(sweep_leftovers(path.parent, path.name))
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path.name), suffix=".tmp",
+                                    dir=path.parent))
+        umask = _umask()
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it owner-only; a model directory is not secret
+    except OSError as e:
+        raise environment_error(e, path) or e from None
     try:
         yield tmp
         _follow_umask(tmp, umask)
         publish_dir(tmp, path, replaces)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if (error := environment_error(e, path)) is not None:
+            raise error from None
         raise
 
 
@@ -165,9 +336,14 @@ def publish_dir(new: str | os.PathLike, path: str | os.PathLike,
     if _exchange(new, path):
         shutil.rmtree(new, ignore_errors=True)  # the old directory now has the new one's name
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+    old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path.name), suffix=".old", dir=path.parent))
     os.rename(path, old / "dir")
-    os.rename(new, path)
+    try:
+        os.rename(new, path)
+    except BaseException:
+        os.rename(old / "dir", path)  # the old directory back where it was
+        old.rmdir()
+        raise
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -9,7 +9,9 @@ with O_EXCL (exactly one process creates it). A second process gets one line,
 this host (killed with -9, the machine's power cut) is taken over with a notice. The lock is
 released when the block ends, by an exception too; the CLI turns SIGTERM into an exit that
 runs it. A directory the lock made is removed with it if nothing was written there. A process
-that already holds the lock may take it again (nested calls).
+that already holds the lock may take it again (nested calls). Once it holds the lock, a process
+sweeps the temporaries that killed processes left in the directory and beside it
+(`bertkit.files.sweep_leftovers`), with a one-line notice.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import socket
 import sys
 from pathlib import Path
 
-from bertkit.files import UserError
+from bertkit.files import UserError, announce_swept, sweep_leftovers
 
 LOCK_FILE = ".bertkit.lock"
 
@@ -65,9 +67,18 @@ class RunLock:
                       f"which no longer runs", file=sys.stderr)
                 self.path.unlink(missing_ok=True)
                 continue
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(json.dumps(me) + "\n")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(json.dumps(me) + "\n")
+            except BaseException:  # a full disk: no unreadable lock left to block the next run
+                self.path.unlink(missing_ok=True)
+                if self.made:
+                    with contextlib.suppress(OSError):
+                        self.directory.rmdir()
+                raise
             self.owned = True
+            announce_swept(sweep_leftovers(self.directory, recursive=True)
+                           + sweep_leftovers(self.directory.parent, self.directory.name))
             return
         raise UserError(self._in_use(self._holder()))
 

@@ -21,7 +21,34 @@ from pathlib import Path
 
 import torch
 
+from bertkit.files import UserError
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers
+
+
+def parse_device(name: str | torch.device, flag: str = "--device") -> torch.device:
+    """The device `name` spells, if this machine has it; else a one-line UserError naming it
+    (not a device, no such backend, an index past the last device). Commands check their
+    device with this before any work starts."""
+    if isinstance(name, torch.device):
+        return name
+    if name == "auto":
+        return resolve_device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise UserError(f"{flag} {name}: not a device (cpu, cuda, cuda:1, mps, ...)") from None
+    if device.type == "cpu":
+        return device
+    backend = getattr(torch, device.type, None)
+    available = getattr(backend, "is_available", None)
+    if not (callable(available) and available()):
+        raise UserError(f"{flag} {name}: no {device.type} device available on this machine")
+    count = getattr(backend, "device_count", None)
+    if device.index is not None and callable(count) and device.index >= count():
+        raise UserError(f"{flag} {name}: there are {count()} {device.type} devices on this "
+                        f"machine (0 to {count() - 1})")
+    return device
 
 
 def physical_cores() -> int:
@@ -153,12 +180,12 @@ def choose_precision(device: torch.device | str) -> tuple[str, str]:
 
 
 def resolve_device(name: str | torch.device = "auto") -> torch.device:
-    """"auto": the CUDA device when there is one, else the CPU; any other name as torch reads
-    it."""
+    """"auto": the CUDA device when there is one, else the CPU; any other name as
+    `parse_device` reads it (a one-line UserError for a device this machine lacks)."""
     if isinstance(name, str) and name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    return parse_device(name)
 
 
-__all__ = ["resolve_device", "physical_cores", "allocator", "keep_freed_memory", "describe",
-           "cpu_name", "matmul_limit", "choose_precision"]
+__all__ = ["parse_device", "resolve_device", "physical_cores", "allocator", "keep_freed_memory",
+           "describe", "cpu_name", "matmul_limit", "choose_precision"]

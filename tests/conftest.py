@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -51,6 +53,31 @@ def no_matplotlib(monkeypatch):
     including of submodules an earlier test already imported."""
     for name in ["matplotlib", *(n for n in sys.modules if n.startswith("matplotlib."))]:
         monkeypatch.setitem(sys.modules, name, None)
+
+
+# Another process that owns a run directory ---------------------------------------------------
+
+_HOLD = textwrap.dedent("""
+    import sys, time
+    from bertkit.runlock import RunLock
+    with RunLock(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(120)
+""")
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Another live process holding the lock of tmp_path / "run" (tests/test_runlock.py, the
+    hostile cases)."""
+    process = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path / "run")],
+                               stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert process.stdout.readline() == "held\n"
+        yield process
+    finally:
+        process.kill()
+        process.wait()
 
 
 # The tiny pretraining setup ---------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -83,3 +84,27 @@ def test_demo_on_user_files_end_to_end(tmp_path, capsys, tiny):
                  "model/loss.png", "tokenizer/vocab.txt", "data/manifest.json"):
         assert (out / name).is_file(), name
     assert not (out / "corpus.txt").exists()  # the user's files are used as they are
+
+
+@pytest.mark.slow
+def test_a_failed_demo_run_leaves_the_previous_model(tmp_path, capsys, tiny, monkeypatch):
+    """The new model is trained beside the old one, which stays until the new one is whole."""
+    import bertkit.pretraining.recipe as recipe
+    from bertkit.cli.main import main
+
+    corpus = tiny.write_corpus(tmp_path / "mine.txt", documents=40, seed=1)
+    out = tmp_path / "demo"
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "model.safetensors").write_bytes(b"the previous model")
+
+    def full_disk(opts):
+        (opts.out / "model.safetensors").write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(recipe, "pretrain", full_disk)
+    assert main(["demo", "--input", str(corpus), "--out", str(out), "--max-steps", "4",
+                 "--preset", "tiny", "--vocab-size", "150", "--seq-len", "32"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        f"error: {out / 'model'}: no space left on the device; free some or write elsewhere"
+    assert os.listdir(out / "model") == ["model.safetensors"]
+    assert (out / "model" / "model.safetensors").read_bytes() == b"the previous model"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]

@@ -244,3 +244,68 @@ def test_the_umask_is_read_without_changing_it():
         assert os.umask(0o027) == 0o027
     finally:
         os.umask(before)
+# The machine's refusals and the leftovers of killed processes ------------------------------
+
+@pytest.mark.parametrize("error,message", [
+    (OSError(28, "No space left on device"), "out/x.bin: no space left on the device"),
+    (OSError(30, "Read-only file system", "/ro/.x.bin.123-abcdef.k2j3h4g5.tmp"),
+     "/ro/x.bin: read-only file system"),
+    (OSError(21, "Is a directory", "/d/..m.1-abcdef.aaaaaaaa.tmp.2-abcdef.bbbbbbbb.tmp/vocab."
+                                   "txt"), "/d/m/vocab.txt: is a directory"),  # nested
+    (Exception("Error while serializing: I/O error: No space left on device (os error 28)"),
+     "out/x.bin: no space left on the device"),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB"),
+     "out of memory; lower --batch-size"),
+    (MemoryError(), "out of memory; lower --batch-size"),
+])
+def test_the_machines_errors_are_one_line_naming_the_output(error, message):
+    assert str(files.environment_error(error, "out/x.bin")).startswith(message)
+
+
+@pytest.mark.parametrize("error", [OSError(9, "Bad file descriptor"), ValueError("a bug"),
+                                   RuntimeError("shape mismatch"), Exception("(os error 9)")])
+def test_a_bug_keeps_its_traceback(error):
+    assert files.environment_error(error, "out/x.bin") is None
+
+
+def test_an_atomic_writer_removes_its_temporary_on_any_error(tmp_path):
+    (tmp_path / "x.txt").write_text("before", encoding="utf-8")
+    for error in (OSError(28, "No space left on device"), KeyboardInterrupt(), ValueError()):
+        with pytest.raises((UserError, KeyboardInterrupt, ValueError)):
+            with files.atomic_file(tmp_path / "x.txt") as f:
+                f.write("half")
+                raise error
+        with pytest.raises((UserError, KeyboardInterrupt, ValueError)):
+            with files.atomic_dir(tmp_path / "d") as d:
+                (d / "half").write_text("half", encoding="utf-8")
+                raise error
+    assert sorted(os.listdir(tmp_path)) == ["x.txt"]
+    assert (tmp_path / "x.txt").read_text(encoding="utf-8") == "before"
+
+
+def test_only_a_dead_processes_temporaries_are_swept(tmp_path, capsys):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    with files.atomic_path(tmp_path / "x.npy") as mine:  # this process's own: alive
+        host = mine.name.rsplit(".", 3)[1].split("-")[1]  # .x.npy.PID-HOST.XXXXXXXX.tmp
+        stale = tmp_path / f".x.npy.{dead}-{host}.abcdefgh.tmp"
+        stale.write_bytes(b"half")
+        others = [tmp_path / f".x.npy.{dead}-ffffff.abcdefgh.tmp" if host != "ffffff" else
+                  tmp_path / f".x.npy.{dead}-000000.abcdefgh.tmp",  # another machine's
+                  tmp_path / f".y.npy.{dead}-{host}.abcdefgh.tmp",  # another output's
+                  tmp_path / ".x.npy.backup.tmp", tmp_path / "x.npy.tmp"]  # the user's
+        for other in others:
+            other.write_bytes(b"keep")
+        assert files.sweep_leftovers(tmp_path, "x.npy") == [stale]
+        assert mine.exists() and all(p.exists() for p in others)
+        mine.write_bytes(b"new")
+    assert (tmp_path / "x.npy").read_bytes() == b"new"
+    assert files.sweep_leftovers(tmp_path) == [tmp_path / f".y.npy.{dead}-{host}.abcdefgh.tmp"]
+    with files.atomic_file(tmp_path / "z.txt") as f:
+        f.write("z")
+    stale.write_bytes(b"half")
+    with files.atomic_file(tmp_path / "x.npy", "wb") as f:
+        f.write(b"newer")
+    assert not stale.exists()
+    assert capsys.readouterr().err.strip() == (f"note: removed 1 leftover temporary of killed "
+                                               f"bertkit runs: {stale}")

@@ -22,28 +22,6 @@ from bertkit.training.loop import train
 
 ROOT = Path(__file__).parent.parent
 
-_HOLD = textwrap.dedent("""
-    import sys, time
-    from bertkit.runlock import RunLock
-    with RunLock(sys.argv[1]):
-        print("held", flush=True)
-        time.sleep(120)
-""")
-
-
-@pytest.fixture
-def holder(tmp_path):
-    """Another live process holding the lock of tmp_path / "run"."""
-    process = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path / "run")],
-                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert process.stdout.readline() == "held\n"
-        yield process
-    finally:
-        process.kill()
-        process.wait()
-
-
 def _dead_pid() -> int:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()

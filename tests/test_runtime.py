@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bertkit import runtime
+from bertkit.files import UserError
 
 
 def test_physical_cores_and_allocator():
@@ -54,3 +55,24 @@ def test_resolve_device_auto_is_cuda_when_there_is_one():
     assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device(torch.device("cpu", 0)) == torch.device("cpu", 0)
+
+
+@pytest.mark.parametrize("name,message", [
+    ("foo", "--device foo: not a device"), ("cuda:x", "--device cuda:x: not a device"),
+    ("", "--device : not a device"),
+    pytest.param("cuda", "--device cuda: no cuda device available", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="this machine has CUDA")),
+    pytest.param("cuda:7", "--device cuda:7: ", marks=pytest.mark.skipif(
+        torch.cuda.device_count() > 7, reason="this machine has 8 GPUs")),
+])
+def test_a_device_this_machine_lacks_is_one_line(name, message):
+    with pytest.raises(UserError) as e:
+        runtime.parse_device(name)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_devices_this_machine_has():
+    assert runtime.parse_device("cpu") == torch.device("cpu")
+    assert runtime.parse_device("cpu:0") == torch.device("cpu", 0)
+    if torch.cuda.is_available():
+        assert runtime.parse_device("cuda:0") == torch.device("cuda", 0)

@@ -2,7 +2,10 @@
 options dataclasses (bertkit.cli.options), and `main`.
 
 Nothing in the library imports this package. Library code raises `UserError` for bad input;
-`main` prints its one line to stderr and exits 2, with no traceback.
+`main` prints its one line to stderr and exits 2, with no traceback. So does an error of the
+machine in any command (a full disk, a read-only or forbidden path, a directory where a file
+is written, memory exhausted: `bertkit.files.environment_error`) and a --device this machine
+lacks, checked before any work starts.
 
 Start-up: importing torch takes seconds, so the command modules import the library inside each
 command, and a command's flags are generated only when that command is parsed or its help
@@ -22,7 +25,7 @@ import warnings
 from bertkit import __version__
 from bertkit.cli import embeddings, export, finetuning, model, pretraining, road, senses, text
 from bertkit.cli.options import Command
-from bertkit.files import UserError
+from bertkit.files import UserError, environment_error
 from bertkit.runlock import RunLock
 
 COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.COMMANDS,
@@ -89,21 +92,12 @@ def _warning_line(message, category, filename, lineno, file=None, line=None):
 
 
 def check_device(name: str | None) -> None:
-    """A --device the machine has, or a one-line UserError."""
+    """A --device the machine has, or a one-line UserError (bertkit.runtime.parse_device)."""
     if name is None:
         return
-    import torch
+    from bertkit.runtime import parse_device  # imports torch: not for `bertkit --help`
 
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise UserError(f"--device {name}: not a device (cpu, cuda, cuda:1, mps, ...)") from None
-    backend = getattr(torch, device.type, None)
-    if device.type != "cpu" and not (backend is not None and backend.is_available()):
-        raise UserError(f"--device {name}: no {device.type} device available")
-    if device.type == "cuda" and device.index is not None \
-            and device.index >= torch.cuda.device_count():
-        raise UserError(f"--device {name}: there are {torch.cuda.device_count()} cuda devices")
+    parse_device(name)
 
 
 def resolve_auto_device(options):
@@ -128,12 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _terminated)
     with warnings.catch_warnings():  # warnings as one line each, for this call only
         warnings.showwarning = _warning_line
+        options = None
         try:
             options = command.read(args)
             command.check_paths(options)
             options = [resolve_auto_device(o) for o in options]
-            for o in options:
-                check_device(getattr(o, "device", None))
+            for device in command.values(options, "device"):
+                check_device(device)
             with contextlib.ExitStack() as locks:  # one process writes an output directory
                 for directory in command.output_dirs(options):
                     locks.enter_context(RunLock(directory))
@@ -144,9 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
-        except MemoryError:
-            print("error: out of memory; lower --batch-size or --seq-len / --max-length",
-                  file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 - re-raised unless it is the machine's
+            # A full disk, a read-only directory, no memory. An error that names no file
+            # (a write to an open file) is about the command's output.
+            outputs = command.output_paths(options) if options is not None else []
+            error = environment_error(e, outputs[0] if len(outputs) == 1 else None)
+            if error is None:
+                raise
+            print(f"error: {error}", file=sys.stderr)
             return 2
         finally:
             if previous is not None:

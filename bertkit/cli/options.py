@@ -328,6 +328,29 @@ class Command:
                     found.append(Path(value))
         return found
 
+    def output_paths(self, instances: list) -> list[Path]:
+        """The paths the command writes (files and directories), as given."""
+        found = []
+        for opt in self.flags():
+            if opt.output:
+                value = instances[opt.source]
+                for name in opt.path:
+                    value = getattr(value, name, None)
+                found += [Path(v) for v in (value if isinstance(value, (list, tuple))
+                                            else [value]) if v is not None]
+        return found
+
+    def values(self, instances: list, leaf: str) -> list:
+        """The values given to every field named `leaf`, at any depth (e.g. each `device`)."""
+        found = []
+        for opt in self.flags():
+            if opt.path[-1] == leaf:
+                value = instances[opt.source]
+                for name in opt.path:
+                    value = getattr(value, name, None)
+                found.append(value)
+        return found
+
     def check_paths(self, instances: list) -> None:
         """Refuse, before anything runs, an output path that is one of the command's inputs
         (the same file or directory however spelled, or a directory that holds one)."""

@@ -9,7 +9,9 @@ both files appear complete or not at all. The vectors themselves come from
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -126,12 +128,36 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
 
 @contextlib.contextmanager
 def _atomic_npy(path: Path, shape: tuple[int, int]) -> Iterator[np.memmap]:
-    """A float32 .npy memory map at a temporary sibling of `path`, renamed onto it on success."""
+    """A float32 .npy memory map at a temporary sibling of `path`, renamed onto it on success.
+
+    Its disk space is reserved before the map is written: a store into a page the file system
+    cannot back kills the process with SIGBUS, so a full disk must show up here, as ENOSPC."""
     with atomic_path(path) as tmp:
         matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+        _reserve(tmp, matrix.offset)
         yield matrix
         matrix.flush()
         del matrix
+
+
+def _reserve(path: Path, data_start: int) -> None:
+    """Allocate every block of the (sparse) file `path`, whose data (zeros so far) begins at
+    `data_start`: ENOSPC now rather than SIGBUS later."""
+    size = path.stat().st_size
+    with open(path, "rb+") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, size)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS):
+                raise
+        except AttributeError:  # no posix_fallocate (macOS): write the zeros it would hold
+            pass
+        zeros, position = bytes(1 << 20), f.seek(data_start)  # the header numpy wrote stays
+        end = size
+        while position < end:
+            position += f.write(zeros[:min(len(zeros), end - position)])
+        f.flush()
 
 
 __all__ = ["EmbedFileResult", "embed_file", "index_path_for"]

@@ -44,8 +44,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from bertkit.files import (UserError, check_not_input, publish_dir, read_json, require_file,
-                           write_json)
+from bertkit.files import (UserError, check_not_input, environment_error, publish_dir, read_json,
+                           require_file, write_json)
 from bertkit.pretraining.shards import (FORMAT, SPLITS, ShardWriter, load_manifest,
                                         verify_shards)
 from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
@@ -152,8 +152,13 @@ def _prepare_beside(files, kinds, tokenizer, out: Path, plan: dict, fingerprint:
         manifest = _prepare(files, kinds, tokenizer, build, plan, fingerprint, dtype, workers,
                             cache_words, progress)
         verify_shards(build)
-    except UserError:
-        shutil.rmtree(build, ignore_errors=True)  # bad input stays bad: nothing to resume
+    except Exception as e:  # noqa: BLE001 - re-raised; an interrupt keeps the build
+        # Bad input stays bad: nothing to resume. A full disk or a read-only directory wants
+        # its space back.
+        shutil.rmtree(build, ignore_errors=True)
+        error = e if isinstance(e, UserError) else environment_error(e, out)
+        if error is not None:  # named by the output it builds
+            raise UserError(str(error).replace(str(build), str(out))) from None
         raise
     publish_dir(build, out, replaces=_owned(out))
     return manifest

@@ -41,7 +41,7 @@ from bertkit.pretraining import objectives
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
-from bertkit.runtime import allocator, choose_precision
+from bertkit.runtime import allocator, choose_precision, parse_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import TrainResult, train
 from bertkit.training.settings import run_settings, settings_block
@@ -134,10 +134,7 @@ def _device(requested: str | None) -> torch.device:
         if torch.cuda.is_available():
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         return torch.device("cpu")
-    device = torch.device(requested)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {requested}: no GPU available")
-    return device
+    return parse_device(requested)
 
 
 def start_distributed(device: torch.device) -> bool:

@@ -35,7 +35,7 @@ from torch import nn
 from bertkit.config import TrainConfig
 from bertkit.embeddings.plots import project_2d
 from bertkit.figures import draw_or_skip, new_figure
-from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_json,
+from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_lines)
 from bertkit.training.loop import train
 
@@ -303,15 +303,15 @@ class RowBatches:
 # Saving, loading, neighbours, pictures ---------------------------------------------------------
 
 def save_recommender(model: Recommender, categories: Categories, out: str | Path) -> Path:
-    """model.safetensors and recommender.json (config and categories), each atomically."""
+    """model.safetensors and recommender.json (config and categories), published together in
+    one folder swap: `out` holds the old model or the new one, never half of each."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "model.safetensors") as tmp:
+    with atomic_dir(out) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                  str(tmp))
-    with atomic_file(out / "recommender.json") as f:
-        json.dump({"format": CONFIG_FORMAT, "config": asdict(model.cfg),
-                   "categories": asdict(categories)}, f, ensure_ascii=False)
+                  str(tmp / "model.safetensors"))
+        with open(tmp / "recommender.json", "w", encoding="utf-8") as f:
+            json.dump({"format": CONFIG_FORMAT, "config": asdict(model.cfg),
+                       "categories": asdict(categories)}, f, ensure_ascii=False)
     return out
 
 

@@ -38,7 +38,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from bertkit.config import TrainConfig
 from bertkit.figures import draw_or_skip, new_figure
-from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_json,
+from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_jsonl)
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.road.bleu import corpus_bleu, corpus_chrf
@@ -329,15 +329,15 @@ class PairBatches:
 # Saving and loading ----------------------------------------------------------------------------
 
 def save_seq2seq(model: Seq2Seq, tokenizer: Tokenizer, out: str | Path) -> Path:
-    """model.safetensors, seq2seq.json and the tokenizer files into `out`, each atomically."""
+    """model.safetensors, seq2seq.json and the tokenizer files into `out`, published together
+    in one folder swap: `out` holds the old model or the new one, never half of each."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "model.safetensors") as tmp:
+    with atomic_dir(out) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                  str(tmp))
-    with atomic_file(out / "seq2seq.json") as f:
-        json.dump({"format": CONFIG_FORMAT, **asdict(model.cfg)}, f, indent=2)
-    tokenizer.save(out)
+                  str(tmp / "model.safetensors"))
+        with open(tmp / "seq2seq.json", "w", encoding="utf-8") as f:
+            json.dump({"format": CONFIG_FORMAT, **asdict(model.cfg)}, f, indent=2)
+        tokenizer.save(tmp)
     return out
 
 

@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertkit.files import UserError, atomic_dir, sha256_file
+from bertkit.files import UserError, announce_swept, atomic_dir, sha256_file, temp_in_use
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 _FILES = ("model.safetensors", "optimizer.safetensors", "state.safetensors", "state.json")
@@ -165,8 +165,12 @@ def save_checkpoint(root: str | Path, step: int, *, model: nn.Module,
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".step-*.tmp"):  # left by a process killed while saving
-        shutil.rmtree(stale, ignore_errors=True)
+    # Left by a process killed while saving (this process owns the run: see RunLock), named
+    # by atomic_dir, or by versions before it named them with their pid.
+    stale = [p for p in root.glob(".step-*.tmp") if not temp_in_use(p.name)]
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    announce_swept(stale)
     path = root / f"step-{step:08d}"
     opt_state = optimizer.state_dict()
     opt_tensors: dict[str, torch.Tensor] = {}

@@ -2,7 +2,9 @@
 transformers and sentence-transformers on the real MiniLM checkpoint."""
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -192,6 +194,32 @@ def test_embed_file_sentences_and_words(embedder, tmp_path):
     np.testing.assert_allclose(words[10], embedder.word_vector("unbelievable", (0, 12)),
                                atol=1e-5)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_matrix_disk_space_is_reserved_before_the_memory_map_is_written(
+        embedder, tmp_path, monkeypatch):
+    """A store into a memory map the disk cannot back is SIGBUS: the space is claimed first,
+    so a full disk is a one-line error naming the output, and nothing is left behind."""
+    source = tmp_path / "in.txt"
+    source.write_text("we sat on the river bank .\nthe bank\n", encoding="utf-8")
+    out = tmp_path / "vectors.npy"
+    reserved = []
+
+    def full(fd, offset, length):
+        reserved.append(length)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(UserError, match=f"^{out}: no space left on the device"):
+        embed_file(embedder, source, out, progress=False)
+    assert reserved and reserved[0] >= 2 * 32 * 4  # every row, before any was written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+    def unsupported(fd, offset, length):  # a file system without fallocate: zeros written
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    embed_file(embedder, source, out, progress=False)
+    np.testing.assert_allclose(np.load(out), embedder.embed(["we sat on the river bank .",
+                                                             "the bank"]), atol=1e-5)
 
 
 def test_embed_module_function_takes_a_directory(tiny_bert_dir, embedder, sentences):

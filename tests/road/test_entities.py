@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import bertkit.road.entities as entities
 from bertkit.files import UserError
 from bertkit.road.entities import (Categories, EntitiesOptions, Rating, Recommender,
                                    RecommenderConfig, baselines, load_recommender, neighbours,
@@ -143,6 +144,25 @@ def test_save_load_round_trip_neighbours_and_picture(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_save_that_fails_leaves_the_previous_model_whole(tmp_path, monkeypatch):
+    """One folder swap: the weights and the config appear together or not at all."""
+    cats = Categories.from_ratings([Rating(u, m, f"Movie {m}", 2000, ("Drama",), 3.0)
+                                    for u in range(1, 4) for m in range(1, 4)])
+    config = RecommenderConfig(users=4, movies=4, genres=2, years=cats.year_buckets, kind="dot",
+                               dim=4)
+    save_recommender(Recommender(config, torch.Generator().manual_seed(0)), cats, tmp_path / "m")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}
+
+    def full_disk(*args, **kwargs):  # the weights are written, the config fails
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(entities.json, "dump", full_disk)
+    with pytest.raises(UserError, match=f"^{tmp_path / 'm'}: no space left"):
+        save_recommender(Recommender(config, torch.Generator().manual_seed(1)), cats,
+                         tmp_path / "m")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
 def test_a_planted_low_rank_table_is_learned_better_than_the_baselines(tmp_path):
     """ratings = 3 + 0.8 * u . v (rank 2) + noise: the dot model must find the interaction
     that the baselines and the additive one-hot model cannot."""

@@ -140,6 +140,22 @@ def tokenizer(tmp_path_factory):
     return train_tokenizer([text], 60, cased=True, progress=False)
 
 
+def test_a_save_that_fails_leaves_the_previous_model_whole(tmp_path, tokenizer, monkeypatch):
+    """Weights, config and tokenizer in one folder swap: all new or all old."""
+    cfg = Seq2SeqConfig(vocab_size=tokenizer.vocab_size, embed_dim=8, hidden=12, attention_dim=6)
+    save_seq2seq(Seq2Seq(cfg, torch.Generator().manual_seed(3)), tokenizer, tmp_path / "model")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "model").iterdir()}
+
+    def full_disk(self, path):  # the weights and config are written, the tokenizer fails
+        raise OSError(28, "No space left on device", str(path))
+    monkeypatch.setattr(type(tokenizer), "save", full_disk)
+    with pytest.raises(UserError, match=f"^{tmp_path / 'model'}: no space left"):
+        save_seq2seq(Seq2Seq(cfg, torch.Generator().manual_seed(4)), tokenizer,
+                     tmp_path / "model")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "model").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
 def test_save_and_load_give_the_same_translations_and_attention(tmp_path, tokenizer):
     cfg = Seq2SeqConfig(vocab_size=tokenizer.vocab_size, embed_dim=8, hidden=12, attention_dim=6)
     m = Seq2Seq(cfg, torch.Generator().manual_seed(3)).eval()
