@@ -33,6 +33,7 @@ from bertkit.files import UserError, read_json
 from bertkit.model.encoder import Encoder
 from bertkit.model.hub import load_encoder
 from bertkit.progress import Progress
+from bertkit.road.elmo import is_elmo_dir, load_elmo
 from bertkit.text.tokenizer import Tokenizer
 
 LayerSpec = int | Sequence[int] | str
@@ -48,8 +49,8 @@ def resolve_layers(spec: LayerSpec, num_layers: int) -> list[int]:
     """Hidden-state indices (0..num_layers) for a layer spec; raises ValueError if out of range."""
     n = num_layers + 1
     if isinstance(spec, str):
-        if spec == "last4":
-            spec = [-4, -3, -2, -1]
+        if spec == "last4":  # all of them in a model of fewer (ELMo has 3)
+            spec = list(range(-min(4, n), 0))
         elif spec == "all":
             spec = list(range(n))
         else:
@@ -190,7 +191,7 @@ class Embedder:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
              max_length: int | None = None, workers: int | None = None) -> "Embedder":
-        """Load a bertkit / Hugging Face BERT directory.
+        """Load a bertkit / Hugging Face BERT directory, or an ELMo one (`bertkit road elmo`).
 
         The maximum length defaults to the directory's sentence-transformers setting
         (`sentence_bert_config.json`) when it has one, else the model's positions. A fitted
@@ -198,7 +199,8 @@ class Embedder:
         only when a call asks for `standardize=True`.
         """
         path = Path(path)
-        encoder = load_encoder(path, device)
+        # An ELMo directory: its LSTM layers stand in for BERT's (same hidden_states interface).
+        encoder = load_elmo(path, device) if is_elmo_dir(path) else load_encoder(path, device)
         tokenizer = Tokenizer.load(path)
         if max_length is None and (path / "sentence_bert_config.json").is_file():
             try:  # an unreadable setting is left out: the model's own maximum applies
