@@ -15,9 +15,10 @@ import bertkit.cli.main as cli
 from bertkit.embeddings.embedder import Embedder
 from bertkit.files import UserError
 from bertkit.model.heads import IGNORE_INDEX
+from bertkit.pretraining.corpus import prepare
 from bertkit.road.elmo import (ElmoConfig, ElmoLM, ElmoOptions, direction_losses, elmo_loss,
-                               flip, is_elmo_dir, load_elmo, next_piece_labels, reverse_index,
-                               save_elmo, train_elmo)
+                               flip, is_elmo_dir, load_elmo, next_piece_labels,
+                               prepared_streams, reverse_index, save_elmo, train_elmo)
 from bertkit.text.vocab import train_tokenizer
 
 V = 30
@@ -163,6 +164,33 @@ def test_resume_goes_on_from_the_checkpoint(corpus):
     assert first.metrics["steps"] == 3
     second = train_elmo(options(corpus, out, max_steps=5, resume=True))
     assert second.metrics["steps"] == 5
+
+
+def test_a_prepared_directory_gives_its_documents_and_tokenizer(corpus, tmp_path):
+    docs = tmp_path / "docs.txt"  # a blank line between documents
+    docs.write_text("\n\n".join("\n".join(SENTENCES[i:] + SENTENCES[:i]) for i in range(6))
+                    + "\n")
+    tokenizer = train_tokenizer([docs], 60, progress=False)
+    tokenizer.save(tmp_path / "tok")
+    prepare([docs], tmp_path / "tok", tmp_path / "data", heldout_fraction=0.2, workers=1,
+            progress=False)
+    train_docs = prepared_streams(tmp_path / "data", "train")
+    held = prepared_streams(tmp_path / "data", "heldout")
+    assert len(train_docs.bounds) - 1 + len(held.bounds) - 1 == 6
+    first = train_docs.tokens[train_docs.bounds[0]:train_docs.bounds[1]].tolist()
+    whole = [tokenizer.encode(" ".join(s), add_special_tokens=False).ids
+             for s in [SENTENCES[i:] + SENTENCES[:i] for i in range(6)]]
+    assert first in whole  # a document is its sentences' pieces back to back
+    windows = train_docs.windows(7)
+    assert windows[:, 1].max() == 7 and windows[:, 1].sum() == len(train_docs.tokens)
+    result = train_elmo(ElmoOptions(data=tmp_path / "data", out=tmp_path / "m", embed_dim=8,
+                                    lstm_dim=12, seq_len=12, batch_size=4, max_steps=2,
+                                    max_minutes=None))
+    assert result.metrics["data"]["vocab_size"] == tokenizer.vocab_size
+    assert result.metrics["heldout_pieces"] > 0
+    with pytest.raises(UserError, match="--tokenizer is for a text file"):
+        train_elmo(ElmoOptions(data=tmp_path / "data", out=tmp_path / "n",
+                               tokenizer=tmp_path / "tok", max_steps=1))
 
 
 def test_save_and_load_round_trip(tmp_path, corpus):
