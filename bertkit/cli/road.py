@@ -1,5 +1,5 @@
 """Commands of the road to BERT: the source documents' earlier systems as runnable baselines
-(`road entities`, `road neighbours`, `road seq2seq`, `road translate`, `road elmo`). Their settings are the
+(`road entities`, `road neighbours`, `road seq2seq`, `road translate`, `road elmo`, `road elmo-tag`). Their settings are the
 library's options dataclasses in bertkit.road."""
 from __future__ import annotations
 
@@ -53,6 +53,13 @@ def run_elmo(opts) -> int:
     return 0
 
 
+def run_elmo_tag(opts) -> int:
+    from bertkit.road.elmo_tagger import tag_words
+
+    print(json.dumps(tag_words(opts), indent=2, default=float))
+    return 0
+
+
 COMMANDS = (
     Command("road entities", run_entities, ("bertkit.road.entities:EntitiesOptions",),
             help="one-hot vs learned entity embeddings on a ratings table (lecture 17)",
@@ -74,4 +81,9 @@ COMMANDS = (
                         "softmax) on a `bertkit prepare` directory or a text file with the "
                         "shared training loop; the saved directory works with embed, wsd, "
                         "anisotropy and plot senses."),
+    Command("road elmo-tag", run_elmo_tag, ("bertkit.road.elmo_tagger:ElmoTagOptions",),
+            help="tag words from a frozen ELMo (or BERT): a learned scalar mix of its layers",
+            description="ELMo's way of using its layers: the model frozen, a softmax-weighted "
+                        "mix of its layers learned with a linear tagger (or one layer alone); "
+                        "dev accuracy beside the most frequent tag."),
 )
