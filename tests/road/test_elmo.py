@@ -21,6 +21,8 @@ from bertkit.road.elmo import (ElmoConfig, ElmoLM, ElmoOptions, direction_losses
                                prepared_streams, reverse_index, save_elmo, train_elmo)
 from bertkit.text.vocab import train_tokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 V = 30
 
 
@@ -141,6 +143,7 @@ def trained(corpus):
     return corpus / "model", result
 
 
+@pytest.mark.slow
 def test_a_tiny_run_saves_a_model_and_its_perplexities(trained):
     path, result = trained
     assert result.stopped_by == "max_steps" and is_elmo_dir(path)
@@ -158,6 +161,7 @@ def test_a_tiny_run_saves_a_model_and_its_perplexities(trained):
     torch.testing.assert_close(model(ids).last_hidden_state, again(ids).last_hidden_state)
 
 
+@pytest.mark.slow
 def test_resume_goes_on_from_the_checkpoint(corpus):
     out = corpus / "resumed"
     first = train_elmo(options(corpus, out, max_steps=3, save_every=3))
@@ -166,6 +170,7 @@ def test_resume_goes_on_from_the_checkpoint(corpus):
     assert second.metrics["steps"] == 5
 
 
+@pytest.mark.slow
 def test_a_prepared_directory_gives_its_documents_and_tokenizer(corpus, tmp_path):
     docs = tmp_path / "docs.txt"  # a blank line between documents
     docs.write_text("\n\n".join("\n".join(SENTENCES[i:] + SENTENCES[:i]) for i in range(6))

@@ -61,6 +61,7 @@ def test_one_layer_or_the_mix():
     torch.testing.assert_close(mixed(x), mixed.classifier(x.mean(1)))  # a fresh mix: the mean
 
 
+@pytest.mark.slow
 def test_context_separates_what_layer_zero_cannot(world, capsys):
     common = dict(model=world / "elmo", train=world / "train.conll", epochs=30, batch_size=64,
                   lr=5e-2, dropout=0.0, quiet=True)
