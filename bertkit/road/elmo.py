@@ -44,6 +44,7 @@ from bertkit.config import Precision, TrainConfig
 from bertkit.files import UserError, atomic_dir, check_not_input, read_json, read_lines, write_json
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining.shards import load_manifest, load_split
+from bertkit.runtime import choose_precision
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.text.vocab import train_tokenizer
 from bertkit.training.loop import autocast, train
@@ -465,8 +466,11 @@ def train_elmo(options: ElmoOptions) -> ElmoResult:
                             resume=options.resume, log_every=20)
     batches = WindowBatches(train_streams, train_windows, options.batch_size, tokenizer,
                             options.seed)
+    precision = options.precision  # the loop settles "auto" for itself; evaluation too
+    if precision == "auto":
+        precision, _ = choose_precision(torch.device(options.device))
     evaluate = lambda m: perplexity(m, heldout_streams, heldout_windows, tokenizer,  # noqa: E731
-                                    options.batch_size, options.device, options.precision)
+                                    options.batch_size, options.device, precision)
     fingerprint = {"task": "elmo", "data": str(options.data), "seq_len": options.seq_len,
                    "batch_size": options.batch_size, "vocab_size": tokenizer.vocab_size}
     result = train(model, elmo_loss, batches, train_cfg, out, evaluate=evaluate,
