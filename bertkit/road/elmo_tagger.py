@@ -193,7 +193,8 @@ def tag_words(options: ElmoTagOptions) -> dict:
                "baseline": most_frequent_tag(train_set, dev_set),
                "train_words": len(labels[0]), "dev_words": len(labels[1]),
                "layers": options.layers, "steps": result.step,
-               "train_seconds": result.train_seconds}
+               "train_seconds": result.train_seconds,
+               "stopped_by": result.stopped_by}  # "interrupted": the weights of that step
     if model.mix is not None:
         metrics["layer_weights"] = model.mix.layer_weights().detach().tolist()
         metrics["gamma"] = float(model.mix.gamma.detach())
