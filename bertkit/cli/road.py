@@ -1,5 +1,5 @@
 """Commands of the road to BERT: the source documents' earlier systems as runnable baselines
-(`road entities`, `road neighbours`, `road seq2seq`, `road translate`). Their settings are the
+(`road entities`, `road neighbours`, `road seq2seq`, `road translate`, `road elmo`, `road elmo-tag`). Their settings are the
 library's options dataclasses in bertkit.road."""
 from __future__ import annotations
 
@@ -42,6 +42,24 @@ def run_translate(opts) -> int:
     return 0
 
 
+def run_elmo(opts) -> int:
+    from bertkit.road.elmo import train_elmo
+
+    result = train_elmo(opts)
+    if result.stopped_by == "interrupted":
+        return 130
+    print(json.dumps({k: v for k, v in result.metrics.items() if k != "config"}, indent=2,
+                     default=float))
+    return 0
+
+
+def run_elmo_tag(opts) -> int:
+    from bertkit.road.elmo_tagger import tag_words
+
+    print(json.dumps(tag_words(opts), indent=2, default=float))
+    return 0
+
+
 COMMANDS = (
     Command("road entities", run_entities, ("bertkit.road.entities:EntitiesOptions",),
             help="one-hot vs learned entity embeddings on a ratings table (lecture 17)",
@@ -57,4 +75,15 @@ COMMANDS = (
                         "and draw the attention of one dev verse."),
     Command("road translate", run_translate, ("bertkit.road.seq2seq:TranslateOptions",),
             help="translate texts with a model saved by road seq2seq"),
+    Command("road elmo", run_elmo, ("bertkit.road.elmo:ElmoOptions",),
+            help="ELMo: forward and backward LSTM language models; held-out perplexity",
+            description="Train ELMo's two 2-layer LSTM language models (shared embedding and "
+                        "softmax) on a `bertkit prepare` directory or a text file with the "
+                        "shared training loop; the saved directory works with embed, wsd, "
+                        "anisotropy and plot senses."),
+    Command("road elmo-tag", run_elmo_tag, ("bertkit.road.elmo_tagger:ElmoTagOptions",),
+            help="tag words from a frozen ELMo (or BERT): a learned scalar mix of its layers",
+            description="ELMo's way of using its layers: the model frozen, a softmax-weighted "
+                        "mix of its layers learned with a linear tagger (or one layer alone); "
+                        "dev accuracy beside the most frequent tag."),
 )

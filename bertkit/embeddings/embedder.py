@@ -39,6 +39,7 @@ from bertkit.files import UserError, read_json
 from bertkit.model.encoder import Encoder
 from bertkit.model.hub import load_encoder, resolve_model, save_model
 from bertkit.progress import Progress
+from bertkit.road.elmo import is_elmo_dir, load_elmo
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs, cut_warning
 
 LayerSpec = int | Sequence[int] | str
@@ -58,8 +59,8 @@ def resolve_layers(spec: LayerSpec, num_layers: int) -> list[int]:
     """Hidden-state indices (0..num_layers) for a layer spec; raises ValueError if out of range."""
     n = num_layers + 1
     if isinstance(spec, str):
-        if spec == "last4":
-            spec = [-4, -3, -2, -1]
+        if spec == "last4":  # all of them in a model of fewer (ELMo has 3)
+            spec = list(range(-min(4, n), 0))
         elif spec == "all":
             spec = list(range(n))
         else:
@@ -215,7 +216,8 @@ class Embedder:
     def load(cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
              max_length: int | None = None, workers: int | None = None) -> "Embedder":
         """Load a bertkit / Hugging Face BERT directory, or a model's name in the local Hugging
-        Face cache (`sentence-transformers/all-MiniLM-L6-v2`; `bertkit.model.hub.resolve_model`).
+        Face cache (`sentence-transformers/all-MiniLM-L6-v2`; `bertkit.model.hub.resolve_model`),
+        or an ELMo directory (`bertkit road elmo`).
 
         A sentence-transformers directory (modules.json) sets the default pooling,
         normalisation, maximum length and lowercasing as sentence-transformers does. Otherwise
@@ -237,7 +239,8 @@ class Embedder:
                        standardizer=standardizer, workers=workers, pool=sentence.pool,
                        normalize=sentence.normalize, lowercase=sentence.lowercase,
                        source=str(path))
-        encoder = load_encoder(path, device)
+        # An ELMo directory: its LSTM layers stand in for BERT's (same hidden_states interface).
+        encoder = load_elmo(path, device) if is_elmo_dir(path) else load_encoder(path, device)
         tokenizer = Tokenizer.load(path)
         if max_length is None and (path / "sentence_bert_config.json").is_file():
             try:  # an unreadable setting is left out: the model's own maximum applies

@@ -27,6 +27,7 @@ from bertkit.model import hub
 from bertkit.files import UserError
 from bertkit.model.encoder import Encoder, cls_rows, init_weights
 from bertkit.model.heads import IGNORE_INDEX
+from bertkit.model.scalar_mix import ScalarMix
 
 TASK_FILE = "bertkit_task.json"
 HEAD_FILE = "task_head.safetensors"
@@ -55,6 +56,15 @@ class TaskHead(nn.Module):
         """config.json entries the transformers class reads (beyond id2label / label2id)."""
         return {}
 
+    def token_states(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+        """[B, T, H] what the head reads: the last layer, or, when the model has a `layer_mix`
+        (`finetune --layer-mix`, bertkit.model.scalar_mix), ELMo's learned mix of all layers."""
+        mix = getattr(self, "layer_mix", None)  # a child module, absent unless asked for
+        if mix is None:
+            return self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+        return mix(self.encoder(input_ids, token_type_ids, attention_mask,
+                                output_hidden_states=True).hidden_states)
+
     def head_spec(self) -> dict:
         """The head's shape, saved under "head" in bertkit_task.json."""
         return {}
@@ -78,9 +88,12 @@ class SequenceClassifier(TaskHead):
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
-        # the head reads [CLS] alone, so the last block runs at [CLS] alone (`forward_rows`)
-        cls, = self.encoder.forward_rows(input_ids, token_type_ids, attention_mask,
-                                         cls_rows(input_ids))  # [B, H]
+        if getattr(self, "layer_mix", None) is not None:  # every layer at [CLS], mixed
+            h = self.token_states(input_ids, token_type_ids, attention_mask)
+            cls = h.flatten(0, 1)[cls_rows(input_ids)]  # [B, H]
+        else:  # the head reads [CLS] alone, so the last block runs at [CLS] alone
+            cls, = self.encoder.forward_rows(input_ids, token_type_ids, attention_mask,
+                                             cls_rows(input_ids))  # [B, H]
         pooled = self.encoder.pool(cls)
         return self.classifier(self.dropout(pooled))  # [B, K]
 
@@ -121,7 +134,7 @@ class TokenClassifier(TaskHead):
         self.crf = crf
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
-        h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+        h = self.token_states(input_ids, token_type_ids, attention_mask)
         return self.classifier(self.dropout(h))  # [B, T, K]
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -157,7 +170,7 @@ class QuestionAnswerer(TaskHead):
         self.qa_outputs = nn.Linear(encoder.config.hidden_size, 2)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
-        h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+        h = self.token_states(input_ids, token_type_ids, attention_mask)
         start, end = self.qa_outputs(h).unbind(-1)  # 2 x [B, T]
         if attention_mask is not None:  # padding can never be an answer
             start = start.masked_fill(attention_mask == 0, -1e4)
@@ -258,6 +271,8 @@ def save_task_model(model: TaskHead, path: str | Path, *, task: dict, tokenizer=
         extra_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
         extra_config["label2id"] = {name: i for i, name in enumerate(labels)}
     task_json = dict(task, head=model.head_spec())
+    if getattr(model, "layer_mix", None) is not None:  # its weights go to task_head.safetensors
+        task_json["head"]["layer_mix"] = model.layer_mix.num_layers
     files = {TASK_FILE: (json.dumps(task_json, indent=2, ensure_ascii=False) + "\n").encode()}
     extra = _extra_state(model)
     if extra:
@@ -285,6 +300,9 @@ def load_task_weights(model: TaskHead, path: str | Path,
     """Fill `model` (built by its task for the saved config) with the weights of a directory
     written by `save_task_model` or by transformers' task models; returns it in eval mode."""
     p = Path(path)
+    mix_layers = ((read_task_file(p) or {}).get("head") or {}).get("layer_mix")
+    if mix_layers:
+        model.layer_mix = ScalarMix(int(mix_layers))
     encoder_state, rest = hub.from_hf_state_dict(hub.load_weights(p),
                                                  model.encoder.config.architecture)
     init_weights(model, model.encoder.config)

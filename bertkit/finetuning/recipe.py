@@ -43,6 +43,7 @@ from bertkit.finetuning.readers import input_file
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
+from bertkit.model.scalar_mix import ScalarMix
 from bertkit.runtime import choose_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import train
@@ -82,6 +83,10 @@ class FinetuneConfig:
     """Longest input in tokens (longer ones are cut; QA contexts are windowed)."""
     train_layers: int | None = None
     """None trains everything; 0 freezes the encoder (head only); k trains the top k blocks."""
+    layer_mix: bool = False
+    """The head reads a learned softmax-weighted, scaled sum of all the encoder's layers
+    (ELMo's scalar mix, bertkit.model.scalar_mix) instead of the last one; with
+    --train-layers 0, ELMo's way: a frozen encoder and a mix learned for the task."""
     warmup: float = 0.1
     """Linear warm-up as a fraction of all steps, then linear decay to zero."""
     weight_decay: float = 0.01
@@ -220,9 +225,12 @@ class EpochBatches:
 # Model --------------------------------------------------------------------------------------------
 
 def build_task_model(task: Task, model_dir: str | Path, seed: int,
-                     train_layers: int | None = None) -> nn.Module:
-    """The pretrained encoder of `model_dir` with the task's head, initialised from `seed`."""
+                     train_layers: int | None = None, layer_mix: bool = False) -> nn.Module:
+    """The pretrained encoder of `model_dir` with the task's head, initialised from `seed`
+    (with `layer_mix`, the head reads a learned mix of all layers)."""
     model = task.make_model(hub.load_encoder(model_dir))
+    if layer_mix:
+        model.layer_mix = ScalarMix(model.encoder.config.num_layers + 1)
     heads.init_head(model, torch.Generator().manual_seed(seed))
     freeze(model, train_layers)
     return model
@@ -322,7 +330,7 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     else:
         dev = setting.read(dev_path)
     setting = setting.with_labels(train_examples, dev)
-    model = build_task_model(setting, model_dir, cfg.seed, cfg.train_layers)
+    model = build_task_model(setting, model_dir, cfg.seed, cfg.train_layers, cfg.layer_mix)
     items = setting.encode(tokenizer, train_examples, training=True)
     if not items:
         raise UserError(f"{train_path}: nothing to train on")

@@ -220,7 +220,7 @@ class SpanTagger(TaskHead):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, *,
                 word_ids: torch.Tensor):
-        h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+        h = self.token_states(input_ids, token_type_ids, attention_mask)
         # At least one word column, so that a batch of sentences with no pieces still has shape.
         num_words = max(1, int(word_ids.max()) + 1 if word_ids.numel() else 0)
         index, mask = first_subword_index(word_ids, num_words)

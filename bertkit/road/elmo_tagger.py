@@ -1,0 +1,208 @@
+"""How ELMo is used for a task: the language model frozen, its layers mixed with weights the
+task learns (bertkit.model.scalar_mix), a small model on top. Here, tagging (POS, or any
+CoNLL / CoNLL-U tags) one word at a time:
+
+    tag(word) = softmax(W dropout(gamma * sum_j s_j h_j(word)) + b)
+
+where h_j(word) is layer j's vector of the word's first piece (`--layers mix`), or one chosen
+layer alone (`--layers 0`: ELMo's context-free token embedding, a static-vector baseline from
+the same corpus and pieces). Any directory the Embedder loads works, so BERT's layers get the
+same probe beside ELMo's. The frozen vectors are computed once; the mix and the linear layer
+then train with the shared loop (bertkit.training.loop.train).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from torch import nn
+
+from bertkit.config import TrainConfig
+from bertkit.embeddings.embedder import Embedder
+from bertkit.files import UserError, atomic_dir, check_not_input, write_json
+from bertkit.finetuning.baselines import most_frequent_tag
+from bertkit.finetuning.readers import TaggedSentence, read_tagged
+from bertkit.finetuning.recipe import _split
+from bertkit.model.scalar_mix import ScalarMix
+from bertkit.training.loop import train
+
+
+class MixTagger(nn.Module):
+    """Frozen per-layer word vectors [N, L+1, H] -> a scalar mix (or one layer) -> tag scores."""
+
+    def __init__(self, num_layers: int, width: int, num_tags: int, layer: int | None = None,
+                 dropout: float = 0.1, generator: torch.Generator | None = None):
+        super().__init__()
+        self.layer = layer
+        self.mix = ScalarMix(num_layers) if layer is None else None
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(width, num_tags)
+        with torch.no_grad():
+            self.classifier.weight.normal_(0.0, 0.02, generator=generator)
+            self.classifier.bias.zero_()
+
+    def forward(self, layers: torch.Tensor) -> torch.Tensor:
+        h = layers[:, self.layer] if self.mix is None else self.mix(layers.unbind(1))
+        return self.classifier(self.dropout(h))
+
+
+def word_layers(embedder: Embedder, sentences: Sequence[TaggedSentence], batch_size: int = 32,
+                progress: bool = True) -> np.ndarray:
+    """[words, L+1, H] every layer's vector of each word's first piece, the words of each
+    sentence read in context (the tokens joined by spaces)."""
+    texts, groups = [], []
+    for s in sentences:
+        text = " ".join(s.tokens)
+        starts = np.cumsum([0] + [len(t) + 1 for t in s.tokens[:-1]])
+        texts.append(text)
+        groups.append([(int(a), int(a) + len(t)) for a, t in zip(starts, s.tokens)])
+    encoded = embedder.tokenize(texts)
+    positions = []
+    for i, (e, spans) in enumerate(zip(encoded, groups)):
+        mine = []
+        for a, b in spans:
+            hit = np.flatnonzero((e.segment == 0) & (e.offsets[:, 0] < b) & (e.offsets[:, 1] > a))
+            if hit.size == 0:  # a word the tokenizer drops (a control character): [CLS]
+                hit = np.array([0])
+            mine.append(hit)
+        positions.append(mine)
+    L, H = embedder.config.num_layers + 1, embedder.config.hidden_size
+    flat = embedder.pool_groups(encoded, positions, "all", "concat", "first", False,
+                                batch_size, progress, "sentences")
+    return flat.reshape(len(flat), L, H)
+
+
+@dataclass
+class ElmoTagOptions:
+    """Tag words with a frozen ELMo (or BERT): a learned scalar mix of its layers, then linear."""
+    model: Path
+    """An ELMo directory (`bertkit road elmo`) or a BERT one: whatever `bertkit embed` takes."""
+    train: Path
+    """Tagged training sentences: CoNLL (token TAB tag) or CoNLL-U."""
+    out: Path
+    """Output directory: tagger.safetensors, tagger.json, metrics.json, metrics.jsonl."""
+    dev: Path | None = None
+    """Tagged dev sentences; none holds out dev_fraction of train (the split `finetune`
+    makes with the same seed)."""
+    dev_fraction: float = 0.1
+    """Share of the training sentences held out when there is no --dev."""
+    conllu_column: Literal["upos", "xpos"] = "upos"
+    """CoNLL-U: which column holds the tag."""
+    layers: str = "mix"
+    """"mix" (a learned scalar mix of every layer) or one layer number (0 = the token
+    embeddings, -1 = the top)."""
+    epochs: int = 20
+    """Passes over the training words."""
+    batch_size: int = 256
+    """Words per step."""
+    lr: float = 5e-3
+    """Peak learning rate (AdamW, 5% warm-up, linear decay)."""
+    dropout: float = 0.1
+    """Dropout on the mixed vector."""
+    seed: int = 0
+    """Seed of the split, the initialisation, the batch order and dropout."""
+    device: str = "cpu"
+    """Torch device."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+
+class _WordBatches:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int):
+        self.x, self.y, self.batch_size, self.seed, self.epoch = x, y, batch_size, seed, 0
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
+        self.epoch += 1
+        order = torch.randperm(len(self.y), generator=g)
+        for k in range(0, len(order), self.batch_size):
+            rows = order[k:k + self.batch_size]
+            yield {"layers": self.x[rows], "labels": self.y[rows],
+                   "num_tokens": torch.tensor(len(rows))}
+
+
+def tag_words(options: ElmoTagOptions) -> dict:
+    """Train the probe, score dev accuracy beside the most-frequent-tag baseline, save."""
+    out = Path(options.out)
+    check_not_input(out, [options.model, options.train, options.dev],
+                    names=["model", "training file", "dev file"])
+    sentences = read_tagged(options.train, options.conllu_column)
+    if options.dev is None:
+        train_set, dev_set = _split(sentences, options.dev_fraction, options.seed)
+    else:
+        train_set, dev_set = sentences, read_tagged(options.dev, options.conllu_column)
+    tags = sorted({t for s in train_set for t in s.tags})
+    index = {t: i for i, t in enumerate(tags)}
+    unknown = sorted({t for s in dev_set for t in s.tags} - set(index))
+    if unknown:
+        raise UserError(f"{options.dev or options.train}: dev tags never seen in training: "
+                        f"{', '.join(unknown[:5])}")
+    embedder = Embedder.load(options.model, device=options.device)
+    L = embedder.config.num_layers + 1
+    if options.layers == "mix":
+        layer = None
+    else:
+        try:
+            layer = int(options.layers)
+        except ValueError:
+            raise UserError(f"--layers must be mix or a layer number, got {options.layers!r}") \
+                from None
+        if not -L <= layer < L:
+            raise UserError(f"--layers {layer}: the model has layers 0..{L - 1}")
+        layer %= L
+    features = [torch.from_numpy(word_layers(embedder, part, progress=not options.quiet))
+                for part in (train_set, dev_set)]
+    labels = [torch.tensor([index[t] for s in part for t in s.tags]) for part in
+              (train_set, dev_set)]
+    model = MixTagger(L, embedder.config.hidden_size, len(tags), layer, options.dropout,
+                      torch.Generator().manual_seed(options.seed))
+    steps = options.epochs * -(-len(labels[0]) // options.batch_size)
+
+    def evaluate(m: nn.Module) -> dict:
+        device = next(m.parameters()).device
+        scores = torch.cat([m(features[1][k:k + 4096].to(device)).argmax(-1).cpu()
+                            for k in range(0, len(labels[1]), 4096)])
+        return {"dev_accuracy": float((scores == labels[1]).float().mean())}
+
+    def save(m: MixTagger, path: Path) -> None:
+        with atomic_dir(path) as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in m.state_dict().items()},
+                      str(tmp / "tagger.safetensors"))
+            (tmp / "tagger.json").write_text(json.dumps(
+                {"format": "bertkit-mix-tagger", "model": str(options.model), "tags": tags,
+                 "layers": options.layers, "num_layers": L,
+                 "width": embedder.config.hidden_size}, indent=2) + "\n", encoding="utf-8")
+
+    cfg = TrainConfig(lr=options.lr, max_steps=steps, warmup_fraction=0.05, weight_decay=0.0,
+                      seed=options.seed, eval_every=max(1, steps // options.epochs),
+                      best_metric="dev_accuracy", log_every=50)
+    result = train(model, lambda m, b: (F.cross_entropy(m(b["layers"]), b["labels"]), {}),
+                   _WordBatches(features[0], labels[0], options.batch_size, options.seed), cfg,
+                   out, evaluate=evaluate, save=save, device=options.device,
+                   fingerprint={"task": "elmo-tag", "layers": options.layers},
+                   show_progress=not options.quiet)
+    model.cpu().eval()
+    metrics = {"dev_accuracy": evaluate(model)["dev_accuracy"],
+               "baseline": most_frequent_tag(train_set, dev_set),
+               "train_words": len(labels[0]), "dev_words": len(labels[1]),
+               "layers": options.layers, "steps": result.step,
+               "train_seconds": result.train_seconds,
+               "stopped_by": result.stopped_by}  # "interrupted": the weights of that step
+    if model.mix is not None:
+        metrics["layer_weights"] = model.mix.layer_weights().detach().tolist()
+        metrics["gamma"] = float(model.mix.gamma.detach())
+    write_json(out / "metrics.json", metrics)
+    if not options.quiet:
+        print(f"tagger ({options.layers}): dev accuracy {metrics['dev_accuracy']:.3f}, "
+              f"most frequent tag {metrics['baseline']['accuracy']:.3f}", file=sys.stderr)
+    return metrics
+
+
+__all__ = ["MixTagger", "word_layers", "ElmoTagOptions", "tag_words"]

@@ -1,0 +1,64 @@
+"""`finetune --layer-mix`: the head reads ELMo's learned mix of all the encoder's layers; the
+mix trains (also with a frozen encoder), is saved beside the head and comes back on load."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bertkit.cli.main import main
+from bertkit.finetuning.predict import TaskModel
+from bertkit.finetuning.recipe import finetune
+from bertkit.model import hub
+from bertkit.model.scalar_mix import ScalarMix
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_a_mix_with_one_dominating_weight_reads_that_layer(tiny_bert):
+    from bertkit.finetuning.heads import TokenClassifier
+    model = TokenClassifier(hub.load_encoder(tiny_bert), 3).eval()
+    ids = torch.tensor([[2, 7, 8, 9, 3]])
+    plain = model.token_states(ids)
+    model.layer_mix = ScalarMix(model.encoder.config.num_layers + 1)
+    with torch.no_grad():
+        model.layer_mix.weights.fill_(0.0)
+        model.layer_mix.weights[-1] = 40.0
+    torch.testing.assert_close(model.token_states(ids), plain, atol=1e-6, rtol=0)
+    with torch.no_grad():
+        model.layer_mix.weights.fill_(0.0)
+        model.layer_mix.weights[0] = 40.0
+    embeddings = model.encoder(ids, output_hidden_states=True).hidden_states[0]
+    torch.testing.assert_close(model.token_states(ids), embeddings, atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
+def test_tagging_with_a_layer_mix_over_a_frozen_encoder(tiny_bert, task_files, quick_config,
+                                                        tmp_path):
+    out = tmp_path / "mix"
+    result = finetune("tag", tiny_bert, task_files["ner_train"], task_files["ner_dev"], out,
+                      quick_config(epochs=3, batch_size=16, layer_mix=True, train_layers=0))
+    assert result.dev_metrics["f1"] > 0
+    head = json.loads((out / "bertkit_task.json").read_text())["head"]
+    assert head["layer_mix"] == 3  # embeddings + 2 blocks
+    runner = TaskModel.load(out)
+    mix = runner.model.layer_mix
+    assert not torch.allclose(mix.weights, torch.zeros(3)) or float(mix.gamma) != 1.0  # learned
+    batch = runner.tokenizer(["mary went to new york ."])
+    # the reloaded model reads the same mix as the trained one: equal outputs to a fresh load
+    again = TaskModel.load(out)
+    torch.testing.assert_close(runner.model(*batch), again.model(*batch))
+    # the encoder stayed frozen
+    before, after = hub.load_weights(tiny_bert), hub.load_weights(out)
+    name = next(k for k in before if k.startswith("encoder."))
+    torch.testing.assert_close(after["bert." + name], before[name], atol=0, rtol=0)
+
+
+@pytest.mark.slow
+def test_the_cli_flag(tiny_bert, task_files, tmp_path):
+    assert main(["finetune", "classify", "--model", str(tiny_bert), "--train",
+                 str(task_files["train"]), "--dev", str(task_files["dev"]), "--out",
+                 str(tmp_path / "c"), "--layer-mix", "--epochs", "1", "--quiet"]) == 0
+    runner = TaskModel.load(tmp_path / "c")
+    assert isinstance(runner.model.layer_mix, ScalarMix)
