@@ -21,6 +21,7 @@ from typing import Sequence
 import torch
 
 from bertkit.files import UserError, atomic_file, check_not_input
+from bertkit.finetuning.cnn import is_cnn_dir, load_cnn
 from bertkit.finetuning.heads import load_task_weights
 from bertkit.finetuning.inputs import Item, length_batches
 from bertkit.finetuning.task import Task
@@ -64,7 +65,11 @@ class TaskModel:
     def load(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64,
              task_types: Sequence[type[Task]] = TASKS) -> "TaskModel":
         """The model of a directory written by `bertkit finetune` or by transformers; its task
-        is found by name among `task_types`."""
+        is found by name among `task_types`. One written by `finetune --model cnn` holds the
+        convolutional family's network (bertkit.finetuning.cnn)."""
+        if is_cnn_dir(path):
+            model, tokenizer, task = load_cnn(path, device)
+            return cls(model, tokenizer, task, torch.device(device), batch_size)
         task = load_task(path, task_types)
         model = load_task_weights(task.make_model(Encoder(hub.load_config(path))), path, device)
         return cls(model, Tokenizer.load(path), task, torch.device(device), batch_size)

@@ -224,13 +224,15 @@ def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: floa
 
 def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Path,
              dev_path: str | Path | None, out_dir: str | Path,
-             cfg: FinetuneConfig | None = None) -> FinetuneResult:
+             cfg: FinetuneConfig | None = None, backbone=None) -> FinetuneResult:
     """Train a task head (and the encoder) on `train_path`, keep the best dev checkpoint, and
     write it to `out_dir` as a Hugging Face directory with bertkit_task.json.
 
     `task` is a name from `bertkit.finetuning.tasks.TASKS` or a Task class. Stopped by Ctrl-C
     or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in `out_dir`, from
-    which `cfg.resume` goes on."""
+    which `cfg.resume` goes on. `backbone` trains another model family in BERT's place (its
+    `tokenizer`, `max_positions`, `build(task, seed)` and `save(model, path, task=,
+    tokenizer=, labels=)`: bertkit.finetuning.cnn.CnnBackbone)."""
     cfg = cfg or FinetuneConfig()
     out_dir = Path(out_dir)
     if cfg.save_every is not None and cfg.save_every < 1:
@@ -242,8 +244,9 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
     defaults = kind.defaults
     epochs, batch_size = cfg.epochs or defaults.epochs, cfg.batch_size or defaults.batch_size
     head_lr = cfg.head_lr or defaults.head_lr
-    tokenizer = Tokenizer.load(model_dir)
-    max_positions = hub.load_config(model_dir).max_positions
+    tokenizer = backbone.tokenizer if backbone else Tokenizer.load(model_dir)
+    max_positions = backbone.max_positions if backbone else \
+        hub.load_config(model_dir).max_positions
     if cfg.max_length is None:  # the task's default, within what the model takes
         setting = dataclasses.replace(setting, max_length=min(setting.max_length, max_positions))
     if setting.max_length > max_positions:
@@ -257,7 +260,8 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
     else:
         dev = setting.read(dev_path)
     setting = setting.with_labels(train_examples, dev)
-    model = build_task_model(setting, model_dir, cfg.seed, cfg.train_layers)
+    model = backbone.build(setting, cfg.seed) if backbone else \
+        build_task_model(setting, model_dir, cfg.seed, cfg.train_layers)
     items = setting.encode(tokenizer, train_examples, training=True)
     if not items:
         raise UserError(f"{train_path}: nothing to train on")
@@ -281,8 +285,9 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path: str | Pa
         baseline = runner.task.baseline(train_examples, dev)
         if baseline is not None:
             final["baseline"] = baseline
-        heads.save_task_model(m, path, task=runner.task.to_json(), tokenizer=tokenizer,
-                              labels=list(runner.task.label_names()) or None)
+        (backbone.save if backbone else heads.save_task_model)(
+            m, path, task=runner.task.to_json(), tokenizer=tokenizer,
+            labels=list(runner.task.label_names()) or None)
         write_json(path / "dev_metrics.json", final)
 
     eval_every = max(1, steps_per_epoch // max(1, cfg.evals_per_epoch))
