@@ -501,7 +501,7 @@ class StaticVectors:
         for word in (a, b, c):
             cos[self.ids_of(word)] = -np.inf
         k = min(k, len(cos) - 1)
-        top = np.argpartition(-cos, k)[:k] if k < len(cos) else np.arange(len(cos))
+        top = np.argpartition(-cos, k)[:k]
         top = top[np.argsort(-cos[top])]
         return [(self.tokens[i], float(cos[i])) for i in top if np.isfinite(cos[i])]
 

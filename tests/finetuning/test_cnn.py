@@ -163,3 +163,18 @@ def test_cli_refusals(tmp_path, capsys):
     assert "--model cnn needs --vectors" in capsys.readouterr().err
     with pytest.raises(UserError, match="--cnn-dropout"):
         CnnOptions(cnn_dropout=1.0)
+
+
+def test_regression_too(tmp_path, one_thread):
+    vectors = _vectors(tmp_path)
+    rows = [json.loads(line) for line in _toy(tmp_path / "t.jsonl", 300, 0).read_text().split("\n")
+            if line]
+    train = tmp_path / "scores.jsonl"
+    train.write_text("".join(json.dumps({"text": r["text"], "score": 2.0 if r["label"] ==
+                                         "positive" else -2.0}) + "\n" for r in rows))
+    backbone = CnnBackbone.load(CnnOptions(vectors=vectors, filters=8, cnn_dropout=0.1))
+    result = finetune("regress", vectors, train, None, tmp_path / "out",
+                      FinetuneConfig(epochs=10, batch_size=16, head_lr=1e-2, show_progress=False),
+                      backbone=backbone)
+    assert load_cnn(tmp_path / "out")[0].problem_type == "regression"
+    assert result.dev_metrics["pearson"] > 0.9, result.dev_metrics
