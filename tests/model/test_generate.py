@@ -196,3 +196,28 @@ def test_cli(clm_dir, mlm_dir, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a left-to-right model" in err
     assert cli.main(["generate", "--model", str(clm_dir), "x", "--temperature", "0"]) == 2
+
+
+def test_evaluate_judges_a_clm_model_left_to_right_on_a_prepared_directory(tmp_path, tiny):
+    from bertkit.pretraining.corpus import prepare
+    from bertkit.pretraining.evaluation import LMEvalOptions
+    from bertkit.text.vocab import train_tokenizer
+
+    corpus = tiny.write_corpus(tmp_path / "corpus.txt", documents=20)
+    train_tokenizer([corpus], vocab_size=100, out=tmp_path / "tok", progress=False)
+    prepare([corpus], tmp_path / "tok", tmp_path / "data", heldout_fraction=0.3, workers=1,
+            progress=False)
+    tokenizer = Tokenizer.load(tmp_path / "tok")
+    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_layers=1,
+                        num_heads=2, intermediate_size=32, max_positions=64)
+    with torch.random.fork_rng():
+        model = PretrainingModel(cfg)
+    init_weights(model, cfg, torch.Generator().manual_seed(0))
+    save_pretrained(model, tmp_path / "clm", tokenizer, causal=True)
+    settings = dict(seq_len=32, pretrain_batch_size=4, eval_batches=2)
+    # whatever --objective says, a causal model is judged on next tokens
+    default = evaluate_pretrained(tmp_path / "clm", tmp_path / "data", LMEvalOptions(**settings))
+    clm = evaluate_pretrained(tmp_path / "clm", tmp_path / "data",
+                              LMEvalOptions(objective="clm", **settings))
+    assert default == clm and clm["kind"] == "heldout"
+    assert clm["perplexity"] == pytest.approx(math.exp(clm["loss"]))
