@@ -21,7 +21,8 @@ class FinetuneFiles:
                                 "choices": "bertkit.finetuning.tasks:TASK_NAMES"})
     """The task: what the head predicts and how it is scored."""
     model: Path
-    """Pretrained BERT directory (bertkit or Hugging Face)."""
+    """Pretrained BERT directory (bertkit or Hugging Face), or `cnn`: a convolutional network
+    over the static vectors of --vectors (Kim 2014) instead of BERT."""
     train: Path
     """Training file: JSONL/CSV/TSV, CoNLL, CoNLL-U or SQuAD JSON (recognised from the file)."""
     dev: Path | None = None
@@ -32,16 +33,23 @@ class FinetuneFiles:
     """No progress on stderr."""
 
 
-def run_finetune(files: FinetuneFiles, cfg) -> int:
+def run_finetune(files: FinetuneFiles, cfg, cnn) -> int:
     """Progress and the baseline beside the result on stderr (a warning when the model does
     not beat it, even with --quiet); the summary, one JSON object, on stdout."""
     from bertkit.finetuning.baselines import baseline_report
+    from bertkit.finetuning.cnn import CnnBackbone
     from bertkit.finetuning.recipe import finetune
 
     tune_runtime()
     cfg = replace(cfg, show_progress=not files.quiet)
-    result = finetune(files.task, files.model, files.train, files.dev, files.out, cfg,
-                      command_line=lambda resolved: command_line(FINETUNE, [files, resolved]))
+    backbone = CnnBackbone.load(cnn) if str(files.model) == "cnn" else None
+    if backbone is None and cnn.vectors is not None:
+        raise UserError("--vectors is read with --model cnn only")
+    family = {"backbone": backbone} if backbone else {}  # BERT: the recipe's default
+    result = finetune(files.task, cnn.vectors if backbone else files.model, files.train,
+                      files.dev, files.out, cfg,
+                      command_line=lambda resolved: command_line(FINETUNE, [files, resolved, cnn]),
+                      **family)
     if result.stopped_by == "interrupted":  # the loop said: checkpoint saved, go on with --resume
         return 130
     if not files.quiet:
@@ -120,7 +128,8 @@ def _print_lm_report(report: dict) -> None:
         return f"{value:.4f}" if isinstance(value, float) else str(value)
 
     titles = {"heldout": "held-out masked tokens", "text": "masked tokens and pseudo-perplexity",
-              "minimal_pairs": "minimal pairs (good > bad by pseudo-log-likelihood; ties 1/2)"}
+              "minimal_pairs": "minimal pairs (good > bad by pseudo-log-likelihood; ties 1/2)",
+              "next_token": "next tokens, left to right"}
     print(titles.get(report.get("kind"), ""))
     for key, value in report.items():
         if key in ("kind", "groups", "group_by") or value is None:
@@ -207,7 +216,8 @@ def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
 
 
 FINETUNE = Command(
-    "finetune", run_finetune, (FinetuneFiles, "bertkit.finetuning.recipe:FinetuneConfig"),
+    "finetune", run_finetune, (FinetuneFiles, "bertkit.finetuning.recipe:FinetuneConfig",
+                               "bertkit.finetuning.cnn:CnnOptions"),
     omit=("show_progress",), help="train a task head on labelled data",
     description="Fine-tune a BERT directory on a task; the result is a Hugging Face directory "
                 "(transformers loads it) with the task remembered.")

@@ -36,8 +36,8 @@ GROUPS = {
     "tokenizer": "train a WordPiece or Unigram vocabulary",
     "plot": "pictures: word senses, attention",
     "wsd": "word-sense disambiguation with sense embeddings: split, train, predict, evaluate",
-    "static": "static word vectors (skip-gram with negative sampling): train, neighbors, "
-              "similarity, contexts",
+    "static": "static word vectors (word2vec: skip-gram or CBOW): train, neighbors, "
+              "similarity, contexts, analogy, plot",
     "export": "a model in another runtime's format: ONNX",
     "road": "the source documents' earlier systems beside BERT: entity embeddings, seq2seq "
             "with attention",

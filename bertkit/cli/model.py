@@ -1,5 +1,5 @@
-"""Commands on a model directory: `init` (a fresh model sized to a tokenizer), `info` and
-`fill-mask`."""
+"""Commands on a model directory: `init` (a fresh model sized to a tokenizer), `info`,
+`fill-mask` and `generate` (text from a left-to-right model)."""
 from __future__ import annotations
 
 import json
@@ -107,6 +107,18 @@ def run_fill_mask(opts: FillMaskOptions) -> int:
     return 0
 
 
+def run_generate(opts) -> int:
+    from bertkit.model.generate import generate
+
+    texts = generate(opts.model, opts.prompt, opts.generation, device=opts.device)
+    if opts.json:
+        print(json.dumps({"prompt": opts.prompt, "texts": texts}, ensure_ascii=False))
+        return 0
+    for i, text in enumerate(texts, 1):
+        print(text if len(texts) == 1 else f"[{i}] {text}")
+    return 0
+
+
 COMMANDS = (
     Command("info", run_info, (InfoOptions,),
             help="a model's config and parameter counts per part"),
@@ -114,4 +126,9 @@ COMMANDS = (
             help="a randomly initialised model sized to a tokenizer"),
     Command("fill-mask", run_fill_mask, (FillMaskOptions,),
             help="the model's top-k guesses for each [MASK]"),
+    Command("generate", run_generate, ("bertkit.model.generate:GenerateOptions",),
+            help="continue a prompt with a model pretrained with --objective clm",
+            description="Left to right, one piece at a time: greedy, or sampled with a "
+                        "temperature, top-k and top-p, from a seeded generator; stops at "
+                        "[SEP] or after --max-new-tokens."),
 )

@@ -1,6 +1,7 @@
-"""Commands on word senses: `wsd split|train|predict|evaluate` (sense embeddings) and
-`static train|neighbors|similarity|contexts` (the skip-gram baseline). Their settings are the
-library's WsdOptions and SkipGramConfig."""
+"""Commands on word senses: `wsd split|train|predict|evaluate` (sense embeddings),
+`static train|neighbors|similarity|contexts|analogy|plot` (word2vec, the static baseline) and
+`similarity` (one word's contextual vectors in two texts, layer by layer). Their settings are
+the library's WsdOptions, SkipGramConfig and the options classes of bertkit.senses.static."""
 from __future__ import annotations
 
 import json
@@ -276,6 +277,59 @@ def run_static_contexts(opts: StaticContextsOptions) -> int:
     return 0
 
 
+def run_static_analogy(opts) -> int:
+    from bertkit.senses.static import StaticVectors, analogy_accuracy, read_analogies
+
+    vectors = StaticVectors.load(opts.vectors)
+    if opts.input is not None:
+        if opts.words:
+            raise UserError("give either WORD arguments (A B C) or --input, not both")
+        report = analogy_accuracy(vectors, read_analogies(opts.input))
+        if opts.json:
+            print(json.dumps(report))
+        else:
+            print(f"{opts.input}: {report['correct']}/{report['answered']} correct "
+                  f"(accuracy {report['accuracy']:.4f}), {report['skipped']} skipped "
+                  f"(a word out of the vocabulary)")
+        return 0
+    if len(opts.words) != 3:
+        raise UserError(f"give three words A B C (the answer is nearest to A - B + C), "
+                        f"got {len(opts.words)}")
+    answers = vectors.analogy(*opts.words, k=opts.top_k)
+    if opts.json:
+        print(json.dumps({"question": opts.words, "answers": answers}))
+    else:
+        a, b, c = opts.words
+        print(f"{a} - {b} + {c} = " + ", ".join(f"{w} {s:.3f}" for w, s in answers))
+    return 0
+
+
+def run_static_plot(opts) -> int:
+    from bertkit.senses.static import StaticVectors, plot_words
+
+    plot_words(StaticVectors.load(opts.vectors), opts.words, opts.out, opts.title)
+    print(f"{opts.out}: {len(opts.words)} words")
+    return 0
+
+
+def run_similarity(opts) -> int:
+    from bertkit.embeddings.embedder import Embedder
+    from bertkit.senses.static import context_similarity, parse_span
+
+    span1, span2 = parse_span(opts.text1, opts.span1), parse_span(opts.text2, opts.span2)
+    embedder = Embedder.load(opts.model, device=opts.device)
+    cosines = context_similarity(embedder, opts.text1, span1, opts.text2, span2)
+    if opts.json:
+        print(json.dumps({"layers": cosines}))
+        return 0
+    print(f"[1] {opts.text1}  ({opts.text1[span1[0]:span1[1]]!r})")
+    print(f"[2] {opts.text2}  ({opts.text2[span2[0]:span2[1]]!r})")
+    print("layer  cosine")
+    for layer, c in enumerate(cosines):
+        print(f"{'emb' if layer == 0 else layer:>5}  {c:.4f}")
+    return 0
+
+
 COMMANDS = (
     Command("wsd split", run_wsd_split, (WsdSplitOptions,),
             help="reproducible train/test split of sense-labelled data",
@@ -294,10 +348,11 @@ COMMANDS = (
             help="accuracy against the most-frequent-sense baseline"),
     Command("static train", run_static_train,
             (StaticTrainFiles, "bertkit.senses.static:SkipGramConfig"),
-            help="train word2vec skip-gram vectors on text files",
-            description="Skip-gram with negative sampling: window, K negatives from "
-                        "unigram^0.75, frequent-word subsampling. Tokens are lowercase words, "
-                        "or a bertkit tokenizer's pieces with --tokenizer."),
+            help="train word2vec vectors (skip-gram or CBOW) on text files",
+            description="Skip-gram or CBOW, with negative sampling (K negatives from "
+                        "unigram^0.75) or the full softmax (small vocabularies); window, "
+                        "frequent-word subsampling. Tokens are lowercase words, or a bertkit "
+                        "tokenizer's pieces with --tokenizer."),
     Command("static neighbors", run_static_neighbors, (StaticNeighborsOptions,),
             help="nearest words by cosine"),
     Command("static similarity", run_static_similarity, (StaticSimilarityOptions,),
@@ -307,4 +362,15 @@ COMMANDS = (
                  "contextual vectors are not",
             description="Cosines between the vectors of WORD in each TEXT: static (always "
                         "exactly 1) and, with --bert, contextual."),
+    Command("static analogy", run_static_analogy, ("bertkit.senses.static:AnalogyOptions",),
+            help="a - b + c: the nearest words by cosine, the inputs left out",
+            description="With A B C, the words nearest to A - B + C (king man woman -> "
+                        "queen); with --input, the accuracy on a file of `a b c d` lines."),
+    Command("static plot", run_static_plot, ("bertkit.senses.static:PlotWordsOptions",),
+            help="chosen words on their first two principal components (PNG)"),
+    Command("similarity", run_similarity, ("bertkit.senses.static:ContextSimilarityOptions",),
+            help="cosine of one word's contextual vectors in two texts, per layer",
+            description="The seeds' 'bank' example: the vector of the word at SPAN1 in TEXT1 "
+                        "against the word at SPAN2 in TEXT2, at every layer of a BERT model "
+                        "(0 = embeddings). A span is the word itself or START:END."),
 )

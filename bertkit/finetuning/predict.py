@@ -25,6 +25,7 @@ from typing import Sequence
 import torch
 
 from bertkit.files import UserError, atomic_file, check_not_input
+from bertkit.finetuning.cnn import is_cnn_dir, load_cnn
 from bertkit.finetuning.heads import load_task_weights
 from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
 from bertkit.finetuning.readers import STDIN, input_file, is_source
@@ -76,8 +77,14 @@ class TaskModel:
              task_types: Sequence[type[Task]] = TASKS) -> "TaskModel":
         """The model of a directory written by `bertkit finetune` or by transformers; its task
         is found by name among `task_types`. A model's name is looked up in the local Hugging
-        Face cache."""
+        Face cache. One written by `finetune --model cnn` holds the convolutional family's
+        network (bertkit.finetuning.cnn)."""
+
         path = hub.resolve_model(path)
+        if is_cnn_dir(path):
+            model, tokenizer, task = load_cnn(path, device)
+            return cls(model, tokenizer, task, resolve_device(device), batch_size,
+                       source=str(path))
         task, device = load_task(path, task_types), resolve_device(device)
         model = load_task_weights(task.make_model(Encoder(hub.load_config(path))), path, device)
         return cls(model, Tokenizer.load(path), task, device, batch_size,

@@ -271,7 +271,8 @@ def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: floa
 
 def finetune(task: str | type[Task], model_dir: str | Path, train_path, dev_path,
              out_dir: str | Path, cfg: FinetuneConfig | None = None,
-             command_line: Callable[[FinetuneConfig], str] | None = None) -> FinetuneResult:
+             command_line: Callable[[FinetuneConfig], str] | None = None,
+             backbone=None) -> FinetuneResult:
     """Train a task head (and the encoder) on `train_path`, keep the best dev checkpoint, and
     write it to `out_dir` as a Hugging Face directory with bertkit_task.json. The training and
     dev data are files, "-" (standard input), or rows in memory: dicts as a JSONL file holds
@@ -280,14 +281,18 @@ def finetune(task: str | type[Task], model_dir: str | Path, train_path, dev_path
     `task` is a name from `bertkit.finetuning.tasks.TASKS` or a Task class. Stopped by Ctrl-C
     or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in `out_dir`, from
     which `cfg.resume` goes on. The settings, the task's defaults filled in, go to
-    OUT/training_args.json with `command_line(resolved cfg)` (the CLI's shell line)."""
+    OUT/training_args.json with `command_line(resolved cfg)` (the CLI's shell line). `backbone` trains another model family in
+    BERT's place (its `tokenizer`, `max_positions`, `build(task, seed)` and `save(model, path,
+    task=, tokenizer=, labels=)`: bertkit.finetuning.cnn.CnnBackbone)."""
     with input_file(train_path) as train, input_file(dev_path) as dev:
-        return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line)
+        return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line,
+                         backbone)
 
 
 def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
               dev_path: Path | None, out_dir: str | Path, cfg: FinetuneConfig | None,
-              command_line: Callable[[FinetuneConfig], str] | None) -> FinetuneResult:
+              command_line: Callable[[FinetuneConfig], str] | None,
+              backbone=None) -> FinetuneResult:
     cfg = cfg or FinetuneConfig()
     model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
     device = resolve_device(cfg.device)
@@ -304,8 +309,9 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     defaults = kind.defaults
     epochs, batch_size = cfg.epochs or defaults.epochs, cfg.batch_size or defaults.batch_size
     head_lr = cfg.head_lr or defaults.head_lr
-    tokenizer = Tokenizer.load(model_dir)
-    max_positions = hub.load_config(model_dir).max_positions
+    tokenizer = backbone.tokenizer if backbone else Tokenizer.load(model_dir)
+    max_positions = backbone.max_positions if backbone else \
+        hub.load_config(model_dir).max_positions
     if cfg.max_length is None:  # the task's default, within what the model takes
         setting = dataclasses.replace(setting, max_length=min(setting.max_length, max_positions))
     if setting.max_length > max_positions:
@@ -330,11 +336,14 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     else:
         dev = setting.read(dev_path)
     setting = setting.with_labels(train_examples, dev)
-    model = build_task_model(setting, model_dir, cfg.seed, cfg.train_layers, cfg.layer_mix)
+    model = backbone.build(setting, cfg.seed) if backbone else \
+        build_task_model(setting, model_dir, cfg.seed, cfg.train_layers,
+                                                  cfg.layer_mix)
     items = setting.encode(tokenizer, train_examples, training=True)
     if not items:
         raise UserError(f"{train_path}: nothing to train on")
-    check_fit(items, tokenizer, model.encoder.config, model_dir)
+    if backbone is None:  # a backbone builds its model from its own tokenizer
+        check_fit(items, tokenizer, model.encoder.config, model_dir)
     warn_cut(items, len(train_examples), setting.max_length, train_path)
     # said once here, not at every evaluation
     warn_cut(setting.encode(tokenizer, dev, skip_no_room=True), len(dev), setting.max_length,
@@ -360,8 +369,9 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
         baseline = runner.task.baseline(train_examples, dev)
         if baseline is not None:
             final["baseline"] = baseline
-        heads.save_task_model(m, path, task=runner.task.to_json(), tokenizer=tokenizer,
-                              labels=list(runner.task.label_names()) or None)
+        (backbone.save if backbone else heads.save_task_model)(
+            m, path, task=runner.task.to_json(), tokenizer=tokenizer,
+            labels=list(runner.task.label_names()) or None)
         write_json(path / "dev_metrics.json", final)
 
     eval_every = max(1, steps_per_epoch // max(1, cfg.evals_per_epoch))

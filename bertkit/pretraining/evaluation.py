@@ -25,6 +25,7 @@ in eval mode for the call and given back in the mode it was in.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -39,6 +40,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from bertkit.files import UserError, read_jsonl, read_lines
+from bertkit.model.generate import CAUSAL_FLAG, next_token_scores
 from bertkit.model.heads import SpanBoundaryHead
 from bertkit.model.hub import load_pretraining_model, resolve_model
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
@@ -411,6 +413,11 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     - any other text file: its non-blank lines' masked-token scores and pseudo-perplexity
       (kind "text").
 
+    A left-to-right model (pretrained with --objective clm: config.json says "is_decoder")
+    is judged by next-token prediction instead: held-out figures with the clm objective, and
+    on a text file next-token loss, accuracy and perplexity = exp(mean loss) (kind
+    "next_token").
+
     batch_size: texts per forward pass for masked-token scores; masked copies per forward pass
     (four times as many) for pseudo-log-likelihoods.
     """
@@ -429,7 +436,11 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     if tokenizer.vocab_size > model.config.vocab_size:
         raise UserError(f"{model_dir}: the tokenizer's {tokenizer.vocab_size} pieces do not fit "
                         f"the model's vocabulary of {model.config.vocab_size}")
+    # A left-to-right model is judged as one: next-token figures, whatever --objective says.
+    causal = bool(model.config.extra.get(CAUSAL_FLAG))
     if inp.is_dir():
+        if causal:
+            opts = dataclasses.replace(opts, objective="clm")
         if opts.objective == "span":
             if (Path(model_dir) / SBO_FILE).is_file():
                 model.sbo = SpanBoundaryHead(model.config).to(device)
@@ -452,6 +463,9 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                 break
     if not lines:
         raise UserError(f"{inp}: no text to score (an empty file)")
+    if causal:
+        return {"kind": "next_token", **next_token_scores(model, tokenizer, lines, batch_size,
+                                                          device)}
     masked = masked_token_scores(model, tokenizer, lines, mask_rate=opts.mask_rate,
                                  seed=opts.seed, batch_size=batch_size, device=device)
     pseudo = pseudo_perplexity(model, tokenizer, lines, batch_size=4 * batch_size,

@@ -186,15 +186,17 @@ def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> Pret
     return model
 
 
-def save_pretrained(model: PretrainingModel, path: Path, tokenizer) -> None:
-    """A Hugging Face directory; the SBO head, if any, beside it in sbo.safetensors."""
+def save_pretrained(model: PretrainingModel, path: Path, tokenizer, causal: bool = False) -> None:
+    """A Hugging Face directory; the SBO head, if any, beside it in sbo.safetensors. `causal`
+    (a clm run) writes `"is_decoder": true` in config.json, what `bertkit generate` asks for."""
     sbo, extra = model.sbo, {}
     if sbo is not None:
         extra[SBO_FILE] = safetensors_bytes(
             {k: v.detach().cpu().contiguous() for k, v in sbo.state_dict().items()})
         model.sbo = None
     try:
-        save_model(model, path, tokenizer=tokenizer, extra_files=extra)
+        save_model(model, path, tokenizer=tokenizer, extra_files=extra,
+                   extra_config={"is_decoder": True} if causal else None)
     finally:
         model.sbo = sbo
 
@@ -279,7 +281,8 @@ def pretrain(opts: PretrainOptions,
                        "masking": dataclasses.asdict(opts.masking), "grad_accum": cfg.grad_accum}
         return train(model, objectives.loss_for(opts.objective), batches, cfg, opts.out,
                      evaluate=evaluate if held else None,
-                     save=lambda m, path: save_pretrained(m, path, tokenizer),
+                     save=lambda m, path: save_pretrained(m, path, tokenizer,
+                                                          opts.objective == "clm"),
                      target_count=objectives.target_count(opts.objective),
                      fingerprint=fingerprint, device=device, settings=settings,
                      find_unused_parameters=False)  # model_to_pretrain froze the unused heads

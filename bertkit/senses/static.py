@@ -1,13 +1,22 @@
-"""Static word vectors: skip-gram with negative sampling (the seeds' word2vec), the baseline
-that contextual vectors are measured against.
+"""Static word vectors: the seeds' word2vec lecture (skip-gram and CBOW, negative sampling
+and the full softmax), the baseline that contextual vectors are measured against, with
+analogies and a 2-D picture of chosen words.
 
 Every word *type* gets one vector, whatever its context. Training slides a window over the
-corpus and asks, for each (center, context) pair and K noise words drawn from the unigram
-distribution raised to the power 0.75, "are these neighbours?":
+corpus. Skip-gram predicts each context word o from the center word c; CBOW predicts the
+center word from the mean h of its context words' input vectors. With negative sampling
+(the default) each prediction asks, for the true word and K noise words drawn from the
+unigram distribution raised to the power 0.75, "are these neighbours?":
 
-    loss = -log s(u_o . v_c) - sum_k log s(-u_k . v_c)
+    loss = -log s(u_o . h) - sum_k log s(-u_k . h)       (skip-gram: h = v_c)
 
-(s the sigmoid, v the input vectors kept at the end, u the context vectors thrown away).
+(s the sigmoid, v the input vectors kept at the end, u the output vectors thrown away).
+The full softmax scores the true word against the whole vocabulary instead,
+
+    loss = -log( exp(u_o . h) / sum_w exp(u_w . h) ),
+
+exact but O(V) per prediction: refused above SOFTMAX_MAX_VOCAB entries (word2vec's remedy
+for large vocabularies is negative sampling or the hierarchical softmax).
 As in word2vec, frequent words are subsampled (a word of corpus frequency f is kept with
 probability min(1, sqrt(t / f))) before the window is applied, and the window size is drawn
 uniformly in 1..W per position, which keeps a pair at distance d with probability
@@ -20,22 +29,24 @@ Shapes: V vocabulary, D vector width, P pairs in a batch, K negatives per pair.
 """
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from matplotlib.figure import Figure
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from bertkit.embeddings.standardize import unit_rows
-from bertkit.files import UserError, atomic_dir, read_json, read_lines
+from bertkit.files import UserError, atomic_dir, atomic_file, read_json, read_lines
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import Tokenizer
 
@@ -44,10 +55,22 @@ WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 VECTORS_FILE = "vectors.safetensors"
 VOCAB_FILE = "vocab.json"
 TOKENIZER_DIR = "tokenizer"
+SOFTMAX_MAX_VOCAB = 10_000
+"""Largest vocabulary `loss="softmax"` trains: each prediction costs V dot products, which
+on 2 cores is minutes per epoch of a small corpus at 10,000 words and hours beyond."""
 
 
 @dataclass
 class SkipGramConfig:
+    """word2vec's settings: skip-gram or CBOW, negative sampling or the full softmax."""
+
+    architecture: Literal["skipgram", "cbow"] = "skipgram"
+    """skipgram: predict each context word from the center word; cbow: predict the center
+    word from the mean of its context words (word2vec's CBOW; try --lr 0.05 as word2vec
+    does)."""
+    loss: Literal["negative", "softmax"] = "negative"
+    """negative: negative sampling (K noise words per prediction); softmax: the full softmax
+    over the vocabulary (refused above SOFTMAX_MAX_VOCAB entries)."""
     dim: int = 100
     """Width D of each word vector."""
     window: int = 5
@@ -83,6 +106,10 @@ class SkipGramConfig:
             raise ValueError(f"subsample must be in [0, 1), got {self.subsample}")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.architecture not in ("skipgram", "cbow"):
+            raise ValueError(f"architecture must be skipgram or cbow, got {self.architecture!r}")
+        if self.loss not in ("negative", "softmax"):
+            raise ValueError(f"loss must be negative or softmax, got {self.loss!r}")
 
 
 # Tokens ------------------------------------------------------------------------------------------
@@ -246,21 +273,75 @@ def sgns_gradients(center: torch.Tensor, context: torch.Tensor, negatives: torch
     return loss, d_center, d_context, d_negatives
 
 
+def cbow_contexts(ids: torch.Tensor, lines: torch.Tensor, window: int,
+                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """CBOW examples: (contexts [N, 2W] ids of the words within a window drawn uniformly in
+    1..W of each center on its line, -1 where there is none; centers [N]). Centers with no
+    context word are left out."""
+    n = len(ids)
+    reach = torch.randint(1, window + 1, (n,), generator=generator)  # word2vec's b per center
+    at = torch.arange(n)
+    columns = []
+    for d in range(1, window + 1):
+        for j in (at - d, at + d):
+            inside = (j >= 0) & (j < n)
+            j = j.clamp(0, n - 1)
+            keep = inside & (lines[j] == lines) & (d <= reach)
+            columns.append(torch.where(keep, ids[j], -1))
+    contexts = torch.stack(columns, 1)
+    some = (contexts >= 0).any(1)
+    return contexts[some], ids[some]
+
+
+def cbow_hidden(vectors: torch.Tensor, contexts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """h = the mean input vector of each row's context words: vectors [V, D], contexts
+    [P, C] ids (-1 = none) -> (h [P, D], context words per row [P, 1])."""
+    known = contexts >= 0
+    count = known.sum(1, keepdim=True)
+    rows = vectors[contexts.clamp(min=0)] * known.unsqueeze(-1)  # [P, C, D]
+    return rows.sum(1) / count, count
+
+
+def softmax_loss(hidden: torch.Tensor, output: torch.Tensor,
+                 targets: torch.Tensor) -> torch.Tensor:
+    """Summed full-softmax loss: -log softmax(h . U^T)[o]. hidden [P, D], output U [V, D],
+    targets [P]."""
+    return F.cross_entropy(hidden @ output.T, targets, reduction="sum")
+
+
+def softmax_gradients(hidden: torch.Tensor, output: torch.Tensor, targets: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`softmax_loss` and its gradients in closed form (d/dlogits = softmax - one-hot).
+    Returns (loss, d hidden [P, D], d output [V, D])."""
+    logp = torch.log_softmax(hidden @ output.T, dim=-1)  # [P, V]
+    rows = torch.arange(len(targets))
+    loss = -logp[rows, targets].sum()
+    d_logits = logp.exp()
+    d_logits[rows, targets] -= 1.0
+    return loss, d_logits @ output, d_logits.T @ hidden
+
+
 # Training ----------------------------------------------------------------------------------------
 
 @dataclass
 class TrainStats:
     pairs: int = 0
-    """(center, context) pairs trained on, over all epochs."""
+    """Predictions trained on, over all epochs: (center, context) pairs for skip-gram, center
+    words with their windows for CBOW."""
     seconds: float = 0.0
     final_loss: float = float("nan")
-    """Mean loss per pair over the last epoch."""
+    """Mean loss per prediction over the last epoch."""
     epoch_losses: list[float] = field(default_factory=list)
 
 
 def train_skipgram(corpus: Corpus, config: SkipGramConfig, *,
                    progress: bool = True) -> tuple[np.ndarray, np.ndarray, TrainStats]:
-    """Train on a corpus; returns (input vectors [V, D], context vectors [V, D], stats)."""
+    """Train word2vec (`config.architecture`, `config.loss`) on a corpus; returns (input
+    vectors [V, D], output vectors [V, D], stats)."""
+    if config.loss == "softmax" and len(corpus.tokens) > SOFTMAX_MAX_VOCAB:
+        raise UserError(f"--loss softmax scores every word of the vocabulary per prediction: "
+                        f"{len(corpus.tokens):,} words is more than {SOFTMAX_MAX_VOCAB:,} "
+                        f"(raise --min-count, or use --loss negative)")
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
@@ -269,11 +350,21 @@ def train_skipgram(corpus: Corpus, config: SkipGramConfig, *,
         torch.set_num_threads(threads)
 
 
+def _examples(ids: torch.Tensor, lines: torch.Tensor, config: SkipGramConfig,
+              g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) of one epoch: skip-gram (center [P], context [P]); CBOW (contexts
+    [P, 2W], center [P])."""
+    if config.architecture == "cbow":
+        return cbow_contexts(ids, lines, config.window, g)
+    return skipgram_pairs(ids, lines, config.window, g)
+
+
 def _train(corpus: Corpus, config: SkipGramConfig,
            progress: bool) -> tuple[np.ndarray, np.ndarray, TrainStats]:
     g = torch.Generator().manual_seed(config.seed)
     V, D = len(corpus.tokens), config.dim
-    # word2vec's initialisation: small random input vectors, zero context vectors.
+    cbow, softmax = config.architecture == "cbow", config.loss == "softmax"
+    # word2vec's initialisation: small random input vectors, zero output vectors.
     inp = (torch.rand(V, D, generator=g) - 0.5) / D
     out = torch.zeros(V, D)
     cdf = torch.cumsum(noise_distribution(corpus.counts, config.power), 0)
@@ -282,27 +373,44 @@ def _train(corpus: Corpus, config: SkipGramConfig,
     stats = TrainStats()
     start = time.perf_counter()
     bar = None
+    name = "cbow" if cbow else "skip-gram"
     for epoch in range(config.epochs):
         kept = subsample(ids, keep_prob, g)
-        centers, contexts = skipgram_pairs(ids[kept], lines[kept], config.window, g)
-        if len(centers) == 0:
+        inputs, targets = _examples(ids[kept], lines[kept], config, g)
+        if len(targets) == 0:
             raise UserError("the corpus yields no (center, context) pairs: its lines are one "
                             "token long after subsampling (lower --subsample or add text)")
         if bar is None:  # the pairs of later epochs differ by a few: the total is a guess
-            bar = Progress("skip-gram", len(centers) * config.epochs, "pairs", enabled=progress)
-        order = torch.randperm(len(centers), generator=g)
+            bar = Progress(name, len(targets) * config.epochs, "pairs", enabled=progress)
+        order = torch.randperm(len(targets), generator=g)
         epoch_loss = 0.0
         for lo in range(0, len(order), config.batch_size):
             batch = order[lo:lo + config.batch_size]
-            c, o = centers[batch], contexts[batch]
-            neg = sample_negatives(cdf, (len(batch), config.negatives), g)  # [P, K]
+            x, o = inputs[batch], targets[batch]
+            if cbow:
+                h, _ = cbow_hidden(inp, x)
+            else:
+                h = inp[x]
             done = stats.pairs / bar.total
             lr = config.lr * max(1.0 - done, 1e-4)
-            # A sparse SGD step: only the rows in this batch move.
-            loss, g_c, g_o, g_n = sgns_gradients(inp[c], out[o], out[neg])
-            inp.index_add_(0, c, g_c, alpha=-lr)
-            out.index_add_(0, o, g_o, alpha=-lr)
-            out.index_add_(0, neg.reshape(-1), g_n.reshape(-1, D), alpha=-lr)
+            # A sparse SGD step: only the rows in this batch move (all of U under softmax).
+            if softmax:
+                loss, g_h, g_out = softmax_gradients(h, out, o)
+                out.add_(g_out, alpha=-lr)
+            else:
+                neg = sample_negatives(cdf, (len(batch), config.negatives), g)  # [P, K]
+                loss, g_h, g_o, g_n = sgns_gradients(h, out[o], out[neg])
+                out.index_add_(0, o, g_o, alpha=-lr)
+                out.index_add_(0, neg.reshape(-1), g_n.reshape(-1, D), alpha=-lr)
+            if cbow:
+                # As word2vec does, every context word takes the whole gradient of h, not
+                # 1/count of it: the mean's exact gradient would shrink its steps by the
+                # window's size.
+                known = x >= 0
+                share = g_h.unsqueeze(1).expand(-1, x.shape[1], -1)[known]
+                inp.index_add_(0, x[known], share, alpha=-lr)
+            else:
+                inp.index_add_(0, x, g_h, alpha=-lr)
             epoch_loss += float(loss)
             stats.pairs += len(batch)
             bar.update(stats.pairs, note=f"epoch {epoch + 1}/{config.epochs}, loss "
@@ -382,6 +490,18 @@ class StaticVectors:
         for i in self.ids_of(word):
             cos[i] = -np.inf
         top = np.argpartition(-cos, min(k, len(cos) - 1))[:k]
+        top = top[np.argsort(-cos[top])]
+        return [(self.tokens[i], float(cos[i])) for i in top if np.isfinite(cos[i])]
+
+    def analogy(self, a: str, b: str, c: str, k: int = 1) -> list[tuple[str, float]]:
+        """a - b + c: the k vocabulary entries of highest cosine with unit(a) - unit(b) +
+        unit(c), the three inputs left out (king - man + woman -> queen)."""
+        unit = [unit_rows(self.vector(w)) for w in (a, b, c)]
+        cos = self._unit @ unit_rows(unit[0] - unit[1] + unit[2])  # [V]
+        for word in (a, b, c):
+            cos[self.ids_of(word)] = -np.inf
+        k = min(k, len(cos) - 1)
+        top = np.argpartition(-cos, k)[:k]
         top = top[np.argsort(-cos[top])]
         return [(self.tokens[i], float(cos[i])) for i in top if np.isfinite(cos[i])]
 
@@ -465,6 +585,154 @@ class StaticVectors:
                    Tokenization(tokenizer), config, stats, context)
 
 
+# Analogies and pictures ----------------------------------------------------------------------
+
+def analogy(vectors: StaticVectors, a: str, b: str, c: str, k: int = 1) -> list[tuple[str, float]]:
+    """a - b + c by cosine, inputs excluded (`StaticVectors.analogy`)."""
+    return vectors.analogy(a, b, c, k)
+
+
+def read_analogies(path: str | Path) -> list[tuple[str, str, str, str]]:
+    """Analogy questions, one `a b c d` a line (d = a - b + c); blank lines and lines
+    starting with # are skipped."""
+    quads = []
+    for number, line in read_lines(path, "analogies"):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) != 4:
+            raise UserError(f"{path}:{number}: expected four words `a b c d` (d = a - b + c), "
+                            f"got {len(words)}")
+        quads.append(tuple(w.lower() for w in words))
+    if not quads:
+        raise UserError(f"{path}: no analogies")
+    return quads
+
+
+def analogy_accuracy(vectors: StaticVectors,
+                     quads: Sequence[tuple[str, str, str, str]]) -> dict:
+    """Share of the questions whose nearest answer (inputs excluded) is d. Questions with a
+    word out of the vocabulary are skipped and counted."""
+    right, asked, missed = 0, 0, []
+    for a, b, c, d in quads:
+        if not all(vectors.ids_of(w) for w in (a, b, c, d)):
+            missed.append(" ".join((a, b, c, d)))
+            continue
+        asked += 1
+        right += vectors.analogy(a, b, c, 1)[0][0] == d
+    return {"accuracy": right / asked if asked else float("nan"), "correct": right,
+            "answered": asked, "skipped": len(missed), "skipped_questions": missed}
+
+
+def pca_2d(matrix: np.ndarray) -> np.ndarray:
+    """The rows of `matrix` [N, D] on their first two principal components, [N, 2]."""
+    centered = np.asarray(matrix, dtype=np.float64) - np.mean(matrix, axis=0)
+    _, _, vt = np.linalg.svd(centered, full_matrices=False)
+    return centered @ vt[:2].T
+
+
+def plot_words(vectors: StaticVectors, words: Sequence[str], out: str | Path,
+               title: str | None = None) -> np.ndarray:
+    """Chosen words' vectors on their first two principal components, a labelled point
+    each, written to `out` (PNG, atomically). Returns the coordinates [N, 2]."""
+    if len(words) < 3:
+        raise UserError("--words: give at least three words to place on a plane")
+    points = pca_2d(np.stack([vectors.vector(w) for w in words]))
+    fig = Figure(figsize=(7, 6))
+    ax = fig.add_subplot()
+    ax.scatter(points[:, 0], points[:, 1], s=18)
+    for word, (x, y) in zip(words, points):
+        ax.annotate(word, (x, y), xytext=(4, 3), textcoords="offset points", fontsize=10)
+    ax.set_xlabel("principal component 1")
+    ax.set_ylabel("principal component 2")
+    ax.set_title(title or f"{len(words)} words, {vectors.dim}-dimensional vectors, PCA")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    with atomic_file(out, "wb") as f:
+        f.write(buffer.getvalue())
+    return points
+
+
+# A word in two contexts, for BERT ------------------------------------------------------------
+
+def parse_span(text: str, span: str) -> tuple[int, int]:
+    """A character span of `text`: "START:END", or a word (its first whole-word,
+    case-insensitive occurrence)."""
+    start, colon, end = span.partition(":")
+    if colon and start.strip().isdigit() and end.strip().isdigit():
+        a, b = int(start), int(end)
+        if not 0 <= a < b <= len(text):
+            raise UserError(f"span {span}: outside {text!r} ({len(text)} characters)")
+        return a, b
+    return find_word(text, span)
+
+
+def context_similarity(embedder, text1: str, span1: tuple[int, int], text2: str,
+                       span2: tuple[int, int]) -> list[float]:
+    """Cosine between the contextual vectors of the word at text1[span1] and the word at
+    text2[span2], one per hidden state of `embedder` (a bertkit.embeddings.Embedder): index 0
+    the embedding layer, then each block. A word of several pieces is their mean."""
+    out = []
+    for layer in range(embedder.config.num_layers + 1):
+        a, b = embedder.word_vectors([text1, text2], [span1, span2], layers=layer,
+                                     subword_pool="mean")
+        out.append(float(unit_rows(a) @ unit_rows(b)))
+    return out
+
+
+@dataclass(kw_only=True)
+class ContextSimilarityOptions:
+    """`bertkit similarity`: one word's contextual vectors in two texts, layer by layer."""
+
+    text1: str = field(metadata={"positional": True, "metavar": "TEXT1"})
+    """The first text."""
+    span1: str = field(metadata={"positional": True, "metavar": "SPAN1"})
+    """The word in TEXT1: the word itself (its first occurrence) or START:END characters."""
+    text2: str = field(metadata={"positional": True, "metavar": "TEXT2"})
+    """The second text."""
+    span2: str = field(metadata={"positional": True, "metavar": "SPAN2"})
+    """The word in TEXT2, as SPAN1."""
+    model: Path
+    """BERT directory (bertkit or Hugging Face)."""
+    device: str = "cpu"
+    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    json: bool = False
+    """One JSON object: {"layers": [cosine per layer, 0 = embeddings]}."""
+
+
+@dataclass(kw_only=True)
+class AnalogyOptions:
+    """`bertkit static analogy`: a - b + c, or the accuracy on a file of analogies."""
+
+    vectors: Path
+    """Directory from `bertkit static train`."""
+    words: list[str] = field(default_factory=list, metadata={"positional": True,
+                                                             "metavar": "WORD"})
+    """A B C: the words nearest to A - B + C (king man woman -> queen)."""
+    input: Path | None = None
+    """Analogy questions instead, `a b c d` a line (d = a - b + c): prints the accuracy."""
+    top_k: int = 1
+    """Answers shown for A B C."""
+    json: bool = False
+    """One JSON object."""
+
+
+@dataclass(kw_only=True)
+class PlotWordsOptions:
+    """`bertkit static plot`: chosen words on the plane of their first two principal
+    components."""
+
+    vectors: Path
+    """Directory from `bertkit static train`."""
+    words: list[str] = field(default_factory=list, metadata={"positional": True,
+                                                             "metavar": "WORD"})
+    """The words to place (at least three)."""
+    out: Path = field(metadata={"output": True})
+    """PNG file to write."""
+    title: str | None = None
+    """Title of the picture; none: the number of words and the width of the vectors."""
+
+
 def is_static_dir(path: str | Path) -> bool:
     p = Path(path)
     return (p / VOCAB_FILE).is_file() and (p / VECTORS_FILE).is_file()
@@ -480,5 +748,8 @@ def find_word(text: str, word: str) -> tuple[int, int]:
 
 __all__ = ["SkipGramConfig", "Tokenization", "Corpus", "read_corpus", "noise_distribution",
            "sample_negatives", "keep_probabilities", "subsample", "skipgram_pairs", "sgns_loss",
-           "sgns_gradients", "TrainStats", "train_skipgram", "StaticVectors", "is_static_dir",
-           "find_word", "WORD"]
+           "sgns_gradients", "cbow_contexts", "cbow_hidden", "softmax_loss",
+           "softmax_gradients", "TrainStats", "train_skipgram", "StaticVectors", "analogy",
+           "read_analogies", "analogy_accuracy", "pca_2d", "plot_words", "is_static_dir",
+           "find_word", "WORD", "SOFTMAX_MAX_VOCAB", "parse_span", "context_similarity",
+           "ContextSimilarityOptions", "AnalogyOptions", "PlotWordsOptions"]

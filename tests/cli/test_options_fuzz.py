@@ -35,7 +35,7 @@ def _read(path):
 def test_the_valid_file_reads(fuzz):
     path = fuzz.dir / "valid.toml"
     path.write_bytes(VALID)
-    files, config = _read(path)
+    files, config, _cnn = _read(path)
     assert (config.epochs, config.max_length, config.multi_label) == (2, 64, False)
 
 
