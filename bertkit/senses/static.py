@@ -41,11 +41,11 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from matplotlib.figure import Figure
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from bertkit.embeddings.standardize import unit_rows
+from bertkit.figures import new_figure
 from bertkit.files import UserError, atomic_dir, atomic_file, read_json, read_lines
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import Tokenizer
@@ -638,7 +638,7 @@ def plot_words(vectors: StaticVectors, words: Sequence[str], out: str | Path,
     if len(words) < 3:
         raise UserError("--words: give at least three words to place on a plane")
     points = pca_2d(np.stack([vectors.vector(w) for w in words]))
-    fig = Figure(figsize=(7, 6))
+    fig = new_figure(out, figsize=(7, 6))  # matplotlib (the `plot` extra) only to draw
     ax = fig.add_subplot()
     ax.scatter(points[:, 0], points[:, 1], s=18)
     for word, (x, y) in zip(words, points):
