@@ -420,17 +420,37 @@ def _umask() -> int:
 
 
 def _follow_umask(directory: Path, umask: int) -> None:
-    """Give the owner-only files written into `directory` the mode a plain open() gives:
-    writers that go through a temporary file of their own (safetensors' save_file, mkstemp)
-    leave them 0600, while the JSON beside them follows the umask. A file linked from
-    elsewhere (more than one link) is not ours to change."""
-    for root, _, names in os.walk(directory):
+    """Ready the finished `directory` to be published.
+
+    Its owner-only files get the mode a plain open() gives: writers that go through a
+    temporary file of their own (safetensors' save_file, mkstemp) leave them 0600, while the
+    JSON beside them follows the umask. A file linked from elsewhere (more than one link) is
+    not ours to change. Every file and folder is flushed to the disk (fsync) first, as
+    `atomic_path` does for one file, so that a power cut after the swap cannot leave the new
+    directory with empty files."""
+    for root, dirs, names in os.walk(directory):
         for name in names:
             file = os.path.join(root, name)
             st = os.lstat(file)
-            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 \
-                    and st.st_nlink == 1:
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if stat.S_IMODE(st.st_mode) == 0o600 and st.st_nlink == 1:
                 os.chmod(file, 0o666 & ~umask)
+            if st.st_nlink == 1:  # a hard link from the old directory is already on the disk
+                with open(file, "rb") as f:
+                    os.fsync(f.fileno())
+        _fsync_dir(root)
+
+
+def _fsync_dir(path: str | os.PathLike) -> None:
+    """Flush a folder's entries (the names of the files in it) to the disk, where the system
+    allows opening a folder for that."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

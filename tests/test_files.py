@@ -309,3 +309,30 @@ def test_only_a_dead_processes_temporaries_are_swept(tmp_path, capsys):
     assert not stale.exists()
     assert capsys.readouterr().err.strip() == (f"note: removed 1 leftover temporary of killed "
                                                f"bertkit runs: {stale}")
+
+
+def test_a_directory_is_flushed_to_the_disk_before_it_is_published(tmp_path, monkeypatch):
+    """atomic_dir fsyncs every file it wrote (and the folders) before the swap, as atomic_path
+    does for one file: a power cut must not publish empty files."""
+    from bertkit import files
+
+    synced, published = [], []
+    real_fsync, real_publish = os.fsync, files.publish_dir
+
+    def fsync(fd):
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    def publish(new, path, replaces=()):
+        published.append(list(synced))
+        return real_publish(new, path, replaces)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(files, "publish_dir", publish)
+    with files.atomic_dir(tmp_path / "model") as tmp:
+        (tmp / "weights.bin").write_bytes(b"w" * 10)
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "config.json").write_text("{}")
+    names = {os.path.basename(p) for p in published[0]}
+    assert {"weights.bin", "config.json", "sub"} <= names
+    assert (tmp_path / "model" / "weights.bin").read_bytes() == b"w" * 10
