@@ -268,6 +268,42 @@ def run_plot_attention(opts: PlotAttentionOptions, encoder: EncoderOptions) -> i
     return 0
 
 
+@dataclass(kw_only=True)
+class PlotRunsOptions:
+    run: list[str]
+    """Run directories (or their metrics.jsonl) to draw, one line each, as DIR or NAME=DIR."""
+    out: Path
+    """Output PNG."""
+    key: str = "loss"
+    """The figure to draw, as metrics.jsonl names it (loss, mlm_loss, eval_accuracy, ...)."""
+    split: Literal["train", "eval"] = "train"
+    """Which records hold it: the training records or the held-out evaluations."""
+    x: Literal["step", "seconds"] = "step"
+    """Against training steps, or against training time (drawn in minutes)."""
+
+
+def run_plot_runs(opts: PlotRunsOptions) -> int:
+    from bertkit.figures import require_matplotlib
+    from bertkit.training.runlog import plot_runs
+
+    require_matplotlib(opts.out)
+    runs = {}
+    for spec in opts.run:
+        name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
+        if not (Path(path).is_dir() or Path(path).is_file()):
+            raise UserError(f"--run {spec}: {path} does not exist")
+        runs[name or Path(path).name] = path
+    curves = plot_runs(runs, opts.out, split=opts.split, key=opts.key, x=opts.x)
+    missing = [name for name in runs if name not in curves]
+    if not curves:
+        raise UserError(f"no {opts.split} record of these runs holds {opts.key!r}")
+    if missing:
+        print(f"warning: no {opts.split} record of {', '.join(missing)} holds {opts.key!r}",
+              file=sys.stderr)
+    print(opts.out)
+    return 0
+
+
 COMMANDS = (
     Command("embed", run_embed, (EmbedOptions, EncoderOptions),
             help="contextual vectors of each line (or word) into a .npy file",
@@ -290,4 +326,6 @@ COMMANDS = (
             help="2-D projection of one word's vectors, coloured by sense"),
     Command("plot attention", run_plot_attention, (PlotAttentionOptions, EncoderOptions),
             help="attention heatmap of one sentence (layer, head)"),
+    Command("plot runs", run_plot_runs, (PlotRunsOptions,),
+            help="one figure of several runs' logs (loss, accuracy) against steps or time"),
 )

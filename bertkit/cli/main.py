@@ -34,7 +34,7 @@ COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.C
 
 GROUPS = {
     "tokenizer": "train a WordPiece or Unigram vocabulary",
-    "plot": "pictures: word senses, attention",
+    "plot": "pictures: word senses, attention, training runs side by side",
     "wsd": "word-sense disambiguation with sense embeddings: split, train, predict, evaluate",
     "static": "static word vectors (word2vec: skip-gram or CBOW): train, neighbors, "
               "similarity, contexts, analogy, plot",

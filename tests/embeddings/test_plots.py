@@ -207,3 +207,30 @@ def test_plot_commands_without_matplotlib_exit_2_with_one_line(tiny_bert_dir, tm
     assert err.strip().splitlines() == [
         "error: matplotlib not installed (pip install bertkit[plot]); cannot draw att.png"]
     assert not out.exists()
+
+
+def test_plot_runs_draws_each_runs_figure_against_steps_or_time(tmp_path, capsys):
+    runs = {}
+    for name, slope in (("a", 1.0), ("b", 2.0)):
+        run = tmp_path / name
+        run.mkdir()
+        records = [{"step": s, "split": "train", "seconds": 30.0 * s, "loss": 10 - slope * s}
+                   for s in (1, 2, 3)]
+        records.append({"step": 3, "split": "eval", "eval_accuracy": 0.1 * slope})
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        runs[name] = run
+    out = tmp_path / "runs.png"
+    assert main(["plot", "runs", "--run", f"first={runs['a']}", str(runs["b"]),
+                 "--out", str(out), "--x", "seconds"]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    from bertkit.training.runlog import run_curves
+
+    curves = run_curves({"first": runs["a"], "b": runs["b"]}, split="train", key="loss")
+    assert curves["first"] == ([0.5, 1.0, 1.5], [9.0, 8.0, 7.0])  # minutes
+    assert curves["b"][1] == [8.0, 6.0, 4.0]
+    capsys.readouterr()
+    assert main(["plot", "runs", "--run", str(runs["a"]), "--out", str(out),
+                 "--key", "nothing"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["error: no train record of these runs holds 'nothing'"]
+    assert main(["plot", "runs", "--run", str(tmp_path / "absent"), "--out", str(out)]) == 2
