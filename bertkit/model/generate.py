@@ -168,41 +168,60 @@ def generate_ids(model: PretrainingModel, prompt_ids: list[int], config: Generat
 
 
 @torch.no_grad()
-def next_token_scores(model: PretrainingModel, tokenizer: Tokenizer, texts: list[str],
-                      batch_size: int = 32, device: str | torch.device = "cpu") -> dict:
-    """How well a left-to-right model predicts each piece of each text from the pieces on
-    its left ([CLS] first): mean next-token loss (nats), its perplexity exp(loss), accuracy
-    of the argmax, and the number of pieces predicted."""
+def _next_token_terms(model: PretrainingModel, tokenizer: Tokenizer, texts: list[str],
+                      batch_size: int, device: str | torch.device) -> tuple[list, list, list]:
+    """Per text: the summed next-token loss (nats) of its pieces given the pieces on their left
+    ([CLS] first), the argmax's correct guesses, and the number of pieces predicted."""
     was_training = model.training
     model.eval()
     limit = model.config.max_positions
     rows = [[tokenizer.cls_id] + tokenizer.encode(t, add_special_tokens=False).ids[:limit - 1]
             for t in texts]
-    loss_sum, correct, count = 0.0, 0, 0
+    losses, correct, counts = [], [], []
     try:
-        for lo in range(0, len(rows), batch_size):
-            chunk = rows[lo:lo + batch_size]
-            T = max(len(r) for r in chunk)
-            ids = torch.full((len(chunk), T), tokenizer.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), T), dtype=torch.long)
-            for i, r in enumerate(chunk):
-                ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
-            ids, mask = ids.to(device), mask.to(device)
-            h = model.encoder(ids, attention_mask=mask, causal=True).last_hidden_state
-            logits = model.mlm(h[:, :-1]).float()  # [B, T-1, V]: predicts positions 1..T-1
-            targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, IGNORE_INDEX)
-            known = targets != IGNORE_INDEX
-            loss_sum += float(F.cross_entropy(logits.transpose(1, 2), targets,
-                                              ignore_index=IGNORE_INDEX, reduction="sum"))
-            correct += int((logits.argmax(-1) == targets)[known].sum())
-            count += int(known.sum())
+        with torch.no_grad():
+            for lo in range(0, len(rows), batch_size):
+                chunk = rows[lo:lo + batch_size]
+                T = max(len(r) for r in chunk)
+                ids = torch.full((len(chunk), T), tokenizer.pad_id, dtype=torch.long)
+                mask = torch.zeros((len(chunk), T), dtype=torch.long)
+                for i, r in enumerate(chunk):
+                    ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
+                ids, mask = ids.to(device), mask.to(device)
+                h = model.encoder(ids, attention_mask=mask, causal=True).last_hidden_state
+                logits = model.mlm(h[:, :-1]).float()  # [B, T-1, V]: predicts positions 1..T-1
+                targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, IGNORE_INDEX)
+                known = targets != IGNORE_INDEX  # [B, T-1]
+                loss = F.cross_entropy(logits.transpose(1, 2), targets,
+                                       ignore_index=IGNORE_INDEX, reduction="none")  # [B, T-1]
+                losses += loss.sum(1).tolist()
+                correct += ((logits.argmax(-1) == targets) & known).sum(1).tolist()
+                counts += known.sum(1).tolist()
     finally:
         model.train(was_training)
+    return losses, correct, counts
+
+
+def next_token_scores(model: PretrainingModel, tokenizer: Tokenizer, texts: list[str],
+                      batch_size: int = 32, device: str | torch.device = "cpu") -> dict:
+    """How well a left-to-right model predicts each piece of each text from the pieces on
+    its left ([CLS] first): mean next-token loss (nats), its perplexity exp(loss), accuracy
+    of the argmax, and the number of pieces predicted."""
+    losses, correct, counts = _next_token_terms(model, tokenizer, texts, batch_size, device)
+    count = sum(counts)
     if count == 0:
         raise UserError("no pieces to predict: the texts are empty")
-    loss = loss_sum / count
-    return {"next_token_loss": loss, "next_token_acc": correct / count,
+    loss = sum(losses) / count
+    return {"next_token_loss": loss, "next_token_accuracy": sum(correct) / count,
             "perplexity": math.exp(loss), "tokens": count}
+
+
+def log_likelihoods(model: PretrainingModel, tokenizer: Tokenizer, texts: list[str],
+                    batch_size: int = 32, device: str | torch.device = "cpu") -> list[float]:
+    """One float per text: log P(its pieces) under a left-to-right model, the sum of log
+    P(piece | the pieces on its left), natural log: how a causal model scores a minimal pair
+    (a masked model's pseudo-log-likelihood would read the right context it never saw)."""
+    return [-loss for loss in _next_token_terms(model, tokenizer, texts, batch_size, device)[0]]
 
 
 def is_causal(path: str | Path) -> bool:
@@ -240,5 +259,6 @@ def generate(model: str | Path | tuple[nn.Module, Tokenizer], prompt: str,
 
 
 __all__ = ["GenerationConfig", "GenerateOptions", "top_k_filter", "top_p_filter",
-           "next_tokens", "next_token_logits", "generate_ids", "next_token_scores", "is_causal",
+           "next_tokens", "next_token_logits", "generate_ids", "next_token_scores", "log_likelihoods",
+           "is_causal",
            "load_causal_model", "generate", "CAUSAL_FLAG"]

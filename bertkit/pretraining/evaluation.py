@@ -40,7 +40,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from bertkit.files import UserError, read_jsonl, read_lines
-from bertkit.model.generate import CAUSAL_FLAG, next_token_scores
+from bertkit.model.generate import CAUSAL_FLAG, log_likelihoods, next_token_scores
 from bertkit.model.heads import SpanBoundaryHead
 from bertkit.model.hub import load_pretraining_model, resolve_model
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
@@ -373,7 +373,8 @@ def _pair_figures(good: np.ndarray, bad: np.ndarray) -> dict[str, float]:
 def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
                   group_by: str | None = None, batch_size: int = 256,
                   device: str | torch.device = "cpu") -> dict:
-    """How often the model's pseudo-log-likelihood prefers the good sentence of each pair.
+    """How often the model's pseudo-log-likelihood prefers the good sentence of each pair (a
+    left-to-right model, config.json "is_decoder": its log-likelihood, `log_likelihoods`).
 
     Returns accuracy (good > bad counts 1, a tie 1/2), pairs, mean_pll_difference (good minus
     bad, nats), group_by and groups: {value: the same three figures} per value of the field
@@ -389,7 +390,10 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
     elif group_by and not any(group_by in p for p in pairs):
         raise UserError(f"no pair has the field {group_by!r} to group by")
     sentences = [p[GOOD] for p in pairs] + [p[BAD] for p in pairs]
-    scores, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device)
+    if model.config.extra.get(CAUSAL_FLAG):
+        scores = np.asarray(log_likelihoods(model, tokenizer, sentences, batch_size, device))
+    else:
+        scores, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device)
     good, bad = scores[:len(pairs)], scores[len(pairs):]
     report = {**_pair_figures(good, bad), "group_by": group_by or None, "groups": {}}
     if group_by:

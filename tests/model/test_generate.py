@@ -15,10 +15,11 @@ from bertkit.config import EncoderConfig
 from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.generate import (GenerationConfig, generate, generate_ids, is_causal,
-                                    load_causal_model, next_token_scores, next_tokens,
+                                    load_causal_model, log_likelihoods, next_token_scores,
+                                    next_tokens,
                                     top_k_filter, top_p_filter)
 from bertkit.model.heads import PretrainingModel
-from bertkit.pretraining.evaluation import evaluate_pretrained
+from bertkit.pretraining.evaluation import evaluate_pretrained, minimal_pairs
 from bertkit.pretraining.recipe import save_pretrained
 from bertkit.text.tokenizer import Tokenizer
 
@@ -184,6 +185,27 @@ def test_next_token_perplexity_by_hand(clm_dir, tmp_path):
     report = evaluate_pretrained(clm_dir, lines)
     assert report["kind"] == "next_token"
     assert report["perplexity"] == pytest.approx(math.exp(total / n), rel=1e-5)
+
+
+def test_a_causal_model_scores_minimal_pairs_by_its_log_likelihood(clm_dir):
+    """Left to right, a sentence's score is log P(pieces), each given its left context only (a
+    masked model's pseudo-log-likelihood would read a right context it never learned)."""
+    model, tokenizer = load_causal_model(clm_dir)
+    texts = ["the cat sat on the mat .", "mat the on sat cat the .", "a dog ran"]
+    by_hand = []
+    with torch.no_grad():
+        for t in texts:
+            ids = [tokenizer.cls_id] + tokenizer.encode(t, add_special_tokens=False).ids
+            h = model.encoder(torch.tensor([ids]), causal=True).last_hidden_state
+            logp = torch.log_softmax(model.mlm(h)[0], -1)
+            by_hand.append(sum(float(logp[i, ids[i + 1]]) for i in range(len(ids) - 1)))
+    for batch_size in (1, 3):  # padded batches score the same
+        assert log_likelihoods(model, tokenizer, texts, batch_size=batch_size) == \
+            pytest.approx(by_hand, rel=1e-5)
+    report = minimal_pairs(model, tokenizer, [{"sentence_good": texts[0],
+                                               "sentence_bad": texts[1]}])
+    assert report["mean_pll_difference"] == pytest.approx(by_hand[0] - by_hand[1], rel=1e-4)
+    assert report["accuracy"] == (1.0 if by_hand[0] > by_hand[1] else 0.0)
 
 
 def test_cli(clm_dir, mlm_dir, capsys):
