@@ -23,6 +23,7 @@ from bertkit.embeddings.anisotropy import AnisotropyReport
 from bertkit.embeddings.embedder import Embedder, LayerSpec
 from bertkit.figures import colormap, new_figure, require_matplotlib
 from bertkit.files import UserError, atomic_file
+from bertkit.model.attention import attention_weights
 from bertkit.senses.data import SenseExample, read_examples
 from bertkit.text.tokenizer import cut_warning
 
@@ -218,8 +219,9 @@ def attention_probabilities(embedder: Embedder, text: str | tuple[str, str],
     """Attention weights [A, T, T] (row = query token, column = key) of block `layer` (1..L,
     or negative from the last) for one text, and its tokens.
 
-    Re-derived from the block's own q/k projection applied to its input, so the encoder's fast
-    path (fused SDPA, which never materialises the weights) stays as it is.
+    Re-derived by `bertkit.model.attention.attention_weights` (the norm, rotary turn and mask
+    of each block as it runs), so the encoder's fast path (fused SDPA, which never
+    materialises the weights) stays as it is.
     """
     L = embedder.config.num_layers
     if not (1 <= layer <= L or -L <= layer <= -1):
@@ -227,19 +229,11 @@ def attention_probabilities(embedder: Embedder, text: str | tuple[str, str],
     block_index = layer - 1 if layer > 0 else L + layer
     enc = embedder.tokenize([text])[0]
     cut_warning(int(enc.truncated), 1, embedder.max_length, stacklevel=2)
-    encoder = embedder.encoder
-    with torch.inference_mode():
-        ids = torch.from_numpy(enc.ids)[None].to(embedder.device)
-        types = torch.from_numpy(enc.type_ids)[None].to(embedder.device)
-        states = encoder(ids, types, output_hidden_states=True).hidden_states
-        x = states[block_index]  # [1, T, H]: the block's input
-        attn = encoder.blocks[block_index].attn
-        A, T, H = attn.num_heads, x.shape[1], x.shape[2]
-        q, k, _ = attn.qkv(x).view(1, T, 3, A, H // A).unbind(2)  # 3 x [1, T, A, D]
-        scores = torch.einsum("bqad,bkad->baqk", q, k) / (H // A) ** 0.5
-        probs = scores.softmax(-1)[0]  # [A, T, T]
+    ids = torch.from_numpy(enc.ids)[None].to(embedder.device)
+    types = torch.from_numpy(enc.type_ids)[None].to(embedder.device)
+    probs = attention_weights(embedder.encoder, ids, types)[block_index, 0]  # [A, T, T]
     tokens = [embedder.tokenizer.id_to_token(int(i)) for i in enc.ids]
-    return probs.float().cpu().numpy(), tokens
+    return probs.cpu().numpy(), tokens
 
 
 def plot_attention(embedder: Embedder, text: str, out: str | Path, *, layer: int = -1,

@@ -1,0 +1,71 @@
+"""Attention weights, for looking inside a model: who attends to whom, in every block.
+
+The encoder's forward pass never materialises its attention weights (SDPA fuses the softmax
+into the product with the values), so they are re-derived here by running the same blocks
+step by step: each block's input, its pre-attention norm ("modern"), its q/k projection, the
+rotary turn and the block's mask (padding, a local window) give exactly the probabilities
+that block used. Checked against transformers' `output_attentions` (eager attention) for
+both architectures.
+
+Also the summary the source documents draw of what heads do (Clark et al. 2019, "What does
+BERT look at?"): the share of each head's attention that goes to [CLS], to [SEP], to the
+previous and the next token, and to the token itself.
+"""
+from __future__ import annotations
+
+import torch
+
+from bertkit.model.encoder import Encoder, rotate
+
+
+@torch.inference_mode()
+def attention_weights(encoder: Encoder, input_ids: torch.Tensor,
+                      token_type_ids: torch.Tensor | None = None,
+                      attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The attention probabilities of every block: [L, B, A, T, T], row = query, column = key,
+    each row summing to 1 (padded keys get 0), in fp32."""
+    x = encoder.embeddings(input_ids, token_type_ids)  # [B, T, H]
+    B, T, H = x.shape
+    inputs = encoder.layer_inputs(attention_mask, T, False, x.device)
+    weights = []
+    for block, (mask, rope) in zip(encoder.blocks, inputs):
+        attn = block.attn
+        A = attn.num_heads
+        h = block.attn_norm(x) if block.pre_norm else x
+        q, k, _ = attn.qkv(h).view(B, T, 3, A, H // A).unbind(2)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # 2 x [B, A, T, D]
+        if rope is not None:
+            q, k = rotate(q, *rope), rotate(k, *rope)
+        scores = (q.float() @ k.float().transpose(-1, -2)) / (H // A) ** 0.5  # [B, A, T, T]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights.append(scores.softmax(-1))
+        x = block(x, mask, False, rope)
+    return torch.stack(weights)  # [L, B, A, T, T]
+
+
+HEAD_TARGETS = ("cls", "sep", "previous", "next", "self")
+"""What `head_summary` measures, per head: the share of attention each query gives them."""
+
+
+def head_summary(weights: torch.Tensor, ids: torch.Tensor, cls_id: int,
+                 sep_id: int) -> dict[str, torch.Tensor]:
+    """For one text's weights [L, A, T, T] and its ids [T]: {target: [L, A]}, the mean over
+    query tokens of the attention given to [CLS] tokens, [SEP] tokens, the token just before,
+    the token just after and the token itself (the first token has no previous one and the
+    last no next one: those rows count 0, as in Clark et al.)."""
+    T = weights.shape[-1]
+    w = weights.float()
+    is_cls = (ids == cls_id).float()  # [T]
+    is_sep = (ids == sep_id).float()
+    eye = torch.eye(T, device=w.device)
+    return {
+        "cls": (w @ is_cls).mean(-1),
+        "sep": (w @ is_sep).mean(-1),
+        "previous": (w * torch.diag(torch.ones(T - 1, device=w.device), -1)).sum(-1).mean(-1),
+        "next": (w * torch.diag(torch.ones(T - 1, device=w.device), 1)).sum(-1).mean(-1),
+        "self": (w * eye).sum(-1).mean(-1),
+    }
+
+
+__all__ = ["attention_weights", "HEAD_TARGETS", "head_summary"]
