@@ -5,9 +5,9 @@ A command's options are typed once, as dataclass fields. From each field come:
 - the flag: `--name-with-dashes`, or a positional argument with `metadata={"positional": True}`;
 - its type, from the annotation: int, float, str, Path, bool (`--x` / `--no-x`), `X | None`
   (the word `none` gives None for numbers and choices), `list[X]` and `tuple[X, ...]`
-  (several values), `tuple[X, X]` (exactly two), `Literal[...]` or
-  `field(metadata={"choices": ...})` (the allowed values, or "module:NAME" naming a library
-  sequence of them, imported when the command's flags are built);
+  (several values; the flag given twice keeps both), `tuple[X, X]` (exactly two),
+  `Literal[...]` or `field(metadata={"choices": ...})` (the allowed values, or "module:NAME"
+  naming a library sequence of them, imported when the command's flags are built);
 - its default (shown by `--help`); a field without one is required;
 - its help: the string literal right under the field, read from the class source with `ast`
   (no help text when the source is not available, nothing else changes).
@@ -281,10 +281,11 @@ class Command:
             elif opt.positional:  # optional here: it may come from --config
                 parser.add_argument(opt.dest, nargs="*" if opt.nargs else "?", default=None,
                                     type=_converter(opt), metavar=metavar, help=help)
-            else:
+            else:  # a list flag given twice keeps both: --model A --model B is --model A B
                 parser.add_argument(opt.flag, dest=opt.dest, nargs=opt.nargs,
                                     type=_converter(opt), default=argparse.SUPPRESS,
-                                    metavar=metavar, help=help)
+                                    metavar=metavar, help=help,
+                                    **({"action": "extend"} if opt.nargs == "+" else {}))
 
     def read(self, args: argparse.Namespace) -> list:
         """One instance per options class: defaults, then --config, then the flags given."""
