@@ -23,14 +23,15 @@ import threading
 import warnings
 
 from bertkit import __version__
-from bertkit.cli import embeddings, export, finetuning, model, pretraining, road, senses, text
+from bertkit.cli import (embeddings, export, finetuning, model, pretraining, road, senses, serve,
+                         text)
 from bertkit.cli.options import Command
 from bertkit.files import UserError, environment_error
 from bertkit.runlock import RunLock
 
 COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.COMMANDS,
                                  *finetuning.COMMANDS, *embeddings.COMMANDS, *senses.COMMANDS,
-                                 *road.COMMANDS, *export.COMMANDS)
+                                 *road.COMMANDS, *export.COMMANDS, *serve.COMMANDS)
 
 GROUPS = {
     "tokenizer": "train a WordPiece or Unigram vocabulary",

@@ -1,0 +1,186 @@
+"""The web application of `bertkit serve`: a page (files inside this package, nothing fetched
+from the network) and the JSON API it calls, which scripts can call too (its OpenAPI
+description at /openapi.json; FastAPI's browsable /docs page is left out, as it loads its
+scripts from a CDN).
+
+One worker: every model call runs on a single thread, one after the other, so concurrent
+requests queue instead of fighting over the cores; the event loop keeps answering the page
+and the static files meanwhile. A bad request gets a 4xx answer {"error": "one sentence"},
+never a traceback.
+"""
+# No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations
+# (Request, the path and query types) at run time.
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from bertkit.files import UserError
+from bertkit.serve.workbench import RequestError, Workbench
+
+STATIC = Path(__file__).parent / "static"
+"""The page's HTML, script and styles."""
+
+MAX_BODY = 64 * 1024
+"""Bytes of a request body: a few texts at the length limit fit, anything else is refused."""
+
+
+def make_app(workbench: Workbench):
+    """A FastAPI application over `workbench` (needs the `serve` extra: fastapi, uvicorn)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import FileResponse, JSONResponse
+    from fastapi.staticfiles import StaticFiles
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-model")
+    app = FastAPI(title="bertkit serve", docs_url=None, redoc_url=None,
+                  description="Look inside BERT-style models: fill-mask, attention, contextual "
+                              "embeddings, training runs, fine-tuned predictions.")
+    app.state.workbench = workbench
+    app.state.worker = worker
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    async def call(fn: Callable, *args) -> JSONResponse:
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(worker, fn, *args)
+        except RequestError as e:
+            return error(e.status, str(e))
+        except UserError as e:
+            return error(400, str(e))
+        return JSONResponse(result)
+
+    async def body(request: Request) -> dict:
+        raw = await request.body()
+        if len(raw) > MAX_BODY:
+            raise RequestError(f"the request has {len(raw)} bytes; at most {MAX_BODY}", 413)
+        try:
+            data = json.loads(raw or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            raise RequestError("the request body is not JSON") from None
+        if not isinstance(data, dict):
+            raise RequestError("the request body must be a JSON object")
+        return data
+
+    def endpoint(fn: Callable[[dict], Any]):
+        async def handle(request: Request):
+            try:
+                data = await body(request)
+            except RequestError as e:
+                return error(e.status, str(e))
+            return await call(fn, data)
+        return handle
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc):
+        return error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def any_error(request, exc):  # a bug: say so in one line, the log keeps the trace
+        return error(500, f"internal error ({type(exc).__name__}); see the server's log")
+
+    @app.get("/", include_in_schema=False)
+    async def page():
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @app.get("/api/info", summary="the models, runs and texts this server was started with")
+    async def info():
+        return JSONResponse(workbench.describe())
+
+    def fill_mask(d):
+        return workbench.fill_mask(d.get("text"), d.get("top_k", 5), d.get("models"))
+
+    def attention(d):
+        return workbench.attention(d.get("model"), d.get("text"), d.get("pair"))
+
+    def similarity(d):
+        return workbench.similarity(d.get("model"), d.get("a"), d.get("b"))
+
+    def senses(d):
+        return workbench.senses(d.get("model"), d.get("word"), d.get("layer", "last4"))
+
+    def predict(d):
+        return workbench.predict(d.get("model"), d.get("text"), d.get("pair"),
+                                 d.get("question"), d.get("context"))
+
+    routes = {
+        "/api/fill-mask": (fill_mask, 'each model\'s top-k guesses for every [MASK]: '
+                                      '{"text", "top_k"?, "models"?}'),
+        "/api/attention": (attention, 'every layer\'s and head\'s attention weights and a '
+                                      'summary per head: {"model", "text", "pair"?}'),
+        "/api/similarity": (similarity, 'a word\'s cosine similarity in two contexts per layer:'
+                                        ' {"model", "a": {"text", "word"}, "b": {...}}'),
+        "/api/senses": (senses, 'a word\'s occurrences projected to 2-D, raw and standardized: '
+                                '{"model", "word", "layer"?}'),
+        "/api/predict": (predict, 'a fine-tuned model\'s prediction: {"model", "text", "pair"?}'
+                                  ' or {"model", "question", "context"}'),
+    }
+    for path, (fn, summary) in routes.items():
+        app.add_api_route(path, endpoint(fn), methods=["POST"], summary=summary)
+
+    @app.get("/api/runs/{name}", summary="a run's log records from number `after` on")
+    async def run(name: str, after: int = 0):
+        return await call(workbench.run, name, after)
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def require_server_packages() -> None:
+    """A one-line UserError when the `serve` extra is not installed."""
+    import importlib.util
+
+    missing = [name for name in ("fastapi", "uvicorn") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(f"bertkit serve needs {' and '.join(missing)}: "
+                        f"pip install 'bertkit[serve]'")
+
+
+def listen(host: str, port: int):
+    """A socket bound to host:port (port 0: any free one), or a one-line UserError."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UserError(f"--host {host}: {e.strerror or 'not an address of this machine'}") \
+            from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        why = {errno.EADDRINUSE: "is in use (another server?): choose another --port",
+               errno.EACCES: "needs privileges: choose a --port above 1023",
+               errno.EADDRNOTAVAIL: "is not an address of this machine"}.get(e.errno,
+                                                                              e.strerror)
+        raise UserError(f"{host}:{port} {why}") from None
+    sock.listen(64)
+    return sock
+
+
+def serve(workbench: Workbench, host: str = "127.0.0.1", port: int = 8000,
+          announce: Callable[[str], None] = print) -> None:
+    """Run the application until interrupted; `announce` gets the address (with the port the
+    system chose for port 0)."""
+    import uvicorn
+
+    app = make_app(workbench)
+    sock = listen(host, port)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    shown = f"[{host}]" if ":" in host else host
+    announce(f"bertkit serve: http://{shown}:{port}/  (Ctrl-C stops it)")
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        app.state.worker.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["STATIC", "MAX_BODY", "make_app", "require_server_packages", "listen", "serve"]

@@ -1,0 +1,549 @@
+"""What `bertkit serve` shows, as plain Python: the models, corpus and runs named on the command
+line, and one method per view that answers with JSON-ready dicts.
+
+The web application (`bertkit.serve.app`) only routes requests here; scripts and notebooks can
+call the same methods. Nothing a request carries can name a file: the models, the corpus, the
+sense-labelled file and the run directories are fixed when the Workbench is built, and a
+request picks among them by name. Every request is checked against `Limits`, and a bad one
+raises `RequestError` (one sentence, a 4xx status).
+"""
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from bertkit.files import UserError, read_json
+from bertkit.model.hub import resolve_model
+
+ROUND = 4
+"""Decimals kept in the numbers sent to the page (attention weights, points)."""
+
+
+class RequestError(UserError):
+    """A request the workbench refuses: one sentence, and the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The most a single request may ask for (what keeps one request from holding the
+    worker for long)."""
+
+    text_chars: int = 2000
+    """Characters of one text (a sentence, a pair's second text, a question or a context)."""
+    top_k: int = 50
+    """Guesses per [MASK]."""
+    attention_tokens: int = 128
+    """Tokens of a text drawn in the attention view (every layer and head: L x A x T x T)."""
+    sense_points: int = 300
+    """Occurrences of a word projected in the embeddings view."""
+
+
+@dataclass
+class ServedModel:
+    """One model directory of the command line and what it can do."""
+
+    name: str
+    path: Path
+    kind: str
+    """"pretrained" (encoder and masked-LM head), "encoder" (no trained head: MiniLM,
+    a sentence-transformers or ELMo directory) or the fine-tuned task ("classify", "tag",
+    "qa", ...)."""
+    embedder: Any = None
+    """bertkit.embeddings.embedder.Embedder over the model's encoder; None for a CNN."""
+    filler: Any = None
+    """bertkit.model.fill_mask.FillMask when the masked-LM head is trained."""
+    task_model: Any = None
+    """bertkit.finetuning.predict.TaskModel of a fine-tuned model."""
+    no_fill_mask: str = ""
+    """Why the fill-mask view cannot use this model ("" when it can)."""
+    standardizer: Any = None
+    """The standardizer of the embeddings view: the directory's own, else one fitted on the
+    corpus (made on first use)."""
+    corpus_report: Any = None
+
+    def describe(self) -> dict:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind,
+                               "fill_mask": not self.no_fill_mask,
+                               "fill_mask_note": self.no_fill_mask,
+                               "attention": self.has_attention, "embeddings":
+                                   self.embedder is not None,
+                               "predict": self.task_model is not None}
+        if self.embedder is not None:
+            cfg = self.embedder.config
+            out.update(architecture=getattr(cfg, "architecture", "elmo"),
+                       layers=cfg.num_layers, heads=getattr(cfg, "num_heads", 0),
+                       hidden_size=cfg.hidden_size, max_length=self.embedder.max_length,
+                       mask_token=self.mask_token)
+        if self.task_model is not None:
+            task = self.task_model.task
+            out.update(task=task.name, verb=task.verb, labels=self.task_model.labels)
+        return out
+
+    @property
+    def has_attention(self) -> bool:
+        return self.embedder is not None and hasattr(self.embedder.encoder, "blocks")
+
+    @property
+    def mask_token(self) -> str:
+        tok = self.embedder.tokenizer
+        return tok.id_to_token(tok.mask_id) if tok.mask_id is not None else ""
+
+
+def load_served_model(path: str | Path, name: str, device: str | torch.device = "cpu",
+                      allow_untrained_head: bool = False) -> ServedModel:
+    """A model directory (or a name in the local Hugging Face cache) loaded for the views it
+    supports: a fine-tuned model for predictions and its encoder's views, a pretrained one
+    for fill-mask and the encoder's views, any other encoder for the encoder's views."""
+    from bertkit.embeddings.embedder import Embedder
+    from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer
+    from bertkit.finetuning.cnn import is_cnn_dir
+    from bertkit.finetuning.heads import read_task_file
+    from bertkit.finetuning.predict import TaskModel
+    from bertkit.finetuning.tasks import TASKS
+    from bertkit.model import hub
+    from bertkit.model.fill_mask import FillMask
+    from bertkit.model.info import info
+    from bertkit.road.elmo import is_elmo_dir
+
+    path = resolve_model(path)
+    own_standardizer = (Standardizer.load(path / STANDARDIZER_FILE)
+                        if (path / STANDARDIZER_FILE).is_file() else None)
+    if is_cnn_dir(path):
+        task_model = TaskModel.load(path, device)
+        return ServedModel(name, path, task_model.task.name, task_model=task_model,
+                           no_fill_mask="a convolutional classifier has no masked-LM head")
+    if not is_elmo_dir(path) and (path / "config.json").is_file():
+        config = hub.load_config(path)
+        if read_task_file(path) is not None or any(t.from_transformers(config.extra)
+                                                   for t in TASKS):
+            task_model = TaskModel.load(path, device)
+            embedder = Embedder(task_model.model.encoder, task_model.tokenizer,
+                                standardizer=own_standardizer, source=str(path))
+            return ServedModel(name, path, task_model.task.name, embedder=embedder,
+                               task_model=task_model, standardizer=own_standardizer,
+                               no_fill_mask="a fine-tuned model's masked-LM head is gone")
+        untrained = [n for n in info(path).missing if n.startswith("mlm.")]
+        if not untrained or allow_untrained_head:
+            filler = FillMask.load(path, device)
+            embedder = Embedder(filler.model.encoder, filler.tokenizer,
+                                standardizer=own_standardizer, source=str(path))
+            return ServedModel(name, path, "pretrained", embedder=embedder, filler=filler,
+                               standardizer=own_standardizer)
+    embedder = Embedder.load(path, device)
+    why = ("an ELMo model has no masked-LM head" if is_elmo_dir(path) else
+           "its weights have no trained masked-LM head (an encoder-only checkpoint)")
+    return ServedModel(name, path, "encoder", embedder=embedder, no_fill_mask=why,
+                       standardizer=embedder.standardizer)
+
+
+@dataclass
+class Run:
+    """A run directory of the command line: its metrics.jsonl, read as it grows."""
+
+    name: str
+    path: Path
+
+
+@dataclass
+class Workbench:
+    """The models, texts and runs `bertkit serve` was started with, and the views over them."""
+
+    models: dict[str, ServedModel]
+    runs: dict[str, Run] = field(default_factory=dict)
+    corpus: list[str] = field(default_factory=list)
+    """Lines sampled from --corpus: where a word's occurrences are found, and what the
+    standardizer and the anisotropy figures are fitted on."""
+    corpus_name: str = ""
+    sense_rows: list = field(default_factory=list)
+    """bertkit.senses.data.SenseExample rows of --senses: sense-labelled occurrences."""
+    senses_name: str = ""
+    limits: Limits = field(default_factory=Limits)
+
+    @classmethod
+    def load(cls, models: Sequence[str | Path], runs: Sequence[str | Path] = (),
+             corpus: str | Path | None = None, corpus_lines: int = 400,
+             senses: str | Path | None = None, device: str | torch.device = "cpu",
+             limits: Limits = Limits(), allow_untrained_head: bool = False,
+             seed: int = 0) -> "Workbench":
+        from bertkit.embeddings.anisotropy import sample_lines
+        from bertkit.senses.data import read_examples
+
+        loaded: dict[str, ServedModel] = {}
+        for path, name in zip(models, unique_names(models)):
+            loaded[name] = load_served_model(path, name, device, allow_untrained_head)
+        run_dirs: dict[str, Run] = {}
+        for path, name in zip(runs, unique_names(runs)):
+            if not Path(path).is_dir():
+                raise UserError(f"{path}: no such run directory")
+            run_dirs[name] = Run(name, Path(path))
+        lines = sample_lines(corpus, corpus_lines, seed=seed) if corpus is not None else []
+        sense_rows = read_examples(senses) if senses is not None else []
+        return cls(loaded, run_dirs, lines, str(corpus or ""), sense_rows, str(senses or ""),
+                   limits)
+
+    # Helpers -----------------------------------------------------------------------------------
+    def model(self, name: Any, need: str = "") -> ServedModel:
+        if not isinstance(name, str) or name not in self.models:
+            raise RequestError(f"no model named {name!r}; this server has "
+                               f"{', '.join(self.models)}", 404)
+        model = self.models[name]
+        if need == "encoder" and model.embedder is None:
+            raise RequestError(f"model {name!r} has no transformer encoder to look into")
+        if need == "attention" and not model.has_attention:
+            raise RequestError(f"model {name!r} has no attention layers to show")
+        return model
+
+    def text(self, value: Any, what: str = "text", allow_empty: bool = False) -> str:
+        if not isinstance(value, str):
+            raise RequestError(f"{what} must be a string")
+        if not value.strip() and not allow_empty:
+            raise RequestError(f"{what} is empty")
+        if len(value) > self.limits.text_chars:
+            raise RequestError(f"{what} has {len(value)} characters; this server takes at most "
+                               f"{self.limits.text_chars}", 413)
+        return value
+
+    def describe(self) -> dict:
+        lemmas = sorted({e.lemma for e in self.sense_rows})
+        return {"models": [m.describe() for m in self.models.values()],
+                "runs": list(self.runs), "corpus": Path(self.corpus_name).name
+                if self.corpus_name else "", "corpus_lines": len(self.corpus),
+                "senses": Path(self.senses_name).name if self.senses_name else "",
+                "sense_words": lemmas, "limits": vars(self.limits)}
+
+    # 1. Fill the mask --------------------------------------------------------------------------
+    def fill_mask(self, text: Any, top_k: Any = 5, models: Any = None) -> dict:
+        """Each model's top-k guesses for every [MASK] of `text`, side by side."""
+        text = self.text(text)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) \
+                or not 1 <= top_k <= self.limits.top_k:
+            raise RequestError(f"top_k must be a whole number from 1 to {self.limits.top_k}")
+        names = [n for n, m in self.models.items() if not m.no_fill_mask] \
+            if models is None else models
+        if not isinstance(names, list) or not names:
+            raise RequestError("models must be a list of model names" if models is not None
+                               else "none of this server's models has a masked-LM head")
+        if "[MASK]" not in text:
+            raise RequestError("the text has no [MASK]: write [MASK] where a word is to be "
+                               "guessed, or click a word")
+        out = []
+        for name in names:
+            model = self.model(name)
+            if model.no_fill_mask:
+                out.append({"name": name, "error": f"{name}: {model.no_fill_mask}"})
+                continue
+            own = text.replace("[MASK]", model.mask_token)
+            started = time.perf_counter()
+            try:
+                result = model.filler([own], top_k=top_k)[0]
+            except UserError as e:
+                raise RequestError(str(e)) from None
+            out.append({"name": name, "masks": [[{
+                "token": g["token_str"], "id": g["token"], "score": round(g["score"], 6),
+                "sequence": g["sequence"]} for g in guesses] for guesses in result["masks"]],
+                "ms": round(1000 * (time.perf_counter() - started), 1)})
+        return {"text": text, "models": out}
+
+    # 2. Attention ------------------------------------------------------------------------------
+    def attention(self, model: Any, text: Any, pair: Any = None) -> dict:
+        """Every layer's and head's attention weights for a text (or a pair), and what each
+        head attends to (`bertkit.model.attention.head_summary`)."""
+        from bertkit.model.attention import HEAD_TARGETS, attention_weights, head_summary
+
+        served = self.model(model, "attention")
+        text = self.text(text)
+        pair = None if pair in (None, "") else self.text(pair, "pair")
+        embedder = served.embedder
+        if pair is not None and embedder.config.type_vocab_size < 2 \
+                and embedder.config.architecture == "bert":
+            raise RequestError(f"model {served.name!r} has one segment type: it takes no pairs")
+        enc = embedder.tokenize([text if pair is None else (text, pair)])[0]
+        limit = min(self.limits.attention_tokens, embedder.max_length)
+        if enc.truncated or len(enc.ids) > limit:
+            count = f"more than {len(enc.ids)}" if enc.truncated else str(len(enc.ids))
+            raise RequestError(f"the text is {count} tokens; the attention "
+                               f"view draws at most {limit} tokens", 413)
+        ids = torch.from_numpy(enc.ids)[None].to(embedder.device)
+        types = torch.from_numpy(enc.type_ids)[None].to(embedder.device)
+        weights = attention_weights(embedder.encoder, ids, types)[:, 0]  # [L, A, T, T]
+        tok = embedder.tokenizer
+        summary = head_summary(weights, ids[0], tok.cls_id, tok.sep_id)
+        return {"model": served.name, "tokens": [tok.id_to_token(int(i)) for i in enc.ids],
+                "segments": enc.type_ids.tolist(),
+                "weights": np.round(weights.cpu().numpy(), ROUND).tolist(),
+                "summary": {t: np.round(summary[t].cpu().numpy(), ROUND).tolist()
+                            for t in HEAD_TARGETS}}
+
+    # 3. Contextual embeddings ------------------------------------------------------------------
+    def _standardizer(self, served: ServedModel):
+        """The model's own standardizer, else one fitted on the corpus sample (with the
+        anisotropy report of that sample), made once; None without either."""
+        if served.corpus_report is None and self.corpus:
+            from bertkit.embeddings.anisotropy import anisotropy_report
+
+            report, fitted = anisotropy_report(served.embedder, self.corpus, layers="all",
+                                               standardizer=served.standardizer,
+                                               corpus_name=self.corpus_name)
+            served.corpus_report = report
+            if served.standardizer is None:
+                served.standardizer = fitted
+        return served.standardizer
+
+    def _span(self, item: Any, what: str) -> tuple[str, tuple[int, int]]:
+        """A {"text", "word"[, "occurrence"]} or {"text", "start", "end"} target."""
+        if not isinstance(item, dict):
+            raise RequestError(f"{what} must be an object with text and word")
+        text = self.text(item.get("text"), f"{what}.text")
+        if "start" in item or "end" in item:
+            start, end = item.get("start"), item.get("end")
+            if not (isinstance(start, int) and isinstance(end, int)
+                    and 0 <= start < end <= len(text)):
+                raise RequestError(f"{what}: start and end must be character offsets in the "
+                                   f"text, start < end")
+            return text, (start, end)
+        word = self.text(item.get("word"), f"{what}.word").strip()
+        occurrence = item.get("occurrence", 1)
+        if isinstance(occurrence, bool) or not isinstance(occurrence, int) or occurrence < 1:
+            raise RequestError(f"{what}.occurrence must be a whole number from 1")
+        found = list(word_matches(text, word))
+        if len(found) < occurrence:
+            raise RequestError(f"{what}: {word!r} occurs {len(found)} time(s) in the text")
+        return text, found[occurrence - 1]
+
+    def similarity(self, model: Any, a: Any, b: Any) -> dict:
+        """The cosine similarity of one word in two contexts, at every layer (the seeds'
+        "bank" example); also after standardization when there is a standardizer."""
+        served = self.model(model, "encoder")
+        (text_a, span_a), (text_b, span_b) = self._span(a, "a"), self._span(b, "b")
+        embedder = served.embedder
+        L, H = embedder.config.num_layers, embedder.config.hidden_size
+        standardizer = self._standardizer(served)
+        runs = {"raw": False, **({"standardized": True} if standardizer is not None else {})}
+        out: dict[str, Any] = {"model": served.name, "layers": list(range(L + 1)),
+                               "words": [text_a[slice(*span_a)], text_b[slice(*span_b)]]}
+        if standardizer is not None:
+            embedder.standardizer = standardizer
+        try:
+            for key, standardize in runs.items():
+                vectors = embedder.word_vectors([text_a, text_b], [span_a, span_b],
+                                                layers="all", combine="concat",
+                                                standardize=standardize)  # [2, (L+1) H]
+                per_layer = vectors.reshape(2, L + 1, H).astype(np.float64)
+                cos = [cosine(per_layer[0, k], per_layer[1, k]) for k in range(L + 1)]
+                out[key] = [round(c, ROUND) for c in cos]
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+        out["standardized_with"] = _standardizer_source(standardizer, self.corpus_name)
+        return out
+
+    def senses(self, model: Any, word: Any, layer: Any = "last4") -> dict:
+        """A word's occurrences (in the sense-labelled file, else in the corpus sample) as 2-D
+        points, raw and standardized, coloured by sense; the occurrences' anisotropy (their
+        expected cosine) both ways, and the corpus's per layer beside them."""
+        from bertkit.embeddings.anisotropy import expected_cosine
+        from bertkit.embeddings.embedder import resolve_layers
+        from bertkit.embeddings.plots import project_2d
+
+        served = self.model(model, "encoder")
+        word = self.text(word, "word").strip()
+        embedder = served.embedder
+        if isinstance(layer, bool) or not isinstance(layer, (int, str)):
+            raise RequestError("layer must be a layer number, 'last4' or 'all'")
+        try:
+            layers = resolve_layers(layer, embedder.config.num_layers)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+        limit = self.limits.sense_points
+        labelled = [e for e in self.sense_rows if e.lemma.lower() == word.lower()][:limit]
+        if labelled:
+            texts = [e.text for e in labelled]
+            spans = [(e.start, e.end) for e in labelled]
+            senses = [e.synset or "" for e in labelled]
+            glosses = {e.synset: e.gloss or "" for e in labelled if e.synset}
+            source = Path(self.senses_name).name
+        else:
+            texts, spans = [], []
+            for line in self.corpus:
+                for span in word_matches(line, word):
+                    texts.append(line)
+                    spans.append(span)
+                    break
+                if len(texts) >= limit:
+                    break
+            senses, glosses, source = [""] * len(texts), {}, Path(self.corpus_name).name
+        if not self.corpus and not self.sense_rows:
+            raise RequestError("this server has no texts to find a word in: start it with "
+                               "--corpus FILE or --senses FILE")
+        if len(texts) < 3:
+            raise RequestError(f"{word!r} occurs {len(texts)} time(s) in {source or 'the texts'};"
+                               f" the projection needs 3 or more")
+        standardizer = self._standardizer(served)
+        try:
+            raw = embedder.word_vectors(texts, spans, layers=layers)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+        if standardizer is not None:
+            embedder.standardizer = standardizer
+            z = embedder.word_vectors(texts, spans, layers=layers, standardize=True)
+        else:  # standardized over these occurrences themselves
+            z = (raw - raw.mean(0)) / np.maximum(raw.std(0), 1e-12)
+        points_raw, axes_raw = project_2d(raw)
+        points_z, axes_z = project_2d(z)
+        out: dict[str, Any] = {
+            "model": served.name, "word": word, "source": source, "layers": layers,
+            "senses": senses, "glosses": glosses,
+            "contexts": [_snippet(t, s) for t, s in zip(texts, spans)],
+            "raw": {"points": np.round(points_raw, ROUND).tolist(), "axes": list(axes_raw),
+                    "anisotropy": round(expected_cosine(raw), ROUND)},
+            "standardized": {"points": np.round(points_z, ROUND).tolist(),
+                             "axes": list(axes_z),
+                             "anisotropy": round(expected_cosine(z), ROUND)},
+            "standardized_with": _standardizer_source(standardizer, self.corpus_name)
+            or "these occurrences"}
+        report = served.corpus_report
+        if report is not None:
+            out["corpus"] = {"name": Path(self.corpus_name).name, "words": report.words,
+                             "layers": [{"layer": s.layer,
+                                         "anisotropy": round(s.anisotropy, ROUND),
+                                         "anisotropy_standardized": round(s.anisotropy_std,
+                                                                          ROUND),
+                                         "rogue": [{"dim": r.dim, "share": round(r.share,
+                                                                                  ROUND)}
+                                                   for r in s.rogue]}
+                                        for s in report.layers]}
+        return out
+
+    # 4. Training runs --------------------------------------------------------------------------
+    def run(self, name: Any, after: Any = 0) -> dict:
+        """The records of a run's metrics.jsonl from number `after` on (poll with the
+        returned `next` to follow a run as it trains), and its settings."""
+        from bertkit.training.runlog import read_metrics
+
+        if not isinstance(name, str) or name not in self.runs:
+            raise RequestError(f"no run named {name!r}; this server has "
+                               f"{', '.join(self.runs) or 'none'}", 404)
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise RequestError("after must be a whole number from 0")
+        run = self.runs[name]
+        try:
+            records = read_metrics(run.path / "metrics.jsonl")
+        except UserError as e:
+            raise RequestError(str(e), 422) from None
+        restarted = after > len(records)  # the log was cut back (a resumed run)
+        start = 0 if restarted else after
+        args = None
+        if (run.path / "training_args.json").is_file():
+            try:
+                args = read_json(run.path / "training_args.json")
+            except UserError:
+                args = None
+        return {"name": name, "records": [_finite(r) for r in records[start:]],
+                "next": len(records), "restarted": restarted,
+                "training_args": args}
+
+    # 5. A fine-tuned model ---------------------------------------------------------------------
+    def predict(self, model: Any, text: Any = None, pair: Any = None,
+                question: Any = None, context: Any = None) -> dict:
+        """A fine-tuned model's answer: every class's probability, the entity spans (or a tag
+        per word), or the answer span of a question in a context."""
+        served = self.model(model)
+        runner = served.task_model
+        if runner is None:
+            raise RequestError(f"model {served.name!r} is not fine-tuned for a task")
+        task = runner.task
+        try:
+            if task.verb == "answer":
+                question, context = self.text(question, "question"), self.text(context,
+                                                                                 "context")
+                return {"model": served.name, "task": task.name,
+                        **runner.answer(question, context)}
+            text = self.text(text)
+            if task.verb == "tag":
+                found = runner.tag(text)
+                key = "entities" if not found or "word" not in found[0] else "words"
+                return {"model": served.name, "task": task.name, "text": text, key: found}
+            pair = None if pair in (None, "") else self.text(pair, "pair")
+            if task.name == "pair" and pair is None:
+                raise RequestError("a sentence-pair model needs the second text (pair)")
+            return {"model": served.name, "task": task.name, "text": text,
+                    **self._classes(runner, text, pair)}
+        except RequestError:
+            raise
+        except UserError as e:
+            raise RequestError(str(e)) from None
+
+    @staticmethod
+    def _classes(runner, text: str, pair: str | None) -> dict:
+        """Every label's probability (softmax; sigmoid for multi-label), or the number of a
+        regression model."""
+        from bertkit.finetuning.readers import TextExample
+
+        if runner.task.name == "regress":
+            return {"score": runner.classify(text, pair)["score"]}
+        _, outputs = runner.outputs([TextExample(text, pair)])
+        logits = outputs[0].float()
+        multi = getattr(runner.task, "multi_label", False)
+        probs = (torch.sigmoid(logits) if multi else logits.softmax(-1)).tolist()
+        ranked = sorted(zip(runner.labels, probs), key=lambda lp: -lp[1])
+        return {"multi_label": multi,
+                "classes": [{"label": label, "score": round(p, 6)} for label, p in ranked]}
+
+
+def word_matches(text: str, word: str):
+    """Character spans of `word` in `text` as a whole word, ignoring case."""
+    pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE)
+    for m in pattern.finditer(text):
+        yield m.span()
+
+
+def unique_names(paths: Sequence[str | Path]) -> list[str]:
+    """A short name per path (its last part), numbered where two would be equal."""
+    names = []
+    for p in paths:
+        base = Path(str(p).rstrip("/")).name or str(p)
+        name, n = base, 2
+        while name in names:
+            name, n = f"{base}-{n}", n + 1
+        names.append(name)
+    return names
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-30))
+
+
+def _snippet(text: str, span: tuple[int, int], width: int = 60) -> dict:
+    start, end = span
+    left = max(0, start - width)
+    return {"before": ("..." if left else "") + text[left:start],
+            "word": text[start:end],
+            "after": text[end:end + width] + ("..." if end + width < len(text) else "")}
+
+
+def _standardizer_source(standardizer, corpus_name: str) -> str:
+    if standardizer is None:
+        return ""
+    if standardizer.path:
+        return Path(standardizer.path).name
+    return f"{Path(corpus_name).name} ({standardizer.count} words)"
+
+
+def _finite(record: dict) -> dict:
+    """A log record as JSON allows it: NaN and infinities become null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in record.items()}
+
+
+__all__ = ["RequestError", "Limits", "ServedModel", "load_served_model", "Run", "Workbench",
+           "word_matches", "unique_names"]
