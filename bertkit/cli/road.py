@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 
-from bertkit.cli.options import Command
+from bertkit.cli.options import Command, command_line
+
+
+def _line(name: str, opts) -> str:
+    """The shell line that runs command `name` with these options again (training_args.json)."""
+    return command_line(next(c for c in COMMANDS if c.name == name), [opts])
 
 
 def run_entities(opts) -> int:
     from bertkit.road.entities import run_entities as run
 
-    result = run(opts)
+    result = run(opts, _line("road entities", opts))
     print(json.dumps({k: v for k, v in result.metrics.items() if k != "neighbours"}, indent=2,
                      default=float))
     return 0
@@ -29,7 +34,7 @@ def run_neighbours(opts) -> int:
 def run_seq2seq(opts) -> int:
     from bertkit.road.seq2seq import run_seq2seq as run
 
-    print(json.dumps(run(opts).metrics, indent=2, default=float))
+    print(json.dumps(run(opts, _line("road seq2seq", opts)).metrics, indent=2, default=float))
     return 0
 
 
@@ -45,7 +50,7 @@ def run_translate(opts) -> int:
 def run_elmo(opts) -> int:
     from bertkit.road.elmo import train_elmo
 
-    result = train_elmo(opts)
+    result = train_elmo(opts, _line("road elmo", opts))
     if result.stopped_by == "interrupted":
         return 130
     print(json.dumps({k: v for k, v in result.metrics.items() if k != "config"}, indent=2,
@@ -56,7 +61,7 @@ def run_elmo(opts) -> int:
 def run_elmo_tag(opts) -> int:
     from bertkit.road.elmo_tagger import tag_words
 
-    print(json.dumps(tag_words(opts), indent=2, default=float))
+    print(json.dumps(tag_words(opts, _line("road elmo-tag", opts)), indent=2, default=float))
     return 0
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from bertkit.cli.options import Command
+from bertkit.cli.options import Command, command_line
 from bertkit.files import UserError
 
 WSD_OPTIONS = "bertkit.senses.wsd:WsdOptions"
@@ -175,13 +175,17 @@ class StaticTrainFiles:
 
 def run_static_train(files: StaticTrainFiles, config) -> int:
     from bertkit.senses.static import StaticVectors
+    from bertkit.training.settings import run_settings
 
     tokenizer = None
     if files.tokenizer:
         from bertkit.text.tokenizer import Tokenizer
         tokenizer = Tokenizer.load(files.tokenizer)
     model = StaticVectors.train(files.input, config, tokenizer, progress=not files.quiet)
-    model.save(files.out)
+    static_train = next(c for c in COMMANDS if c.name == "static train")
+    model.save(files.out, run_settings({"files": files, "config": config}, device="cpu",
+                                       precision="fp32",
+                                       command=command_line(static_train, [files, config])))
     print(f"{files.out}: {len(model.tokens):,} {model.tokenization.kind} x {model.dim} "
           f"dimensions, {model.stats.pairs:,} pairs in {model.stats.seconds:.0f}s, "
           f"final loss {model.stats.final_loss:.3f}")

@@ -48,6 +48,7 @@ from bertkit.runtime import choose_precision
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.text.vocab import train_tokenizer
 from bertkit.training.loop import autocast, train
+from bertkit.training.settings import run_settings
 
 CONFIG_FILE = "elmo.json"
 CONFIG_FORMAT = "bertkit-elmo"
@@ -439,7 +440,7 @@ def _tokenizer_and_streams(options: ElmoOptions) -> tuple[Tokenizer, Streams, St
     return (tokenizer, *text_streams(data, tokenizer, options.heldout_every))
 
 
-def train_elmo(options: ElmoOptions) -> ElmoResult:
+def train_elmo(options: ElmoOptions, command_line: str | None = None) -> ElmoResult:
     """Train, evaluate held-out perplexity of both directions, save the model into out."""
     out = Path(options.out)
     check_not_input(out, [options.data, options.tokenizer], names=["data", "tokenizer"])
@@ -475,7 +476,9 @@ def train_elmo(options: ElmoOptions) -> ElmoResult:
                    "batch_size": options.batch_size, "vocab_size": tokenizer.vocab_size}
     result = train(model, elmo_loss, batches, train_cfg, out, evaluate=evaluate,
                    save=lambda m, path: save_elmo(m, tokenizer, path), device=options.device,
-                   fingerprint=fingerprint)
+                   fingerprint=fingerprint,
+                   settings=run_settings({"options": options}, device=options.device,
+                                         precision=train_cfg.precision, command=command_line))
     if result.stopped_by == "interrupted":
         return ElmoResult(out, {}, result.stopped_by)
     metrics = {**result.eval_metrics, "steps": result.step,

@@ -32,6 +32,7 @@ from bertkit.finetuning.readers import TaggedSentence, read_tagged
 from bertkit.finetuning.recipe import _split
 from bertkit.model.scalar_mix import ScalarMix
 from bertkit.training.loop import train
+from bertkit.training.settings import run_settings
 
 
 class MixTagger(nn.Module):
@@ -128,7 +129,7 @@ class _WordBatches:
                    "num_tokens": torch.tensor(len(rows))}
 
 
-def tag_words(options: ElmoTagOptions) -> dict:
+def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
     """Train the probe, score dev accuracy beside the most-frequent-tag baseline, save."""
     out = Path(options.out)
     check_not_input(out, [options.model, options.train, options.dev],
@@ -187,6 +188,8 @@ def tag_words(options: ElmoTagOptions) -> dict:
                    _WordBatches(features[0], labels[0], options.batch_size, options.seed), cfg,
                    out, evaluate=evaluate, save=save, device=options.device,
                    fingerprint={"task": "elmo-tag", "layers": options.layers},
+                   settings=run_settings({"options": options}, device=options.device,
+                                         precision=cfg.precision, command=command_line),
                    show_progress=not options.quiet)
     model.cpu().eval()
     metrics = {"dev_accuracy": evaluate(model)["dev_accuracy"],

@@ -38,6 +38,7 @@ from bertkit.figures import draw_or_skip, new_figure
 from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_lines)
 from bertkit.training.loop import train
+from bertkit.training.settings import run_settings
 
 CONFIG_FORMAT = "bertkit-recommender"
 KINDS = ("onehot", "dot", "mlp")
@@ -449,7 +450,7 @@ class EntitiesResult:
     """kind -> movie query -> [(movie id, title, cosine)]."""
 
 
-def run_entities(options: EntitiesOptions) -> EntitiesResult:
+def run_entities(options: EntitiesOptions, command_line: str | None = None) -> EntitiesResult:
     """Train each kind, score dev RMSE beside the baselines, list neighbours, draw movies.png."""
     for kind in options.kinds:
         if kind not in KINDS:
@@ -488,7 +489,10 @@ def run_entities(options: EntitiesOptions) -> EntitiesResult:
 
         result = train(model, rating_loss, batches, train_cfg, out / kind, evaluate=evaluate,
                        save=lambda m, path: save_recommender(m, categories, path),
-                       device=options.device, fingerprint={"task": "ratings", "kind": kind})
+                       device=options.device, fingerprint={"task": "ratings", "kind": kind},
+                       settings=run_settings({"options": options}, device=options.device,
+                                             precision=train_cfg.precision,
+                                             command=command_line))
         if result.stopped_by == "interrupted":
             raise KeyboardInterrupt(f"stopped: continue {out / kind} with resume")
         model.cpu()

@@ -46,6 +46,7 @@ from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import CLS, PAD, SEP, Tokenizer
 from bertkit.text.vocab import train_tokenizer
 from bertkit.training.loop import train
+from bertkit.training.settings import run_settings
 
 CONFIG_FORMAT = "bertkit-seq2seq"
 
@@ -488,7 +489,7 @@ class Seq2SeqResult:
     """A few dev sources with reference and each system's output."""
 
 
-def run_seq2seq(options: Seq2SeqOptions) -> Seq2SeqResult:
+def run_seq2seq(options: Seq2SeqOptions, command_line: str | None = None) -> Seq2SeqResult:
     """Train each variant, decode the dev pairs greedily and by beam search, score them and
     the copy-the-source baseline, write everything into options.out."""
     unknown = set(options.variants) - set(VARIANTS)
@@ -540,7 +541,10 @@ def run_seq2seq(options: Seq2SeqOptions) -> Seq2SeqResult:
         result = train(model, seq2seq_loss, batches, train_cfg, out / variant,
                        save=lambda m, path: save_seq2seq(m, tokenizer, path),
                        device=options.device,
-                       fingerprint={"task": "seq2seq", "variant": variant})
+                       fingerprint={"task": "seq2seq", "variant": variant},
+                       settings=run_settings({"options": options}, device=options.device,
+                                             precision=train_cfg.precision,
+                                             command=command_line))
         if result.stopped_by == "interrupted":
             raise KeyboardInterrupt(f"stopped: continue {out / variant} with resume")
         model.cpu().eval()

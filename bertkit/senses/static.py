@@ -49,6 +49,7 @@ from bertkit.figures import new_figure
 from bertkit.files import UserError, atomic_dir, atomic_file, read_json, read_lines
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import Tokenizer
+from bertkit.training.settings import write_settings
 
 WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 """A word: letters and digits, with inner apostrophes ("don't", "father's")."""
@@ -543,9 +544,10 @@ class StaticVectors:
 
     # Files -------------------------------------------------------------------------------
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, settings: dict | None = None) -> Path:
         """A directory: vectors.safetensors (input and context vectors), vocab.json (tokens,
-        counts, tokenization, training config and stats) and, for pieces, the tokenizer."""
+        counts, tokenization, training config and stats), for pieces the tokenizer, and with
+        `settings` (`bertkit.training.settings.run_settings`) training_args.json."""
         tensors = {"vectors": torch.from_numpy(np.ascontiguousarray(self.vectors))}
         if self.context is not None:
             tensors["context"] = torch.from_numpy(np.ascontiguousarray(self.context))
@@ -559,6 +561,8 @@ class StaticVectors:
                                           encoding="utf-8")
             if self.tokenization.tokenizer is not None:
                 self.tokenization.tokenizer.save(tmp / TOKENIZER_DIR)
+            if settings is not None:
+                write_settings(tmp, settings)
         return Path(path)
 
     @classmethod

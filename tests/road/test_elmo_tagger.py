@@ -79,3 +79,11 @@ def test_context_separates_what_layer_zero_cannot(world, capsys):
                      str(world / "train.conll"), "--out", str(world / "cli"), "--layers", "9",
                      "--quiet"]) == 2
     assert "--layers 9: the model has layers 0..2" in capsys.readouterr().err
+    # a run records its settings and the line that runs them again, as pretrain and finetune do
+    assert cli.main(["road", "elmo-tag", "--model", str(world / "elmo"), "--train",
+                     str(world / "train.conll"), "--out", str(world / "cli"), "--epochs", "2",
+                     "--quiet"]) == 0
+    record = json.loads((world / "cli" / "training_args.json").read_text())
+    assert record["command"].startswith("bertkit road elmo-tag --model ")
+    assert "--epochs 2" in record["command"] and record["options"]["epochs"] == 2
+    assert record["environment"]["device"] == "cpu"

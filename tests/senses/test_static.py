@@ -2,6 +2,7 @@
 co-occurrences learned, files and the CLI."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -181,6 +182,9 @@ def test_cli(planted, tmp_path, capsys):
                      "--window", "2", "--epochs", "2", "--min-count", "1", "--subsample", "0",
                      "--out", str(out), "--quiet"]) == 0
     assert "words x 16 dimensions" in capsys.readouterr().out
+    record = json.loads((out / "training_args.json").read_text())
+    assert record["command"].startswith("bertkit static train --input ")
+    assert "--dim 16" in record["command"] and record["config"]["dim"] == 16
     assert cli.main(["static", "neighbors", "--model", str(out), "--top-k", "3", "a0"]) == 0
     assert capsys.readouterr().out.startswith("a0: ")
     assert cli.main(["static", "similarity", "--model", str(out), "a0", "a0"]) == 0
