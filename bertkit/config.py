@@ -332,6 +332,10 @@ class TrainConfig:
     """AdamW epsilon."""
     grad_accum: int = 1
     """Micro-batches accumulated into one optimizer step (effective batch = batch x this)."""
+    grad_accum_final: int | None = None
+    """Batch growth (cramming): the micro-batches per step grow linearly from grad_accum at
+    the start to this at the end of the run (by steps, or by time for a time budget): small,
+    frequent steps while the loss falls fast, larger and quieter ones later. None: fixed."""
     clip_norm: float = 1.0
     """Clip the global gradient norm to this; 0 turns clipping off."""
     precision: Precision = "fp32"
@@ -388,6 +392,9 @@ class TrainConfig:
         for name in ("grad_accum", "log_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.grad_accum_final is not None and self.grad_accum_final < self.grad_accum:
+            raise ConfigError(f"grad_accum_final ({self.grad_accum_final}) must be at least "
+                              f"grad_accum ({self.grad_accum})")
         for name in ("eval_every", "save_every", "patience", "warmup_steps"):
             value = getattr(self, name)
             if value is not None and value < (0 if name == "warmup_steps" else 1):

@@ -75,6 +75,13 @@ class PretrainSchedule(TrainConfig):
     "fp16" (GPU, loss scaling)."""
 
 
+def _accumulation(cfg: TrainConfig) -> str:
+    """" x 4 accumulated", " x 1 -> 8 accumulated (batch growth)" or ""."""
+    if cfg.grad_accum_final is not None:
+        return f" x {cfg.grad_accum} -> {cfg.grad_accum_final} accumulated (batch growth)"
+    return f" x {cfg.grad_accum} accumulated" if cfg.grad_accum > 1 else ""
+
+
 @dataclass
 class PretrainOptions:
     data: Path
@@ -255,7 +262,7 @@ def pretrain(opts: PretrainOptions,
             print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
                   f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
                   f"{masking.mlm_prob:.0%} masked, {opts.seq_len} x {opts.batch_size} "
-                  f"tokens per batch{f' x {cfg.grad_accum} accumulated' if cfg.grad_accum > 1 else ''}"
+                  f"tokens per batch{_accumulation(cfg)}"
                   f", precision {cfg.precision}, {world} rank(s) on {device}, "
                   f"{torch.get_num_threads()} threads", file=sys.stderr)
             malloc, better = allocator()
@@ -278,7 +285,10 @@ def pretrain(opts: PretrainOptions,
 
         fingerprint = {"data": _data_fingerprint(opts.data), "objective": opts.objective,
                        "seq_len": opts.seq_len, "batch_size": opts.batch_size,
-                       "masking": dataclasses.asdict(opts.masking), "grad_accum": cfg.grad_accum}
+                       "masking": dataclasses.asdict(opts.masking), "grad_accum": cfg.grad_accum,
+                       # only when set: checkpoints written before batch growth still resume
+                       **({"grad_accum_final": cfg.grad_accum_final}
+                          if cfg.grad_accum_final is not None else {})}
         return train(model, objectives.loss_for(opts.objective), batches, cfg, opts.out,
                      evaluate=evaluate if held else None,
                      save=lambda m, path: save_pretrained(m, path, tokenizer,

@@ -67,7 +67,8 @@ from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
 from bertkit.runlock import RunLock
 from bertkit.runtime import choose_precision, resolve_device
-from bertkit.training.optimizer import default_param_groups, lr_factor, make_optimizer
+from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
+                                        micro_batches)
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
                                          rng_state, save_checkpoint, set_rng_state)
 from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_line,
@@ -262,6 +263,8 @@ class _State:
     window_steps: int = 0
     window_tokens: int = 0
     window_seconds: float = 0.0
+    micro_batches: int = 1
+    """Micro-batches of the step being taken (batch growth changes it)."""
 
     def saved(self) -> dict:
         return {"step": self.step, "tokens": self.tokens, "train_seconds": self.train_seconds,
@@ -334,6 +337,10 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     if cfg.precision == "fp16" and device.type != "cuda":
         raise UserError("fp16 needs a GPU; use bf16 on the CPU")
+    if distributed and cfg.grad_accum_final is not None and cfg.max_steps is None:
+        # each rank's clock differs: the ranks would disagree on the micro-batches per step
+        raise UserError("batch growth (grad_accum_final) over several processes needs "
+                        "max_steps: a time budget alone grows by each process's own clock")
     if cfg.precision == "auto":
         precision, why = choose_precision(device)
         cfg = cfg.replace(precision=precision)
@@ -429,9 +436,11 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     then clipping, the scheduled learning rate and the update; then the progress log."""
     cfg = run.cfg
     started = time.perf_counter()
-    micro = [run.feed.next() for _ in range(cfg.grad_accum)]
+    count = micro_batches(cfg, state.step + 1, state.train_seconds)
+    micro = [run.feed.next() for _ in range(count)]
     n_tokens = sum(_num_tokens(b) for b in micro) * run.world
     micro = [_to_device(b, run.device) for b in micro]
+    state.micro_batches = count
     try:
         _accumulate_gradients(run, state, micro)
         _update(run, state)
@@ -445,7 +454,7 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     elapsed = time.perf_counter() - started
     state.step += 1
     state.tokens += n_tokens
-    state.window_steps += cfg.grad_accum
+    state.window_steps += count
     state.window_tokens += n_tokens
     state.train_seconds += elapsed
     state.window_seconds += elapsed
@@ -482,7 +491,7 @@ def _update(run: _Run, state: _State) -> None:
         params = [p for g in optimizer.param_groups for p in g["params"]]
         grad_norm = nn.utils.clip_grad_norm_(params, cfg.clip_norm, foreach=True)
         state.sums["grad_norm"] = state.sums.get("grad_norm", 0) \
-            + grad_norm.detach() * cfg.grad_accum
+            + grad_norm.detach() * state.micro_batches
     factor = lr_factor(cfg, state.step + 1, state.train_seconds)
     for group in optimizer.param_groups:
         group["lr"] = group["peak_lr"] * factor

@@ -21,6 +21,24 @@ def default_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": no_decay, "weight_decay": 0.0}]
 
 
+def run_progress(cfg: TrainConfig, step: int, train_seconds: float) -> float:
+    """How far through the run optimizer step `step` (counted from 1) is, 0 to 1: by steps,
+    or for a time budget without max_steps by the share of max_time spent."""
+    if cfg.max_steps is not None:
+        return min(1.0, (step - 1) / cfg.max_steps)
+    return min(1.0, train_seconds / (60 * cfg.max_time))
+
+
+def micro_batches(cfg: TrainConfig, step: int, train_seconds: float) -> int:
+    """Micro-batches accumulated into optimizer step `step`: cfg.grad_accum, or with batch
+    growth growing linearly to cfg.grad_accum_final over the run."""
+    if cfg.grad_accum_final is None:
+        return cfg.grad_accum
+    grown = cfg.grad_accum + (cfg.grad_accum_final - cfg.grad_accum) \
+        * run_progress(cfg, step, train_seconds)
+    return min(cfg.grad_accum_final, int(grown))
+
+
 def lr_factor(cfg: TrainConfig, step: int, train_seconds: float) -> float:
     """Multiplier of the peak learning rate for optimizer step `step` (counted from 1).
 

@@ -291,3 +291,33 @@ def test_another_host_is_warned_about(monkeypatch, capsys, served):
     monkeypatch.setattr("bertkit.serve.app.serve", lambda *a, **k: None)
     assert main(["serve", "--model", str(served.bert), "--host", "0.0.0.0"]) == 0
     assert "anyone who can reach this address" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_server_process_answers_and_stops_on_ctrl_c(served):
+    """The installed command: it prints its address, answers over HTTP, and Ctrl-C stops it
+    with no traceback."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bertkit.cli", "serve", "--model", str(served.bert), "--port",
+         "0", "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("bertkit serve: http://127.0.0.1:"), line
+        address = line.split()[2]
+        with urllib.request.urlopen(address + "api/info", timeout=30) as answer:
+            assert json.load(answer)["models"][0]["name"] == "bert2018"
+        body = json.dumps({"text": "the [MASK] sat"}).encode()
+        request = urllib.request.Request(address + "api/fill-mask", body,
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert len(json.load(answer)["models"][0]["masks"][0]) == 5
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode in (0, 130), err
+    assert "Traceback" not in err

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from bertkit.pretraining import objectives
-from bertkit.config import EncoderConfig, TrainConfig
+from bertkit.config import ConfigError, EncoderConfig, TrainConfig
 from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import PretrainingModel
 from bertkit.training.loop import train
-from bertkit.training.optimizer import default_param_groups, lr_factor
+from bertkit.training.optimizer import default_param_groups, lr_factor, micro_batches
 from bertkit.training.runlog import loss_curves, plot_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -121,6 +121,35 @@ def test_grad_accumulation_equals_one_big_batch(tmp_path, tiny):
         results.append(tiny.params(model))
     for k in results[0]:
         torch.testing.assert_close(results[0][k], results[1][k], atol=1e-6, rtol=1e-5)
+
+
+def test_batch_growth_takes_more_micro_batches_as_the_run_goes(tmp_path, tiny):
+    """grad_accum_final: 1 micro-batch at the start, growing linearly to 4 by the end; each
+    step equals one step on the concatenation of its micro-batches."""
+    cfg = TrainConfig(max_steps=10, lr=1e-3, warmup_steps=0, log_every=1, grad_accum_final=4)
+    counts = [micro_batches(cfg, step, 0.0) for step in range(1, 11)]
+    assert counts == [1, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    timed = cfg.replace(max_steps=None, max_time=10.0)
+    assert [micro_batches(timed, 99, 60 * m) for m in (0, 5, 9.99, 10, 20)] == [1, 2, 3, 4, 4]
+    assert micro_batches(cfg.replace(grad_accum_final=None, grad_accum=2), 9, 0.0) == 2
+    batches = tiny.FakeBatches(B=4)
+    train(tiny.model(), objectives.mlm_loss, batches, cfg, tmp_path / "grow",
+          save=tiny.no_save, show_progress=False, target_count=objectives.target_count("mlm"))
+    assert batches.n == sum(counts)
+    g = torch.Generator().manual_seed(5)
+    small = [tiny.batch(g, 4) for _ in range(3)]
+    grown, flat = tiny.model(), tiny.model()
+    two = TrainConfig(max_steps=2, lr=1e-3, warmup_steps=0, log_every=1, grad_accum_final=3)
+    assert [micro_batches(two, s, 0.0) for s in (1, 2)] == [1, 2]
+    train(grown, objectives.mlm_loss, small, two, tmp_path / "g", save=tiny.no_save,
+          show_progress=False, target_count=objectives.target_count("mlm"))
+    train(flat, objectives.mlm_loss, [small[0], tiny.concat(small[1], small[2])],
+          two.replace(grad_accum_final=None), tmp_path / "f", save=tiny.no_save,
+          show_progress=False, target_count=objectives.target_count("mlm"))
+    for k, v in tiny.params(grown).items():
+        torch.testing.assert_close(v, tiny.params(flat)[k], atol=1e-6, rtol=1e-5)
+    with pytest.raises(ConfigError, match="at least grad_accum"):
+        TrainConfig(max_steps=1, grad_accum=4, grad_accum_final=2)
 
 
 def test_sigterm_finishes_the_step_saves_and_stops(tmp_path, tiny):
