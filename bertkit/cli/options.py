@@ -399,7 +399,7 @@ def command_line(command: Command, instances: list, program: str = "bertkit") ->
                 flags += [opt.flag, *(_spelled(v) for v in value)]
         else:
             flags += [opt.flag, _spelled(value)]
-    return shlex.join([program, command.name, *positional, *flags])
+    return shlex.join([program, *command.name.split(), *positional, *flags])
 
 
 def _spelled(value) -> str:

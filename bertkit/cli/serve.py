@@ -16,14 +16,14 @@ class ServeOptions:
     model: list[Path] = field(default_factory=list)
     """Model directories (bertkit, Hugging Face, sentence-transformers or fine-tuned), or
     names in the local Hugging Face cache; --model A --model B shows A and B side by side."""
-    run: list[Path] = field(default_factory=list)
+    run: list[str] = field(default_factory=list)
     """Run directories (of pretrain or finetune) whose curves are drawn, live while they
-    train."""
-    corpus: Path | None = None
-    """Text file, one text per line: where the embeddings view finds a word's occurrences,
-    and what its standardizer and anisotropy figures are fitted on."""
-    corpus_lines: int = 400
-    """Lines sampled from --corpus."""
+    train, as DIR or NAME=DIR."""
+    input: Path | None = None
+    """A corpus: text file, one text per line, where the embeddings view finds a word's
+    occurrences, and what its standardizer and anisotropy figures are fitted on."""
+    sentences: int = 400
+    """Lines sampled from --input."""
     senses: Path | None = None
     """Sense-labelled JSON-lines file (the wsd format): occurrences coloured by sense."""
     host: str = "127.0.0.1"
@@ -53,7 +53,7 @@ def run_serve(opts: ServeOptions) -> int:
     for number, name in ((opts.max_text_chars, "--max-text-chars"),
                          (opts.max_top_k, "--max-top-k"),
                          (opts.max_attention_tokens, "--max-attention-tokens"),
-                         (opts.corpus_lines, "--corpus-lines")):
+                         (opts.sentences, "--sentences")):
         if number < 1:
             raise UserError(f"{name} must be at least 1, got {number}")
     if not 0 <= opts.port <= 65535:
@@ -65,8 +65,8 @@ def run_serve(opts: ServeOptions) -> int:
     limits = Limits(text_chars=opts.max_text_chars, top_k=opts.max_top_k,
                     attention_tokens=opts.max_attention_tokens)
     print(f"loading {len(opts.model)} model(s)...", file=sys.stderr)
-    workbench = Workbench.load(opts.model, opts.run, corpus=opts.corpus,
-                               corpus_lines=opts.corpus_lines, senses=opts.senses,
+    workbench = Workbench.load(opts.model, opts.run, corpus=opts.input,
+                               corpus_lines=opts.sentences, senses=opts.senses,
                                device=opts.device, limits=limits,
                                allow_untrained_head=opts.allow_untrained_head)
     for m in workbench.models.values():

@@ -23,7 +23,7 @@ def attention_weights(encoder: Encoder, input_ids: torch.Tensor,
                       token_type_ids: torch.Tensor | None = None,
                       attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The attention probabilities of every block: [L, B, A, T, T], row = query, column = key,
-    each row summing to 1 (padded keys get 0), in fp32."""
+    each row of a real token summing to 1 (padded keys get 0), in fp32."""
     x = encoder.embeddings(input_ids, token_type_ids)  # [B, T, H]
     B, T, H = x.shape
     inputs = encoder.layer_inputs(attention_mask, T, False, x.device)
@@ -39,7 +39,8 @@ def attention_weights(encoder: Encoder, input_ids: torch.Tensor,
         scores = (q.float() @ k.float().transpose(-1, -2)) / (H // A) ** 0.5  # [B, A, T, T]
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        weights.append(scores.softmax(-1))
+        # a padded query whose local window holds only padding has no key at all: 0, not NaN
+        weights.append(scores.softmax(-1).nan_to_num(0.0))
         x = block(x, mask, False, rope)
     return torch.stack(weights)  # [L, B, A, T, T]
 

@@ -162,7 +162,7 @@ class Workbench:
     models: dict[str, ServedModel]
     runs: dict[str, Run] = field(default_factory=dict)
     corpus: list[str] = field(default_factory=list)
-    """Lines sampled from --corpus: where a word's occurrences are found, and what the
+    """Lines sampled from the corpus (--input): where a word's occurrences are found, and what the
     standardizer and the anisotropy figures are fitted on."""
     corpus_name: str = ""
     sense_rows: list = field(default_factory=list)
@@ -176,6 +176,9 @@ class Workbench:
              senses: str | Path | None = None, device: str | torch.device = "cpu",
              limits: Limits = Limits(), allow_untrained_head: bool = False,
              seed: int = 0) -> "Workbench":
+        """`models`: directories or names in the local Hugging Face cache, named by their
+        last part; `runs`: run directories as DIR or NAME=DIR; `corpus`: a text file whose
+        lines are sampled; `senses`: a sense-labelled JSON-lines file."""
         from bertkit.embeddings.anisotropy import sample_lines
         from bertkit.senses.data import read_examples
 
@@ -183,9 +186,14 @@ class Workbench:
         for path, name in zip(models, unique_names(models)):
             loaded[name] = load_served_model(path, name, device, allow_untrained_head)
         run_dirs: dict[str, Run] = {}
-        for path, name in zip(runs, unique_names(runs)):
+        named = [str(r).partition("=")[::2] if "=" in str(r) and not Path(r).exists()
+                 else ("", str(r)) for r in runs]
+        for (given, path), name in zip(named, unique_names([p for _, p in named])):
+            name = given or name
             if not Path(path).is_dir():
                 raise UserError(f"{path}: no such run directory")
+            if name in run_dirs:
+                raise UserError(f"two runs are named {name!r}: give them as NAME=DIR")
             run_dirs[name] = Run(name, Path(path))
         lines = sample_lines(corpus, corpus_lines, seed=seed) if corpus is not None else []
         sense_rows = read_examples(senses) if senses is not None else []
@@ -384,7 +392,7 @@ class Workbench:
             senses, glosses, source = [""] * len(texts), {}, Path(self.corpus_name).name
         if not self.corpus and not self.sense_rows:
             raise RequestError("this server has no texts to find a word in: start it with "
-                               "--corpus FILE or --senses FILE")
+                               "--input FILE or --senses FILE")
         if len(texts) < 3:
             raise RequestError(f"{word!r} occurs {len(texts)} time(s) in {source or 'the texts'};"
                                f" the projection needs 3 or more")

@@ -321,3 +321,10 @@ def test_a_real_server_process_answers_and_stops_on_ctrl_c(served):
         _, err = process.communicate(timeout=30)
     assert process.returncode in (0, 130), err
     assert "Traceback" not in err
+
+
+def test_runs_are_named_by_their_directory_or_as_given(served):
+    bench = Workbench.load([], [served.run, f"long={served.run}"])
+    assert list(bench.runs) == ["run", "long"]
+    with pytest.raises(Exception, match="two runs are named"):
+        Workbench.load([], [served.run, f"run={served.run}"])
