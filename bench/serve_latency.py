@@ -114,9 +114,8 @@ def main() -> None:
         kinds["similarity"] = ("/api/similarity", [{"model": name, "a": {
             "text": "I deposited the money at the bank.", "word": "bank"}, "b": {
             "text": "We sat on the bank of the river.", "word": "bank"}}])
-        head = "" if not untrained or served.no_fill_mask else " (fill-mask: untrained head)"
         print(f"\n{name} ({served.kind}, {served.embedder.config.num_layers} layers, hidden "
-              f"{served.embedder.config.hidden_size}){head}")
+              f"{served.embedder.config.hidden_size})")
         print(f"{'request':<12} {'clients':>7} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} "
               f"{'req/s':>7}")
         for kind, (path, bodies) in kinds.items():

@@ -50,7 +50,7 @@ def main() -> None:
 
     options = Options()
     options.binary_location = shutil.which("chromium")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1500",
                  "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -57,8 +58,8 @@ class ServedModel:
     path: Path
     kind: str
     """"pretrained" (encoder and masked-LM head), "encoder" (no trained head: MiniLM,
-    a sentence-transformers or ELMo directory) or the fine-tuned task ("classify", "tag",
-    "qa", ...)."""
+    a sentence-transformers or ELMo directory; "encoder, untrained head" when fill-mask was
+    allowed a random one) or the fine-tuned task ("classify", "tag", "qa", ...)."""
     embedder: Any = None
     """bertkit.embeddings.embedder.Embedder over the model's encoder; None for a CNN."""
     filler: Any = None
@@ -135,10 +136,13 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
                                no_fill_mask="a fine-tuned model's masked-LM head is gone")
         untrained = [n for n in info(path).missing if n.startswith("mlm.")]
         if not untrained or allow_untrained_head:
-            filler = FillMask.load(path, device)
+            with warnings.catch_warnings():  # the random head was asked for: no warning
+                warnings.simplefilter("ignore")
+                filler = FillMask.load(path, device)
             embedder = Embedder(filler.model.encoder, filler.tokenizer,
                                 standardizer=own_standardizer, source=str(path))
-            return ServedModel(name, path, "pretrained", embedder=embedder, filler=filler,
+            kind = "encoder, untrained head" if untrained else "pretrained"
+            return ServedModel(name, path, kind, embedder=embedder, filler=filler,
                                standardizer=own_standardizer)
     embedder = Embedder.load(path, device)
     why = ("an ELMo model has no masked-LM head" if is_elmo_dir(path) else

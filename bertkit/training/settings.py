@@ -24,7 +24,7 @@ import torch
 
 from bertkit import __version__
 from bertkit.files import write_json
-from bertkit.runtime import cpu_name
+from bertkit.runtime import cpu_name, resolve_device
 
 SETTINGS_FILE = "training_args.json"
 
@@ -44,7 +44,7 @@ def _plain(value: Any) -> Any:
 
 def environment(device: torch.device | str, precision: str) -> dict:
     """Versions, the device and what it is, and the precision that runs."""
-    device = torch.device(device)
+    device = resolve_device(device)  # "auto" from a library call: the device it means
     env = {"bertkit": __version__, "torch": torch.__version__,
            "python": platform.python_version(), "device": str(device),
            "precision": precision, "cpu": cpu_name(), "threads": torch.get_num_threads()}

@@ -87,6 +87,7 @@ function lineChart(svg, series, { xlabel = "", ylabel = "", width = 640, height 
 }
 
 function fmt(v) {
+  if (Number.isInteger(v)) return v.toLocaleString("en");
   const a = Math.abs(v);
   if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(1);
   return a >= 100 ? v.toFixed(0) : a >= 1 ? v.toFixed(2) : v.toFixed(3);
@@ -219,8 +220,9 @@ function drawAttention() {
 
 function drawLines(layer, head) {
   const svg = $("at-lineview");
-  svg.hidden = !$("at-lines").checked;
-  if (svg.hidden) return;
+  const shown = $("at-lines").checked;
+  svg.toggleAttribute("hidden", !shown);  // an SVG element has no .hidden property
+  if (!shown) return;
   const data = bertkit.state.attention;
   const T = data.tokens.length, A = data.weights[layer].length;
   const rowH = 18, width = 420, height = T * rowH + 20;
@@ -381,12 +383,18 @@ function predictForm() {
   $("pr-pair").hidden = m.task !== "pair" && m.task !== "regress";
 }
 
+function labelColor(label) {  // the same colour for a label wherever it appears
+  let h = 0;
+  for (const c of String(label).replace(/^[BIES]-/, "")) h = (h * 31 + c.charCodeAt(0)) >>> 0;
+  return COLORS[h % COLORS.length];
+}
+
 function highlight(text, spans) {
   const out = el("div", { class: "text" });
   let at = 0;
-  spans.forEach((s, k) => {
+  spans.forEach((s) => {
     out.append(text.slice(at, s.start));
-    const color = COLORS[k % COLORS.length] + "33";
+    const color = labelColor(s.label) + "33";
     out.append(el("mark", { "data-label": s.label, style: `background:${color}` }, text.slice(s.start, s.end),
                   el("small", { text: s.label })));
     at = s.end;
