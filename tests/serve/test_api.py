@@ -328,3 +328,26 @@ def test_runs_are_named_by_their_directory_or_as_given(served):
     assert list(bench.runs) == ["run", "long"]
     with pytest.raises(Exception, match="two runs are named"):
         Workbench.load([], [served.run, f"run={served.run}"])
+
+
+def test_every_encoder_view_on_the_real_minilm(minilm_dir):
+    """all-MiniLM-L6-v2 (a sentence-transformers directory without a masked-LM head): its
+    attention equals transformers', its word similarities are those of its layers, and the
+    fill-mask view says why it cannot guess."""
+    transformers = pytest.importorskip("transformers")
+    bench = Workbench.load([minilm_dir])
+    served = bench.models["model"]
+    assert served.kind == "encoder" and "no trained masked-LM head" in served.no_fill_mask
+    answer = bench.fill_mask("the [MASK] sat", 5, ["model"])
+    assert "no trained masked-LM head" in answer["models"][0]["error"]
+    text = "The bank raised its rates."
+    attention = bench.attention("model", text)
+    tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertModel.from_pretrained(minilm_dir, attn_implementation="eager")
+    with torch.no_grad():
+        ref = torch.stack(hf(**tok(text, return_tensors="pt"), output_attentions=True)
+                          .attentions)[:, 0]
+    np.testing.assert_allclose(np.array(attention["weights"]), ref.numpy(), atol=1e-4)
+    similarity = bench.similarity("model", {"text": text, "word": "bank"},
+                                  {"text": "We sat on the river bank.", "word": "bank"})
+    assert len(similarity["raw"]) == 7 and similarity["raw"][0] > similarity["raw"][-1]
