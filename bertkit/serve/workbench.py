@@ -48,6 +48,8 @@ class Limits:
     """Tokens of a text drawn in the attention view (every layer and head: L x A x T x T)."""
     sense_points: int = 300
     """Occurrences of a word projected in the embeddings view."""
+    masks: int = 20
+    """[MASK]s in one fill-mask text."""
 
 
 @dataclass
@@ -243,14 +245,18 @@ class Workbench:
             raise RequestError(f"top_k must be a whole number from 1 to {self.limits.top_k}")
         names = [n for n, m in self.models.items() if not m.no_fill_mask] \
             if models is None else models
-        if not isinstance(names, list) or not names:
+        if not isinstance(names, list) or not names \
+                or not all(isinstance(n, str) for n in names):
             raise RequestError("models must be a list of model names" if models is not None
                                else "none of this server's models has a masked-LM head")
         if "[MASK]" not in text:
             raise RequestError("the text has no [MASK]: write [MASK] where a word is to be "
                                "guessed, or click a word")
+        if text.count("[MASK]") > self.limits.masks:
+            raise RequestError(f"the text has {text.count('[MASK]')} [MASK]s; this server "
+                               f"guesses at most {self.limits.masks} at once", 413)
         out = []
-        for name in names:
+        for name in dict.fromkeys(names):  # a name given twice is answered once
             model = self.model(name)
             if model.no_fill_mask:
                 out.append({"name": name, "error": f"{name}: {model.no_fill_mask}"})

@@ -169,6 +169,8 @@ def test_predictions_of_each_task(client, served, workbench):
     ("/api/fill-mask", {"text": "[MASK]", "top_k": "5"}, 400, "top_k"),
     ("/api/fill-mask", {"text": "x [MASK] " * 400}, 413, "at most 2000"),
     ("/api/fill-mask", {"text": 7}, 400, "must be a string"),
+    ("/api/fill-mask", {"text": "[MASK] " * 21}, 413, "at most 20"),
+    ("/api/fill-mask", {"text": "[MASK]", "models": [["x"]]}, 400, "list of model names"),
     ("/api/fill-mask", {"text": "[MASK]", "models": ["nope"]}, 404, "no model named"),
     ("/api/attention", {"model": "bert2018", "text": "the cat " * 40}, 413, "at most 48"),
     ("/api/attention", {"model": "../../etc/passwd", "text": "a"}, 404, "no model named"),
