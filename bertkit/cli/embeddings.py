@@ -284,12 +284,12 @@ class PlotRunsOptions:
 
 def run_plot_runs(opts: PlotRunsOptions) -> int:
     from bertkit.figures import require_matplotlib
-    from bertkit.training.runlog import plot_runs
+    from bertkit.training.runlog import plot_runs, run_spec
 
     require_matplotlib(opts.out)
     runs = {}
     for spec in opts.run:
-        name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
+        name, path = run_spec(spec)
         if not (Path(path).is_dir() or Path(path).is_file()):
             raise UserError(f"--run {spec}: {path} does not exist")
         runs[name or Path(path).name] = path

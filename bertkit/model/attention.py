@@ -57,16 +57,13 @@ def head_summary(weights: torch.Tensor, ids: torch.Tensor, cls_id: int,
     last no next one: those rows count 0, as in Clark et al.)."""
     T = weights.shape[-1]
     w = weights.float()
-    is_cls = (ids == cls_id).float()  # [T]
-    is_sep = (ids == sep_id).float()
-    eye = torch.eye(T, device=w.device)
-    return {
-        "cls": (w @ is_cls).mean(-1),
-        "sep": (w @ is_sep).mean(-1),
-        "previous": (w * torch.diag(torch.ones(T - 1, device=w.device), -1)).sum(-1).mean(-1),
-        "next": (w * torch.diag(torch.ones(T - 1, device=w.device), 1)).sum(-1).mean(-1),
-        "self": (w * eye).sum(-1).mean(-1),
-    }
+
+    def diagonal(offset: int) -> torch.Tensor:  # [L, A]: the mean over all T queries
+        return w.diagonal(offset, dim1=-2, dim2=-1).sum(-1) / T
+
+    return {"cls": (w @ (ids == cls_id).float()).mean(-1),
+            "sep": (w @ (ids == sep_id).float()).mean(-1),
+            "previous": diagonal(-1), "next": diagonal(1), "self": diagonal(0)}
 
 
 __all__ = ["attention_weights", "HEAD_TARGETS", "head_summary"]

@@ -22,6 +22,8 @@ import torch
 
 from bertkit.files import UserError, read_json
 from bertkit.model.hub import resolve_model
+from bertkit.text.tokenizer import check_pairs
+from bertkit.training.runlog import run_spec
 
 ROUND = 4
 """Decimals kept in the numbers sent to the page (attention weights, points)."""
@@ -70,10 +72,9 @@ class ServedModel:
     """bertkit.finetuning.predict.TaskModel of a fine-tuned model."""
     no_fill_mask: str = ""
     """Why the fill-mask view cannot use this model ("" when it can)."""
-    standardizer: Any = None
-    """The standardizer of the embeddings view: the directory's own, else one fitted on the
-    corpus (made on first use)."""
     corpus_report: Any = None
+    """The anisotropy report of the corpus sample, made on first use of the embeddings view
+    (which also gives the embedder a standardizer fitted there when it has none of its own)."""
 
     def describe(self) -> dict:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind,
@@ -134,7 +135,7 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
             embedder = Embedder(task_model.model.encoder, task_model.tokenizer,
                                 standardizer=own_standardizer, source=str(path))
             return ServedModel(name, path, task_model.task.name, embedder=embedder,
-                               task_model=task_model, standardizer=own_standardizer,
+                               task_model=task_model,
                                no_fill_mask="a fine-tuned model's masked-LM head is gone")
         untrained = [n for n in info(path).missing if n.startswith("mlm.")]
         if not untrained or allow_untrained_head:
@@ -144,21 +145,11 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
             embedder = Embedder(filler.model.encoder, filler.tokenizer,
                                 standardizer=own_standardizer, source=str(path))
             kind = "encoder, untrained head" if untrained else "pretrained"
-            return ServedModel(name, path, kind, embedder=embedder, filler=filler,
-                               standardizer=own_standardizer)
+            return ServedModel(name, path, kind, embedder=embedder, filler=filler)
     embedder = Embedder.load(path, device)
     why = ("an ELMo model has no masked-LM head" if is_elmo_dir(path) else
            "its weights have no trained masked-LM head (an encoder-only checkpoint)")
-    return ServedModel(name, path, "encoder", embedder=embedder, no_fill_mask=why,
-                       standardizer=embedder.standardizer)
-
-
-@dataclass
-class Run:
-    """A run directory of the command line: its metrics.jsonl, read as it grows."""
-
-    name: str
-    path: Path
+    return ServedModel(name, path, "encoder", embedder=embedder, no_fill_mask=why)
 
 
 @dataclass
@@ -166,7 +157,8 @@ class Workbench:
     """The models, texts and runs `bertkit serve` was started with, and the views over them."""
 
     models: dict[str, ServedModel]
-    runs: dict[str, Run] = field(default_factory=dict)
+    runs: dict[str, Path] = field(default_factory=dict)
+    """Run directories by name: their metrics.jsonl is read as it grows."""
     corpus: list[str] = field(default_factory=list)
     """Lines sampled from the corpus (--input): where a word's occurrences are found, and what the
     standardizer and the anisotropy figures are fitted on."""
@@ -191,16 +183,15 @@ class Workbench:
         loaded: dict[str, ServedModel] = {}
         for path, name in zip(models, unique_names(models)):
             loaded[name] = load_served_model(path, name, device, allow_untrained_head)
-        run_dirs: dict[str, Run] = {}
-        named = [str(r).partition("=")[::2] if "=" in str(r) and not Path(r).exists()
-                 else ("", str(r)) for r in runs]
+        run_dirs: dict[str, Path] = {}
+        named = [run_spec(r) for r in runs]
         for (given, path), name in zip(named, unique_names([p for _, p in named])):
             name = given or name
             if not Path(path).is_dir():
                 raise UserError(f"{path}: no such run directory")
             if name in run_dirs:
                 raise UserError(f"two runs are named {name!r}: give them as NAME=DIR")
-            run_dirs[name] = Run(name, Path(path))
+            run_dirs[name] = Path(path)
         lines = sample_lines(corpus, corpus_lines, seed=seed) if corpus is not None else []
         sense_rows = read_examples(senses) if senses is not None else []
         return cls(loaded, run_dirs, lines, str(corpus or ""), sense_rows, str(senses or ""),
@@ -283,9 +274,11 @@ class Workbench:
         text = self.text(text)
         pair = None if pair in (None, "") else self.text(pair, "pair")
         embedder = served.embedder
-        if pair is not None and embedder.config.type_vocab_size < 2 \
-                and embedder.config.architecture == "bert":
-            raise RequestError(f"model {served.name!r} has one segment type: it takes no pairs")
+        if pair is not None:
+            try:
+                check_pairs(embedder.config, f"model {served.name!r}")
+            except UserError as e:
+                raise RequestError(str(e)) from None
         enc = embedder.tokenize([text if pair is None else (text, pair)])[0]
         limit = min(self.limits.attention_tokens, embedder.max_length)
         if enc.truncated or len(enc.ids) > limit:
@@ -305,18 +298,17 @@ class Workbench:
 
     # 3. Contextual embeddings ------------------------------------------------------------------
     def _standardizer(self, served: ServedModel):
-        """The model's own standardizer, else one fitted on the corpus sample (with the
-        anisotropy report of that sample), made once; None without either."""
+        """The embedder's standardizer: the directory's own, else one fitted on the corpus
+        sample (with the anisotropy report of that sample), made once; None without either."""
+        embedder = served.embedder
         if served.corpus_report is None and self.corpus:
             from bertkit.embeddings.anisotropy import anisotropy_report
 
-            report, fitted = anisotropy_report(served.embedder, self.corpus, layers="all",
-                                               standardizer=served.standardizer,
-                                               corpus_name=self.corpus_name)
-            served.corpus_report = report
-            if served.standardizer is None:
-                served.standardizer = fitted
-        return served.standardizer
+            served.corpus_report, fitted = anisotropy_report(
+                embedder, self.corpus, layers="all", standardizer=embedder.standardizer,
+                corpus_name=self.corpus_name)
+            embedder.standardizer = embedder.standardizer or fitted
+        return embedder.standardizer
 
     def _span(self, item: Any, what: str) -> tuple[str, tuple[int, int]]:
         """A {"text", "word"[, "occurrence"]} or {"text", "start", "end"} target."""
@@ -350,8 +342,6 @@ class Workbench:
         runs = {"raw": False, **({"standardized": True} if standardizer is not None else {})}
         out: dict[str, Any] = {"model": served.name, "layers": list(range(L + 1)),
                                "words": [text_a[slice(*span_a)], text_b[slice(*span_b)]]}
-        if standardizer is not None:
-            embedder.standardizer = standardizer
         try:
             for key, standardize in runs.items():
                 vectors = embedder.word_vectors([text_a, text_b], [span_a, span_b],
@@ -412,7 +402,6 @@ class Workbench:
         except ValueError as e:
             raise RequestError(str(e)) from None
         if standardizer is not None:
-            embedder.standardizer = standardizer
             z = embedder.word_vectors(texts, spans, layers=layers, standardize=True)
         else:  # standardized over these occurrences themselves
             z = (raw - raw.mean(0)) / np.maximum(raw.std(0), 1e-12)
@@ -455,15 +444,15 @@ class Workbench:
             raise RequestError("after must be a whole number from 0")
         run = self.runs[name]
         try:
-            records = read_metrics(run.path / "metrics.jsonl")
+            records = read_metrics(run / "metrics.jsonl")
         except UserError as e:
             raise RequestError(str(e), 422) from None
         restarted = after > len(records)  # the log was cut back (a resumed run)
         start = 0 if restarted else after
         args = None
-        if (run.path / "training_args.json").is_file():
+        if (run / "training_args.json").is_file():
             try:
-                args = read_json(run.path / "training_args.json")
+                args = read_json(run / "training_args.json")
             except UserError:
                 args = None
         return {"name": name, "records": [_finite(r) for r in records[start:]],
@@ -563,5 +552,5 @@ def _finite(record: dict) -> dict:
             for k, v in record.items()}
 
 
-__all__ = ["RequestError", "Limits", "ServedModel", "load_served_model", "Run", "Workbench",
+__all__ = ["RequestError", "Limits", "ServedModel", "load_served_model", "Workbench",
            "word_matches", "unique_names"]

@@ -116,6 +116,16 @@ def progress_line(step: int, cfg: TrainConfig, seconds: float, tokens: int,
 
 # Reading and drawing -----------------------------------------------------------------------
 
+def run_spec(spec: str | Path) -> tuple[str, str]:
+    """A run as the command line gives it, DIR or NAME=DIR: (NAME or "", DIR). A path that
+    exists is a DIR even when it holds "="."""
+    spec = str(spec)
+    if "=" in spec and not Path(spec).exists():
+        name, _, path = spec.rpartition("=")
+        return name, path
+    return "", spec
+
+
 def read_metrics(path: str | Path, announce: bool = False) -> list[dict]:
     """The records of a metrics.jsonl file ([] if it does not exist).
 
