@@ -304,6 +304,36 @@ def run_plot_runs(opts: PlotRunsOptions) -> int:
     return 0
 
 
+@dataclass(kw_only=True)
+class PlotLayerMixOptions:
+    run: list[str]
+    """Runs that learned a scalar mix, as DIR or NAME=DIR: `finetune --layer-mix` outputs
+    (dev_metrics.json) or `road elmo-tag` outputs (metrics.json)."""
+    out: Path
+    """Output PNG."""
+
+
+def run_plot_layer_mix(opts: PlotLayerMixOptions) -> int:
+    from bertkit.embeddings.plots import plot_layer_weights
+    from bertkit.figures import require_matplotlib
+    from bertkit.files import read_json
+    from bertkit.training.runlog import run_spec
+
+    require_matplotlib(opts.out)
+    mixes = {}
+    for spec in opts.run:
+        name, path = run_spec(spec)
+        found = [Path(path) / f for f in ("dev_metrics.json", "metrics.json")
+                 if (Path(path) / f).is_file()]
+        weights = next((w for f in found if (w := read_json(f).get("layer_weights"))), None)
+        if weights is None:
+            raise UserError(f"--run {spec}: no layer_weights in {path}/dev_metrics.json or "
+                            "metrics.json (a run of finetune --layer-mix or road elmo-tag)")
+        mixes[name or Path(path).name] = weights
+    print(plot_layer_weights(mixes, opts.out).path)
+    return 0
+
+
 COMMANDS = (
     Command("embed", run_embed, (EmbedOptions, EncoderOptions),
             help="contextual vectors of each line (or word) into a .npy file",
@@ -328,4 +358,6 @@ COMMANDS = (
             help="attention heatmap of one sentence (layer, head)"),
     Command("plot runs", run_plot_runs, (PlotRunsOptions,),
             help="one figure of several runs' logs (loss, accuracy) against steps or time"),
+    Command("plot layer-mix", run_plot_layer_mix, (PlotLayerMixOptions,),
+            help="bars of the layer weights that runs' learned scalar mixes chose"),
 )

@@ -1,4 +1,5 @@
-"""Pictures of what an encoder does: word senses in 2-D, anisotropy per layer, attention.
+"""Pictures of what an encoder does: word senses in 2-D, anisotropy per layer, attention, the
+weights a learned mix gives each layer.
 
 Every function writes one PNG (atomically) that explains itself: a title saying what is shown
 and how it was made, labelled axes, a legend, and returns a `Plot`: the file, the figure, and
@@ -275,5 +276,30 @@ def plot_attention(embedder: Embedder, text: str, out: str | Path, *, layer: int
     return _save(fig, out, {"weights": {h: probs[h] for h in heads}, "tokens": tokens})
 
 
+# Scalar mixes -----------------------------------------------------------------------------------
+
+def plot_layer_weights(mixes: dict[str, Sequence[float]], out: str | Path) -> Plot:
+    """What each learned scalar mix (ELMo's task-weighted sum, `finetune --layer-mix`) takes
+    from every layer: one panel of bars per mix, layer 0 the embeddings, with the even share
+    1/(L+1) a fresh mix starts from as a dashed line.
+
+    data: "weights" {name: [L+1] the weights drawn}."""
+    if not mixes:
+        raise UserError("no layer weights to draw")
+    fig = new_figure(out, figsize=(min(4.5 * len(mixes), 14), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(mixes), squeeze=False)[0]
+    for ax, (name, weights) in zip(axes, mixes.items()):
+        w = np.asarray(weights, dtype=float)
+        ax.bar(range(len(w)), w, color="tab:blue")
+        ax.axhline(1.0 / len(w), color="grey", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(w)), ["emb"] + [str(j) for j in range(1, len(w))])
+        ax.set_xlabel("layer (emb = token embeddings)")
+        ax.set_title(textwrap.shorten(name, 40), fontsize=10)
+        ax.set_ylim(0, max(0.5, float(w.max()) * 1.15))
+    axes[0].set_ylabel("softmax weight")
+    fig.suptitle("Learned scalar mix of the layers (dashed: the even share it starts from)")
+    return _save(fig, out, {"weights": {k: list(map(float, v)) for k, v in mixes.items()}})
+
+
 __all__ = ["Plot", "read_sense_instances", "project_2d", "plot_senses",
-           "plot_anisotropy", "attention_probabilities", "plot_attention"]
+           "plot_anisotropy", "attention_probabilities", "plot_attention", "plot_layer_weights"]

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from bertkit.config import TrainConfig
+from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning import heads
 from bertkit.finetuning.baselines import baseline_comparison
@@ -369,10 +370,20 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
         baseline = runner.task.baseline(train_examples, dev)
         if baseline is not None:
             final["baseline"] = baseline
+        mix = getattr(m, "layer_mix", None)
+        if mix is not None:  # what the task took from each layer, in numbers and a picture
+            final["layer_weights"] = mix.layer_weights().detach().cpu().tolist()
+            final["layer_mix_gamma"] = float(mix.gamma.detach())
         (backbone.save if backbone else heads.save_task_model)(
             m, path, task=runner.task.to_json(), tokenizer=tokenizer,
             labels=list(runner.task.label_names()) or None)
         write_json(path / "dev_metrics.json", final)
+        if mix is not None:
+            from bertkit.embeddings.plots import plot_layer_weights  # matplotlib only here
+            draw_or_skip(lambda: plot_layer_weights(
+                {f"{Path(model_dir).name} fine-tuned on {Path(train_path).name}":
+                 final["layer_weights"]}, path / "layer_weights.png"),
+                path / "layer_weights.png")
 
     eval_every = max(1, steps_per_epoch // max(1, cfg.evals_per_epoch))
     # A time budget without --epochs: the schedule follows the clock, as long as it lasts.

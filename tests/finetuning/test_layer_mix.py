@@ -45,6 +45,11 @@ def test_tagging_with_a_layer_mix_over_a_frozen_encoder(tiny_bert, task_files, q
     runner = TaskModel.load(out)
     mix = runner.model.layer_mix
     assert not torch.allclose(mix.weights, torch.zeros(3)) or float(mix.gamma) != 1.0  # learned
+    # the kept weights are reported and drawn
+    saved = json.loads((out / "dev_metrics.json").read_text())
+    assert saved["layer_weights"] == pytest.approx(mix.layer_weights().tolist())
+    assert saved["layer_mix_gamma"] == pytest.approx(float(mix.gamma.detach()))
+    assert (out / "layer_weights.png").stat().st_size > 0
     batch = runner.tokenizer(["mary went to new york ."])
     # the reloaded model reads the same mix as the trained one: equal outputs to a fresh load
     again = TaskModel.load(out)
@@ -62,3 +67,21 @@ def test_the_cli_flag(tiny_bert, task_files, tmp_path):
                  str(tmp_path / "c"), "--layer-mix", "--epochs", "1", "--quiet"]) == 0
     runner = TaskModel.load(tmp_path / "c")
     assert isinstance(runner.model.layer_mix, ScalarMix)
+
+
+def test_plot_layer_mix_draws_every_run(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "metrics.json").write_text(json.dumps({"layer_weights": [0.2, 0.5, 0.3]}))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "dev_metrics.json").write_text(json.dumps(
+        {"f1": 0.4, "layer_weights": [0.1, 0.1, 0.1, 0.7]}))
+    out = tmp_path / "mix.png"
+    assert main(["plot", "layer-mix", "--run", f"elmo={tmp_path / 'a'}", "--run",
+                 str(tmp_path / "b"), "--out", str(out)]) == 0
+    assert out.stat().st_size > 0
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "dev_metrics.json").write_text(json.dumps({"f1": 0.4}))
+    assert main(["plot", "layer-mix", "--run", str(tmp_path / "c"), "--out",
+                 str(tmp_path / "no.png")]) == 2
+    assert "no layer_weights in" in capsys.readouterr().err
+    assert not (tmp_path / "no.png").exists()
