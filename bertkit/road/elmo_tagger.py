@@ -7,8 +7,10 @@ CoNLL / CoNLL-U tags) one word at a time:
 where h_j(word) is layer j's vector of the word's first piece (`--layers mix`), or one chosen
 layer alone (`--layers 0`: ELMo's context-free token embedding, a static-vector baseline from
 the same corpus and pieces). Any directory the Embedder loads works, so BERT's layers get the
-same probe beside ELMo's. The frozen vectors are computed once; the mix and the linear layer
-then train with the shared loop (bertkit.training.loop.train).
+same probe beside ELMo's, and so does a `bertkit static` directory (one layer: the word's
+vector, the same in every context). The frozen vectors are computed once; the mix and the
+linear layer then train with the shared loop (bertkit.training.loop.train). Tags that mark
+entities (BIO, BIOES, IOB1) are judged by entity F1 (seqeval's), others by accuracy.
 """
 from __future__ import annotations
 
@@ -26,11 +28,16 @@ from torch import nn
 
 from bertkit.config import TrainConfig
 from bertkit.embeddings.embedder import Embedder
+from bertkit.embeddings.plots import plot_layer_weights
+from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_dir, check_not_input, write_json
 from bertkit.finetuning.baselines import most_frequent_tag
+from bertkit.finetuning.metrics import entity_scores
 from bertkit.finetuning.readers import TaggedSentence, read_tagged
 from bertkit.finetuning.recipe import _split
+from bertkit.finetuning.tagging import has_entities
 from bertkit.model.scalar_mix import ScalarMix
+from bertkit.senses.static import StaticVectors, is_static_dir
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 
@@ -80,15 +87,31 @@ def word_layers(embedder: Embedder, sentences: Sequence[TaggedSentence], batch_s
     return flat.reshape(len(flat), L, H)
 
 
+def static_word_layers(vectors: StaticVectors, sentences: Sequence[TaggedSentence]) -> np.ndarray:
+    """[words, 1, D] each word's static vector (the mean of its pieces' for a piece vocabulary),
+    zeros for a word out of the vocabulary: what a context-free model gives a tagger."""
+    out = np.zeros((sum(len(s.tokens) for s in sentences), 1, vectors.dim), dtype=np.float32)
+    known: dict[str, np.ndarray | None] = {}
+    for n, word in enumerate(w for s in sentences for w in s.tokens):
+        if word not in known:
+            ids = vectors.ids_of(word)
+            known[word] = vectors.vectors[ids].mean(0) if ids else None
+        if known[word] is not None:
+            out[n, 0] = known[word]
+    return out
+
+
 @dataclass
 class ElmoTagOptions:
     """Tag words with a frozen ELMo (or BERT): a learned scalar mix of its layers, then linear."""
     model: Path
-    """An ELMo directory (`bertkit road elmo`) or a BERT one: whatever `bertkit embed` takes."""
+    """An ELMo directory (`bertkit road elmo`), a BERT one (whatever `bertkit embed` takes), or
+    a `bertkit static` directory of word vectors."""
     train: Path
     """Tagged training sentences: CoNLL (token TAB tag) or CoNLL-U."""
     out: Path
-    """Output directory: tagger.safetensors, tagger.json, metrics.json, metrics.jsonl."""
+    """Output directory: tagger.safetensors, tagger.json, metrics.json, metrics.jsonl, and with
+    a mix layer_weights.png."""
     dev: Path | None = None
     """Tagged dev sentences; none holds out dev_fraction of train (the split `finetune`
     makes with the same seed)."""
@@ -145,8 +168,17 @@ def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
     if unknown:
         raise UserError(f"{options.dev or options.train}: dev tags never seen in training: "
                         f"{', '.join(unknown[:5])}")
-    embedder = Embedder.load(options.model, device=options.device)
-    L = embedder.config.num_layers + 1
+    entities = has_entities(tags)
+    if is_static_dir(options.model):
+        vectors = StaticVectors.load(options.model)
+        L, H = 1, vectors.dim
+        features = [torch.from_numpy(static_word_layers(vectors, part))
+                    for part in (train_set, dev_set)]
+    else:
+        embedder = Embedder.load(options.model, device=options.device)
+        L, H = embedder.config.num_layers + 1, embedder.config.hidden_size
+        features = [torch.from_numpy(word_layers(embedder, part, progress=not options.quiet))
+                    for part in (train_set, dev_set)]
     if options.layers == "mix":
         layer = None
     else:
@@ -158,11 +190,9 @@ def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
         if not -L <= layer < L:
             raise UserError(f"--layers {layer}: the model has layers 0..{L - 1}")
         layer %= L
-    features = [torch.from_numpy(word_layers(embedder, part, progress=not options.quiet))
-                for part in (train_set, dev_set)]
     labels = [torch.tensor([index[t] for s in part for t in s.tags]) for part in
               (train_set, dev_set)]
-    model = MixTagger(L, embedder.config.hidden_size, len(tags), layer, options.dropout,
+    model = MixTagger(L, H, len(tags), layer, options.dropout,
                       torch.Generator().manual_seed(options.seed))
     steps = options.epochs * -(-len(labels[0]) // options.batch_size)
 
@@ -170,7 +200,14 @@ def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
         device = next(m.parameters()).device
         scores = torch.cat([m(features[1][k:k + 4096].to(device)).argmax(-1).cpu()
                             for k in range(0, len(labels[1]), 4096)])
-        return {"dev_accuracy": float((scores == labels[1]).float().mean())}
+        result = {"dev_accuracy": float((scores == labels[1]).float().mean())}
+        if entities:
+            flat = [tags[i] for i in scores.tolist()]
+            bounds = np.cumsum([0] + [len(s.tags) for s in dev_set])
+            pred = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+            found = entity_scores([s.tags for s in dev_set], pred)
+            result.update({f"dev_{k}": float(found[k]) for k in ("precision", "recall", "f1")})
+        return result
 
     def save(m: MixTagger, path: Path) -> None:
         with atomic_dir(path) as tmp:
@@ -178,12 +215,11 @@ def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
                       str(tmp / "tagger.safetensors"))
             (tmp / "tagger.json").write_text(json.dumps(
                 {"format": "bertkit-mix-tagger", "model": str(options.model), "tags": tags,
-                 "layers": options.layers, "num_layers": L,
-                 "width": embedder.config.hidden_size}, indent=2) + "\n", encoding="utf-8")
+                 "layers": options.layers, "num_layers": L, "width": H}, indent=2) + "\n", encoding="utf-8")
 
     cfg = TrainConfig(lr=options.lr, max_steps=steps, warmup_fraction=0.05, weight_decay=0.0,
                       seed=options.seed, eval_every=max(1, steps // options.epochs),
-                      best_metric="dev_accuracy", log_every=50)
+                      best_metric="dev_f1" if entities else "dev_accuracy", log_every=50)
     result = train(model, lambda m, b: (F.cross_entropy(m(b["layers"]), b["labels"]), {}),
                    _WordBatches(features[0], labels[0], options.batch_size, options.seed), cfg,
                    out, evaluate=evaluate, save=save, device=options.device,
@@ -192,8 +228,7 @@ def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
                                          precision=cfg.precision, command=command_line),
                    show_progress=not options.quiet)
     model.cpu().eval()
-    metrics = {"dev_accuracy": evaluate(model)["dev_accuracy"],
-               "baseline": most_frequent_tag(train_set, dev_set),
+    metrics = {**evaluate(model), "baseline": most_frequent_tag(train_set, dev_set),
                "train_words": len(labels[0]), "dev_words": len(labels[1]),
                "layers": options.layers, "steps": result.step,
                "train_seconds": result.train_seconds,
@@ -201,11 +236,16 @@ def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
     if model.mix is not None:
         metrics["layer_weights"] = model.mix.layer_weights().detach().tolist()
         metrics["gamma"] = float(model.mix.gamma.detach())
+        if L > 1 and result.stopped_by != "interrupted":
+            draw_or_skip(lambda: plot_layer_weights(
+                {f"{Path(options.model).name} tagging {Path(options.train).name}":
+                 metrics["layer_weights"]}, out / "layer_weights.png"), out / "layer_weights.png")
     write_json(out / "metrics.json", metrics)
     if not options.quiet:
-        print(f"tagger ({options.layers}): dev accuracy {metrics['dev_accuracy']:.3f}, "
-              f"most frequent tag {metrics['baseline']['accuracy']:.3f}", file=sys.stderr)
+        name, base = ("entity F1", "f1") if entities else ("accuracy", "accuracy")
+        print(f"tagger ({options.layers}): dev {name} {metrics['dev_' + base]:.3f}, "
+              f"most frequent tag {metrics['baseline'][base]:.3f}", file=sys.stderr)
     return metrics
 
 
-__all__ = ["MixTagger", "word_layers", "ElmoTagOptions", "tag_words"]
+__all__ = ["MixTagger", "word_layers", "static_word_layers", "ElmoTagOptions", "tag_words"]

@@ -87,3 +87,42 @@ def test_context_separates_what_layer_zero_cannot(world, capsys):
     assert record["command"].startswith("bertkit road elmo-tag --model ")
     assert "--epochs 2" in record["command"] and record["options"]["epochs"] == 2
     assert record["environment"]["device"] == "cpu"
+
+
+def test_static_word_layers_are_the_word_vectors():
+    from bertkit.road.elmo_tagger import static_word_layers
+    from bertkit.senses.static import StaticVectors, Tokenization
+
+    vectors = StaticVectors(["like", "run"], np.array([5, 5]),
+                            np.array([[1.0, 2.0], [3.0, 4.0]]), Tokenization())
+    layers = static_word_layers(vectors, [TaggedSentence(["I", "like", "Run", ","],
+                                                         ["PRON", "VERB", "NOUN", "PUNCT"],
+                                                         "I like Run ,")])
+    assert layers.shape == (4, 1, 2)
+    np.testing.assert_array_equal(layers[:, 0], [[0, 0], [1, 2], [3, 4], [0, 0]])  # lowercased
+
+
+@pytest.mark.slow
+def test_entities_are_judged_by_f1_and_static_vectors_tag(world, tmp_path):
+    from bertkit.senses.static import StaticVectors, Tokenization
+
+    g = np.random.default_rng(1)
+    rows = []
+    for _ in range(120):  # "a run" is an entity (B-X I-X), "to run" is not
+        det = g.random() < 0.5
+        words = ["i", "like", "a" if det else "to", "run", "now"]
+        tags = ["O", "O", "B-X" if det else "O", "I-X" if det else "O", "O"]
+        rows.append("".join(f"{w}\t{t}\n" for w, t in zip(words, tags)))
+    (tmp_path / "ner.conll").write_text("\n".join(rows))
+    common = dict(train=tmp_path / "ner.conll", epochs=30, batch_size=64, lr=5e-2, dropout=0.0,
+                  quiet=True)
+    mix = tag_words(ElmoTagOptions(model=world / "elmo", out=tmp_path / "mix", **common))
+    assert mix["dev_f1"] == 1.0 and mix["baseline"]["f1"] < 1.0  # baseline: "run" one tag
+    assert {"dev_precision", "dev_recall", "dev_accuracy"} <= set(mix)
+    assert (tmp_path / "mix" / "layer_weights.png").stat().st_size > 0
+    # a static directory: one vector per word, so "run" gets one tag whatever precedes it
+    vocab = ["i", "like", "a", "to", "run", "now"]
+    StaticVectors(vocab, np.full(6, 10), np.eye(6), Tokenization()).save(tmp_path / "static")
+    static = tag_words(ElmoTagOptions(model=tmp_path / "static", out=tmp_path / "st", **common))
+    assert static["dev_f1"] < 1.0 and static["dev_accuracy"] < 1.0
+    assert "layer_weights" in static and not (tmp_path / "st" / "layer_weights.png").exists()
