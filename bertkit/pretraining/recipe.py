@@ -261,7 +261,9 @@ def pretrain(opts: PretrainOptions,
             masking = opts.masking
             print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
                   f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
-                  f"{masking.mlm_prob:.0%} masked, {opts.seq_len} x {opts.batch_size} "
+                  # a left-to-right model predicts every token: no masking to report
+                  f"{'' if opts.objective == 'clm' else f'{masking.mlm_prob:.0%} masked, '}"
+                  f"{opts.seq_len} x {opts.batch_size} "
                   f"tokens per batch{_accumulation(cfg)}"
                   f", precision {cfg.precision}, {world} rank(s) on {device}, "
                   f"{torch.get_num_threads()} threads", file=sys.stderr)
