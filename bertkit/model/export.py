@@ -6,7 +6,10 @@ Three kinds of graph, each with dynamic batch and sequence axes:
 - "fill-mask": the same inputs -> logits [B, T, V] (the masked-LM head at every position);
 - a fine-tuned task model (a directory written by `bertkit finetune`): its logits, as
   `TaskModel` reads them (classify/pair/regress [B, K], tag [B, T, K] (a CRF's emissions),
-  qa start_logits and end_logits [B, T]).
+  qa start_logits and end_logits [B, T]). A spans model's graph takes two more inputs, each
+  word's first piece `word_index` [B, W] and `word_mask` [B, W] (1 for a real word), and
+  returns the span logits [B, W, L, K]: the number of words is an input's shape, not a value
+  read from the data, so it stays dynamic (`OnnxForward` computes both from word ids).
 
 A "modern" model has no segments, so its graph takes no token_type_ids. The graph is traced
 from the reference encoder (`Encoder(cfg, fast=False)`) with a padded example, so that the
@@ -29,7 +32,7 @@ import torch
 from torch import nn
 
 from bertkit.files import UserError, atomic_path
-from bertkit.finetuning.heads import load_task_weights
+from bertkit.finetuning.heads import first_subword_index, load_task_weights
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.tasks import load_task
 from bertkit.model import hub
@@ -91,6 +94,10 @@ class _Graph(nn.Module):
         self.model, self.kind, self.segments = model, kind, segments
 
     def forward(self, input_ids, *rest):
+        if self.kind == "spans":  # the two word inputs come last
+            rest, words = rest[:-2], rest[-2:]
+            token_type_ids, attention_mask = rest if self.segments else (None, rest[0])
+            return (self.model.score_words(input_ids, token_type_ids, attention_mask, *words),)
         token_type_ids, attention_mask = rest if self.segments else (None, rest[0])
         if self.kind == "encoder":
             return (self.model(input_ids, token_type_ids, attention_mask).last_hidden_state,)
@@ -115,10 +122,6 @@ def load_for_export(path: str | Path, kind: Kind = "auto") -> tuple[nn.Module, s
         except UserError:
             task = None
         if task is not None:
-            if task.name == "spans":
-                raise UserError(f"{path}: a spans model does not export to ONNX (the spans it "
-                                "scores depend on each batch's word count); export its encoder "
-                                "with --task encoder")
             model = load_task_weights(task.make_model(Encoder(cfg, fast=False)), path)
             return model.eval(), task.name, task
         kind = "fill-mask" if _has_mlm_head(path, cfg.architecture) else "encoder"
@@ -137,8 +140,10 @@ def load_for_export(path: str | Path, kind: Kind = "auto") -> tuple[nn.Module, s
     return model.eval(), kind, None
 
 
-def example_inputs(cfg, batch: int = 2, length: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
-    """A batch whose second row is padded: tracing it keeps the attention mask in the graph."""
+def example_inputs(cfg, batch: int = 2, length: int = 12, seed: int = 0,
+                   words: bool = False) -> dict[str, torch.Tensor]:
+    """A batch whose second row is padded: tracing it keeps the attention mask in the graph.
+    `words`: with a spans graph's word_index and word_mask (words of one and two pieces)."""
     g = torch.Generator().manual_seed(seed)
     length = min(length, cfg.max_positions)
     ids = torch.randint(5, cfg.vocab_size, (batch, length), generator=g)
@@ -151,7 +156,30 @@ def example_inputs(cfg, batch: int = 2, length: int = 12, seed: int = 0) -> dict
         types[:, length // 2:] = 1
         inputs["token_type_ids"] = types * mask
     inputs["attention_mask"] = mask
+    if words:
+        inputs.update(word_inputs(example_word_ids(mask, seed)))
     return inputs
+
+
+def example_word_ids(attention_mask: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """[B, T] word ids for a padded batch: [CLS] and the last real token (its [SEP]) -1, the
+    pieces between them grouped into words of one or two pieces at random."""
+    g = torch.Generator().manual_seed(seed)
+    word_ids = torch.full_like(attention_mask, -1)
+    for b, n in enumerate(attention_mask.sum(1).tolist()):
+        starts = torch.rand(max(0, n - 2), generator=g) < 0.6
+        if len(starts):
+            starts[0] = True
+        word_ids[b, 1:n - 1] = starts.long().cumsum(0) - 1
+    return word_ids
+
+
+def word_inputs(word_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A spans graph's word inputs from word ids [B, T] (-1 for specials and padding), as
+    SpanTagger.forward makes them."""
+    num_words = max(1, int(word_ids.max()) + 1 if word_ids.numel() else 0)
+    index, mask = first_subword_index(word_ids, num_words)
+    return {"word_index": index, "word_mask": mask.long()}
 
 
 def output_names(kind: str, task) -> list[str]:
@@ -160,6 +188,11 @@ def output_names(kind: str, task) -> list[str]:
     if task is not None and task.name == "qa":
         return ["start_logits", "end_logits"]
     return ["logits"]
+
+
+def _kind_of(kind: str, task) -> str:
+    """What _Graph computes: the kind, or "spans" for a spans task model."""
+    return "spans" if task is not None and task.name == "spans" else kind
 
 
 def run_session(session, inputs: dict[str, torch.Tensor | np.ndarray]) -> list[np.ndarray]:
@@ -177,12 +210,23 @@ def _session(ort, path: Path):
 
 def max_difference(model: nn.Module, kind: str, task, session, cfg) -> float:
     """Largest |onnx - torch| over a batch of another size and length than the traced one."""
-    inputs = example_inputs(cfg, batch=3, length=min(cfg.max_positions, 21), seed=1)
-    graph = _Graph(model, kind, cfg.architecture == "bert").eval()
+    graph = _Graph(model, _kind_of(kind, task), cfg.architecture == "bert").eval()
+    inputs = example_inputs(cfg, batch=3, length=min(cfg.max_positions, 21), seed=1,
+                            words=graph.kind == "spans")
     with torch.inference_mode():
         expected = graph(*inputs.values())
     got = run_session(session, inputs)
-    return max(float(np.abs(g - e.float().numpy()).max()) for g, e in zip(got, expected))
+    return max(_difference(g, e.float().numpy()) for g, e in zip(got, expected))
+
+
+def _difference(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest |got - want| where want is finite; inf unless both are infinite at the same
+    places with the same sign (a spans graph's -inf marks spans past a sentence's end)."""
+    finite = np.isfinite(want)
+    if not (np.array_equal(np.isfinite(got), finite) and np.array_equal(got[~finite],
+                                                                          want[~finite])):
+        return float("inf")
+    return float(np.abs(got[finite] - want[finite]).max(initial=0.0))
 
 
 def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
@@ -195,13 +239,15 @@ def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
     if dev is not None and task is None:
         raise UserError(f"--dev scores a fine-tuned model; {path} is not one")
     cfg = hub.load_config(path)
-    inputs = example_inputs(cfg)
+    graph = _Graph(module, _kind_of(kind, task), cfg.architecture == "bert").eval()
+    inputs = example_inputs(cfg, words=graph.kind == "spans")
     names, outputs = list(inputs), output_names(kind, task)
-    axes = {name: {0: "batch", 1: "sequence"} for name in names}
+    axes = {name: {0: "batch", 1: "words" if name.startswith("word_") else "sequence"}
+            for name in names}
     for name in outputs:
         axes[name] = {0: "batch"} if kind not in ("encoder", "fill-mask") \
-            and task.name in ("classify", "pair", "regress") else {0: "batch", 1: "sequence"}
-    graph = _Graph(module, kind, cfg.architecture == "bert").eval()
+            and task.name in ("classify", "pair", "regress") else \
+            {0: "batch", 1: "words" if graph.kind == "spans" else "sequence"}
     with atomic_path(out) as traced:
         # TorchScript tracing: torch.export would refuse the encoder's data-dependent "is there
         # any padding?" test, which tracing a padded batch settles (the mask is kept).
@@ -250,9 +296,14 @@ class OnnxForward(nn.Module):
         self.session = session
         self.torch_model = model
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, *, word_ids=None):
         inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids,
                   "attention_mask": attention_mask}
+        if word_ids is not None:  # a spans graph: (logits, word mask), as SpanTagger returns
+            words = word_inputs(word_ids)
+            logits, = run_session(self.session, {**{k: v for k, v in inputs.items()
+                                                    if v is not None}, **words})
+            return torch.from_numpy(logits), words["word_mask"].bool()
         out = [torch.from_numpy(o) for o in run_session(
             self.session, {k: v for k, v in inputs.items() if v is not None})]
         return tuple(out) if len(out) > 1 else out[0]

@@ -17,6 +17,12 @@ def test_span_mask_keeps_spans_inside_each_sentence():
     assert inside[0, 2].tolist() == [True, False, False]
     assert not inside[0, 3].any()
     assert inside[1].sum() == 1
+    # a word with no pieces (a hole in the mask): no span crosses it; brute force agrees
+    g = torch.Generator().manual_seed(0)
+    mask = torch.rand(6, 9, generator=g) < 0.7
+    brute = torch.tensor([[[i + l < 9 and bool(mask[b, i:i + l + 1].all()) for l in range(4)]
+                           for i in range(9)] for b in range(6)])
+    assert torch.equal(span_mask(mask, 4), brute)
 
 
 def test_head_matches_span_by_span_computation():

@@ -13,10 +13,11 @@ from bertkit.config import EncoderConfig
 from bertkit.files import UserError
 from bertkit.finetuning.heads import init_head, save_task_model
 from bertkit.finetuning.predict import TaskModel
-from bertkit.finetuning.tasks import QA, Classify, Tag
+from bertkit.finetuning.tasks import QA, Classify, Spans, Tag
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder, init_weights
-from bertkit.model.export import example_inputs, export_onnx, onnx_session, run_session
+from bertkit.model.export import (example_inputs, example_word_ids, export_onnx, onnx_session,
+                                  run_session, word_inputs)
 from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
 
@@ -101,6 +102,41 @@ def test_task_models_export_their_logits(tmp_path, tokenizer, architecture, task
     expected = expected if isinstance(expected, tuple) else (expected,)
     for got, want in zip(run_session(session, inputs), expected, strict=True):
         np.testing.assert_allclose(got, want.numpy(), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
+def test_span_models_export_their_span_logits(tmp_path, tokenizer, architecture):
+    task = Spans(labels=("LOC", "PER"), max_width=3, ffn_size=16)
+    cfg = _config(architecture)
+    model = task.make_model(Encoder(cfg, fast=False))
+    init_weights(model, cfg, torch.Generator().manual_seed(6))
+    init_head(model, torch.Generator().manual_seed(7))
+    save_task_model(model, tmp_path / "s", task=task.to_json(), tokenizer=tokenizer,
+                    labels=list(task.labels))
+    model.eval()
+    rows = ["mary\tB-PER\nwent\tO\nto\tO\nrome\tB-LOC\n.\tO\n",
+            "the\tO\nfilm\tO\nwas\tO\ngood\tO\n", "rome\tB-LOC\n"] * 4
+    dev = tmp_path / "dev.conll"
+    dev.write_text("\n".join(rows))
+    result = export_onnx(tmp_path / "s", tmp_path / "s.onnx", dev=dev)
+    segments = ["token_type_ids"] if architecture == "bert" else []
+    assert result.kind == "spans" and result.max_abs_diff < 1e-4
+    assert result.inputs == ["input_ids", *segments, "attention_mask", "word_index", "word_mask"]
+    session = onnx_session(result.path)
+    for batch, length in [(1, 4), (3, 17), (2, 40)]:  # other word counts than the traced one
+        inputs = _inputs(cfg, batch, length)
+        word_ids = example_word_ids(inputs["attention_mask"], seed=length)
+        with torch.inference_mode():
+            expected, mask = model(inputs["input_ids"], inputs.get("token_type_ids"),
+                                   inputs["attention_mask"], word_ids=word_ids)
+        got, = run_session(session, {**inputs, **word_inputs(word_ids)})
+        assert got.shape == tuple(expected.shape) == (batch, mask.shape[1], 3, 3)
+        # spans past a sentence's end are -inf in both: compare where PyTorch is finite
+        finite = torch.isfinite(expected).numpy()
+        assert np.array_equal(np.isfinite(got), finite)
+        np.testing.assert_allclose(got[finite], expected.numpy()[finite], atol=1e-4, rtol=0)
+    # the graph scores a dev file as PyTorch does: the same entities found
+    assert result.dev_scores["onnx"] == result.dev_scores["pytorch"]
 
 
 def test_quantized_graph_scores_the_dev_set(tmp_path, tokenizer):

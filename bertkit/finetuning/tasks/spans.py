@@ -102,9 +102,7 @@ class SpanHead(nn.Module):
         B, W, H = z.shape
         L = self.max_width
         z = self.dropout(z)
-        # windows[b, i, k] = z[b, i + k] (zero past the end): [B, W, L, H]
-        padded = F.pad(z, (0, 0, 0, L - 1))
-        windows = padded.unfold(1, L, 1).permute(0, 1, 3, 2)  # [B, W, L, H]
+        windows = _windows(z, L)  # [B, W, L, H]: windows[b, i, k] = z[b, i + k]
         inside = span_mask(word_mask, L)  # [B, W, L]
         score = self.attn_score(windows).squeeze(-1)  # [B, W, L]
         # Span (i, l) pools over window positions k <= l: [B, W, L(l), L(k)]
@@ -118,15 +116,28 @@ class SpanHead(nn.Module):
         starts = self.start(z)[:, :, None, :].expand(B, W, L, -1)  # [B, W, L, F]
         ends = self.end(windows)  # end word of span (i, l) is window position l: [B, W, L, F]
         logits = self.classify(torch.cat([starts, ends, pooled], -1))  # [B, W, L, K]
-        invalid = torch.full_like(logits[..., :1], float("-inf")).expand_as(logits).clone()
-        invalid[..., NULL] = 0.0
+        # [K] 0 for NULL, -inf for every type (built without writing in place, which ONNX
+        # export cannot trace)
+        kinds = torch.arange(logits.shape[-1], device=z.device)
+        invalid = torch.zeros((), dtype=logits.dtype, device=z.device).masked_fill(
+            kinds != NULL, float("-inf"))
         return torch.where(inside[..., None], logits, invalid)
 
 
+def _windows(x: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, W, ...] -> [B, W, width, ...]: out[b, i, k] = x[b, i + k], zero past the end.
+    Shifted slices rather than `unfold`, which ONNX export refuses when W is dynamic."""
+    W = x.shape[1]
+    padded = torch.cat([x, x.new_zeros(x.shape[0], width - 1, *x.shape[2:])], 1)
+    return torch.stack([padded[:, k:k + W] for k in range(width)], 2)
+
+
 def span_mask(word_mask: torch.Tensor, max_width: int) -> torch.Tensor:
-    """[B, W] bool -> [B, W, L] bool: span (i, l) lies inside the sentence."""
-    padded = F.pad(word_mask.bool(), (0, max_width - 1))
-    return padded.unfold(1, max_width, 1).long().cumprod(-1).bool() & word_mask.bool()[..., None]
+    """[B, W] bool -> [B, W, L] bool: span (i, l) lies inside the sentence (all its l + 1
+    words are real)."""
+    real = _windows(word_mask.long(), max_width).cumsum(-1)  # [B, W, L] real words in i..i+l
+    # a count, not a cumulative product: ONNX has CumSum and no CumProd, so the graph exports
+    return real == torch.arange(1, max_width + 1, device=word_mask.device)
 
 
 def span_targets(entities: list[list[tuple[int, int, int]]], num_words: int,
@@ -220,12 +231,18 @@ class SpanTagger(TaskHead):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, *,
                 word_ids: torch.Tensor):
-        h = self.token_states(input_ids, token_type_ids, attention_mask)
         # At least one word column, so that a batch of sentences with no pieces still has shape.
         num_words = max(1, int(word_ids.max()) + 1 if word_ids.numel() else 0)
         index, mask = first_subword_index(word_ids, num_words)
-        z = h.gather(1, index[..., None].expand(-1, -1, h.shape[-1]))  # [B, W, H]
-        return self.span_head(z, mask), mask  # [B, W, L, K], [B, W]
+        return self.score_words(input_ids, token_type_ids, attention_mask, index, mask), mask
+
+    def score_words(self, input_ids, token_type_ids, attention_mask, word_index: torch.Tensor,
+                    word_mask: torch.Tensor) -> torch.Tensor:
+        """Span logits [B, W, L, K] from each word's first piece [B, W] and which words are
+        real [B, W]: the part with no data-dependent shape, which ONNX export traces."""
+        h = self.token_states(input_ids, token_type_ids, attention_mask)
+        z = h.gather(1, word_index[..., None].expand(-1, -1, h.shape[-1]))  # [B, W, H]
+        return self.span_head(z, word_mask.bool())
 
     def head_spec(self) -> dict:
         head = self.span_head
