@@ -215,7 +215,8 @@ def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
                       str(tmp / "tagger.safetensors"))
             (tmp / "tagger.json").write_text(json.dumps(
                 {"format": "bertkit-mix-tagger", "model": str(options.model), "tags": tags,
-                 "layers": options.layers, "num_layers": L, "width": H}, indent=2) + "\n", encoding="utf-8")
+                 "layers": options.layers, "num_layers": L, "width": H}, indent=2) + "\n",
+                encoding="utf-8")
 
     cfg = TrainConfig(lr=options.lr, max_steps=steps, warmup_fraction=0.05, weight_decay=0.0,
                       seed=options.seed, eval_every=max(1, steps // options.epochs),
