@@ -128,20 +128,21 @@ def _print_lm_report(report: dict) -> None:
         return f"{value:.4f}" if isinstance(value, float) else str(value)
 
     titles = {"heldout": "held-out masked tokens", "text": "masked tokens and pseudo-perplexity",
-              "minimal_pairs": "minimal pairs (good > bad by pseudo-log-likelihood; ties 1/2)",
+              "minimal_pairs": f"minimal pairs (good > bad by "
+                               f"{report.get('scored_by', 'pseudo-log-likelihood')}; ties 1/2)",
               "next_token": "next tokens, left to right"}
     print(titles.get(report.get("kind"), ""))
     for key, value in report.items():
-        if key in ("kind", "groups", "group_by") or value is None:
+        if key in ("kind", "groups", "group_by", "scored_by") or value is None:
             continue
         print(f"{key:>22}  {show(value)}")
     groups = report.get("groups") or {}
     if groups:
         width = max(len(str(g)) for g in groups)
-        print(f"\n{report['group_by']:<{width}}  accuracy  pairs  mean PLL difference")
+        print(f"\n{report['group_by']:<{width}}  accuracy  pairs  mean difference (nats)")
         for name, g in groups.items():
             print(f"{name:<{width}}  {g['accuracy']:>8.4f}  {g['pairs']:>5}  "
-                  f"{g['mean_pll_difference']:>19.4f}")
+                  f"{g['mean_pll_difference']:>22.4f}")
 
 
 def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:

@@ -458,7 +458,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     if is_pairs_file(inp):
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
                                batch_size=4 * batch_size, device=device)
-        return {"kind": "minimal_pairs", **report}
+        return {"kind": "minimal_pairs",
+                "scored_by": "log-likelihood" if causal else "pseudo-log-likelihood", **report}
     lines = []
     for _, line in read_lines(inp):
         if line.strip():

@@ -59,12 +59,13 @@ def test_minimal_pairs_of_a_jsonl(setup, capsys):
     got = _json(capsys, ["--model", setup["model"], "--input", setup["pairs"]])
     model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
     want = minimal_pairs(model, tokenizer, read_pairs(setup["pairs"]))
-    assert got == {"kind": "minimal_pairs", **want}
+    assert got == {"kind": "minimal_pairs", "scored_by": "pseudo-log-likelihood", **want}
     assert got["pairs"] == 4 and set(got["groups"]) == {"sv", "order"}
     assert main(["evaluate", "--model", str(setup["model"]), "--input",
                  str(setup["pairs"])]) == 0
     table = capsys.readouterr().out
     assert "accuracy" in table and "mean_pll_difference" in table
+    assert "good > bad by pseudo-log-likelihood" in table
     assert "UID" in table and "order" in table and "sv" in table
 
 

@@ -206,6 +206,10 @@ def test_a_causal_model_scores_minimal_pairs_by_its_log_likelihood(clm_dir):
                                                "sentence_bad": texts[1]}])
     assert report["mean_pll_difference"] == pytest.approx(by_hand[0] - by_hand[1], rel=1e-4)
     assert report["accuracy"] == (1.0 if by_hand[0] > by_hand[1] else 0.0)
+    pairs = clm_dir.parent / "pairs.jsonl"
+    pairs.write_text(json.dumps({"sentence_good": texts[0], "sentence_bad": texts[1]}) + "\n")
+    assert evaluate_pretrained(clm_dir, pairs)["scored_by"] == \
+        "log-likelihood"
 
 
 def test_cli(clm_dir, mlm_dir, capsys):
