@@ -286,17 +286,22 @@ def plot_layer_weights(mixes: dict[str, Sequence[float]], out: str | Path) -> Pl
     data: "weights" {name: [L+1] the weights drawn}."""
     if not mixes:
         raise UserError("no layer weights to draw")
-    fig = new_figure(out, figsize=(min(4.5 * len(mixes), 14), 3.4), layout="constrained")
-    axes = fig.subplots(1, len(mixes), squeeze=False)[0]
-    for ax, (name, weights) in zip(axes, mixes.items()):
+    cols = min(4, len(mixes))
+    rows = -(-len(mixes) // cols)
+    fig = new_figure(out, figsize=(3.4 * cols, 2.6 * rows + 0.8), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax in axes.flat[len(mixes):]:
+        ax.axis("off")
+    for ax, (name, weights) in zip(axes.flat, mixes.items()):
         w = np.asarray(weights, dtype=float)
         ax.bar(range(len(w)), w, color="tab:blue")
         ax.axhline(1.0 / len(w), color="grey", linestyle="--", linewidth=1)
-        ax.set_xticks(range(len(w)), ["emb"] + [str(j) for j in range(1, len(w))])
-        ax.set_xlabel("layer (emb = token embeddings)")
+        ax.set_xticks(range(len(w)), ["emb"] + [str(j) for j in range(1, len(w))], fontsize=8)
         ax.set_title(textwrap.shorten(name, 40), fontsize=10)
         ax.set_ylim(0, max(0.5, float(w.max()) * 1.15))
-    axes[0].set_ylabel("softmax weight")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("softmax weight")
+    fig.supxlabel("layer (emb = the token embeddings)", fontsize=10)
     fig.suptitle("Learned scalar mix of the layers (dashed: the even share it starts from)")
     return _save(fig, out, {"weights": {k: list(map(float, v)) for k, v in mixes.items()}})
 
