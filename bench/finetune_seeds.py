@@ -1,0 +1,99 @@
+"""How much fine-tuning's defaults depend on luck: each shared task fine-tuned with bertkit's
+defaults under several seeds, the dev scores' mean, spread and range beside the baseline.
+
+    .venv/bin/python bench/finetune_seeds.py --model runs/d60                       # 4 tasks, 3 seeds
+    .venv/bin/python bench/finetune_seeds.py --model $M --tasks wnut --seeds 0 1 2 --jobs 2
+
+The seed moves the head's initialisation, the dev split (POS has no dev file), the batch order
+and dropout; nothing else changes. Each run is `finetune()` with only the seed set, as
+`bertkit finetune TASK --model M --train T [--dev D] --seed S` would run it. `--jobs 2` runs two
+fine-tunes at once, one torch thread each (on 2 cores, faster than one at a time with two
+threads). Needs ../shared/data; prints the CPU beside the figures and writes every run's dev
+metrics to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# name: (task, train, dev or None, the figure reported)
+TASKS = {
+    "pos": ("tag", "pos/en_ewt-ud-dev.conllu", None, "accuracy"),
+    "wnut": ("tag", "ner/wnut16.train.conll", "ner/wnut16.dev.conll", "f1"),
+    "movie": ("classify", "sentiment/movie.train.jsonl", "sentiment/movie.dev.jsonl", "accuracy"),
+    "sick": ("pair", "nli/sick.train.jsonl", "nli/sick.dev.jsonl", "accuracy"),
+}
+
+
+def one_run(model: str, name: str, seed: int, threads: int, out_root: str) -> dict:
+    import torch
+
+    from bertkit.finetuning.recipe import FinetuneConfig, finetune
+
+    torch.set_num_threads(threads)
+    task, train, dev, figure = TASKS[name]
+    started = time.perf_counter()
+    result = finetune(task, model, DATA / train, DATA / dev if dev else None,
+                      Path(out_root) / f"{name}-{seed}",
+                      FinetuneConfig(seed=seed, show_progress=False))
+    baseline = (result.baseline or {}).get(figure)
+    return {"task": name, "seed": seed, "figure": figure,
+            "score": float(result.dev_metrics[figure]),
+            "baseline": None if baseline is None else float(baseline),
+            "steps": result.steps, "stopped_by": result.stopped_by,
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="model directory to fine-tune")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=2, help="fine-tunes at once")
+    parser.add_argument("--out", default="finetune_seeds.json", help="every run, as JSON")
+    args = parser.parse_args()
+    if not DATA.is_dir():
+        print(f"finetune_seeds: {DATA} not found (the shared data)", file=sys.stderr)
+        return 2
+    import torch
+
+    from bertkit.runtime import describe
+
+    threads = 1 if args.jobs > 1 else torch.get_num_threads()
+    torch.set_num_threads(threads)
+    print(f"# {describe()}; {args.jobs} run(s) at once", file=sys.stderr)
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(one_run, args.model, t, s, threads, tmp)
+                   for t in args.tasks for s in args.seeds]
+        for f in futures:
+            runs.append(f.result())
+            r = runs[-1]
+            print(f"{r['task']} seed {r['seed']}: {r['figure']} {r['score']:.3f} "
+                  f"({r['steps']} steps, {r['stopped_by']}, {r['seconds']:.0f} s)", file=sys.stderr)
+    print(f"model {args.model}, seeds {' '.join(map(str, args.seeds))}")
+    print("| task | figure | per seed | mean | std | range | baseline |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.tasks:
+        mine = [r for r in runs if r["task"] == name]
+        scores = [r["score"] for r in mine]
+        std = statistics.stdev(scores) if len(scores) > 1 else 0.0
+        base = mine[0]["baseline"]
+        print(f"| {name} | {mine[0]['figure']} | {' '.join(f'{s:.3f}' for s in scores)} | "
+              f"{statistics.mean(scores):.3f} | {std:.3f} | {min(scores):.3f}-{max(scores):.3f} | "
+              f"{'' if base is None else f'{base:.3f}'} |")
+    Path(args.out).write_text(json.dumps({"model": args.model, "runs": runs}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
