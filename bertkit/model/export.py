@@ -344,4 +344,5 @@ def onnx_session(path: str | Path):
 
 
 __all__ = ["ExportOptions", "ExportResult", "export_onnx", "quantize_model", "load_for_export",
-           "example_inputs", "onnx_session", "run_session", "OnnxForward", "headline"]
+           "example_inputs", "example_word_ids", "word_inputs", "onnx_session", "run_session",
+           "OnnxForward", "headline"]

@@ -116,11 +116,9 @@ class SpanHead(nn.Module):
         starts = self.start(z)[:, :, None, :].expand(B, W, L, -1)  # [B, W, L, F]
         ends = self.end(windows)  # end word of span (i, l) is window position l: [B, W, L, F]
         logits = self.classify(torch.cat([starts, ends, pooled], -1))  # [B, W, L, K]
-        # [K] 0 for NULL, -inf for every type (built without writing in place, which ONNX
-        # export cannot trace)
+        # [K] 0 for NULL, -inf for every type (not written in place: ONNX export cannot trace that)
         kinds = torch.arange(logits.shape[-1], device=z.device)
-        invalid = torch.zeros((), dtype=logits.dtype, device=z.device).masked_fill(
-            kinds != NULL, float("-inf"))
+        invalid = torch.where(kinds == NULL, 0.0, float("-inf")).to(logits.dtype)
         return torch.where(inside[..., None], logits, invalid)
 
 
