@@ -104,6 +104,14 @@ class EncoderConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 
+    @property
+    def block_weights(self) -> int:
+        """Weights of the matrices in the transformer blocks: the model's size without its
+        vocabulary (which grows with vocab_size, not with what the model can compute)."""
+        ffn = 3 if self.architecture == "modern" else 2  # the gated layer has two inputs
+        H = self.hidden_size
+        return self.num_layers * (4 * H * H + ffn * H * self.intermediate_size)
+
     def replace(self, **changes) -> "EncoderConfig":
         return dataclasses.replace(self, **changes)
 

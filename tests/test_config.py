@@ -56,3 +56,15 @@ def test_non_bert_configs_are_refused():
             "rope_type": "yarn"}}})
     with pytest.raises(ConfigError, match="absolute position"):
         EncoderConfig.from_hf({"position_embedding_type": "relative_key"})
+
+
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
+def test_block_weights_count_the_block_matrices_of_a_built_encoder(architecture):
+    from bertkit.model.encoder import Encoder
+
+    cfg = preset("mini", architecture=architecture, vocab_size=1000)
+    matrices = sum(p.numel() for n, p in Encoder(cfg).named_parameters()
+                   if n.startswith("blocks.") and p.dim() == 2)
+    assert cfg.block_weights == matrices
+    # the vocabulary does not count
+    assert preset("mini", architecture=architecture, vocab_size=30000).block_weights == matrices

@@ -12,8 +12,9 @@ thresholds) that `bertkit evaluate` / `predict` read.
 
 Defaults follow what works for small BERTs: lr 5e-5 for the encoder and a larger one for the
 freshly initialised head, 10% warm-up then linear decay, evaluation every epoch with early
-stopping on the dev metric, the best checkpoint kept; 3 epochs at batch 32 for sentences,
-10 epochs at batch 16 for tagging, where more, smaller steps pay.
+stopping on the dev metric, the best checkpoint kept; 3 epochs at batch 32 for sentences
+(10 for a model of the tiny or mini size, `Defaults.small_model_epochs`), 10 epochs at batch 16
+for tagging, where more, smaller steps pay.
 
 A run never loses its work: Ctrl-C or SIGTERM finishes the step and saves a checkpoint in
 OUT/checkpoints (so do `save_every` steps), and `resume=True` goes on from the latest one with
@@ -308,11 +309,12 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     kind = task_type(task) if isinstance(task, str) else task
     setting = kind.configure(cfg, Path(train_path))
     defaults = kind.defaults
-    epochs, batch_size = cfg.epochs or defaults.epochs, cfg.batch_size or defaults.batch_size
+    encoder = None if backbone else hub.load_config(model_dir)
+    epochs = cfg.epochs or defaults.epochs_for(encoder.block_weights if encoder else None)
+    batch_size = cfg.batch_size or defaults.batch_size
     head_lr = cfg.head_lr or defaults.head_lr
     tokenizer = backbone.tokenizer if backbone else Tokenizer.load(model_dir)
-    max_positions = backbone.max_positions if backbone else \
-        hub.load_config(model_dir).max_positions
+    max_positions = backbone.max_positions if backbone else encoder.max_positions
     if cfg.max_length is None:  # the task's default, within what the model takes
         setting = dataclasses.replace(setting, max_length=min(setting.max_length, max_positions))
     if setting.max_length > max_positions:

@@ -36,6 +36,11 @@ if TYPE_CHECKING:  # annotations only: the recipe and the runner import the task
     from bertkit.finetuning.recipe import FinetuneConfig
 
 
+# Below this many block weights (EncoderConfig.block_weights: the tiny and mini presets, about
+# 3M; MiniLM-L6 has 10.6M, BERT-base 85M) a model takes `Defaults.small_model_epochs`.
+SMALL_MODEL_WEIGHTS = 5_000_000
+
+
 @dataclass(frozen=True)
 class Defaults:
     """A task's training defaults, used where FinetuneConfig leaves a value None."""
@@ -43,6 +48,17 @@ class Defaults:
     batch_size: int
     max_length: int
     head_lr: float = 1e-3
+    small_model_epochs: int | None = None
+    """Epochs for an encoder under SMALL_MODEL_WEIGHTS block weights; None: `epochs`. A model
+    of a few million weights is still fitting a sentence task when 3 epochs end (the 60-minute
+    `mini` of docs/pretraining.md: SICK 0.618 after 3 epochs, 0.669 given 10 with early
+    stopping), while larger ones have peaked by then."""
+
+    def epochs_for(self, block_weights: int | None) -> int:
+        """The default epochs for an encoder of `block_weights` (None: not a bertkit encoder,
+        e.g. the CNN backbone)."""
+        small = block_weights is not None and block_weights < SMALL_MODEL_WEIGHTS
+        return self.small_model_epochs if small and self.small_model_epochs else self.epochs
 
 
 @dataclass(frozen=True)

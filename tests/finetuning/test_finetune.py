@@ -422,3 +422,31 @@ def test_a_task_defined_in_one_class_fine_tunes_and_predicts(tiny_bert, task_fil
                                                                   {"praise": False}]
     assert runner.evaluate(runner.task.read(task_files["dev"]))["accuracy"] == \
         pytest.approx(result.dev_metrics["accuracy"])
+
+
+# Defaults keyed to the model's size ----------------------------------------------------------------
+
+def test_sentence_tasks_give_a_small_model_more_epochs():
+    from bertkit.config import preset
+    from bertkit.finetuning.task import SMALL_MODEL_WEIGHTS
+    from bertkit.finetuning.tasks import task_type
+
+    classify, tag = task_type("classify").defaults, task_type("tag").defaults
+    mini = preset("mini", architecture="modern").block_weights
+    minilm = preset("mini", num_layers=6, hidden_size=384, num_heads=6,
+                    intermediate_size=1536).block_weights
+    assert mini < SMALL_MODEL_WEIGHTS <= minilm
+    assert classify.epochs_for(mini) == classify.small_model_epochs > classify.epochs
+    assert classify.epochs_for(minilm) == classify.epochs == classify.epochs_for(None)
+    assert tag.epochs_for(mini) == tag.epochs_for(minilm) == tag.epochs
+
+
+def test_a_tiny_model_runs_the_small_model_epochs_and_records_them(tiny_bert, task_files,
+                                                                   quick_config, tmp_path):
+    from bertkit.finetuning.tasks import task_type
+
+    result = finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
+                      tmp_path / "t", quick_config(patience=1))
+    options = json.loads((tmp_path / "t" / "training_args.json").read_text())["options"]
+    assert options["epochs"] == task_type("classify").defaults.small_model_epochs
+    assert result.steps <= options["epochs"] * 5  # 160 rows at batch 32

@@ -30,7 +30,8 @@ LABEL_COLUMNS = ("label", "labels", "score", "relatedness")
 @dataclass(frozen=True)
 class TextTask(Task):
     """Texts (and optionally a second text each) with a label per row."""
-    defaults: ClassVar[Defaults] = Defaults(epochs=3, batch_size=32, max_length=128)
+    defaults: ClassVar[Defaults] = Defaults(epochs=3, batch_size=32, max_length=128,
+                                            small_model_epochs=10)
     label_kind: ClassVar[str] = "single"
     """How the label column reads: single (a class), multi (a list of classes), float."""
 
