@@ -74,7 +74,9 @@ class FinetuneConfig:
     crf: bool = False
     """tag: a linear-chain CRF over the labels, with the scheme's invalid transitions barred."""
     epochs: int | None = None
-    """Passes over the training data; None = the task's default (`Task.defaults`)."""
+    """Passes over the training data; None = the task's default for the model's size
+    (`Task.defaults.epochs_for`: classify, pair and regress 3, or 10 under 5M block weights;
+    tag and spans 10; qa 3)."""
     lr: float = 5e-5
     """Peak learning rate of the encoder."""
     head_lr: float | None = None
