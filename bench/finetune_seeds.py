@@ -76,8 +76,8 @@ def main() -> int:
         futures = [pool.submit(one_run, args.model, t, s, threads, tmp)
                    for t in args.tasks for s in args.seeds]
         for f in futures:
-            runs.append(f.result())
-            r = runs[-1]
+            r = f.result()
+            runs.append(r)
             print(f"{r['task']} seed {r['seed']}: {r['figure']} {r['score']:.3f} "
                   f"({r['steps']} steps, {r['stopped_by']}, {r['seconds']:.0f} s)", file=sys.stderr)
     print(f"model {args.model}, seeds {' '.join(map(str, args.seeds))}")
