@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from bertkit.model.encoder import Encoder, rotate
+from bertkit.model.encoder import Encoder
 
 
 @torch.inference_mode()
@@ -30,13 +30,9 @@ def attention_weights(encoder: Encoder, input_ids: torch.Tensor,
     weights = []
     for block, (mask, rope) in zip(encoder.blocks, inputs):
         attn = block.attn
-        A = attn.num_heads
-        h = block.attn_norm(x) if block.pre_norm else x
-        q, k, _ = attn.qkv(h).view(B, T, 3, A, H // A).unbind(2)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # 2 x [B, A, T, D]
-        if rope is not None:
-            q, k = rotate(q, *rope), rotate(k, *rope)
-        scores = (q.float() @ k.float().transpose(-1, -2)) / (H // A) ** 0.5  # [B, A, T, T]
+        q, k, _ = attn.project(block.attn_norm(x) if block.pre_norm else x, rope)  # [B, A, T, D]
+        scale = (H // attn.num_heads) ** -0.5
+        scores = (q.float() @ k.float().transpose(-1, -2)) * scale  # [B, A, T, T]
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         # a padded query whose local window holds only padding has no key at all: 0, not NaN

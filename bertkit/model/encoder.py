@@ -124,14 +124,21 @@ class SelfAttention(nn.Module):
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """x: [B, T, H] -> [B, T, H]; `rope` (cos, sin) [T, D] turns q and k ("modern")."""
         B, T, H = x.shape
-        A, D = self.num_heads, H // self.num_heads
         p = self.dropout_p if self.training else 0.0
+        q, k, v = self.project(x, rope)
+        y = self.attend(q, k, v, mask, causal, p).transpose(1, 2).reshape(B, T, H)  # [B, T, H]
+        return self.out(y)
+
+    def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: [B, T, H] -> q, k, v, each [B, A, T, D], q and k turned by `rope`."""
+        B, T, H = x.shape
+        A, D = self.num_heads, H // self.num_heads
         q, k, v = self.qkv(x).view(B, T, 3, A, D).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # 3 x [B, A, T, D]
         if rope is not None:
             q, k = rotate(q, *rope), rotate(k, *rope)
-        y = self.attend(q, k, v, mask, causal, p).transpose(1, 2).reshape(B, T, H)  # [B, T, H]
-        return self.out(y)
+        return q, k, v
 
 
 class Block(nn.Module):
@@ -284,13 +291,13 @@ class Encoder(nn.Module):
         for block, (mask, rope) in zip(self.blocks[:-1], inputs[:-1]):
             x = block(x, mask, False, rope)
         last, (mask, rope) = self.blocks[-1], inputs[-1]
-        if self.fast and not last.pre_norm:  # (rotary queries at a few rows: not worth it)
-            h = fast_paths.block_at_rows(last, x, mask, wanted)  # [N, H]
+        if self.fast:
+            h = fast_paths.block_at_rows(last, x, mask, wanted, rope)  # [N, H]
         else:
             x = last(x, mask, False, rope)
             h = x.reshape(-1, x.shape[-1]).index_select(0, wanted)  # [N, H]
-            if self.final_norm is not None:
-                h = self.final_norm(h)
+        if self.final_norm is not None:
+            h = self.final_norm(h)
         return h.split([r.shape[0] for r in rows])
 
     def pool(self, cls: torch.Tensor) -> torch.Tensor:

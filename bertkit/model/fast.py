@@ -74,35 +74,38 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 def attention_at_rows(attn: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
-                      rows: torch.Tensor) -> torch.Tensor:
+                      rows: torch.Tensor,
+                      rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """`encoder.SelfAttention` (bidirectional) at `rows` only: x [B, T, H] -> [N, H], rows [N]
-    flat indices into B*T."""
+    flat indices into B*T; `rope` as in `SelfAttention.forward`."""
     B, T, H = x.shape
     A, D = attn.num_heads, H // attn.num_heads
     p = attn.dropout_p if attn.training else 0.0
+    q, k, v = attn.project(x, rope)  # 3 x [B, A, T, D]
     if rows.shape[0] <= B:
-        # As few rows as sequences (a sentence head's [CLS]): queries only at the rows,
-        # each against its own sequence's keys, copied out per row.
+        # As few rows as sequences (a sentence head's [CLS]): each row's query against its
+        # own sequence's keys, copied out per row.
         N = rows.shape[0]
-        w, b = attn.qkv.weight, attn.qkv.bias
-        q = F.linear(x.reshape(B * T, H).index_select(0, rows), w[:H], b[:H])  # [N, H]
-        k, v = F.linear(x, w[H:], b[H:]).view(B, T, 2, A, D).unbind(2)  # 2 x [B, T, A, D]
+        q = q.transpose(1, 2).reshape(B * T, A, D).index_select(0, rows)  # [N, A, D]
         seq = torch.div(rows, T, rounding_mode="floor")  # [N]
-        k, v = (t.index_select(0, seq).transpose(1, 2) for t in (k, v))  # 2 x [N, A, T, D]
+        k, v = k.index_select(0, seq), v.index_select(0, seq)  # 2 x [N, A, T, D]
         mask = mask.index_select(0, seq) if mask is not None else None  # [N, 1, 1, T]
         y = attn.attend(q.view(N, A, 1, D), k, v, mask, False, p)  # [N, A, 1, D]
         return attn.out(y.reshape(N, H))
     # Many rows: attention for every token, the output projection only at the rows.
-    q, k, v = attn.qkv(x).view(B, T, 3, A, D).unbind(2)
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # 3 x [B, A, T, D]
     y = attn.attend(q, k, v, mask, False, p).transpose(1, 2).reshape(B * T, H)  # [B*T, H]
     return attn.out(y.index_select(0, rows))  # [N, H]
 
 
 def block_at_rows(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
-                  rows: torch.Tensor) -> torch.Tensor:
+                  rows: torch.Tensor,
+                  rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """`encoder.Block` (bidirectional) at `rows` only: x [B, T, H] -> [N, H]. Attention still
     reads every token; the output projection and the feed-forward run on N rows, not B*T."""
+    if block.pre_norm:
+        y = attention_at_rows(block.attn, block.attn_norm(x), mask, rows, rope)  # [N, H]
+        x = x.reshape(-1, x.shape[-1]).index_select(0, rows) + block.attn_dropout(y)
+        return x + block.ffn(block.ffn_norm(x))
     y = attention_at_rows(block.attn, x, mask, rows)  # [N, H]
     x = x.reshape(-1, x.shape[-1]).index_select(0, rows)  # [N, H]
     return block.feed_forward(block.attn_norm(x + block.dropout(y)))

@@ -29,9 +29,7 @@ def model_flops_per_token(cfg: EncoderConfig, seq_len: int, predicted_fraction: 
     and feed-forward, and the head, are paid only for the predicted fraction of positions.
     """
     H, V = cfg.hidden_size, cfg.vocab_size
-    # ("modern" runs its last block on every row: rotary queries at a few rows do not pay)
-    skipped = 0.0 if cfg.architecture == "modern" else \
-        (1 - predicted_fraction) * _layer_flops(cfg, seq_len)[1]
+    skipped = (1 - predicted_fraction) * _layer_flops(cfg, seq_len)[1]
     head = (2 * H * H + 2 * H * V) * predicted_fraction
     return 3.0 * (encoder_flops_per_token(cfg, seq_len) - skipped + head)
 

@@ -83,12 +83,16 @@ def test_selected_positions_equal_full_projection():
         model(ids, segments, mask, positions=positions, output_hidden_states=True)
 
 
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
 @pytest.mark.parametrize("fast", [True, False], ids=["fast", "reference"])
 @pytest.mark.parametrize("masked", [True, False])
 @pytest.mark.parametrize("rows", [[16, 0, 17 + 3, 2 * 17 + 4, 0], [2 * 17 + 1, 17 + 3]],
                          ids=["more rows than sequences", "fewer"])  # the two attention paths
-def test_forward_rows_equal_the_full_output_and_its_gradients(masked, rows, fast):
-    model = random_model(6, fast, **SHAPES[1])
+def test_forward_rows_equal_the_full_output_and_its_gradients(masked, rows, fast, architecture):
+    # "modern": rotary positions, and a local last block (window 4 of 17 tokens)
+    extra = dict(architecture="modern", local_window=4, global_every=3) \
+        if architecture == "modern" else {}
+    model = random_model(6, fast, **SHAPES[1], **extra)
     ids, segments, mask = batch(model.config.vocab_size)
     mask = mask if masked else None
     rows = torch.tensor(rows)  # any order, repeats allowed
