@@ -77,9 +77,9 @@ class LMEvalOptions:
     """Prepared directory: mask whole words (pretraining's --whole-word)."""
     seq_len: int = 128
     """Prepared directory: pretraining's --seq-len."""
-    pretrain_batch_size: int = 32
+    pretrain_batch_size: int = 16
     """Prepared directory: pretraining's --batch-size (the held-out batches depend on it)."""
-    eval_batches: int = 20
+    eval_batches: int = 40
     """Prepared directory: held-out batches to score (pretraining's --eval-batches)."""
 
     def __post_init__(self) -> None:
@@ -214,7 +214,7 @@ is then over 5 points): `heldout_scores` says so."""
 
 
 def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_len: int = 128,
-                    batch_size: int = 32, eval_batches: int = 20, seed: int = 0,
+                    batch_size: int = 16, eval_batches: int = 40, seed: int = 0,
                     whole_word: bool = False, mask_rate: float = 0.15) -> list[dict]:
     """The held-out batches `bertkit pretrain` evaluates on for these settings (its --seed is
     `seed`; pretraining draws the held-out masks from seed + 1)."""
@@ -230,7 +230,7 @@ def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_
 
 
 def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: str = "mlm",
-                   seq_len: int = 128, batch_size: int = 32, eval_batches: int = 20,
+                   seq_len: int = 128, batch_size: int = 16, eval_batches: int = 40,
                    seed: int = 0, whole_word: bool = False, mask_rate: float = 0.15,
                    device: str | torch.device = "cpu") -> dict[str, float]:
     """`objectives.evaluate_lm` over `heldout_batches`: accuracy, loss, perplexity, tokens
