@@ -58,8 +58,8 @@ class DemoOptions:
     """WordPiece vocabulary size."""
     seq_len: int = 128
     """Tokens per training sequence."""
-    batch_size: int = 32
-    """Sequences per step."""
+    batch_size: int | None = None
+    """Sequences per step; none: pretrain's default (PretrainOptions)."""
     architecture: str = field(default="modern", metadata={"choices": ARCHITECTURES})
     """"modern" (pre-LN, gated feed-forward, rotary positions) or "bert" (as published)."""
     lr: float | None = None
@@ -174,8 +174,9 @@ def run_demo(opts: DemoOptions) -> dict:
     with atomic_dir(out / "model", replaces=_entries(out / "model")) as model_dir:
         result = pretrain(PretrainOptions(data=out / "data", out=model_dir, preset=opts.preset,
                                           architecture=opts.architecture,
-                                          objective="mlm", seq_len=opts.seq_len,
-                                          batch_size=opts.batch_size, device="cpu", train=cfg))
+                                          objective="mlm", seq_len=opts.seq_len, device="cpu",
+                                          train=cfg, **({} if opts.batch_size is None
+                                                        else {"batch_size": opts.batch_size})))
         if result.stopped_by == "interrupted":
             raise KeyboardInterrupt
         predictions = fill_mask(model_dir, list(opts.masked_texts), top_k=5)
