@@ -13,7 +13,7 @@ evaluation are not counted):
 - bert: transformers' `BertForMaskedLM` trained the `run_mlm.py` way: rows of 128 tokens,
   `DataCollatorForLanguageModeling` at 15%, dropout 0.1, AdamW (lr 5e-4, weight decay 0.01 off
   biases and LayerNorm, betas 0.9 / 0.999, eps 1e-6), gradient norm clipped at 1, 6% linear
-  warm-up then linear decay to 0, batch 32, fp32.
+  warm-up then linear decay to 0, batch 32 (--reference-batch-size), fp32.
 - modernbert: transformers' `ModernBertForMaskedLM` of the same width and depth (the feed-forward
   width of bertkit's modern preset, global attention in every layer, no dropout), 30% masking
   by the same collator, the head and the loss at the masked rows only (`sparse_prediction`),
@@ -58,7 +58,7 @@ from bertkit.text.tokenizer import Tokenizer  # noqa: E402
 from bertkit.training.loop import autocast  # noqa: E402
 
 SIDES = ("bertkit", "bert", "modernbert")
-SEQ_LEN, BATCH_SIZE = 128, 32  # run_mlm.py's block size; bertkit's default batch
+SEQ_LEN = 128  # run_mlm.py's block size
 WARMUP = 0.06
 HELDOUT_MASK_RATE, HELDOUT_SEED = 0.15, 0
 DEFAULT_PAIRS = Path(__file__).resolve().parent / "data" / "minimal_pairs.jsonl"
@@ -66,9 +66,9 @@ DEFAULT_PAIRS = Path(__file__).resolve().parent / "data" / "minimal_pairs.jsonl"
 
 # The two transformers recipes -------------------------------------------------------------------
 
-def packed_rows(data: Path, seed: int):
+def packed_rows(data: Path, batch_size: int, seed: int):
     """Batches of unmasked packed rows [CLS] + 126 ids + [SEP] from the data's train split."""
-    batches = PretrainingBatches(data, objective="clm", seq_len=SEQ_LEN, batch_size=BATCH_SIZE,
+    batches = PretrainingBatches(data, objective="clm", seq_len=SEQ_LEN, batch_size=batch_size,
                                  seed=seed)
     for batch in batches:
         ids = batch["input_ids"]
@@ -93,8 +93,8 @@ def adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
 
 
 def train_transformers(side: str, model, hf_tokenizer, mlm_probability: float, lr: float,
-                       precision: str, data: Path, minutes: float, seed: int, log_every: int,
-                       device: torch.device) -> dict:
+                       precision: str, data: Path, batch_size: int, minutes: float, seed: int,
+                       log_every: int, device: torch.device) -> dict:
     """A plain loop: collate, forward, backward, clip, step, until `minutes` of it are spent.
     Collating counts as training time (run_mlm.py's data loader does it in the same process)."""
     from transformers import DataCollatorForLanguageModeling
@@ -104,7 +104,7 @@ def train_transformers(side: str, model, hf_tokenizer, mlm_probability: float, l
     model.to(device).train()
     optimizer = adamw(model, lr)
     budget = minutes * 60.0
-    rows = packed_rows(data, seed)
+    rows = packed_rows(data, batch_size, seed)
     step, tokens, elapsed = 0, 0, 0.0
     while elapsed < budget:
         start = time.perf_counter()
@@ -132,7 +132,8 @@ def train_transformers(side: str, model, hf_tokenizer, mlm_probability: float, l
             print(f"{side}: step {step}, loss {last_loss:.3f}, lr "
                   f"{optimizer.param_groups[0]['lr']:.2e}, {tokens / elapsed:,.0f} tokens/s, "
                   f"{elapsed / 60:.2f}/{minutes:g} min", file=sys.stderr)
-    return {"steps": step, "tokens": tokens, "train_seconds": elapsed, "precision": precision}
+    return {"steps": step, "tokens": tokens, "train_seconds": elapsed, "precision": precision,
+            "batch_size": batch_size}
 
 
 def save_transformers(model, data: Path, path: Path) -> None:
@@ -153,7 +154,7 @@ def run_bert(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> 
     torch.manual_seed(args.seed)  # transformers initialises from the global generator
     model = BertForMaskedLM(BertConfig(**hf, attn_implementation="sdpa"))
     figures = train_transformers("bert", model, hf_tokenizer, 0.15, 5e-4, "fp32", args.data,
-                                 args.minutes, args.seed, args.log_every, device)
+                                 args.reference_batch_size, args.minutes, args.seed, args.log_every, device)
     save_transformers(model, args.data, args.out / "bert")
     return figures
 
@@ -173,7 +174,7 @@ def run_modernbert(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.devic
     precision, why = choose_precision(device)
     print(f"modernbert: precision {precision} ({why})", file=sys.stderr)
     figures = train_transformers("modernbert", model, hf_tokenizer, 0.3, 2e-3, precision,
-                                 args.data, args.minutes, args.seed, args.log_every, device)
+                                 args.data, args.reference_batch_size, args.minutes, args.seed, args.log_every, device)
     save_transformers(model, args.data, args.out / "modernbert")
     return figures
 
@@ -186,7 +187,8 @@ def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) 
                                       train=PretrainSchedule(max_time=args.minutes)))
     return {"steps": result.step, "tokens": result.tokens,
             "train_seconds": result.train_seconds,
-            "precision": "auto"}  # its log line says which it chose
+            "precision": "auto",  # its log line says which it chose
+            "batch_size": PretrainOptions.batch_size}
 
 
 RUNNERS = {"bertkit": run_bertkit, "bert": run_bert, "modernbert": run_modernbert}
@@ -226,11 +228,11 @@ def judge(model_dir: Path, heldout, pairs: list[dict], device: torch.device) -> 
 
 
 def table(results: dict) -> str:
-    header = ("side", "steps", "tokens", "tokens/s", "held-out acc", "held-out loss",
+    header = ("side", "batch", "steps", "tokens", "tokens/s", "held-out acc", "held-out loss",
               "pairs acc")
     rows = [header]
     for side, r in results.items():
-        rows.append((side, f"{r['steps']:,}", f"{r['tokens']:,}", f"{r['tokens_per_s']:,.0f}",
+        rows.append((side, str(r["batch_size"]), f"{r['steps']:,}", f"{r['tokens']:,}", f"{r['tokens_per_s']:,.0f}",
                      f"{r['heldout']['accuracy']:.4f}", f"{r['heldout']['loss']:.4f}",
                      f"{r['pairs']['accuracy']:.4f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -259,6 +261,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="torch threads (default: one per physical core)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--seed", type=int, default=0, help="seed of the transformers sides")
+    p.add_argument("--reference-batch-size", type=int, default=32,
+                   help="sequences per step of the transformers sides (bertkit: its default)")
     p.add_argument("--log-every", type=int, default=10,
                    help="steps between the transformers sides' progress lines (bertkit: its own)")
     args = p.parse_args(argv)
@@ -266,8 +270,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [s for s in args.sides if s not in SIDES]
     if unknown or not args.sides:
         p.error(f"--sides takes a subset of {', '.join(SIDES)}, got {', '.join(unknown) or 'none'}")
-    if args.minutes <= 0 or args.max_heldout_lines < 1 or args.log_every < 1:
-        p.error("--minutes, --max-heldout-lines and --log-every must be positive")
+    if (args.minutes <= 0 or args.max_heldout_lines < 1 or args.log_every < 1
+            or args.reference_batch_size < 1):
+        p.error("--minutes, --max-heldout-lines, --log-every and --reference-batch-size must be "
+                "positive")
     return args
 
 
