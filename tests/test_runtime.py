@@ -76,3 +76,32 @@ def test_devices_this_machine_has():
     assert runtime.parse_device("cpu:0") == torch.device("cpu", 0)
     if torch.cuda.is_available():
         assert runtime.parse_device("cuda:0") == torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("ratio,precision,emulated", [
+    (3.5, "bf16", False),   # AMX
+    (2.1, "bf16", False),   # AVX512-BF16 (AMD Zen 4)
+    (1.1, "fp32", False),   # barely faster: the casts around each matmul would eat it
+    (0.5, "fp32", False),   # converted to fp32 inside the kernel (AVX-512 without BF16)
+    (0.008, "fp32", True),  # software emulation (AVX2)
+])
+def test_precision_follows_the_measured_bf16_speedup(ratio, precision, emulated):
+    chosen, why = runtime.precision_for_speedup(ratio)
+    assert chosen == precision and f"{ratio:.2g}"[:3] in why
+    assert ("crawl" in why) == emulated
+
+
+def test_choose_precision_on_this_cpu_agrees_with_its_measurement():
+    chosen, why = runtime.choose_precision("cpu")
+    assert chosen in ("fp32", "bf16") and "bf16 matmul" in why
+    assert runtime.bf16_speedup("cpu") > 0
+
+
+def test_asking_for_bf16_where_it_is_emulated_warns_before_the_run(monkeypatch):
+    monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": 0.008)
+    warning = runtime.bf16_warning("bf16", "cpu")
+    assert warning.startswith("warning: bf16 matmul runs at 0.008x fp32")
+    assert "crawl" in warning and "--precision fp32" in warning and "125x faster" in warning
+    assert runtime.bf16_warning("fp32", "cpu") is None
+    monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": 2.1)
+    assert runtime.bf16_warning("bf16", "cpu") is None

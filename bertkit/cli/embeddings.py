@@ -36,12 +36,14 @@ class EncoderOptions:
         import torch
 
         from bertkit.embeddings.embedder import Embedder
-        from bertkit.runtime import resolve_device
+        from bertkit.runtime import bf16_warning, resolve_device
 
         device, precision = resolve_device(self.device), self.precision
         if precision == "auto":
             precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() \
                 else "fp32"
+        elif warning := bf16_warning(precision, device):
+            print(warning, file=sys.stderr)
         return Embedder.load(self.model, device=device, precision=precision,
                              max_length=self.max_length, workers=self.workers)
 

@@ -66,7 +66,7 @@ from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
 from bertkit.runlock import RunLock
-from bertkit.runtime import choose_precision, resolve_device
+from bertkit.runtime import bf16_warning, choose_precision, resolve_device
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches)
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
@@ -346,6 +346,8 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
         cfg = cfg.replace(precision=precision)
         if rank == 0 and show_progress:
             print(f"precision {precision}: {why}", file=sys.stderr)
+    elif rank == 0 and (warning := bf16_warning(cfg.precision, device)):
+        print(warning, file=sys.stderr)
         if settings is not None:
             settings = {**settings, "environment": {**settings.get("environment", {}),
                                                     "precision": precision}}

@@ -372,3 +372,16 @@ def test_tensorboard_missing_is_one_line_naming_the_package(tmp_path, tiny, monk
               TrainConfig(max_steps=2, tensorboard=True), tmp_path / "none",
               save=tiny.no_save, show_progress=False)
     assert not (tmp_path / "none").exists()
+
+
+def test_a_run_asked_for_bf16_on_a_cpu_that_emulates_it_warns_first(tmp_path, tiny, monkeypatch,
+                                                                     capsys):
+    from bertkit import runtime
+
+    monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": 0.01)
+    _run(tiny, tmp_path, "slow", precision="bf16", max_steps=1)
+    err = capsys.readouterr().err
+    assert err.count("warning: bf16 matmul runs at 0.01x fp32") == 1 and "crawl" in err
+    monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": 2.0)
+    _run(tiny, tmp_path, "fast", precision="bf16", max_steps=1)
+    assert "crawl" not in capsys.readouterr().err
