@@ -346,11 +346,11 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
         cfg = cfg.replace(precision=precision)
         if rank == 0 and show_progress:
             print(f"precision {precision}: {why}", file=sys.stderr)
-    elif rank == 0 and (warning := bf16_warning(cfg.precision, device)):
-        print(warning, file=sys.stderr)
         if settings is not None:
             settings = {**settings, "environment": {**settings.get("environment", {}),
                                                     "precision": precision}}
+    elif rank == 0 and (warning := bf16_warning(cfg.precision, device)):
+        print(warning, file=sys.stderr)
     if cfg.tensorboard:
         summary_writer()  # fails now, not after the first steps, when tensorboard is absent
     if rank == 0:
