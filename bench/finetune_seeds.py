@@ -6,7 +6,8 @@ defaults under several seeds, the dev scores' mean, spread and range beside the 
 
 The seed moves the head's initialisation, the dev split (POS has no dev file), the batch order
 and dropout; nothing else changes. Each run is `finetune()` with only the seed set, as
-`bertkit finetune TASK --model M --train T [--dev D] --seed S` would run it. `--jobs 2` runs two
+`bertkit finetune TASK --model M --train T [--dev D] --seed S` would run it (`--precision`
+fp32 or bf16 sets that too, to compare them). `--jobs 2` runs two
 fine-tunes at once, one torch thread each (on 2 cores, faster than one at a time with two
 threads). Needs ../shared/data; prints the CPU beside the figures and writes every run's dev
 metrics to --out.
@@ -34,7 +35,8 @@ TASKS = {
 }
 
 
-def one_run(model: str, name: str, seed: int, threads: int, out_root: str) -> dict:
+def one_run(model: str, name: str, seed: int, threads: int, out_root: str,
+            precision: str) -> dict:
     import torch
 
     from bertkit.finetuning.recipe import FinetuneConfig, finetune
@@ -44,7 +46,7 @@ def one_run(model: str, name: str, seed: int, threads: int, out_root: str) -> di
     started = time.perf_counter()
     result = finetune(task, model, DATA / train, DATA / dev if dev else None,
                       Path(out_root) / f"{name}-{seed}",
-                      FinetuneConfig(seed=seed, show_progress=False))
+                      FinetuneConfig(seed=seed, precision=precision, show_progress=False))
     baseline = (result.baseline or {}).get(figure)
     return {"task": name, "seed": seed, "figure": figure,
             "score": float(result.dev_metrics[figure]),
@@ -60,6 +62,9 @@ def main() -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2, help="fine-tunes at once")
     parser.add_argument("--out", default="finetune_seeds.json", help="every run, as JSON")
+    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                        help="as finetune's --precision (auto: bf16 where the CPU multiplies "
+                             "it natively)")
     args = parser.parse_args()
     if not DATA.is_dir():
         print(f"finetune_seeds: {DATA} not found (the shared data)", file=sys.stderr)
@@ -70,17 +75,20 @@ def main() -> int:
 
     threads = 1 if args.jobs > 1 else torch.get_num_threads()
     torch.set_num_threads(threads)
-    print(f"# {describe()}; {args.jobs} run(s) at once", file=sys.stderr)
+    from bertkit.runtime import choose_precision
+
+    precision = args.precision if args.precision != "auto" else choose_precision("cpu")[0]
+    print(f"# {describe(precision)}; {args.jobs} run(s) at once", file=sys.stderr)
     runs = []
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(one_run, args.model, t, s, threads, tmp)
+        futures = [pool.submit(one_run, args.model, t, s, threads, tmp, precision)
                    for t in args.tasks for s in args.seeds]
         for f in futures:
             r = f.result()
             runs.append(r)
             print(f"{r['task']} seed {r['seed']}: {r['figure']} {r['score']:.3f} "
                   f"({r['steps']} steps, {r['stopped_by']}, {r['seconds']:.0f} s)", file=sys.stderr)
-    print(f"model {args.model}, seeds {' '.join(map(str, args.seeds))}")
+    print(f"model {args.model}, seeds {' '.join(map(str, args.seeds))}, precision {precision}")
     print("| task | figure | per seed | mean | std | range | baseline |")
     print("|---|---|---|---|---|---|---|")
     for name in args.tasks:
@@ -91,7 +99,7 @@ def main() -> int:
         print(f"| {name} | {mine[0]['figure']} | {' '.join(f'{s:.3f}' for s in scores)} | "
               f"{statistics.mean(scores):.3f} | {std:.3f} | {min(scores):.3f}-{max(scores):.3f} | "
               f"{'' if base is None else f'{base:.3f}'} |")
-    Path(args.out).write_text(json.dumps({"model": args.model, "runs": runs}, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps({"model": args.model, "precision": precision, "runs": runs}, indent=2) + "\n")
     return 0
 
 
