@@ -104,7 +104,8 @@ class FinetuneConfig:
     seed: int = 0
     """Seeds head initialisation, batch order and dropout."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """fp32 or bf16 (autocast); auto: bf16 on a GPU that supports it, else fp32."""
+    """fp32 or bf16 (autocast); auto: bf16 on a GPU that supports it or a CPU that multiplies
+    it natively (measured at start, as pretraining does), else fp32."""
     max_span_width: int = 8
     """spans: longest entity in words."""
     span_null_weight: float = 0.25
