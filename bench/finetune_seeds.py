@@ -71,12 +71,10 @@ def main() -> int:
         return 2
     import torch
 
-    from bertkit.runtime import describe
+    from bertkit.runtime import choose_precision, describe
 
     threads = 1 if args.jobs > 1 else torch.get_num_threads()
     torch.set_num_threads(threads)
-    from bertkit.runtime import choose_precision
-
     precision = args.precision if args.precision != "auto" else choose_precision("cpu")[0]
     print(f"# {describe(precision)}; {args.jobs} run(s) at once", file=sys.stderr)
     runs = []
@@ -99,7 +97,8 @@ def main() -> int:
         print(f"| {name} | {mine[0]['figure']} | {' '.join(f'{s:.3f}' for s in scores)} | "
               f"{statistics.mean(scores):.3f} | {std:.3f} | {min(scores):.3f}-{max(scores):.3f} | "
               f"{'' if base is None else f'{base:.3f}'} |")
-    Path(args.out).write_text(json.dumps({"model": args.model, "precision": precision, "runs": runs}, indent=2) + "\n")
+    record = {"model": args.model, "precision": precision, "runs": runs}
+    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
 
