@@ -296,10 +296,13 @@ def _modern(fields: dict) -> dict:
 def preset(name: str, **overrides) -> EncoderConfig:
     """The named preset (see PRESETS), with any field overridden, e.g. vocab_size.
     `architecture="modern"` also takes the modern defaults of the other fields (`_modern`),
-    which `overrides` may still change."""
+    which `overrides` may still change; its feed-forward width follows an overridden
+    hidden_size unless intermediate_size is given too."""
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     fields = dict(PRESETS[name])
+    fields.update({k: overrides[k] for k in ("num_layers", "hidden_size", "num_heads")
+                   if k in overrides})
     if overrides.get("architecture") == "modern":
         fields = _modern(fields)
     return EncoderConfig(**{**fields, **overrides})

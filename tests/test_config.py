@@ -68,3 +68,12 @@ def test_block_weights_count_the_block_matrices_of_a_built_encoder(architecture)
     assert cfg.block_weights == matrices
     # the vocabulary does not count
     assert preset("mini", architecture=architecture, vocab_size=30000).block_weights == matrices
+
+
+def test_modern_feed_forward_width_follows_an_overridden_shape():
+    assert preset("mini", architecture="modern").intermediate_size == 704  # 8/3 of 256
+    wide = preset("mini", architecture="modern", hidden_size=384, num_heads=6, num_layers=6)
+    assert (wide.num_layers, wide.hidden_size, wide.intermediate_size) == (6, 384, 1024)
+    assert preset("mini", architecture="modern", hidden_size=384, num_heads=6,
+                  intermediate_size=900).intermediate_size == 900
+    assert preset("mini", hidden_size=384, num_heads=6).intermediate_size == 1024  # bert: as given

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bertkit.cli.options import Command
 from bertkit.cli.text import text_batches
-from bertkit.config import PRESETS
+from bertkit.config import PRESETS, Architecture
 from bertkit.files import UserError
 
 
@@ -24,17 +24,34 @@ class InitOptions:
     """Seeds the weight initialisation."""
     max_positions: int | None = None
     """Longest input in tokens; none: the preset's (512)."""
+    architecture: Architecture = "modern"
+    """"modern" (pre-LN, gated feed-forward, rotary positions, no biases; saved as
+    ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining): the same
+    choice and default as `pretrain --architecture`."""
+    num_layers: int | None = None
+    """Transformer blocks; none: the preset's."""
+    hidden_size: int | None = None
+    """Width of the token vectors; none: the preset's."""
+    num_heads: int | None = None
+    """Attention heads (hidden_size must be a multiple); none: the preset's."""
+    intermediate_size: int | None = None
+    """Feed-forward width; none: the preset's ("modern": about 8/3 of hidden_size)."""
+
+
+_SHAPE = ("max_positions", "num_layers", "hidden_size", "num_heads", "intermediate_size")
 
 
 def run_init(opts: InitOptions) -> int:
     from bertkit.model.create import init_model
     from bertkit.model.encoder import num_parameters
 
-    overrides = {} if opts.max_positions is None else {"max_positions": opts.max_positions}
-    model = init_model(opts.preset, opts.tokenizer, opts.out, seed=opts.seed, **overrides)
+    overrides = {k: getattr(opts, k) for k in _SHAPE if getattr(opts, k) is not None}
+    model = init_model(opts.preset, opts.tokenizer, opts.out, seed=opts.seed,
+                       architecture=opts.architecture, **overrides)
     c = model.config
-    print(f"{opts.out}: {opts.preset} model (L{c.num_layers}/H{c.hidden_size}/A{c.num_heads}), "
-          f"{num_parameters(model):,} parameters, vocabulary {c.vocab_size:,}, seed {opts.seed}")
+    print(f"{opts.out}: {opts.preset} model, {c.architecture} (L{c.num_layers}/H{c.hidden_size}/"
+          f"A{c.num_heads}/I{c.intermediate_size}), {num_parameters(model):,} parameters, "
+          f"vocabulary {c.vocab_size:,}, seed {opts.seed}")
     return 0
 
 

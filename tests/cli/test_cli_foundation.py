@@ -48,8 +48,8 @@ def model_dir(corpus, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cli")
     assert main(["tokenizer", "train", "--input", str(corpus), "--vocab-size", "120",
                  "--out", str(root / "tok"), "--quiet"]) == 0
-    assert main(["init", "--preset", "tiny", "--tokenizer", str(root / "tok"),
-                 "--out", str(root / "model"), "--max-positions", "32"]) == 0
+    assert main(["init", "--preset", "tiny", "--tokenizer", str(root / "tok"), "--architecture",
+                 "bert", "--out", str(root / "model"), "--max-positions", "32"]) == 0
     return root / "model"
 
 
@@ -86,6 +86,26 @@ def test_end_to_end_in_process(model_dir, capsys, tmp_path):
     assert list(results[0]["masks"][0][0]) == ["score", "token", "token_str", "sequence"]
     code, out, _ = run(capsys, "fill-mask", "--model", model_dir, "the [MASK] ran")
     assert out.startswith("the [MASK] ran\n  [MASK] 1:") and code == 0
+
+
+def test_init_takes_the_architecture_and_a_shape(model_dir, capsys, tmp_path):
+    tok = model_dir.parent / "tok"
+    code, out, _ = run(capsys, "init", "--preset", "tiny", "--tokenizer", tok, "--out",
+                       tmp_path / "deep", "--num-layers", "3", "--hidden-size", "192",
+                       "--num-heads", "3")
+    config = json.loads((tmp_path / "deep" / "config.json").read_text())
+    assert code == 0 and "modern (L3/H192/A3/I512)" in out  # the default, as pretrain's
+    assert config["architectures"] == ["ModernBertForMaskedLM"]
+    assert (config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]) \
+        == (3, 192, 512)
+    code, out, _ = run(capsys, "init", "--preset", "tiny", "--tokenizer", tok, "--out",
+                       tmp_path / "bert", "--architecture", "bert", "--intermediate-size", "300")
+    config = json.loads((tmp_path / "bert" / "config.json").read_text())
+    assert config["architectures"] == ["BertForPreTraining"] and config["intermediate_size"] == 300
+    assert_user_error(capsys, r"preset tiny: hidden_size 100 is not divisible by num_heads 3",
+                      "init", "--preset", "tiny", "--tokenizer", tok, "--out", tmp_path / "x",
+                      "--hidden-size", "100", "--num-heads", "3")
+    assert not (tmp_path / "x").exists()
 
 
 def test_bad_inputs_exit_2_with_one_line(model_dir, corpus, capsys, tmp_path):
