@@ -10,8 +10,8 @@ own fine-tunes the same way. The result is a Hugging Face directory that transfo
 the matching Bert*For* model, plus bertkit_task.json (task, columns, labels, scheme,
 thresholds) that `bertkit evaluate` / `predict` read.
 
-Defaults follow what works for small BERTs: lr 5e-5 for the encoder and a larger one for the
-freshly initialised head, 10% warm-up then linear decay, evaluation every epoch with early
+Defaults follow what works for small BERTs: lr 5e-5 for the encoder (2e-4 when a tiny or mini
+model tags, `Defaults.small_model_lr`) and a larger one for the freshly initialised head, 10% warm-up then linear decay, evaluation every epoch with early
 stopping on the dev metric, the best checkpoint kept; 3 epochs at batch 32 for sentences
 (10 for a model of the tiny or mini size, `Defaults.small_model_epochs`), 10 epochs at batch 16
 for tagging, where more, smaller steps pay.
@@ -77,8 +77,9 @@ class FinetuneConfig:
     """Passes over the training data; None = the task's default for the model's size
     (`Task.defaults.epochs_for`: classify, pair and regress 3, or 10 under 5M block weights;
     tag and spans 10; qa 3)."""
-    lr: float = 5e-5
-    """Peak learning rate of the encoder."""
+    lr: float | None = None
+    """Peak learning rate of the encoder; None = the task's default for the model's size
+    (`Task.defaults.lr_for`: 5e-5, or for tag 2e-4 under 5M block weights)."""
     head_lr: float | None = None
     """Peak learning rate of the head (and CRF); None = the task's default."""
     batch_size: int | None = None
@@ -316,6 +317,7 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     epochs = cfg.epochs or defaults.epochs_for(encoder.block_weights if encoder else None)
     batch_size = cfg.batch_size or defaults.batch_size
     head_lr = cfg.head_lr or defaults.head_lr
+    lr = cfg.lr or defaults.lr_for(encoder.block_weights if encoder else None)
     tokenizer = backbone.tokenizer if backbone else Tokenizer.load(model_dir)
     max_positions = backbone.max_positions if backbone else encoder.max_positions
     if cfg.max_length is None:  # the task's default, within what the model takes
@@ -326,7 +328,7 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     # The task's defaults spelled out. A time budget without --epochs keeps epochs None: the
     # schedule then follows the clock.
     cfg = dataclasses.replace(cfg, epochs=cfg.epochs or (None if cfg.max_time else epochs),
-                              batch_size=batch_size, head_lr=head_lr,
+                              batch_size=batch_size, lr=lr, head_lr=head_lr,
                               max_length=setting.max_length)
     settings = run_settings({"task": kind.name, "model": model_dir, "train": train_path,
                              "dev": dev_path, "out": out_dir, "options": cfg},

@@ -48,6 +48,12 @@ class Defaults:
     batch_size: int
     max_length: int
     head_lr: float = 1e-3
+    lr: float = 5e-5
+    """Peak learning rate of the encoder (BERT's fine-tuning range is 2e-5 to 5e-5)."""
+    small_model_lr: float | None = None
+    """The encoder's rate under SMALL_MODEL_WEIGHTS block weights; None: `lr`. Tagging with
+    the 60-minute `mini` of docs/pretraining.md: 2e-4 gave POS and WNUT-16 more than 5e-5 over
+    three seeds each."""
     small_model_epochs: int | None = None
     """Epochs for an encoder under SMALL_MODEL_WEIGHTS block weights; None: `epochs`. A model
     of a few million weights is still fitting a sentence task when 3 epochs end (the 60-minute
@@ -57,8 +63,17 @@ class Defaults:
     def epochs_for(self, block_weights: int | None) -> int:
         """The default epochs for an encoder of `block_weights` (None: not a bertkit encoder,
         e.g. the CNN backbone)."""
-        small = block_weights is not None and block_weights < SMALL_MODEL_WEIGHTS
-        return self.small_model_epochs if small and self.small_model_epochs else self.epochs
+        return self.small_model_epochs if _small(block_weights) and self.small_model_epochs \
+            else self.epochs
+
+    def lr_for(self, block_weights: int | None) -> float:
+        """The encoder's default peak learning rate for an encoder of `block_weights`."""
+        return self.small_model_lr if _small(block_weights) and self.small_model_lr \
+            else self.lr
+
+
+def _small(block_weights: int | None) -> bool:
+    return block_weights is not None and block_weights < SMALL_MODEL_WEIGHTS
 
 
 @dataclass(frozen=True)
