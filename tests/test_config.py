@@ -76,4 +76,4 @@ def test_modern_feed_forward_width_follows_an_overridden_shape():
     assert (wide.num_layers, wide.hidden_size, wide.intermediate_size) == (6, 384, 1024)
     assert preset("mini", architecture="modern", hidden_size=384, num_heads=6,
                   intermediate_size=900).intermediate_size == 900
-    assert preset("mini", hidden_size=384, num_heads=6).intermediate_size == 1024  # bert: as given
+    assert preset("mini", hidden_size=384, num_heads=6).intermediate_size == 1024  # bert: the preset's

@@ -11,8 +11,8 @@ the matching Bert*For* model, plus bertkit_task.json (task, columns, labels, sch
 thresholds) that `bertkit evaluate` / `predict` read.
 
 Defaults follow what works for small BERTs: lr 5e-5 for the encoder (2e-4 when a tiny or mini
-model tags, `Defaults.small_model_lr`) and a larger one for the freshly initialised head, 10% warm-up then linear decay, evaluation every epoch with early
-stopping on the dev metric, the best checkpoint kept; 3 epochs at batch 32 for sentences
+model tags, `Defaults.small_model_lr`) and a larger one for the freshly initialised head, 10%
+warm-up then linear decay, evaluation every epoch with early stopping on the dev metric, the best checkpoint kept; 3 epochs at batch 32 for sentences
 (10 for a model of the tiny or mini size, `Defaults.small_model_epochs`), 10 epochs at batch 16
 for tagging, where more, smaller steps pay.
 
@@ -314,10 +314,11 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     setting = kind.configure(cfg, Path(train_path))
     defaults = kind.defaults
     encoder = None if backbone else hub.load_config(model_dir)
-    epochs = cfg.epochs or defaults.epochs_for(encoder.block_weights if encoder else None)
+    weights = encoder.block_weights if encoder else None
+    epochs = cfg.epochs or defaults.epochs_for(weights)
     batch_size = cfg.batch_size or defaults.batch_size
     head_lr = cfg.head_lr or defaults.head_lr
-    lr = cfg.lr or defaults.lr_for(encoder.block_weights if encoder else None)
+    lr = cfg.lr or defaults.lr_for(weights)
     tokenizer = backbone.tokenizer if backbone else Tokenizer.load(model_dir)
     max_positions = backbone.max_positions if backbone else encoder.max_positions
     if cfg.max_length is None:  # the task's default, within what the model takes

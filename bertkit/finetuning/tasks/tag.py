@@ -140,8 +140,7 @@ class WordTask(Task):
 class Tag(WordTask):
     """A label per word."""
     name: ClassVar[str] = "tag"
-    defaults: ClassVar[Defaults] = Defaults(epochs=10, batch_size=16, max_length=128,
-                                            small_model_lr=2e-4)
+    defaults: ClassVar[Defaults] = dataclasses.replace(WordTask.defaults, small_model_lr=2e-4)
 
     scheme: str | None = None
     """IO, BIO or BIOES; set, sentences are re-tagged in it as they are read."""
