@@ -404,3 +404,48 @@ class PretrainingBatches:
                                 f"({int(state[key])}, this run has {mine})")
         self._state = {"epoch": int(state["epoch"]), "cursor": int(state["cursor"]),
                        "generator": torch.as_tensor(state["generator"], dtype=torch.uint8).clone()}
+
+
+class LengthSchedule:
+    """Short sequences first, then long ones: batches from `early` until the run is
+    `switch_at` of the way through, then from `late` (BERT pretrained 90% of its steps at 128
+    tokens and the rest at 512; short rows cost less attention per token and, early on, learn
+    as much). Both are PretrainingBatches of the same corpus; give `late` another seed, so
+    that it draws its own order and cut points rather than replaying the first batches.
+
+    The training loop tells it how far the run is (`set_progress`, before each step); a resume
+    restores both positions and the loop's progress picks the phase again.
+    """
+
+    def __init__(self, early: PretrainingBatches, late: PretrainingBatches, switch_at: float):
+        if not 0.0 < switch_at < 1.0:
+            raise UserError(f"the switch to long sequences must come inside the run "
+                            f"(0 < fraction < 1), got {switch_at}")
+        self.early, self.late, self.switch_at = early, late, switch_at
+        self.progress = 0.0
+
+    @property
+    def phase(self) -> PretrainingBatches:
+        return self.early if self.progress < self.switch_at else self.late
+
+    def set_progress(self, fraction: float) -> None:
+        self.progress = fraction
+
+    def __iter__(self):
+        if self.progress < self.switch_at:
+            short = iter(self.early)
+            try:
+                for batch in short:
+                    yield batch
+                    if self.progress >= self.switch_at:
+                        break
+            finally:
+                short.close()  # stops its prefetching thread
+        yield from self.late
+
+    def state_dict(self) -> dict:
+        return {"early": self.early.state_dict(), "late": self.late.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.early.load_state_dict(state["early"])
+        self.late.load_state_dict(state["late"])

@@ -39,7 +39,7 @@ from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
 from bertkit.model.hub import load_pretraining_model, save_model
 from bertkit.pretraining import objectives
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
-from bertkit.pretraining.examples import PretrainingBatches
+from bertkit.pretraining.examples import LengthSchedule, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runtime import allocator, choose_precision, parse_device
 from bertkit.text.tokenizer import Tokenizer
@@ -75,6 +75,14 @@ class PretrainSchedule(TrainConfig):
     "fp16" (GPU, loss scaling)."""
 
 
+def _shape(opts: "PretrainOptions") -> str:
+    """"128 x 16", or with short sequences first "64 x 32 -> 128 x 16 (at 90%)"."""
+    shape = f"{opts.seq_len} x {opts.batch_size}"
+    if opts.early_seq_len is None:
+        return shape
+    return f"{opts.early_seq_len} x {opts.early_batch_size} -> {shape} (at {opts.early_fraction:.0%})"
+
+
 def _accumulation(cfg: TrainConfig) -> str:
     """" x 4 accumulated", " x 1 -> 8 accumulated (batch growth)" or ""."""
     if cfg.grad_accum_final is not None:
@@ -105,6 +113,12 @@ class PretrainOptions:
     """Masking rate, the [MASK] / random / unchanged split, whole words, spans."""
     seq_len: int = 128
     """Tokens per sequence, special tokens included."""
+    early_seq_len: int | None = None
+    """Shorter sequences for the first early_fraction of the run, as many more per batch (the
+    same tokens per step), then seq_len (BERT: 128 for 90% of the steps, then 512). None: seq_len
+    throughout."""
+    early_fraction: float = 0.9
+    """Share of the run (steps, or the clock for a time budget) trained at early_seq_len."""
     batch_size: int = 16
     """Sequences per micro-batch, all ranks together (each rank takes batch_size / ranks).
     16 learns more per minute than 32 on a 2-core CPU (docs/pretraining.md); on a GPU, raise
@@ -136,6 +150,22 @@ class PretrainOptions:
         if self.seq_len < 8 or self.batch_size < 1:
             raise UserError(f"--seq-len must be at least 8 and --batch-size at least 1 (got "
                             f"{self.seq_len}, {self.batch_size})")
+        if self.early_seq_len is not None:
+            if not 8 <= self.early_seq_len < self.seq_len:
+                raise UserError(f"--early-seq-len must be at least 8 and shorter than --seq-len "
+                                f"{self.seq_len} (got {self.early_seq_len})")
+            if (self.batch_size * self.seq_len) % self.early_seq_len:
+                raise UserError(f"--early-seq-len {self.early_seq_len} must divide the tokens of "
+                                f"a batch ({self.seq_len} x {self.batch_size}), so that early "
+                                f"steps take the same tokens")
+            if not 0.0 < self.early_fraction < 1.0:
+                raise UserError(f"--early-fraction must be between 0 and 1 (got "
+                                f"{self.early_fraction})")
+
+    @property
+    def early_batch_size(self) -> int:
+        """Sequences per early batch: the tokens of a seq_len batch in early_seq_len rows."""
+        return self.batch_size * self.seq_len // (self.early_seq_len or self.seq_len)
 
 
 def _device(requested: str | None) -> torch.device:
@@ -249,8 +279,9 @@ def pretrain(opts: PretrainOptions,
     joined = start_distributed(device)
     try:
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-        if opts.batch_size % world:
-            raise UserError(f"--batch-size {opts.batch_size} does not split over {world} ranks")
+        for size in {opts.batch_size, opts.early_batch_size}:
+            if size % world:
+                raise UserError(f"a batch of {size} sequences does not split over {world} ranks")
         opts, why = resolve(opts, device, world)
         cfg = opts.train
         settings = run_settings({"options": opts}, device=device, precision=cfg.precision,
@@ -265,8 +296,7 @@ def pretrain(opts: PretrainOptions,
                   f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
                   # a left-to-right model predicts every token: no masking to report
                   f"{'' if opts.objective == 'clm' else f'{masking.mlm_prob:.0%} masked, '}"
-                  f"{opts.seq_len} x {opts.batch_size} "
-                  f"tokens per batch{_accumulation(cfg)}"
+                  f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
                   f", precision {cfg.precision}, {world} rank(s) on {device}, "
                   f"{torch.get_num_threads()} threads", file=sys.stderr)
             malloc, better = allocator()
@@ -279,6 +309,16 @@ def pretrain(opts: PretrainOptions,
         batches = PretrainingBatches(opts.data, batch_size=opts.batch_size // world,
                                      split="train", seed=cfg.seed, rank=rank, world_size=world,
                                      **data_kwargs)
+        if opts.early_seq_len is not None:
+            early = PretrainingBatches(opts.data, batch_size=opts.early_batch_size // world,
+                                       split="train", seed=cfg.seed, rank=rank,
+                                       world_size=world, **{**data_kwargs,
+                                                            "seq_len": opts.early_seq_len})
+            # the long phase draws its own order, not the first batches again at another length
+            batches = LengthSchedule(early, PretrainingBatches(
+                opts.data, batch_size=opts.batch_size // world, split="train",
+                seed=cfg.seed + 1, rank=rank, world_size=world, **data_kwargs),
+                switch_at=opts.early_fraction)
         # Every rank builds them (a few batches) so that all agree whether to evaluate.
         held = _heldout_batches(opts, data_kwargs, cfg.seed + 1)
         if rank == 0 and not held:
@@ -289,6 +329,9 @@ def pretrain(opts: PretrainOptions,
 
         fingerprint = {"data": _data_fingerprint(opts.data), "objective": opts.objective,
                        "seq_len": opts.seq_len, "batch_size": opts.batch_size,
+                       **({"early_seq_len": opts.early_seq_len,
+                           "early_fraction": opts.early_fraction}
+                          if opts.early_seq_len is not None else {}),
                        "masking": dataclasses.asdict(opts.masking), "grad_accum": cfg.grad_accum,
                        # only when set: checkpoints written before batch growth still resume
                        **({"grad_accum_final": cfg.grad_accum_final}

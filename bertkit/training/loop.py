@@ -9,7 +9,9 @@
   time).
 * `batches` — an iterable of dicts of CPU tensors, iterated again when it runs out (epochs).
   Give it `state_dict()` / `load_state_dict()` for an exact resume; otherwise a resume skips
-  the batches already seen. Under DDP each rank passes its own share.
+  the batches already seen. Under DDP each rank passes its own share. Batches that change
+  during the run (pretraining's short-then-long sequences) take `set_progress(fraction)`,
+  called before each step with how far the run is (0 to 1, by steps or by the clock).
 * `evaluate(model) -> dict[str, float]` — called every `cfg.eval_every` steps and at the end,
   with the plain model in eval mode under `torch.no_grad()` and autocast; runs on rank 0 only
   and its result is sent to every rank. `cfg.best_metric` names one of its keys.
@@ -68,7 +70,7 @@ from bertkit.model.hub import save_model
 from bertkit.runlock import RunLock
 from bertkit.runtime import bf16_warning, choose_precision, resolve_device
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
-                                        micro_batches)
+                                        micro_batches, run_progress)
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
                                          rng_state, save_checkpoint, set_rng_state)
 from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_line,
@@ -146,6 +148,10 @@ class _Feed:
             batch = next(self.it)
         self.index += 1
         return batch
+
+    def set_progress(self, fraction: float) -> None:
+        if hasattr(self.batches, "set_progress"):
+            self.batches.set_progress(fraction)
 
     def close(self) -> None:
         """Stop the iterator (and any prefetching thread behind it)."""
@@ -439,6 +445,7 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     cfg = run.cfg
     started = time.perf_counter()
     count = micro_batches(cfg, state.step + 1, state.train_seconds)
+    run.feed.set_progress(run_progress(cfg, state.step + 1, state.train_seconds))
     micro = [run.feed.next() for _ in range(count)]
     n_tokens = sum(_num_tokens(b) for b in micro) * run.world
     micro = [_to_device(b, run.device) for b in micro]

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.pretraining.corpus import prepare
 from bertkit.pretraining.shards import load_split
-from bertkit.pretraining.examples import PretrainingBatches
+from bertkit.pretraining.examples import LengthSchedule, PretrainingBatches
 from bertkit.files import UserError
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.model.heads import IGNORE_INDEX
@@ -201,6 +201,59 @@ def test_two_ranks_share_exactly_the_single_process_batch(data, objective):
                                                      "span_right") else 0) for f in fields]
             return sorted(zip(*(c.tolist() for c in cols)))
         assert entries(whole, 0) == sorted(entries(parts[0], 0) + entries(parts[1], B * T))
+
+
+def _schedule(data, prefetch=2):
+    def batches(seq_len, batch_size, seed):
+        return PretrainingBatches(data, objective="mlm", seq_len=seq_len, batch_size=batch_size,
+                                  seed=seed, prefetch=prefetch)
+    return LengthSchedule(batches(16, 8, 3), batches(32, 4, 4), switch_at=0.5)
+
+
+def _run(schedule, progress):
+    """One batch per entry of `progress`, each after telling the schedule how far it is."""
+    out, it = [], None
+    for fraction in progress:
+        schedule.set_progress(fraction)
+        it = it or iter(schedule)
+        out.append(next(it))
+    return out
+
+
+def test_length_schedule_switches_to_long_sequences_at_its_fraction(data):
+    steps = [i / 8 for i in range(8)]
+    got = _run(_schedule(data), steps)
+    assert [tuple(b["input_ids"].shape) for b in got] == [(8, 16)] * 4 + [(4, 32)] * 4
+    # the long phase is the late batches' own order, not a replay of the short phase's text
+    late = take(PretrainingBatches(data, objective="mlm", seq_len=32, batch_size=4, seed=4), 4)
+    for a, b in zip(got[4:], late):
+        assert torch.equal(a["input_ids"], b["input_ids"])
+    # a run resumed after the switch starts with long sequences
+    resumed = _schedule(data)
+    resumed.set_progress(0.75)
+    assert next(iter(resumed))["input_ids"].shape == (4, 32)
+
+
+@pytest.mark.parametrize("cut", [2, 6])  # before and after the switch
+def test_length_schedule_resumes_exactly(data, cut):
+    steps = [i / 8 for i in range(8)]
+    straight = _run(_schedule(data), steps)
+    first = _schedule(data)
+    head = _run(first, steps[:cut])
+    resumed = _schedule(data)
+    resumed.load_state_dict(first.state_dict())
+    tail = _run(resumed, steps[cut:])
+    for a, b in zip(straight, head + tail):
+        assert torch.equal(a["input_ids"], b["input_ids"])
+        assert torch.equal(a["mlm_positions"], b["mlm_positions"])
+
+
+def test_length_schedule_needs_a_switch_inside_the_run(data):
+    short = PretrainingBatches(data, objective="mlm", seq_len=16, batch_size=8)
+    long = PretrainingBatches(data, objective="mlm", seq_len=32, batch_size=4)
+    for at in (0.0, 1.0, 1.5):
+        with pytest.raises(UserError, match="inside the run"):
+            LengthSchedule(short, long, switch_at=at)
 
 
 def test_bad_settings_are_refused(data):

@@ -319,6 +319,35 @@ def test_a_finished_run_is_extended_by_resume_with_more_steps(prepared, tmp_path
         assert torch.equal(six[k], uninterrupted[k]), k
 
 
+def test_short_sequences_first_then_long_resumes_across_the_switch(prepared, tmp_path, capsys):
+    args = ["pretrain", "--data", str(prepared), "--max-steps", "6", "--save-every", "2",
+            "--early-seq-len", "16", "--early-fraction", "0.5", *TINY]
+    whole = tmp_path / "whole"
+    assert _cli(args + ["--out", str(whole)]) == 0
+    assert "16 x 16 -> 32 x 8 (at 50%) tokens per batch" in capsys.readouterr().err
+    recorded = json.loads((whole / "training_args.json").read_text())["options"]
+    assert (recorded["early_seq_len"], recorded["early_fraction"]) == (16, 0.5)
+    # back to step 2, before the switch at step 4: the resumed run switches where the whole did
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    for late in ("step-00000004", "step-00000006"):
+        shutil.rmtree(cut / "checkpoints" / late)
+    (cut / "model.safetensors").unlink()
+    assert _cli(args + ["--out", str(cut), "--resume"]) == 0
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    # a resume with other lengths is refused, as another --seq-len is
+    assert _cli(args[:-len(TINY)] + ["--early-seq-len", "8", *TINY, "--out", str(cut),
+                                     "--resume", "--max-steps", "8"]) != 0
+    assert "early_seq_len" in capsys.readouterr().err
+    # and lengths that do not fit are one line before anything runs
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "bad"),
+                 "--max-steps", "2", *TINY, "--early-seq-len", "24"]) != 0
+    assert "must divide the tokens of a batch (32 x 8)" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_tensorboard_on_the_command_line(prepared, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -152,6 +152,18 @@ def test_batch_growth_takes_more_micro_batches_as_the_run_goes(tmp_path, tiny):
         TrainConfig(max_steps=1, grad_accum=4, grad_accum_final=2)
 
 
+def test_batches_that_change_during_the_run_are_told_how_far_it_is(tmp_path, tiny):
+    class Told(tiny.FakeBatches):
+        def set_progress(self, fraction):
+            told.append((fraction, self.n))  # before the step's batches are drawn
+
+    told: list = []
+    cfg = TrainConfig(max_steps=4, lr=1e-3, warmup_steps=0, log_every=1, grad_accum=2)
+    train(tiny.model(), objectives.mlm_loss, Told(B=4), cfg, tmp_path / "told",
+          save=tiny.no_save, show_progress=False)
+    assert told == [(0.0, 0), (0.25, 2), (0.5, 4), (0.75, 6)]
+
+
 def test_sigterm_finishes_the_step_saves_and_stops(tmp_path, tiny):
     calls = []
 
