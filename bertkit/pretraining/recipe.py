@@ -305,19 +305,20 @@ def pretrain(opts: PretrainOptions,
                       f"bertkit pretrain ...", file=sys.stderr)
         data_kwargs = dict(objective=opts.objective, seq_len=opts.seq_len,
                            masking=opts.masking)
-        # Each rank takes its rows of the same global batch: any number of ranks trains alike.
-        batches = PretrainingBatches(opts.data, batch_size=opts.batch_size // world,
-                                     split="train", seed=cfg.seed, rank=rank, world_size=world,
-                                     **data_kwargs)
-        if opts.early_seq_len is not None:
-            early = PretrainingBatches(opts.data, batch_size=opts.early_batch_size // world,
-                                       split="train", seed=cfg.seed, rank=rank,
-                                       world_size=world, **{**data_kwargs,
-                                                            "seq_len": opts.early_seq_len})
+
+        def train_batches(seq_len: int, batch_size: int, seed: int) -> PretrainingBatches:
+            # Each rank takes its rows of the same global batch: any number of ranks trains alike.
+            return PretrainingBatches(opts.data, batch_size=batch_size // world, split="train",
+                                      seed=seed, rank=rank, world_size=world,
+                                      **{**data_kwargs, "seq_len": seq_len})
+
+        if opts.early_seq_len is None:
+            batches = train_batches(opts.seq_len, opts.batch_size, cfg.seed)
+        else:
             # the long phase draws its own order, not the first batches again at another length
-            batches = LengthSchedule(early, PretrainingBatches(
-                opts.data, batch_size=opts.batch_size // world, split="train",
-                seed=cfg.seed + 1, rank=rank, world_size=world, **data_kwargs),
+            batches = LengthSchedule(
+                train_batches(opts.early_seq_len, opts.early_batch_size, cfg.seed),
+                train_batches(opts.seq_len, opts.batch_size, cfg.seed + 1),
                 switch_at=opts.early_fraction)
         # Every rank builds them (a few batches) so that all agree whether to evaluate.
         held = _heldout_batches(opts, data_kwargs, cfg.seed + 1)
