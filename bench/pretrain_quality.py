@@ -188,7 +188,9 @@ def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) 
     return {"steps": result.step, "tokens": result.tokens,
             "train_seconds": result.train_seconds,
             "precision": "auto",  # its log line says which it chose
-            "batch_size": PretrainOptions.batch_size}
+            "batch_size": PretrainOptions.batch_size,
+            "early_seq_len": PretrainOptions.early_seq_len,
+            "early_fraction": PretrainOptions.early_fraction}
 
 
 RUNNERS = {"bertkit": run_bertkit, "bert": run_bert, "modernbert": run_modernbert}

@@ -341,11 +341,22 @@ def test_short_sequences_first_then_long_resumes_across_the_switch(prepared, tmp
     assert _cli(args[:-len(TINY)] + ["--early-seq-len", "8", *TINY, "--out", str(cut),
                                      "--resume", "--max-steps", "8"]) != 0
     assert "early_seq_len" in capsys.readouterr().err
-    # and lengths that do not fit are one line before anything runs
+    # a length that does not divide the batch's tokens takes about as many; a bad one is refused
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "odd"),
+                 "--max-steps", "2", *TINY, "--early-seq-len", "24"]) == 0
+    assert "24 x 11 -> 32 x 8 (at 90%) tokens per batch" in capsys.readouterr().err
     assert _cli(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "bad"),
-                 "--max-steps", "2", *TINY, "--early-seq-len", "24"]) != 0
-    assert "must divide the tokens of a batch (32 x 8)" in capsys.readouterr().err
+                 "--max-steps", "2", *TINY, "--early-seq-len", "4"]) != 0
+    assert "--early-seq-len must be at least 8" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+    # the default 64 applies only below --seq-len, and --early-fraction 0 turns it off
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "plain"),
+                 "--max-steps", "1", *TINY]) == 0
+    assert " 32 x 8 tokens per batch" in capsys.readouterr().err
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "off"),
+                 "--max-steps", "1", *TINY, "--seq-len", "128", "--batch-size", "2",
+                 "--early-fraction", "0"]) == 0
+    assert " 128 x 2 tokens per batch" in capsys.readouterr().err
 
 
 def test_tensorboard_on_the_command_line(prepared, tmp_path):
