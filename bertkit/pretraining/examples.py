@@ -424,10 +424,6 @@ class LengthSchedule:
         self.early, self.late, self.switch_at = early, late, switch_at
         self.progress = 0.0
 
-    @property
-    def phase(self) -> PretrainingBatches:
-        return self.early if self.progress < self.switch_at else self.late
-
     def set_progress(self, fraction: float) -> None:
         self.progress = fraction
 

@@ -75,12 +75,13 @@ class PretrainSchedule(TrainConfig):
     "fp16" (GPU, loss scaling)."""
 
 
-def _shape(opts: "PretrainOptions") -> str:
+def _shape(opts: PretrainOptions) -> str:
     """"128 x 16", or with short sequences first "64 x 32 -> 128 x 16 (at 90%)"."""
     shape = f"{opts.seq_len} x {opts.batch_size}"
     if not opts.short_first:
         return shape
-    return f"{opts.early_seq_len} x {opts.early_batch_size} -> {shape} (at {opts.early_fraction:.0%})"
+    return (f"{opts.early_seq_len} x {opts.early_batch_size} -> {shape} "
+            f"(at {opts.early_fraction:.0%})")
 
 
 def _accumulation(cfg: TrainConfig) -> str:
