@@ -452,21 +452,26 @@ def test_a_tiny_model_runs_the_small_model_epochs_and_records_them(tiny_bert, ta
     assert result.steps <= options["epochs"] * 5  # 160 rows at batch 32
 
 
-def test_a_small_model_tags_at_a_higher_encoder_rate_and_records_it(tiny_bert, task_files,
-                                                                    quick_config, tmp_path):
+def test_a_small_model_trains_at_a_higher_encoder_rate_and_records_it(tiny_bert, task_files,
+                                                                      quick_config, tmp_path):
     from bertkit.config import preset
     from bertkit.finetuning.tasks import task_type
 
-    classify, tag = task_type("classify").defaults, task_type("tag").defaults
     mini = preset("mini", architecture="modern").block_weights
     minilm = preset("mini", num_layers=6, hidden_size=384, num_heads=6,
                     intermediate_size=1536).block_weights
-    assert tag.lr_for(mini) == tag.small_model_lr == 2e-4
-    assert tag.lr_for(minilm) == tag.lr_for(None) == classify.lr_for(mini) == 5e-5
-    assert task_type("spans").defaults.lr_for(mini) == 5e-5  # not measured there: BERT's rate
-    for given, recorded in ((None, 2e-4), (1e-3, 1e-3)):
-        out = tmp_path / str(given)
-        finetune("tag", tiny_bert, task_files["ner_train"], task_files["ner_dev"], out,
+    for name in ("tag", "classify", "pair"):
+        defaults = task_type(name).defaults
+        assert defaults.lr_for(mini) == defaults.small_model_lr == 2e-4
+        assert defaults.lr_for(minilm) == defaults.lr_for(None) == 5e-5
+    for name in ("spans", "regress"):  # not measured there: BERT's rate
+        assert task_type(name).defaults.lr_for(mini) == 5e-5
+    runs = (("tag", "ner_train", "ner_dev", None, 2e-4),
+            ("tag", "ner_train", "ner_dev", 1e-3, 1e-3),
+            ("classify", "train", "dev", None, 2e-4))
+    for name, train, dev, given, recorded in runs:
+        out = tmp_path / f"{name}-{given}"
+        finetune(name, tiny_bert, task_files[train], task_files[dev], out,
                  quick_config(lr=given, epochs=1))
         options = json.loads((out / "training_args.json").read_text())["options"]
         assert options["lr"] == recorded
