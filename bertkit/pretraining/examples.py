@@ -35,7 +35,7 @@ Each batch is a dict of CPU tensors:
     num_tokens     int, the real tokens of the batch
     mlm_positions [N] flat indices into B*T of the selected tokens, mlm_labels [N] their
         original ids; N = round(B * T * mlm_prob) rounded up to a multiple of 8 (static
-        shapes); unused entries point at position 0 with label -100, surplus selections are
+        shapes; with mlm_prob_final, the larger of the two rates); unused entries point at position 0 with label -100, surplus selections are
         dropped (rare: the per-row count is round(n * mlm_prob) of n <= T - 2 tokens)
     nsp_labels [B]                              mlm+nsp: 0 = B follows A, 1 = B is random
     span_left, span_right, span_offset [N]      span: flat indices of the boundary tokens
@@ -59,8 +59,8 @@ import torch
 from bertkit.pretraining.shards import load_array, load_manifest, load_split, verify_shards
 from bertkit.files import UserError
 from bertkit.model.heads import IGNORE_INDEX
-from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, sampling_probs, span_mask,
-                                         special_tokens_mask, whole_word_mask)
+from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, mlm_prob_at, sampling_probs,
+                                         span_mask, special_tokens_mask, whole_word_mask)
 from bertkit.pretraining.objectives import OBJECTIVES
 
 
@@ -96,15 +96,19 @@ class PretrainingBatches:
         self.global_batch = batch_size * world_size
         self.masking = masking or MaskingConfig()
         self.short_seq_prob = short_seq_prob
-        self.prefetch = prefetch
+        # A batch built ahead would mask at the rate of an earlier step: with a rate that
+        # changes during the run, each is built when it is taken (about 1% of a CPU step).
+        self.prefetch = 0 if self.masking.mlm_prob_final is not None else prefetch
+        self.progress = 0.0
+        """How far the run is (0 to 1), from the training loop; sets a scheduled masking rate."""
         tok = manifest["tokenizer"]
         self.vocab_size = tok["vocab_size"]
         ids = tok["special_ids"]
         self.cls_id, self.sep_id, self.pad_id, self.mask_id = (
             ids["cls"], ids["sep"], ids["pad"], ids["mask"])
         self.special_ids = sorted(set(ids.values()))
-        self.num_predictions = 8 * math.ceil(round(batch_size * seq_len *
-                                                   self.masking.mlm_prob) / 8)
+        top_rate = max(self.masking.mlm_prob, self.masking.mlm_prob_final or 0.0)
+        self.num_predictions = 8 * math.ceil(round(batch_size * seq_len * top_rate) / 8)
         """N: entries of mlm_positions / mlm_labels in every batch of this rank."""
         if split == "train" and rank == 0:  # once per run, before training reads the shards
             verify_shards(data_dir)
@@ -297,7 +301,8 @@ class PretrainingBatches:
             m = self.masking
             special = special_tokens_mask(ids, self.special_ids)
             common = dict(mask_id=self.mask_id, sampling_probs=self.sampling_probs,
-                          mlm_prob=m.mlm_prob, mask_frac=m.mask_frac, random_frac=m.random_frac,
+                          mlm_prob=mlm_prob_at(m, self.progress), mask_frac=m.mask_frac,
+                          random_frac=m.random_frac,
                           max_predictions=m.max_predictions, generator=g)
             span = None
             if self.objective == "span":
@@ -338,6 +343,10 @@ class PretrainingBatches:
         return batch
 
     # Iteration and state --------------------------------------------------------------------
+    def set_progress(self, fraction: float) -> None:
+        """Called by the training loop before each step (see `progress`)."""
+        self.progress = fraction
+
     def _produce(self, state: dict):
         epoch, cursor = state["epoch"], state["cursor"]
         g = torch.Generator()
@@ -426,6 +435,8 @@ class LengthSchedule:
 
     def set_progress(self, fraction: float) -> None:
         self.progress = fraction
+        self.early.set_progress(fraction)
+        self.late.set_progress(fraction)
 
     def __iter__(self):
         if self.progress < self.switch_at:

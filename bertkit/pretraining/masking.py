@@ -38,6 +38,10 @@ class MaskingConfig:
     """How tokens are chosen and corrupted for the masked-LM objective."""
     mlm_prob: float = 0.15
     """Share of the non-special tokens of each sequence that are predicted."""
+    mlm_prob_final: float | None = None
+    """Pretraining: the rate goes linearly from mlm_prob at the start of the run to this at
+    its end (by steps, or the clock for a time budget); none: mlm_prob throughout. Ankner et
+    al. 2023 ("Dynamic masking rate schedules") went from 30% to 15%."""
     mask_frac: float = 0.8
     """Of the selected units, the share replaced by [MASK]."""
     random_frac: float = 0.1
@@ -60,12 +64,22 @@ class MaskingConfig:
         for name in ("mlm_prob", "mask_frac", "random_frac", "span_p"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.mlm_prob_final is not None and not 0.0 < self.mlm_prob_final <= 1.0:
+            raise ValueError(f"mlm_prob_final must be in (0, 1], got {self.mlm_prob_final}")
         if self.mask_frac + self.random_frac > 1.0 + 1e-9:
             raise ValueError("mask_frac + random_frac must be at most 1")
         if self.max_span_words < 1:
             raise ValueError("max_span_words must be at least 1")
         if self.span_p <= 0:
             raise ValueError("span_p must be positive")
+
+
+def mlm_prob_at(masking: MaskingConfig, fraction: float) -> float:
+    """The masking rate `fraction` (0 to 1) of the way through a run."""
+    if masking.mlm_prob_final is None:
+        return masking.mlm_prob
+    fraction = min(max(fraction, 0.0), 1.0)
+    return masking.mlm_prob + (masking.mlm_prob_final - masking.mlm_prob) * fraction
 
 
 def sampling_probs(counts: np.ndarray | torch.Tensor | None, vocab_size: int,

@@ -84,6 +84,13 @@ def _shape(opts: PretrainOptions) -> str:
             f"(at {opts.early_fraction:.0%})")
 
 
+def _rate(masking: MaskingConfig) -> str:
+    """"40%", or with a scheduled rate "40% -> 15%"."""
+    if masking.mlm_prob_final is None:
+        return f"{masking.mlm_prob:.0%}"
+    return f"{masking.mlm_prob:.0%} -> {masking.mlm_prob_final:.0%}"
+
+
 def _accumulation(cfg: TrainConfig) -> str:
     """" x 4 accumulated", " x 1 -> 8 accumulated (batch growth)" or ""."""
     if cfg.grad_accum_final is not None:
@@ -299,7 +306,7 @@ def pretrain(opts: PretrainOptions,
             print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
                   f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
                   # a left-to-right model predicts every token: no masking to report
-                  f"{'' if opts.objective == 'clm' else f'{masking.mlm_prob:.0%} masked, '}"
+                  f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"
                   f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
                   f", precision {cfg.precision}, {world} rank(s) on {device}, "
                   f"{torch.get_num_threads()} threads", file=sys.stderr)
@@ -337,7 +344,10 @@ def pretrain(opts: PretrainOptions,
                        **({"early_seq_len": opts.early_seq_len,
                            "early_fraction": opts.early_fraction}
                           if opts.short_first else {}),
-                       "masking": dataclasses.asdict(opts.masking), "grad_accum": cfg.grad_accum,
+                       # mlm_prob_final only when set: earlier checkpoints still resume
+                       "masking": {k: v for k, v in dataclasses.asdict(opts.masking).items()
+                                   if k != "mlm_prob_final" or v is not None},
+                       "grad_accum": cfg.grad_accum,
                        # only when set: checkpoints written before batch growth still resume
                        **({"grad_accum_final": cfg.grad_accum_final}
                           if cfg.grad_accum_final is not None else {})}

@@ -10,8 +10,9 @@
 * `batches` — an iterable of dicts of CPU tensors, iterated again when it runs out (epochs).
   Give it `state_dict()` / `load_state_dict()` for an exact resume; otherwise a resume skips
   the batches already seen. Under DDP each rank passes its own share. Batches that change
-  during the run (pretraining's short-then-long sequences) take `set_progress(fraction)`,
-  called before each step with how far the run is (0 to 1, by steps or by the clock).
+  during the run (pretraining's short-then-long sequences, a scheduled masking rate) take
+  `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
+  steps or by the clock).
 * `evaluate(model) -> dict[str, float]` — called every `cfg.eval_every` steps and at the end,
   with the plain model in eval mode under `torch.no_grad()` and autocast; runs on rank 0 only
   and its result is sent to every rank. `cfg.best_metric` names one of its keys.

@@ -256,6 +256,51 @@ def test_length_schedule_needs_a_switch_inside_the_run(data):
             LengthSchedule(short, long, switch_at=at)
 
 
+def _targets(batch) -> torch.Tensor:
+    return batch["mlm_positions"][batch["mlm_labels"] != IGNORE_INDEX]
+
+
+@pytest.mark.parametrize("progress, rate", [(0.0, 0.4), (0.5, 0.25), (1.0, 0.1), (1.5, 0.1)])
+def test_a_scheduled_masking_rate_follows_the_run(data, progress, rate):
+    scheduled = PretrainingBatches(data, objective="mlm", seq_len=32, batch_size=4, seed=2,
+                                   masking=MaskingConfig(mlm_prob=0.4, mlm_prob_final=0.1))
+    constant = PretrainingBatches(data, objective="mlm", seq_len=32, batch_size=4, seed=2,
+                                  masking=MaskingConfig(mlm_prob=rate))
+    assert scheduled.num_predictions >= constant.num_predictions  # sized for the higher rate
+    scheduled.set_progress(progress)
+    # the batch a constant rate of `rate` gives, target for target
+    assert torch.equal(_targets(next(iter(scheduled))), _targets(next(iter(constant))))
+
+
+def test_a_scheduled_masking_rate_resumes_exactly_and_rises_too(data):
+    def feed():
+        return _schedule_masking(data, MaskingConfig(mlm_prob=0.4, mlm_prob_final=0.1))
+    steps = [i / 8 for i in range(8)]
+    straight = _run(feed(), steps)
+    counts = [len(_targets(b)) for b in straight]
+    assert counts[0] > counts[3] and counts[4] > counts[7] and counts[0] > 2 * counts[-1]
+    first = feed()
+    head = _run(first, steps[:5])  # after the switch to long sequences at 0.5
+    resumed = feed()
+    resumed.load_state_dict(first.state_dict())
+    for a, b in zip(straight, head + _run(resumed, steps[5:])):
+        assert torch.equal(a["mlm_positions"], b["mlm_positions"])
+        assert torch.equal(a["input_ids"], b["input_ids"])
+    rising = _run(_schedule_masking(data, MaskingConfig(mlm_prob=0.1, mlm_prob_final=0.4)),
+                  [0.0, 0.99])
+    assert len(_targets(rising[1])) > 2 * len(_targets(rising[0]))
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="mlm_prob_final"):
+            MaskingConfig(mlm_prob_final=bad)
+
+
+def _schedule_masking(data, masking):
+    def batches(seq_len, batch_size, seed):
+        return PretrainingBatches(data, objective="mlm", seq_len=seq_len, batch_size=batch_size,
+                                  seed=seed, masking=masking)
+    return LengthSchedule(batches(16, 8, 3), batches(32, 4, 4), switch_at=0.5)
+
+
 def test_bad_settings_are_refused(data):
     with pytest.raises(UserError, match="objective"):
         PretrainingBatches(data, objective="xlnet", seq_len=32, batch_size=4)

@@ -359,6 +359,28 @@ def test_short_sequences_first_then_long_resumes_across_the_switch(prepared, tmp
     assert " 128 x 2 tokens per batch" in capsys.readouterr().err
 
 
+def test_a_masking_rate_that_falls_during_the_run_is_shown_recorded_and_kept_on_resume(
+        prepared, tmp_path, capsys):
+    args = ["pretrain", "--data", str(prepared), "--max-steps", "4", "--save-every", "2",
+            "--mlm-prob-final", "0.15", *TINY]
+    whole = tmp_path / "whole"
+    assert _cli(args + ["--out", str(whole)]) == 0
+    assert "40% -> 15% masked" in capsys.readouterr().err
+    recorded = json.loads((whole / "training_args.json").read_text())["options"]
+    assert recorded["masking"]["mlm_prob_final"] == 0.15
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    shutil.rmtree(cut / "checkpoints" / "step-00000004")
+    (cut / "model.safetensors").unlink()
+    assert _cli(args + ["--out", str(cut), "--resume"]) == 0
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert _cli(args[:-len(TINY)] + ["--mlm-prob-final", "0.3", *TINY, "--out", str(cut),
+                                     "--resume", "--max-steps", "6"]) != 0
+    assert "mlm_prob_final" in capsys.readouterr().err
+
+
 def test_tensorboard_on_the_command_line(prepared, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
