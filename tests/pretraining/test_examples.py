@@ -203,10 +203,10 @@ def test_two_ranks_share_exactly_the_single_process_batch(data, objective):
         assert entries(whole, 0) == sorted(entries(parts[0], 0) + entries(parts[1], B * T))
 
 
-def _schedule(data, prefetch=2):
+def _schedule(data, prefetch=2, masking=None):
     def batches(seq_len, batch_size, seed):
         return PretrainingBatches(data, objective="mlm", seq_len=seq_len, batch_size=batch_size,
-                                  seed=seed, prefetch=prefetch)
+                                  seed=seed, prefetch=prefetch, masking=masking)
     return LengthSchedule(batches(16, 8, 3), batches(32, 4, 4), switch_at=0.5)
 
 
@@ -274,7 +274,7 @@ def test_a_scheduled_masking_rate_follows_the_run(data, progress, rate):
 
 def test_a_scheduled_masking_rate_resumes_exactly_and_rises_too(data):
     def feed():
-        return _schedule_masking(data, MaskingConfig(mlm_prob=0.4, mlm_prob_final=0.1))
+        return _schedule(data, masking=MaskingConfig(mlm_prob=0.4, mlm_prob_final=0.1))
     steps = [i / 8 for i in range(8)]
     straight = _run(feed(), steps)
     counts = [len(_targets(b)) for b in straight]
@@ -286,19 +286,12 @@ def test_a_scheduled_masking_rate_resumes_exactly_and_rises_too(data):
     for a, b in zip(straight, head + _run(resumed, steps[5:])):
         assert torch.equal(a["mlm_positions"], b["mlm_positions"])
         assert torch.equal(a["input_ids"], b["input_ids"])
-    rising = _run(_schedule_masking(data, MaskingConfig(mlm_prob=0.1, mlm_prob_final=0.4)),
+    rising = _run(_schedule(data, masking=MaskingConfig(mlm_prob=0.1, mlm_prob_final=0.4)),
                   [0.0, 0.99])
     assert len(_targets(rising[1])) > 2 * len(_targets(rising[0]))
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="mlm_prob_final"):
             MaskingConfig(mlm_prob_final=bad)
-
-
-def _schedule_masking(data, masking):
-    def batches(seq_len, batch_size, seed):
-        return PretrainingBatches(data, objective="mlm", seq_len=seq_len, batch_size=batch_size,
-                                  seed=seed, masking=masking)
-    return LengthSchedule(batches(16, 8, 3), batches(32, 4, 4), switch_at=0.5)
 
 
 def test_bad_settings_are_refused(data):

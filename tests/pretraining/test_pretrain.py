@@ -319,9 +319,24 @@ def test_a_finished_run_is_extended_by_resume_with_more_steps(prepared, tmp_path
         assert torch.equal(six[k], uninterrupted[k]), k
 
 
+def _resume_from_step_2_equals(whole, cut, args) -> None:
+    """A copy of the finished run `whole` at `cut`, cut back to its step-2 checkpoint and
+    resumed with `args`, ends with the same weights."""
+    shutil.copytree(whole, cut)
+    assert (cut / "checkpoints" / "step-00000002").is_dir()
+    for late in (cut / "checkpoints").glob("step-*"):
+        if late.name != "step-00000002":
+            shutil.rmtree(late)
+    (cut / "model.safetensors").unlink()
+    assert _cli(args + ["--out", str(cut), "--resume"]) == 0
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
 def test_short_sequences_first_then_long_resumes_across_the_switch(prepared, tmp_path, capsys):
     args = ["pretrain", "--data", str(prepared), "--max-steps", "6", "--save-every", "2",
-            "--early-seq-len", "16", "--early-fraction", "0.5", *TINY]
+            "--keep-checkpoints", "3", "--early-seq-len", "16", "--early-fraction", "0.5", *TINY]
     whole = tmp_path / "whole"
     assert _cli(args + ["--out", str(whole)]) == 0
     assert "16 x 16 -> 32 x 8 (at 50%) tokens per batch" in capsys.readouterr().err
@@ -329,14 +344,7 @@ def test_short_sequences_first_then_long_resumes_across_the_switch(prepared, tmp
     assert (recorded["early_seq_len"], recorded["early_fraction"]) == (16, 0.5)
     # back to step 2, before the switch at step 4: the resumed run switches where the whole did
     cut = tmp_path / "cut"
-    shutil.copytree(whole, cut)
-    for late in ("step-00000004", "step-00000006"):
-        shutil.rmtree(cut / "checkpoints" / late)
-    (cut / "model.safetensors").unlink()
-    assert _cli(args + ["--out", str(cut), "--resume"]) == 0
-    a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    _resume_from_step_2_equals(whole, cut, args)
     # a resume with other lengths is refused, as another --seq-len is
     assert _cli(args[:-len(TINY)] + ["--early-seq-len", "8", *TINY, "--out", str(cut),
                                      "--resume", "--max-steps", "8"]) != 0
@@ -369,13 +377,7 @@ def test_a_masking_rate_that_falls_during_the_run_is_shown_recorded_and_kept_on_
     recorded = json.loads((whole / "training_args.json").read_text())["options"]
     assert recorded["masking"]["mlm_prob_final"] == 0.15
     cut = tmp_path / "cut"
-    shutil.copytree(whole, cut)
-    shutil.rmtree(cut / "checkpoints" / "step-00000004")
-    (cut / "model.safetensors").unlink()
-    assert _cli(args + ["--out", str(cut), "--resume"]) == 0
-    a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    _resume_from_step_2_equals(whole, cut, args)
     assert _cli(args[:-len(TINY)] + ["--mlm-prob-final", "0.3", *TINY, "--out", str(cut),
                                      "--resume", "--max-steps", "6"]) != 0
     assert "mlm_prob_final" in capsys.readouterr().err
