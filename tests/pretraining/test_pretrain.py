@@ -342,7 +342,7 @@ def test_short_sequences_first_then_long_resumes_across_the_switch(prepared, tmp
     assert "16 x 16 -> 32 x 8 (at 50%) tokens per batch" in capsys.readouterr().err
     recorded = json.loads((whole / "training_args.json").read_text())["options"]
     assert (recorded["early_seq_len"], recorded["early_fraction"]) == (16, 0.5)
-    # back to step 2, before the switch at step 4: the resumed run switches where the whole did
+    # back to step 2, before the switch: the resumed run switches where the whole did
     cut = tmp_path / "cut"
     _resume_from_step_2_equals(whole, cut, args)
     # a resume with other lengths is refused, as another --seq-len is
