@@ -53,12 +53,19 @@ def allowed_transitions(labels: Sequence[str], scheme: str | None = None
     return trans, start, end
 
 
+def _may_read(t: torch.Tensor) -> bool:
+    """Whether the host may look at a value of `t` for free: on a CPU it may; on a GPU it
+    would wait for every queued kernel, so the training step never does."""
+    return t.device.type == "cpu"
+
+
 def _left_align(mask: torch.Tensor, *tensors: torch.Tensor):
     """Move the kept positions of each row to the front, in order, and cut the time axis to the
-    longest row: [B, T, ...] -> [B, T', ...], with the new mask a prefix of `lengths` ones."""
+    longest row (where reading its length is free; elsewhere it stays T): [B, T, ...] ->
+    [B, T', ...], with the new mask a prefix of `lengths` ones."""
     order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices
     lengths = mask.sum(1)
-    T = int(lengths.max()) if len(lengths) else 0
+    T = mask.shape[1] if not _may_read(lengths) else int(lengths.max()) if len(lengths) else 0
     order = order[:, :T]
     moved = [t.gather(1, order if t.dim() == 2 else order[..., None].expand(-1, -1, t.shape[2]))
              for t in tensors]
@@ -118,7 +125,9 @@ class CRF(nn.Module):
         # the previous tag is a matrix product in exp space, shifted by each row's maximum
         # (3x faster than logsumexp over [B, K, K]). Where a tag's sum falls below ~e^-43 of
         # the best tag's (reachable only from very unlikely tags) precision would be lost to
-        # underflow, and that step is redone exactly with logsumexp.
+        # underflow, and that row's step is taken exactly with logsumexp. On a CPU the exact
+        # step is computed only when some row needs it; on a GPU asking would wait for the
+        # device at every step, so both are computed and each row takes its own.
         top = trans.max()
         exp_trans = (trans - top).exp()                                       # [K, K]
         floor = torch.finfo(dtype).tiny ** 0.5
@@ -126,10 +135,13 @@ class CRF(nn.Module):
         for t in range(1, T):
             shift = alpha.max(dim=1, keepdim=True).values                     # [B, 1]
             total = (alpha - shift).exp() @ exp_trans                         # [B, K]
-            if bool((total < floor).any()):
-                step = torch.logsumexp(alpha[:, :, None] + trans, dim=1) + em[:, t]
-            else:
-                step = total.log() + shift + top + em[:, t]
+            # clamped: an underflowed row takes the exact step, and log(0) would give its
+            # unused branch an infinite gradient (0 * inf = NaN through torch.where)
+            step = total.clamp(min=floor).log() + shift + top + em[:, t]
+            low = (total < floor).any(dim=1, keepdim=True)                    # [B, 1]
+            if not _may_read(low) or bool(low.any()):
+                exact = torch.logsumexp(alpha[:, :, None] + trans, dim=1) + em[:, t]
+                step = torch.where(low, exact, step)
             alpha = torch.where(mask[:, t, None], step, alpha)
         log_z = torch.logsumexp(alpha + end, dim=1)
         return torch.where(lengths > 0, gold - log_z, 0)

@@ -7,8 +7,19 @@ import itertools
 import pytest
 import torch
 
+from bertkit.finetuning import crf as crf_module
 from bertkit.finetuning.crf import CRF, FORBIDDEN, allowed_transitions
 from bertkit.finetuning.tagging import tags_to_spans, spans_to_tags
+
+
+@pytest.fixture(params=["cpu", "as on a gpu"])
+def host_reads(request, monkeypatch) -> str:
+    """The CRF as it runs on a CPU (it reads lengths and underflow flags on the host) and as on
+    a GPU (it never does: the time axis stays whole, and every step computes the exact sum
+    beside the fast one)."""
+    if request.param != "cpu":
+        monkeypatch.setattr(crf_module, "_may_read", lambda t: False)
+    return request.param
 
 
 def _random_crf(K: int, g: torch.Generator, allowed=None) -> CRF:
@@ -47,7 +58,7 @@ def _random_mask(B: int, T: int, g: torch.Generator, holes: bool) -> torch.Tenso
 
 @pytest.mark.parametrize("holes", [False, True])
 @pytest.mark.parametrize("constrained", [False, True])
-def test_log_likelihood_and_viterbi_equal_brute_force(holes, constrained):
+def test_log_likelihood_and_viterbi_equal_brute_force(holes, constrained, host_reads):
     g = torch.Generator().manual_seed(7 + holes + 2 * constrained)
     labels = ["O", "B-A", "I-A", "B-B", "I-B"] if constrained else ["a", "b", "c"]
     K, B, T = len(labels), 6, 4
@@ -155,18 +166,22 @@ def test_float32_batch_matches_float64():
     assert torch.allclose(a.double(), b, atol=1e-4) and a.dtype == torch.float32
 
 
-def test_large_emissions_match_a_logsumexp_reference():
+def test_large_emissions_match_a_logsumexp_reference(host_reads):
     """The exp-space forward pass floors underflowing sums; with scores spread over hundreds of
-    nats it must still agree with a plain float64 logsumexp recursion."""
+    nats it must still agree with a plain float64 logsumexp recursion, and its gradient stays
+    finite (the fast branch of an underflowed row must not send NaN through torch.where)."""
     g = torch.Generator().manual_seed(9)
     labels = ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "I-B", "E-B", "S-B"]
     allowed = allowed_transitions(labels, "BIOES")
     crf = CRF(len(labels), allowed)
     with torch.no_grad():
         crf.transitions.copy_(torch.randn(9, 9, generator=g) * 3)
-    em = torch.randn(8, 30, 9, generator=g) * 60
+    em = (torch.randn(8, 30, 9, generator=g) * 60).requires_grad_()
     tags = torch.zeros(8, 30, dtype=torch.long)  # all O: a valid path
     ll = crf.log_likelihood(em, tags)
+    ll.sum().backward()
+    assert torch.isfinite(em.grad).all() and torch.isfinite(crf.transitions.grad).all()
+    ll, em = ll.detach(), em.detach()
     trans, start, end = (x.double() for x in crf._scores(torch.float64, FORBIDDEN))
     e = em.double()
     alpha = start + e[:, 0]
