@@ -165,14 +165,15 @@ def span_loss(logits: torch.Tensor, target: torch.Tensor, word_mask: torch.Tenso
     `null_weight` < 1 lets the few entity spans count for more, so the head learns them sooner.
     The NULL margin tuned on dev then restores precision.
     """
-    inside = span_mask(word_mask, logits.shape[2])
-    if not inside.any():  # a batch of sentences without words: nothing to learn, no NaN
-        return logits.sum() * 0.0
-    weight = None
+    inside = span_mask(word_mask, logits.shape[2])  # [B, W, L]
+    # Weights, not boolean indexing: selecting the inside spans would wait for the device
+    # (their count sets the shape), and a batch with none gives 0, not 0 / 0.
+    weight = inside.float()
     if null_weight != 1.0:
-        weight = torch.ones(logits.shape[-1], device=logits.device, dtype=logits.dtype)
-        weight[NULL] = null_weight
-    return F.cross_entropy(logits[inside], target[inside], weight=weight)
+        weight = weight * torch.where(target == NULL, null_weight, 1.0)
+    per_span = F.cross_entropy(logits.flatten(0, 2).float(), target.flatten(),
+                               reduction="none")  # [B * W * L]
+    return (per_span * weight.flatten()).sum() / weight.sum().clamp(min=1e-12)
 
 
 def decode_spans(logits: torch.Tensor, word_mask: torch.Tensor, margin: float = 0.0,
@@ -228,9 +229,14 @@ class SpanTagger(TaskHead):
                                   head_dropout(encoder))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, *,
-                word_ids: torch.Tensor):
+                word_ids: torch.Tensor, num_words: int | None = None):
+        """Span logits [B, W, L, K] and the word mask [B, W]. `num_words` (W) is known on the
+        host where the batch was built; without it, it is read from `word_ids`, which waits
+        for the device."""
+        if num_words is None:
+            num_words = int(word_ids.max()) + 1 if word_ids.numel() else 0
         # At least one word column, so that a batch of sentences with no pieces still has shape.
-        num_words = max(1, int(word_ids.max()) + 1 if word_ids.numel() else 0)
+        num_words = max(1, num_words)
         index, mask = first_subword_index(word_ids, num_words)
         return self.score_words(input_ids, token_type_ids, attention_mask, index, mask), mask
 
@@ -321,8 +327,8 @@ class Spans(WordTask):
     def collate(self, items) -> dict:
         batch = pad_inputs(items)
         if items[0].target is not None:
-            W = int(batch["word_ids"].max()) + 1
-            batch["span_target"] = span_targets([it.target for it in items], max(W, 0),
+            W = int(batch["word_ids"].max()) + 1  # the forward's word columns
+            batch["span_target"] = span_targets([it.target for it in items], max(W, 1),
                                                 self.max_width)
         return batch
 
@@ -331,8 +337,10 @@ class Spans(WordTask):
         return SpanTagger(encoder, len(self.labels), self.max_width, self.ffn_size)
 
     def loss(self, model, batch) -> torch.Tensor:
-        logits, mask = model(*model_inputs(batch), word_ids=batch["word_ids"])
-        return span_loss(logits, batch["span_target"], mask, self.null_weight)
+        target = batch["span_target"]  # [B, W, L], W counted when the batch was built
+        logits, mask = model(*model_inputs(batch), word_ids=batch["word_ids"],
+                             num_words=target.shape[1])
+        return span_loss(logits, target, mask, self.null_weight)
 
     def infer(self, model, batch, items) -> list:
         """Span logits [W, L, K] and word mask [W] per item."""
