@@ -593,17 +593,20 @@ def _parallel_map(fn, tasks: Iterator, workers: int) -> Iterator:
 
 def _reduce(how: str, picked: torch.Tensor, local: torch.Tensor, rank: torch.Tensor,
             rows: int) -> torch.Tensor:
-    """[P, W] vectors -> [rows, W]: each row's positions (`local`) reduced as `how` says."""
+    """[P, W] vectors -> [rows, W]: each row's positions (`local`, ascending: a row's positions
+    are consecutive) reduced as `how` says. Nothing here waits for the device: no bincount
+    (it reads the largest id) and no boolean selection (its size sets a shape)."""
     width = picked.shape[1]
-    counts = torch.bincount(local, minlength=rows).to(picked.dtype)
+    counts = torch.zeros(rows, dtype=picked.dtype, device=picked.device)
+    counts.index_add_(0, local, torch.ones_like(local, dtype=picked.dtype))  # [rows]
     if how == "max":
         out = torch.full((rows, width), float("-inf"), dtype=picked.dtype, device=picked.device)
         return out.scatter_reduce(0, local[:, None].expand_as(picked), picked, "amax")
     if how in ("first", "last"):
-        keep = rank == 0 if how == "first" else rank == counts.long()[local] - 1
-        out = torch.zeros(rows, width, dtype=picked.dtype, device=picked.device)
-        out[local[keep]] = picked[keep]
-        return out
+        ends = counts.long().cumsum(0)  # one past each row's last position
+        at = ends - counts.long() if how == "first" else ends - 1
+        present = (counts > 0).to(picked.dtype)[:, None]  # a row with no position stays 0
+        return picked.index_select(0, at.clamp(0, max(picked.shape[0] - 1, 0))) * present
     weights = (rank + 1).to(picked.dtype) if how == "weightedmean" else None
     sums = torch.zeros(rows, width, dtype=picked.dtype, device=picked.device)
     sums.index_add_(0, local, picked if weights is None else picked * weights[:, None])

@@ -50,6 +50,21 @@ def test_sentence_vectors_match_a_single_unpadded_run(embedder, sentences):
         np.testing.assert_allclose(cls[i], states[2][0].numpy(), atol=1e-5)
 
 
+def test_every_pooling_mode_matches_a_single_unpadded_run(embedder, sentences):
+    """Each of sentence-transformers' pooling modes, all side by side in one call over batches
+    of mixed lengths, against the formula applied to the text run alone."""
+    modes = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+    both = embedder.embed(sentences, pool=modes, batch_size=3)
+    alone = embedder.embed(sentences, pool="lasttoken", batch_size=4)
+    for i, text in enumerate(sentences):
+        h = reference_states(embedder, text)[-1]  # [T, H]
+        w = torch.arange(1, len(h) + 1, dtype=h.dtype)[:, None]
+        want = [h[0], h.max(0).values, h.mean(0), h.sum(0) / len(h) ** 0.5,
+                (h * w).sum(0) / w.sum(), h[-1]]
+        np.testing.assert_allclose(both[i], torch.cat(want).numpy(), atol=1e-5)
+        np.testing.assert_allclose(alone[i], h[-1].numpy(), atol=1e-5)
+
+
 def test_plan_batches_bounds_padding():
     rng = np.random.default_rng(0)
     lengths = rng.integers(3, 60, size=500)
