@@ -207,6 +207,13 @@ def bf16_warning(precision: str, device: torch.device | str) -> str | None:
             f"{1 / ratio:.0f}x faster")
 
 
+def reads_are_free(t: torch.Tensor) -> bool:
+    """Whether the host may look at a value of `t` (`bool(t.all())`, a length) without
+    waiting: on a CPU it may; on a GPU it waits for every queued kernel, so a step that runs
+    there never looks, and takes the path that needs no answer."""
+    return t.device.type == "cpu"
+
+
 def resolve_device(name: str | torch.device = "auto") -> torch.device:
     """"auto": the CUDA device when there is one, else the CPU; any other name as
     `parse_device` reads it (a one-line UserError for a device this machine lacks)."""
@@ -215,5 +222,5 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     return parse_device(name)
 
 
-__all__ = ["parse_device", "resolve_device", "physical_cores", "allocator", "keep_freed_memory",
-           "describe", "cpu_name", "matmul_limit", "choose_precision"]
+__all__ = ["parse_device", "resolve_device", "reads_are_free", "physical_cores", "allocator",
+           "keep_freed_memory", "describe", "cpu_name", "matmul_limit", "choose_precision"]

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from bertkit.finetuning.tagging import detect_scheme, split_tag
+from bertkit.runtime import reads_are_free
 
 FORBIDDEN = -1e4  # a transition score that no trained emission difference outweighs
 
@@ -53,19 +54,16 @@ def allowed_transitions(labels: Sequence[str], scheme: str | None = None
     return trans, start, end
 
 
-def _may_read(t: torch.Tensor) -> bool:
-    """Whether the host may look at a value of `t` for free: on a CPU it may; on a GPU it
-    would wait for every queued kernel, so the training step never does."""
-    return t.device.type == "cpu"
-
-
 def _left_align(mask: torch.Tensor, *tensors: torch.Tensor):
     """Move the kept positions of each row to the front, in order, and cut the time axis to the
     longest row (where reading its length is free; elsewhere it stays T): [B, T, ...] ->
     [B, T', ...], with the new mask a prefix of `lengths` ones."""
     order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices
     lengths = mask.sum(1)
-    T = mask.shape[1] if not _may_read(lengths) else int(lengths.max()) if len(lengths) else 0
+    if not reads_are_free(lengths):
+        T = mask.shape[1]
+    else:
+        T = int(lengths.max()) if len(lengths) else 0
     order = order[:, :T]
     moved = [t.gather(1, order if t.dim() == 2 else order[..., None].expand(-1, -1, t.shape[2]))
              for t in tensors]
@@ -139,7 +137,7 @@ class CRF(nn.Module):
             # unused branch an infinite gradient (0 * inf = NaN through torch.where)
             step = total.clamp(min=floor).log() + shift + top + em[:, t]
             low = (total < floor).any(dim=1, keepdim=True)                    # [B, 1]
-            if not _may_read(low) or bool(low.any()):
+            if not reads_are_free(low) or bool(low.any()):
                 exact = torch.logsumexp(alpha[:, :, None] + trans, dim=1) + em[:, t]
                 step = torch.where(low, exact, step)
             alpha = torch.where(mask[:, t, None], step, alpha)

@@ -25,6 +25,7 @@ from torch import nn
 
 from bertkit.config import EncoderConfig
 from bertkit.model import fast as fast_paths
+from bertkit.runtime import reads_are_free
 
 
 def activation_fn(name: str):
@@ -204,7 +205,7 @@ def build_attention_mask(padding: torch.Tensor | None, T: int, causal: bool,
         i = torch.arange(T, device=device)
         near = (i[:, None] - i[None, :]).abs() <= window // 2  # [T, T]
         pairs = near if pairs is None else pairs & near
-    if padding is None or (padding.device.type == "cpu" and bool(padding.all())):
+    if padding is None or (reads_are_free(padding) and bool(padding.all())):
         return pairs
     keys = padding.bool()[:, None, None, :]  # [B, 1, 1, T]
     return keys if pairs is None else keys & pairs  # [B, 1, T, T]

@@ -18,7 +18,7 @@ def host_reads(request, monkeypatch) -> str:
     a GPU (it never does: the time axis stays whole, and every step computes the exact sum
     beside the fast one)."""
     if request.param != "cpu":
-        monkeypatch.setattr(crf_module, "_may_read", lambda t: False)
+        monkeypatch.setattr(crf_module, "reads_are_free", lambda t: False)
     return request.param
 
 
