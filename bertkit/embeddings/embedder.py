@@ -320,8 +320,8 @@ class Embedder:
         autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
                                   enabled=self.precision == "bf16")
         with torch.inference_mode(), autocast:
-            out = self.encoder(torch.from_numpy(ids).to(dev), torch.from_numpy(types).to(dev),
-                               torch.from_numpy(mask).to(dev), output_hidden_states=need_all)
+            out = self.encoder(_on(ids, dev), _on(types, dev), _on(mask, dev),
+                               output_hidden_states=need_all)
         states = out.hidden_states if need_all else {layers[0]: out.last_hidden_state}
         picked = [states[i].float() for i in layers]
         if standardize:
@@ -333,17 +333,22 @@ class Embedder:
         total = torch.stack(picked).sum(0)  # [k, B, T, H] -> [B, T, H]
         return total / len(picked) if combine == "mean" else total
 
-    def _run(self, task: "_Task", layers: list[int], combine: str, standardize: bool,
-             reduce: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """One batch: (its output rows, their vectors [R, W * len(reduce)]), each reduction of
-        the row's positions side by side."""
+    def _vectors(self, task: "_Task", layers: list[int], combine: str, standardize: bool,
+                 reduce: tuple[str, ...]) -> torch.Tensor:
+        """One batch's vectors [R, W * len(reduce)] on the model's device, each reduction of
+        the row's positions side by side. Nothing here makes the host wait for a GPU (the
+        copies in are queued, as the training loop's are); `_run` then copies them out."""
         h = self._states(task.ids, task.types, task.mask, layers, combine, standardize)
         h = h.reshape(-1, h.shape[-1])  # [B*T, W]
-        picked = h.index_select(0, torch.from_numpy(task.flat).to(h.device))  # [P, W]
-        local = torch.from_numpy(task.local).to(h.device)
-        rank = torch.from_numpy(task.rank).to(h.device)
+        picked = h.index_select(0, _on(task.flat, h.device))  # [P, W]
+        local, rank = _on(task.local, h.device), _on(task.rank, h.device)
         out = [_reduce(how, picked, local, rank, len(task.rows)) for how in reduce]
-        return task.rows, (out[0] if len(out) == 1 else torch.cat(out, dim=1)).cpu().numpy()
+        return out[0] if len(out) == 1 else torch.cat(out, dim=1)
+
+    def _run(self, task: "_Task", layers: list[int], combine: str, standardize: bool,
+             reduce: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """One batch: its output rows and their vectors, back on the host."""
+        return task.rows, self._vectors(task, layers, combine, standardize, reduce).cpu().numpy()
 
     def pool_groups(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
                     layers: LayerSpec, combine: str, reduce: str | Sequence[str],
@@ -589,6 +594,16 @@ def _parallel_map(fn, tasks: Iterator, workers: int) -> Iterator:
     finally:
         # torch also records the workers' count as the default for threads started later.
         torch.set_num_threads(threads)
+
+
+def _on(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array on `device`, the copy queued rather than waited for. To a GPU it goes
+    through pinned memory (torch's caching host allocator keeps the block until the copy is
+    done), as a DataLoader with pin_memory does: from pageable memory the driver may wait."""
+    t = torch.from_numpy(array)
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
 
 
 def _reduce(how: str, picked: torch.Tensor, local: torch.Tensor, rank: torch.Tensor,
