@@ -1,7 +1,8 @@
 """Shared fixtures: where the real data and the real MiniLM checkpoint are, skipping cleanly
 when a clone has neither (a user's clone has no ../shared); the tiny pretraining setup
 (`tiny`) that the training, pretraining and demo tests share; one torch thread; the mutations
-and the check of the readers' fuzz tests (`fuzz`).
+and the check of the readers' fuzz tests (`fuzz`); what would make the host wait for a GPU
+(`host_syncs`, `step_syncs`, and `cuda_sync_errors` on a GPU).
 
 Run as a script's module too: the torchrun worker of tests/pretraining/test_pretrain.py loads
 this file by its path for `tiny_model` and `FakeBatches`.
@@ -13,6 +14,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import traceback
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from bertkit.config import EncoderConfig
 from bertkit.files import UserError
@@ -78,6 +81,86 @@ def holder(tmp_path):
     finally:
         process.kill()
         process.wait()
+
+
+# What would make the host wait for a GPU ---------------------------------------------------
+
+# The ops that, on a GPU, make the host wait for every queued kernel: reading a value
+# (`.item()`, `bool(t)`, `int(t)`) or making a result whose size depends on the values.
+WAITING_OPS = {"aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal", "aten::nonzero",
+               "aten::masked_select", "aten::masked_scatter_", "aten::bincount", "aten::histc",
+               "aten::unique_dim", "aten::_unique", "aten::_unique2", "aten::unique_consecutive",
+               "aten::repeat_interleave"}
+_INDEXING = {"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"}
+
+
+class HostSyncs(TorchDispatchMode):
+    """Records, as (op, the bertkit function that called it), every op run inside it that would
+    make the host wait for a GPU: tests on a CPU can then hold a training or embedding step to
+    what `torch.cuda.set_sync_debug_mode("error")` holds it to on a GPU. Copies between devices
+    are not seen (on a CPU there are none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[tuple[str, str]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        waits = name in WAITING_OPS or name in _INDEXING and any(  # boolean-mask indexing
+            isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+            for i in args[1])
+        if waits:
+            caller = next((f.name for f in reversed(traceback.extract_stack())
+                           if "/bertkit/" in f.filename), "?")
+            self.found.append((name, caller))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def host_syncs(monkeypatch) -> HostSyncs:
+    """A fresh HostSyncs (`with host_syncs: ...`, then `host_syncs.found`), with bertkit on the
+    paths it takes on a GPU: `runtime.reads_are_free` says no for CPU tensors too, so the
+    shortcuts that look at a value on a CPU (an all-ones attention mask dropped, the CRF's
+    time axis cut) stand aside."""
+    from bertkit.runtime import reads_are_free
+
+    for module in [m for n, m in sys.modules.items() if n.split(".")[0] == "bertkit"]:
+        if getattr(module, "reads_are_free", None) is reads_are_free:
+            monkeypatch.setattr(module, "reads_are_free", lambda t: False)
+    return HostSyncs()
+
+
+@pytest.fixture
+def step_syncs(monkeypatch, host_syncs) -> HostSyncs:
+    """A HostSyncs over every training step's forward, backward and update (the training loop's
+    `_accumulate_gradients` and `_update`; the log steps' one read is outside them)."""
+    from bertkit.training import loop
+
+    syncs = host_syncs
+    for name in ("_accumulate_gradients", "_update"):
+        def watched(*args, _step=getattr(loop, name)):
+            with syncs:
+                return _step(*args)
+        monkeypatch.setattr(loop, name, watched)
+    return syncs
+
+
+@pytest.fixture
+def cuda_sync_errors(monkeypatch) -> None:
+    """On a GPU: every training step's forward, backward and update under
+    `torch.cuda.set_sync_debug_mode("error")`, so that a host sync raises."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from bertkit.training import loop
+
+    for name in ("_accumulate_gradients", "_update"):
+        def strict(*args, _step=getattr(loop, name)):
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                return _step(*args)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        monkeypatch.setattr(loop, name, strict)
 
 
 # The tiny pretraining setup ---------------------------------------------------------------

@@ -2,6 +2,7 @@
 transformers and sentence-transformers on the real MiniLM checkpoint."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -340,3 +341,49 @@ def test_inputs_that_do_not_fit_the_model_name_it(embedder):
         one.embed([("we sat", "the bank")])
     modern = Embedder(Encoder(cfg.replace(architecture="modern")), tok, source="m")
     assert modern.embed([("we sat", "the bank")]).shape == (1, 32)  # no segments at all
+
+
+def _watch_batches(monkeypatch, around) -> list:
+    """Every batch's device work (`Embedder._vectors`) run inside `around()`; the list of
+    calls made."""
+    calls, vectors = [], Embedder._vectors
+
+    def watched(self, *args):
+        calls.append(args[0])
+        with around():
+            return vectors(self, *args)
+    monkeypatch.setattr(Embedder, "_vectors", watched)
+    return calls
+
+
+def _every_pooling(embedder: Embedder, sentences) -> None:
+    embedder.embed(sentences, pool=("cls", "max", "mean", "mean_sqrt_len_tokens",
+                                    "weightedmean", "lasttoken"), batch_size=3)
+    embedder.embed(sentences, pool="lasttoken", layers="last4", combine="concat")
+    embedder.words(sentences, subword_pool="first")
+    embedder.words(sentences, subword_pool="mean", batch_size=2)
+
+
+def test_a_batch_never_makes_the_host_wait(tiny_bert_dir, sentences, host_syncs, monkeypatch):
+    """What a GPU would wait on (HostSyncs), in every pooling mode: nothing, so the only wait of
+    a batch is the copy of its vectors back to the host."""
+    calls = _watch_batches(monkeypatch, lambda: host_syncs)
+    _every_pooling(Embedder.load(tiny_bert_dir, workers=1), sentences)
+    assert len(calls) >= 4 and host_syncs.found == []
+
+
+def test_on_a_gpu_a_batch_never_syncs(tiny_bert_dir, sentences, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+    @contextlib.contextmanager
+    def strict():
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    calls = _watch_batches(monkeypatch, strict)
+    embedder = Embedder.load(tiny_bert_dir, device="cuda", precision="bf16")
+    _every_pooling(embedder, sentences)
+    assert len(calls) >= 4
