@@ -97,6 +97,18 @@ def test_choose_precision_on_this_cpu_agrees_with_its_measurement():
     assert runtime.bf16_speedup("cpu") > 0
 
 
+@pytest.mark.parametrize("supported,precision", [(True, "bf16"), (False, "fp32")])
+def test_on_a_gpu_auto_is_bf16_where_it_is_supported(monkeypatch, supported, precision):
+    """What fine-tuning's and pretraining's `--precision auto` choose on a GPU, without
+    measuring (a GPU multiplies bf16 natively where it supports it at all)."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: supported)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "NVIDIA H100")
+    monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": pytest.fail("measured"))
+    chosen, why = runtime.choose_precision(torch.device("cuda"))
+    assert chosen == precision and why.startswith("NVIDIA H100")
+    assert runtime.bf16_warning(chosen, "cuda") is None
+
+
 def test_asking_for_bf16_where_it_is_emulated_warns_before_the_run(monkeypatch):
     monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": 0.008)
     warning = runtime.bf16_warning("bf16", "cpu")
