@@ -12,6 +12,7 @@ stock step can spend as much time in the kernel as in the matmuls. Two remedies,
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import os
 import platform
@@ -148,7 +149,16 @@ def matmul_limit(dtype: torch.dtype, device: torch.device | str = "cpu",
 def bf16_speedup(device: torch.device | str = "cpu") -> float:
     """How many times faster this CPU multiplies bf16 than fp32 (512 x 512 products, the best
     of 0.1 s each): 2 to 4 where it has AVX512-BF16 or AMX, about 0.5 where it converts, about
-    0.01 where it emulates bf16 in software (AVX2)."""
+    0.01 where it emulates bf16 in software (AVX2).
+
+    Measured once per process and device: it is a property of the machine, and a second
+    measurement taken while something else loads the cores could contradict the first (a
+    run that chose bf16 by measurement, then warned that bf16 would crawl)."""
+    return _measured_bf16_speedup(str(torch.device(device)))
+
+
+@functools.cache
+def _measured_bf16_speedup(device: str) -> float:
     n = 512
     a32 = torch.randn(n, n, device=device)
     a16 = a32.to(torch.bfloat16)

@@ -97,6 +97,14 @@ def test_choose_precision_on_this_cpu_agrees_with_its_measurement():
     assert runtime.bf16_speedup("cpu") > 0
 
 
+def test_the_bf16_speedup_is_measured_once_per_process():
+    """The run's choice and its warning read one measurement: two timings would differ."""
+    assert runtime.bf16_speedup("cpu") == runtime.bf16_speedup(torch.device("cpu"))
+    ratio = runtime.bf16_speedup("cpu")
+    assert runtime.choose_precision("cpu") == runtime.precision_for_speedup(ratio)
+    assert (runtime.bf16_warning("bf16", "cpu") is None) == (ratio >= runtime.EMULATED)
+
+
 @pytest.mark.parametrize("supported,precision", [(True, "bf16"), (False, "fp32")])
 def test_on_a_gpu_auto_is_bf16_where_it_is_supported(monkeypatch, supported, precision):
     """What fine-tuning's and pretraining's `--precision auto` choose on a GPU, without
