@@ -2,13 +2,14 @@
 when a clone has neither (a user's clone has no ../shared); the tiny pretraining setup
 (`tiny`) that the training, pretraining and demo tests share; one torch thread; the mutations
 and the check of the readers' fuzz tests (`fuzz`); what would make the host wait for a GPU
-(`host_syncs`, `step_syncs`, and `cuda_sync_errors` on a GPU).
+(`host_syncs`, `step_syncs`, and `sync_debug_errors`, `cuda_sync_errors` on a GPU).
 
 Run as a script's module too: the torchrun worker of tests/pretraining/test_pretrain.py loads
 this file by its path for `tiny_model` and `FakeBatches`.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import subprocess
@@ -130,37 +131,48 @@ def host_syncs(monkeypatch) -> HostSyncs:
     return HostSyncs()
 
 
-@pytest.fixture
-def step_syncs(monkeypatch, host_syncs) -> HostSyncs:
-    """A HostSyncs over every training step's forward, backward and update (the training loop's
-    `_accumulate_gradients` and `_update`; the log steps' one read is outside them)."""
+def _around_steps(monkeypatch, around) -> None:
+    """Every training step's forward, backward and update (the training loop's
+    `_accumulate_gradients` and `_update`; the log steps' one read is outside them) run inside
+    `around()`."""
     from bertkit.training import loop
 
-    syncs = host_syncs
     for name in ("_accumulate_gradients", "_update"):
         def watched(*args, _step=getattr(loop, name)):
-            with syncs:
+            with around():
                 return _step(*args)
         monkeypatch.setattr(loop, name, watched)
-    return syncs
 
 
 @pytest.fixture
-def cuda_sync_errors(monkeypatch) -> None:
-    """On a GPU: every training step's forward, backward and update under
-    `torch.cuda.set_sync_debug_mode("error")`, so that a host sync raises."""
+def step_syncs(monkeypatch, host_syncs) -> HostSyncs:
+    """A HostSyncs over every training step."""
+    _around_steps(monkeypatch, lambda: host_syncs)
+    return host_syncs
+
+
+@contextlib.contextmanager
+def _sync_debug_errors():
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.fixture
+def sync_debug_errors():
+    """On a GPU: a context manager under which a host sync raises
+    (`torch.cuda.set_sync_debug_mode("error")`); skips without CUDA."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from bertkit.training import loop
+    return _sync_debug_errors
 
-    for name in ("_accumulate_gradients", "_update"):
-        def strict(*args, _step=getattr(loop, name)):
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                return _step(*args)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        monkeypatch.setattr(loop, name, strict)
+
+@pytest.fixture
+def cuda_sync_errors(monkeypatch, sync_debug_errors) -> None:
+    """On a GPU: every training step under `sync_debug_errors`, so that a host sync raises."""
+    _around_steps(monkeypatch, sync_debug_errors)
 
 
 # The tiny pretraining setup ---------------------------------------------------------------

@@ -2,7 +2,6 @@
 transformers and sentence-transformers on the real MiniLM checkpoint."""
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -372,18 +371,9 @@ def test_a_batch_never_makes_the_host_wait(tiny_bert_dir, sentences, host_syncs,
     assert len(calls) >= 4 and host_syncs.found == []
 
 
-def test_on_a_gpu_a_batch_never_syncs(tiny_bert_dir, sentences, monkeypatch):
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-
-    @contextlib.contextmanager
-    def strict():
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            yield
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    calls = _watch_batches(monkeypatch, strict)
+def test_on_a_gpu_a_batch_never_syncs(tiny_bert_dir, sentences, sync_debug_errors,
+                                      monkeypatch):
+    calls = _watch_batches(monkeypatch, sync_debug_errors)
     embedder = Embedder.load(tiny_bert_dir, device="cuda", precision="bf16")
     _every_pooling(embedder, sentences)
     assert len(calls) >= 4

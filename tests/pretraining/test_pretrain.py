@@ -120,23 +120,26 @@ STEPS = [("bert", "mlm+nsp", []), ("bert", "span", []), ("modern", "mlm", ["--gr
          ("modern", "clm", [])]
 
 
+def _steps(prepared, out, architecture, objective, *more) -> int:
+    return _cli(["pretrain", "--data", str(prepared), "--out", str(out), "--objective",
+                 objective, "--architecture", architecture, "--max-steps", "4", *TINY, *more])
+
+
 @pytest.mark.parametrize("architecture,objective,extra", STEPS)
 def test_the_step_never_makes_the_host_wait(prepared, tmp_path, step_syncs, architecture,
                                             objective, extra):
     """Forward, backward and update of every objective, as HostSyncs sees them (what a GPU
     would wait on); the progress log's read every --log-every steps is outside the step."""
-    assert _cli(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "o"),
-                 "--objective", objective, "--architecture", architecture, "--max-steps", "4",
-                 "--precision", "fp32", *TINY, *extra]) == 0
+    assert _steps(prepared, tmp_path / "o", architecture, objective, "--precision", "fp32",
+                  *extra) == 0
     assert step_syncs.found == []
 
 
 @pytest.mark.parametrize("architecture,objective,extra", STEPS)
 def test_on_a_gpu_the_step_never_syncs(prepared, tmp_path, cuda_sync_errors, architecture,
                                        objective, extra):
-    assert _cli(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "o"),
-                 "--objective", objective, "--architecture", architecture, "--max-steps", "4",
-                 "--device", "cuda", *TINY, *extra]) == 0
+    assert _steps(prepared, tmp_path / "o", architecture, objective, "--device", "cuda",
+                  *extra) == 0
 
 
 @pytest.mark.parametrize("architecture,hf_class", [("bert", "BertForPreTraining"),
