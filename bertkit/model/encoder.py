@@ -119,7 +119,7 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=bias)
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
         self.dropout_p = cfg.attention_dropout
-        self.attend = fast_paths.attend if fast else attend
+        self.attend = fast_paths.Attend(attend) if fast else attend
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:

@@ -10,9 +10,9 @@ paths in tests/model/test_model.py, the fused loss in tests/pretraining/test_obj
 
 * `packed_dropout` / `PackedDropout`: the keep/drop decisions come four to a 64-bit random
   number, 2-3x faster than F.dropout's one generator call per element (a tenth of a CPU step).
-* `attend`: attention spelled out in matmuls when dropout is on and the tensors are on the CPU,
-  where SDPA's fused kernels take no dropout and its fallback draws the [B, A, T, T] mask one
-  element at a time.
+* `Attend`: attention spelled out in matmuls (`attend_in_matmuls`) where that is faster on
+  the CPU, timed once per kind of call, and always when dropout is on: SDPA's fused CPU
+  kernels take no dropout, and its fallback draws the [B, A, T, T] mask one element at a time.
 * `block_at_rows`: `Encoder.forward_rows` runs the last block only at the rows a head reads
   (the masked positions, [CLS]); its attention still reads every token.
 * `vocab_cross_entropy`: the vocabulary projection and the cross-entropy fused, the gradient
@@ -22,6 +22,8 @@ On a GPU the first two fall back to the fused kernels (F.dropout, SDPA), which a
 This module imports nothing from the model: the modules reach it, not the other way round.
 """
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.nn.functional as F
@@ -57,20 +59,94 @@ class PackedDropout(nn.Module):
         return f"p={self.p}"
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-           causal: bool, dropout_p: float) -> torch.Tensor:
-    """`encoder.attend` (SDPA), except with dropout on the CPU: the same math spelled out,
-    with `packed_dropout`'s cheaper draw. q, k, v: [B, A, T, D] -> [B, A, T, D]."""
-    if dropout_p == 0.0 or q.device.type != "cpu":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                              is_causal=causal and mask is None)
+def attend_in_matmuls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      mask: torch.Tensor | None, causal: bool, dropout_p: float) -> torch.Tensor:
+    """`encoder.attend` (SDPA) spelled out: two matmuls in the inputs' dtype around a
+    softmax in fp32, dropout on the weights by `packed_dropout`. q, k, v: [B, A, T, D]."""
     T = q.shape[-2]
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [B, A, T, T]; q is the smaller
+    scores = ((q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)).float()  # [B, A, T, T]
     if mask is None and causal:
         mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return packed_dropout(scores.softmax(-1), dropout_p, True) @ v  # [B, A, T, D]
+        # the lowest finite score, not -inf: a query with no key at all (padding, under a
+        # local window) averages the values instead of turning into NaN
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = packed_dropout(scores.softmax(-1).to(v.dtype), dropout_p, True)
+    return weights @ v  # [B, A, T, D]
+
+
+class Attend:
+    """Attention on the CPU by whichever of `fused` (`encoder.attend`: SDPA) and
+    `attend_in_matmuls` is faster there, timed once per kind of call (`key`); with dropout
+    always the matmuls.
+
+    Neither kernel wins everywhere: on an AMD Zen 4 in bf16, SDPA's flash kernel takes 3.7x
+    as long as the matmuls for a training step's attention at 32 x 64 tokens, and half as
+    long for inference at 16 x 128; in fp32 they are within 20% of each other either way.
+    So each kind of call times both (best of three after a warm-up, forward and backward when
+    the inputs want gradients, on the call's own tensors, about 20 ms for `mini`) and keeps
+    the faster; SDPA keeps ties (within 10%), since it never materialises the [B, A, T, T]
+    scores. Calls under `min_work` multiply-adds (tiny models, single rows) and calls whose
+    scores would pass `max_scores` elements take SDPA untimed, and so does anything under
+    `torch.compile` or on a GPU. The choices live in this object (`choices`), one per
+    attention module: a new model times again."""
+
+    def __init__(self, fused, min_work: int = 1 << 24, max_scores: int = 1 << 26):
+        self.fused = fused
+        self.min_work = min_work
+        self.max_scores = max_scores
+        self.choices: dict[tuple, bool] = {}  # key -> the matmuls are faster
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 mask: torch.Tensor | None, causal: bool, dropout_p: float) -> torch.Tensor:
+        if q.device.type != "cpu":
+            return self.fused(q, k, v, mask, causal, dropout_p)
+        if dropout_p > 0.0:
+            # SDPA's fused CPU kernels take no dropout; its fallback draws the [B, A, T, T]
+            # mask one element at a time
+            return attend_in_matmuls(q, k, v, mask, causal, dropout_p)
+        B, A, T, D = q.shape
+        scores = B * A * T * k.shape[-2]
+        if (scores * D < self.min_work or scores > self.max_scores
+                or torch.compiler.is_compiling()):
+            return self.fused(q, k, v, mask, causal, 0.0)
+        key = self.key(q, k, mask, causal)
+        if key not in self.choices:
+            self.choices[key] = self.matmuls_faster(q, k, v, mask, causal)
+        kernel = attend_in_matmuls if self.choices[key] else self.fused
+        return kernel(q, k, v, mask, causal, 0.0)
+
+    @staticmethod
+    def key(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> tuple:
+        """What the faster kernel depends on: batch and length to the next power of two (so
+        that dynamic padding does not time every length), heads, head width, dtype, a mask,
+        causality and whether gradients will flow back."""
+        B, A, T, D = q.shape
+        up = lambda n: 1 << (n - 1).bit_length()  # noqa: E731
+        return (up(B), A, up(T), up(k.shape[-2]), D, q.dtype, mask is not None, causal,
+                q.requires_grad)
+
+    def matmuls_faster(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       mask: torch.Tensor | None, causal: bool) -> bool:
+        """Times both kernels on these tensors; True when the matmuls take under 0.9 of SDPA."""
+        seconds = [self.seconds(kernel, q, k, v, mask, causal)
+                   for kernel in (self.fused, attend_in_matmuls)]
+        return seconds[1] < 0.9 * seconds[0]
+
+    @staticmethod
+    def seconds(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | None, causal: bool) -> float:
+        train = q.requires_grad
+        inputs = [t.detach().requires_grad_(train) for t in (q, k, v)]
+        best = float("inf")
+        for i in range(4):
+            start = time.perf_counter()
+            y = kernel(*inputs, mask, causal, 0.0)
+            if train:
+                torch.autograd.grad(y, inputs, torch.ones_like(y))
+            if i:
+                best = min(best, time.perf_counter() - start)
+        return best
 
 
 def attention_at_rows(attn: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
@@ -163,5 +239,5 @@ def vocab_cross_entropy(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return _VocabCrossEntropy.apply(z, weight, bias, labels, ignore_index)
 
 
-__all__ = ["packed_dropout", "PackedDropout", "attend", "attention_at_rows", "block_at_rows",
+__all__ = ["packed_dropout", "PackedDropout", "attend_in_matmuls", "Attend", "attention_at_rows", "block_at_rows",
            "vocab_cross_entropy"]

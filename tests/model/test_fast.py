@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from bertkit.config import EncoderConfig
 from bertkit.model import fast
+from bertkit.model.encoder import attend as encoder_attend
 from bertkit.model.encoder import build_attention_mask, init_weights
 from bertkit.model.fast import packed_dropout
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
@@ -31,16 +32,32 @@ def test_switch_picks_the_modules():
     quick, plain = twin_models()
     assert isinstance(quick.encoder.blocks[0].dropout, fast.PackedDropout)
     assert isinstance(plain.encoder.blocks[0].dropout, torch.nn.Dropout)
-    assert quick.encoder.blocks[0].attn.attend is fast.attend
-    assert plain.encoder.blocks[0].attn.attend is not fast.attend
+    assert isinstance(quick.encoder.blocks[0].attn.attend, fast.Attend)
+    assert quick.encoder.blocks[0].attn.attend.fused is encoder_attend
+    assert plain.encoder.blocks[0].attn.attend is encoder_attend
     assert quick.fast and not plain.fast
 
 
+class Timed(fast.Attend):
+    """`Attend` timing every kind of call, with the clock replaced by fixed seconds."""
+
+    def __init__(self, fused_seconds: float, matmul_seconds: float):
+        super().__init__(encoder_attend, min_work=0)
+        self.timed = []
+        self.table = {encoder_attend: fused_seconds, fast.attend_in_matmuls: matmul_seconds}
+
+    def seconds(self, kernel, q, k, v, mask, causal):
+        self.timed.append(q.shape)
+        return self.table[kernel]
+
+
+@pytest.mark.parametrize("attention", ["fused", "matmuls"])
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("objective", ["mlm", "mlm+nsp"])
-def test_training_step_with_the_speed_paths_equals_the_reference(padded, objective):
-    """Loss and every gradient of one step: fast (rows, fused loss) = reference (full
-    forward, logits, F.cross_entropy), dropout off so that both draw nothing."""
+def test_training_step_with_the_speed_paths_equals_the_reference(padded, objective, attention):
+    """Loss and every gradient of one step: fast (rows, fused loss, either attention kernel)
+    = reference (full forward, logits, F.cross_entropy), dropout off so that both draw
+    nothing."""
     g = torch.Generator().manual_seed(0)
     B, T = 3, 20
     ids = torch.randint(5, CFG.vocab_size, (B, T), generator=g)
@@ -54,7 +71,10 @@ def test_training_step_with_the_speed_paths_equals_the_reference(padded, objecti
              "mlm_positions": positions, "mlm_labels": labels,
              "nsp_labels": torch.tensor([0, 1, 0])}
     results = []
-    for model in twin_models():
+    models = twin_models()
+    for block in models[0].encoder.blocks:
+        block.attn.attend = Timed(1.0, 2.0) if attention == "fused" else Timed(2.0, 1.0)
+    for model in models:
         model.train()
         loss, metrics = objectives.loss_for(objective)(model, batch)
         loss.backward()
@@ -68,6 +88,8 @@ def test_training_step_with_the_speed_paths_equals_the_reference(padded, objecti
             assert a is None and b is None, name
             continue
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+    chosen = {c for block in models[0].encoder.blocks for c in block.attn.attend.choices.values()}
+    assert chosen == {attention == "matmuls"}
 
 
 def test_mlm_head_returns_the_logits_the_fused_loss_uses():
@@ -117,5 +139,78 @@ def test_attention_with_dropout_is_sdpa_math(causal, padded):
     expected = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, is_causal=causal and mask is None)
     # p below 1/65536 rounds to "drop nothing": the explicit path, with no dropout
-    torch.testing.assert_close(fast.attend(q, k, v, mask, causal, 1e-9), expected,
+    attend = fast.Attend(encoder_attend, min_work=0)
+    torch.testing.assert_close(attend(q, k, v, mask, causal, 1e-9), expected,
                                atol=1e-6, rtol=1e-5)
+    assert attend.choices == {}  # dropout takes the matmuls untimed
+
+
+@pytest.mark.parametrize("causal,padded", [(False, False), (False, True), (True, True)])
+def test_attention_in_matmuls_under_bf16_autocast_is_sdpa(causal, padded):
+    """The matmul kernel in bf16 (its softmax in fp32): output and gradients within bf16
+    rounding of SDPA's."""
+    g = torch.Generator().manual_seed(1)
+    B, A, T, D = 3, 2, 24, 16
+    padding = torch.ones(B, T, dtype=torch.long)
+    if padded:
+        padding[2, 9:] = 0
+    mask = build_attention_mask(padding, T, causal, torch.device("cpu"))
+    base = [torch.randn(B, A, T, D, generator=g) for _ in range(3)]
+    up = torch.randn(B, A, T, D, generator=g)
+    results = []
+    for kernel in (encoder_attend, fast.attend_in_matmuls):
+        inputs = [t.to(torch.bfloat16).requires_grad_() for t in base]
+        y = kernel(*inputs, mask, causal, 0.0)
+        assert y.dtype == torch.bfloat16
+        results.append([y.float(), *torch.autograd.grad(y, inputs, up.to(torch.bfloat16))])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a.float(), b.float(), atol=0.03, rtol=0.03)
+
+
+def test_a_query_with_no_key_gives_finite_values_and_gradients():
+    """A padded query under a local window can have no key at all: the matmuls average the
+    values there rather than return NaN, and the gradient stays finite."""
+    q, k, v = (torch.randn(1, 1, 4, 2, requires_grad=True) for _ in range(3))
+    mask = torch.tensor([True, True, False, False]).view(1, 1, 1, 4).expand(1, 1, 4, 4).clone()
+    mask[0, 0, 3] = False  # the last query sees nothing
+    y = fast.attend_in_matmuls(q, k, v, mask, False, 0.0)
+    torch.testing.assert_close(y[0, 0, 3], v[0, 0].mean(0))
+    y.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_attend_times_each_kind_of_call_once_and_keeps_the_faster():
+    q, k, v = (torch.randn(2, 2, 60, 8, requires_grad=True) for _ in range(3))
+    attend = Timed(fused_seconds=1.0, matmul_seconds=0.5)
+    y = attend(q, k, v, None, False, 0.0)
+    torch.testing.assert_close(y, fast.attend_in_matmuls(q, k, v, None, False, 0.0))
+    assert attend.timed == [q.shape, q.shape] and list(attend.choices.values()) == [True]
+    attend(q[:, :, :57], k[:, :, :57], v[:, :, :57], None, False, 0.0)  # 57 and 60 round to 64
+    attend(q.detach(), k.detach(), v.detach(), None, False, 0.0)  # no gradient: another kind
+    attend(q[:, :, :20], k[:, :, :20], v[:, :, :20], None, False, 0.0)  # 20 -> 32: another
+    assert len(attend.timed) == 6 and len(attend.choices) == 3
+    level = Timed(fused_seconds=1.0, matmul_seconds=0.95)  # within 10%: SDPA keeps it
+    level(q, k, v, None, False, 0.0)
+    assert list(level.choices.values()) == [False]
+
+
+def test_attend_leaves_small_and_huge_calls_to_sdpa_untimed():
+    q, k, v = (torch.randn(2, 2, 16, 8) for _ in range(3))
+    small = fast.Attend(encoder_attend)  # 2*2*16*16*8 multiply-adds: under the default floor
+    huge = fast.Attend(encoder_attend, min_work=0, max_scores=2 * 2 * 16 * 16 - 1)
+    for attend in (small, huge):
+        torch.testing.assert_close(attend(q, k, v, None, False, 0.0),
+                                   F.scaled_dot_product_attention(q, k, v))
+        assert attend.choices == {}
+
+
+def test_attend_times_both_kernels_on_the_clock():
+    """No stand-in: both kernels really run, forward and backward, and the choice gives
+    SDPA's output either way."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(4, 2, 32, 16, generator=g, requires_grad=True) for _ in range(3))
+    attend = fast.Attend(encoder_attend, min_work=0)
+    assert attend.seconds(encoder_attend, q, k, v, None, False) > 0
+    y = attend(q, k, v, None, False, 0.0)
+    assert len(attend.choices) == 1 and q.grad is None  # timing left the inputs untouched
+    torch.testing.assert_close(y, F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
