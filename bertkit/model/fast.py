@@ -88,8 +88,9 @@ class Attend:
     the faster; SDPA keeps ties (within 10%), since it never materialises the [B, A, T, T]
     scores. Calls under `min_work` multiply-adds (tiny models, single rows) and calls whose
     scores would pass `max_scores` elements take SDPA untimed, and so does anything under
-    `torch.compile` or on a GPU. The choices live in this object (`choices`), one per
-    attention module: a new model times again."""
+    `torch.compile`, under an export's trace or on a GPU. The choices live in this object
+    (`choices`), one per attention module: a new model times again. `bench/attention_speed.py`
+    prints both kernels' times and the choice for the shapes of bertkit's presets."""
 
     def __init__(self, fused, min_work: int = 1 << 24, max_scores: int = 1 << 26):
         self.fused = fused
@@ -108,7 +109,7 @@ class Attend:
         B, A, T, D = q.shape
         scores = B * A * T * k.shape[-2]
         if (scores * D < self.min_work or scores > self.max_scores
-                or torch.compiler.is_compiling()):
+                or torch.compiler.is_compiling() or torch.jit.is_tracing()):
             return self.fused(q, k, v, mask, causal, 0.0)
         key = self.key(q, k, mask, causal)
         if key not in self.choices:
