@@ -80,9 +80,10 @@ class Attend:
     `attend_in_matmuls` is faster there, timed once per kind of call (`key`); with dropout
     always the matmuls.
 
-    Neither kernel wins everywhere: on an AMD Zen 4 in bf16, SDPA's flash kernel takes 3.7x
-    as long as the matmuls for a training step's attention at 32 x 64 tokens, and half as
-    long for inference at 16 x 128; in fp32 they are within 20% of each other either way.
+    Neither kernel wins everywhere: on an AMD Zen 4 in bf16, SDPA's flash kernel takes 5.5x
+    as long as the matmuls for `mini`'s training attention at 32 x 64 tokens, yet 0.6x as
+    long for `base`'s inference at 16 x 128; in fp32 they are within a factor of 1.45 of each
+    other, either way round, up to 128 tokens, and SDPA is 1.7-3.2x faster at 512.
     So each kind of call times both (best of three after a warm-up, forward and backward when
     the inputs want gradients, on the call's own tensors, about 20 ms for `mini`) and keeps
     the faster; SDPA keeps ties (within 10%), since it never materialises the [B, A, T, T]
@@ -137,6 +138,8 @@ class Attend:
     @staticmethod
     def seconds(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor | None, causal: bool) -> float:
+        """The best of three timed calls of `kernel` after a warm-up, on detached copies of
+        the inputs: forward, and backward too when q wants a gradient."""
         train = q.requires_grad
         inputs = [t.detach().requires_grad_(train) for t in (q, k, v)]
         best = float("inf")
