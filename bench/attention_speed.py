@@ -60,7 +60,7 @@ def main() -> None:
                     with torch.set_grad_enabled(train):
                         a = Attend.seconds(sdpa, q, k, v, mask, False)
                         b = Attend.seconds(attend_in_matmuls, q, k, v, mask, False)
-                    keeps = "matmuls" if b < 0.9 * a else "SDPA"
+                    keeps = "matmuls" if Attend.prefer_matmuls(a, b) else "SDPA"
                     print(f"{f'{B}x{A}x{T}x{D}':>16} {name:>5} {'train' if train else 'infer':>5} "
                           f"{'yes' if masked else 'no':>4} {a * 1e3:8.2f} {b * 1e3:10.2f} "
                           f"{a / b:6.2f}  {keeps}")
