@@ -3,11 +3,13 @@ defaults under several seeds, the dev scores' mean, spread and range beside the 
 
     .venv/bin/python bench/finetune_seeds.py --model runs/d60                       # 4 tasks, 3 seeds
     .venv/bin/python bench/finetune_seeds.py --model $M --tasks wnut --seeds 0 1 2 --jobs 2
+    .venv/bin/python bench/finetune_seeds.py --model $M --tasks wnut --set crf=true --set lr=1e-4
 
 The seed moves the head's initialisation, the dev split (POS has no dev file), the batch order
 and dropout; nothing else changes. Each run is `finetune()` with only the seed set, as
 `bertkit finetune TASK --model M --train T [--dev D] --seed S` would run it (`--precision`
-fp32 or bf16 sets that too, to compare them). `--jobs 2` runs two
+fp32 or bf16 sets that too, to compare them; `--set FIELD=VALUE` any other FinetuneConfig
+field, to compare a setting against the defaults). `--jobs 2` runs two
 fine-tunes at once, one torch thread each (on 2 cores, faster than one at a time with two
 threads). Needs ../shared/data; prints the CPU beside the figures and writes every run's dev
 metrics to --out.
@@ -36,7 +38,7 @@ TASKS = {
 
 
 def one_run(model: str, name: str, seed: int, threads: int, out_root: str,
-            precision: str) -> dict:
+            precision: str, settings: dict) -> dict:
     import torch
 
     from bertkit.finetuning.recipe import FinetuneConfig, finetune
@@ -46,13 +48,35 @@ def one_run(model: str, name: str, seed: int, threads: int, out_root: str,
     started = time.perf_counter()
     result = finetune(task, model, DATA / train, DATA / dev if dev else None,
                       Path(out_root) / f"{name}-{seed}",
-                      FinetuneConfig(seed=seed, precision=precision, show_progress=False))
+                      FinetuneConfig(seed=seed, precision=precision, show_progress=False,
+                                     **settings))
     baseline = (result.baseline or {}).get(figure)
     return {"task": name, "seed": seed, "figure": figure,
             "score": float(result.dev_metrics[figure]),
             "baseline": None if baseline is None else float(baseline),
             "steps": result.steps, "stopped_by": result.stopped_by,
             "seconds": round(time.perf_counter() - started, 1)}
+
+
+def parse_settings(pairs: list[str]) -> dict:
+    """`FIELD=VALUE` strings as FinetuneConfig keyword arguments; a ValueError names a field
+    FinetuneConfig lacks, or one this bench sets itself."""
+    from dataclasses import fields
+
+    from bertkit.finetuning.recipe import FinetuneConfig
+
+    known = {f.name for f in fields(FinetuneConfig)} - {"seed", "precision", "show_progress"}
+    settings = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name not in known:
+            raise ValueError(f"--set {pair}: expected FIELD=VALUE with FIELD one of "
+                             f"{', '.join(sorted(known))}")
+        try:
+            settings[name] = json.loads(text)
+        except json.JSONDecodeError:
+            settings[name] = text
+    return settings
 
 
 def main() -> int:
@@ -65,7 +89,15 @@ def main() -> int:
     parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
                         help="as finetune's --precision (auto: bf16 where the CPU multiplies "
                              "it natively)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a FinetuneConfig field other than the defaults, for every run "
+                             "(VALUE read as JSON, else as a string), e.g. crf=true; repeatable")
     args = parser.parse_args()
+    try:
+        settings = parse_settings(args.set)
+    except ValueError as err:
+        print(f"finetune_seeds: {err}", file=sys.stderr)
+        return 2
     if not DATA.is_dir():
         print(f"finetune_seeds: {DATA} not found (the shared data)", file=sys.stderr)
         return 2
@@ -79,14 +111,16 @@ def main() -> int:
     print(f"# {describe(precision)}; {args.jobs} run(s) at once", file=sys.stderr)
     runs = []
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(one_run, args.model, t, s, threads, tmp, precision)
+        futures = [pool.submit(one_run, args.model, t, s, threads, tmp, precision, settings)
                    for t in args.tasks for s in args.seeds]
         for f in futures:
             r = f.result()
             runs.append(r)
             print(f"{r['task']} seed {r['seed']}: {r['figure']} {r['score']:.3f} "
                   f"({r['steps']} steps, {r['stopped_by']}, {r['seconds']:.0f} s)", file=sys.stderr)
-    print(f"model {args.model}, seeds {' '.join(map(str, args.seeds))}, precision {precision}")
+    changed = "".join(f", {k}={v}" for k, v in settings.items())
+    print(f"model {args.model}, seeds {' '.join(map(str, args.seeds))}, precision {precision}"
+          f"{changed}")
     print("| task | figure | per seed | mean | std | range | baseline |")
     print("|---|---|---|---|---|---|---|")
     for name in args.tasks:
@@ -97,7 +131,7 @@ def main() -> int:
         print(f"| {name} | {mine[0]['figure']} | {' '.join(f'{s:.3f}' for s in scores)} | "
               f"{statistics.mean(scores):.3f} | {std:.3f} | {min(scores):.3f}-{max(scores):.3f} | "
               f"{'' if base is None else f'{base:.3f}'} |")
-    record = {"model": args.model, "precision": precision, "runs": runs}
+    record = {"model": args.model, "precision": precision, "settings": settings, "runs": runs}
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
