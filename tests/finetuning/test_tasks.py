@@ -117,3 +117,17 @@ def test_the_head_is_initialised_from_a_generator_alone(tiny_bert):
     torch.testing.assert_close(head(3), head(3), atol=0, rtol=0)
     assert not torch.equal(head(3), head(4))
     assert head(3).std() == pytest.approx(0.02, rel=0.3)  # BERT's initializer_range
+
+
+def test_tagging_takes_a_crf_unless_asked_not_to_or_decoding_by_the_mean(tmp_path):
+    from bertkit.finetuning.recipe import FinetuneConfig
+
+    def crf(**settings):
+        return Tag.configure(FinetuneConfig(**settings), tmp_path / "train.conll").crf
+
+    assert crf() is True
+    assert crf(crf=False) is False
+    assert crf(decode="mean") is False
+    assert crf(decode="first", crf=True) is True
+    with pytest.raises(UserError, match="drop --crf"):
+        crf(decode="mean", crf=True)

@@ -154,16 +154,19 @@ class Tag(WordTask):
 
     @classmethod
     def configure(cls, cfg, train_path: Path) -> "Tag":
-        if cfg.decode not in ("first", "mean") or (cfg.decode == "mean" and cfg.crf):
-            raise UserError(f"decode must be first or mean (mean not with --crf), got "
-                            f"{cfg.decode!r}")
+        if cfg.decode not in ("first", "mean"):
+            raise UserError(f"decode must be first or mean, got {cfg.decode!r}")
+        if cfg.decode == "mean" and cfg.crf:
+            raise UserError("--decode mean reads words from their pieces' probabilities, "
+                            "which a CRF does not give: drop --crf")
+        crf = cfg.decode != "mean" if cfg.crf is None else cfg.crf
         if cfg.alignment not in ("copy", "first"):
             raise UserError(f"alignment must be copy or first, got {cfg.alignment!r}")
         if cfg.scheme is not None and cfg.scheme not in SCHEMES:
             raise UserError(f"scheme must be one of {', '.join(SCHEMES)}, got {cfg.scheme!r}")
         return cls(max_length=cfg.max_length or cls.defaults.max_length,
                    conllu_column=cfg.conllu_column, scheme=cfg.scheme,
-                   alignment=cfg.alignment, decode=cfg.decode, crf=cfg.crf)
+                   alignment=cfg.alignment, decode=cfg.decode, crf=crf)
 
     @classmethod
     def from_json(cls, data: dict) -> "Tag":
