@@ -32,6 +32,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TASKS = {
     "pos": ("tag", "pos/en_ewt-ud-dev.conllu", None, "accuracy"),
     "wnut": ("tag", "ner/wnut16.train.conll", "ner/wnut16.dev.conll", "f1"),
+    "wnut-spans": ("spans", "ner/wnut16.train.conll", "ner/wnut16.dev.conll", "f1"),
     "movie": ("classify", "sentiment/movie.train.jsonl", "sentiment/movie.dev.jsonl", "accuracy"),
     "sick": ("pair", "nli/sick.train.jsonl", "nli/sick.dev.jsonl", "accuracy"),
 }
@@ -82,7 +83,9 @@ def parse_settings(pairs: list[str]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="model directory to fine-tune")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", default=["pos", "wnut", "movie", "sick"],
+                        choices=list(TASKS), help="the shared tasks (wnut-spans: WNUT-16 by "
+                        "the span head; default: the four of the fine-tuning bars)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2, help="fine-tunes at once")
     parser.add_argument("--out", default="finetune_seeds.json", help="every run, as JSON")
