@@ -28,13 +28,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-# name: (task, train, dev or None, the figure reported)
+# name: (task, train, dev or None, the figure reported, FinetuneConfig settings of the task)
 TASKS = {
-    "pos": ("tag", "pos/en_ewt-ud-dev.conllu", None, "accuracy"),
-    "wnut": ("tag", "ner/wnut16.train.conll", "ner/wnut16.dev.conll", "f1"),
-    "wnut-spans": ("spans", "ner/wnut16.train.conll", "ner/wnut16.dev.conll", "f1"),
-    "movie": ("classify", "sentiment/movie.train.jsonl", "sentiment/movie.dev.jsonl", "accuracy"),
-    "sick": ("pair", "nli/sick.train.jsonl", "nli/sick.dev.jsonl", "accuracy"),
+    "pos": ("tag", "pos/en_ewt-ud-dev.conllu", None, "accuracy", {}),
+    "wnut": ("tag", "ner/wnut16.train.conll", "ner/wnut16.dev.conll", "f1", {}),
+    "wnut-spans": ("spans", "ner/wnut16.train.conll", "ner/wnut16.dev.conll", "f1", {}),
+    "movie": ("classify", "sentiment/movie.train.jsonl", "sentiment/movie.dev.jsonl", "accuracy",
+              {}),
+    "sick": ("pair", "nli/sick.train.jsonl", "nli/sick.dev.jsonl", "accuracy", {}),
+    "sick-rel": ("regress", "nli/sick.train.jsonl", "nli/sick.dev.jsonl", "pearson",
+                 {"label_column": "relatedness"}),
 }
 
 
@@ -45,12 +48,12 @@ def one_run(model: str, name: str, seed: int, threads: int, out_root: str,
     from bertkit.finetuning.recipe import FinetuneConfig, finetune
 
     torch.set_num_threads(threads)
-    task, train, dev, figure = TASKS[name]
+    task, train, dev, figure, own = TASKS[name]
     started = time.perf_counter()
     result = finetune(task, model, DATA / train, DATA / dev if dev else None,
                       Path(out_root) / f"{name}-{seed}",
                       FinetuneConfig(seed=seed, precision=precision, show_progress=False,
-                                     **settings))
+                                     **{**own, **settings}))
     baseline = (result.baseline or {}).get(figure)
     return {"task": name, "seed": seed, "figure": figure,
             "score": float(result.dev_metrics[figure]),
@@ -85,7 +88,8 @@ def main() -> int:
     parser.add_argument("--model", required=True, help="model directory to fine-tune")
     parser.add_argument("--tasks", nargs="+", default=["pos", "wnut", "movie", "sick"],
                         choices=list(TASKS), help="the shared tasks (wnut-spans: WNUT-16 by "
-                        "the span head; default: the four of the fine-tuning bars)")
+                        "the span head; sick-rel: SICK relatedness by regression; default: the "
+                        "four of the fine-tuning bars)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2, help="fine-tunes at once")
     parser.add_argument("--out", default="finetune_seeds.json", help="every run, as JSON")
