@@ -10,8 +10,8 @@ own fine-tunes the same way. The result is a Hugging Face directory that transfo
 the matching Bert*For* model, plus bertkit_task.json (task, columns, labels, scheme,
 thresholds) that `bertkit evaluate` / `predict` read.
 
-Defaults follow what works for small BERTs: lr 5e-5 for the encoder (2e-4 when a tiny or mini
-model tags, `Defaults.small_model_lr`) and a larger one for the freshly initialised head, 10%
+Defaults follow what works for small BERTs: lr 5e-5 for the encoder (2e-4 for a tiny or mini
+model, `Defaults.small_model_lr`, in every task but qa) and a larger one for the freshly initialised head, 10%
 warm-up then linear decay, evaluation every epoch with early stopping on the dev metric, the
 best checkpoint kept; 3 epochs at batch 32 for sentences (10 for a model of the tiny or mini
 size, `Defaults.small_model_epochs`), 10 epochs at batch 16 for tagging, where more, smaller
@@ -83,7 +83,7 @@ class FinetuneConfig:
     tag and spans 10; qa 3)."""
     lr: float | None = None
     """Peak learning rate of the encoder; None = the task's default for the model's size
-    (`Task.defaults.lr_for`: 5e-5, or for tag 2e-4 under 5M block weights)."""
+    (`Task.defaults.lr_for`: 5e-5, or 2e-4 under 5M block weights in every task but qa)."""
     head_lr: float | None = None
     """Peak learning rate of the head (and CRF); None = the task's default."""
     batch_size: int | None = None

@@ -52,9 +52,9 @@ class Defaults:
     """Peak learning rate of the encoder (BERT's fine-tuning range is 2e-5 to 5e-5)."""
     small_model_lr: float | None = None
     """The encoder's rate under SMALL_MODEL_WEIGHTS block weights; None: `lr`. With the
-    60-minute `mini` of docs/pretraining.md, 2e-4 gave POS, WNUT-16, movie reviews and SICK
-    more than 5e-5 over three seeds each (tag, classify and pair take it; regress and spans,
-    not measured, keep `lr`)."""
+    60-minute `mini` of docs/pretraining.md, 2e-4 gave POS, WNUT-16 (token and span heads),
+    movie reviews, SICK and SICK relatedness more than 5e-5 over three seeds each (every task
+    takes it but qa, not measured, which keeps `lr`)."""
     small_model_epochs: int | None = None
     """Epochs for an encoder under SMALL_MODEL_WEIGHTS block weights; None: `epochs`. A model
     of a few million weights is still fitting a sentence task when 3 epochs end (the 60-minute
