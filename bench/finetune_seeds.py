@@ -38,6 +38,7 @@ TASKS = {
     "sick": ("pair", "nli/sick.train.jsonl", "nli/sick.dev.jsonl", "accuracy", {}),
     "sick-rel": ("regress", "nli/sick.train.jsonl", "nli/sick.dev.jsonl", "pearson",
                  {"label_column": "relatedness"}),
+    "squad": ("qa", "qa/squad2_subset.dev.json", None, "f1", {}),
 }
 
 
@@ -57,6 +58,8 @@ def one_run(model: str, name: str, seed: int, threads: int, out_root: str,
     baseline = (result.baseline or {}).get(figure)
     return {"task": name, "seed": seed, "figure": figure,
             "score": float(result.dev_metrics[figure]),
+            "dev": {k: float(v) for k, v in result.dev_metrics.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)},
             "baseline": None if baseline is None else float(baseline),
             "steps": result.steps, "stopped_by": result.stopped_by,
             "seconds": round(time.perf_counter() - started, 1)}
@@ -88,8 +91,9 @@ def main() -> int:
     parser.add_argument("--model", required=True, help="model directory to fine-tune")
     parser.add_argument("--tasks", nargs="+", default=["pos", "wnut", "movie", "sick"],
                         choices=list(TASKS), help="the shared tasks (wnut-spans: WNUT-16 by "
-                        "the span head; sick-rel: SICK relatedness by regression; default: the "
-                        "four of the fine-tuning bars)")
+                        "the span head; sick-rel: SICK relatedness by regression; squad: the "
+                        "SQuAD 2.0 subset, one article in three held out; default: the four of "
+                        "the fine-tuning bars)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2, help="fine-tunes at once")
     parser.add_argument("--out", default="finetune_seeds.json", help="every run, as JSON")
