@@ -3,7 +3,7 @@ defaults under several seeds, the dev scores' mean, spread and range beside the 
 
     .venv/bin/python bench/finetune_seeds.py --model runs/d60                       # 4 tasks, 3 seeds
     .venv/bin/python bench/finetune_seeds.py --model $M --tasks wnut --seeds 0 1 2 --jobs 2
-    .venv/bin/python bench/finetune_seeds.py --model $M --tasks wnut --set crf=true --set lr=1e-4
+    .venv/bin/python bench/finetune_seeds.py --model $M --tasks wnut --set crf=false --set lr=1e-4
 
 The seed moves the head's initialisation, the dev split (POS has no dev file), the batch order
 and dropout; nothing else changes. Each run is `finetune()` with only the seed set, as

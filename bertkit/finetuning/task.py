@@ -54,7 +54,8 @@ class Defaults:
     """The encoder's rate under SMALL_MODEL_WEIGHTS block weights; None: `lr`. With the
     60-minute `mini` of docs/pretraining.md, 2e-4 gave POS, WNUT-16 (token and span heads),
     movie reviews, SICK and SICK relatedness more than 5e-5 over three seeds each (every task
-    takes it but qa, not measured, which keeps `lr`)."""
+    takes it but qa, where the same model learned no usable spans at either rate, which keeps
+    `lr`)."""
     small_model_epochs: int | None = None
     """Epochs for an encoder under SMALL_MODEL_WEIGHTS block weights; None: `epochs`. A model
     of a few million weights is still fitting a sentence task when 3 epochs end (the 60-minute
