@@ -12,10 +12,10 @@ thresholds) that `bertkit evaluate` / `predict` read.
 
 Defaults follow what works for small BERTs: lr 5e-5 for the encoder (2e-4 for a tiny or mini
 model, `Defaults.small_model_lr`, in every task but qa) and a larger one for the freshly
-initialised head, 10% warm-up then linear decay, evaluation every epoch with early stopping on the dev metric, the
-best checkpoint kept; 3 epochs at batch 32 for sentences (10 for a model of the tiny or mini
-size, `Defaults.small_model_epochs`), 10 epochs at batch 16 for tagging, where more, smaller
-steps pay.
+initialised head, 10% warm-up then linear decay, evaluation every epoch with early stopping on
+the dev metric, the best checkpoint kept; 3 epochs at batch 32 for sentences (10 for a model of
+the tiny or mini size, `Defaults.small_model_epochs`), 10 epochs at batch 16 for tagging, where
+more, smaller steps pay; a CRF over the tags.
 
 A run never loses its work: Ctrl-C or SIGTERM finishes the step and saves a checkpoint in
 OUT/checkpoints (so do `save_every` steps), and `resume=True` goes on from the latest one with
