@@ -172,8 +172,6 @@ def hf_problem(config: dict) -> str | None:
 class Classify(TextTask):
     """One text, one class (or, with multi_label, any number of classes)."""
     name: ClassVar[str] = "classify"
-    # movie reviews with the 60-minute `mini`: 2e-4 above 5e-5 on each of three seeds
-    defaults: ClassVar[Defaults] = dataclasses.replace(TextTask.defaults, small_model_lr=2e-4)
 
     multi_label: bool = False
     """Several labels per text (a JSON list or `a|b`), a sigmoid per label."""

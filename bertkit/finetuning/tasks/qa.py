@@ -224,7 +224,8 @@ def decode_answers(windows: list[Window], scores, firsts, lasts, nulls,
 class QA(Task):
     """Extractive question answering, SQuAD 1.1 or 2.0 (unanswerable questions)."""
     name: ClassVar[str] = "qa"
-    defaults: ClassVar[Defaults] = Defaults(epochs=3, batch_size=16, max_length=384)
+    defaults: ClassVar[Defaults] = Defaults(epochs=3, batch_size=16, max_length=384,
+                                            small_model_lr=None)
     verb: ClassVar[str] = "answer"
 
     max_length: int = 384

@@ -2,13 +2,11 @@
 vector through BertForSequenceClassification with one output and a squared-error loss."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 from bertkit.finetuning import baselines, metrics
 from bertkit.finetuning.heads import SequenceClassifier
-from bertkit.finetuning.task import Defaults
 from bertkit.finetuning.tasks.classify import PAIR_COLUMNS, TextTask, hf_problem
 
 
@@ -17,9 +15,6 @@ class Regress(TextTask):
     """One text (or a pair), one number."""
     name: ClassVar[str] = "regress"
     label_kind: ClassVar[str] = "float"
-    # SICK relatedness with the 60-minute `mini`: Pearson 0.69 at 2e-4 against 0.53 at 5e-5,
-    # three seeds each
-    defaults: ClassVar[Defaults] = dataclasses.replace(TextTask.defaults, small_model_lr=2e-4)
 
     @classmethod
     def pick_pair(cls, given, columns, path) -> str | None:

@@ -29,7 +29,7 @@ from bertkit.finetuning import metrics
 from bertkit.finetuning.heads import TaskHead, first_subword_index, head_dropout
 from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
 from bertkit.finetuning.readers import detect_format, read_tagged
-from bertkit.finetuning.task import Defaults, model_inputs
+from bertkit.finetuning.task import model_inputs
 from bertkit.finetuning.tagging import spans_to_tags, tags_to_spans
 from bertkit.finetuning.tasks.tag import WordTask
 from bertkit.model.encoder import Encoder
@@ -260,9 +260,6 @@ class SpanTagger(TaskHead):
 class Spans(WordTask):
     """Entities as word spans, nested or not; `labels` are the entity types."""
     name: ClassVar[str] = "spans"
-    # A model under 5M block weights: WNUT-16 F1 0.279 at 2e-4 against 0.246 at 5e-5 (the
-    # 60-minute `mini` of docs/pretraining.md, three seeds each), as for tag, classify and pair.
-    defaults: ClassVar[Defaults] = dataclasses.replace(WordTask.defaults, small_model_lr=2e-4)
 
     nested: bool = False
     """Whether training has overlapping entities (else overlapping candidates are resolved)."""

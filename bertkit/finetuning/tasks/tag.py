@@ -140,7 +140,6 @@ class WordTask(Task):
 class Tag(WordTask):
     """A label per word."""
     name: ClassVar[str] = "tag"
-    defaults: ClassVar[Defaults] = dataclasses.replace(WordTask.defaults, small_model_lr=2e-4)
 
     scheme: str | None = None
     """IO, BIO or BIOES; set, sentences are re-tagged in it as they are read."""
