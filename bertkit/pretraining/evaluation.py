@@ -12,7 +12,11 @@ the figures equal what `bertkit pretrain` logs for the same settings.
 
 The pseudo-log-likelihood of a sentence (Salazar et al. 2020, "Masked Language Model Scoring")
 is the sum over its non-special pieces of log P(piece | the sentence with that piece masked):
-one masked copy per piece. All copies of all sentences are sorted by length and packed into
+one masked copy per piece. `metric="word-l2r"` is Kauf & Ivanova's 2023 PLL-word-l2r ("A
+Better Way to Do Masked Language Model Scoring"): each copy also masks the later pieces of the
+piece's word, so that a word of several pieces is not scored as if each piece were all but
+given away by its neighbours (minicons' "within_word_l2r"); for words of one piece the two
+are equal. All copies of all sentences are sorted by length and packed into
 padded batches; the vocabulary projection runs only at the masked row of each copy
 (`positions=`), not at every position. A minimal pair counts 1 when the good sentence scores
 higher, 1/2 on a tie, 0 otherwise (BLiMP's format: JSON lines with "sentence_good",
@@ -43,7 +47,7 @@ from bertkit.files import UserError, read_jsonl, read_lines
 from bertkit.model.generate import CAUSAL_FLAG, log_likelihoods, next_token_scores
 from bertkit.model.heads import SpanBoundaryHead
 from bertkit.model.hub import load_pretraining_model, resolve_model
-from bertkit.pretraining.corpus import check_tokenizer, load_manifest
+from bertkit.pretraining.corpus import check_tokenizer, load_manifest, word_starts
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
@@ -51,6 +55,7 @@ from bertkit.pretraining.recipe import SBO_FILE
 from bertkit.text.tokenizer import Tokenizer, cut_warning
 
 GOOD, BAD = "sentence_good", "sentence_bad"
+PLL_METRICS = ("original", "word-l2r")
 DEFAULT_GROUP = "UID"
 """The grouping field of BLiMP lines, used when the pairs carry it and no other is asked for."""
 
@@ -71,6 +76,10 @@ class LMEvalOptions:
     group_by: str | None = None
     """Minimal pairs: field whose values group the pairs; none: "UID" when the pairs have it;
     "": no groups."""
+    pll: str = field(default="original", metadata={"choices": PLL_METRICS})
+    """Pseudo-log-likelihood of minimal pairs and pseudo-perplexity: "original" (Salazar et
+    al. 2020: each piece masked alone) or "word-l2r" (Kauf & Ivanova 2023: the later pieces
+    of its word masked too)."""
     objective: str = field(default="mlm", metadata={"choices": OBJECTIVES})
     """Prepared directory: the objective pretraining ran with."""
     whole_word: bool = False
@@ -87,6 +96,8 @@ class LMEvalOptions:
             raise UserError(f"--mask-rate must be in (0, 1], got {self.mask_rate}")
         if self.max_lines is not None and self.max_lines < 1:
             raise UserError(f"--max-lines must be at least 1, got {self.max_lines}")
+        if self.pll not in PLL_METRICS:
+            raise UserError(f"unknown --pll {self.pll!r}; choose one of {', '.join(PLL_METRICS)}")
         if self.objective not in OBJECTIVES:
             raise UserError(f"unknown objective {self.objective!r}; choose one of "
                             f"{', '.join(OBJECTIVES)}")
@@ -132,15 +143,20 @@ def _padded(flat: np.ndarray, lengths: np.ndarray, pad_id: int) -> np.ndarray:
 
 
 def _masked_logits(model: nn.Module, rows: np.ndarray, lengths: np.ndarray,
-                   positions: np.ndarray, mask_id: int, device: torch.device):
+                   positions: np.ndarray, mask_id: int, device: torch.device,
+                   also_masked: np.ndarray | None = None):
     """rows [C, T] of ids (lengths [C] real tokens), positions [N] flat indices into C*T:
     (log-probabilities over the vocabulary [N, V] at those positions, their original ids [N]),
-    with [MASK] put at every position."""
+    with [MASK] put at every position and at the flat indices `also_masked`, which are not
+    predicted."""
     ids = torch.from_numpy(rows).to(device)
     attention = (torch.arange(rows.shape[1])[None, :] < torch.from_numpy(lengths)[:, None])
     pos = torch.from_numpy(positions).to(device)
     targets = ids.flatten()[pos]
-    ids = ids.flatten().index_fill(0, pos, mask_id).view_as(ids)
+    ids = ids.flatten().index_fill(0, pos, mask_id)
+    if also_masked is not None and len(also_masked):
+        ids = ids.index_fill(0, torch.from_numpy(also_masked).to(device), mask_id)
+    ids = ids.view(rows.shape)
     logits = model(ids, torch.zeros_like(ids), attention.long().to(device), positions=pos)[0]
     return F.log_softmax(logits.float(), dim=-1), targets
 
@@ -264,8 +280,11 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
 
 def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
          device: torch.device, truncate: bool = False,
-         names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+         names: Sequence[str] | None = None,
+         metric: str = "original") -> tuple[np.ndarray, np.ndarray]:
     """(pseudo-log-likelihood float64 [S], scored pieces int64 [S]) of distinct sentences."""
+    if metric not in PLL_METRICS:
+        raise ValueError(f"unknown PLL metric {metric!r}; choose one of {PLL_METRICS}")
     flat, lengths, special = _encode(tokenizer, sentences, _max_length(model, tokenizer),
                                      truncate, names)
     text_of = np.repeat(np.arange(len(sentences)), lengths)
@@ -275,8 +294,17 @@ def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
     piece = np.flatnonzero(~special)
     copy_sentence = text_of[piece]
     copy_position = piece - starts[copy_sentence]
+    # word-l2r: the pieces after a copy's piece up to the next word start (a special token
+    # starts a word too, so a word never runs past its sentence's [SEP]) are masked with it.
+    if metric == "word-l2r":
+        begins = np.flatnonzero(word_starts(tokenizer)[flat] | special)
+        ends = np.append(begins, len(flat))[np.searchsorted(begins, piece, side="right")]
+        copy_later = ends - piece - 1
+    else:
+        copy_later = np.zeros(len(piece), dtype=np.int64)
     order = np.argsort(lengths[copy_sentence], kind="stable")
     copy_sentence, copy_position = copy_sentence[order], copy_position[order]
+    copy_later = copy_later[order]
     padded = _padded(flat, lengths, tokenizer.pad_id)
     scores = np.zeros(len(sentences), dtype=np.float64)
     with _eval_mode(model):
@@ -284,41 +312,50 @@ def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
             s = copy_sentence[start:start + batch_size]
             T = int(lengths[s].max())
             positions = np.arange(len(s)) * T + copy_position[start:start + batch_size]
+            later = copy_later[start:start + batch_size]
+            # flat indices positions[i] + 1 ... positions[i] + later[i], for every copy i
+            also = (np.repeat(positions, later) + 1
+                    + np.arange(int(later.sum())) - np.repeat(np.cumsum(later) - later, later))
             logp, targets = _masked_logits(model, padded[s, :T], lengths[s], positions,
-                                           tokenizer.mask_id, device)
+                                           tokenizer.mask_id, device, also)
             np.add.at(scores, s, logp.gather(1, targets[:, None]).squeeze(1).double().cpu()
                       .numpy())
     return scores, np.bincount(copy_sentence, minlength=len(sentences))
 
 
 def _distinct_pll(model, tokenizer, sentences: Sequence[str], batch_size: int, device,
-                  truncate: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                  truncate: bool = False,
+                  metric: str = "original") -> tuple[np.ndarray, np.ndarray]:
     """`_pll` of each sentence, each distinct sentence scored once: equal sentences get equal
     scores exactly, whatever batch they would have fallen into."""
     distinct = list(dict.fromkeys(sentences))
     index = {s: i for i, s in enumerate(distinct)}
     where = np.fromiter((index[s] for s in sentences), dtype=np.int64, count=len(sentences))
     scores, pieces = _pll(model, tokenizer, distinct, batch_size, torch.device(device),
-                          truncate, names=[f"sentence {s[:60]!r}" for s in distinct])
+                          truncate, names=[f"sentence {s[:60]!r}" for s in distinct],
+                          metric=metric)
     return scores[where], pieces[where]
 
 
 def pseudo_log_likelihood(model: nn.Module, tokenizer, sentences: Sequence[str],
-                          batch_size: int = 256,
-                          device: str | torch.device = "cpu") -> list[float]:
+                          batch_size: int = 256, device: str | torch.device = "cpu",
+                          metric: str = "original") -> list[float]:
     """One float per sentence: the sum over its non-special pieces of log P(piece | the
-    sentence with that piece masked), natural log. batch_size: masked copies per forward pass.
+    sentence with that piece masked), natural log; metric "word-l2r": with the later pieces
+    of the piece's word masked too. batch_size: masked copies per forward pass.
     A sentence longer than the model's positions is a UserError naming it."""
-    return _distinct_pll(model, tokenizer, list(sentences), batch_size, device)[0].tolist()
+    return _distinct_pll(model, tokenizer, list(sentences), batch_size, device,
+                         metric=metric)[0].tolist()
 
 
 def pseudo_perplexity(model: nn.Module, tokenizer, texts: Sequence[str], batch_size: int = 256,
-                      device: str | torch.device = "cpu",
-                      truncate: bool = True) -> dict[str, float]:
+                      device: str | torch.device = "cpu", truncate: bool = True,
+                      metric: str = "original") -> dict[str, float]:
     """pseudo_perplexity = exp(-sum PLL / pieces) over all texts, with pseudo_log_likelihood
-    (the sum), pieces and texts. Texts longer than the model's positions are cut to fit
-    (`truncate`) or refused."""
-    scores, pieces = _distinct_pll(model, tokenizer, list(texts), batch_size, device, truncate)
+    (the sum), pieces and texts, the PLL by `metric` (see `pseudo_log_likelihood`). Texts
+    longer than the model's positions are cut to fit (`truncate`) or refused."""
+    scores, pieces = _distinct_pll(model, tokenizer, list(texts), batch_size, device, truncate,
+                                   metric)
     total, n = float(scores.sum()), int(pieces.sum())
     if n == 0:
         raise UserError("no pieces to score: the texts are empty")
@@ -372,9 +409,10 @@ def _pair_figures(good: np.ndarray, bad: np.ndarray) -> dict[str, float]:
 
 def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
                   group_by: str | None = None, batch_size: int = 256,
-                  device: str | torch.device = "cpu") -> dict:
-    """How often the model's pseudo-log-likelihood prefers the good sentence of each pair (a
-    left-to-right model, config.json "is_decoder": its log-likelihood, `log_likelihoods`).
+                  device: str | torch.device = "cpu", metric: str = "original") -> dict:
+    """How often the model's pseudo-log-likelihood (by `metric`, see `pseudo_log_likelihood`)
+    prefers the good sentence of each pair (a left-to-right model, config.json "is_decoder":
+    its log-likelihood, `log_likelihoods`).
 
     Returns accuracy (good > bad counts 1, a tie 1/2), pairs, mean_pll_difference (good minus
     bad, nats), group_by and groups: {value: the same three figures} per value of the field
@@ -393,7 +431,8 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
     if model.config.extra.get(CAUSAL_FLAG):
         scores = np.asarray(log_likelihoods(model, tokenizer, sentences, batch_size, device))
     else:
-        scores, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device)
+        scores, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device,
+                                  metric=metric)
     good, bad = scores[:len(pairs)], scores[len(pairs):]
     report = {**_pair_figures(good, bad), "group_by": group_by or None, "groups": {}}
     if group_by:
@@ -457,9 +496,10 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
         return {"kind": "heldout", **figures}
     if is_pairs_file(inp):
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
-                               batch_size=4 * batch_size, device=device)
-        return {"kind": "minimal_pairs",
-                "scored_by": "log-likelihood" if causal else "pseudo-log-likelihood", **report}
+                               batch_size=4 * batch_size, device=device, metric=opts.pll)
+        scored_by = ({"scored_by": "log-likelihood"} if causal else
+                     {"scored_by": "pseudo-log-likelihood", "pll": opts.pll})
+        return {"kind": "minimal_pairs", **scored_by, **report}
     lines = []
     for _, line in read_lines(inp):
         if line.strip():
@@ -474,10 +514,10 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     masked = masked_token_scores(model, tokenizer, lines, mask_rate=opts.mask_rate,
                                  seed=opts.seed, batch_size=batch_size, device=device)
     pseudo = pseudo_perplexity(model, tokenizer, lines, batch_size=4 * batch_size,
-                               device=device)
-    return {"kind": "text", **masked, **pseudo}
+                               device=device, metric=opts.pll)
+    return {"kind": "text", **masked, **pseudo, "pll": opts.pll}
 
 
 __all__ = ["LMEvalOptions", "masked_token_scores", "heldout_batches", "heldout_scores",
            "pseudo_log_likelihood", "pseudo_perplexity", "read_pairs", "is_pairs_file",
-           "minimal_pairs", "evaluate_pretrained", "GOOD", "BAD", "DEFAULT_GROUP"]
+           "minimal_pairs", "evaluate_pretrained", "GOOD", "BAD", "DEFAULT_GROUP", "PLL_METRICS"]

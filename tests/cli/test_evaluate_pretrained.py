@@ -59,7 +59,8 @@ def test_minimal_pairs_of_a_jsonl(setup, capsys):
     got = _json(capsys, ["--model", setup["model"], "--input", setup["pairs"]])
     model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
     want = minimal_pairs(model, tokenizer, read_pairs(setup["pairs"]))
-    assert got == {"kind": "minimal_pairs", "scored_by": "pseudo-log-likelihood", **want}
+    assert got == {"kind": "minimal_pairs", "scored_by": "pseudo-log-likelihood",
+                   "pll": "original", **want}
     assert got["pairs"] == 4 and set(got["groups"]) == {"sv", "order"}
     assert main(["evaluate", "--model", str(setup["model"]), "--input",
                  str(setup["pairs"])]) == 0
@@ -79,6 +80,24 @@ def test_a_text_file_gives_masked_tokens_and_pseudo_perplexity(setup, capsys):
     assert got["kind"] == "text" and got["texts"] == 5
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-6), key
+
+
+def test_pll_word_l2r_is_an_option_of_pairs_and_text(setup, capsys):
+    model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
+    got = _json(capsys, ["--model", setup["model"], "--input", setup["pairs"],
+                         "--pll", "word-l2r"])
+    want = minimal_pairs(model, tokenizer, read_pairs(setup["pairs"]), metric="word-l2r")
+    assert got == {"kind": "minimal_pairs", "scored_by": "pseudo-log-likelihood",
+                   "pll": "word-l2r", **want}
+    got = _json(capsys, ["--model", setup["model"], "--input", setup["text"],
+                         "--max-lines", "5", "--pll", "word-l2r"])
+    want = pseudo_perplexity(model, tokenizer, setup["lines"][:5], metric="word-l2r")
+    assert got["pll"] == "word-l2r"
+    assert got["pseudo_perplexity"] == pytest.approx(want["pseudo_perplexity"], rel=1e-6)
+    with pytest.raises(SystemExit) as refused:
+        main(["evaluate", "--model", str(setup["model"]), "--input", str(setup["pairs"]),
+              "--pll", "left"])
+    assert refused.value.code == 2 and "--pll" in capsys.readouterr().err
 
 
 def test_a_prepared_directory_gives_the_held_out_figures(setup, capsys):

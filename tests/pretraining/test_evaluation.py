@@ -85,6 +85,48 @@ def test_batched_pll_equals_a_plain_loop_over_masked_copies(word_tokenizer, batc
     assert all(v < 0 for v in got)
 
 
+def _plain_word_l2r(model, tokenizer, sentence: str) -> float:
+    """PLL-word-l2r one copy at a time: each piece masked with the later pieces of its word,
+    the word read from the pieces' spelling (## continues a word)."""
+    enc = tokenizer.encode(sentence)
+    ids = torch.tensor([enc.ids])
+    pieces = [tokenizer.id_to_token(i) for i in enc.ids]
+    total = 0.0
+    for t in range(ids.shape[1]):
+        if int(ids[0, t]) in tokenizer.special_ids:
+            continue
+        masked = ids.clone()
+        masked[0, t] = tokenizer.mask_id
+        later = t + 1
+        while later < len(pieces) and pieces[later].startswith("##"):
+            masked[0, later] = tokenizer.mask_id
+            later += 1
+        with torch.no_grad():
+            logits = model(masked, torch.zeros_like(masked), torch.ones_like(masked))[0]
+        total += float(F.log_softmax(logits[0, t], -1)[ids[0, t]])
+    return total
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 1000])
+def test_pll_word_l2r_equals_a_plain_loop_and_differs_only_on_split_words(word_tokenizer,
+                                                                           batch_size):
+    model = _model(word_tokenizer)
+    # "zebra" and "zoo" split into letters; "dogz" into "dog" + letters; the rest are words
+    sentences = SENTENCES + ["the zoo dogz run", "zebra zebra ."]
+    assert any(p.startswith("##") for s in sentences
+               for p in word_tokenizer.encode(s).tokens)
+    got = pseudo_log_likelihood(model, word_tokenizer, sentences, batch_size=batch_size,
+                                metric="word-l2r")
+    want = [_plain_word_l2r(model, word_tokenizer, s) for s in sentences]
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=1e-4, rtol=0)
+    original = pseudo_log_likelihood(model, word_tokenizer, sentences, batch_size=batch_size)
+    for s, a, b in zip(sentences, got, original):
+        split = any(p.startswith("##") for p in word_tokenizer.encode(s).tokens)
+        assert (a != pytest.approx(b, abs=1e-6)) == split, s
+    with pytest.raises(ValueError, match="word-l2r"):
+        pseudo_log_likelihood(model, word_tokenizer, sentences, metric="l2r")
+
+
 def test_pseudo_perplexity_is_exp_of_minus_the_mean_pll_per_piece(word_tokenizer):
     model = _model(word_tokenizer)
     texts = SENTENCES[:3]
