@@ -48,7 +48,7 @@ from bertkit.model.generate import CAUSAL_FLAG, log_likelihoods, next_token_scor
 from bertkit.model.heads import SpanBoundaryHead
 from bertkit.model.hub import load_pretraining_model, resolve_model
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest, word_starts
-from bertkit.pretraining.examples import PretrainingBatches
+from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
 from bertkit.pretraining.recipe import SBO_FILE
@@ -86,6 +86,8 @@ class LMEvalOptions:
     """Prepared directory: mask whole words (pretraining's --whole-word)."""
     seq_len: int = 128
     """Prepared directory: pretraining's --seq-len."""
+    row_ends: str = field(default="sentence", metadata={"choices": ROW_ENDS})
+    """Prepared directory: pretraining's --row-ends."""
     pretrain_batch_size: int = 16
     """Prepared directory: pretraining's --batch-size (the held-out batches depend on it)."""
     eval_batches: int = 40
@@ -231,12 +233,14 @@ is then over 5 points): `heldout_scores` says so."""
 
 def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_len: int = 128,
                     batch_size: int = 16, eval_batches: int = 40, seed: int = 0,
-                    whole_word: bool = False, mask_rate: float = 0.15) -> list[dict]:
+                    whole_word: bool = False, mask_rate: float = 0.15,
+                    row_ends: str = "sentence") -> list[dict]:
     """The held-out batches `bertkit pretrain` evaluates on for these settings (its --seed is
     `seed`; pretraining draws the held-out masks from seed + 1)."""
     held = PretrainingBatches(data_dir, objective=objective, seq_len=seq_len,
                               batch_size=batch_size, split="heldout", seed=seed + 1, prefetch=0,
-                              masking=MaskingConfig(mlm_prob=mask_rate, whole_word=whole_word))
+                              masking=MaskingConfig(mlm_prob=mask_rate, whole_word=whole_word),
+                              row_ends=row_ends)
     batches = []
     for batch in held:
         batches.append(batch)
@@ -248,6 +252,7 @@ def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_
 def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: str = "mlm",
                    seq_len: int = 128, batch_size: int = 16, eval_batches: int = 40,
                    seed: int = 0, whole_word: bool = False, mask_rate: float = 0.15,
+                   row_ends: str = "sentence",
                    device: str | torch.device = "cpu") -> dict[str, float]:
     """`objectives.evaluate_lm` over `heldout_batches`: accuracy, loss, perplexity, tokens
     (and nsp_accuracy for mlm+nsp, sbo_loss for span when the model has the span head)."""
@@ -256,7 +261,7 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
                         "(sbo.safetensors); evaluate with --objective mlm")
     batches = heldout_batches(data_dir, objective=objective, seq_len=seq_len,
                               batch_size=batch_size, eval_batches=eval_batches, seed=seed,
-                              whole_word=whole_word, mask_rate=mask_rate)
+                              whole_word=whole_word, mask_rate=mask_rate, row_ends=row_ends)
     device = torch.device(device)
     was_training = model.training
     model.eval()
@@ -492,7 +497,7 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                                  batch_size=opts.pretrain_batch_size,
                                  eval_batches=opts.eval_batches, seed=opts.seed,
                                  whole_word=opts.whole_word, mask_rate=opts.mask_rate,
-                                 device=device)
+                                 row_ends=opts.row_ends, device=device)
         return {"kind": "heldout", **figures}
     if is_pairs_file(inp):
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,

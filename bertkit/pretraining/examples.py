@@ -5,8 +5,13 @@
 
 Examples, rebuilt for every epoch from (seed, epoch):
 - "mlm" (RoBERTa, FULL-SENTENCES): the split's documents as one stream, each document followed
-  by an extra [SEP], cut into [CLS] + (seq_len - 2) tokens + [SEP]: every row is full, rows
-  cross document boundaries, and the cut points shift by a random offset each epoch.
+  by an extra [SEP], cut into [CLS] + (seq_len - 2) tokens + [SEP]: every row is full and rows
+  cross document boundaries. With row_ends="sentence" (the default) each row's text ends where
+  a sentence ends, as every text a model meets later ends before its [SEP]: row k ends at the
+  first sentence end at least seq_len - 2 tokens past row k-1's end (or, with none in the
+  next seq_len - 2 tokens, just there), so the text between is left out of that epoch (about
+  a fifth of it at 64 tokens a row, a different part each epoch as the first end shifts). With "anywhere" the rows tile the stream back to back. Either way
+  the rows shift by a random offset each epoch.
 - "clm": the same packed rows, with next-token labels and no masking (left-to-right baseline).
 - "mlm+nsp" (BERT): [CLS] A [SEP] B [SEP] pairs made by the original create_instances_from_
   document: per document a target length (seq_len - 3, or with `short_seq_prob` a random one
@@ -64,6 +69,9 @@ from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, mlm_prob_at
                                          span_mask, special_tokens_mask, whole_word_mask)
 from bertkit.pretraining.objectives import OBJECTIVES
 
+ROW_ENDS = ("sentence", "anywhere")
+"""Where the text of a packed mlm / clm row ends: at a sentence end, or anywhere."""
+
 
 @dataclass
 class _Plan:
@@ -83,9 +91,11 @@ class PretrainingBatches:
     def __init__(self, data_dir, *, objective: str, seq_len: int, batch_size: int,
                  split: str = "train", seed: int = 0, rank: int = 0, world_size: int = 1,
                  masking: MaskingConfig | None = None, short_seq_prob: float = 0.1,
-                 prefetch: int = 2):
+                 prefetch: int = 2, row_ends: str = "sentence"):
         if objective not in OBJECTIVES:
             raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+        if row_ends not in ROW_ENDS:
+            raise UserError(f"row ends must be one of {', '.join(ROW_ENDS)}, got {row_ends!r}")
         if seq_len < 8:
             raise UserError(f"sequence length {seq_len} is too short (at least 8)")
         if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size:
@@ -97,6 +107,7 @@ class PretrainingBatches:
         self.global_batch = batch_size * world_size
         self.masking = masking or MaskingConfig()
         self.short_seq_prob = short_seq_prob
+        self.row_ends = row_ends
         # A batch built ahead would mask at the rate of an earlier step: with a rate that
         # changes during the run, each is built when it is taken (on 2 CPU cores a 12-minute
         # run so built trained within 0.5% of the steps of one prefetching).
@@ -168,9 +179,12 @@ class PretrainingBatches:
         if self.objective in ("mlm", "clm"):
             total = int(self.doc_stream[-1])
             shift = int(rng.integers(0, L)) if total >= 2 * L else 0
-            n = (total - shift) // L
-            plan = _Plan(np.zeros(0, np.int64), shift + L * np.arange(n, dtype=np.int64),
-                         np.full(n, L, dtype=np.int64))
+            if self.row_ends == "sentence":
+                starts = self._sentence_end_rows(shift + L, L, total) - L
+            else:
+                starts = shift + L * np.arange((total - shift) // L, dtype=np.int64)
+            n = len(starts)
+            plan = _Plan(np.zeros(0, np.int64), starts, np.full(n, L, dtype=np.int64))
             if n == 0 and total > 0:  # less text than one row: one padded row
                 plan = _Plan(np.zeros(0, np.int64), np.zeros(1, np.int64),
                              np.full(1, total, dtype=np.int64))
@@ -189,6 +203,20 @@ class PretrainingBatches:
             order = np.resize(order, self.global_batch)
         plan.order = order
         return plan
+
+    def _sentence_end_rows(self, first: int, L: int, total: int) -> np.ndarray:
+        """Stream positions just past the last token of each row: the first sentence end at or
+        after `first`, then each time the first one at least L tokens further; where no
+        sentence ends within the next L tokens (a sentence longer than a row, text without
+        sentence ends) the row ends L tokens further, wherever that is."""
+        ends = (self.sentence_stream + self.sentence_length).tolist()  # sorted: stream order
+        chosen, e = [], first
+        while e <= total:
+            i = bisect.bisect_left(ends, e)
+            end = ends[i] if i < len(ends) and ends[i] < e + L else e
+            chosen.append(end)
+            e = end + L
+        return np.asarray(chosen, dtype=np.int64)
 
     def _nsp_plan(self, rng: np.random.Generator) -> _Plan:
         """BERT's create_instances_from_document over all documents, then truncate_seq_pair

@@ -54,9 +54,22 @@ def stream(data) -> np.ndarray:
     return np.concatenate(parts).astype(np.int64)
 
 
+def sentence_ends(data) -> np.ndarray:
+    """Positions in `stream` just past the last token of each sentence of the train split."""
+    s = load_split(data, "train")
+    ends, at = [], 0
+    for d in range(s.num_documents):
+        for i in range(s.doc_sentences[d], s.doc_sentences[d + 1]):
+            at += int(s.sentence_length[i])
+            ends.append(at)
+        at += 1  # the document's [SEP]
+    return np.asarray(ends)
+
+
 def test_mlm_packing_fills_rows_and_tiles_the_stream(data):
     T = 32
-    pb = PretrainingBatches(data, objective="mlm", seq_len=T, batch_size=16, seed=1)
+    pb = PretrainingBatches(data, objective="mlm", seq_len=T, batch_size=16, seed=1,
+                            row_ends="anywhere")
     rows = torch.cat([original(b) for b in take(pb, len(pb))]).numpy()
     b = take(pb, 1)[0]
     assert "attention_mask" not in b and b["num_tokens"] == 16 * T  # full rows: no mask
@@ -74,6 +87,47 @@ def test_mlm_packing_fills_rows_and_tiles_the_stream(data):
     # N is fixed: round(B*T*0.15) rounded up to a multiple of 8; the rows' own counts fit
     assert b["mlm_positions"].shape == (8 * -(-round(16 * T * 0.15) // 8),)
     assert (b["mlm_labels"] != IGNORE_INDEX).sum() == 16 * round((T - 2) * 0.15)
+
+
+def _row_ends_in_stream(rows: np.ndarray, s: np.ndarray) -> list[int]:
+    """Where in the stream each row's body ends (bodies of these synthetic texts are unique)."""
+    L = rows.shape[1] - 2
+    at = {tuple(s[e - L:e]): e for e in range(L, len(s) + 1)}
+    return sorted(at[tuple(r)] for r in rows[:, 1:-1])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_mlm_rows_end_where_sentences_end_and_do_not_overlap(data, seed):
+    T = 64
+    pb = PretrainingBatches(data, objective="mlm", seq_len=T, batch_size=8, seed=seed)
+    rows = torch.cat([original(b) for b in take(pb, len(pb))]).numpy()
+    assert (rows[:, 0] == CLS).all() and (rows[:, -1] == SEP).all()  # full rows, no padding
+    assert "attention_mask" not in take(pb, 1)[0]
+    s, ends = stream(data), sentence_ends(data)
+    assert (np.diff(ends) < T - 2).all()  # a sentence end in every window: no row cut anywhere
+    got = _row_ends_in_stream(rows, s)
+    assert set(got) <= set(ends.tolist())
+    assert (np.diff(got) >= T - 2).all()  # disjoint rows
+    # all but a last partial batch of the epoch's rows, and most of the text
+    assert len(rows) >= len(pb._epoch_plan(0).a_start) - 8
+    assert len(rows) * (T - 2) > 0.6 * len(s)
+    other = PretrainingBatches(data, objective="mlm", seq_len=T, batch_size=8, seed=seed + 10)
+    assert set(got) != set(_row_ends_in_stream(
+        torch.cat([original(b) for b in take(other, len(other))]).numpy(), s))
+
+
+def test_a_sentence_longer_than_a_row_is_cut_into_rows_not_skipped(data):
+    T = 8  # rows of 6 tokens: many sentences are longer
+    pb = PretrainingBatches(data, objective="mlm", seq_len=T, batch_size=16, seed=0)
+    rows = torch.cat([original(b) for b in take(pb, len(pb))]).numpy()
+    s, ends = stream(data), set(sentence_ends(data).tolist())
+    at = {}
+    for e in range(T - 2, len(s) + 1):
+        at.setdefault(tuple(s[e - T + 2:e]), []).append(e)
+    bodies = [at[tuple(r)] for r in rows[:, 1:-1]]
+    # some rows end at a sentence end, some inside a long sentence, and most text is read
+    assert any(set(b) & ends for b in bodies) and any(not set(b) & ends for b in bodies)
+    assert len(rows) * (T - 2) > 0.6 * len(s)
 
 
 def test_nsp_pairs_structure_balance_and_random_documents(data):
