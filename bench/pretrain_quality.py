@@ -67,9 +67,10 @@ DEFAULT_PAIRS = Path(__file__).resolve().parent / "data" / "minimal_pairs.jsonl"
 # The two transformers recipes -------------------------------------------------------------------
 
 def packed_rows(data: Path, batch_size: int, seed: int):
-    """Batches of unmasked packed rows [CLS] + 126 ids + [SEP] from the data's train split."""
+    """Batches of unmasked packed rows [CLS] + 126 ids + [SEP] from the data's train split,
+    cut anywhere, as run_mlm.py's group_texts cuts the concatenated corpus."""
     batches = PretrainingBatches(data, objective="clm", seq_len=SEQ_LEN, batch_size=batch_size,
-                                 seed=seed)
+                                 seed=seed, row_ends="anywhere")
     for batch in batches:
         ids = batch["input_ids"]
         attention = batch.get("attention_mask", torch.ones_like(ids))
@@ -190,7 +191,8 @@ def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) 
             "precision": "auto",  # its log line says which it chose
             "batch_size": PretrainOptions.batch_size,
             "early_seq_len": PretrainOptions.early_seq_len,
-            "early_fraction": PretrainOptions.early_fraction}
+            "early_fraction": PretrainOptions.early_fraction,
+            "row_ends": PretrainOptions.row_ends}
 
 
 RUNNERS = {"bertkit": run_bertkit, "bert": run_bert, "modernbert": run_modernbert}
