@@ -123,7 +123,7 @@ class PretrainOptions:
     """Tokens per sequence, special tokens included."""
     row_ends: str = field(default="sentence", metadata={"choices": ROW_ENDS})
     """Where the text of an mlm / clm row ends before its [SEP]: "sentence" (at a sentence end,
-    as the texts of evaluation and fine-tuning do; 2.3 points more held-out accuracy in 12
+    as the texts of evaluation and fine-tuning do; 2.2 points more held-out accuracy in 12
     minutes, docs/pretraining.md) or "anywhere" (the corpus cut into back-to-back rows)."""
     early_seq_len: int = 64
     """Sequence length of the first early_fraction of the run, with as many more sequences per
