@@ -22,7 +22,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -x --durations=15
 
-# Everything but the integration runs marked `slow`: under a minute.
+# Everything but the integration runs marked `slow`: about 2 minutes on 2 cores.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x -m 'not slow'
 
