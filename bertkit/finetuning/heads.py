@@ -56,14 +56,20 @@ class TaskHead(nn.Module):
         """config.json entries the transformers class reads (beyond id2label / label2id)."""
         return {}
 
-    def token_states(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+    def token_states(self, input_ids, token_type_ids=None, attention_mask=None,
+                     case_ids=None) -> torch.Tensor:
         """[B, T, H] what the head reads: the last layer, or, when the model has a `layer_mix`
-        (`finetune --layer-mix`, bertkit.model.scalar_mix), ELMo's learned mix of all layers."""
-        mix = getattr(self, "layer_mix", None)  # a child module, absent unless asked for
+        (`finetune --layer-mix`, bertkit.model.scalar_mix), ELMo's learned mix of all layers.
+        With a `word_case` embedding (`finetune --case-feature`), `case_ids` [B, T] (each
+        piece's word case, inputs.WORD_CASES) add it to the encoder's input."""
+        mix = getattr(self, "layer_mix", None)  # child modules, absent unless asked for
+        case = getattr(self, "word_case", None)
+        extra = None if case is None or case_ids is None else case(case_ids)  # [B, T, H]
         if mix is None:
-            return self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+            return self.encoder(input_ids, token_type_ids, attention_mask,
+                                extra_embeddings=extra).last_hidden_state
         return mix(self.encoder(input_ids, token_type_ids, attention_mask,
-                                output_hidden_states=True).hidden_states)
+                                output_hidden_states=True, extra_embeddings=extra).hidden_states)
 
     def head_spec(self) -> dict:
         """The head's shape, saved under "head" in bertkit_task.json."""
@@ -133,8 +139,9 @@ class TokenClassifier(TaskHead):
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
         self.crf = crf
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
-        h = self.token_states(input_ids, token_type_ids, attention_mask)
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None,
+                case_ids=None) -> torch.Tensor:
+        h = self.token_states(input_ids, token_type_ids, attention_mask, case_ids)
         return self.classifier(self.dropout(h))  # [B, T, K]
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -222,6 +229,9 @@ def init_head(model: nn.Module, generator: torch.Generator) -> None:
                 nn.init.ones_(m.weight)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
+    case = getattr(model, "word_case", None)
+    if case is not None:  # fine-tuning starts from the pretrained model's own input
+        nn.init.zeros_(case.weight)
 
 
 class _Exported(nn.Module):
@@ -244,8 +254,11 @@ class _Exported(nn.Module):
 def _hf_heads(model: TaskHead) -> tuple[str, ...]:
     """The heads saved under their transformers names. transformers' ModernBERT task models
     put a dense + LayerNorm head between the encoder and the classifier, which bertkit's heads
-    do not have: a "modern" task model is saved as a ModernBertModel, its head beside it."""
-    return () if model.encoder.config.architecture == "modern" else model.hf_heads
+    do not have: a "modern" task model is saved as a ModernBertModel, its head beside it. So
+    is a model with a word-case input, which no transformers class would feed."""
+    if model.encoder.config.architecture == "modern" or getattr(model, "word_case", None) is not None:
+        return ()
+    return model.hf_heads
 
 
 def _extra_state(model: TaskHead) -> dict[str, torch.Tensor]:
@@ -279,7 +292,8 @@ def save_task_model(model: TaskHead, path: str | Path, *, task: dict, tokenizer=
         files[HEAD_FILE] = save_safetensors_bytes(extra, metadata={"format": "pt"})
     target = _Exported(model) if _hf_heads(model) else model.encoder
     modern = model.encoder.config.architecture == "modern"
-    architecture = "ModernBertModel" if modern else model.architecture
+    architecture = "ModernBertModel" if modern else \
+        model.architecture if _hf_heads(model) or not model.hf_heads else "BertModel"
     return hub.save_model(target, path, tokenizer=tokenizer, architectures=[architecture],
                           extra_config=extra_config, extra_files=files)
 

@@ -77,6 +77,12 @@ class FinetuneConfig:
     none: a CRF unless --decode mean (as flair's tagger; the 60-minute `mini` of
     docs/pretraining.md gets WNUT-16 F1 0.318 with it against 0.224 without, POS 0.926
     against 0.924)."""
+    case_feature: bool | None = None
+    """tag, spans: add each word's letter case (lower, Capitalised, UPPER, ...) to the
+    encoder's input as a learned embedding; none: on when the model's tokenizer lowercases,
+    which loses the capitals that mark names (WNUT-16 F1 with the 60- and 120-minute `mini`
+    of docs/pretraining.md, three seeds each: 0.295 and 0.268 with it, 0.280 and 0.232
+    without). Such a model is saved as a BertModel / ModernBertModel with its head beside."""
     epochs: int | None = None
     """Passes over the training data; None = the task's default for the model's size
     (`Task.defaults.epochs_for`: classify, pair and regress 3, or 10 under 5M block weights;
@@ -234,6 +240,21 @@ class EpochBatches:
 
 # Model --------------------------------------------------------------------------------------------
 
+def with_case_feature(task: Task, asked: bool | None, tokenizer, encoder: bool) -> Task:
+    """The task with its word-case feature settled: as `asked`, else on where the tokenizer
+    lowercases. Only the word tasks (tag, spans) of a transformer encoder have it."""
+    has = any(f.name == "case_feature" for f in dataclasses.fields(task))
+    if asked and not has:
+        raise UserError(f"--case-feature is for the tag and spans tasks, not {task.name}")
+    if asked and not encoder:
+        raise UserError("--case-feature needs a transformer encoder, which this backbone "
+                        "is not")
+    if not has or not encoder:
+        return task
+    lowercases = bool(getattr(tokenizer, "do_lower_case", False))
+    return dataclasses.replace(task, case_feature=lowercases if asked is None else asked)
+
+
 def build_task_model(task: Task, model_dir: str | Path, seed: int,
                      train_layers: int | None = None, layer_mix: bool = False) -> nn.Module:
     """The pretrained encoder of `model_dir` with the task's head, initialised from `seed`
@@ -324,6 +345,7 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     head_lr = cfg.head_lr or defaults.head_lr
     lr = cfg.lr or defaults.lr_for(weights)
     tokenizer = backbone.tokenizer if backbone else Tokenizer.load(model_dir)
+    setting = with_case_feature(setting, cfg.case_feature, tokenizer, backbone is None)
     max_positions = backbone.max_positions if backbone else encoder.max_positions
     if cfg.max_length is None:  # the task's default, within what the model takes
         setting = dataclasses.replace(setting, max_length=min(setting.max_length, max_positions))
@@ -431,4 +453,5 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
 
 
 __all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "build_task_model", "freeze",
+           "with_case_feature",
            "param_groups", "EpochBatches"]

@@ -259,10 +259,15 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, *, causal: bool = False,
-                output_hidden_states: bool = False) -> EncoderOutput:
+                output_hidden_states: bool = False,
+                extra_embeddings: torch.Tensor | None = None) -> EncoderOutput:
         """input_ids, token_type_ids, attention_mask: [B, T]. `causal=True` lets each token
-        see only itself and the tokens to its left (the left-to-right variant)."""
+        see only itself and the tokens to its left (the left-to-right variant).
+        `extra_embeddings` [B, T, H] is added to the embeddings before the first block: an
+        input a task brings of its own (the tagging tasks' word-case embedding)."""
         x = self.embeddings(input_ids, token_type_ids)  # [B, T, H]
+        if extra_embeddings is not None:
+            x = x + extra_embeddings.to(x.dtype)
         inputs = self.layer_inputs(attention_mask, input_ids.shape[1], causal, x.device)
         states = [x] if output_hidden_states else None
         for block, (mask, rope) in zip(self.blocks, inputs):

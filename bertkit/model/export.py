@@ -9,7 +9,8 @@ Three kinds of graph, each with dynamic batch and sequence axes:
   qa start_logits and end_logits [B, T]). A spans model's graph takes two more inputs, each
   word's first piece `word_index` [B, W] and `word_mask` [B, W] (1 for a real word), and
   returns the span logits [B, W, L, K]: the number of words is an input's shape, not a value
-  read from the data, so it stays dynamic (`OnnxForward` computes both from word ids).
+  read from the data, so it stays dynamic (`OnnxForward` computes both from word ids). A tag
+  or spans model with the word-case feature takes `case_ids` [B, T] after the attention mask.
 
 A "modern" model has no segments, so its graph takes no token_type_ids. The graph is traced
 from the reference encoder (`Encoder(cfg, fast=False)`) with a padded example, so that the
@@ -33,6 +34,7 @@ from torch import nn
 
 from bertkit.files import UserError, atomic_path
 from bertkit.finetuning.heads import first_subword_index, load_task_weights
+from bertkit.finetuning.inputs import WORD_CASES
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.tasks import load_task
 from bertkit.model import hub
@@ -92,13 +94,21 @@ class _Graph(nn.Module):
     def __init__(self, model: nn.Module, kind: str, segments: bool):
         super().__init__()
         self.model, self.kind, self.segments = model, kind, segments
+        self.cases = getattr(model, "word_case", None) is not None
 
     def forward(self, input_ids, *rest):
+        words = ()
         if self.kind == "spans":  # the two word inputs come last
             rest, words = rest[:-2], rest[-2:]
-            token_type_ids, attention_mask = rest if self.segments else (None, rest[0])
-            return (self.model.score_words(input_ids, token_type_ids, attention_mask, *words),)
+        cases = {}
+        if self.cases:  # case_ids after the attention mask
+            rest, cases = rest[:-1], {"case_ids": rest[-1]}
         token_type_ids, attention_mask = rest if self.segments else (None, rest[0])
+        if self.kind == "spans":
+            return (self.model.score_words(input_ids, token_type_ids, attention_mask, *words,
+                                           **cases),)
+        if cases:
+            return (self.model(input_ids, token_type_ids, attention_mask, **cases),)
         if self.kind == "encoder":
             return (self.model(input_ids, token_type_ids, attention_mask).last_hidden_state,)
         if self.kind == "fill-mask":
@@ -141,9 +151,10 @@ def load_for_export(path: str | Path, kind: Kind = "auto") -> tuple[nn.Module, s
 
 
 def example_inputs(cfg, batch: int = 2, length: int = 12, seed: int = 0,
-                   words: bool = False) -> dict[str, torch.Tensor]:
+                   words: bool = False, cases: bool = False) -> dict[str, torch.Tensor]:
     """A batch whose second row is padded: tracing it keeps the attention mask in the graph.
-    `words`: with a spans graph's word_index and word_mask (words of one and two pieces)."""
+    `words`: with a spans graph's word_index and word_mask (words of one and two pieces).
+    `cases`: with case_ids (a random word case per piece, 0 on padding)."""
     g = torch.Generator().manual_seed(seed)
     length = min(length, cfg.max_positions)
     ids = torch.randint(5, cfg.vocab_size, (batch, length), generator=g)
@@ -156,6 +167,8 @@ def example_inputs(cfg, batch: int = 2, length: int = 12, seed: int = 0,
         types[:, length // 2:] = 1
         inputs["token_type_ids"] = types * mask
     inputs["attention_mask"] = mask
+    if cases:
+        inputs["case_ids"] = torch.randint(1, len(WORD_CASES), ids.shape, generator=g) * mask
     if words:
         inputs.update(word_inputs(example_word_ids(mask, seed)))
     return inputs
@@ -212,7 +225,7 @@ def max_difference(model: nn.Module, kind: str, task, session, cfg) -> float:
     """Largest |onnx - torch| over a batch of another size and length than the traced one."""
     graph = _Graph(model, _kind_of(kind, task), cfg.architecture == "bert").eval()
     inputs = example_inputs(cfg, batch=3, length=min(cfg.max_positions, 21), seed=1,
-                            words=graph.kind == "spans")
+                            words=graph.kind == "spans", cases=graph.cases)
     with torch.inference_mode():
         expected = graph(*inputs.values())
     got = run_session(session, inputs)
@@ -240,7 +253,7 @@ def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
         raise UserError(f"--dev scores a fine-tuned model; {path} is not one")
     cfg = hub.load_config(path)
     graph = _Graph(module, _kind_of(kind, task), cfg.architecture == "bert").eval()
-    inputs = example_inputs(cfg, words=graph.kind == "spans")
+    inputs = example_inputs(cfg, words=graph.kind == "spans", cases=graph.cases)
     names, outputs = list(inputs), output_names(kind, task)
     axes = {name: {0: "batch", 1: "words" if name.startswith("word_") else "sequence"}
             for name in names}
@@ -296,9 +309,10 @@ class OnnxForward(nn.Module):
         self.session = session
         self.torch_model = model
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, *, word_ids=None):
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, *, word_ids=None,
+                case_ids=None):
         inputs = {"input_ids": input_ids, "token_type_ids": token_type_ids,
-                  "attention_mask": attention_mask}
+                  "attention_mask": attention_mask, "case_ids": case_ids}
         if word_ids is not None:  # a spans graph: (logits, word mask), as SpanTagger returns
             words = word_inputs(word_ids)
             logits, = run_session(self.session, {**{k: v for k, v in inputs.items()

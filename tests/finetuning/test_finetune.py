@@ -23,6 +23,7 @@ from bertkit.finetuning.recipe import finetune
 from bertkit.finetuning.task import Defaults, Task, model_inputs
 from bertkit.finetuning.tasks import TASKS
 from bertkit.model import hub
+from bertkit.text.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -133,7 +134,8 @@ def test_tagging_learns_and_round_trips(tiny_bert, task_files, quick_config, tmp
                                        alignment, decode):
     result = finetune("tag", tiny_bert, task_files["ner_train"], task_files["ner_dev"],
                       tmp_path / "t", quick_config(epochs=6, batch_size=16, crf=crf,
-                                                   alignment=alignment, decode=decode))
+                                                   alignment=alignment, decode=decode,
+                                                   case_feature=False))
     assert result.task.decode == decode
     assert result.dev_metrics["f1"] >= 0.9
     assert result.dev_metrics["f1"] > result.dev_metrics["baseline"]["f1"]
@@ -474,3 +476,64 @@ def test_a_small_model_trains_at_a_higher_encoder_rate_and_records_it(tiny_bert,
                  quick_config(lr=given, epochs=1))
         options = json.loads((out / "training_args.json").read_text())["options"]
         assert options["lr"] == recorded
+
+
+def _cased_names(n: int, seed: int) -> list[list[tuple[str, str]]]:
+    """Sentences whose entities are told apart by their capitals alone: any word may be a
+    NAME, and is one exactly when it is Capitalised."""
+    import random
+
+    from tests.finetuning.conftest import CITIES, FILLER, PEOPLE
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = [rng.choice(FILLER + PEOPLE + CITIES) for _ in range(5)]
+        named = [rng.random() < 0.3 for _ in words]
+        out.append([(w.capitalize(), "B-NAME") if c else (w, "O") for w, c in zip(words, named)])
+    return out
+
+
+@pytest.mark.slow
+def test_the_case_feature_sees_the_capitals_a_lowercasing_tokenizer_drops(
+        tiny_bert, synthetic, quick_config, tmp_path):
+    train = synthetic.write_conll(tmp_path / "train.conll", _cased_names(160, 1))
+    dev = synthetic.write_conll(tmp_path / "dev.conll", _cased_names(40, 2))
+    assert Tokenizer.load(tiny_bert).do_lower_case
+    on = finetune("tag", tiny_bert, train, dev, tmp_path / "on",
+                  quick_config(epochs=6, batch_size=16))  # default: on, as the tokenizer lowercases
+    off = finetune("tag", tiny_bert, train, dev, tmp_path / "off",
+                   quick_config(epochs=6, batch_size=16, case_feature=False))
+    assert on.task.case_feature and not off.task.case_feature
+    assert on.dev_metrics["f1"] >= 0.95 and off.dev_metrics["f1"] < 0.6
+    # saved as a BertModel with the head beside it, and loaded back to the same outputs
+    config = json.loads((tmp_path / "on" / "config.json").read_text())
+    assert config["architectures"] == ["BertModel"]
+    assert json.loads((tmp_path / "on" / "bertkit_task.json").read_text())["case_feature"]
+    runner = TaskModel.load(tmp_path / "on")
+    assert runner.task.case_feature and runner.model.word_case is not None
+    got = runner.tag(["Mary went to paris .", "mary went to Paris ."])
+    assert [[e["text"] for e in ents] for ents in got] == [["Mary"], ["Paris"]]
+    rows = list(read_jsonl(_predict_file(tmp_path, dev, "on")))
+    assert len(rows) == 40
+
+
+def _predict_file(tmp_path: Path, data: Path, model: str) -> Path:
+    out = tmp_path / f"{model}.pred.jsonl"
+    assert main(["predict", "--model", str(tmp_path / model), "--input", str(data),
+                 "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_the_case_feature_is_refused_where_no_word_has_a_case(tiny_bert, task_files,
+                                                              quick_config, tmp_path, capsys):
+    with pytest.raises(UserError, match="--case-feature is for the tag and spans tasks"):
+        finetune("classify", tiny_bert, task_files["train"], task_files["dev"], tmp_path / "c",
+                 quick_config(epochs=1, case_feature=True))
+    assert main(["finetune", "classify", "--model", str(tiny_bert), "--train",
+                 str(task_files["train"]), "--out", str(tmp_path / "c2"), "--case-feature",
+                 "--epochs", "1"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --case-feature is for the tag and spans tasks, not classify"]
+    assert not (tmp_path / "c2").exists()

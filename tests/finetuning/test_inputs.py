@@ -117,3 +117,34 @@ def test_finetune_pair_on_one_segment_type_names_the_model(tmp_path, tiny_bert, 
     assert err.startswith(f"error: {model}: the model has 1 segment type") and \
         err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "m").exists()
+
+
+# Word case ----------------------------------------------------------------------------------------
+
+def test_word_case_names_the_case_a_lowercasing_tokenizer_loses():
+    from bertkit.finetuning.inputs import WORD_CASES, piece_cases, word_case
+
+    cases = {w: WORD_CASES[word_case(w)] for w in
+             ["paris", "Paris", "PARIS", "iPhone", "McDonald", "I", "a", "2016", "@user", "#Tag",
+              "Zoë", "ÉCOLE", "--"]}
+    assert cases == {"paris": "lower", "Paris": "Capitalised", "PARIS": "UPPER",
+                     "iPhone": "mIxed", "McDonald": "mIxed", "I": "Capitalised", "a": "lower",
+                     "2016": "no letters", "@user": "lower", "#Tag": "Capitalised",
+                     "Zoë": "Capitalised", "ÉCOLE": "UPPER", "--": "no letters"}
+    # every piece of a word carries the word's case; specials get 0
+    assert piece_cases(["New", "york"], [-1, 0, 0, 1, -1]) == [0, 2, 2, 1, 0]
+
+
+def test_tag_items_carry_case_ids_only_with_the_case_feature(tiny_bert):
+    from bertkit.finetuning.inputs import pad_inputs
+
+    tok = Tokenizer.load(tiny_bert)
+    sentences = [TaggedSentence(["Mary", "went", "to", "PARIS"],
+                                ["B-PER", "O", "O", "B-LOC"], "t:1"),
+                 TaggedSentence(["john"], ["B-PER"], "t:3")]
+    task = Tag(labels=("O", "B-LOC", "B-PER", "I-LOC", "I-PER"), scheme="BIO")
+    assert all(it.case_ids is None for it in task.encode(tok, sentences))
+    assert "case_ids" not in pad_inputs(task.encode(tok, sentences))
+    items = Tag(labels=task.labels, scheme="BIO", case_feature=True).encode(tok, sentences)
+    batch = pad_inputs(items)
+    assert batch["case_ids"].tolist() == [[0, 2, 1, 1, 3, 0], [0, 1, 0, 0, 0, 0]]

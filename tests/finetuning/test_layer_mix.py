@@ -57,7 +57,9 @@ def test_tagging_with_a_layer_mix_over_a_frozen_encoder(tiny_bert, task_files, q
     # the encoder stayed frozen
     before, after = hub.load_weights(tiny_bert), hub.load_weights(out)
     name = next(k for k in before if k.startswith("encoder."))
-    torch.testing.assert_close(after["bert." + name], before[name], atol=0, rtol=0)
+    # saved as BertForTokenClassification, or as a BertModel when it reads word case
+    saved = after.get("bert." + name, after.get(name))
+    torch.testing.assert_close(saved, before[name], atol=0, rtol=0)
 
 
 @pytest.mark.slow

@@ -139,6 +139,52 @@ def test_span_models_export_their_span_logits(tmp_path, tokenizer, architecture)
     assert result.dev_scores["onnx"] == result.dev_scores["pytorch"]
 
 
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
+@pytest.mark.parametrize("task", [Tag(labels=("O", "B-PER", "I-PER"), scheme="BIO",
+                                      case_feature=True),
+                                  Spans(labels=("LOC", "PER"), max_width=3, ffn_size=16,
+                                        case_feature=True)], ids=["tag", "spans"])
+def test_word_case_models_take_case_ids(tmp_path, tokenizer, architecture, task):
+    cfg = _config(architecture)
+    model = task.make_model(Encoder(cfg, fast=False))
+    init_weights(model, cfg, torch.Generator().manual_seed(8))
+    init_head(model, torch.Generator().manual_seed(9))
+    with torch.no_grad():  # as if fine-tuned: the word cases move the logits
+        model.word_case.weight.normal_(0, 1, generator=torch.Generator().manual_seed(10))
+    save_task_model(model, tmp_path / "w", task=task.to_json(), tokenizer=tokenizer,
+                    labels=list(task.labels))
+    model.eval()
+    rows = ["Mary\tB-PER\nwent\tO\nto\tO\nRome\tB-LOC\n.\tO\n",
+            "the\tO\nfilm\tO\nWAS\tO\ngood\tO\n", "rome\tB-LOC\n"] * 4
+    if task.name == "tag":
+        rows = [r.replace("B-LOC", "O") for r in rows]
+    dev = tmp_path / "dev.conll"
+    dev.write_text("\n".join(rows))
+    result = export_onnx(tmp_path / "w", tmp_path / "w.onnx", dev=dev)
+    segments = ["token_type_ids"] if architecture == "bert" else []
+    words = ["word_index", "word_mask"] if task.name == "spans" else []
+    assert result.inputs == ["input_ids", *segments, "attention_mask", "case_ids", *words]
+    assert result.max_abs_diff < 1e-4
+    assert result.dev_scores["onnx"] == result.dev_scores["pytorch"]
+    inputs = example_inputs(cfg, batch=3, length=17, seed=5, cases=True)
+    word_ids = example_word_ids(inputs["attention_mask"], seed=5)
+    extra = {"word_ids": word_ids} if task.name == "spans" else {}
+    with torch.inference_mode():
+        expected = model(inputs["input_ids"], inputs.get("token_type_ids"),
+                         inputs["attention_mask"], case_ids=inputs["case_ids"], **extra)
+        lower = model(inputs["input_ids"], inputs.get("token_type_ids"),
+                      inputs["attention_mask"], case_ids=inputs["case_ids"].clamp(max=1),
+                      **extra)
+    expected = expected[0] if task.name == "spans" else expected
+    lower = lower[0] if task.name == "spans" else lower
+    feed = {**inputs, **(word_inputs(word_ids) if task.name == "spans" else {})}
+    got, = run_session(onnx_session(result.path), feed)
+    finite = torch.isfinite(expected).numpy()
+    np.testing.assert_allclose(got[finite], expected.numpy()[finite], atol=1e-4, rtol=0)
+    assert not torch.allclose(expected[torch.isfinite(expected)],
+                              lower[torch.isfinite(lower)])  # the graph reads the cases
+
+
 def test_quantized_graph_scores_the_dev_set(tmp_path, tokenizer):
     task = Classify(labels=("negative", "positive"))
     cfg = _config("bert")

@@ -229,22 +229,25 @@ class SpanTagger(TaskHead):
                                   head_dropout(encoder))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, *,
-                word_ids: torch.Tensor, num_words: int | None = None):
+                word_ids: torch.Tensor, num_words: int | None = None,
+                case_ids: torch.Tensor | None = None):
         """Span logits [B, W, L, K] and the word mask [B, W]. `num_words` (W) is known on the
         host where the batch was built; without it, it is read from `word_ids`, which waits
-        for the device."""
+        for the device. `case_ids` [B, T]: TaskHead.token_states."""
         if num_words is None:
             num_words = int(word_ids.max()) + 1 if word_ids.numel() else 0
         # At least one word column, so that a batch of sentences with no pieces still has shape.
         num_words = max(1, num_words)
         index, mask = first_subword_index(word_ids, num_words)
-        return self.score_words(input_ids, token_type_ids, attention_mask, index, mask), mask
+        return self.score_words(input_ids, token_type_ids, attention_mask, index, mask,
+                                case_ids), mask
 
     def score_words(self, input_ids, token_type_ids, attention_mask, word_index: torch.Tensor,
-                    word_mask: torch.Tensor) -> torch.Tensor:
+                    word_mask: torch.Tensor, case_ids: torch.Tensor | None = None
+                    ) -> torch.Tensor:
         """Span logits [B, W, L, K] from each word's first piece [B, W] and which words are
         real [B, W]: the part with no data-dependent shape, which ONNX export traces."""
-        h = self.token_states(input_ids, token_type_ids, attention_mask)
+        h = self.token_states(input_ids, token_type_ids, attention_mask, case_ids)
         z = h.gather(1, word_index[..., None].expand(-1, -1, h.shape[-1]))  # [B, W, H]
         return self.span_head(z, word_mask.bool())
 
@@ -321,7 +324,7 @@ class Spans(WordTask):
                 target = [(a, b - 1, types[t]) for a, b, t in gold_spans(s)
                           if b <= kept and t in types]
             items.append(Item(i, e.ids, e.type_ids, word_ids, target,
-                              cut=words_cut(s, word_ids)))
+                              cut=words_cut(s, word_ids), case_ids=self.case_ids(s, word_ids)))
         return items
 
     def collate(self, items) -> dict:
@@ -334,17 +337,19 @@ class Spans(WordTask):
 
     # Model --------------------------------------------------------------------------------------
     def make_model(self, encoder) -> SpanTagger:
-        return SpanTagger(encoder, len(self.labels), self.max_width, self.ffn_size)
+        return self.with_case_input(
+            SpanTagger(encoder, len(self.labels), self.max_width, self.ffn_size))
 
     def loss(self, model, batch) -> torch.Tensor:
         target = batch["span_target"]  # [B, W, L], W counted when the batch was built
         logits, mask = model(*model_inputs(batch), word_ids=batch["word_ids"],
-                             num_words=target.shape[1])
+                             num_words=target.shape[1], case_ids=batch.get("case_ids"))
         return span_loss(logits, target, mask, self.null_weight)
 
     def infer(self, model, batch, items) -> list:
         """Span logits [W, L, K] and word mask [W] per item."""
-        logits, wmask = model(*model_inputs(batch), word_ids=batch["word_ids"])
+        logits, wmask = model(*model_inputs(batch), word_ids=batch["word_ids"],
+                              case_ids=batch.get("case_ids"))
         return [(logits[r].float().cpu(), wmask[r].cpu()) for r in range(len(items))]
 
     def decode_outputs(self, outputs, items, examples

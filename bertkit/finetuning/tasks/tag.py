@@ -20,7 +20,8 @@ from bertkit.files import UserError
 from bertkit.finetuning import baselines, metrics
 from bertkit.finetuning.crf import CRF, allowed_transitions
 from bertkit.finetuning.heads import TokenClassifier
-from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
+from bertkit.finetuning.inputs import (WORD_CASES, Item, encode_words, pad_inputs, piece_cases,
+                                      words_cut)
 from bertkit.finetuning.readers import (TaggedSentence, check_tags, detect_format, read_tagged,
                                         read_text_examples, tagging_labels)
 from bertkit.finetuning.task import Defaults, Task, model_inputs, text_lines
@@ -43,6 +44,9 @@ class WordTask(Task):
     """Which CoNLL-U column holds the tag (upos or xpos)."""
     text_column: str = "text"
     """Column of the texts when predicting from JSON lines, CSV or TSV."""
+    case_feature: bool = False
+    """Each piece's word case (lower, Capitalised, UPPER, mIxed, no letters) as a learned
+    embedding added to the encoder's input: what a lowercasing tokenizer took away."""
 
     def label_names(self) -> tuple[str, ...]:
         return self.labels
@@ -64,6 +68,17 @@ class WordTask(Task):
 
     def baseline(self, train, test) -> dict | None:
         return baselines.most_frequent_tag(train, test)
+
+    def case_ids(self, sentence, word_ids: Sequence[int]) -> list[int] | None:
+        """An item's `case_ids` (None without the case feature)."""
+        return piece_cases(sentence.tokens, word_ids) if self.case_feature else None
+
+    def with_case_input(self, model):
+        """`model` given the word-case embedding when the task has the case feature."""
+        if self.case_feature:
+            model.word_case = torch.nn.Embedding(len(WORD_CASES),
+                                                 model.encoder.config.hidden_size)
+        return model
 
     def pipeline(self, runner, texts: Sequence[str] | str):
         """Per text: entities [{"label", "text", "start", "end", "score"}] with character
@@ -202,7 +217,7 @@ class Tag(WordTask):
         index = {name: i for i, name in enumerate(self.labels)}
         return [Item(i, e.ids, e.type_ids, word_ids,
                      align_labels(e.word_ids, s.tags, index, self.alignment) if s.tags else None,
-                     cut=words_cut(s, word_ids))
+                     cut=words_cut(s, word_ids), case_ids=self.case_ids(s, word_ids))
                 for i, (s, (e, word_ids)) in enumerate(
                     zip(examples, encode_words(tokenizer, examples, self.max_length)))]
 
@@ -219,12 +234,16 @@ class Tag(WordTask):
     def make_model(self, encoder) -> TokenClassifier:
         crf = CRF(len(self.labels), allowed_transitions(self.labels, self.scheme)) \
             if self.crf else None
-        return TokenClassifier(encoder, len(self.labels), crf)
+        return self.with_case_input(TokenClassifier(encoder, len(self.labels), crf))
+
+    def loss(self, model, batch) -> torch.Tensor:
+        return model.loss(model(*model_inputs(batch), case_ids=batch.get("case_ids")),
+                          batch["labels"])
 
     def infer(self, model, batch, items) -> list:
         """Per item: ("words", best label per word, its probability) for mean decoding, else
         (best label per kept piece, their probabilities, the kept-piece mask)."""
-        logits = model(*model_inputs(batch))
+        logits = model(*model_inputs(batch), case_ids=batch.get("case_ids"))
         if self.decode == "mean" and model.crf is None:
             return _mean_word_labels(logits, items)
         mask = batch["word_ids"] >= 0
