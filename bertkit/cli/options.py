@@ -390,7 +390,8 @@ def command_line(command: Command, instances: list, program: str = "bertkit") ->
         if opt.positional:
             positional += [str(v) for v in value] if opt.nargs else [str(value)]
         elif opt.kind is bool and opt.nargs is None:
-            flags.append(opt.flag if value else "--no-" + opt.flag[2:])
+            if value is not None:  # None (an optional switch's "decide for me") has no flag
+                flags.append(opt.flag if value else "--no-" + opt.flag[2:])
         elif value is None:
             if opt.optional and (opt.kind in (int, float) or opt.choices):
                 flags += [opt.flag, "none"]

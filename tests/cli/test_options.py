@@ -328,3 +328,20 @@ def test_the_training_commands_lines_parse_back(name):
     line = command_line(command, instances)
     again = command.read(p.parse_args(shlex.split(line)[2:]))
     assert again == instances
+
+
+def test_an_undecided_switch_stays_undecided_on_the_command_line():
+    # finetune's --crf / --case-feature are None ("decide from the data and the model") unless
+    # given; the line that reruns a run must not turn that into --no-crf.
+    from bertkit.cli.main import COMMANDS
+
+    command = next(c for c in COMMANDS if c.name == "finetune")
+    p = argparse.ArgumentParser(prog="finetune")
+    command.add_flags(p)
+    instances = command.read(p.parse_args(["tag", "--model", "m", "--train", "t", "--out", "o",
+                                           "--no-case-feature"]))
+    line = command_line(command, instances)
+    assert "--crf" not in line and "--no-crf" not in line and "--no-case-feature" in line
+    again = command.read(p.parse_args(shlex.split(line)[2:]))
+    assert again == instances
+    assert again[1].crf is None and again[1].case_feature is False
