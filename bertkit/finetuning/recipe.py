@@ -356,7 +356,8 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     # schedule then follows the clock.
     cfg = dataclasses.replace(cfg, epochs=cfg.epochs or (None if cfg.max_time else epochs),
                               batch_size=batch_size, lr=lr, head_lr=head_lr,
-                              max_length=setting.max_length)
+                              max_length=setting.max_length,
+                              case_feature=getattr(setting, "case_feature", cfg.case_feature))
     settings = run_settings({"task": kind.name, "model": model_dir, "train": train_path,
                              "dev": dev_path, "out": out_dir, "options": cfg},
                             device=cfg.device, precision=cfg.precision,

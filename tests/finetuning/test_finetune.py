@@ -505,6 +505,9 @@ def test_the_case_feature_sees_the_capitals_a_lowercasing_tokenizer_drops(
     off = finetune("tag", tiny_bert, train, dev, tmp_path / "off",
                    quick_config(epochs=6, batch_size=16, case_feature=False))
     assert on.task.case_feature and not off.task.case_feature
+    # the choice is spelled out in the run's settings, so its command line reruns it
+    options = json.loads((tmp_path / "on" / "training_args.json").read_text())["options"]
+    assert options["case_feature"] is True
     assert on.dev_metrics["f1"] >= 0.95 and off.dev_metrics["f1"] < 0.6
     # saved as a BertModel with the head beside it, and loaded back to the same outputs
     config = json.loads((tmp_path / "on" / "config.json").read_text())
