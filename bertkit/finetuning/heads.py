@@ -32,6 +32,8 @@ from bertkit.model.scalar_mix import ScalarMix
 TASK_FILE = "bertkit_task.json"
 HEAD_FILE = "task_head.safetensors"
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+POOLINGS = ("cls", "mean")
+"""What a sequence head reads: [CLS] (through the pooler for "bert"), or the tokens' mean."""
 
 
 def head_dropout(encoder: Encoder) -> float:
@@ -75,25 +77,40 @@ class TaskHead(nn.Module):
         """The head's shape, saved under "head" in bertkit_task.json."""
         return {}
 
+    def transformers_reads_it(self) -> bool:
+        """Whether the transformers class `architecture` computes what this model does: not
+        with a word-case input (no transformers class takes one) or a mean-pooled head."""
+        return getattr(self, "word_case", None) is None
+
 
 class SequenceClassifier(TaskHead):
-    """Pooled [CLS] -> dropout -> linear (BertForSequenceClassification); also sentence pairs."""
+    """Pooled [CLS] -> dropout -> linear (BertForSequenceClassification); also sentence pairs.
+    `pooling="mean"` reads the mean of the last layer over the tokens instead of [CLS]."""
 
     architecture = "BertForSequenceClassification"
     uses_pooler = True
     hf_heads = ("classifier",)
 
     def __init__(self, encoder: Encoder, num_labels: int,
-                 problem_type: str = "single_label_classification"):
+                 problem_type: str = "single_label_classification", pooling: str = "cls"):
         super().__init__()
         if problem_type not in PROBLEM_TYPES:
             raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {problem_type!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         self.encoder = encoder
         self.problem_type = problem_type
+        self.pooling = pooling
         self.dropout = nn.Dropout(head_dropout(encoder))
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+        if self.pooling == "mean":  # no pooler: BERT's was trained on [CLS] alone
+            h = self.token_states(input_ids, token_type_ids, attention_mask)  # [B, T, H]
+            keep = (torch.ones_like(input_ids) if attention_mask is None
+                    else attention_mask)[..., None].to(h.dtype)  # [B, T, 1]
+            mean = (h * keep).sum(1) / keep.sum(1).clamp(min=1)  # [B, H]
+            return self.classifier(self.dropout(mean))  # [B, K]
         if getattr(self, "layer_mix", None) is not None:  # every layer at [CLS], mixed
             h = self.token_states(input_ids, token_type_ids, attention_mask)
             cls = h.flatten(0, 1)[cls_rows(input_ids)]  # [B, H]
@@ -116,7 +133,10 @@ class SequenceClassifier(TaskHead):
 
     def head_spec(self) -> dict:
         return {"kind": "sequence", "num_labels": self.classifier.out_features,
-                "problem_type": self.problem_type}
+                "problem_type": self.problem_type, "pooling": self.pooling}
+
+    def transformers_reads_it(self) -> bool:
+        return super().transformers_reads_it() and self.pooling == "cls"
 
 
 class TokenClassifier(TaskHead):
@@ -255,8 +275,8 @@ def _hf_heads(model: TaskHead) -> tuple[str, ...]:
     """The heads saved under their transformers names. transformers' ModernBERT task models
     put a dense + LayerNorm head between the encoder and the classifier, which bertkit's heads
     do not have: a "modern" task model is saved as a ModernBertModel, its head beside it. So
-    is a model with a word-case input, which no transformers class would feed."""
-    if model.encoder.config.architecture == "modern" or getattr(model, "word_case", None) is not None:
+    is a model that its transformers class would not compute (`transformers_reads_it`)."""
+    if model.encoder.config.architecture == "modern" or not model.transformers_reads_it():
         return ()
     return model.hf_heads
 
@@ -340,4 +360,5 @@ def load_task_weights(model: TaskHead, path: str | Path,
 
 __all__ = ["TaskHead", "SequenceClassifier", "TokenClassifier", "QuestionAnswerer",
            "first_subword_index", "init_head", "save_task_model", "read_task_file",
-           "load_task_weights", "head_dropout", "TASK_FILE", "HEAD_FILE", "PROBLEM_TYPES"]
+           "load_task_weights", "head_dropout", "TASK_FILE", "HEAD_FILE", "PROBLEM_TYPES",
+           "POOLINGS"]

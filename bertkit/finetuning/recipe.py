@@ -83,6 +83,11 @@ class FinetuneConfig:
     which loses the capitals that mark names (WNUT-16 F1 with the 60- and 120-minute `mini`
     of docs/pretraining.md, three seeds each: 0.295 and 0.268 with it, 0.280 and 0.232
     without). Such a model is saved as a BertModel / ModernBertModel with its head beside."""
+    pooling: Literal["cls", "mean"] | None = None
+    """classify, pair, regress: what the head reads, [CLS] ("cls"; through the pooler for a
+    "bert" encoder) or the mean of the last layer over the tokens ("mean"); none: "mean" for
+    a "modern" encoder, whose masked-LM pretraining never trains [CLS], "cls" for "bert"
+    (BERT's pretraining trains it for next-sentence prediction). See docs/finetuning.md."""
     epochs: int | None = None
     """Passes over the training data; None = the task's default for the model's size
     (`Task.defaults.epochs_for`: classify, pair and regress 3, or 10 under 5M block weights;
@@ -240,6 +245,23 @@ class EpochBatches:
 
 # Model --------------------------------------------------------------------------------------------
 
+def with_pooling(task: Task, asked: str | None, architecture: str | None) -> Task:
+    """The task with its sentence pooling settled: as `asked`, else "mean" for a "modern"
+    encoder and "cls" for "bert". Only the sentence tasks of a transformer encoder
+    (`architecture`; None for a backbone) have it."""
+    has = any(f.name == "pooling" for f in dataclasses.fields(task))
+    if asked is not None and not has:
+        raise UserError(f"--pooling is for the classify, pair and regress tasks, not {task.name}")
+    if asked is not None and architecture is None:
+        raise UserError("--pooling needs a transformer encoder, which this backbone is not")
+    if not has or architecture is None:
+        return task
+    if asked is not None and asked not in heads.POOLINGS:
+        raise UserError(f"--pooling must be one of {', '.join(heads.POOLINGS)}, got {asked!r}")
+    return dataclasses.replace(task, pooling=asked or ("mean" if architecture == "modern"
+                                                       else "cls"))
+
+
 def with_case_feature(task: Task, asked: bool | None, tokenizer, encoder: bool) -> Task:
     """The task with its word-case feature settled: as `asked`, else on where the tokenizer
     lowercases. Only the word tasks (tag, spans) of a transformer encoder have it."""
@@ -346,6 +368,7 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     lr = cfg.lr or defaults.lr_for(weights)
     tokenizer = backbone.tokenizer if backbone else Tokenizer.load(model_dir)
     setting = with_case_feature(setting, cfg.case_feature, tokenizer, backbone is None)
+    setting = with_pooling(setting, cfg.pooling, encoder.architecture if encoder else None)
     max_positions = backbone.max_positions if backbone else encoder.max_positions
     if cfg.max_length is None:  # the task's default, within what the model takes
         setting = dataclasses.replace(setting, max_length=min(setting.max_length, max_positions))
@@ -357,7 +380,8 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     cfg = dataclasses.replace(cfg, epochs=cfg.epochs or (None if cfg.max_time else epochs),
                               batch_size=batch_size, lr=lr, head_lr=head_lr,
                               max_length=setting.max_length,
-                              case_feature=getattr(setting, "case_feature", cfg.case_feature))
+                              case_feature=getattr(setting, "case_feature", cfg.case_feature),
+                              pooling=getattr(setting, "pooling", cfg.pooling))
     settings = run_settings({"task": kind.name, "model": model_dir, "train": train_path,
                              "dev": dev_path, "out": out_dir, "options": cfg},
                             device=cfg.device, precision=cfg.precision,
@@ -454,5 +478,5 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
 
 
 __all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "build_task_model", "freeze",
-           "with_case_feature",
+           "with_case_feature", "with_pooling",
            "param_groups", "EpochBatches"]

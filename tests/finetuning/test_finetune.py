@@ -540,3 +540,32 @@ def test_the_case_feature_is_refused_where_no_word_has_a_case(tiny_bert, task_fi
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --case-feature is for the tag and spans tasks, not classify"]
     assert not (tmp_path / "c2").exists()
+
+
+@pytest.mark.slow
+def test_sentence_heads_pool_by_mean_for_a_modern_encoder_and_by_cls_for_bert(
+        tiny_bert, tiny_modern, task_files, quick_config, tmp_path, capsys):
+    modern = finetune("classify", tiny_modern, task_files["train"], task_files["dev"],
+                      tmp_path / "m", quick_config(epochs=4, batch_size=16))
+    bert = finetune("classify", tiny_bert, task_files["train"], task_files["dev"],
+                    tmp_path / "b", quick_config(epochs=1, batch_size=16))
+    assert (modern.task.pooling, bert.task.pooling) == ("mean", "cls")
+    assert modern.dev_metrics["accuracy"] > 0.9
+    runner = TaskModel.load(tmp_path / "m")
+    assert runner.model.pooling == "mean" and runner.classify("a really good film")["label"] \
+        == "positive"
+    options = json.loads((tmp_path / "m" / "training_args.json").read_text())["options"]
+    assert options["pooling"] == "mean"
+    # asked for: a BERT encoder pools by mean too (saved as a BertModel, the head beside it)
+    mean = finetune("pair", tiny_bert, task_files["pairs"], None, tmp_path / "p",
+                    quick_config(epochs=1, batch_size=16, pooling="mean"))
+    assert mean.task.pooling == "mean"
+    config = json.loads((tmp_path / "p" / "config.json").read_text())
+    assert config["architectures"] == ["BertModel"]
+    # and refused, in one line, where there is no sentence to pool
+    capsys.readouterr()
+    assert main(["finetune", "tag", "--model", str(tiny_bert), "--train",
+                 str(task_files["ner_train"]), "--out", str(tmp_path / "t"), "--pooling",
+                 "mean"]) != 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --pooling is for the classify, pair and regress tasks, not tag"]

@@ -189,6 +189,38 @@ def test_sentence_heads_read_cls_through_the_last_block_rows():
     assert all(p.grad is not None for p in model.parameters())
 
 
+def test_a_mean_pooled_head_reads_the_mean_of_the_real_tokens(tmp_path):
+    torch.manual_seed(0)
+    model = heads.SequenceClassifier(Encoder(CFG), 3, pooling="mean")
+    init_weights(model, CFG)
+    model.eval()
+    ids, types, mask = inputs()
+    with torch.no_grad():
+        h = model.encoder(ids, types, mask).last_hidden_state
+        means = torch.stack([h[b, :int(n)].mean(0) for b, n in enumerate(mask.sum(1))])
+        torch.testing.assert_close(model(ids, types, mask), model.classifier(means),
+                                   atol=1e-6, rtol=0)
+        # padding changes nothing: the short row alone gives the same logits
+        n = int(mask[2].sum())
+        torch.testing.assert_close(model(ids[2:, :n], types[2:, :n], mask[2:, :n])[0],
+                                   model(ids, types, mask)[2], atol=1e-5, rtol=0)
+    # transformers' BertForSequenceClassification reads [CLS]: this one is saved as a
+    # BertModel with its classifier beside, and comes back as it was
+    heads.save_task_model(model, tmp_path / "m", task={"task": "classify",
+                                                      "labels": ["a", "b", "c"],
+                                                      "pooling": "mean"})
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["architectures"] == ["BertModel"]
+    again = load_task(tmp_path / "m")
+    assert again.pooling == "mean"
+    loaded = heads.load_task_weights(again.make_model(Encoder(CFG)), tmp_path / "m")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, types, mask), model(ids, types, mask),
+                                   atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="pooling"):
+        heads.SequenceClassifier(Encoder(CFG), 3, pooling="max")
+
+
 def test_first_subword_index():
     word_ids = torch.tensor([[-1, 0, 0, 1, 2, 2, 2, -1], [-1, 0, 1, 1, -1, -1, -1, -1]])
     index, mask = heads.first_subword_index(word_ids, 3)

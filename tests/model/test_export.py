@@ -80,8 +80,9 @@ def test_encoder_and_fill_mask_graphs_equal_pytorch(tmp_path, tokenizer, archite
 
 @pytest.mark.parametrize("architecture", ["bert", "modern"])
 @pytest.mark.parametrize("task", [Classify(labels=("negative", "positive")),
+                                  Classify(labels=("negative", "positive"), pooling="mean"),
                                   Tag(labels=("O", "B-PER", "I-PER"), scheme="BIO"), QA()],
-                         ids=["classify", "tag", "qa"])
+                         ids=["classify", "classify-mean", "tag", "qa"])
 def test_task_models_export_their_logits(tmp_path, tokenizer, architecture, task):
     cfg = _config(architecture)
     model = task.make_model(Encoder(cfg, fast=False))

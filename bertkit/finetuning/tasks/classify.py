@@ -43,6 +43,9 @@ class TextTask(Task):
     """Column of the label."""
     labels: tuple[str, ...] = ()
     """The class names, in the order of the classifier's outputs."""
+    pooling: str = "cls"
+    """What the head reads: [CLS] ("cls") or the mean of the last layer over the tokens
+    ("mean")."""
 
     @classmethod
     def configure(cls, cfg, train_path: Path) -> "TextTask":
@@ -113,7 +116,7 @@ class TextTask(Task):
 
     # Model --------------------------------------------------------------------------------------
     def make_model(self, encoder) -> SequenceClassifier:
-        return SequenceClassifier(encoder, len(self.labels))
+        return SequenceClassifier(encoder, len(self.labels), pooling=self.pooling)
 
     def infer(self, model, batch, items) -> list:
         return list(model(*model_inputs(batch)).float().cpu().unbind(0))
@@ -213,7 +216,7 @@ class Classify(TextTask):
     def make_model(self, encoder) -> SequenceClassifier:
         return SequenceClassifier(encoder, len(self.labels),
                                   "multi_label_classification" if self.multi_label
-                                  else "single_label_classification")
+                                  else "single_label_classification", self.pooling)
 
     def decode_outputs(self, outputs, items, examples) -> list[tuple]:
         """(label, probability) per example; multi-label: (labels, every label's probability)."""

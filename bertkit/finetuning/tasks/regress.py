@@ -41,7 +41,7 @@ class Regress(TextTask):
         return batch
 
     def make_model(self, encoder) -> SequenceClassifier:
-        return SequenceClassifier(encoder, 1, "regression")
+        return SequenceClassifier(encoder, 1, "regression", self.pooling)
 
     def decode_outputs(self, outputs, items, examples) -> list[tuple]:
         """(value, None) per example."""
