@@ -311,9 +311,12 @@ def save_task_model(model: TaskHead, path: str | Path, *, task: dict, tokenizer=
     if extra:
         files[HEAD_FILE] = save_safetensors_bytes(extra, metadata={"format": "pt"})
     target = _Exported(model) if _hf_heads(model) else model.encoder
-    modern = model.encoder.config.architecture == "modern"
-    architecture = "ModernBertModel" if modern else \
-        model.architecture if _hf_heads(model) or not model.hf_heads else "BertModel"
+    if model.encoder.config.architecture == "modern":
+        architecture = "ModernBertModel"
+    elif _hf_heads(model) or not model.hf_heads:
+        architecture = model.architecture
+    else:  # a head transformers' class would not compute, saved beside a BertModel
+        architecture = "BertModel"
     return hub.save_model(target, path, tokenizer=tokenizer, architectures=[architecture],
                           extra_config=extra_config, extra_files=files)
 

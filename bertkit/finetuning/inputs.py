@@ -138,5 +138,4 @@ def length_batches(lengths: Sequence[int], batch_size: int,
 
 
 __all__ = ["Item", "pad_inputs", "encode_words", "WORD_CASES", "word_case", "piece_cases",
-           "words_cut", "warn_cut", "check_fit",
-           "length_batches"]
+           "words_cut", "warn_cut", "check_fit", "length_batches"]

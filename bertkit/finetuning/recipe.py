@@ -82,7 +82,8 @@ class FinetuneConfig:
     encoder's input as a learned embedding; none: on when the model's tokenizer lowercases,
     which loses the capitals that mark names (WNUT-16 F1 with the 60- and 120-minute `mini`
     of docs/pretraining.md, three seeds each: 0.295 and 0.271 with it, 0.280 and 0.232
-    without; MiniLM 0.564 against 0.542). Such a model is saved as a BertModel / ModernBertModel with its head beside."""
+    without; MiniLM 0.564 against 0.542). Such a model is saved as a BertModel /
+    ModernBertModel with its head beside."""
     pooling: Literal["cls", "mean"] | None = None
     """classify, pair, regress: what the head reads, [CLS] ("cls"; through the pooler for a
     "bert" encoder) or the mean of the last layer over the tokens ("mean"); none: "mean" for
