@@ -24,7 +24,8 @@ _EXPORTS = {
     # pretraining
     "prepare": "pretraining.corpus", "PretrainingBatches": "pretraining.examples", "MaskingConfig": "pretraining.masking",
     "mask_tokens": "pretraining.masking", "whole_word_mask": "pretraining.masking", "span_mask": "pretraining.masking",
-    "PretrainOptions": "pretraining.recipe", "pretrain": "pretraining.recipe",
+    "PretrainOptions": "pretraining.recipe", "PretrainSchedule": "pretraining.recipe",
+    "pretrain": "pretraining.recipe", "prepare_text": "pretraining.corpus",
     "masked_token_scores": "pretraining.evaluation", "pseudo_log_likelihood": "pretraining.evaluation",
     "pseudo_perplexity": "pretraining.evaluation", "minimal_pairs": "pretraining.evaluation",
     "read_pairs": "pretraining.evaluation",

@@ -77,9 +77,10 @@ def run_demo(opts: DemoOptions) -> int:
 
 PRETRAIN = Command(
     "pretrain", run_pretrain, ("bertkit.pretraining.recipe:PretrainOptions",),
-    help="pretrain a BERT-style encoder on prepared shards",
-    description="Pretrain a fresh --preset or continue an --init model on the shards of "
-                "`bertkit prepare`; give --max-steps or --max-time (a larger --max-steps with "
+    help="pretrain a BERT-style encoder on a text file or prepared shards",
+    description="Pretrain a fresh --preset or continue an --init model on a text file "
+                "(prepared into OUT/data first) or the shards of `bertkit prepare`; give "
+                "--max-steps or --max-time (a larger --max-steps with "
                 "--resume extends a finished run). Run under torchrun for data-parallel "
                 "training.")
 

@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -134,6 +135,49 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
         if created:  # failed before anything was published: leave no empty directory
             with contextlib.suppress(OSError):
                 out.rmdir()
+
+
+SOURCE_FILE = "source.json"
+"""What `prepare_text` made the directory from (the file and the tokenizer asked for), beside
+prepare's own files: a later call that asks the same finds it done."""
+
+
+def prepare_text(text_file: str | os.PathLike, out_dir: str | os.PathLike, *,
+                 tokenizer: str | os.PathLike | None = None, vocab_size: int = 16000,
+                 progress: bool = True) -> dict:
+    """Prepare one corpus file into `out_dir` with `tokenizer` (a tokenizer or model
+    directory), or with an uncased WordPiece vocabulary of `vocab_size` trained on the file
+    first; return the manifest. A later call with the same file (path, size, modification
+    time) and the same tokenizer request finds the directory done and returns at once, without
+    training the vocabulary again. The vocabulary is trained into a temporary directory, so
+    nothing but the finished output is left behind."""
+    from bertkit.text.vocab import train_tokenizer
+
+    text = require_file(text_file, "corpus file")
+    out = Path(out_dir)
+    stat = text.stat()
+    if tokenizer is None and _kind(text) == "jsonl":
+        raise UserError(f"{text}: a JSONL corpus needs a tokenizer (--tokenizer DIR; "
+                        f"`bertkit tokenizer train` makes one from plain text)")
+    request = {"file": {"path": str(text.resolve()), "bytes": stat.st_size,
+                        "mtime_ns": stat.st_mtime_ns},
+               "tokenizer": ({"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
+                             if tokenizer is not None
+                             else {"trained": "wordpiece", "vocab_size": vocab_size})}
+    if _json_or_none(out / SOURCE_FILE) == request and (out / "manifest.json").is_file():
+        if progress:
+            print(f"prepare: {out} is already prepared from {text}", file=sys.stderr)
+        return load_manifest(out)
+    with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
+        if tokenizer is None:
+            if progress:
+                print(f"prepare: a WordPiece vocabulary of {vocab_size:,} pieces from {text}",
+                      file=sys.stderr)
+            tokenizer = Path(scratch) / "tokenizer"
+            train_tokenizer([text], vocab_size=vocab_size, out=tokenizer, progress=progress)
+        manifest = prepare([text], tokenizer, out, progress=progress)
+    write_json(out / SOURCE_FILE, request)
+    return manifest
 
 
 def _prepare_beside(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, dtype,

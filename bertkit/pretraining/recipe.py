@@ -16,6 +16,7 @@ and `--init` of such a directory with `--objective span` picks it up again.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -38,7 +39,7 @@ from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
 from bertkit.model.hub import load_pretraining_model, save_model
 from bertkit.pretraining import objectives
-from bertkit.pretraining.corpus import check_tokenizer, load_manifest
+from bertkit.pretraining.corpus import check_tokenizer, load_manifest, prepare_text
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runtime import allocator, choose_precision, parse_device
@@ -101,9 +102,17 @@ def _accumulation(cfg: TrainConfig) -> str:
 @dataclass
 class PretrainOptions:
     data: Path
-    """Directory written by `bertkit prepare` (shards, manifest.json, tokenizer/)."""
+    """Directory written by `bertkit prepare` (shards, manifest.json, tokenizer/), or a text
+    file (one sentence or paragraph per line, a blank line between documents): prepared into
+    OUT/data first, and found there by later runs of the same file."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
+    tokenizer: Path | None = None
+    """Text-file --data only: the tokenizer (or model) directory to prepare it with; none:
+    --init's, or a WordPiece vocabulary of vocab_size trained on the file."""
+    vocab_size: int = 16000
+    """Text-file --data only, without --tokenizer or --init: size of the uncased WordPiece
+    vocabulary trained on it (16,000 for the measured english_books runs)."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
     """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
     init: Path | None = None
@@ -147,6 +156,9 @@ class PretrainOptions:
     def __post_init__(self) -> None:
         self.data, self.out = Path(self.data), Path(self.out)
         self.init = Path(self.init) if self.init is not None else None
+        self.tokenizer = Path(self.tokenizer) if self.tokenizer is not None else None
+        if self.vocab_size < 8:
+            raise UserError(f"--vocab-size must be at least 8 (got {self.vocab_size})")
         if self.preset is not None and self.init is not None:
             raise UserError("give --preset NAME (a fresh model) or --init DIR, not both")
         if self.preset is None and self.init is None:
@@ -274,6 +286,38 @@ def _data_fingerprint(data: Path) -> str:
     return hashlib.sha256((data / "manifest.json").read_bytes()).hexdigest()[:16]
 
 
+TEXT_DATA = "data"
+"""Where a text file given as --data is prepared: this directory inside the run's."""
+
+
+def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
+    """The prepared directory `opts.data` names: itself, or for a text file OUT/data, which
+    rank 0 prepares (`corpus.prepare_text`) while the other ranks wait."""
+    if not opts.data.exists():
+        raise UserError(f"{opts.data}: does not exist (give a text file, or a directory made by "
+                        f"`bertkit prepare`)")
+    if not opts.data.is_file():
+        if opts.tokenizer is not None:
+            raise UserError(f"--tokenizer is for a text file as --data; {opts.data} is prepared "
+                            f"data, whose tokenizer is its own")
+        return opts.data
+    data = opts.out / TEXT_DATA
+    if rank == 0:
+        created = not opts.out.exists()
+        opts.out.mkdir(parents=True, exist_ok=True)
+        try:
+            prepare_text(opts.data, data, tokenizer=opts.tokenizer or opts.init,
+                         vocab_size=opts.vocab_size)
+        except BaseException:
+            if created:  # bad input leaves no empty run directory behind
+                with contextlib.suppress(OSError):
+                    opts.out.rmdir()
+            raise
+    if dist.is_initialized():
+        dist.barrier()
+    return data
+
+
 def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
             ) -> tuple[PretrainOptions, str]:
     """`opts` with what the run decides spelled out: the device of a single process and the
@@ -291,12 +335,13 @@ def pretrain(opts: PretrainOptions,
              command_line: Callable[[PretrainOptions], str] | None = None) -> TrainResult:
     """Pretrain per `opts`; see the module docstring. `command_line(resolved options)` gives
     the shell line recorded in OUT/training_args.json (the CLI's; none from a library call)."""
-    load_manifest(opts.data)
-    tokenizer = Tokenizer.load(opts.data / "tokenizer")
     device = _device(opts.device)
     joined = start_distributed(device)
     try:
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        data = prepared_data(opts, rank)
+        load_manifest(data)
+        tokenizer = Tokenizer.load(data / "tokenizer")
         for size in {opts.batch_size, opts.early_batch_size}:
             if size % world:
                 raise UserError(f"a batch of {size} sequences does not split over {world} ranks")
@@ -307,6 +352,8 @@ def pretrain(opts: PretrainOptions,
         if rank == 0:
             print(settings_block(settings), file=sys.stderr)
             print(f"precision {cfg.precision}: {why}", file=sys.stderr)
+        # the command line keeps the text file; what follows reads its prepared directory
+        opts = dataclasses.replace(opts, data=data)
         model = model_to_pretrain(opts, tokenizer.vocab_size, cfg.seed)
         if rank == 0:
             masking = opts.masking
@@ -372,6 +419,7 @@ def pretrain(opts: PretrainOptions,
             dist.destroy_process_group()
 
 
-__all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain", "resolve", "model_to_pretrain", "save_pretrained", "start_distributed",
-           "SBO_FILE"]
+__all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",
+           "prepared_data", "resolve", "model_to_pretrain", "save_pretrained",
+           "start_distributed", "SBO_FILE", "TEXT_DATA"]
 

@@ -355,3 +355,56 @@ def test_a_corpus_too_small_to_hold_out_says_so(tmp_path, tok_dir, capsys):
     prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "e", heldout_fraction=0.0, workers=1,
             progress=False)
     assert "held-out" not in capsys.readouterr().err  # none asked for, none missed
+
+
+# One text file into a directory, once -------------------------------------------------------
+
+def test_prepare_text_trains_a_vocabulary_once_and_finds_its_output_done(tmp_path, monkeypatch,
+                                                                         capsys):
+    from bertkit.pretraining import corpus as corpus_module
+    from bertkit.text import vocab
+
+    text = tmp_path / "corpus.txt"
+    write_corpus(text, docs=60)
+    manifest = corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150,
+                                          progress=False)
+    tokenizer = Tokenizer.load(tmp_path / "data" / "tokenizer")
+    assert 100 < tokenizer.vocab_size <= 150 and tokenizer.do_lower_case
+    assert manifest["train"]["tokens"] > 0
+    assert manifest["sources"][0]["path"] == str(text.resolve())
+    assert not list(tmp_path.glob(".data*"))  # no build directory left behind
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the vocabulary was trained again")
+
+    monkeypatch.setattr(vocab, "train_tokenizer", no_training)
+    assert corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150) == manifest
+    assert "already prepared from" in capsys.readouterr().err
+
+    # another request, or another file behind the same name, is prepared afresh
+    with pytest.raises(AssertionError, match="trained again"):
+        corpus_module.prepare_text(text, tmp_path / "data", vocab_size=140, progress=False)
+    text.write_text(text.read_text() + "One more line at the end.\n")
+    with pytest.raises(AssertionError, match="trained again"):
+        corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150, progress=False)
+
+
+def test_prepare_text_with_a_given_tokenizer_and_its_bad_input(tmp_path, tok_dir):
+    from bertkit.pretraining.corpus import prepare_text, tokenizer_fingerprint
+
+    text = tmp_path / "corpus.txt"
+    write_corpus(text)
+    manifest = prepare_text(text, tmp_path / "data", tokenizer=tok_dir, progress=False)
+    assert manifest["tokenizer"]["fingerprint"] == tokenizer_fingerprint(Tokenizer.load(tok_dir))
+    assert all_tokens(tmp_path / "data").size == manifest["train"]["tokens"] \
+        + manifest["heldout"]["tokens"]
+
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text(json.dumps({"text": "A document."}) + "\n")
+    with pytest.raises(UserError, match=r"docs.jsonl: a JSONL corpus needs a tokenizer"):
+        prepare_text(jsonl, tmp_path / "other")
+    assert prepare_text(jsonl, tmp_path / "other", tokenizer=tok_dir,
+                        progress=False)["train"]["documents"] == 1
+    with pytest.raises(UserError, match=r"missing.txt: corpus file does not exist"):
+        prepare_text(tmp_path / "missing.txt", tmp_path / "x")
+    assert not (tmp_path / "x").exists()

@@ -275,6 +275,44 @@ def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, mo
     assert not out.exists()
 
 
+def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_path, tiny,
+                                                                            capsys):
+    import shlex
+
+    corpus = tiny.write_corpus(tmp_path / "corpus.txt")
+    out = tmp_path / "run"
+    args = ["pretrain", "--data", str(corpus), "--out", str(out), "--vocab-size", "120", *TINY]
+    assert _cli(args + ["--max-steps", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "WordPiece vocabulary of 120 pieces" in err
+    manifest = json.loads((out / "data" / "manifest.json").read_text())
+    assert manifest["sources"][0]["path"] == str(corpus.resolve())
+    assert (out / "model.safetensors").is_file()
+    assert (out / "vocab.txt").read_text() == (out / "data" / "tokenizer" / "vocab.txt").read_text()
+    argv = shlex.split(json.loads((out / "training_args.json").read_text())["command"])
+    assert argv[argv.index("--data") + 1] == str(corpus)  # what was typed, not OUT/data
+
+    assert _cli(args + ["--max-steps", "4", "--resume"]) == 0  # the same data, not made again
+    captured = capsys.readouterr()
+    assert "already prepared from" in captured.err and "WordPiece" not in captured.err
+    assert json.loads(captured.out.strip().splitlines()[-1])["steps"] == 4
+
+
+def test_a_text_file_as_data_and_its_bad_input(prepared, tmp_path, capsys):
+    out = tmp_path / "run"
+    line = _error(capsys, ["pretrain", "--data", str(tmp_path / "missing.txt"), "--out", str(out),
+                           "--max-steps", "2"])
+    assert "missing.txt: does not exist (give a text file, or a directory made by" in line
+    line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out),
+                           "--tokenizer", str(prepared / "tokenizer"), "--max-steps", "2"])
+    assert "--tokenizer is for a text file as --data" in line
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    line = _error(capsys, ["pretrain", "--data", str(empty), "--out", str(out), "--max-steps", "2"])
+    assert "empty.txt: no text (only blank lines)" in line
+    assert not out.exists()
+
+
 def test_corrupt_checkpoint_is_refused_on_resume(prepared, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["pretrain", "--data", str(prepared), "--out", str(out), "--save-every", "2", *TINY]
