@@ -175,24 +175,26 @@ def _measured_bf16_speedup(device: str) -> float:
 
 
 def speedup_from_timings(product: Callable[[torch.dtype], float], budget: float = 0.2,
-                         emulated_after: float = 0.1) -> float:
+                         rounds: int = 3, emulated_after: float = 0.1) -> float:
     """fp32's time over bf16's, from `product(dtype)`, the seconds one product takes.
 
     One product of each type first, untimed: the first builds the kernels of its type (oneDNN
     compiles them), which on a busy machine can take longer than an emulated product, and was
-    once read as emulation. Then the two in turn, the best of each, until `budget` seconds of
-    products: taken in turn, a burst of other work on the cores slows a few products of both
-    types, never all of one. A bf16 product over `emulated_after` seconds is emulation beyond
-    doubt, and ends the measurement."""
+    once read as emulation. Then the two in turn, the best of each, for at least `rounds`
+    rounds and `budget` seconds of products: taken in turn, a burst of other work on the cores
+    slows a few products of both types, never all of one, and one product of a starved process
+    (0.1 s off the cores) is not the best of three. Where the best bf16 product of `rounds`
+    still takes over `emulated_after` seconds, bf16 is emulated beyond doubt: that ends it."""
     product(torch.float32)
     product(torch.bfloat16)
     best = {torch.float32: math.inf, torch.bfloat16: math.inf}
-    spent = 0.0
-    while spent < budget:
+    spent, done = 0.0, 0
+    while done < rounds or spent < budget:
         for dtype in best:
             took = product(dtype)
             best[dtype], spent = min(best[dtype], took), spent + took
-        if best[torch.bfloat16] > emulated_after:
+        done += 1
+        if done >= rounds and best[torch.bfloat16] > emulated_after:
             break
     return best[torch.float32] / best[torch.bfloat16]
 
