@@ -297,6 +297,15 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
     assert "already prepared from" in captured.err and "WordPiece" not in captured.err
     assert json.loads(captured.out.strip().splitlines()[-1])["steps"] == 4
 
+    # continued pretraining on another file takes --init's tokenizer, not a new vocabulary
+    more = tiny.write_corpus(tmp_path / "more.txt", seed=5)
+    further = tmp_path / "further"
+    assert _cli(["pretrain", "--data", str(more), "--out", str(further), "--init", str(out),
+                 "--max-steps", "2", *TINY[2:]]) == 0
+    assert "WordPiece" not in capsys.readouterr().err
+    assert (further / "data" / "tokenizer" / "vocab.txt").read_text() \
+        == (out / "vocab.txt").read_text()
+
 
 def test_a_text_file_as_data_and_its_bad_input(prepared, tmp_path, capsys):
     out = tmp_path / "run"
