@@ -1,4 +1,5 @@
-"""Pretraining entry point: a prepared corpus + a model -> the shared training loop.
+"""Pretraining entry point: a prepared corpus (or a text file, prepared into OUT/data first:
+`prepared_data`) + a model -> the shared training loop.
 
     result = pretrain(PretrainOptions(data="data/", out="runs/mini", preset="mini",
                                       objective="mlm", seq_len=128, batch_size=16,
