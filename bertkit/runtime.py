@@ -150,8 +150,9 @@ def matmul_limit(dtype: torch.dtype, device: torch.device | str = "cpu",
 
 def bf16_speedup(device: torch.device | str = "cpu") -> float:
     """How many times faster this CPU multiplies bf16 than fp32 (512 x 512 products, the best
-    of each over 0.2 s of them taken in turn: `speedup_from_timings`): 2 to 4 where it has AVX512-BF16 or AMX, about 0.5 where it converts, about
-    0.01 where it emulates bf16 in software (AVX2).
+    of each over 0.2 s of them taken in turn: `speedup_from_timings`): 2 to 4 where it has
+    AVX512-BF16 or AMX, about 0.5 where it converts, about 0.01 where it emulates bf16 in
+    software (AVX2).
 
     Measured once per process and device: it is a property of the machine, and a second
     measurement taken while something else loads the cores could contradict the first (a
