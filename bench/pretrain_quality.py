@@ -27,8 +27,10 @@ of 128 ids, unmasked (the "clm" rows, which are the "mlm" rows before masking, i
 shuffle), and mask them with the collator. Each side's model is saved as a Hugging Face
 directory under --out/SIDE, loaded back with `bertkit.model.hub.load_pretraining_model`, and
 scored by `bertkit.pretraining.evaluation`: masked-token accuracy and loss at 15% (seed 0) on
---heldout (text lines, or .jsonl with "text"; default: the held-out split of --data), and
-minimal-pair accuracy on --pairs. The table and --out/results.json give them with the steps,
+--heldout (text lines, or .jsonl with "text"; default: the held-out split of --data), every
+masked piece [MASK], and again with run_mlm.py's 80/10/10 corruption ("acc 80/10/10": the
+measure of that script's eval_accuracy; a data directory's split is scored that way throughout),
+and minimal-pair accuracy on --pairs. The table and --out/results.json give them with the steps,
 tokens and tokens/s of each side.
 """
 from __future__ import annotations
@@ -228,16 +230,24 @@ def judge(model_dir: Path, heldout, pairs: list[dict], device: torch.device) -> 
     tokenizer = Tokenizer.load(model_dir)
     masked = masked_token_scores(model, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE,
                                  seed=HELDOUT_SEED, device=device)
-    return {"heldout": masked, "pairs": minimal_pairs(model, tokenizer, pairs, device=device)}
+    figures = {"heldout": masked}
+    if not isinstance(heldout, Path):  # a data directory's split is scored 80/10/10 already
+        figures["heldout_80_10_10"] = masked_token_scores(
+            model, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE, seed=HELDOUT_SEED,
+            device=device, mask_frac=0.8, random_frac=0.1)
+    return {**figures, "pairs": minimal_pairs(model, tokenizer, pairs, device=device)}
 
 
 def table(results: dict) -> str:
     header = ("side", "batch", "steps", "tokens", "tokens/s", "held-out acc", "held-out loss",
-              "pairs acc")
+              "acc 80/10/10", "pairs acc")
     rows = [header]
     for side, r in results.items():
-        rows.append((side, str(r["batch_size"]), f"{r['steps']:,}", f"{r['tokens']:,}", f"{r['tokens_per_s']:,.0f}",
-                     f"{r['heldout']['accuracy']:.4f}", f"{r['heldout']['loss']:.4f}",
+        corrupted = r.get("heldout_80_10_10")
+        rows.append((side, str(r["batch_size"]), f"{r['steps']:,}", f"{r['tokens']:,}",
+                     f"{r['tokens_per_s']:,.0f}", f"{r['heldout']['accuracy']:.4f}",
+                     f"{r['heldout']['loss']:.4f}",
+                     f"{corrupted['accuracy']:.4f}" if corrupted else "-",
                      f"{r['pairs']['accuracy']:.4f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)

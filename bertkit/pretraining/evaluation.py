@@ -6,7 +6,10 @@ perplexity; pseudo-log-likelihood and pseudo-perplexity; minimal pairs.
     report = minimal_pairs(model, tokenizer, read_pairs("pairs.jsonl"))
 
 Masked-token scores mask a fixed, seeded sample of the non-special pieces, all with [MASK]
-(evaluation: no 80/10/10), and predict them. On a prepared data directory they are
+by default, and predict them. `mask_frac=0.8, random_frac=0.1` corrupts the sample as
+transformers' run_mlm.py evaluates (its collator's 80/10/10: a tenth of the sample replaced by
+pieces drawn uniformly from the vocabulary, a tenth left as it is, all of it scored), so that
+a figure can be set beside that script's eval_accuracy. On a prepared data directory they are
 `objectives.evaluate_lm` over the held-out split, with the batches pretraining evaluates on, so
 the figures equal what `bertkit pretrain` logs for the same settings.
 
@@ -73,6 +76,15 @@ class LMEvalOptions:
     seed: int = 0
     """Text file: seed of the masked sample; prepared directory: pretraining's --seed (the
     held-out masks are drawn as pretraining draws them)."""
+    mask_frac: float | None = None
+    """Share of the masked sample put to [MASK]; none: all of it for a text file, pretraining's
+    --mask-frac (0.8) for a prepared directory. 0.8 with --random-frac 0.1 is how transformers'
+    run_mlm.py corrupts and scores held-out text (its eval_accuracy)."""
+    random_frac: float | None = None
+    """Share of the masked sample replaced by a random piece (uniform over the vocabulary for
+    a text file, the corpus's unigram distribution for a prepared directory, as pretraining
+    draws them); the rest of the sample is left as it is but still scored. None: 0 for a text
+    file, pretraining's --random-frac (0.1) for a prepared directory."""
     group_by: str | None = None
     """Minimal pairs: field whose values group the pairs; none: "UID" when the pairs have it;
     "": no groups."""
@@ -96,6 +108,13 @@ class LMEvalOptions:
     def __post_init__(self) -> None:
         if not 0 < self.mask_rate <= 1:
             raise UserError(f"--mask-rate must be in (0, 1], got {self.mask_rate}")
+        for name in ("mask_frac", "random_frac"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
+        if (self.mask_frac or 0) + (self.random_frac or 0) > 1 + 1e-9:
+            raise UserError(f"--mask-frac {self.mask_frac} and --random-frac {self.random_frac} "
+                            f"add up to more than 1")
         if self.max_lines is not None and self.max_lines < 1:
             raise UserError(f"--max-lines must be at least 1, got {self.max_lines}")
         if self.pll not in PLL_METRICS:
@@ -146,16 +165,19 @@ def _padded(flat: np.ndarray, lengths: np.ndarray, pad_id: int) -> np.ndarray:
 
 def _masked_logits(model: nn.Module, rows: np.ndarray, lengths: np.ndarray,
                    positions: np.ndarray, mask_id: int, device: torch.device,
-                   also_masked: np.ndarray | None = None):
+                   also_masked: np.ndarray | None = None, inputs: np.ndarray | None = None):
     """rows [C, T] of ids (lengths [C] real tokens), positions [N] flat indices into C*T:
     (log-probabilities over the vocabulary [N, V] at those positions, their original ids [N]),
-    with [MASK] put at every position and at the flat indices `also_masked`, which are not
-    predicted."""
+    with [MASK] put at every position (or the ids `inputs` [N] there) and at the flat indices
+    `also_masked`, which are not predicted."""
     ids = torch.from_numpy(rows).to(device)
     attention = (torch.arange(rows.shape[1])[None, :] < torch.from_numpy(lengths)[:, None])
     pos = torch.from_numpy(positions).to(device)
     targets = ids.flatten()[pos]
-    ids = ids.flatten().index_fill(0, pos, mask_id)
+    if inputs is None:
+        ids = ids.flatten().index_fill(0, pos, mask_id)
+    else:
+        ids = ids.flatten().index_copy(0, pos, torch.from_numpy(inputs).to(device))
     if also_masked is not None and len(also_masked):
         ids = ids.index_fill(0, torch.from_numpy(also_masked).to(device), mask_id)
     ids = ids.view(rows.shape)
@@ -167,23 +189,33 @@ def _masked_logits(model: nn.Module, rows: np.ndarray, lengths: np.ndarray,
 
 def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str | os.PathLike,
                         mask_rate: float = 0.15, seed: int = 0, batch_size: int | None = None,
-                        device: str | torch.device = "cpu", **heldout) -> dict[str, float]:
+                        device: str | torch.device = "cpu", mask_frac: float | None = None,
+                        random_frac: float | None = None, **heldout) -> dict[str, float]:
     """accuracy, loss (mean cross-entropy, nats), perplexity (exp loss) and tokens over a fixed
     sample of masked pieces: of each text, round(mask_rate * pieces) (at least one) of its
-    non-special pieces, drawn from a generator seeded with `seed`, all replaced by [MASK].
-    Texts longer than the model's positions are cut to fit. The sample depends on the texts
-    and the seed only, not on batch_size (texts per forward pass, default 64) or the device.
+    non-special pieces, drawn from a generator seeded with `seed`, replaced by [MASK] (a share
+    mask_frac of them, default all), by a piece drawn uniformly from the vocabulary
+    (random_frac, default none) or left as they are (the rest), and all of them predicted. Texts
+    longer than the model's positions are cut to fit. The sample depends on the texts and the
+    seed only, not on batch_size (texts per forward pass, default 64) or the device.
 
     `texts` a path: a directory written by `bertkit prepare`, scored by `heldout_scores` with
     `seed`, `device`, batch_size (rows per held-out batch, as pretraining's --batch-size,
-    default 32) and the keyword arguments `heldout`.
+    default 32), mask_frac and random_frac (pretraining's 0.8 and 0.1 where None) and the
+    keyword arguments `heldout`.
     """
     if isinstance(texts, (str, os.PathLike)):
         return heldout_scores(model, texts, seed=seed, device=device, mask_rate=mask_rate,
-                              batch_size=batch_size or 32, **heldout)
+                              batch_size=batch_size or 32, mask_frac=mask_frac,
+                              random_frac=random_frac, **heldout)
     batch_size = batch_size or 64
+    mask_frac = 1.0 if mask_frac is None else mask_frac
+    random_frac = random_frac or 0.0
     if not 0 < mask_rate <= 1:
         raise ValueError(f"mask_rate must be in (0, 1], got {mask_rate}")
+    if not (0 <= mask_frac <= 1 and 0 <= random_frac <= 1 and mask_frac + random_frac <= 1 + 1e-9):
+        raise ValueError(f"mask_frac {mask_frac} and random_frac {random_frac} must be in "
+                         f"[0, 1] and add up to at most 1")
     device = torch.device(device)
     texts = list(texts)
     flat, lengths, special = _encode(tokenizer, texts, _max_length(model, tokenizer),
@@ -200,6 +232,16 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
     pieces = np.bincount(text_of[~special], minlength=len(texts))
     k = np.where(pieces > 0, np.maximum(1, np.round(pieces * mask_rate)), 0).astype(np.int64)
     chosen = rank < k[text_of]
+    inputs = None
+    if mask_frac < 1:
+        # What each chosen piece becomes, drawn after the sample so that the sample itself
+        # is the same whatever the split.
+        generator = torch.Generator().manual_seed(seed + 1)
+        u = torch.rand(len(flat), generator=generator, dtype=torch.float64).numpy()
+        random_ids = torch.randint(tokenizer.vocab_size, (len(flat),), generator=generator,
+                                   dtype=torch.int64).numpy()
+        inputs = np.where(u < mask_frac, tokenizer.mask_id,
+                          np.where(u < mask_frac + random_frac, random_ids, flat))
     padded = _padded(flat, lengths, tokenizer.pad_id)
     loss_sum, correct, count = 0.0, 0, 0
     by_length = np.argsort(lengths, kind="stable")
@@ -209,13 +251,17 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
             T = int(lengths[chunk].max())
             rows = padded[chunk, :T]
             within = np.zeros((len(chunk), T), dtype=bool)
+            put = np.zeros((len(chunk), T), dtype=np.int64)
             for r, s in enumerate(chunk):
                 within[r, :lengths[s]] = chosen[starts[s]:starts[s] + lengths[s]]
+                if inputs is not None:
+                    put[r, :lengths[s]] = inputs[starts[s]:starts[s] + lengths[s]]
             positions = np.flatnonzero(within)
             if len(positions) == 0:
                 continue
+            put_in = None if inputs is None else put.ravel()[positions]
             logp, targets = _masked_logits(model, rows, lengths[chunk], positions,
-                                           tokenizer.mask_id, device)
+                                           tokenizer.mask_id, device, inputs=put_in)
             loss_sum -= float(logp.gather(1, targets[:, None]).sum())
             correct += int((logp.argmax(-1) == targets).sum())
             count += len(positions)
@@ -234,12 +280,22 @@ is then over 5 points): `heldout_scores` says so."""
 def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_len: int = 128,
                     batch_size: int = 16, eval_batches: int = 40, seed: int = 0,
                     whole_word: bool = False, mask_rate: float = 0.15,
-                    row_ends: str = "sentence") -> list[dict]:
+                    row_ends: str = "sentence", mask_frac: float | None = None,
+                    random_frac: float | None = None) -> list[dict]:
     """The held-out batches `bertkit pretrain` evaluates on for these settings (its --seed is
-    `seed`; pretraining draws the held-out masks from seed + 1)."""
+    `seed`; pretraining draws the held-out masks from seed + 1). mask_frac, random_frac: the
+    80/10/10 split, pretraining's defaults where None."""
+    default = MaskingConfig()
+    split = {"mask_frac": default.mask_frac if mask_frac is None else mask_frac,
+             "random_frac": default.random_frac if random_frac is None else random_frac}
+    if split["mask_frac"] + split["random_frac"] > 1 + 1e-9:
+        raise UserError(f"--mask-frac {split['mask_frac']} and --random-frac "
+                        f"{split['random_frac']} add up to more than 1 (where one is not given, "
+                        f"it is pretraining's default)")
     held = PretrainingBatches(data_dir, objective=objective, seq_len=seq_len,
                               batch_size=batch_size, split="heldout", seed=seed + 1, prefetch=0,
-                              masking=MaskingConfig(mlm_prob=mask_rate, whole_word=whole_word),
+                              masking=MaskingConfig(mlm_prob=mask_rate, whole_word=whole_word,
+                                                    **split),
                               row_ends=row_ends)
     batches = []
     for batch in held:
@@ -252,7 +308,8 @@ def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_
 def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: str = "mlm",
                    seq_len: int = 128, batch_size: int = 16, eval_batches: int = 40,
                    seed: int = 0, whole_word: bool = False, mask_rate: float = 0.15,
-                   row_ends: str = "sentence",
+                   row_ends: str = "sentence", mask_frac: float | None = None,
+                   random_frac: float | None = None,
                    device: str | torch.device = "cpu") -> dict[str, float]:
     """`objectives.evaluate_lm` over `heldout_batches`: accuracy, loss, perplexity, tokens
     (and nsp_accuracy for mlm+nsp, sbo_loss for span when the model has the span head)."""
@@ -261,7 +318,8 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
                         "(sbo.safetensors); evaluate with --objective mlm")
     batches = heldout_batches(data_dir, objective=objective, seq_len=seq_len,
                               batch_size=batch_size, eval_batches=eval_batches, seed=seed,
-                              whole_word=whole_word, mask_rate=mask_rate, row_ends=row_ends)
+                              whole_word=whole_word, mask_rate=mask_rate, row_ends=row_ends,
+                              mask_frac=mask_frac, random_frac=random_frac)
     device = torch.device(device)
     was_training = model.training
     model.eval()
@@ -497,7 +555,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                                  batch_size=opts.pretrain_batch_size,
                                  eval_batches=opts.eval_batches, seed=opts.seed,
                                  whole_word=opts.whole_word, mask_rate=opts.mask_rate,
-                                 row_ends=opts.row_ends, device=device)
+                                 row_ends=opts.row_ends, mask_frac=opts.mask_frac,
+                                 random_frac=opts.random_frac, device=device)
         return {"kind": "heldout", **figures}
     if is_pairs_file(inp):
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
@@ -517,7 +576,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
         return {"kind": "next_token", **next_token_scores(model, tokenizer, lines, batch_size,
                                                           device)}
     masked = masked_token_scores(model, tokenizer, lines, mask_rate=opts.mask_rate,
-                                 seed=opts.seed, batch_size=batch_size, device=device)
+                                 seed=opts.seed, batch_size=batch_size, device=device,
+                                 mask_frac=opts.mask_frac, random_frac=opts.random_frac)
     pseudo = pseudo_perplexity(model, tokenizer, lines, batch_size=4 * batch_size,
                                device=device, metric=opts.pll)
     return {"kind": "text", **masked, **pseudo, "pll": opts.pll}

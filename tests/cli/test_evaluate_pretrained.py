@@ -82,6 +82,25 @@ def test_a_text_file_gives_masked_tokens_and_pseudo_perplexity(setup, capsys):
         assert got[key] == pytest.approx(value, rel=1e-6), key
 
 
+def test_a_text_file_scored_as_run_mlm_scores_it(setup, capsys):
+    got = _json(capsys, ["--model", setup["model"], "--input", setup["text"],
+                         "--max-lines", "20", "--mask-frac", "0.8", "--random-frac", "0.1"])
+    model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
+    want = masked_token_scores(model, tokenizer, setup["lines"][:20], mask_frac=0.8,
+                               random_frac=0.1)
+    plain = masked_token_scores(model, tokenizer, setup["lines"][:20])
+    assert got["tokens"] == want["tokens"] == plain["tokens"]
+    assert got["accuracy"] == pytest.approx(want["accuracy"]) and got["loss"] != plain["loss"]
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-6)
+    for args, message in ((["--mask-frac", "1.5"], "--mask-frac must be in [0, 1]"),
+                          (["--mask-frac", "0.9", "--random-frac", "0.2"],
+                           "add up to more than 1")):
+        assert main(["evaluate", "--model", str(setup["model"]), "--input", str(setup["text"]),
+                     *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_pll_word_l2r_is_an_option_of_pairs_and_text(setup, capsys):
     model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
     got = _json(capsys, ["--model", setup["model"], "--input", setup["pairs"],

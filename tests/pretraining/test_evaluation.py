@@ -243,6 +243,59 @@ def test_masked_token_sample_is_fixed_by_the_seed_not_the_batch_size(word_tokeni
     assert c["loss"] != pytest.approx(a["loss"], abs=1e-6)
 
 
+class _Recording(torch.nn.Module):
+    """The model, keeping the inputs of every forward pass."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.config, self.inputs = model, model.config, []
+
+    def forward(self, ids, types, attention, positions=None):
+        self.inputs.append(ids.flatten()[positions].clone())
+        return self.model(ids, types, attention, positions=positions)
+
+
+def test_masked_token_scores_with_nothing_masked_score_the_text_as_it_is(word_tokenizer):
+    model = _model(word_tokenizer, seed=1)
+    texts = SENTENCES[:4]
+    got = masked_token_scores(model, word_tokenizer, texts, mask_rate=1.0, mask_frac=0.0)
+    correct, count = 0, 0
+    for text in texts:
+        ids = torch.tensor([word_tokenizer.encode(text).ids])
+        keep = torch.tensor([int(i) not in word_tokenizer.special_ids for i in ids[0]])
+        with torch.no_grad():
+            logits = model(ids)[0][0, keep]
+        correct += int((logits.argmax(-1) == ids[0, keep]).sum())
+        count += int(keep.sum())
+    assert got["tokens"] == count and got["accuracy"] == correct / count
+
+
+def test_masked_token_scores_corrupt_the_sample_80_10_10_and_score_all_of_it(word_tokenizer):
+    """run_mlm.py's evaluation: of the sample, 80% [MASK], 10% a random piece, 10% kept."""
+    texts = [" ".join(["the"] * (5 + i % 7)) for i in range(600)]
+    the = word_tokenizer.encode("the").ids[1]
+    model = _Recording(_model(word_tokenizer, seed=3))
+    plain = masked_token_scores(model, word_tokenizer, texts, seed=2)
+    model.inputs.clear()
+    got = masked_token_scores(model, word_tokenizer, texts, seed=2, mask_frac=0.8,
+                              random_frac=0.1)
+    assert got["tokens"] == plain["tokens"]  # the same sample, corrupted otherwise
+    inputs = torch.cat(model.inputs)
+    assert len(inputs) == got["tokens"] > 700
+    masked = float((inputs == word_tokenizer.mask_id).float().mean())
+    kept = float((inputs == the).float().mean())
+    assert masked == pytest.approx(0.8, abs=0.05) and kept == pytest.approx(0.1, abs=0.04)
+    others = inputs[(inputs != the) & (inputs != word_tokenizer.mask_id)]
+    assert len(others) / len(inputs) == pytest.approx(0.1, abs=0.04)
+    assert len(set(others.tolist())) > 20 and int(others.max()) < word_tokenizer.vocab_size
+    again = masked_token_scores(model.model, word_tokenizer, texts, seed=2, mask_frac=0.8,
+                                random_frac=0.1, batch_size=7)
+    assert again["accuracy"] == got["accuracy"]  # fixed by the seed, not the batches
+    assert again["loss"] == pytest.approx(got["loss"], abs=1e-5)
+    with pytest.raises(ValueError, match="add up to at most 1"):
+        masked_token_scores(model.model, word_tokenizer, texts, mask_frac=0.8, random_frac=0.3)
+
+
 # On a prepared directory: the figures pretraining logs ----------------------------------------
 
 @pytest.fixture(scope="module")
@@ -284,6 +337,16 @@ def test_masked_token_scores_on_a_prepared_directory_equal_evaluate_lm(prepared,
     other = masked_token_scores(model, tokenizer, data, seed=6, batch_size=8,
                                 objective=objective, seq_len=32, eval_batches=3)
     assert other["loss"] != want["eval_loss"]  # the seed chooses the masks
+    same = masked_token_scores(model, tokenizer, data, seed=5, batch_size=8, objective=objective,
+                               seq_len=32, eval_batches=3, whole_word=whole_word,
+                               mask_frac=0.8, random_frac=0.1)  # pretraining's split, spelled out
+    assert same["loss"] == got["loss"]
+    every = masked_token_scores(model, tokenizer, data, seed=5, batch_size=8, objective=objective,
+                                seq_len=32, eval_batches=3, whole_word=whole_word, mask_frac=1.0,
+                                random_frac=0.0)
+    assert every["tokens"] == got["tokens"] and every["loss"] != got["loss"]
+    with pytest.raises(UserError, match="--mask-frac 0.95 and --random-frac 0.1"):
+        masked_token_scores(model, tokenizer, data, seq_len=32, mask_frac=0.95)
 
 
 # Behaviour: a model trained on agreement prefers the agreeing sentence ----------------------
