@@ -112,9 +112,6 @@ class LMEvalOptions:
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 1:
                 raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
-        if (self.mask_frac or 0) + (self.random_frac or 0) > 1 + 1e-9:
-            raise UserError(f"--mask-frac {self.mask_frac} and --random-frac {self.random_frac} "
-                            f"add up to more than 1")
         if self.max_lines is not None and self.max_lines < 1:
             raise UserError(f"--max-lines must be at least 1, got {self.max_lines}")
         if self.pll not in PLL_METRICS:
@@ -187,6 +184,19 @@ def _masked_logits(model: nn.Module, rows: np.ndarray, lengths: np.ndarray,
 
 # Masked-token accuracy, loss and perplexity --------------------------------------------------
 
+def _corruption(mask_frac: float | None, random_frac: float | None, default_mask: float,
+                default_random: float) -> tuple[float, float]:
+    """(mask_frac, random_frac) with the input's defaults where None; a split past 1 is the
+    user's error."""
+    mask = default_mask if mask_frac is None else mask_frac
+    random = default_random if random_frac is None else random_frac
+    if mask + random > 1 + 1e-9:
+        raise UserError(f"--mask-frac {mask} and --random-frac {random} add up to more than 1 "
+                        f"(where one is not given, it is {default_mask} and {default_random} "
+                        f"for this input)")
+    return mask, random
+
+
 def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str | os.PathLike,
                         mask_rate: float = 0.15, seed: int = 0, batch_size: int | None = None,
                         device: str | torch.device = "cpu", mask_frac: float | None = None,
@@ -243,6 +253,7 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
         inputs = np.where(u < mask_frac, tokenizer.mask_id,
                           np.where(u < mask_frac + random_frac, random_ids, flat))
     padded = _padded(flat, lengths, tokenizer.pad_id)
+    corrupted = None if inputs is None else _padded(inputs, lengths, tokenizer.pad_id)
     loss_sum, correct, count = 0.0, 0, 0
     by_length = np.argsort(lengths, kind="stable")
     with _eval_mode(model):
@@ -251,15 +262,12 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
             T = int(lengths[chunk].max())
             rows = padded[chunk, :T]
             within = np.zeros((len(chunk), T), dtype=bool)
-            put = np.zeros((len(chunk), T), dtype=np.int64)
             for r, s in enumerate(chunk):
                 within[r, :lengths[s]] = chosen[starts[s]:starts[s] + lengths[s]]
-                if inputs is not None:
-                    put[r, :lengths[s]] = inputs[starts[s]:starts[s] + lengths[s]]
             positions = np.flatnonzero(within)
             if len(positions) == 0:
                 continue
-            put_in = None if inputs is None else put.ravel()[positions]
+            put_in = None if corrupted is None else corrupted[chunk, :T].ravel()[positions]
             logp, targets = _masked_logits(model, rows, lengths[chunk], positions,
                                            tokenizer.mask_id, device, inputs=put_in)
             loss_sum -= float(logp.gather(1, targets[:, None]).sum())
@@ -286,16 +294,12 @@ def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_
     `seed`; pretraining draws the held-out masks from seed + 1). mask_frac, random_frac: the
     80/10/10 split, pretraining's defaults where None."""
     default = MaskingConfig()
-    split = {"mask_frac": default.mask_frac if mask_frac is None else mask_frac,
-             "random_frac": default.random_frac if random_frac is None else random_frac}
-    if split["mask_frac"] + split["random_frac"] > 1 + 1e-9:
-        raise UserError(f"--mask-frac {split['mask_frac']} and --random-frac "
-                        f"{split['random_frac']} add up to more than 1 (where one is not given, "
-                        f"it is pretraining's default)")
+    mask_frac, random_frac = _corruption(mask_frac, random_frac, default.mask_frac,
+                                         default.random_frac)
     held = PretrainingBatches(data_dir, objective=objective, seq_len=seq_len,
                               batch_size=batch_size, split="heldout", seed=seed + 1, prefetch=0,
                               masking=MaskingConfig(mlm_prob=mask_rate, whole_word=whole_word,
-                                                    **split),
+                                                    mask_frac=mask_frac, random_frac=random_frac),
                               row_ends=row_ends)
     batches = []
     for batch in held:
@@ -575,9 +579,10 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     if causal:
         return {"kind": "next_token", **next_token_scores(model, tokenizer, lines, batch_size,
                                                           device)}
+    mask_frac, random_frac = _corruption(opts.mask_frac, opts.random_frac, 1.0, 0.0)
     masked = masked_token_scores(model, tokenizer, lines, mask_rate=opts.mask_rate,
                                  seed=opts.seed, batch_size=batch_size, device=device,
-                                 mask_frac=opts.mask_frac, random_frac=opts.random_frac)
+                                 mask_frac=mask_frac, random_frac=random_frac)
     pseudo = pseudo_perplexity(model, tokenizer, lines, batch_size=4 * batch_size,
                                device=device, metric=opts.pll)
     return {"kind": "text", **masked, **pseudo, "pll": opts.pll}

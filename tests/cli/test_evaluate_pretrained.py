@@ -94,7 +94,9 @@ def test_a_text_file_scored_as_run_mlm_scores_it(setup, capsys):
     assert got["loss"] == pytest.approx(want["loss"], rel=1e-6)
     for args, message in ((["--mask-frac", "1.5"], "--mask-frac must be in [0, 1]"),
                           (["--mask-frac", "0.9", "--random-frac", "0.2"],
-                           "add up to more than 1")):
+                           "add up to more than 1"),
+                          # alone on a text file, the rest of the sample stays [MASK]
+                          (["--random-frac", "0.1"], "add up to more than 1")):
         assert main(["evaluate", "--model", str(setup["model"]), "--input", str(setup["text"]),
                      *args]) == 2
         err = capsys.readouterr().err
