@@ -348,8 +348,10 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
 def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
          device: torch.device, truncate: bool = False,
          names: Sequence[str] | None = None,
-         metric: str = "original") -> tuple[np.ndarray, np.ndarray]:
-    """(pseudo-log-likelihood float64 [S], scored pieces int64 [S]) of distinct sentences."""
+         metric: str = "original") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pseudo-log-likelihood float64 [S], scored pieces int64 [S], scored words int64 [S])
+    of distinct sentences: a word is a piece that starts one (`word_starts`) and the pieces
+    after it, so a sentence cut to fit counts only the words it kept."""
     if metric not in PLL_METRICS:
         raise ValueError(f"unknown PLL metric {metric!r}; choose one of {PLL_METRICS}")
     flat, lengths, special = _encode(tokenizer, sentences, _max_length(model, tokenizer),
@@ -387,21 +389,23 @@ def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
                                            tokenizer.mask_id, device, also)
             np.add.at(scores, s, logp.gather(1, targets[:, None]).squeeze(1).double().cpu()
                       .numpy())
-    return scores, np.bincount(copy_sentence, minlength=len(sentences))
+    words = text_of[piece][word_starts(tokenizer)[flat[piece]]]
+    return (scores, np.bincount(copy_sentence, minlength=len(sentences)),
+            np.bincount(words, minlength=len(sentences)))
 
 
 def _distinct_pll(model, tokenizer, sentences: Sequence[str], batch_size: int, device,
                   truncate: bool = False,
-                  metric: str = "original") -> tuple[np.ndarray, np.ndarray]:
+                  metric: str = "original") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`_pll` of each sentence, each distinct sentence scored once: equal sentences get equal
     scores exactly, whatever batch they would have fallen into."""
     distinct = list(dict.fromkeys(sentences))
     index = {s: i for i, s in enumerate(distinct)}
     where = np.fromiter((index[s] for s in sentences), dtype=np.int64, count=len(sentences))
-    scores, pieces = _pll(model, tokenizer, distinct, batch_size, torch.device(device),
-                          truncate, names=[f"sentence {s[:60]!r}" for s in distinct],
-                          metric=metric)
-    return scores[where], pieces[where]
+    scores, pieces, words = _pll(model, tokenizer, distinct, batch_size, torch.device(device),
+                                 truncate, names=[f"sentence {s[:60]!r}" for s in distinct],
+                                 metric=metric)
+    return scores[where], pieces[where], words[where]
 
 
 def pseudo_log_likelihood(model: nn.Module, tokenizer, sentences: Sequence[str],
@@ -420,14 +424,21 @@ def pseudo_perplexity(model: nn.Module, tokenizer, texts: Sequence[str], batch_s
                       metric: str = "original") -> dict[str, float]:
     """pseudo_perplexity = exp(-sum PLL / pieces) over all texts, with pseudo_log_likelihood
     (the sum), pieces and texts, the PLL by `metric` (see `pseudo_log_likelihood`). Texts
-    longer than the model's positions are cut to fit (`truncate`) or refused."""
-    scores, pieces = _distinct_pll(model, tokenizer, list(texts), batch_size, device, truncate,
-                                   metric)
-    total, n = float(scores.sum()), int(pieces.sum())
+    longer than the model's positions are cut to fit (`truncate`) or refused.
+
+    pseudo_perplexity_per_word = exp(-sum PLL / words), words as the tokenizer splits the text
+    before it cuts pieces (WordPiece: at spaces and punctuation). Two vocabularies of one kind
+    cut the same text into the same words but into different numbers of pieces, so this, not
+    the per-piece figure, compares them; with metric "word-l2r", since the "original" PLL
+    gives a word more help from its own neighbouring pieces the more pieces it is cut into."""
+    scores, pieces, words = _distinct_pll(model, tokenizer, list(texts), batch_size, device,
+                                          truncate, metric)
+    total, n, w = float(scores.sum()), int(pieces.sum()), int(words.sum())
     if n == 0:
         raise UserError("no pieces to score: the texts are empty")
     return {"pseudo_perplexity": math.exp(-total / n), "pseudo_log_likelihood": total,
-            "pieces": n, "texts": len(scores)}
+            "pieces": n, "texts": len(scores), "words": w,
+            "pseudo_perplexity_per_word": math.exp(-total / w)}
 
 
 # Minimal pairs --------------------------------------------------------------------------------
@@ -498,7 +509,7 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
     if model.config.extra.get(CAUSAL_FLAG):
         scores = np.asarray(log_likelihoods(model, tokenizer, sentences, batch_size, device))
     else:
-        scores, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device,
+        scores, _, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device,
                                   metric=metric)
     good, bad = scores[:len(pairs)], scores[len(pairs):]
     report = {**_pair_figures(good, bad), "group_by": group_by or None, "groups": {}}

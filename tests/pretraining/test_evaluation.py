@@ -137,6 +137,29 @@ def test_pseudo_perplexity_is_exp_of_minus_the_mean_pll_per_piece(word_tokenizer
     assert got["pseudo_perplexity"] == pytest.approx(math.exp(-sum(pll) / pieces), rel=1e-9)
 
 
+def test_pseudo_perplexity_per_word_counts_the_words_not_the_pieces(word_tokenizer):
+    model = _model(word_tokenizer)
+    # "zebra" and "xylophones" are no entries: cut into letters, one word of many pieces each
+    texts = ["the dog runs .", "zebra", "a xylophones sleep near the house"]
+    pieces = sum(len(word_tokenizer.encode(t).ids) - 2 for t in texts)
+    words = sum(len(t.split()) for t in texts)
+    assert pieces > words + 10
+    for metric in ("original", "word-l2r"):
+        pll = pseudo_log_likelihood(model, word_tokenizer, texts, metric=metric)
+        got = pseudo_perplexity(model, word_tokenizer, texts, metric=metric)
+        assert got["words"] == words and got["pieces"] == pieces
+        assert got["pseudo_perplexity_per_word"] == pytest.approx(math.exp(-sum(pll) / words),
+                                                                  rel=1e-9)
+
+
+def test_pseudo_perplexity_per_word_counts_only_the_words_a_cut_text_kept(word_tokenizer):
+    model = _model(word_tokenizer)  # 32 positions: 30 pieces after [CLS] and [SEP]
+    text = " ".join(["the dog runs ."] * 20)  # 80 words of one piece each
+    with pytest.warns(UserWarning, match="were cut"):
+        got = pseudo_perplexity(model, word_tokenizer, [text])
+    assert got["words"] == got["pieces"] == 30
+
+
 def test_a_pair_of_identical_sentences_is_a_tie_counted_half(word_tokenizer):
     model = _model(word_tokenizer)
     pairs = [{"sentence_good": s, "sentence_bad": s} for s in SENTENCES]
