@@ -95,7 +95,9 @@ class LMEvalOptions:
     objective: str = field(default="mlm", metadata={"choices": OBJECTIVES})
     """Prepared directory: the objective pretraining ran with."""
     whole_word: bool = False
-    """Prepared directory: mask whole words (pretraining's --whole-word)."""
+    """Mask whole words. Prepared directory: as pretraining's --whole-word. Text file: the
+    sample is --mask-rate of each line's words, and word_accuracy counts a word right when
+    all its pieces are (the accuracy that compares two vocabularies)."""
     seq_len: int = 128
     """Prepared directory: pretraining's --seq-len."""
     row_ends: str = field(default="sentence", metadata={"choices": ROW_ENDS})
@@ -200,7 +202,8 @@ def _corruption(mask_frac: float | None, random_frac: float | None, default_mask
 def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str | os.PathLike,
                         mask_rate: float = 0.15, seed: int = 0, batch_size: int | None = None,
                         device: str | torch.device = "cpu", mask_frac: float | None = None,
-                        random_frac: float | None = None, **heldout) -> dict[str, float]:
+                        random_frac: float | None = None, whole_word: bool = False,
+                        **heldout) -> dict[str, float]:
     """accuracy, loss (mean cross-entropy, nats), perplexity (exp loss) and tokens over a fixed
     sample of masked pieces: of each text, round(mask_rate * pieces) (at least one) of its
     non-special pieces, drawn from a generator seeded with `seed`, replaced by [MASK] (a share
@@ -208,6 +211,14 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
     (random_frac, default none) or left as they are (the rest), and all of them predicted. Texts
     longer than the model's positions are cut to fit. The sample depends on the texts and the
     seed only, not on batch_size (texts per forward pass, default 64) or the device.
+
+    whole_word: the sample is round(mask_rate * words) of each text's words (at least one),
+    every piece of a chosen word masked, and word_accuracy and masked_words are added: a word
+    is right when all its pieces are. Words are the tokenizer's (`word_starts`), drawn by a key
+    per word, so two vocabularies that split text into the same words (WordPiece of any size)
+    mask the same words of the same texts: word_accuracy compares them, where accuracy per
+    piece does not (a smaller vocabulary cuts more words, and a word's second piece is easier
+    to guess than a whole word).
 
     `texts` a path: a directory written by `bertkit prepare`, scored by `heldout_scores` with
     `seed`, `device`, batch_size (rows per held-out batch, as pretraining's --batch-size,
@@ -217,7 +228,7 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
     if isinstance(texts, (str, os.PathLike)):
         return heldout_scores(model, texts, seed=seed, device=device, mask_rate=mask_rate,
                               batch_size=batch_size or 32, mask_frac=mask_frac,
-                              random_frac=random_frac, **heldout)
+                              random_frac=random_frac, whole_word=whole_word, **heldout)
     batch_size = batch_size or 64
     mask_frac = 1.0 if mask_frac is None else mask_frac
     random_frac = random_frac or 0.0
@@ -232,16 +243,16 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
                                      truncate=True)
     text_of = np.repeat(np.arange(len(texts)), lengths)
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-    # Rank the pieces of each text by a random key (specials last) and keep the first k.
-    key = torch.rand(len(flat), generator=torch.Generator().manual_seed(seed),
-                     dtype=torch.float64).numpy()
-    key[special] = 2.0
-    order = np.lexsort((key, text_of))
-    rank = np.empty(len(flat), dtype=np.int64)
-    rank[order] = np.arange(len(flat)) - starts[text_of[order]]
-    pieces = np.bincount(text_of[~special], minlength=len(texts))
-    k = np.where(pieces > 0, np.maximum(1, np.round(pieces * mask_rate)), 0).astype(np.int64)
-    chosen = rank < k[text_of]
+    if whole_word:
+        # A word: a piece that starts one (or follows a special token) and the pieces after it.
+        begins = (word_starts(tokenizer)[flat] | np.roll(special, 1)) & ~special
+        word_of = np.cumsum(begins) - 1
+        chosen_word = _sample(text_of[begins], len(texts), mask_rate, seed)
+        chosen = ~special & chosen_word[np.maximum(word_of, 0)]
+        wrong = np.zeros(len(chosen_word), dtype=np.int64)
+        flat_at = _padded(np.arange(len(flat)), lengths, -1)
+    else:
+        chosen = _sample(np.where(special, -1, text_of), len(texts), mask_rate, seed)
     inputs = None
     if mask_frac < 1:
         # What each chosen piece becomes, drawn after the sample so that the sample itself
@@ -271,13 +282,39 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
             logp, targets = _masked_logits(model, rows, lengths[chunk], positions,
                                            tokenizer.mask_id, device, inputs=put_in)
             loss_sum -= float(logp.gather(1, targets[:, None]).sum())
-            correct += int((logp.argmax(-1) == targets).sum())
+            right = (logp.argmax(-1) == targets).cpu().numpy()
+            correct += int(right.sum())
             count += len(positions)
+            if whole_word:
+                missed = flat_at[chunk, :T].ravel()[positions][~right]
+                np.add.at(wrong, word_of[missed], 1)
     if count == 0:
         raise UserError("no pieces to score: the texts are empty")
     loss = loss_sum / count
-    return {"accuracy": correct / count, "loss": loss, "perplexity": math.exp(loss),
-            "tokens": count}
+    scores = {"accuracy": correct / count, "loss": loss, "perplexity": math.exp(loss),
+              "tokens": count}
+    if whole_word:
+        words = int(chosen_word.sum())
+        scores |= {"word_accuracy": int((wrong[chosen_word] == 0).sum()) / words,
+                   "masked_words": words}
+    return scores
+
+
+def _sample(text_of: np.ndarray, texts: int, mask_rate: float, seed: int) -> np.ndarray:
+    """bool [N]: round(mask_rate * n) (at least one) of the n items of each text, by a random
+    key per item from a generator seeded with `seed`; items of text -1 are never chosen.
+    `text_of` [N] is non-decreasing but for the -1s."""
+    key = torch.rand(len(text_of), generator=torch.Generator().manual_seed(seed),
+                     dtype=torch.float64).numpy()
+    key[text_of < 0] = 2.0
+    owner = np.maximum.accumulate(np.maximum(text_of, 0))
+    order = np.lexsort((key, owner))
+    first = np.searchsorted(owner, np.arange(texts))
+    rank = np.empty(len(text_of), dtype=np.int64)
+    rank[order] = np.arange(len(text_of)) - first[owner[order]]
+    items = np.bincount(text_of[text_of >= 0], minlength=texts)
+    k = np.where(items > 0, np.maximum(1, np.round(items * mask_rate)), 0).astype(np.int64)
+    return (rank < k[owner]) & (text_of >= 0)
 
 
 MIN_SCORED_TOKENS = 100
@@ -593,7 +630,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     mask_frac, random_frac = _corruption(opts.mask_frac, opts.random_frac, 1.0, 0.0)
     masked = masked_token_scores(model, tokenizer, lines, mask_rate=opts.mask_rate,
                                  seed=opts.seed, batch_size=batch_size, device=device,
-                                 mask_frac=mask_frac, random_frac=random_frac)
+                                 mask_frac=mask_frac, random_frac=random_frac,
+                                 whole_word=opts.whole_word)
     pseudo = pseudo_perplexity(model, tokenizer, lines, batch_size=4 * batch_size,
                                device=device, metric=opts.pll)
     return {"kind": "text", **masked, **pseudo, "pll": opts.pll}

@@ -103,6 +103,20 @@ def test_a_text_file_scored_as_run_mlm_scores_it(setup, capsys):
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_text_file_with_whole_words_gives_word_accuracy(setup, capsys):
+    got = _json(capsys, ["--model", setup["model"], "--input", setup["text"],
+                         "--max-lines", "20", "--whole-word"])
+    model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
+    want = masked_token_scores(model, tokenizer, setup["lines"][:20], whole_word=True)
+    assert got["masked_words"] == want["masked_words"] > 20 and got["tokens"] == want["tokens"]
+    assert got["word_accuracy"] == pytest.approx(want["word_accuracy"])
+    assert "word_accuracy" not in _json(capsys, ["--model", setup["model"], "--input",
+                                                 setup["text"], "--max-lines", "20"])
+    assert main(["evaluate", "--model", str(setup["model"]), "--input", str(setup["text"]),
+                 "--max-lines", "20", "--whole-word"]) == 0
+    assert "word_accuracy" in capsys.readouterr().out
+
+
 def test_pll_word_l2r_is_an_option_of_pairs_and_text(setup, capsys):
     model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
     got = _json(capsys, ["--model", setup["model"], "--input", setup["pairs"],

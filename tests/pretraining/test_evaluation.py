@@ -319,6 +319,87 @@ def test_masked_token_scores_corrupt_the_sample_80_10_10_and_score_all_of_it(wor
         masked_token_scores(model.model, word_tokenizer, texts, mask_frac=0.8, random_frac=0.3)
 
 
+def _masked_words(rows: list[torch.Tensor], tokenizer) -> list[tuple[str, ...]]:
+    """Each row's words, a run of masked words as one "?" (a vocabulary of letters masks a
+    word as several [MASK]s). A word masked in part reads otherwise, so it fails a comparison."""
+    vocab = {i: p for p, i in tokenizer.get_vocab().items()}
+    out = []
+    for row in rows:
+        words: list[str] = []
+        for i in row.tolist():
+            piece = vocab[i]
+            if i == tokenizer.mask_id:
+                if not words or words[-1] != "?":
+                    words.append("?")
+            elif i in tokenizer.special_ids:
+                continue
+            elif piece.startswith("##"):
+                words[-1] += piece[2:]
+            else:
+                words.append(piece)
+        out.append(tuple(words))
+    return out
+
+
+class _RecordingRows(torch.nn.Module):
+    """The model, keeping every row it is given (with its masks) and the predicted pieces."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.config, self.rows = model, model.config, []
+
+    def forward(self, ids, types, attention, positions=None):
+        self.rows += [r[a.bool()] for r, a in zip(ids, attention)]
+        return self.model(ids, types, attention, positions=positions)
+
+
+def test_whole_word_masked_scores_mask_every_piece_of_a_word_and_count_words(word_tokenizer):
+    model = _model(word_tokenizer, seed=4)
+    # "zebra", "xylophones", "quiz" are cut into letters: words of several pieces
+    texts = ["the zebra runs near a xylophones tree .", "quiz", "the dogs sleep .",
+             "a zebra eats"]
+    got = masked_token_scores(model, word_tokenizer, texts, mask_rate=1.0, whole_word=True)
+    # Every word masked: a plain pass per text, a word right when all its pieces are.
+    right, words, pieces = 0, 0, 0
+    for text in texts:
+        enc = word_tokenizer.encode(text)
+        ids = torch.tensor([enc.ids])
+        keep = torch.tensor([int(i) not in word_tokenizer.special_ids for i in ids[0]])
+        with torch.no_grad():
+            ok = (model(ids.masked_fill(keep[None], word_tokenizer.mask_id))[0][0]
+                  .argmax(-1) == ids[0])
+        starts = [t for t, p in enumerate(enc.tokens) if keep[t] and not p.startswith("##")]
+        for a, b in zip(starts, starts[1:] + [len(enc.tokens) - 1]):
+            right += int(ok[a:b].all())
+        words += len(starts)
+        pieces += int(keep.sum())
+    assert words == sum(len(t.split()) for t in texts) and pieces > words + 15
+    assert got["masked_words"] == words and got["tokens"] == pieces
+    assert got["word_accuracy"] == right / words
+
+
+def test_whole_word_sample_is_the_same_words_whatever_the_vocabulary(word_tokenizer, tmp_path):
+    """A vocabulary of letters cuts every word; the words masked stay the same."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                                    "."] + letters + ["##" + c for c in letters])
+                                         + "\n", encoding="utf-8")
+    spelled = Tokenizer.from_vocab(tmp_path / "vocab.txt")
+    texts = [" ".join(random.Random(i).choices(WORDS, k=4 + i % 11)) for i in range(60)]
+    seen = {}
+    for name, tokenizer in (("words", word_tokenizer), ("letters", spelled)):
+        model = _RecordingRows(_model(tokenizer, seed=5, max_positions=128))  # no text cut
+        got = masked_token_scores(model, tokenizer, texts, seed=3, whole_word=True)
+        assert got["masked_words"] == sum(max(1, round(0.15 * len(t.split()))) for t in texts)
+        seen[name] = sorted(_masked_words(model.rows, tokenizer))
+    assert seen["words"] == seen["letters"]
+    assert sum(row.count("?") for row in seen["words"]) > 60
+    # and a different seed masks other words
+    model = _RecordingRows(_model(word_tokenizer, seed=5, max_positions=128))
+    masked_token_scores(model, word_tokenizer, texts, seed=4, whole_word=True)
+    assert sorted(_masked_words(model.rows, word_tokenizer)) != seen["words"]
+
+
 # On a prepared directory: the figures pretraining logs ----------------------------------------
 
 @pytest.fixture(scope="module")
