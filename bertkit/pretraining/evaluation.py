@@ -186,6 +186,12 @@ def _masked_logits(model: nn.Module, rows: np.ndarray, lengths: np.ndarray,
 
 # Masked-token accuracy, loss and perplexity --------------------------------------------------
 
+def _word_begins(tokenizer, flat: np.ndarray, special: np.ndarray) -> np.ndarray:
+    """bool [P]: the non-special piece begins a word (`word_starts`, or it follows a special
+    token); a word is such a piece and the pieces after it."""
+    return (word_starts(tokenizer)[flat] | np.roll(special, 1)) & ~special
+
+
 def _corruption(mask_frac: float | None, random_frac: float | None, default_mask: float,
                 default_random: float) -> tuple[float, float]:
     """(mask_frac, random_frac) with the input's defaults where None; a split past 1 is the
@@ -244,8 +250,7 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
     text_of = np.repeat(np.arange(len(texts)), lengths)
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
     if whole_word:
-        # A word: a piece that starts one (or follows a special token) and the pieces after it.
-        begins = (word_starts(tokenizer)[flat] | np.roll(special, 1)) & ~special
+        begins = _word_begins(tokenizer, flat, special)
         word_of = np.cumsum(begins) - 1
         chosen_word = _sample(text_of[begins], len(texts), mask_rate, seed)
         chosen = ~special & chosen_word[np.maximum(word_of, 0)]
@@ -387,8 +392,8 @@ def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
          names: Sequence[str] | None = None,
          metric: str = "original") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pseudo-log-likelihood float64 [S], scored pieces int64 [S], scored words int64 [S])
-    of distinct sentences: a word is a piece that starts one (`word_starts`) and the pieces
-    after it, so a sentence cut to fit counts only the words it kept."""
+    of distinct sentences (words by `_word_begins`: a sentence cut to fit counts only the
+    words it kept)."""
     if metric not in PLL_METRICS:
         raise ValueError(f"unknown PLL metric {metric!r}; choose one of {PLL_METRICS}")
     flat, lengths, special = _encode(tokenizer, sentences, _max_length(model, tokenizer),
@@ -426,7 +431,7 @@ def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
                                            tokenizer.mask_id, device, also)
             np.add.at(scores, s, logp.gather(1, targets[:, None]).squeeze(1).double().cpu()
                       .numpy())
-    words = text_of[piece][word_starts(tokenizer)[flat[piece]]]
+    words = text_of[_word_begins(tokenizer, flat, special)]
     return (scores, np.bincount(copy_sentence, minlength=len(sentences)),
             np.bincount(words, minlength=len(sentences)))
 
@@ -547,7 +552,7 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
         scores = np.asarray(log_likelihoods(model, tokenizer, sentences, batch_size, device))
     else:
         scores, _, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device,
-                                  metric=metric)
+                                     metric=metric)
     good, bad = scores[:len(pairs)], scores[len(pairs):]
     report = {**_pair_figures(good, bad), "group_by": group_by or None, "groups": {}}
     if group_by:

@@ -267,14 +267,16 @@ def test_masked_token_sample_is_fixed_by_the_seed_not_the_batch_size(word_tokeni
 
 
 class _Recording(torch.nn.Module):
-    """The model, keeping the inputs of every forward pass."""
+    """The model, keeping of every forward pass the inputs at the predicted positions and
+    every row as given (with its masks, without padding)."""
 
     def __init__(self, model):
         super().__init__()
-        self.model, self.config, self.inputs = model, model.config, []
+        self.model, self.config, self.inputs, self.rows = model, model.config, [], []
 
     def forward(self, ids, types, attention, positions=None):
         self.inputs.append(ids.flatten()[positions].clone())
+        self.rows += [r[a.bool()] for r, a in zip(ids, attention)]
         return self.model(ids, types, attention, positions=positions)
 
 
@@ -341,18 +343,6 @@ def _masked_words(rows: list[torch.Tensor], tokenizer) -> list[tuple[str, ...]]:
     return out
 
 
-class _RecordingRows(torch.nn.Module):
-    """The model, keeping every row it is given (with its masks) and the predicted pieces."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model, self.config, self.rows = model, model.config, []
-
-    def forward(self, ids, types, attention, positions=None):
-        self.rows += [r[a.bool()] for r, a in zip(ids, attention)]
-        return self.model(ids, types, attention, positions=positions)
-
-
 def test_whole_word_masked_scores_mask_every_piece_of_a_word_and_count_words(word_tokenizer):
     model = _model(word_tokenizer, seed=4)
     # "zebra", "xylophones", "quiz" are cut into letters: words of several pieces
@@ -388,14 +378,14 @@ def test_whole_word_sample_is_the_same_words_whatever_the_vocabulary(word_tokeni
     texts = [" ".join(random.Random(i).choices(WORDS, k=4 + i % 11)) for i in range(60)]
     seen = {}
     for name, tokenizer in (("words", word_tokenizer), ("letters", spelled)):
-        model = _RecordingRows(_model(tokenizer, seed=5, max_positions=128))  # no text cut
+        model = _Recording(_model(tokenizer, seed=5, max_positions=128))  # no text cut
         got = masked_token_scores(model, tokenizer, texts, seed=3, whole_word=True)
         assert got["masked_words"] == sum(max(1, round(0.15 * len(t.split()))) for t in texts)
         seen[name] = sorted(_masked_words(model.rows, tokenizer))
     assert seen["words"] == seen["letters"]
     assert sum(row.count("?") for row in seen["words"]) > 60
     # and a different seed masks other words
-    model = _RecordingRows(_model(word_tokenizer, seed=5, max_positions=128))
+    model = _Recording(_model(word_tokenizer, seed=5, max_positions=128))
     masked_token_scores(model, word_tokenizer, texts, seed=4, whole_word=True)
     assert sorted(_masked_words(model.rows, word_tokenizer)) != seen["words"]
 
