@@ -1,11 +1,13 @@
-"""The commands of the README and of docs/ parse with the real command line, and the README's
-Python imports resolve."""
+"""The commands of the README and of docs/ parse with the real command line, the README's
+Python imports resolve, and every link between the README and docs/ finds its file and
+heading."""
 from __future__ import annotations
 
 import ast
 import importlib
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,45 @@ def test_readme_python_imports_resolve():
                 module = importlib.import_module(node.module)
                 for alias in node.names:
                     assert hasattr(module, alias.name), f"{node.module}.{alias.name}"
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation but - and _ dropped, spaces
+    to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(text: str) -> Iterator[str]:
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", text, flags=re.S),
+                              flags=re.M):
+        slug = _slug(heading)
+        seen[slug] = seen.get(slug, -1) + 1
+        yield slug if seen[slug] == 0 else f"{slug}-{seen[slug]}"
+
+
+def _links() -> list[tuple[Path, str]]:
+    found = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        body = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        found += [(page, target) for target in re.findall(r"\]\(([^)\s]+)\)", body)
+                  if not re.match(r"[a-z]+:", target)]
+    return found
+
+
+def test_slugs_are_githubs():
+    assert _slug("Two hours of today's default") == "two-hours-of-todays-default"
+    assert _slug("Objectives at the same wall time (Austen + Bible)") == \
+        "objectives-at-the-same-wall-time-austen--bible"
+    assert list(_anchors("# A\n## A\n```\n# not a heading\n```\n")) == ["a", "a-1"]
+
+
+@pytest.mark.parametrize("page, target", _links(),
+                         ids=lambda x: x.name if isinstance(x, Path) else x[:60])
+def test_link_finds_its_file_and_heading(page, target):
+    path, _, anchor = target.partition("#")
+    dest = (page.parent / path) if path else page
+    assert dest.exists(), f"{page.name}: {target}: no such file"
+    if anchor and dest.suffix == ".md":
+        assert anchor in set(_anchors(dest.read_text(encoding="utf-8"))), \
+            f"{page.name}: {target}: no such heading"
