@@ -94,8 +94,9 @@ class EvaluateOptions:
     model)."""
     input: Path
     """Fine-tuned model: labelled file in the task's format. Pretrained model: a directory
-    written by `bertkit prepare` (held-out masked tokens), a .jsonl of minimal pairs, or a
-    text file (one text a line). "-": standard input."""
+    written by `bertkit prepare` (held-out masked tokens), a .jsonl of minimal pairs or a
+    directory of them (BLiMP's layout), or a text file (one text a line). "-": standard
+    input."""
     json: bool = False
     """Print one JSON object."""
     batch_size: int = 64
@@ -232,9 +233,9 @@ COMMANDS = (
                         "A pretrained model is judged as a language model: on a directory "
                         "written by `bertkit prepare`, held-out masked-token accuracy, loss and "
                         "perplexity (as pretraining logs them); on a .jsonl of minimal pairs "
-                        "(sentence_good, sentence_bad), how often the good sentence has the "
-                        "higher pseudo-log-likelihood; on a text file, masked-token figures and "
-                        "pseudo-perplexity of its lines."),
+                        "(sentence_good, sentence_bad) or a directory of them, how often the "
+                        "good sentence has the higher pseudo-log-likelihood; on a text file, "
+                        "masked-token figures and pseudo-perplexity of its lines."),
     Command("predict", run_predict, (PredictOptions, ColumnOverrides),
             help="run a fine-tuned model over a file, JSON lines (or CoNLL) out"),
 )

@@ -61,6 +61,9 @@ GOOD, BAD = "sentence_good", "sentence_bad"
 PLL_METRICS = ("original", "word-l2r")
 DEFAULT_GROUP = "UID"
 """The grouping field of BLiMP lines, used when the pairs carry it and no other is asked for."""
+FILE_GROUP = "file"
+"""The field `read_pairs` gives the pairs of a directory (their file's name): the grouping
+where they carry no UID."""
 
 
 @dataclass
@@ -86,8 +89,8 @@ class LMEvalOptions:
     draws them); the rest of the sample is left as it is but still scored. None: 0 for a text
     file, pretraining's --random-frac (0.1) for a prepared directory."""
     group_by: str | None = None
-    """Minimal pairs: field whose values group the pairs; none: "UID" when the pairs have it;
-    "": no groups."""
+    """Minimal pairs: field whose values group the pairs; none: "UID" when the pairs have it,
+    else "file" for a directory of pair files; "": no groups."""
     pll: str = field(default="original", metadata={"choices": PLL_METRICS})
     """Pseudo-log-likelihood of minimal pairs and pseudo-perplexity: "original" (Salazar et
     al. 2020: each piece masked alone) or "word-l2r" (Kauf & Ivanova 2023: the later pieces
@@ -499,8 +502,21 @@ def _check_pair(pair, where: str) -> None:
 
 def read_pairs(path: str | os.PathLike) -> list[dict]:
     """The minimal pairs of a JSON-lines file, one object a line with the strings
-    "sentence_good" and "sentence_bad" (other fields kept, for grouping). Blank lines are
+    "sentence_good" and "sentence_bad" (other fields kept, for grouping), or of every .jsonl
+    file of a directory, by name (BLiMP's layout: a file per paradigm), each pair given the
+    field "file", its file's name without .jsonl, where it has none. Blank lines are
     skipped; anything else wrong is a UserError naming the file and line."""
+    p = Path(path)
+    if not p.is_dir():
+        return _read_pair_file(p)
+    files = _jsonl_files(p)
+    if not files:
+        raise UserError(f"{p}: no .jsonl files of minimal pairs in this directory")
+    return [{**pair, FILE_GROUP: pair.get(FILE_GROUP, f.stem)}
+            for f in files for pair in _read_pair_file(f)]
+
+
+def _read_pair_file(path: Path) -> list[dict]:
     pairs = []
     for number, obj in read_jsonl(path, "minimal-pairs file"):
         _check_pair(obj, f"{path}:{number}")
@@ -510,9 +526,18 @@ def read_pairs(path: str | os.PathLike) -> list[dict]:
     return pairs
 
 
+def _jsonl_files(directory: Path) -> list[Path]:
+    return sorted(f for f in directory.iterdir() if f.suffix.lower() == ".jsonl" and f.is_file())
+
+
 def is_pairs_file(path: str | os.PathLike) -> bool:
-    """A .jsonl file whose first record has a "sentence_good" or "sentence_bad" field."""
+    """A .jsonl file whose first record has a "sentence_good" or "sentence_bad" field, or a
+    directory that is no `bertkit prepare` output (no manifest.json) whose first .jsonl file
+    is one."""
     p = Path(path)
+    if p.is_dir():
+        files = [] if (p / "manifest.json").exists() else _jsonl_files(p)
+        return bool(files) and is_pairs_file(files[0])
     if p.suffix.lower() != ".jsonl" or not p.is_file():
         return False
     for _, line in read_lines(p):
@@ -536,15 +561,19 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
 
     Returns accuracy (good > bad counts 1, a tie 1/2), pairs, mean_pll_difference (good minus
     bad, nats), group_by and groups: {value: the same three figures} per value of the field
-    `group_by` (None: "UID" when some pair has it, else no groups; "" : no groups). A pair
-    without the field falls in the group "(none)".
+    `group_by` (None: "UID" when some pair has it, else "file" when some pair has that, as
+    `read_pairs` gives the pairs of a directory, else no groups; "" : no groups), and with
+    groups mean_group_accuracy, the mean of their accuracies, each group counted once (BLiMP's
+    overall figure: the mean over its paradigms). A pair without the field falls in the group
+    "(none)".
     """
     if not pairs:
         raise UserError("no minimal pairs to score")
     for i, pair in enumerate(pairs):
         _check_pair(pair, f"pair {i + 1}")
     if group_by is None:
-        group_by = DEFAULT_GROUP if any(DEFAULT_GROUP in p for p in pairs) else ""
+        group_by = next((g for g in (DEFAULT_GROUP, FILE_GROUP) if any(g in p for p in pairs)),
+                        "")
     elif group_by and not any(group_by in p for p in pairs):
         raise UserError(f"no pair has the field {group_by!r} to group by")
     sentences = [p[GOOD] for p in pairs] + [p[BAD] for p in pairs]
@@ -554,13 +583,15 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
         scores, _, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device,
                                      metric=metric)
     good, bad = scores[:len(pairs)], scores[len(pairs):]
-    report = {**_pair_figures(good, bad), "group_by": group_by or None, "groups": {}}
+    groups = {}
     if group_by:
         values = np.array([str(p.get(group_by, "(none)")) for p in pairs], dtype=object)
         for value in sorted(set(values)):
             chosen = values == value
-            report["groups"][value] = _pair_figures(good[chosen], bad[chosen])
-    return report
+            groups[value] = _pair_figures(good[chosen], bad[chosen])
+    mean_group = (float(np.mean([g["accuracy"] for g in groups.values()])) if groups else None)
+    return {**_pair_figures(good, bad), "mean_group_accuracy": mean_group,
+            "group_by": group_by or None, "groups": groups}
 
 
 # What `bertkit evaluate` runs on a pretrained model --------------------------------------------
@@ -572,7 +603,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
 
     - a directory written by `bertkit prepare`: held-out masked-token accuracy, loss and
       perplexity, as pretraining logs them (kind "heldout");
-    - a .jsonl file of minimal pairs: `minimal_pairs` (kind "minimal_pairs");
+    - a .jsonl file of minimal pairs, or a directory of them (BLiMP's layout):
+      `minimal_pairs` (kind "minimal_pairs");
     - any other text file: its non-blank lines' masked-token scores and pseudo-perplexity
       (kind "text").
 
@@ -592,7 +624,12 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
         raise UserError(f"{inp}: no such file or directory")
     model_dir = resolve_model(model_dir)  # a directory, or a name in the local HF cache
     tokenizer = Tokenizer.load(model_dir)
-    if inp.is_dir():
+    pairs = is_pairs_file(inp)
+    if inp.is_dir() and not pairs:
+        if not (inp / "manifest.json").is_file():
+            raise UserError(f"{inp}: neither a finished `bertkit prepare` output (no "
+                            f"manifest.json: re-run prepare to finish it) nor a directory of "
+                            f"minimal-pair .jsonl files")
         load_manifest(inp)
         check_tokenizer(inp, tokenizer)
     model = load_pretraining_model(model_dir, device)
@@ -601,7 +638,7 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                         f"the model's vocabulary of {model.config.vocab_size}")
     # A left-to-right model is judged as one: next-token figures, whatever --objective says.
     causal = bool(model.config.extra.get(CAUSAL_FLAG))
-    if inp.is_dir():
+    if inp.is_dir() and not pairs:
         if causal:
             opts = dataclasses.replace(opts, objective="clm")
         if opts.objective == "span":
@@ -615,7 +652,7 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                                  row_ends=opts.row_ends, mask_frac=opts.mask_frac,
                                  random_frac=opts.random_frac, device=device)
         return {"kind": "heldout", **figures}
-    if is_pairs_file(inp):
+    if pairs:
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
                                batch_size=4 * batch_size, device=device, metric=opts.pll)
         scored_by = ({"scored_by": "log-likelihood"} if causal else
@@ -644,4 +681,5 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
 
 __all__ = ["LMEvalOptions", "masked_token_scores", "heldout_batches", "heldout_scores",
            "pseudo_log_likelihood", "pseudo_perplexity", "read_pairs", "is_pairs_file",
-           "minimal_pairs", "evaluate_pretrained", "GOOD", "BAD", "DEFAULT_GROUP", "PLL_METRICS"]
+           "minimal_pairs", "evaluate_pretrained", "GOOD", "BAD", "DEFAULT_GROUP", "FILE_GROUP",
+           "PLL_METRICS"]

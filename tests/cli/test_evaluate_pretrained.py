@@ -1,6 +1,6 @@
 """`bertkit evaluate` on a pretrained (not fine-tuned) model judges the language model: held-out
-masked tokens of a prepared directory, minimal pairs of a .jsonl, masked tokens and
-pseudo-perplexity of a text file's lines; the figures are the library's."""
+masked tokens of a prepared directory, minimal pairs of a .jsonl or of a directory of them,
+masked tokens and pseudo-perplexity of a text file's lines; the figures are the library's."""
 from __future__ import annotations
 
 import json
@@ -153,6 +153,31 @@ def test_a_fine_tuned_directory_is_not_judged_as_a_language_model(setup, tmp_pat
                extra_config={"id2label": {"0": "a", "1": "b"}})
     assert not _is_pretrained(tmp_path / "cls")
     assert not _is_pretrained(tmp_path / "missing")
+
+
+def test_a_directory_of_pair_files_as_blimp_ships_them(setup, tmp_path, capsys):
+    blimp = tmp_path / "blimp"
+    blimp.mkdir()
+    for name, (good, bad, _) in zip(("agreement", "order"), (PAIRS[0], PAIRS[2])):
+        (blimp / f"{name}.jsonl").write_text(
+            json.dumps({"sentence_good": good, "sentence_bad": bad}) + "\n", encoding="utf-8")
+    got = _json(capsys, ["--model", setup["model"], "--input", blimp])
+    model, tokenizer = load_pretraining_model(setup["model"]), Tokenizer.load(setup["model"])
+    want = minimal_pairs(model, tokenizer, read_pairs(blimp))
+    assert got == {"kind": "minimal_pairs", "scored_by": "pseudo-log-likelihood",
+                   "pll": "original", **want}
+    assert got["group_by"] == "file" and set(got["groups"]) == {"agreement", "order"}
+    assert main(["evaluate", "--model", str(setup["model"]), "--input", str(blimp)]) == 0
+    table = capsys.readouterr().out
+    assert "mean_group_accuracy" in table and "agreement" in table
+
+
+def test_a_directory_that_is_neither_prepared_nor_pairs_is_one_line(setup, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("the dog runs .\n", encoding="utf-8")
+    assert main(["evaluate", "--model", str(setup["model"]), "--input", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "neither a finished `bertkit prepare` output" in err, err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("content,message", [

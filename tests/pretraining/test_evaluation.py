@@ -19,7 +19,7 @@ from bertkit.model.encoder import init_weights
 from bertkit.config import TrainConfig
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
 from bertkit.pretraining import objectives
-from bertkit.pretraining.evaluation import (masked_token_scores, minimal_pairs,
+from bertkit.pretraining.evaluation import (is_pairs_file, masked_token_scores, minimal_pairs,
                                             pseudo_log_likelihood, pseudo_perplexity,
                                             read_pairs)
 from bertkit.pretraining.masking import mask_tokens, sampling_probs, special_tokens_mask
@@ -233,6 +233,46 @@ def test_pair_reader_keeps_the_other_fields(tmp_path):
             {"sentence_good": "the dogs run", "sentence_bad": "the dogs runs", "UID": "sv"}]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
     assert read_pairs(path) == rows
+
+
+def test_a_directory_of_pair_files_is_read_file_by_file(tmp_path):
+    rows = {"b_agreement": [{"sentence_good": "the dog runs", "sentence_bad": "the dog run"}],
+            "a_order": [{"sentence_good": "a big dog", "sentence_bad": "a dog big"},
+                        {"sentence_good": "the red cat", "sentence_bad": "the cat red",
+                         "file": "kept"}]}
+    for name, lines in rows.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines),
+                                                encoding="utf-8")
+    (tmp_path / "README.txt").write_text("not a pair file\n", encoding="utf-8")
+    assert is_pairs_file(tmp_path)
+    assert read_pairs(tmp_path) == [{**rows["a_order"][0], "file": "a_order"}, rows["a_order"][1],
+                                    {**rows["b_agreement"][0], "file": "b_agreement"}]
+    (tmp_path / "c.jsonl").write_text('{"sentence_good": "x"}\n', encoding="utf-8")
+    with pytest.raises(UserError, match=r"c.jsonl:1: no 'sentence_bad'"):
+        read_pairs(tmp_path)
+    (tmp_path / "c.jsonl").unlink()
+    (tmp_path / "manifest.json").write_text("{}", encoding="utf-8")
+    assert not is_pairs_file(tmp_path)  # a prepared directory
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert not is_pairs_file(empty)
+    with pytest.raises(UserError, match="empty: no .jsonl files of minimal pairs"):
+        read_pairs(empty)
+
+
+def test_pairs_of_several_files_group_by_file_and_average_the_groups(word_tokenizer):
+    model = _model(word_tokenizer, seed=3)
+    pairs = [{"sentence_good": f"the {n} {v}s .", "sentence_bad": f"the {n} {v} .",
+              "file": "agreement" if i < 6 else "other"}
+             for i, (n, v) in enumerate(zip(NOUNS * 2, VERBS * 2)) if i < 8]
+    report = minimal_pairs(model, word_tokenizer, pairs)
+    assert report["group_by"] == "file"
+    assert [g["pairs"] for g in report["groups"].values()] == [6, 2]
+    assert report["mean_group_accuracy"] == pytest.approx(
+        (report["groups"]["agreement"]["accuracy"] + report["groups"]["other"]["accuracy"]) / 2)
+    with_uid = [{**p, "UID": "one"} for p in pairs]  # BLiMP's own field comes first
+    assert list(minimal_pairs(model, word_tokenizer, with_uid)["groups"]) == ["one"]
+    assert minimal_pairs(model, word_tokenizer, pairs, group_by="")["mean_group_accuracy"] is None
 
 
 def test_masked_token_scores_with_every_piece_masked_equal_the_full_logits(word_tokenizer):
