@@ -23,6 +23,9 @@ class TokenizerTrainOptions:
     """wordpiece: BERT (## pieces); unigram: SentencePiece, XLM-R style."""
     cased: bool = False
     """Keep case and accents (off: lower-case and strip accents)."""
+    plain_quotes: bool = True
+    """Read typographic quotes as plain ones (‘ ’ as ', “ ” as "), so that text typed either
+    way gets the same pieces; off: BERT's normalizer alone, which keeps them apart."""
     alpha: float = 0.3
     """q_i = p_i^alpha / sum_j p_j^alpha: the share of file i in training."""
     min_frequency: int = 2
@@ -39,7 +42,7 @@ def run_tokenizer_train(opts: TokenizerTrainOptions) -> int:
     tok = train_tokenizer(opts.input, vocab_size=opts.vocab_size, kind=opts.kind,
                           cased=opts.cased, alpha=opts.alpha, out=opts.out,
                           min_frequency=opts.min_frequency, seed=opts.seed,
-                          progress=not opts.quiet)
+                          plain_quotes=opts.plain_quotes, progress=not opts.quiet)
     print(f"{opts.out}: {tok.kind} vocabulary of {tok.vocab_size:,} tokens "
           f"({'cased' if opts.cased else 'uncased'}) from {len(opts.input)} file(s)")
     return 0

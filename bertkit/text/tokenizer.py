@@ -10,6 +10,10 @@ Two kinds of vocabulary, one interface:
   `##` marks a piece that continues a word.
 - SentencePiece-Unigram, XLM-R style: NFKC, whitespace becomes part of the piece (`▁`).
 
+A vocabulary bertkit trains reads typographic quotes as plain ones (`PLAIN_QUOTES`: ‘ ’ as
+', “ ” as "), as a step of its normalizer that tokenizer.json carries: the same apostrophe
+typed two ways is one piece, so "don’t" and "don't" are the same pieces.
+
 Both use BERT's special-token names [PAD] [UNK] [CLS] [SEP] [MASK] so the rest of bertkit
 never asks which kind it holds. `tokenizer.json` is the source of truth; `vocab.txt` lists the
 pieces in id order (for a Unigram vocabulary it is informative only: it cannot carry the piece
@@ -34,6 +38,10 @@ from bertkit.files import UserError, atomic_dir, read_json, read_lines
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 """In this order they take ids 0..4 in a trained vocabulary ([PAD] = 0 = config pad_token_id)."""
+PLAIN_QUOTES = (("[\u2018\u2019\u201a\u201b]", "'"),
+                ("[\u201c\u201d\u201e\u201f]", '"'))
+"""(pattern, replacement) of the normalizer steps that read typographic quotes as plain ones:
+‘ ’ ‚ ‛ as ', “ ” „ ‟ as " (one character for one, so offsets still point into the text)."""
 TRUNCATION = ("longest_first", "only_first", "only_second")
 PADDING = ("longest", "max_length")
 
@@ -154,13 +162,30 @@ class EncodedBatch(Sequence[Encoding]):
 
 
 def bert_pipeline(backend: tokenizers.Tokenizer, *, lowercase: bool = True,
-                  strip_accents: bool | None = None, chinese_chars: bool = True) -> None:
-    """Give a WordPiece `backend` BERT's normalizer, pre-tokenizer and decoder."""
-    backend.normalizer = normalizers.BertNormalizer(
+                  strip_accents: bool | None = None, chinese_chars: bool = True,
+                  plain_quotes: bool = False) -> None:
+    """Give a WordPiece `backend` BERT's normalizer, pre-tokenizer and decoder; with
+    `plain_quotes` the normalizer first reads typographic quotes as plain ones."""
+    bert = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=chinese_chars, strip_accents=strip_accents,
         lowercase=lowercase)
+    backend.normalizer = normalizers.Sequence([*quote_steps(), bert]) if plain_quotes else bert
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.decoder = decoders.WordPiece(prefix="##")
+
+
+def quote_steps() -> list[normalizers.Normalizer]:
+    """The normalizer steps of `PLAIN_QUOTES`."""
+    return [normalizers.Replace(tokenizers.Regex(pattern), plain)
+            for pattern, plain in PLAIN_QUOTES]
+
+
+def _has_plain_quotes(normalizer: dict) -> bool:
+    """Whether a tokenizer.json normalizer holds the steps of `PLAIN_QUOTES`."""
+    steps = normalizer.get("normalizers", [normalizer]) if normalizer else []
+    patterns = {(step.get("pattern", {}).get("Regex"), step.get("content"))
+                for step in steps if step.get("type") == "Replace"}
+    return set(PLAIN_QUOTES) <= patterns
 
 
 def add_special_tokens(backend: tokenizers.Tokenizer, *, mask_lstrip: bool = False) -> None:
@@ -243,10 +268,12 @@ class Tokenizer:
                 backend = tokenizers.Tokenizer.from_file(str(p / "tokenizer.json"))
             except Exception as e:  # the Rust side raises a bare Exception
                 raise UserError(f"{p / 'tokenizer.json'}: not a tokenizers file ({e})") from None
-            if json.loads(backend.to_str())["model"]["type"] == "WordPiece" and \
-                    _BERT_FLAGS.keys() & config.keys():
-                # BertTokenizerFast rebuilds its normalizer from these flags when present.
-                bert_pipeline(backend, **_bert_flags(config))
+            spec = json.loads(backend.to_str())
+            if spec["model"]["type"] == "WordPiece" and _BERT_FLAGS.keys() & config.keys():
+                # BertTokenizerFast rebuilds its normalizer from these flags when present;
+                # the quote steps, where the file has them, stay in front of it.
+                bert_pipeline(backend, **_bert_flags(config),
+                              plain_quotes=_has_plain_quotes(spec.get("normalizer") or {}))
             return cls(backend, model_max_length=max_length, source=str(p / "tokenizer.json"))
         if (p / "vocab.txt").is_file():
             if not str(config.get("tokenizer_class", "BertTokenizer")).startswith("Bert"):
@@ -275,13 +302,16 @@ class Tokenizer:
 
     def save(self, path: str | Path) -> Path:
         """Write vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json,
-        which `transformers.AutoTokenizer` loads (BertTokenizerFast for WordPiece)."""
+        which `transformers.AutoTokenizer` loads: BertTokenizerFast for BERT's WordPiece, and
+        the generic PreTrainedTokenizerFast, which runs tokenizer.json as written, for a
+        Unigram vocabulary and for one that reads typographic quotes as plain ones (a
+        BertTokenizerFast would rebuild BERT's normalizer from the flags and drop that step)."""
         spec = json.loads(self._backend.to_str())
         spec["truncation"] = spec["padding"] = None
         specials = dict(zip(("pad_token", "unk_token", "cls_token", "sep_token", "mask_token"),
                             SPECIAL_TOKENS))
-        config = {"tokenizer_class": "BertTokenizer" if self.kind == "wordpiece"
-                  else "PreTrainedTokenizerFast",
+        bert = self.kind == "wordpiece" and not self.plain_quotes
+        config = {"tokenizer_class": "BertTokenizer" if bert else "PreTrainedTokenizerFast",
                   **self._config_flags(), **specials,
                   "model_max_length": self.model_max_length, "padding_side": "right",
                   "truncation_side": "right", "clean_up_tokenization_spaces": True,
@@ -299,6 +329,8 @@ class Tokenizer:
 
     def _config_flags(self) -> dict:
         n = self._normalizer
+        n = next((step for step in n.get("normalizers", [])
+                  if step.get("type") == "BertNormalizer"), n)  # behind the quote steps
         if n.get("type") == "BertNormalizer":
             return {"do_lower_case": n["lowercase"], "strip_accents": n["strip_accents"],
                     "tokenize_chinese_chars": n["handle_chinese_chars"]}
@@ -313,6 +345,11 @@ class Tokenizer:
     @property
     def do_lower_case(self) -> bool:
         return bool(self._config_flags()["do_lower_case"])
+
+    @property
+    def plain_quotes(self) -> bool:
+        """Whether typographic quotes are read as plain ones (`PLAIN_QUOTES`)."""
+        return _has_plain_quotes(self._normalizer)
 
     def id_to_token(self, id: int) -> str | None:
         return self._backend.id_to_token(id)

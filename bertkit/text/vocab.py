@@ -36,7 +36,7 @@ from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
 from bertkit.files import UserError, check_not_input, read_lines
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_tokens,
-                                    bert_pipeline, bert_template)
+                                    bert_pipeline, bert_template, quote_steps)
 
 KINDS = ("wordpiece", "unigram")
 
@@ -115,8 +115,8 @@ def _batches(lines: Iterator[str], progress: Progress, size: int = 1000) -> Iter
     progress.finish()
 
 
-def _unigram_normalizer(cased: bool) -> normalizers.Normalizer:
-    steps = [normalizers.NFKC(),
+def _unigram_normalizer(cased: bool, plain_quotes: bool) -> normalizers.Normalizer:
+    steps = [*(quote_steps() if plain_quotes else []), normalizers.NFKC(),
              normalizers.Replace(Regex(r"\s+"), " "),  # SentencePiece collapses whitespace
              normalizers.Replace(Regex(r"[\p{Cc}\p{Cf}]"), ""),  # and drops control characters
              normalizers.Strip()]
@@ -137,13 +137,14 @@ def _continuation_pieces(backend: tokenizers.Tokenizer, chars: set[str]) -> list
     return sorted(pieces)
 
 
-def _untrained(kind: str, vocab_size: int, cased: bool, min_frequency: int,
+def _untrained(kind: str, vocab_size: int, cased: bool, plain_quotes: bool, min_frequency: int,
                show_progress: bool, chars: set[str] | None
                ) -> tuple[tokenizers.Tokenizer, trainers.Trainer]:
     if kind == "wordpiece":
         backend = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token=UNK))
         # BERT: uncased strips accents too; cased keeps both (strip_accents=None follows case).
-        bert_pipeline(backend, lowercase=not cased, strip_accents=None)
+        bert_pipeline(backend, lowercase=not cased, strip_accents=None,
+                      plain_quotes=plain_quotes)
         # Registered with the specials, the continuation characters take their ids in sorted
         # order rather than the trainer's hash-map order (see the module docstring); they are
         # made ordinary pieces again in `_canonical`.
@@ -153,7 +154,7 @@ def _untrained(kind: str, vocab_size: int, cased: bool, min_frequency: int,
             continuing_subword_prefix="##", show_progress=show_progress)
     elif kind == "unigram":
         backend = tokenizers.Tokenizer(tokenizers.models.Unigram())
-        backend.normalizer = _unigram_normalizer(cased)
+        backend.normalizer = _unigram_normalizer(cased, plain_quotes)
         backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
         backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
         trainer = trainers.UnigramTrainer(
@@ -223,11 +224,13 @@ def _canonical(backend: tokenizers.Tokenizer, kind: str) -> tokenizers.Tokenizer
 def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
                     kind: str = "wordpiece", cased: bool = False, alpha: float = 0.3,
                     out: str | Path | None = None, *, min_frequency: int = 2,
-                    model_max_length: int = 512, seed: int = 0,
+                    model_max_length: int = 512, seed: int = 0, plain_quotes: bool = True,
                     progress: bool = True) -> Tokenizer:
     """Train a WordPiece (BERT) or Unigram (XLM-R style) vocabulary from text files.
 
-    Uncased by default (lower-case, strip accents); `cased=True` keeps both. The special
+    Uncased by default (lower-case, strip accents); `cased=True` keeps both. Typographic
+    quotes are read as plain ones (‘ ’ as ', “ ” as "; `plain_quotes=False` keeps them apart),
+    in the vocabulary's normalizer, so text typed either way gets the same pieces. The special
     tokens take ids 0..4: [PAD] [UNK] [CLS] [SEP] [MASK]. Several files are mixed with exponent
     `alpha` (see the module docstring). Every file is checked (exists, not empty, UTF-8) before
     training starts, and `out`, if given, is written only when training succeeded.
@@ -240,7 +243,7 @@ def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
     sizes = [count_lines(f, chars) for f in files]
     check_not_input(out, list(files))
     # The trainer's own bars (merges, pruning) only make sense on a terminal.
-    backend, trainer = _untrained(kind, vocab_size, cased, min_frequency,
+    backend, trainer = _untrained(kind, vocab_size, cased, plain_quotes, min_frequency,
                                   progress and sys.stderr.isatty(), chars)
     report = Progress(f"training {kind} vocabulary", sum(sizes), "lines", enabled=progress)
     try:

@@ -108,6 +108,23 @@ def test_init_takes_the_architecture_and_a_shape(model_dir, capsys, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_typographic_quotes_read_as_plain_ones_unless_asked_not_to(corpus, capsys, tmp_path):
+    quoted = tmp_path / "quoted.txt"
+    quoted.write_text(corpus.read_text(encoding="utf-8") + "the river’s “mill” and the river's "
+                      "\"mill\"\n" * 3, encoding="utf-8")
+    ids = {}
+    for flag in ("--plain-quotes", "--no-plain-quotes"):
+        out = tmp_path / flag
+        assert main(["tokenizer", "train", "--input", str(quoted), "--vocab-size", "120",
+                     "--out", str(out), "--quiet", flag]) == 0
+        capsys.readouterr()
+        code, text, _ = run(capsys, "tokenize", "--model", out, "--json", "river’s “mill”",
+                            "river's \"mill\"")
+        ids[flag] = [json.loads(line)["ids"] for line in text.splitlines()]
+    assert ids["--plain-quotes"][0] == ids["--plain-quotes"][1]
+    assert ids["--no-plain-quotes"][0] != ids["--no-plain-quotes"][1]
+
+
 def test_bad_inputs_exit_2_with_one_line(model_dir, corpus, capsys, tmp_path):
     out = tmp_path / "out"
     empty = tmp_path / "empty.txt"

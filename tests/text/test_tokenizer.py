@@ -153,22 +153,30 @@ def _write_corpus(path, n=400, seed=0):
     return path
 
 
-@pytest.mark.parametrize("kind,cased", [("wordpiece", False), ("wordpiece", True),
-                                        ("unigram", False)])
-def test_trained_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, cased):
+@pytest.mark.parametrize("kind,cased,plain_quotes", [
+    ("wordpiece", False, True), ("wordpiece", True, True), ("wordpiece", False, False),
+    ("unigram", False, True)])
+def test_trained_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, cased, plain_quotes):
     corpus = _write_corpus(tmp_path / "corpus.txt")
+    with corpus.open("a", encoding="utf-8") as f:  # quotes typed both ways
+        f.write("kalo's \"ri\" an ‘lo’\n“be” kalo’s an 'lo'\n" * 3)
     ours = train_tokenizer([corpus], vocab_size=300, kind=kind, cased=cased,
-                           out=tmp_path / "tok", progress=False)
+                           plain_quotes=plain_quotes, out=tmp_path / "tok", progress=False)
     assert [ours.id_to_token(i) for i in range(5)] == list(SPECIAL_TOKENS)
+    assert ours.plain_quotes == plain_quotes
     hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
-    if kind == "wordpiece":
+    if kind == "wordpiece" and not plain_quotes:
         assert type(hf).__name__ in ("BertTokenizer", "BertTokenizerFast")
     texts = corpus.read_text(encoding="utf-8").splitlines()[:20] + [
-        "Kalo MÉRI tsuan [MASK] unseenword ✓", ""]
+        "Kalo MÉRI tsuan [MASK] unseenword ✓", "", "“Kalo’s” ‘ri’, „an‟ and \"kalo's\""]
     pairs = texts[::-1]
     assert ours_fields(ours.encode_batch(texts, pairs)) == hf_fields(hf, texts, pairs)
     loaded = Tokenizer.load(tmp_path / "tok")
     assert ours_fields(loaded.encode_batch(texts)) == ours_fields(ours.encode_batch(texts))
+    assert loaded.plain_quotes == plain_quotes
+    typed = ours.encode("“kalo’s” ‘ri’"), ours.encode('"kalo\'s" \'ri\'')
+    assert (typed[0].ids == typed[1].ids) == plain_quotes
+    assert [(a, b) for a, b in typed[0].offsets] == [(a, b) for a, b in typed[1].offsets]
     vocab = (tmp_path / "tok" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert vocab == [ours.id_to_token(i) for i in range(ours.vocab_size)]
     assert ours.encode("KALO").tokens[1:-1] != ours.encode("kalo").tokens[1:-1] or not cased
@@ -176,6 +184,9 @@ def test_trained_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, cased):
     (tmp_path / "tok" / "tokenizer.json").unlink()
     if kind == "unigram":  # its scores live only in tokenizer.json
         with pytest.raises(UserError, match="no tokenizer.json"):
+            Tokenizer.load(tmp_path / "tok")
+    elif plain_quotes:  # and so does the quote step
+        with pytest.raises(UserError, match="vocab.txt alone describes only a BERT"):
             Tokenizer.load(tmp_path / "tok")
     else:
         assert ours_fields(Tokenizer.load(tmp_path / "tok").encode_batch(texts, pairs)) == \
