@@ -22,6 +22,7 @@ import numpy as np
 import tokenizers
 
 from bertkit.text.sentences import sentence_ends, word_flags
+from bertkit.text.tokenizer import PLAIN_QUOTES
 
 CACHED_WORD_CHARS = 48
 
@@ -163,9 +164,11 @@ def fast_path_ok(probe: "ChunkTokenizer", lines: list[str]) -> bool:
 
     def word_local(n) -> bool:
         # the Unigram pipeline's whitespace collapsing, control-character removal and strip
-        # act inside a space-free word as they do inside the line
+        # act inside a space-free word as they do inside the line, and the plain quotes put
+        # one character for one
         if n.get("type") == "Replace":
-            return n.get("pattern", {}).get("Regex") in (r"\s+", r"[\p{Cc}\p{Cf}]")
+            return n.get("pattern", {}).get("Regex") in (
+                r"\s+", r"[\p{Cc}\p{Cf}]", *(pattern for pattern, _ in PLAIN_QUOTES))
         return n.get("type") in local or n.get("type") == "Strip"
 
     normalizers = steps(spec.get("normalizer"), "normalizers")
