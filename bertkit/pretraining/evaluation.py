@@ -589,7 +589,7 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
         for value in sorted(set(values)):
             chosen = values == value
             groups[value] = _pair_figures(good[chosen], bad[chosen])
-    mean_group = (float(np.mean([g["accuracy"] for g in groups.values()])) if groups else None)
+    mean_group = float(np.mean([g["accuracy"] for g in groups.values()])) if groups else None
     return {**_pair_figures(good, bad), "mean_group_accuracy": mean_group,
             "group_by": group_by or None, "groups": groups}
 

@@ -182,7 +182,7 @@ def quote_steps() -> list[normalizers.Normalizer]:
 
 def _has_plain_quotes(normalizer: dict) -> bool:
     """Whether a tokenizer.json normalizer holds the steps of `PLAIN_QUOTES`."""
-    steps = normalizer.get("normalizers", [normalizer]) if normalizer else []
+    steps = normalizer.get("normalizers", [normalizer])
     patterns = {(step.get("pattern", {}).get("Regex"), step.get("content"))
                 for step in steps if step.get("type") == "Replace"}
     return set(PLAIN_QUOTES) <= patterns
