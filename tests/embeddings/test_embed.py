@@ -371,6 +371,7 @@ def test_a_batch_never_makes_the_host_wait(tiny_bert_dir, sentences, host_syncs,
     assert len(calls) >= 4 and host_syncs.found == []
 
 
+@pytest.mark.gpu
 def test_on_a_gpu_a_batch_never_syncs(tiny_bert_dir, sentences, sync_debug_errors,
                                       monkeypatch):
     calls = _watch_batches(monkeypatch, sync_debug_errors)

@@ -36,6 +36,7 @@ def test_the_step_never_makes_the_host_wait(name, step_syncs, request, task_file
     assert result.steps > 1 and step_syncs.found == []
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", RUNS)
 def test_on_a_gpu_the_step_never_syncs(name, cuda_sync_errors, request, task_files,
                                        quick_config, tmp_path):

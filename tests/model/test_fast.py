@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -214,3 +215,36 @@ def test_attend_times_both_kernels_on_the_clock():
     y = attend(q, k, v, None, False, 0.0)
     assert len(attend.choices) == 1 and q.grad is None  # timing left the inputs untouched
     torch.testing.assert_close(y, F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
+def test_on_a_gpu_a_training_step_equals_the_reference_on_the_cpu(architecture):
+    """The speed paths on CUDA (fused SDPA and F.dropout there, rows, the fused loss) give the
+    loss and gradients of the reference model on the CPU, in fp32 (TF32 off: torch's default
+    for matmuls, which bertkit leaves alone)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    cfg = dataclasses.replace(CFG, architecture=architecture)
+    quick, plain = (PretrainingModel(cfg, fast=f) for f in (True, False))
+    init_weights(quick, cfg, torch.Generator().manual_seed(3))
+    plain.load_state_dict(quick.state_dict())
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, cfg.vocab_size, (3, 20), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 14:] = 0
+    positions = torch.tensor([1, 4, 22, 47])
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": mask,
+             "mlm_positions": positions, "mlm_labels": ids.flatten()[positions].clone()}
+    results = []
+    for model, device in ((quick.cuda(), "cuda"), (plain, "cpu")):
+        model.train()
+        loss, _ = objectives.loss_for("mlm")(model, {k: v.to(device) for k, v in batch.items()})
+        loss.backward()
+        results.append((loss.detach().cpu(), {n: p.grad.cpu() for n, p in
+                                              model.named_parameters() if p.grad is not None}))
+    (gpu_loss, gpu_grads), (cpu_loss, cpu_grads) = results
+    torch.testing.assert_close(gpu_loss, cpu_loss, atol=1e-5, rtol=1e-5)
+    assert gpu_grads.keys() == cpu_grads.keys()
+    for name, a in gpu_grads.items():
+        torch.testing.assert_close(a, cpu_grads[name], atol=1e-5, rtol=1e-4, msg=name)

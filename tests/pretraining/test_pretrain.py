@@ -135,6 +135,7 @@ def test_the_step_never_makes_the_host_wait(prepared, tmp_path, step_syncs, arch
     assert step_syncs.found == []
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("architecture,objective,extra", STEPS)
 def test_on_a_gpu_the_step_never_syncs(prepared, tmp_path, cuda_sync_errors, architecture,
                                        objective, extra):
