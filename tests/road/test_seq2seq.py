@@ -20,9 +20,9 @@ from bertkit.text.vocab import train_tokenizer
 V = 23
 
 
-def model(attention: bool = True, seed: int = 0) -> Seq2Seq:
+def model(attention: bool = True, seed: int = 0, copy: bool = False) -> Seq2Seq:
     cfg = Seq2SeqConfig(vocab_size=V, embed_dim=8, hidden=12, attention_dim=6,
-                        attention=attention, dropout=0.0)
+                        attention=attention, copy=copy, dropout=0.0)
     return Seq2Seq(cfg, torch.Generator().manual_seed(seed)).eval()
 
 
@@ -53,19 +53,24 @@ def test_one_additive_attention_step_by_hand():
 
 
 def test_attention_weights_sum_to_one_and_padding_changes_nothing():
-    m, srcs = model(), sources()
-    src, mask = pad_sources(srcs, m.cfg)
-    outs, maps = greedy_decode(m, src, mask, max_length=7)
-    for b, s in enumerate(srcs):
-        alone = greedy_decode(m, *pad_sources([s], m.cfg), max_length=7)
-        assert alone[0][0] == outs[b]  # padding beside a shorter source changes nothing
-        np.testing.assert_allclose(alone[1][0], maps[b], atol=1e-5)
-        assert maps[b].shape[1] == len(s) + 1  # source pieces and </s>, no padding columns
-        np.testing.assert_allclose(maps[b].sum(1), 1.0, atol=1e-5)
-    with torch.no_grad():
-        enc = m.encode(src, mask)
-        _, _, weights = m.step(torch.full((len(srcs),), m.cfg.bos_id), enc.state, enc)
-    assert float(weights[~mask].abs().sum()) == 0.0
+    for copy in (False, True):
+        m, srcs = model(copy=copy), sources()
+        src, mask = pad_sources(srcs, m.cfg)
+        decoded = greedy_decode(m, src, mask, max_length=7)
+        for b, s in enumerate(srcs):
+            alone = greedy_decode(m, *pad_sources([s], m.cfg), max_length=7)[0]
+            assert alone.ids == decoded[b].ids  # padding beside a shorter source changes nothing
+            np.testing.assert_allclose(alone.weights, decoded[b].weights, atol=1e-5)
+            assert decoded[b].weights.shape[1] == len(s) + 1  # source and </s>, no padding
+            np.testing.assert_allclose(decoded[b].weights.sum(1), 1.0, atol=1e-5)
+            assert (decoded[b].p_gen is None) is not copy
+            if copy:
+                np.testing.assert_allclose(alone.p_gen, decoded[b].p_gen, atol=1e-5)
+                assert decoded[b].p_gen.shape == (len(decoded[b].weights),)
+        with torch.no_grad():
+            enc = m.encode(src, mask)
+            step = m.step(torch.full((len(srcs),), m.cfg.bos_id), enc.state, enc)
+        assert float(step.weights[~mask].abs().sum()) == 0.0
 
 
 def test_without_attention_the_decoder_reads_only_the_final_state():
@@ -79,22 +84,24 @@ def test_without_attention_the_decoder_reads_only_the_final_state():
         scrambled.memory = torch.randn_like(enc.memory)
         if attention:
             scrambled.keys = m.attention.key(scrambled.memory)
-        logits, _, weights = m.step(prev, enc.state, enc)
-        other, _, _ = m.step(prev, enc.state, scrambled)
-        assert torch.allclose(logits, other) is (not attention)
-        assert (weights is None) is (not attention)
+        step = m.step(prev, enc.state, enc)
+        other = m.step(prev, enc.state, scrambled)
+        assert torch.allclose(step.log_probs, other.log_probs) is (not attention)
+        assert (step.weights is None) is (not attention)
 
 
 def test_beam_search_of_width_one_is_greedy_decoding():
-    for seed in range(3):
-        m = model(attention=seed != 1, seed=seed)
+    for seed in range(4):
+        m = model(attention=seed != 1, seed=seed, copy=seed == 3)
         for s in sources(seed + 10, 6):
             src, mask = pad_sources([s], m.cfg)
-            greedy, gmaps = greedy_decode(m, src, mask, max_length=9)
-            ids, maps = beam_decode(m, src, mask, max_length=9, width=1)
-            assert ids == greedy[0]
+            greedy = greedy_decode(m, src, mask, max_length=9)[0]
+            beam = beam_decode(m, src, mask, max_length=9, width=1)
+            assert beam.ids == greedy.ids
             if m.attention is not None:
-                np.testing.assert_allclose(maps, gmaps[0], atol=1e-6)
+                np.testing.assert_allclose(beam.weights, greedy.weights, atol=1e-6)
+            if m.gate is not None:
+                np.testing.assert_allclose(beam.p_gen, greedy.p_gen, atol=1e-6)
 
 
 def test_wider_beams_never_score_worse_than_greedy_on_a_one_step_choice():
@@ -102,9 +109,9 @@ def test_wider_beams_never_score_worse_than_greedy_on_a_one_step_choice():
     m = model()
     src, mask = pad_sources([[5, 6, 7]], m.cfg)
     enc = m.encode(src, mask)
-    logits, _, _ = m.step(torch.tensor([m.cfg.bos_id]), enc.state, enc)
-    ids, _ = beam_decode(m, src, mask, max_length=1, width=V)
-    assert ids in ([], [int(logits[0].argmax())])
+    step = m.step(torch.tensor([m.cfg.bos_id]), enc.state, enc)
+    ids = beam_decode(m, src, mask, max_length=1, width=V).ids
+    assert ids in ([], [int(step.log_probs[0].argmax())])
 
 
 def test_teacher_forcing_loss_counts_real_target_tokens_only():
