@@ -680,6 +680,7 @@ def run_seq2seq(options: Seq2SeqOptions, command_line: str | None = None) -> Seq
     sources, references = [s for s, _ in dev_set], [t for _, t in dev_set]
     spread = np.linspace(0, len(dev_set) - 1, min(options.sample_pairs, len(dev_set)))
     sample = sorted(set(spread.round().astype(int).tolist()))
+    example_rows = sample[:: max(1, len(sample) // 6)][:6]
     data = {"train": Path(options.train).name, "dev": Path(options.dev).name,
             "train_pairs": len(train_set), "dev_pairs": len(dev_set), "sample_pairs": len(sample),
             "max_tokens": options.max_tokens, "vocab_size": tokenizer.vocab_size}
@@ -687,7 +688,7 @@ def run_seq2seq(options: Seq2SeqOptions, command_line: str | None = None) -> Seq
                "copy_source_sample": _score([sources[i] for i in sample],
                                             [references[i] for i in sample]),
                "examples": [{"source": sources[i], "reference": references[i]}
-                            for i in sample[:: max(1, len(sample) // 6)][:6]],
+                            for i in example_rows],
                **_earlier_variants(out / "metrics.json", data)}
     amap = None
     for variant in options.variants:
@@ -695,8 +696,8 @@ def run_seq2seq(options: Seq2SeqOptions, command_line: str | None = None) -> Seq
                                        options, command_line)
         metrics[variant] = _score_variant(model, tokenizer, result, dev_set, out / variant,
                                           options)
-        metrics[variant]["examples"] = [metrics[variant].pop("beam_outputs")[i] for i in
-                                        sample[:: max(1, len(sample) // 6)][:6]]
+        beam_outputs = metrics[variant].pop("beam_outputs")
+        metrics[variant]["examples"] = [beam_outputs[i] for i in example_rows]
         if model.cfg.attention:
             amap = attention_map(model, tokenizer, _picture_source(sources))
             picture = out / f"{variant}_attention.png"
