@@ -133,15 +133,15 @@ class Step(NamedTuple):
 
 def copy_mixture(logits: torch.Tensor, weights: torch.Tensor, p_gen: torch.Tensor,
                  src: torch.Tensor) -> torch.Tensor:
-    """The pointer-generator distribution, as log-probabilities [B, V]:
+    """The pointer-generator distribution, as log-probabilities [..., V]:
 
         P(w) = p_gen softmax(logits)_w + (1 - p_gen) sum_{j: src_j = w} weights_j
 
-    logits [B, V], weights [B, S] (0 at padding, rows summing to 1), p_gen [B], src [B, S].
+    logits [..., V], weights [..., S] (0 at padding, summing to 1), p_gen [...], src [..., S].
     Source and output share one vocabulary, so a copied piece is an ordinary id."""
-    p_gen = p_gen.float()[:, None]
+    p_gen = p_gen.float()[..., None]
     copied = torch.zeros_like(logits, dtype=torch.float32).scatter_add(
-        1, src, (1 - p_gen) * weights.float())
+        -1, src, (1 - p_gen) * weights.float())
     probs = p_gen * logits.float().softmax(-1) + copied
     return probs.clamp_min(torch.finfo(torch.float32).tiny).log()
 
@@ -194,29 +194,48 @@ class Seq2Seq(nn.Module):
     def step(self, prev: torch.Tensor, state: torch.Tensor, enc: Encoded) -> Step:
         """One output step: prev [B] ids, state [B, H] -> log-probabilities [B, V], the new
         state, the attention weights and (with copy) p_gen."""
+        state, weights, features = self.advance(prev, state, enc)
+        log_probs, p_gen = self.predict(features, weights, enc.src)
+        return Step(log_probs, state, weights, p_gen)
+
+    def advance(self, prev: torch.Tensor, state: torch.Tensor, enc: Encoded
+                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """The recurrent half of a step: the new state [B, H], the attention weights [B, S]
+        and the features [B, H + 2H + E] (state, context, input) the output is read from."""
         emb = self.dropout(self.embed(prev))  # [B, E]
         if self.attention is not None:
             context, weights = self.attention(state, enc.keys, enc.memory, enc.mask)
         else:
             context, weights = enc.summary, None
         state = self.decoder(torch.cat([emb, context], -1), state)
-        features = torch.cat([state, context, emb], -1)
+        return state, weights, torch.cat([state, context, emb], -1)
+
+    def predict(self, features: torch.Tensor, weights: torch.Tensor | None, src: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The output half, for one step or many at once (features [..., F], weights and src
+        [..., S]): log-probabilities [..., V] and p_gen [...] (None without copy)."""
         logits = self.dropout(torch.tanh(self.pre_output(features))) @ self.embed.weight.T
         if self.gate is None:
-            return Step(logits.float().log_softmax(-1), state, weights, None)
+            return logits.float().log_softmax(-1), None
         p_gen = torch.sigmoid(self.gate(features)).squeeze(-1)
-        return Step(copy_mixture(logits, weights, p_gen, enc.src), state, weights, p_gen)
+        return copy_mixture(logits, weights, p_gen, src), p_gen
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor,
                 tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: tgt_in [B, T] (<s> y_1 .. y_{T-1}) -> log-probabilities [B, T, V]."""
+        """Teacher forcing: tgt_in [B, T] (<s> y_1 .. y_{T-1}) -> log-probabilities [B, T, V].
+        Only the recurrence runs step by step; the output layer reads all steps at once (one
+        large product is faster than T small ones)."""
         enc = self.encode(src, src_mask)
-        state, steps = enc.state, []
+        state, weights, features = enc.state, [], []
         for t in range(tgt_in.shape[1]):
-            out = self.step(tgt_in[:, t], state, enc)
-            state = out.state
-            steps.append(out.log_probs)
-        return torch.stack(steps, 1)
+            state, w, f = self.advance(tgt_in[:, t], state, enc)
+            weights.append(w)
+            features.append(f)
+        T = tgt_in.shape[1]
+        log_probs, _ = self.predict(
+            torch.stack(features, 1), None if weights[0] is None else torch.stack(weights, 1),
+            enc.src[:, None].expand(-1, T, -1))
+        return log_probs
 
 
 def seq2seq_loss(model: Seq2Seq, batch: dict) -> tuple[torch.Tensor, dict]:
@@ -567,7 +586,7 @@ class Seq2SeqOptions:
     """Dev pairs (evenly spread) decoded greedily at each evaluation: the BLEU curve."""
     max_tokens: int = 128
     """Keep pairs whose source and target are at most this many pieces each."""
-    vocab_size: int = 8000
+    vocab_size: int = 4000
     """WordPiece vocabulary size, trained (cased) on the training pairs' both sides."""
     embed_dim: int = 128
     """Token embedding width."""
@@ -575,7 +594,7 @@ class Seq2SeqOptions:
     """GRU state size."""
     dropout: float = 0.1
     """Dropout in training."""
-    batch_tokens: int = 4000
+    batch_tokens: int = 2500
     """Source and target pieces per batch, padding included (length-bucketed batches)."""
     lr: float = 3e-3
     """Peak learning rate (AdamW, linear decay over the budget)."""

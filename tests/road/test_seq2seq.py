@@ -128,6 +128,22 @@ def test_teacher_forcing_loss_counts_real_target_tokens_only():
     assert float(loss) == pytest.approx(float(expected), rel=1e-5)
 
 
+def test_teacher_forcing_reads_all_steps_at_once_as_the_steps_one_by_one():
+    pairs = [([5, 6, 7], [8, 9]), ([10], [11, 12, 13, 14])]
+    for attention, copy in ((False, False), (True, False), (True, True)):
+        m = model(attention, copy=copy)
+        batch = collate(pairs, m.cfg)
+        with torch.no_grad():
+            at_once = m(batch["input_ids"], batch["src_mask"], batch["tgt_in"])
+            enc = m.encode(batch["input_ids"], batch["src_mask"])
+            state, steps = enc.state, []
+            for t in range(batch["tgt_in"].shape[1]):
+                step = m.step(batch["tgt_in"][:, t], state, enc)
+                state = step.state
+                steps.append(step.log_probs)
+        torch.testing.assert_close(at_once, torch.stack(steps, 1), atol=1e-5, rtol=1e-5)
+
+
 def test_bad_jsonl_rows_give_one_line_errors(tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text('{"source": "a", "target": "b"}\n{"source": "a"}\n', encoding="utf-8")
