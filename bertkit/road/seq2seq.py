@@ -354,9 +354,12 @@ def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, st
 
 
 def detokenize(text: str) -> str:
-    """Undo the spaces WordPiece decoding leaves around punctuation and curly quotes."""
+    """Undo the spaces WordPiece decoding leaves around punctuation, curly quotes, hyphens
+    and dashes (the WEB writes stiff-necked, “Go—” and men’s, all without spaces)."""
     text = re.sub(r" ([,.;:?!])", r"\1", text)
     text = re.sub(r"(\w) ’ (\w)", r"\1’\2", text)  # an apostrophe inside a word
+    text = re.sub(r"(\w) - (?=\w)", r"\1-", text)
+    text = re.sub(r" ?— ?", "—", text)
     text = re.sub(r"([“‘(\[]) ", r"\1", text)  # an opening quote belongs to the next word
     return re.sub(r" ([”’)\]])", r"\1", text)
 
@@ -634,8 +637,9 @@ def _vocabulary(pairs: Sequence[tuple[str, str]], options: Seq2SeqOptions) -> To
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(tmp) / "train.txt"
         text.write_text("".join(f"{s}\n{t}\n" for s, t in pairs), encoding="utf-8")
+        # plain_quotes=False: a translator writes the quotes the references use (’ “ ”)
         tokenizer = train_tokenizer([text], options.vocab_size, cased=True, progress=False,
-                                    seed=options.seed)
+                                    seed=options.seed, plain_quotes=False)
     if tokenizer.token_to_id(CLS) != 2 or tokenizer.token_to_id(SEP) != 3 \
             or tokenizer.token_to_id(PAD) != 0:
         raise AssertionError("bertkit vocabularies put [PAD] [UNK] [CLS] [SEP] at 0..3")

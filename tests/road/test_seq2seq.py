@@ -16,7 +16,7 @@ from bertkit.road.seq2seq import (AdditiveAttention, Seq2Seq, Seq2SeqConfig, Seq
                                   attention_map, beam_decode, collate, copy_mixture,
                                   greedy_decode, load_seq2seq, pad_sources, plot_attention_map,
                                   read_pairs, run_seq2seq, save_seq2seq, seq2seq_loss,
-                                  translate, translate_with)
+                                  translate, translate_with, detokenize, _vocabulary)  # noqa
 from bertkit.text.vocab import train_tokenizer
 
 V = 23
@@ -142,6 +142,20 @@ def test_teacher_forcing_reads_all_steps_at_once_as_the_steps_one_by_one():
                 state = step.state
                 steps.append(step.log_probs)
         torch.testing.assert_close(at_once, torch.stack(steps, 1), atol=1e-5, rtol=1e-5)
+
+
+def test_detokenize_restores_the_spacing_the_references_use():
+    assert detokenize("He said , “ Go — the stiff - necked man ’ s sons . ”") == \
+        "He said, “Go—the stiff-necked man’s sons.”"
+
+
+def test_the_run_vocabulary_keeps_typographic_quotes(tmp_path):
+    """The references write ’ and “ ”: a vocabulary that reads them as ' and " cannot."""
+    pairs = [("the man’s “house”", "the man’s “home”")] * 30
+    tok = _vocabulary(pairs, Seq2SeqOptions(train=tmp_path, dev=tmp_path, out=tmp_path,
+                                            vocab_size=60))
+    ids = tok.encode_batch(["man’s “house”"], add_special_tokens=False, with_offsets=False).ids[0]
+    assert detokenize(tok.decode(ids)) == "man’s “house”"
 
 
 def test_bad_jsonl_rows_give_one_line_errors(tmp_path):
