@@ -1,4 +1,5 @@
-"""Sequence to sequence with attention: a GRU encoder-decoder, as lecture 17 draws it.
+"""Sequence to sequence with attention (and copying): a GRU encoder-decoder, as lecture 17
+draws it.
 
 The encoder (a bidirectional GRU) reads the source; its final state, through a tanh layer, is
 handed to the decoder as its first state. The decoder (a GRU cell) writes one token at a time,
@@ -12,11 +13,21 @@ where s_{t-1} is the decoder's previous state. Without attention (`attention=Fal
 class) the context is the encoder's final state at every step, so the whole source must pass
 through that one vector: the bottleneck attention removes.
 
+With the copy mechanism (`copy=True`, a pointer-generator after See et al. 2017) a gate
+p_gen = sigmoid(w . [s_t; c_t; y_{t-1}] + b) mixes the vocabulary softmax with copying a
+source piece by its attention weight:
+
+    P(w) = p_gen softmax(logits)_w + (1 - p_gen) sum_{j: x_j = w} a_tj
+
+which suits a task where most output words are input words (KJV -> WEB).
+
 Tokens are WordPiece pieces of a bertkit vocabulary trained on the training text; [CLS] plays
 <s> (start of the output) and [SEP] plays </s> (end of either side). One embedding matrix
-serves source, target and output projection (tied). `run_seq2seq` trains with the shared loop
-(bertkit.training.loop.train) and reports BLEU and chrF (bertkit.road.bleu) of greedy and
-beam decoding beside the copy-the-source baseline.
+serves source, target and output projection (tied). `run_seq2seq` trains each variant with
+the shared loop (bertkit.training.loop.train) for a time budget on length-bucketed batches,
+with the greedy BLEU of a dev sample at each evaluation (curves.png), and reports BLEU and chrF
+(bertkit.road.bleu) of greedy and beam decoding beside the copy-the-source baseline;
+`translate_file` translates a file and scores it when it has targets.
 """
 from __future__ import annotations
 
