@@ -39,11 +39,15 @@ def run_seq2seq(opts) -> int:
 
 
 def run_translate(opts) -> int:
-    from bertkit.road.seq2seq import translate
+    import sys
 
-    for line in translate(opts.model, list(opts.texts), beam=opts.beam,
-                          max_length=opts.max_length, device=opts.device):
-        print(line)
+    from bertkit.road.seq2seq import translate_file
+
+    outputs, scores = translate_file(opts)
+    if opts.out is None:
+        print("\n".join(outputs))
+    if scores is not None:
+        print(json.dumps(scores, indent=2), file=sys.stdout if opts.out else sys.stderr)
     return 0
 
 
@@ -74,12 +78,16 @@ COMMANDS = (
     Command("road neighbours", run_neighbours, ("bertkit.road.entities:NeighboursOptions",),
             help="the movies nearest to one by its learned embedding"),
     Command("road seq2seq", run_seq2seq, ("bertkit.road.seq2seq:Seq2SeqOptions",),
-            help="GRU encoder-decoder with and without additive attention; BLEU and chrF",
-            description="Train on parallel JSON lines ({source, target}), decode dev greedily "
-                        "and with beam search, score BLEU and chrF beside copying the source, "
-                        "and draw the attention of one dev verse."),
+            help="GRU encoder-decoder: plain, with additive attention, with attention and "
+                 "copying; BLEU and chrF",
+            description="Train on parallel JSON lines ({source, target}) for a time budget "
+                        "per model, with the BLEU of a dev sample in the progress lines; "
+                        "decode dev greedily and with beam search, score BLEU and chrF beside "
+                        "copying the source, and draw the curves and the attention (and "
+                        "p_gen) of one dev verse."),
     Command("road translate", run_translate, ("bertkit.road.seq2seq:TranslateOptions",),
-            help="translate texts with a model saved by road seq2seq"),
+            help="translate texts or a file with a model saved by road seq2seq (BLEU and chrF "
+                 "when the file has targets)"),
     Command("road elmo", run_elmo, ("bertkit.road.elmo:ElmoOptions",),
             help="ELMo: forward and backward LSTM language models; held-out perplexity",
             description="Train ELMo's two 2-layer LSTM language models (shared embedding and "
