@@ -89,11 +89,14 @@ def test_training_rejects_bad_files_before_writing(tmp_path):
     latin = tmp_path / "latin1.txt"
     latin.write_bytes("ok line\nsecond line\ncaf\xe9 au lait\n".encode("latin-1"))
     out = tmp_path / "out"
+    empty_dir = tmp_path / "empty_dir"
+    empty_dir.mkdir()
     cases = [(tmp_path / "missing.txt", "missing.txt: input file does not exist"),
              (empty, "empty.txt: input file is empty"),
              (blank, "blank.txt: no text"),
              (latin, r"latin1.txt:3: not UTF-8 text \(byte 0xe9"),
-             (tmp_path, "is a directory")]
+             (empty_dir, "empty_dir: no files in the folder"),
+             (tmp_path / "*.none", r"\*.none: no files match")]
     for bad, message in cases:
         with pytest.raises(UserError, match=message):
             train_tokenizer([good, bad], vocab_size=100, out=out, progress=False)
