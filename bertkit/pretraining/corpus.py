@@ -185,10 +185,14 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                       file=sys.stderr)
             tokenizer = Path(scratch) / "tokenizer"
             train_tokenizer([sources], vocab_size=vocab_size, out=tokenizer,
-                            say=sys.stderr if progress else None, progress=progress)
+                            say=_note if progress else None, progress=progress)
         manifest = prepare(arguments, tokenizer, out, text_field=text_field, progress=progress)
     write_json(out / SOURCE_FILE, request)
     return manifest
+
+
+def _note(line: str) -> None:
+    print(f"prepare: {line}", file=sys.stderr)
 
 
 def _prepare_beside(sources, text_bytes, tokenizer, out: Path, plan: dict, fingerprint: str,

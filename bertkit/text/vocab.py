@@ -33,7 +33,7 @@ import os
 import random
 import sys
 from pathlib import Path
-from typing import Iterator, Sequence, TextIO
+from typing import Callable, Iterator, Sequence
 
 import tokenizers
 from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
@@ -256,7 +256,8 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
                     out: str | Path | None = None, *, min_frequency: int = 2,
                     model_max_length: int = 512, seed: int = 0, plain_quotes: bool = True,
                     text_field: str = "text", sample_bytes: int | None = DEFAULT_SAMPLE_BYTES,
-                    say: TextIO | None = sys.stdout, progress: bool = True) -> Tokenizer:
+                    say: Callable[[str], object] | None = print,
+                    progress: bool = True) -> Tokenizer:
     """Train a WordPiece (BERT) or Unigram (XLM-R style) vocabulary from text.
 
     `files`: the parts of the mixture, each a file, folder, glob or `datasets` directory in
@@ -268,7 +269,7 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
     tokens take ids 0..4: [PAD] [UNK] [CLS] [SEP] [MASK]. Several parts are mixed with exponent
     `alpha` (see the module docstring). A corpus of more than `sample_bytes` of text is
     sampled down to about that much, each line kept independently with the same probability
-    (seeded; None: never), and the line saying so is written to `say`. Every file is checked
+    (seeded; None: never), and `say` (print: stdout) is given the line saying so. Every file is checked
     (exists, not empty, UTF-8, fields, compressed data) before training starts, and `out`, if
     given, is written only when training succeeded.
     """
@@ -286,10 +287,9 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
     keep = sample_share(sum(size for _, size in counted), sample_bytes)
     if keep < 1 and say is not None:
         total = sum(size for _, size in counted)
-        print(f"tokenizer: the corpus holds {total / 1e9:.2f} GB of text, more than the "
-              f"{sample_bytes / 1e9:.2f} GB a vocabulary is trained on (--sample-bytes): "
-              f"training on a sample of {keep:.1%} of its lines, each kept independently "
-              f"(seed {seed})", file=say, flush=True)
+        say(f"tokenizer: the corpus holds {_amount(total)} of text, more than the "
+            f"{_amount(sample_bytes)} a vocabulary is trained on (--sample-bytes): training "
+            f"on a sample of {keep:.1%} of its lines, each kept independently (seed {seed})")
     # The trainer's own bars (merges, pruning) only make sense on a terminal.
     backend, trainer = _untrained(kind, vocab_size, cased, plain_quotes, min_frequency,
                                   progress and sys.stderr.isatty(), chars)
@@ -321,3 +321,10 @@ def sample_share(text_bytes: int, sample_bytes: int | None) -> float:
     if sample_bytes is None or text_bytes <= sample_bytes:
         return 1.0
     return sample_bytes / text_bytes
+
+
+def _amount(size: int) -> str:
+    """Bytes as a reader takes them in: "5.20 GB", "12.3 MB", "900 bytes"."""
+    if size >= 100_000_000:
+        return f"{size / 1e9:.2f} GB"
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size:,} bytes"
