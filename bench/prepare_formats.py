@@ -85,7 +85,7 @@ def build(root: Path, gigabytes: float, formats: list[str]) -> dict[str, list[st
         tables = [pq.ParquetWriter(root / f"part-{k}.parquet", schema) for k in range(PARTS)]
         inputs["parquet"] = [str(root / "part-*.parquet")]
     written = 0
-    for batch in _batched(documents(gigabytes), 20000):
+    for batch in _batched(documents(gigabytes), 16_000_000):
         part = min(int(written / (gigabytes * 1e9 / PARTS)), PARTS - 1)
         text = "\n\n".join(batch) + "\n\n"
         written += len(text.encode("utf-8"))
@@ -93,8 +93,7 @@ def build(root: Path, gigabytes: float, formats: list[str]) -> dict[str, list[st
             f = files[0] if name == "plain" else files[part]
             f.write(text if name == "plain" else text.encode("utf-8"))
         if tables is not None:
-            tables[part].write_table(pa.table({"text": batch}, schema=schema),
-                                     row_group_size=5000)
+            tables[part].write_table(pa.table({"text": batch}, schema=schema))  # 16 MB groups
     for files in writers.values():
         for f in files:
             f.close()
@@ -103,13 +102,15 @@ def build(root: Path, gigabytes: float, formats: list[str]) -> dict[str, list[st
     return inputs
 
 
-def _batched(items, n):
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == n:
+def _batched(docs, size: int):
+    """Documents in lists of about `size` bytes."""
+    batch, held = [], 0
+    for doc in docs:
+        batch.append(doc)
+        held += len(doc)
+        if held >= size:
             yield batch
-            batch = []
+            batch, held = [], 0
     if batch:
         yield batch
 

@@ -34,7 +34,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, PRESETS, Precision,
                             Schedule, TrainConfig, preset)
-from bertkit.files import UserError
+from bertkit.files import UserError, check_not_input
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
@@ -324,6 +324,8 @@ def data_parts(opts: PretrainOptions, rank: int = 0) -> list[tuple[Path, float]]
             raise UserError(f"{data}: prepared with another tokenizer than {first[0]}: the "
                             f"corpora of a mixture must share one (bertkit prepare "
                             f"--tokenizer {first[0] / 'tokenizer'})")
+    check_not_input(opts.out, [data for data, _ in mixture], what="--out",
+                    names=["corpus of --data"] * len(mixture))
     return mixture
 
 

@@ -165,3 +165,7 @@ def test_a_mixture_of_other_tokenizers_or_of_text_files_is_refused(corpora, tmp_
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].startswith("error: ") and message in err[-1], err
         assert not out.exists()
+    # the run's output may not be one of the corpora
+    assert main(["pretrain", "--data", f"{books}=0.5,{web}=0.5", "--out", str(web),
+                 "--max-steps", "1", *TINY]) == 2
+    assert "--out is the corpus of --data" in capsys.readouterr().err
