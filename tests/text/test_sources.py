@@ -224,3 +224,21 @@ def test_a_missing_extra_is_one_line(tmp_path, monkeypatch):
     assert _error(lambda: expand([parquet], field="body")) == (
         f"{parquet}: reading Parquet and Arrow files needs the pyarrow package: pip install "
         f"'bertkit[data]'")
+
+
+def test_what_datasets_itself_saves_is_read_in_its_order(tmp_path):
+    """The writer itself, where installed (not a dependency: checked with datasets 5.2)."""
+    datasets = pytest.importorskip("datasets")
+    texts = [f"Document {i}.\nIts second paragraph." for i in range(300)]
+    ds = datasets.Dataset.from_dict({"content": texts, "label": list(range(300))})
+    ds.save_to_disk(str(tmp_path / "ds"), num_shards=3)
+    picked = ds.shuffle(seed=0).select(range(50))  # an indices mapping, flattened on saving
+    picked.save_to_disk(str(tmp_path / "picked"))
+    datasets.DatasetDict({"train": ds, "test": picked}).save_to_disk(str(tmp_path / "dd"))
+    sources = expand([tmp_path / "ds"], field="content")
+    assert len(sources) == 3
+    assert [t for s in sources for _, t, _ in read_units(s)] == texts
+    assert [t for s in expand([tmp_path / "picked"], field="content")
+            for _, t, _ in read_units(s)] == list(picked["content"])
+    assert "give one split's directory, such as" in _error(lambda: expand([tmp_path / "dd"]))
+    assert len(list(paragraphs(expand([tmp_path / "dd" / "train"], field="content")))) == 600
