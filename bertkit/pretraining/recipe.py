@@ -419,6 +419,9 @@ def pretrain(opts: PretrainOptions,
                   f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
                   f", precision {cfg.precision}, {world} rank(s) on {device}, "
                   f"{torch.get_num_threads()} threads", file=sys.stderr)
+            if len(parts) > 1:
+                print("data: a mixture of " + ", ".join(f"{d} ({w:.0%})" for d, w in parts)
+                      + ", each batch from one corpus", file=sys.stderr)
             malloc, better = allocator()
             if better and device.type == "cpu":
                 print(f"note: steps run faster with another allocator: LD_PRELOAD={better} "
