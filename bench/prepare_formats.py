@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,8 @@ def main() -> None:
                         choices=["plain", "zstd", "gzip", "parquet"])
     parser.add_argument("--tmp", default=None, help="where to build the corpus (default: $TMPDIR)")
     args = parser.parse_args()
+    # a `timeout` stops it as Ctrl-C would: the corpus in the temporary directory is removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not CORPUS.is_dir():
         print(f"skipped: {CORPUS} is absent")
         return
@@ -170,7 +173,12 @@ def _run_reaped(inputs: list[str], tokenizer: Path, out: Path) -> dict:
         child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(
             {"inputs": inputs, "tokenizer": str(tokenizer), "out": str(out)})],
             stdout=stdout, stderr=stderr, env=env, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
+        try:
+            _, status, usage = os.wait4(child.pid, 0)
+        except BaseException:  # stopped (timeout, Ctrl-C): no prepare left running
+            child.kill()
+            child.wait()
+            raise
         seconds = time.perf_counter() - start
         child.returncode = os.waitstatus_to_exitcode(status)
         stdout.seek(0), stderr.seek(0)
