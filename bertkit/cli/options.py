@@ -24,7 +24,8 @@ the library's settings); their flags share one namespace. Annotations are resolv
 module of each class: define options classes at module level.
 
 `--config FILE.toml` holds the same settings: keys are the field names (a table for a nested
-dataclass); flags given on the command line override it. An unknown key or a value of the wrong
+dataclass; a table of paths and weights for a `metadata={"weighted": True}` path, such as
+pretrain's mixture of corpora); flags given on the command line override it. An unknown key or a value of the wrong
 type is a one-line UserError naming the file and the key.
 """
 from __future__ import annotations
@@ -106,6 +107,9 @@ class Option:
     directory: bool = False
     """An output directory (`metadata={"output": "directory"}`): `main` locks it while the
     command runs (bertkit.runlock)."""
+    weighted: bool = False
+    """A path that may be several, weighted (`metadata={"weighted": True}`): spelled
+    PATH=W,PATH=W, or in --config a table {PATH = W, ...}."""
 
     @property
     def dest(self) -> str:
@@ -180,7 +184,8 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
         found.append(Option(source, path, kind, optional, choices, nargs, container, default,
                             docs.get(f.name, ""), bool(f.metadata.get("positional")),
                             f.metadata.get("metavar"), kind is Path and is_output(f),
-                            kind is Path and f.metadata.get("output") == "directory"))
+                            kind is Path and f.metadata.get("output") == "directory",
+                            bool(f.metadata.get("weighted"))))
     return found
 
 
@@ -478,6 +483,11 @@ def _checked(opt: Option, value, path: Path):
 
 def _scalar(opt: Option, value, fail):
     kind = opt.kind
+    if opt.weighted and isinstance(value, dict):  # {PATH = W, ...}: the PATH=W,... spelling
+        if not value or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
+                                for w in value.values()):
+            raise fail("a table of paths with numbers (their weights)")
+        return Path(",".join(f"{k}={w!r}" for k, w in value.items()))
     if kind is bool:
         ok = isinstance(value, bool)
     elif kind is int:

@@ -26,8 +26,11 @@ def tune_runtime(world_size: int = 1) -> None:
 @dataclass(kw_only=True)
 class PrepareOptions:
     input: list[Path]
-    """Plain text (one sentence or paragraph per line, a blank line between documents) or
-    JSONL with a "text" field."""
+    """Files, folders, globs (quoted) or `datasets` directories: plain text (one sentence or
+    paragraph per line, a blank line between documents), JSONL, Parquet or Arrow (one
+    document per object or row, its --text-field); gzip, zstd or bzip2 compressed or not."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row that holds the text."""
     tokenizer: Path
     """Tokenizer or model directory."""
     out: Path = field(metadata={"output": "directory"})
@@ -47,7 +50,7 @@ def run_prepare(opts: PrepareOptions) -> int:
 
     manifest = prepare(opts.input, opts.tokenizer, opts.out, heldout_fraction=opts.heldout,
                        workers=opts.workers, shard_tokens=opts.shard_tokens,
-                       progress=not opts.quiet)
+                       text_field=opts.text_field, progress=not opts.quiet)
     train, heldout = manifest["train"], manifest["heldout"]
     print(f"{opts.out}: train {train['tokens']:,} tokens in {train['documents']:,} documents, "
           f"held out {heldout['tokens']:,} tokens in {heldout['documents']:,} documents, "
@@ -77,7 +80,7 @@ def run_demo(opts: DemoOptions) -> int:
 
 PRETRAIN = Command(
     "pretrain", run_pretrain, ("bertkit.pretraining.recipe:PretrainOptions",),
-    help="pretrain a BERT-style encoder on a text file or prepared shards",
+    help="pretrain a BERT-style encoder on a corpus or prepared shards (mixed by proportion)",
     description="Pretrain a fresh --preset or continue an --init model on a text file "
                 "(prepared into OUT/data first) or the shards of `bertkit prepare`; give "
                 "--max-steps or --max-time (a larger --max-steps with "

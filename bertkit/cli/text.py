@@ -13,8 +13,11 @@ from bertkit.files import UserError, read_lines
 @dataclass(kw_only=True)
 class TokenizerTrainOptions:
     input: list[Path]
-    """Text files, one paragraph or sentence per line; several files (one per language) are
-    mixed with exponent --alpha."""
+    """Text files, one paragraph or sentence per line, or JSONL, Parquet, `datasets`
+    directories (their --text-field), compressed or not; a folder or a glob (quoted) is one
+    input. Several inputs (one per language) are mixed with exponent --alpha."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row that holds the text."""
     out: Path = field(metadata={"output": "directory"})
     """Directory for the tokenizer files."""
     vocab_size: int = 30000
@@ -31,7 +34,10 @@ class TokenizerTrainOptions:
     min_frequency: int = 2
     """WordPiece: ignore merges seen fewer times."""
     seed: int = 0
-    """Seeds the mixing of the files."""
+    """Seeds the mixing of the files (and the sample of a large corpus)."""
+    sample_bytes: int | None = 1_000_000_000
+    """A corpus of more text than this is sampled down to about this much, each line kept
+    with the same probability (the trainer's word counts grow with the text); none: all."""
     quiet: bool = False
     """No progress on stderr."""
 
@@ -42,9 +48,10 @@ def run_tokenizer_train(opts: TokenizerTrainOptions) -> int:
     tok = train_tokenizer(opts.input, vocab_size=opts.vocab_size, kind=opts.kind,
                           cased=opts.cased, alpha=opts.alpha, out=opts.out,
                           min_frequency=opts.min_frequency, seed=opts.seed,
-                          plain_quotes=opts.plain_quotes, progress=not opts.quiet)
+                          plain_quotes=opts.plain_quotes, text_field=opts.text_field,
+                          sample_bytes=opts.sample_bytes, progress=not opts.quiet)
     print(f"{opts.out}: {tok.kind} vocabulary of {tok.vocab_size:,} tokens "
-          f"({'cased' if opts.cased else 'uncased'}) from {len(opts.input)} file(s)")
+          f"({'cased' if opts.cased else 'uncased'}) from {len(opts.input)} input(s)")
     return 0
 
 

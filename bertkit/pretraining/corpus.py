@@ -1,10 +1,11 @@
-"""Corpus preparation: text or JSONL files -> documents -> sentences -> memory-mapped token shards.
+"""Corpus preparation: text, JSONL or tables -> documents -> sentences -> memory-mapped token shards.
 
-    prepare(["austen.txt"], "tok/", "data/")      # bertkit prepare --corpus ... --out data/
+    prepare(["austen.txt"], "tok/", "data/")      # bertkit prepare --input ... --out data/
 
-Input: plain text (one sentence or paragraph per line, a blank line between documents, a new
-file starts a new document) or JSONL with a "text" field (one document per line; newlines in
-the text separate paragraphs), recognised by the extension .jsonl/.json or by its first line.
+Input (read by `bertkit.text.sources`: files, folders, globs, `datasets` directories; gzip,
+zstd or bzip2): plain text (one sentence or paragraph per line, a blank line between
+documents, a new file starts a new document), or JSONL, Parquet or Arrow with a text field
+(one document per object or row; newlines in the text separate paragraphs).
 
 Output directory:
     manifest.json      written last: tokenizer fingerprint, shard list with sha256, counts,
@@ -33,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
-import json
 import os
 import re
 import shutil
@@ -46,12 +46,13 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from bertkit.files import (UserError, check_not_input, environment_error, publish_dir, read_json,
-                           require_file, write_json)
+                           write_json)
 from bertkit.pretraining.shards import (FORMAT, SPLITS, ShardWriter, load_manifest,
                                         verify_shards)
 from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
 from bertkit.progress import Progress
 from bertkit.runlock import RunLock
+from bertkit.text.sources import Source, expand, read_units
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -81,9 +82,12 @@ class _Position:
 def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.PathLike,
             out_dir: str | os.PathLike, *, heldout_fraction: float = 0.01,
             shard_tokens: int = 1 << 22, workers: int | None = None, chunk_bytes: int = 1 << 20,
-            cache_words: int = 300_000, progress: bool = True) -> dict:
+            cache_words: int = 300_000, text_field: str = "text", progress: bool = True) -> dict:
     """Tokenize `corpus_files` into shards under `out_dir`; return the manifest.
 
+    corpus_files: files, folders, globs or `datasets` directories, in any format of
+    `bertkit.text.sources` (text, JSONL, Parquet, Arrow; gzip, zstd, bzip2); text_field: the
+    field of a JSONL object or table row that holds the text.
     heldout_fraction: share of documents kept out of training, scattered through the corpus
     (see `_plan_documents`); a corpus of one document gives the last lines of it.
     shard_tokens: a shard is closed once it holds at least this many tokens. workers:
@@ -97,8 +101,8 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
         raise UserError(f"heldout fraction must be in [0, 1), got {heldout_fraction}")
     if shard_tokens < 1 or chunk_bytes < 1:
         raise UserError("shard_tokens and chunk_bytes must be positive")
-    files = [require_file(f, "corpus file") for f in corpus_files]
-    kinds = [_kind(f) for f in files]
+    sources = expand(corpus_files, text_field, "corpus file")
+    files = [s.path for s in sources]
     tokenizer = Tokenizer.load(tokenizer_dir)
     out = Path(out_dir)
     if out.is_symlink():  # the new output replaces the directory it names, not the link
@@ -108,7 +112,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     vocab_size = tokenizer.vocab_size
     dtype = np.dtype(np.uint16 if vocab_size <= 65536 else np.int32)
     fingerprint = tokenizer_fingerprint(tokenizer)
-    layout = _plan_documents(files, kinds, heldout_fraction)
+    layout, text_bytes = _plan_documents(sources, heldout_fraction)
     if layout["documents"] == 0:
         raise UserError(f"{files[0]}: no documents in the corpus (only blank lines)")
     plan = {"format": FORMAT, "tokenizer": fingerprint, "dtype": dtype.name,
@@ -116,14 +120,17 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
             "chunk_bytes": chunk_bytes,
             "sources": [{"path": str(f.resolve()), "bytes": f.stat().st_size,
                          "mtime_ns": f.stat().st_mtime_ns} for f in files],
+            # only when it matters and is not the default: earlier outputs keep their plan
+            **({"text_field": text_field} if text_field != "text"
+               and any(s.records for s in sources) else {}),
             **layout}
     check_not_input(out, [*files, Path(tokenizer_dir)], what="output directory",
                     names=[*(["corpus file"] * len(files)), "tokenizer"])
     created = not out.exists()
     try:
         with RunLock(out):
-            manifest = _prepare_beside(files, kinds, tokenizer, out, plan, fingerprint, dtype,
-                                       workers, cache_words, progress)
+            manifest = _prepare_beside(sources, text_bytes, tokenizer, out, plan, fingerprint,
+                                       dtype, workers, cache_words, progress)
         held = manifest["heldout"]
         if heldout_fraction > 0 and held["tokens"] < MIN_HELDOUT_TOKENS:
             print(f"warning: {out}: the held-out split is only {held['tokens']} tokens "
@@ -142,25 +149,27 @@ SOURCE_FILE = "source.json"
 prepare's own files: a later call that asks the same finds it done."""
 
 
-def prepare_text(text_file: str | os.PathLike, out_dir: str | os.PathLike, *,
-                 tokenizer: str | os.PathLike | None = None, vocab_size: int = 16000,
+def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
+                 out_dir: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None,
+                 vocab_size: int = 16000, text_field: str = "text",
                  progress: bool = True) -> dict:
-    """Prepare one corpus file into `out_dir` with `tokenizer` (a tokenizer or model
-    directory), or with an uncased WordPiece vocabulary of `vocab_size` trained on the file
-    first; return the manifest. A later call with the same file (path, size, modification
+    """Prepare a corpus (a file, or files, folders and globs in any format of
+    `bertkit.text.sources`) into `out_dir` with `tokenizer` (a tokenizer or model
+    directory), or with an uncased WordPiece vocabulary of `vocab_size` trained on it
+    first; return the manifest. A later call with the same files (path, size, modification
     time) and the same tokenizer request finds the directory done and returns at once, without
     training the vocabulary again. The vocabulary is trained into a temporary directory, so
     nothing but the finished output is left behind."""
     from bertkit.text.vocab import train_tokenizer
 
-    text = require_file(text_file, "corpus file")
+    arguments = [text_file] if isinstance(text_file, (str, os.PathLike)) else list(text_file)
+    sources = expand(arguments, text_field, "corpus file")
+    text = sources[0].path
     out = Path(out_dir)
-    stat = text.stat()
-    if tokenizer is None and _kind(text) == "jsonl":
-        raise UserError(f"{text}: a JSONL corpus needs a tokenizer (--tokenizer DIR; "
-                        f"`bertkit tokenizer train` makes one from plain text)")
-    request = {"file": {"path": str(text.resolve()), "bytes": stat.st_size,
-                        "mtime_ns": stat.st_mtime_ns},
+    files = [{"path": str(s.path.resolve()), "bytes": s.path.stat().st_size,
+              "mtime_ns": s.path.stat().st_mtime_ns} for s in sources]
+    request = {**({"file": files[0]} if len(files) == 1 else {"files": files}),
+               **({"text_field": text_field} if text_field != "text" else {}),
                "tokenizer": ({"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
                              if tokenizer is not None
                              else {"trained": "wordpiece", "vocab_size": vocab_size})}
@@ -171,17 +180,23 @@ def prepare_text(text_file: str | os.PathLike, out_dir: str | os.PathLike, *,
     with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
         if tokenizer is None:
             if progress:
-                print(f"prepare: a WordPiece vocabulary of {vocab_size:,} pieces from {text}",
+                print(f"prepare: a WordPiece vocabulary of {vocab_size:,} pieces from {text}"
+                      f"{f' and {len(sources) - 1} more file(s)' if len(sources) > 1 else ''}",
                       file=sys.stderr)
             tokenizer = Path(scratch) / "tokenizer"
-            train_tokenizer([text], vocab_size=vocab_size, out=tokenizer, progress=progress)
-        manifest = prepare([text], tokenizer, out, progress=progress)
+            train_tokenizer([sources], vocab_size=vocab_size, out=tokenizer,
+                            say=_note if progress else None, progress=progress)
+        manifest = prepare(arguments, tokenizer, out, text_field=text_field, progress=progress)
     write_json(out / SOURCE_FILE, request)
     return manifest
 
 
-def _prepare_beside(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, dtype,
-                    workers, cache_words: int, progress: bool) -> dict:
+def _note(line: str) -> None:
+    print(f"prepare: {line}", file=sys.stderr)
+
+
+def _prepare_beside(sources, text_bytes, tokenizer, out: Path, plan: dict, fingerprint: str,
+                    dtype, workers, cache_words: int, progress: bool) -> dict:
     """Build the new output in `.OUT.prepare` beside `out`, check it, then swap it in: until
     then `out` keeps the previous output, whole. The build directory survives an interrupted
     run (a re-run resumes from its finished shards) and is deleted on bad input."""
@@ -193,8 +208,8 @@ def _prepare_beside(files, kinds, tokenizer, out: Path, plan: dict, fingerprint:
     if not build.exists() and _json_or_none(out / "plan.json") == plan:
         _seed(build, out)  # an output left unfinished by an earlier version: keep its shards
     try:
-        manifest = _prepare(files, kinds, tokenizer, build, plan, fingerprint, dtype, workers,
-                            cache_words, progress)
+        manifest = _prepare(sources, text_bytes, tokenizer, build, plan, fingerprint, dtype,
+                            workers, cache_words, progress)
         verify_shards(build)
     except Exception as e:  # noqa: BLE001 - re-raised; an interrupt keeps the build
         # Bad input stays bad: nothing to resume. A full disk or a read-only directory wants
@@ -238,7 +253,7 @@ def _owned(out: Path) -> list[str]:
     return owned
 
 
-def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, dtype,
+def _prepare(sources, text_bytes, tokenizer, out: Path, plan: dict, fingerprint: str, dtype,
              workers, cache_words: int, progress: bool) -> dict:
     done = _resume_point(out, plan)
     if done is None:
@@ -253,15 +268,15 @@ def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, d
     write_json(out / "plan.json", plan)
 
     tokenizer_json = (out / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8")
-    first = next(_chunks(files, kinds, _Position(), 1 << 16, None), ([], [], None))[0]
+    first = next(_chunks(sources, _Position(), 1 << 16, None), ([], [], None))[0]
     probe = ChunkTokenizer(tokenizer_json, fast=True, dtype=dtype, cache_words=cache_words)
     fast = fast_path_ok(probe, first[:400])
     heldout = _HeldoutRule(plan["heldout"])
-    reader = _chunks(files, kinds, position, plan["chunk_bytes"], plan["cut_line"])
-    sizes = [f.stat().st_size for f in files]
+    reader = _chunks(sources, position, plan["chunk_bytes"], plan["cut_line"])
+    sizes = text_bytes  # of the text read, decompressed: what the positions count
 
     def bytes_before(p: _Position) -> int:
-        return sum(sizes[:p.file]) + p.offset if p.file < len(files) else sum(sizes)
+        return sum(sizes[:p.file]) + p.offset if p.file < len(sizes) else sum(sizes)
 
     meter = Progress("prepare", sum(sizes), "MB", done=bytes_before(position), scale=1e6,
                      counts=("tokens",), enabled=progress)
@@ -282,34 +297,21 @@ def _prepare(files, kinds, tokenizer, out: Path, plan: dict, fingerprint: str, d
 
     manifest = _manifest(out, shards, tokenizer, fingerprint, dtype, plan, fast)
     if manifest["train"]["tokens"] == 0:
-        raise UserError(f"{files[0]}: no text to train on in the corpus")
+        raise UserError(f"{sources[0].path}: no text to train on in the corpus")
     manifest["files"] = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
                                if p.is_file() and not p.name.startswith(".")) + ["manifest.json"]
     write_json(out / "manifest.json", manifest)
     return manifest
 
 
-# Input: kinds, document counts, reading ------------------------------------------------------
+# Input: document counts, reading -----------------------------------------------------------
 
-def _kind(path: Path) -> str:
-    if path.suffix.lower() in (".jsonl", ".json"):
-        return "jsonl"
-    with open(path, "rb") as f:
-        for raw in f:
-            if raw.strip():
-                head = raw.lstrip()
-                if head.startswith(b"{"):
-                    try:
-                        return "jsonl" if "text" in json.loads(raw) else "text"
-                    except (ValueError, TypeError):
-                        return "text"
-                return "text"
-    return "text"
+def _plan_documents(sources: list[Source], fraction: float) -> tuple[dict, list[int]]:
+    """A first pass over the text: refuse bad input (not UTF-8, invalid JSON, a missing field,
+    corrupt compressed data) before writing anything, and choose the held-out documents.
+    Returns the layout and the bytes of text of each source (what reading positions count).
 
-
-def _plan_documents(files: list[Path], kinds: list[str], fraction: float) -> dict:
-    """A first pass over the bytes: refuse non-UTF-8 text before writing anything, and choose
-    the held-out documents. Each document is held out with probability `fraction` (a hash of
+    Each document is held out with probability `fraction` (a hash of
     its index, so the choice is scattered through the corpus and repeatable), unless it is
     larger than 2 x fraction of the corpus (one huge document would make the held-out split
     lopsided). When chance leaves the held-out documents under half the asked share of the bytes
@@ -318,62 +320,66 @@ def _plan_documents(files: list[Path], kinds: list[str], fraction: float) -> dic
     document; at least one is held out when there are two or more. A corpus that is one
     document of text has its last 1% of lines (at least one) made a second, held-out
     document."""
-    total = sum(f.stat().st_size for f in files)
-    cap = max(2 * fraction * total, 1 << 16)
-    documents, first_doc_lines, size, held_bytes = 0, 0, 0, 0
-    heldout: list[int] = []
+    documents, first_doc_lines, size = 0, 0, 0
+    chosen: list[tuple[int, int]] = []  # (doc, size) of the documents the hash holds out
     smallest = (float("inf"), -1)
     spare: list[tuple[float, int, int]] = []  # a max-heap on the hash: (-hash, doc, size)
 
     def close(doc: int, size: int) -> None:
-        nonlocal smallest, held_bytes
+        nonlocal smallest
         if doc < 0:
             return
         h = _unit_hash(doc)
-        if size <= cap and h < fraction:
-            heldout.append(doc)
-            held_bytes += size
-        elif size <= cap and len(spare) < _SPARE_DOCUMENTS:
+        if h < fraction:
+            chosen.append((doc, size))
+        elif len(spare) < _SPARE_DOCUMENTS:
             heapq.heappush(spare, (-h, doc, size))
-        elif size <= cap and h < -spare[0][0]:
+        elif h < -spare[0][0]:
             heapq.heapreplace(spare, (-h, doc, size))
         smallest = min(smallest, (size, doc))
 
-    for path, kind in zip(files, kinds):
-        in_doc = False
-        for _, block in _blocks(path):
-            for raw in block:
-                text = bool(raw.strip())
-                if kind == "jsonl" or (text and not in_doc):
-                    if text:
-                        close(documents - 1, size)
-                        documents, size = documents + 1, 0
-                in_doc = text
-                size += len(raw)
-                first_doc_lines += text and documents == 1
+    text_bytes = []
+    for source in sources:
+        in_doc, read = False, 0
+        for _, unit, end in read_units(source):
+            text = source.records or bool(unit.strip())
+            if text and (source.records or not in_doc):
+                close(documents - 1, size)
+                documents, size = documents + 1, 0
+            in_doc = text
+            size += end - read
+            read = end
+            first_doc_lines += text and documents == 1
+        text_bytes.append(read)
     close(documents - 1, size)
+    # The size of the corpus is known only now (compressed files, tables): documents too
+    # large to hold out are dropped from the choice here.
+    total = sum(text_bytes)
+    cap = max(2 * fraction * total, 1 << 16)
+    heldout = [doc for doc, size in chosen if size <= cap]
+    held_bytes = sum(size for _, size in chosen if size <= cap)
     cut = None
-    if documents == 1 and kinds[0] == "text" and first_doc_lines >= 2 and fraction > 0:
+    if documents == 1 and not sources[0].records and first_doc_lines >= 2 and fraction > 0:
         tail_start = first_doc_lines - max(1, round(first_doc_lines * 0.01)) + 1
         seen = 0
-        for first_number, block in _blocks(files[0]):
-            for number, raw in enumerate(block, first_number):
-                seen += bool(raw.strip())
-                if seen == tail_start and cut is None:
-                    cut = [0, number]
+        for number, unit, _ in read_units(sources[0]):
+            seen += bool(unit.strip())
+            if seen == tail_start:
+                cut = [0, number]
+                break
         heldout = [1]
     else:
         if documents >= 2 and held_bytes < fraction * total / 2:
             for _, doc, size in sorted(spare, reverse=True):  # nearest hash first
                 if held_bytes >= fraction * total:
                     break
-                if held_bytes + size <= 2 * fraction * total:  # never twice the share asked
-                    heldout.append(doc)
+                if size <= cap and held_bytes + size <= 2 * fraction * total:
+                    heldout.append(doc)  # never twice the share asked
                     held_bytes += size
             heldout.sort()
         if not heldout and documents >= 2 and fraction > 0:
             heldout = [smallest[1]]
-    return {"documents": documents, "heldout": heldout, "cut_line": cut}
+    return {"documents": documents, "heldout": heldout, "cut_line": cut}, text_bytes
 
 
 def _unit_hash(i: int) -> float:
@@ -382,24 +388,6 @@ def _unit_hash(i: int) -> float:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
     return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
-
-
-def _blocks(path: Path) -> Iterator[tuple[int, list[bytes]]]:
-    """(number of the first line, lines) in blocks of ~4 MB, checked to be UTF-8."""
-    number = 1
-    with open(path, "rb") as f:
-        while block := f.readlines(1 << 22):
-            try:
-                b"".join(block).decode("utf-8")
-            except UnicodeDecodeError:
-                for i, raw in enumerate(block):
-                    try:
-                        raw.decode("utf-8")
-                    except UnicodeDecodeError as e:
-                        raise UserError(f"{path}:{number + i}: not UTF-8 text (byte "
-                                        f"{raw[e.start]:#04x} at column {e.start + 1})") from None
-            yield number, block
-            number += len(block)
 
 
 class _HeldoutRule:
@@ -412,7 +400,7 @@ class _HeldoutRule:
         return np.isin(np.asarray(doc, dtype=np.int64), self.heldout)
 
 
-def _chunks(files: list[Path], kinds: list[str], start: _Position, chunk_bytes: int,
+def _chunks(sources: list[Source], start: _Position, chunk_bytes: int,
             cut_line) -> Iterator[tuple[list[str], list[int], _Position]]:
     """Yield (lines, document index of each line, position after the chunk), from `start`."""
     lines: list[str] = []
@@ -420,55 +408,35 @@ def _chunks(files: list[Path], kinds: list[str], start: _Position, chunk_bytes: 
     size = 0
     pos = _Position(**vars(start))
     cut = tuple(cut_line) if cut_line else None
-    for index in range(start.file, len(files)):
-        path, kind = files[index], kinds[index]
+    for index in range(start.file, len(sources)):
+        source = sources[index]
         if index != pos.file:
             pos = _Position(file=index, doc=pos.doc)
-        with open(path, "rb") as f:
-            f.seek(pos.offset)
-            for raw in f:
-                pos.line += 1
-                pos.offset += len(raw)
-                size += len(raw)
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise UserError(f"{path}:{pos.line}: not UTF-8 text (byte "
-                                    f"{raw[e.start]:#04x} at column {e.start + 1})") from None
-                if kind == "jsonl":
-                    if not line.strip():
-                        continue
+        for number, text, end in read_units(source, (pos.line, pos.offset)):
+            size += end - pos.offset
+            pos.line, pos.offset = number, end
+            if source.records:
+                pos.doc += 1
+                for paragraph in text.split("\n"):
+                    if paragraph := paragraph.strip():
+                        lines.append(paragraph)
+                        docs.append(pos.doc)
+            else:
+                line = text.strip()
+                if not line:
+                    pos.in_doc = False
+                    continue
+                if not pos.in_doc or (index, pos.line) == cut:
                     pos.doc += 1
-                    for paragraph in _json_text(line, path, pos.line).split("\n"):
-                        if paragraph := paragraph.strip():
-                            lines.append(paragraph)
-                            docs.append(pos.doc)
-                else:
-                    line = line.strip()
-                    if not line:
-                        pos.in_doc = False
-                        continue
-                    if not pos.in_doc or (index, pos.line) == cut:
-                        pos.doc += 1
-                    pos.in_doc = True
-                    lines.append(line)
-                    docs.append(pos.doc)
-                if size >= chunk_bytes:
-                    yield lines, docs, _Position(**vars(pos))
-                    lines, docs, size = [], [], 0
+                pos.in_doc = True
+                lines.append(line)
+                docs.append(pos.doc)
+            if size >= chunk_bytes:
+                yield lines, docs, _Position(**vars(pos))
+                lines, docs, size = [], [], 0
         pos.in_doc = False
     if lines or size:
-        yield lines, docs, _Position(file=len(files), doc=pos.doc)
-
-
-def _json_text(line: str, path: Path, number: int) -> str:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-        raise UserError(f"{path}:{number}: expected a JSON object with a \"text\" string")
-    return obj["text"]
+        yield lines, docs, _Position(file=len(sources), doc=pos.doc)
 
 
 def _resume_point(out: Path, plan: dict):

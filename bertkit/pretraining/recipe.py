@@ -34,7 +34,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, PRESETS, Precision,
                             Schedule, TrainConfig, preset)
-from bertkit.files import UserError
+from bertkit.files import UserError, check_not_input
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
@@ -42,6 +42,7 @@ from bertkit.model.hub import load_pretraining_model, save_model
 from bertkit.pretraining import objectives
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest, prepare_text
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
+from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runtime import allocator, choose_precision, parse_device
 from bertkit.text.tokenizer import Tokenizer
@@ -102,10 +103,12 @@ def _accumulation(cfg: TrainConfig) -> str:
 
 @dataclass
 class PretrainOptions:
-    data: Path
-    """Directory written by `bertkit prepare` (shards, manifest.json, tokenizer/), or a text
-    file (one sentence or paragraph per line, a blank line between documents): prepared into
-    OUT/data first, and found there by later runs of the same file."""
+    data: Path = field(metadata={"weighted": True})
+    """Directory written by `bertkit prepare` (shards, manifest.json, tokenizer/); or several
+    mixed by proportion, DIR=0.7,DIR=0.3 (a table in --config; see
+    `bertkit.pretraining.mixture`); or a corpus to prepare into OUT/data first, found there
+    by later runs: a text file (one sentence or paragraph per line, a blank line between
+    documents), JSONL, Parquet, a `datasets` directory, a folder or a glob, compressed or not."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
     tokenizer: Path | None = None
@@ -114,6 +117,8 @@ class PretrainOptions:
     vocab_size: int = 16000
     """Text-file --data only, without --tokenizer or --init: size of the uncased WordPiece
     vocabulary trained on it (16,000 for the measured english_books runs)."""
+    text_field: str = "text"
+    """Corpus --data only: the field of a JSONL object or a table row that holds the text."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
     """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
     init: Path | None = None
@@ -271,20 +276,68 @@ def save_pretrained(model: PretrainingModel, path: Path, tokenizer, causal: bool
         model.sbo = sbo
 
 
-def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int) -> list[dict]:
-    """A fixed list of held-out batches: the same masks at every evaluation."""
-    try:
-        held = PretrainingBatches(opts.data, batch_size=opts.batch_size, split="heldout",
-                                  seed=seed, prefetch=0, **data_kwargs)
-    except UserError as e:
-        if "has no text" not in str(e):
-            raise
-        return []
-    return list(itertools.islice(iter(held), opts.eval_batches))
+def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int,
+                     parts: list[tuple[Path, float]]) -> list[dict]:
+    """A fixed list of held-out batches: the same masks at every evaluation; of a mixture,
+    from each corpus in its proportion."""
+    batches = []
+    for (data, _), count in zip(parts, allocate(opts.eval_batches, [w for _, w in parts])):
+        try:
+            held = PretrainingBatches(data, batch_size=opts.batch_size, split="heldout",
+                                      seed=seed, prefetch=0, **data_kwargs)
+        except UserError as e:
+            if "has no text" not in str(e):
+                raise
+            continue
+        batches += itertools.islice(iter(held), count)
+    return batches
 
 
-def _data_fingerprint(data: Path) -> str:
-    return hashlib.sha256((data / "manifest.json").read_bytes()).hexdigest()[:16]
+def _data_fingerprint(parts: list[tuple[Path, float]]) -> str:
+    digests = [hashlib.sha256((data / "manifest.json").read_bytes()).hexdigest()[:16]
+               for data, _ in parts]
+    if len(parts) == 1:  # as before mixtures: earlier checkpoints still resume
+        return digests[0]
+    spelled = ",".join(f"{d}={w!r}" for d, (_, w) in zip(digests, parts))
+    return hashlib.sha256(spelled.encode()).hexdigest()[:16]
+
+
+def data_parts(opts: PretrainOptions, rank: int = 0) -> list[tuple[Path, float]]:
+    """The prepared directories --data names with their shares: one (`prepared_data`), or
+    the corpora of a mixture, which must all be prepared with the same tokenizer."""
+    mixture = parse_mixture(opts.data)
+    if mixture is None:
+        return [(prepared_data(opts, rank), 1.0)]
+    if opts.tokenizer is not None:
+        raise UserError("--tokenizer is for a corpus to prepare as --data; the corpora of a "
+                        "mixture are prepared data, each with its own tokenizer")
+    first = None
+    for data, _ in mixture:
+        if not data.is_dir():
+            raise UserError(f"{data}: a corpus of a mixture must be a directory made by "
+                            f"`bertkit prepare`" + ("" if data.exists() else " (it does not "
+                                                    "exist)"))
+        fingerprint = load_manifest(data)["tokenizer"]["fingerprint"]
+        if first is None:
+            first = (data, fingerprint)
+        elif fingerprint != first[1]:
+            raise UserError(f"{data}: prepared with another tokenizer than {first[0]}: the "
+                            f"corpora of a mixture must share one (bertkit prepare "
+                            f"--tokenizer {first[0] / 'tokenizer'})")
+    check_not_input(opts.out, [data for data, _ in mixture], what="--out",
+                    names=["corpus of --data"] * len(mixture))
+    return mixture
+
+
+def _is_corpus(path: Path) -> bool:
+    """--data names text to prepare (a file, a folder of files, a glob, a `datasets`
+    directory), not a `bertkit prepare` output (finished or not)."""
+    if path.is_file():
+        return True
+    if path.is_dir():
+        return not any((path / name).exists() for name in ("manifest.json", "plan.json",
+                                                           "shards"))
+    return bool(set("*?[") & set(str(path)))
 
 
 TEXT_DATA = "data"
@@ -294,10 +347,10 @@ TEXT_DATA = "data"
 def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
     """The prepared directory `opts.data` names: itself, or for a text file OUT/data, which
     rank 0 prepares (`corpus.prepare_text`) while the other ranks wait."""
-    if not opts.data.exists():
-        raise UserError(f"{opts.data}: does not exist (give a text file, or a directory made by "
-                        f"`bertkit prepare`)")
-    if not opts.data.is_file():
+    if not opts.data.exists() and not _is_corpus(opts.data):
+        raise UserError(f"{opts.data}: does not exist (give a corpus: a file, folder or glob; "
+                        f"a directory made by `bertkit prepare`; or DIR=W,DIR=W to mix several)")
+    if not _is_corpus(opts.data):
         if opts.tokenizer is not None:
             raise UserError(f"--tokenizer is for a text file as --data; {opts.data} is prepared "
                             f"data, whose tokenizer is its own")
@@ -308,7 +361,7 @@ def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
         opts.out.mkdir(parents=True, exist_ok=True)
         try:
             prepare_text(opts.data, data, tokenizer=opts.tokenizer or opts.init,
-                         vocab_size=opts.vocab_size)
+                         vocab_size=opts.vocab_size, text_field=opts.text_field)
         except BaseException:
             if created:  # bad input leaves no empty run directory behind
                 with contextlib.suppress(OSError):
@@ -340,7 +393,8 @@ def pretrain(opts: PretrainOptions,
     joined = start_distributed(device)
     try:
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-        data = prepared_data(opts, rank)
+        parts = data_parts(opts, rank)
+        data = parts[0][0]
         load_manifest(data)
         tokenizer = Tokenizer.load(data / "tokenizer")
         for size in {opts.batch_size, opts.early_batch_size}:
@@ -365,6 +419,9 @@ def pretrain(opts: PretrainOptions,
                   f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
                   f", precision {cfg.precision}, {world} rank(s) on {device}, "
                   f"{torch.get_num_threads()} threads", file=sys.stderr)
+            if len(parts) > 1:
+                print("data: a mixture of " + ", ".join(f"{d} ({w:.0%})" for d, w in parts)
+                      + ", each batch from one corpus", file=sys.stderr)
             malloc, better = allocator()
             if better and device.type == "cpu":
                 print(f"note: steps run faster with another allocator: LD_PRELOAD={better} "
@@ -372,11 +429,13 @@ def pretrain(opts: PretrainOptions,
         data_kwargs = dict(objective=opts.objective, seq_len=opts.seq_len,
                            masking=opts.masking, row_ends=opts.row_ends)
 
-        def train_batches(seq_len: int, batch_size: int, seed: int) -> PretrainingBatches:
+        def train_batches(seq_len: int, batch_size: int, seed: int):
             # Each rank takes its rows of the same global batch: any number of ranks trains alike.
-            return PretrainingBatches(opts.data, batch_size=batch_size // world, split="train",
-                                      seed=seed, rank=rank, world_size=world,
-                                      **{**data_kwargs, "seq_len": seq_len})
+            made = [PretrainingBatches(part, batch_size=batch_size // world, split="train",
+                                       seed=seed, rank=rank, world_size=world,
+                                       **{**data_kwargs, "seq_len": seq_len})
+                    for part, _ in parts]
+            return made[0] if len(made) == 1 else MixedBatches(made, [w for _, w in parts])
 
         if not opts.short_first:
             batches = train_batches(opts.seq_len, opts.batch_size, cfg.seed)
@@ -387,14 +446,14 @@ def pretrain(opts: PretrainOptions,
                 train_batches(opts.seq_len, opts.batch_size, cfg.seed + 1),
                 switch_at=opts.early_fraction)
         # Every rank builds them (a few batches) so that all agree whether to evaluate.
-        held = _heldout_batches(opts, data_kwargs, cfg.seed + 1)
+        held = _heldout_batches(opts, data_kwargs, cfg.seed + 1, parts)
         if rank == 0 and not held:
             print("warning: the held-out split is empty: no evaluation", file=sys.stderr)
 
         def evaluate(m):
             return objectives.evaluate_lm(m, held, opts.objective, device)
 
-        fingerprint = {"data": _data_fingerprint(opts.data), "objective": opts.objective,
+        fingerprint = {"data": _data_fingerprint(parts), "objective": opts.objective,
                        "seq_len": opts.seq_len, "batch_size": opts.batch_size,
                        # only when not "anywhere": checkpoints of rows cut anywhere resume
                        **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),
@@ -421,6 +480,6 @@ def pretrain(opts: PretrainOptions,
 
 
 __all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",
-           "prepared_data", "resolve", "model_to_pretrain", "save_pretrained",
+           "prepared_data", "data_parts", "resolve", "model_to_pretrain", "save_pretrained",
            "start_distributed", "SBO_FILE", "TEXT_DATA"]
 

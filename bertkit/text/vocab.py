@@ -8,8 +8,12 @@ a share p_i = n_i / sum_k n_k of the corpus' n non-blank lines, contributes a sh
 of the training lines (alpha = 1 keeps the natural mixture, alpha -> 0 makes it uniform;
 0.3 as in XLM-R). The sampled stream is as long as the corpus: a small file is read several
 times over, a large one is thinned, each line kept independently so the whole file is
-represented. Lines come from open files one at a time, so memory stays constant however large
-the corpus; the `tokenizers` trainer keeps only its word counts.
+represented. Lines come from open files one at a time (any format of `bertkit.text.sources`:
+text, JSONL, Parquet, Arrow, compressed or not), so reading takes constant memory however large
+the corpus. The `tokenizers` trainer keeps a count of every distinct word, which grows with the
+text: a corpus of more than `sample_bytes` (1 GB by default) is sampled, each line kept
+independently with probability sample_bytes / text bytes (every stream's rate above scaled by
+it), so the vocabulary sees about 1 GB drawn evenly from the whole corpus; the command says so.
 
 The same files and seed give the same vocabulary, byte for byte. The `tokenizers` trainers do
 not on their own: they keep the word counts in a hash map seeded at random in every call, and
@@ -25,34 +29,57 @@ ties by the piece).
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import tokenizers
 from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
 
-from bertkit.files import UserError, check_not_input, read_lines
+from bertkit.files import UserError, check_not_input
 from bertkit.progress import Progress
+from bertkit.text.sources import Source, expand_one, paragraphs
 from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_tokens,
                                     bert_pipeline, bert_template, quote_steps)
 
 KINDS = ("wordpiece", "unigram")
 
 
-def count_lines(path: str | Path, chars: set[str] | None = None) -> int:
-    """Non-blank lines of a text file (one streaming pass that also checks it is UTF-8); the
-    characters of those lines are added to `chars` when given."""
-    n = 0
-    for _, line in read_lines(path):
-        if line.strip():
-            n += 1
-            if chars is not None:
-                chars.update(line)
+DEFAULT_SAMPLE_BYTES = 1_000_000_000
+"""Text a vocabulary is trained on at most, by default: the trainer holds a count of every
+distinct word it sees, which grows with the text, so a larger corpus is sampled down to this
+(SentencePiece's own default, input_sentence_size, is 10M sentences: about as much)."""
+
+
+def _sources(component, text_field: str = "text") -> list[Source]:
+    """The sources of one part of the mixture: a file, folder, glob or `datasets` directory
+    (any format of `bertkit.text.sources`), or the sources it expands to."""
+    if isinstance(component, (str, os.PathLike)):
+        return expand_one(component, text_field, "input file")
+    return list(component)
+
+
+def count_text(sources: Sequence[Source], chars: set[str] | None = None) -> tuple[int, int]:
+    """(non-blank paragraphs, their UTF-8 bytes) of the sources, in one streaming pass that
+    also checks them (UTF-8, JSON, fields, compressed data); the characters of those
+    paragraphs are added to `chars` when given."""
+    n = size = 0
+    for paragraph in paragraphs(sources):
+        n += 1
+        size += len(paragraph.encode("utf-8"))
+        if chars is not None:
+            chars.update(paragraph)
     if n == 0:
-        raise UserError(f"{path}: no text (only blank lines)")
-    return n
+        raise UserError(f"{sources[0].path}: no text (only blank lines)")
+    return n, size
+
+
+def count_lines(path: str | Path, chars: set[str] | None = None) -> int:
+    """Non-blank lines (paragraphs) of a file, folder or glob (one streaming pass that also
+    checks it); the characters of those lines are added to `chars` when given."""
+    return count_text(_sources(path), chars)[0]
 
 
 def mixture_weights(sizes: Sequence[int], alpha: float) -> list[float]:
@@ -64,30 +91,33 @@ def mixture_weights(sizes: Sequence[int], alpha: float) -> list[float]:
     return [w / sum(powered) for w in powered]
 
 
-def _file_stream(path: Path, rate: float, rng: random.Random) -> Iterator[str]:
-    """Each non-blank line `rate` times on average: floor(rate) full passes over the file,
-    then one pass keeping each line with probability frac(rate)."""
+def _stream(sources: list[Source], rate: float, rng: random.Random) -> Iterator[str]:
+    """Each non-blank paragraph `rate` times on average: floor(rate) full passes over the
+    sources, then one pass keeping each paragraph with probability frac(rate)."""
     passes, keep = int(rate), rate - int(rate)
     for k in range(passes + (keep > 0)):
         last = k == passes
-        for _, line in read_lines(path):
-            if line.strip() and (not last or rng.random() < keep):
+        for line in paragraphs(sources):
+            if not last or rng.random() < keep:
                 yield line
 
 
-def mixed_lines(files: Sequence[str | Path], alpha: float = 0.3, seed: int = 0,
-                 sizes: Sequence[int] | None = None) -> Iterator[str]:
-    """Lines from `files` mixed by the q_i above, interleaved at random (any prefix of the
-    stream follows the mixture). A generator: nothing is held but one line per file.
+def mixed_lines(files: Sequence, alpha: float = 0.3, seed: int = 0,
+                sizes: Sequence[int] | None = None, keep: float = 1.0) -> Iterator[str]:
+    """Lines from `files` (each a file, folder or glob, or a list of sources) mixed by the q_i above, interleaved at random
+    (any prefix of the stream follows the mixture). A generator: nothing is held but one line
+    per file. `keep` < 1 samples the corpus: the stream is that share of the corpus' length,
+    each line drawn independently (every part of every file equally likely to be kept).
 
-    `sizes` (non-blank line counts) is computed with `count_lines` when not given.
+    `sizes` (non-blank line counts) is computed with `count_text` when not given.
     """
-    sizes = list(sizes) if sizes is not None else [count_lines(f) for f in files]
+    parts = [_sources(f) for f in files]
+    sizes = list(sizes) if sizes is not None else [count_text(p)[0] for p in parts]
     q = mixture_weights(sizes, alpha)
     total = sum(sizes)
     rng = random.Random(seed)
-    streams = [_file_stream(Path(f), qi * total / n, random.Random(f"{seed}:{i}"))
-               for i, (f, qi, n) in enumerate(zip(files, q, sizes))]
+    streams = [_stream(part, keep * qi * total / n, random.Random(f"{seed}:{i}"))
+               for i, (part, qi, n) in enumerate(zip(parts, q, sizes))]
     weights = list(q)
     active = list(range(len(streams)))
     while active:
@@ -221,45 +251,80 @@ def _canonical(backend: tokenizers.Tokenizer, kind: str) -> tokenizers.Tokenizer
     return tokenizers.Tokenizer.from_str(json.dumps(spec))
 
 
-def train_tokenizer(files: Sequence[str | Path], vocab_size: int = 30000,
+def train_tokenizer(files: Sequence, vocab_size: int = 30000,
                     kind: str = "wordpiece", cased: bool = False, alpha: float = 0.3,
                     out: str | Path | None = None, *, min_frequency: int = 2,
                     model_max_length: int = 512, seed: int = 0, plain_quotes: bool = True,
+                    text_field: str = "text", sample_bytes: int | None = DEFAULT_SAMPLE_BYTES,
+                    say: Callable[[str], object] | None = print,
                     progress: bool = True) -> Tokenizer:
-    """Train a WordPiece (BERT) or Unigram (XLM-R style) vocabulary from text files.
+    """Train a WordPiece (BERT) or Unigram (XLM-R style) vocabulary from text.
 
-    Uncased by default (lower-case, strip accents); `cased=True` keeps both. Typographic
+    `files`: the parts of the mixture, each a file, folder, glob or `datasets` directory in
+    any format of `bertkit.text.sources` (JSONL and tables: the `text_field` of each object or
+    row), or a list of sources. Uncased by default (lower-case, strip accents); `cased=True`
+    keeps both. Typographic
     quotes are read as plain ones (‘ ’ as ', “ ” as "; `plain_quotes=False` keeps them apart),
     in the vocabulary's normalizer, so text typed either way gets the same pieces. The special
-    tokens take ids 0..4: [PAD] [UNK] [CLS] [SEP] [MASK]. Several files are mixed with exponent
-    `alpha` (see the module docstring). Every file is checked (exists, not empty, UTF-8) before
-    training starts, and `out`, if given, is written only when training succeeded.
+    tokens take ids 0..4: [PAD] [UNK] [CLS] [SEP] [MASK]. Several parts are mixed with exponent
+    `alpha` (see the module docstring). A corpus of more than `sample_bytes` of text is
+    sampled down to about that much, each line kept independently with the same probability
+    (seeded; None: never), and `say` (print: stdout) is given the line saying so. Every file is checked
+    (exists, not empty, UTF-8, fields, compressed data) before training starts, and `out`, if
+    given, is written only when training succeeded.
     """
     if not files:
         raise UserError("no input files given")
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise UserError(f"vocab_size {vocab_size} is too small")
+    if sample_bytes is not None and sample_bytes < 1:
+        raise UserError(f"sample_bytes must be positive, got {sample_bytes}")
+    parts = [_sources(f, text_field) for f in files]
     chars = set() if kind == "wordpiece" else None  # only WordPiece needs its characters
-    sizes = [count_lines(f, chars) for f in files]
-    check_not_input(out, list(files))
+    counted = [count_text(part, chars) for part in parts]
+    sizes = [lines for lines, _ in counted]
+    check_not_input(out, [s.path for part in parts for s in part])
+    keep = sample_share(sum(size for _, size in counted), sample_bytes)
+    if keep < 1 and say is not None:
+        total = sum(size for _, size in counted)
+        say(f"tokenizer: the corpus holds {_amount(total)} of text, more than the "
+            f"{_amount(sample_bytes)} a vocabulary is trained on (--sample-bytes): training "
+            f"on a sample of {keep:.1%} of its lines, each kept independently (seed {seed})")
     # The trainer's own bars (merges, pruning) only make sense on a terminal.
     backend, trainer = _untrained(kind, vocab_size, cased, plain_quotes, min_frequency,
                                   progress and sys.stderr.isatty(), chars)
-    report = Progress(f"training {kind} vocabulary", sum(sizes), "lines", enabled=progress)
+    report = Progress(f"training {kind} vocabulary", round(sum(sizes) * keep), "lines",
+                      enabled=progress)
     try:
-        backend.train_from_iterator(_batches(mixed_lines(files, alpha, seed, sizes), report),
-                                    trainer)
+        backend.train_from_iterator(
+            _batches(mixed_lines(parts, alpha, seed, sizes, keep), report), trainer)
     except Exception as e:  # the Rust trainer raises a bare Exception
         if "not large enough to contain all chars" not in str(e):
             raise
-        smallest = len(_alphabet(backend, mixed_lines(files, alpha, seed, sizes)))
-        raise UserError(f"{files[0]}: vocab_size {vocab_size} is too small for a Unigram "
-                        f"vocabulary of this text: it needs at least {smallest}, one piece for "
-                        f"each of its characters") from None
+        smallest = len(_alphabet(backend, mixed_lines(parts, alpha, seed, sizes, keep)))
+        raise UserError(f"{parts[0][0].path}: vocab_size {vocab_size} is too small for a "
+                        f"Unigram vocabulary of this text: it needs at least {smallest}, one "
+                        f"piece for each of its characters") from None
     backend = _canonical(backend, kind)
     add_special_tokens(backend, mask_lstrip=kind == "unigram")
     bert_template(backend)
-    tokenizer = Tokenizer(backend, model_max_length=model_max_length, source=str(files[0]))
+    tokenizer = Tokenizer(backend, model_max_length=model_max_length,
+                          source=str(parts[0][0].path))
     if out is not None:
         tokenizer.save(out)
     return tokenizer
+
+
+def sample_share(text_bytes: int, sample_bytes: int | None) -> float:
+    """The share of a corpus' lines a vocabulary is trained on: all of them, or for a corpus
+    of more than `sample_bytes` of text about that much."""
+    if sample_bytes is None or text_bytes <= sample_bytes:
+        return 1.0
+    return sample_bytes / text_bytes
+
+
+def _amount(size: int) -> str:
+    """Bytes as a reader takes them in: "5.20 GB", "12.3 MB", "900 bytes"."""
+    if size >= 100_000_000:
+        return f"{size / 1e9:.2f} GB"
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size:,} bytes"

@@ -312,7 +312,7 @@ def test_a_text_file_as_data_and_its_bad_input(prepared, tmp_path, capsys):
     out = tmp_path / "run"
     line = _error(capsys, ["pretrain", "--data", str(tmp_path / "missing.txt"), "--out", str(out),
                            "--max-steps", "2"])
-    assert "missing.txt: does not exist (give a text file, or a directory made by" in line
+    assert "missing.txt: does not exist (give a corpus: a file, folder or glob; a directory" in line
     line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out),
                            "--tokenizer", str(prepared / "tokenizer"), "--max-steps", "2"])
     assert "--tokenizer is for a text file as --data" in line

@@ -89,11 +89,14 @@ def test_training_rejects_bad_files_before_writing(tmp_path):
     latin = tmp_path / "latin1.txt"
     latin.write_bytes("ok line\nsecond line\ncaf\xe9 au lait\n".encode("latin-1"))
     out = tmp_path / "out"
+    empty_dir = tmp_path / "empty_dir"
+    empty_dir.mkdir()
     cases = [(tmp_path / "missing.txt", "missing.txt: input file does not exist"),
              (empty, "empty.txt: input file is empty"),
              (blank, "blank.txt: no text"),
              (latin, r"latin1.txt:3: not UTF-8 text \(byte 0xe9"),
-             (tmp_path, "is a directory")]
+             (empty_dir, "empty_dir: no files in the folder"),
+             (tmp_path / "*.none", r"\*.none: no files match")]
     for bad, message in cases:
         with pytest.raises(UserError, match=message):
             train_tokenizer([good, bad], vocab_size=100, out=out, progress=False)
@@ -175,3 +178,40 @@ def test_a_fresh_process_with_another_hash_seed_trains_the_same_vocabulary(tmp_p
     subprocess.run([sys.executable, "-c", script, str(corpus), str(tmp_path / "there")],
                    env=env, check=True, timeout=120)
     assert _trained_files(tmp_path / "there") == _trained_files(tmp_path / "here")
+
+
+def test_a_corpus_over_the_budget_is_sampled_evenly_and_says_so(tmp_path, capsys):
+    import gzip
+
+    from bertkit.cli.main import main
+
+    [plain] = _tagged_files(tmp_path, [4000])
+    lines = [l for l in plain.read_text(encoding="utf-8").splitlines() if l.strip()]
+    sample = list(mixed_lines([plain], seed=3, keep=0.25))
+    # each line kept independently with probability 1/4: a binomial count, in file order
+    assert abs(len(sample) - 1000) < 5 * (4000 * 0.25 * 0.75) ** 0.5
+    assert sample == [l for l in lines if l in set(sample)]
+    tail = sum(int(l.split()[1][1:]) >= 2000 for l in sample)
+    assert abs(tail - len(sample) / 2) < 5 * (len(sample) / 4) ** 0.5  # from the whole file
+    assert sample == list(mixed_lines([plain], seed=3, keep=0.25))  # the seed decides it
+    # compressed, the same text is the same corpus: the same vocabulary from the same sample
+    gz = tmp_path / "lang0.txt.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    size = sum(len(l.encode()) for l in lines)
+    said = []
+    a = train_tokenizer([plain], vocab_size=60, sample_bytes=size // 4, say=said.append,
+                        progress=False)
+    assert said[0].startswith(f"tokenizer: the corpus holds {size:,} bytes of text, more than ")
+    assert "training on a sample of 25.0% of its lines" in said[0] and len(said) == 1
+    b = train_tokenizer([gz], vocab_size=60, sample_bytes=size // 4, say=None, progress=False)
+    assert a.get_vocab() == b.get_vocab()
+    # under the budget: no sample, nothing said
+    said = []
+    train_tokenizer([plain], vocab_size=60, sample_bytes=size, say=said.append, progress=False)
+    assert said == []
+    # the command says it on stdout
+    assert main(["tokenizer", "train", "--input", str(gz), "--vocab-size", "60", "--sample-bytes",
+                 str(size // 4), "--out", str(tmp_path / "tok"), "--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("tokenizer: the corpus holds") and "(--sample-bytes)" in out[0]
+    assert out[-1].startswith(f"{tmp_path / 'tok'}: wordpiece vocabulary of")

@@ -1,0 +1,118 @@
+"""Several prepared corpora mixed by proportion: `pretrain --data books=0.7,web=0.3`.
+
+    parts = parse_mixture("books=0.7,web=0.3")      # [(Path("books"), 0.7), (Path("web"), 0.3)]
+    batches = MixedBatches([books_batches, web_batches], [0.7, 0.3])
+
+Each batch comes whole from one corpus (its rows, masks and epochs are that corpus' own
+`PretrainingBatches`), and the corpus of each step is fixed by the proportions alone: step k
+goes to the corpus furthest behind its share, the one with the largest w_i * (k + 1) - n_i
+(n_i: batches it has given so far; ties to the first). Over any stretch of steps each
+corpus' count is within one batch of its share, with no random draw to save; the counts n_i and
+each corpus' own position are the whole state (`state_dict`), so a resumed run continues with
+exactly the batches of an uninterrupted one. Every rank computes the same schedule, so under
+torchrun all ranks take their rows of the same corpus' batch.
+
+Mixing whole batches rather than rows keeps each corpus' batch shapes, masking and resume
+exactly as they are alone; at 16 or more sequences a batch and a few corpora the gradient
+sees every corpus within a handful of steps.
+
+In a --config file the mixture is a table: `[data]` with `"books" = 0.7` and `"web" = 0.3`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bertkit.files import UserError
+
+
+def parse_mixture(spec: str | os.PathLike) -> list[tuple[Path, float]] | None:
+    """[(directory, weight)] with weights summing to 1 for "DIR=W,DIR=W,...", or None when
+    `spec` names one path (an existing one, or any without "=")."""
+    text = str(spec)
+    if "=" not in text or Path(text).exists():
+        return None
+    parts = []
+    for item in text.split(","):
+        name, eq, weight = item.strip().rpartition("=")
+        if not eq or not name:
+            raise UserError(f"--data {text}: expected DIR=WEIGHT,DIR=WEIGHT (a mixture of "
+                            f"prepared corpora), got {item.strip()!r}")
+        try:
+            value = float(weight)
+        except ValueError:
+            raise UserError(f"--data {text}: the weight of {name} is {weight!r}, not a "
+                            f"number") from None
+        if not value > 0 or value == float("inf"):
+            raise UserError(f"--data {text}: the weight of {name} must be positive, got "
+                            f"{weight}")
+        parts.append((Path(name), value))
+    names = [p for p, _ in parts]
+    if len(set(names)) < len(names):
+        raise UserError(f"--data {text}: a corpus is named twice")
+    total = sum(w for _, w in parts)
+    return [(p, w / total) for p, w in parts]
+
+
+def mixture_spec(parts: list[tuple[Path, float]]) -> str:
+    """The --data spelling of a mixture: "DIR=W,DIR=W"."""
+    return ",".join(f"{p}={w:g}" for p, w in parts)
+
+
+def schedule(weights: list[float], taken: list[int]) -> int:
+    """The corpus of the next batch: the one furthest behind its share."""
+    step = sum(taken) + 1
+    return max(range(len(weights)), key=lambda i: (weights[i] * step - taken[i], -i))
+
+
+def allocate(total: int, weights: list[float]) -> list[int]:
+    """`total` items split by the weights (the schedule's first `total` choices)."""
+    taken = [0] * len(weights)
+    for _ in range(total):
+        taken[schedule(weights, taken)] += 1
+    return taken
+
+
+class MixedBatches:
+    """Batches from several batch sources (each with state_dict / load_state_dict), taken in
+    the proportions `weights` by `schedule`; see the module docstring."""
+
+    def __init__(self, parts: list, weights: list[float]):
+        if len(parts) != len(weights) or not parts:
+            raise ValueError("one weight per part, at least one part")
+        self.parts, self.weights = list(parts), list(weights)
+        self.taken = [0] * len(parts)
+
+    def set_progress(self, fraction: float) -> None:
+        for part in self.parts:
+            if hasattr(part, "set_progress"):
+                part.set_progress(fraction)
+
+    def __iter__(self):
+        streams = [None] * len(self.parts)  # opened when first needed (prefetch threads)
+        try:
+            while True:
+                i = schedule(self.weights, self.taken)
+                if streams[i] is None:
+                    streams[i] = iter(self.parts[i])
+                batch = next(streams[i])
+                self.taken[i] += 1
+                yield batch
+        finally:
+            for stream in streams:
+                if hasattr(stream, "close"):
+                    stream.close()
+
+    def state_dict(self) -> dict:
+        return {"taken": list(self.taken), "weights": list(self.weights),
+                "parts": [part.state_dict() for part in self.parts]}
+
+    def load_state_dict(self, state: dict) -> None:
+        weights = [float(w) for w in state["weights"]]
+        if len(weights) != len(self.weights) or any(
+                abs(a - b) > 1e-12 for a, b in zip(weights, self.weights)):
+            raise UserError(f"the data position was saved for the mixture weights "
+                            f"{weights}, this run has {self.weights}")
+        self.taken = [int(n) for n in state["taken"]]
+        for part, saved in zip(self.parts, state["parts"]):
+            part.load_state_dict(saved)

@@ -1,0 +1,374 @@
+"""Where the text of a corpus comes from: files, folders and globs; plain, gzip, zstd or bzip2;
+lines of text, JSON lines, Parquet and Arrow tables (Hugging Face `datasets` directories).
+
+    sources = expand(["books/", "web/*.jsonl.zst", "wiki.parquet"], field="text")
+    for number, text, end in read_units(sources[0]): ...
+
+`expand` turns the user's arguments into `Source`s, one per file, and checks each before
+anything is read: a folder gives every visible file under it in name order, a glob the files it
+matches, a `datasets` directory (`Dataset.save_to_disk`: state.json, dataset_info.json and
+arrow files) its arrow files in the order state.json lists them. Each source has a format:
+- "text": lines; a blank line ends a document (`prepare`), each line a paragraph;
+- "jsonl": one JSON object per line, whose `field` is one document (its newlines separate
+  paragraphs); recognised by the name (.jsonl, .json) or by a first line that is an object;
+- "parquet", "arrow": one row per document, the column `field` likewise.
+Compression (gzip, zstd, bzip2) is recognised by the file's first bytes, under any name.
+
+`read_units` is the one reader every command uses (`prepare`, `pretrain --data`, `tokenizer
+train`): units (lines of a text file, documents of the other formats) with their number in
+the file and how far the file has been read. It holds one line or one record batch at a time,
+so memory is constant however large the corpus; it resumes after a unit (`after`) by seeking
+in a plain file and by reading past the units in the others.
+
+Parquet and Arrow need pyarrow, zstd needs zstandard (`pip install 'bertkit[data]'`); without
+them those files are a one-line error and everything else reads as before.
+"""
+from __future__ import annotations
+
+import bz2
+import contextlib
+import glob
+import gzip
+import io
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator, Sequence
+
+from bertkit.files import UserError, require_file
+
+FORMATS = ("text", "jsonl", "parquet", "arrow")
+TABLES = ("parquet", "arrow")
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bzip2"))
+_COMPRESSED_SUFFIX = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd",
+                      ".bz2": "bzip2"}
+_GLOB = frozenset("*?[")
+_TABLE_ROWS = 1024
+"""Rows of a Parquet file decoded at a time."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file and how to read it."""
+    path: Path
+    format: str
+    """One of FORMATS."""
+    compression: str | None = None
+    """"gzip", "zstd", "bzip2" or None (text and JSONL only)."""
+    field: str = "text"
+    """The text field of a JSONL object or a table row."""
+
+    @property
+    def records(self) -> bool:
+        """Each unit is a whole document (JSONL, Parquet, Arrow), not a line of text."""
+        return self.format != "text"
+
+    @property
+    def seekable(self) -> bool:
+        """A resume can seek to a byte offset (a plain text or JSONL file)."""
+        return self.compression is None and not self.records
+
+
+Unit = tuple[int, str, int]
+"""(number of the line or row from 1, its text, bytes read through it). The bytes are those of
+the uncompressed lines (a plain file's byte offset after the line), or for a table the UTF-8
+size of the texts so far. A text line keeps its line break; a document is its field's text."""
+
+
+# Arguments -> sources ------------------------------------------------------------------------
+
+def expand(arguments: Sequence[str | os.PathLike], field: str = "text",
+           what: str = "corpus file") -> list[Source]:
+    """Every file the arguments name, each checked, in order (see the module docstring)."""
+    if not arguments:
+        raise UserError(f"no {what}s given")
+    return [source for argument in arguments for source in expand_one(argument, field, what)]
+
+
+def expand_one(argument: str | os.PathLike, field: str = "text",
+               what: str = "corpus file") -> list[Source]:
+    """The sources of one argument: a file, a folder, a `datasets` directory or a glob."""
+    path = Path(argument)
+    if not path.exists() and _GLOB & set(str(argument)):
+        matches = sorted(glob.glob(str(argument), recursive=True))
+        if not matches:
+            raise UserError(f"{argument}: no files match")
+        files = [p for m in matches for p in _files_under(Path(m))]
+        if not files:
+            raise UserError(f"{argument}: the matching folders hold no files")
+    elif path.is_dir():
+        files = _files_under(path)
+        if not files:
+            raise UserError(f"{path}: no files in the folder")
+    else:
+        files = [require_file(path, what)]
+    return [_sniff(f, field) for f in files]
+
+
+def _files_under(path: Path) -> list[Path]:
+    """A file itself; a `datasets` directory's arrow files; every visible non-empty file under
+    a folder (hidden names, such as a prepare's build folder, left out), in name order."""
+    if not path.is_dir():
+        return [path]
+    if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
+        return _dataset_files(path)
+    if (path / "dataset_dict.json").is_file():
+        splits = _dataset_splits(path)
+        raise UserError(f"{path}: a DatasetDict of the splits {', '.join(splits)}: give one "
+                        f"split's directory, such as {path / (splits[0] if splits else 'train')}")
+    found = []
+    for entry in sorted(path.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            found += _files_under(entry)
+        elif entry.is_file() and entry.stat().st_size > 0:
+            found.append(entry)
+    return found
+
+
+def _dataset_files(path: Path) -> list[Path]:
+    """The arrow files of a `Dataset.save_to_disk` directory, in state.json's order."""
+    try:
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        names = [item["filename"] for item in state["_data_files"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"{path / 'state.json'}: not a datasets state file ({e!r})") from None
+    files = [path / name for name in names]
+    for f in files:
+        require_file(f, "datasets arrow file")
+    if not files:
+        raise UserError(f"{path / 'state.json'}: the dataset lists no arrow files")
+    return files
+
+
+def _dataset_splits(path: Path) -> list[str]:
+    with contextlib.suppress(ValueError, TypeError, KeyError, OSError):
+        return list(json.loads((path / "dataset_dict.json").read_text("utf-8"))["splits"])
+    return []
+
+
+def _sniff(path: Path, field: str) -> Source:
+    """The format and compression of one file, from its first bytes (and its name); a record
+    format is checked to hold `field` before anything is read."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    compression = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+    suffixes = [s.lower() for s in path.suffixes]
+    named = _COMPRESSED_SUFFIX.get(suffixes[-1]) if suffixes else None
+    if named is not None and compression != named:
+        raise UserError(f"{path}: not {named} data (the name says {suffixes[-1]}, the first "
+                        f"bytes do not)")
+    stem = suffixes[-2] if named is not None and len(suffixes) > 1 else \
+        (suffixes[-1] if suffixes and named is None else "")
+    if compression is None and (stem == ".parquet" or head.startswith(b"PAR1")):
+        source = Source(path, "parquet", None, field)
+        _table_columns(source)  # the schema says now whether the field is there
+        return source
+    if compression is None and (stem == ".arrow" or head.startswith(b"ARROW1")):
+        source = Source(path, "arrow", None, field)
+        _table_columns(source)
+        return source
+    source = Source(path, "text", compression, field)
+    first = _first_line(source)
+    looks_json = first is not None and first[1].lstrip().startswith("{")
+    if stem in (".jsonl", ".json") or looks_json:
+        obj = None
+        if first is not None:
+            with contextlib.suppress(ValueError):
+                obj = json.loads(first[1])
+        if stem not in (".jsonl", ".json") and not isinstance(obj, dict):
+            return source  # text that happens to begin with a brace
+        source = Source(path, "jsonl", compression, field)
+        if first is not None:
+            _json_field(first[1], source, first[0])
+    return source
+
+
+def _first_line(source: Source) -> tuple[int, str] | None:
+    """(number, text) of the first non-blank line, or None."""
+    for number, line, _ in _lines(source, (0, 0)):
+        if line.strip():
+            return number, line
+        if number >= 1000:  # a thousand blank lines: text, not JSON
+            return None
+    return None
+
+
+# Reading -------------------------------------------------------------------------------------
+
+def read_units(source: Source, after: tuple[int, int] = (0, 0)) -> Iterator[Unit]:
+    """The units of `source` (see `Unit`) after unit number after[0], which ended at byte
+    after[1]. Not UTF-8, invalid JSON, a missing field, corrupt compressed data or a corrupt
+    table: a one-line UserError naming the file and the line or row."""
+    if source.format in TABLES:
+        yield from _table_units(source, after)
+    elif source.format == "jsonl":
+        for number, line, end in _lines(source, after):
+            if line.strip():
+                yield number, _json_field(line, source, number), end
+    else:
+        yield from _lines(source, after)
+
+
+def paragraphs(sources: Sequence[Source]) -> Iterator[str]:
+    """The non-blank paragraphs of the sources, stripped: each line of a text file, each line
+    of a document's text. What a vocabulary is trained on."""
+    for source in sources:
+        for _, text, _ in read_units(source):
+            if source.records:
+                for paragraph in text.split("\n"):
+                    if paragraph := paragraph.strip():
+                        yield paragraph
+            elif text := text.strip():
+                yield text
+
+
+def _lines(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
+    number, end = after
+    skip = 0
+    with _open(source) as f:
+        if source.seekable:
+            f.seek(end)
+        else:
+            skip, number, end = number, 0, 0
+        try:
+            for raw in f:
+                number += 1
+                end += len(raw)
+                if number <= skip:
+                    continue
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise UserError(f"{source.path}:{number}: not UTF-8 text (byte "
+                                    f"{raw[e.start]:#04x} at column {e.start + 1})") from None
+                yield number, line, end
+        except _corrupt_errors(source) as e:
+            raise UserError(f"{source.path}:{number + 1}: corrupt {source.compression} data "
+                            f"({_reason(e)})") from None
+
+
+def _open(source: Source) -> BinaryIO:
+    """The file's bytes, decompressed."""
+    if source.compression is None:
+        return open(source.path, "rb")
+    if source.compression == "gzip":
+        return gzip.open(source.path, "rb")
+    if source.compression == "bzip2":
+        return bz2.open(source.path, "rb")
+    zstandard = _need("zstandard", source.path, "zstd data")
+    raw = open(source.path, "rb")
+    reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True,
+                                                          closefd=True)
+    return io.BufferedReader(reader, 1 << 20)
+
+
+def _corrupt_errors(source: Source) -> tuple[type[BaseException], ...]:
+    """What a decompressor raises on bad data (none for a plain file: its OSError is the
+    machine's, reported as such)."""
+    if source.compression is None:
+        return ()
+    errors: tuple = (OSError, EOFError, zlib.error, ValueError)
+    if source.compression == "zstd":
+        errors += (_need("zstandard", source.path, "zstd data").ZstdError,)
+    return errors
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return text or type(e).__name__
+
+
+def _json_field(line: str, source: Source, number: int) -> str:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{source.path}:{number}: not valid JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{source.path}:{number}: expected a JSON object, got "
+                        f"{type(obj).__name__}")
+    text = obj.get(source.field, _MISSING)
+    if text is _MISSING:
+        raise UserError(f"{source.path}:{number}: no field \"{source.field}\" in the object "
+                        f"(it has {', '.join(map(repr, obj)) or 'none'}; choose one with "
+                        f"--text-field)")
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise UserError(f"{source.path}:{number}: field \"{source.field}\" is a "
+                        f"{type(text).__name__}, not text")
+    return text
+
+
+_MISSING = object()
+
+
+# Tables --------------------------------------------------------------------------------------
+
+def _need(module: str, path: Path, what: str):
+    try:
+        return __import__(module)
+    except ImportError:
+        raise UserError(f"{path}: reading {what} needs the {module} package: pip install "
+                        f"'bertkit[data]'") from None
+
+
+def _table_columns(source: Source) -> None:
+    """Check now that the table opens and has a text column `field`."""
+    schema = _open_table(source)[0]
+    pa = _need("pyarrow", source.path, "Parquet and Arrow files")
+    if source.field not in schema.names:
+        raise UserError(f"{source.path}: no field \"{source.field}\" in the table (it has "
+                        f"{', '.join(map(repr, schema.names)) or 'none'}; choose one with "
+                        f"--text-field)")
+    kind = schema.field(source.field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise UserError(f"{source.path}: field \"{source.field}\" holds {kind}, not text")
+
+
+def _open_table(source: Source):
+    """(schema, iterator of record batches), or a one-line UserError."""
+    pa = _need("pyarrow", source.path, "Parquet and Arrow files")
+    try:
+        if source.format == "parquet":
+            import pyarrow.parquet as pq
+            table = pq.ParquetFile(source.path)
+            columns = [source.field] if source.field in table.schema_arrow.names else None
+            return table.schema_arrow, table.iter_batches(batch_size=_TABLE_ROWS,
+                                                          columns=columns)
+        mapped = pa.memory_map(str(source.path))
+        try:  # `datasets` writes the streaming format; the file format is the other one
+            reader = pa.ipc.open_stream(mapped)
+            return reader.schema, iter(reader)
+        except pa.ArrowInvalid:
+            reader = pa.ipc.open_file(mapped)
+            return reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches))
+    except (pa.ArrowException, OSError) as e:
+        raise UserError(f"{source.path}: not a readable {source.format} file "
+                        f"({_reason(e)})") from None
+
+
+def _table_units(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
+    pa = _need("pyarrow", source.path, "Parquet and Arrow files")
+    import pyarrow.compute as pc
+    schema, batches = _open_table(source)
+    column = schema.names.index(source.field) if source.format == "arrow" else 0
+    number = end = 0
+    try:
+        for batch in batches:
+            texts = batch.column(column)
+            sizes = pc.binary_length(texts).fill_null(0).to_numpy(zero_copy_only=False)
+            if number + len(texts) <= after[0]:  # before the resume point: its sizes only
+                number, end = number + len(texts), end + int(sizes.sum())
+                continue
+            for text, size in zip(texts.to_pylist(), sizes.tolist()):
+                number += 1
+                end += size
+                if number > after[0]:
+                    yield number, text or "", end
+    except (pa.ArrowException, OSError) as e:
+        raise UserError(f"{source.path}:{number + 1}: corrupt {source.format} data "
+                        f"({_reason(e)})") from None

@@ -1,0 +1,171 @@
+"""Corpora mixed by proportion: the spelling, the schedule's shares, a resume that continues
+with exactly the batches of an uninterrupted run, and `pretrain --data a=W,b=W` (or a TOML
+table) killed at a checkpoint and resumed to the weights of an uninterrupted run."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.cli.main import main
+from bertkit.files import UserError
+from bertkit.pretraining.corpus import prepare
+from bertkit.pretraining.examples import PretrainingBatches
+from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture, schedule
+from synthetic_corpus import make_tokenizer, write_corpus
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("mixture")
+    tok = make_tokenizer(root / "tok")
+    made = []
+    for name, seed in (("books", 1), ("web", 2)):
+        write_corpus(root / f"{name}.txt", docs=60, seed=seed)
+        prepare([root / f"{name}.txt"], tok, root / name, workers=1, progress=False)
+        made.append(root / name)
+    other = make_tokenizer(root / "other-tok")
+    (other / "x").mkdir(exist_ok=True)
+    return made[0], made[1], tok
+
+
+def test_the_spelling_of_a_mixture(tmp_path):
+    assert parse_mixture("a=0.7,b=0.3") == [(Path("a"), 0.7), (Path("b"), 0.3)]
+    parts = parse_mixture("x/a=3, y/b=1")
+    assert parts == [(Path("x/a"), 0.75), (Path("y/b"), 0.25)]
+    assert parse_mixture("data/") is None and parse_mixture(Path("corpus.txt")) is None
+    odd = tmp_path / "odd=1"
+    odd.mkdir()
+    assert parse_mixture(odd) is None  # a path that exists is that path
+    for bad, message in (("a=0.7,b", "expected DIR=WEIGHT"), ("a=x,b=1", "not a number"),
+                         ("a=0,b=1", "must be positive"), ("a=1,a=2", "named twice"),
+                         ("a=-1,b=2", "must be positive")):
+        with pytest.raises(UserError, match=message):
+            parse_mixture(bad)
+
+
+def test_the_schedule_keeps_every_prefix_within_one_batch_of_its_share():
+    weights = [0.5, 0.3, 0.2]
+    taken = [0, 0, 0]
+    for step in range(1, 201):
+        taken[schedule(weights, taken)] += 1
+        for w, n in zip(weights, taken):
+            assert abs(n - w * step) < 1, (step, taken)
+    assert taken == [100, 60, 40]
+    assert allocate(10, [0.7, 0.3]) == [7, 3] and allocate(1, [0.2, 0.8]) == [0, 1]
+
+
+def _batches(corpora, seed=0):
+    books, web, _ = corpora
+    parts = [PretrainingBatches(d, objective="mlm", seq_len=32, batch_size=4, seed=seed)
+             for d in (books, web)]
+    return MixedBatches(parts, [0.7, 0.3])
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+
+
+def test_mixed_batches_follow_the_shares_and_resume_exactly(corpora):
+    whole = _batches(corpora)
+    stream = iter(whole)
+    reference = [next(stream) for _ in range(20)]
+    stream.close()
+    assert whole.taken == [14, 6]
+    # each batch is a whole batch of one corpus: compare with the corpora alone
+    books = iter(PretrainingBatches(corpora[0], objective="mlm", seq_len=32, batch_size=4))
+    web = iter(PretrainingBatches(corpora[1], objective="mlm", seq_len=32, batch_size=4))
+    order = []
+    taken = [0, 0]
+    for batch in reference:
+        i = schedule([0.7, 0.3], taken)
+        taken[i] += 1
+        order.append(i)
+        assert _same(batch, next(books if i == 0 else web))
+    assert order[:10] == [0, 1, 0, 0, 0, 1, 0, 0, 1, 0]  # 7 and 3 in every ten
+    # cut after 7 batches, the state saved, a new run loads it: the same last 13
+    first = _batches(corpora)
+    stream = iter(first)
+    for _ in range(7):
+        next(stream)
+    state = first.state_dict()
+    stream.close()
+    resumed = _batches(corpora)
+    resumed.load_state_dict(state)
+    stream = iter(resumed)
+    rest = [next(stream) for _ in range(13)]
+    stream.close()
+    assert all(_same(a, b) for a, b in zip(rest, reference[7:]))
+    other = MixedBatches(resumed.parts, [0.5, 0.5])
+    with pytest.raises(UserError, match="mixture weights"):
+        other.load_state_dict(state)
+
+
+TINY = ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8", "--lr", "1e-3",
+        "--log-every", "2", "--eval-batches", "3", "--early-fraction", "0"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_pretrain_on_a_mixture_resumes_to_the_weights_of_an_uninterrupted_run(
+        corpora, tmp_path, capsys):
+    books, web, tok = corpora
+    spec = f"{books}=0.7,{web}=0.3"
+    args = ["pretrain", "--data", spec, "--max-steps", "6", "--save-every", "2",
+            "--keep-checkpoints", "3", *TINY]
+    whole = tmp_path / "whole"
+    assert main(args + ["--out", str(whole)]) == 0
+    capsys.readouterr()
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    for late in (cut / "checkpoints").glob("step-*"):
+        if late.name != "step-00000002":
+            shutil.rmtree(late)
+    (cut / "model.safetensors").unlink()
+    assert main(args + ["--out", str(cut), "--resume"]) == 0
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # the same mixture from a TOML table, in another order of the keys' weights
+    config = tmp_path / "mix.toml"
+    config.write_text(f'[data]\n"{books}" = 7\n"{web}" = 3\n', encoding="utf-8")
+    table = tmp_path / "table"
+    assert main(["pretrain", "--config", str(config), "--max-steps", "6", "--save-every", "2",
+                 "--keep-checkpoints", "3", *TINY, "--out", str(table)]) == 0
+    c = load_file(str(table / "model.safetensors"))
+    assert all(torch.equal(a[k], c[k]) for k in a)
+    # another mixture does not resume this run
+    capsys.readouterr()
+    assert main(["pretrain", "--data", f"{books}=0.5,{web}=0.5", "--max-steps", "8",
+                 "--save-every", "2", *TINY, "--out", str(cut), "--resume"]) == 2
+    assert "error: " in capsys.readouterr().err
+
+
+def test_a_mixture_of_other_tokenizers_or_of_text_files_is_refused(corpora, tmp_path, capsys):
+    books, web, _ = corpora
+    other_tok = make_tokenizer(tmp_path / "tok2")
+    # a vocabulary with one piece more: another fingerprint
+    vocab = (other_tok.parent / "vocab.txt").read_text().splitlines() + ["zzz"]
+    (tmp_path / "v.txt").write_text("\n".join(vocab) + "\n")
+    from bertkit.text.tokenizer import Tokenizer
+    Tokenizer.from_vocab(tmp_path / "v.txt").save(tmp_path / "tok3")
+    write_corpus(tmp_path / "c.txt", docs=30, seed=9)
+    prepare([tmp_path / "c.txt"], tmp_path / "tok3", tmp_path / "odd", workers=1,
+            progress=False)
+    cases = [(f"{books}=0.5,{tmp_path / 'odd'}=0.5", "prepared with another tokenizer"),
+             (f"{books}=0.5,{tmp_path / 'c.txt'}=0.5", "must be a directory made by"),
+             (f"{books}=0.5,{tmp_path / 'none'}=0.5", "(it does not exist)")]
+    for spec, message in cases:
+        out = tmp_path / "run"
+        assert main(["pretrain", "--data", spec, "--out", str(out), "--max-steps", "1",
+                     *TINY]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("error: ") and message in err[-1], err
+        assert not out.exists()
+    # the run's output may not be one of the corpora
+    assert main(["pretrain", "--data", f"{books}=0.5,{web}=0.5", "--out", str(web),
+                 "--max-steps", "1", *TINY]) == 2
+    assert "--out is the corpus of --data" in capsys.readouterr().err

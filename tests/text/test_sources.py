@@ -1,0 +1,244 @@
+"""The one reader of corpora: compressed files, JSONL and Parquet fields, `datasets`
+directories, folders and globs give the same text as the plain file; resuming after any unit
+gives the rest exactly; bad input is one line naming the file and line."""
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from bertkit.files import UserError
+from bertkit.text.sources import expand, expand_one, paragraphs, read_units
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+zstandard = pytest.importorskip("zstandard")
+
+DOCS = [["The first document.", "It has two paragraphs: café, naïve."],
+        ["Second one, “quoted”."],
+        ["Third.", "With", "three paragraphs."]]
+
+
+def _plain(docs=DOCS) -> str:
+    return "\n".join("\n".join(d) + "\n" for d in docs)
+
+
+def write_text(path: Path, text: str) -> Path:
+    data = text.encode("utf-8")
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif path.name.endswith(".bz2"):
+        data = bz2.compress(data)
+    elif path.name.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def write_jsonl(path: Path, docs=DOCS, field: str = "body") -> Path:
+    return write_text(path, "".join(json.dumps({"id": i, field: "\n".join(d)}) + "\n"
+                                    for i, d in enumerate(docs)))
+
+
+def write_parquet(path: Path, docs=DOCS, field: str = "body", row_group_size: int = 2) -> Path:
+    table = pa.table({"id": list(range(len(docs))), field: ["\n".join(d) for d in docs]})
+    pq.write_table(table, path, row_group_size=row_group_size)
+    return path
+
+
+def write_dataset_dir(path: Path, docs=DOCS, field: str = "text", files: int = 2) -> Path:
+    """What `datasets.Dataset.save_to_disk` writes: arrow files in the IPC streaming format,
+    state.json listing them, dataset_info.json with the features."""
+    path.mkdir()
+    texts = ["\n".join(d) for d in docs]
+    names = []
+    for k in range(files):
+        part = texts[k::files]
+        name = f"data-{k:05d}-of-{files:05d}.arrow"
+        table = pa.table({field: part, "label": list(range(len(part)))})
+        with pa.OSFile(str(path / name), "wb") as sink:
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                for batch in table.to_batches(max_chunksize=1):
+                    writer.write_batch(batch)
+        names.append(name)
+    (path / "state.json").write_text(json.dumps({
+        "_data_files": [{"filename": n} for n in names], "_fingerprint": "0" * 16,
+        "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
+        "_output_all_columns": False, "_split": "train"}))
+    (path / "dataset_info.json").write_text(json.dumps({
+        "features": {field: {"dtype": "string", "_type": "Value"},
+                     "label": {"dtype": "int64", "_type": "Value"}}}))
+    return path
+
+
+def _paragraphs(docs) -> list[str]:
+    return [p for d in docs for p in d]
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.txt.bz2", "c.txt.zst"])
+def test_compressed_text_reads_as_the_plain_file(tmp_path, name):
+    path = write_text(tmp_path / name, _plain())
+    [source] = expand([path])
+    assert source.format == "text"
+    assert source.compression == {"gz": "gzip", "bz2": "bzip2", "zst": "zstd"}.get(
+        name.rsplit(".", 1)[-1])
+    units = list(read_units(source))
+    assert [t for _, t, _ in units] == _plain().splitlines(keepends=True)
+    assert [n for n, _, _ in units] == list(range(1, len(units) + 1))
+    assert units[-1][2] == len(_plain().encode())  # bytes of text, not of the file
+    assert list(paragraphs([source])) == _paragraphs(DOCS)
+
+
+def test_compression_is_read_from_the_bytes_under_any_name(tmp_path):
+    path = tmp_path / "c.data"
+    path.write_bytes(gzip.compress(_plain().encode()))
+    [source] = expand([path])
+    assert source.compression == "gzip"
+    assert list(paragraphs([source])) == _paragraphs(DOCS)
+
+
+@pytest.mark.parametrize("make", ["jsonl", "jsonl.gz", "jsonl.zst", "parquet", "dataset"])
+def test_records_read_their_text_field(tmp_path, make):
+    if make == "parquet":
+        path = write_parquet(tmp_path / "c.parquet")
+    elif make == "dataset":
+        path = write_dataset_dir(tmp_path / "ds", field="body")
+    else:
+        path = write_jsonl(tmp_path / f"c.{make}")
+    sources = expand([path], field="body")
+    assert all(s.records for s in sources)
+    texts = [t for s in sources for _, t, _ in read_units(s)]
+    expected = ["\n".join(d) for d in DOCS]
+    if make == "dataset":  # two arrow files, rows dealt out in turn
+        expected = expected[0::2] + expected[1::2]
+    assert texts == expected
+    assert list(paragraphs(sources)) == [p for t in expected for p in t.split("\n")]
+
+
+def test_a_dataset_directory_lists_its_files_in_state_order(tmp_path):
+    path = write_dataset_dir(tmp_path / "ds", files=3)
+    assert [s.path.name for s in expand([path])] == [
+        "data-00000-of-00003.arrow", "data-00001-of-00003.arrow", "data-00002-of-00003.arrow"]
+    assert {s.format for s in expand([path])} == {"arrow"}
+
+
+def test_folders_and_globs_expand_in_name_order(tmp_path):
+    root = tmp_path / "corpus"
+    (root / "b").mkdir(parents=True)
+    write_text(root / "b" / "2.txt.gz", "two\n")
+    write_text(root / "a.txt", "one\n")
+    write_text(root / "c.txt.bz2", "three\n")
+    write_text(root / ".hidden.txt", "never\n")  # a prepare's build folder, an editor's file
+    (root / "empty.txt").write_bytes(b"")
+    write_dataset_dir(root / "d", docs=[["four"], ["five"]], files=1)
+    assert list(paragraphs(expand([root]))) == ["one", "two", "three", "four", "five"]
+    assert list(paragraphs(expand([str(root / "**" / "*.txt*")]))) == ["one", "two", "three"]
+    assert list(paragraphs(expand([str(root / "*.txt"), root / "c.txt.bz2"]))) == ["one",
+                                                                                   "three"]
+    # one argument is one part of a tokenizer's mixture, however many files it holds
+    assert len(expand_one(root)) == 4
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.jsonl.zst", "c.parquet",
+                                  "ds"])
+def test_resuming_after_any_unit_reads_exactly_the_rest(tmp_path, name):
+    docs = [[f"document {i} line {j}" for j in range(i % 3 + 1)] for i in range(40)]
+    if name == "c.parquet":
+        path = write_parquet(tmp_path / name, docs, field="text", row_group_size=7)
+    elif name == "ds":
+        path = write_dataset_dir(tmp_path / name, docs)
+    elif "jsonl" in name:
+        path = write_jsonl(tmp_path / name, docs, field="text")
+    else:
+        path = write_text(tmp_path / name, _plain(docs))
+    for source in expand([path]):
+        units = list(read_units(source))
+        for k in range(len(units)):
+            number, _, end = units[k]
+            assert list(read_units(source, (number, end))) == units[k + 1:], (source, k)
+
+
+def _error(call) -> str:
+    with pytest.raises(UserError) as caught:
+        call()
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_bad_input_names_the_file_and_line(tmp_path):
+    assert _error(lambda: expand([tmp_path / "missing.txt"])).endswith(
+        "missing.txt: corpus file does not exist")
+    assert _error(lambda: expand([str(tmp_path / "*.jsonl")])).endswith("*.jsonl: no files match")
+    (tmp_path / "empty").mkdir()
+    assert "empty: no files in the folder" in _error(lambda: expand([tmp_path / "empty"]))
+    # a gzip file cut short: the line where the data ends
+    data = gzip.compress(("line of text\n" * 20000).encode())
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(data[:len(data) // 2])
+    [source] = expand([cut])
+    message = _error(lambda: list(read_units(source)))
+    assert message.startswith(f"{cut}:") and "corrupt gzip data" in message
+    assert int(message.split(":")[1]) > 1
+    bad = tmp_path / "bad.txt.gz"
+    bad.write_bytes(b"plain text, not gzip\n")
+    assert "not gzip data" in _error(lambda: expand([bad]))
+    noise = tmp_path / "noise.txt.zst"
+    noise.write_bytes(zstandard.ZstdCompressor().compress(b"a\n" * 100)[:-9] + b"\0" * 9)
+    assert "corrupt zstd data" in _error(lambda: list(read_units(expand([noise])[0])))
+    # fields: a JSONL object, a table, a dataset directory without the asked one
+    jsonl = write_jsonl(tmp_path / "c.jsonl", field="body")
+    message = _error(lambda: expand([jsonl], field="text"))
+    assert message.startswith(f"{jsonl}:1: no field \"text\"") and "'body'" in message
+    parquet = write_parquet(tmp_path / "c.parquet", field="body")
+    assert _error(lambda: expand([parquet], field="text")).startswith(
+        f"{parquet}: no field \"text\" in the table (it has 'id', 'body'")
+    assert "holds int64, not text" in _error(lambda: expand([parquet], field="id"))
+    mixed = write_text(tmp_path / "mixed.jsonl", '{"text": "ok"}\n{"text": 3}\n[1]\n')
+    assert _error(lambda: list(read_units(expand([mixed])[0]))).endswith(
+        "mixed.jsonl:2: field \"text\" is a int, not text")
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(parquet.read_bytes()[:100])
+    assert _error(lambda: expand([broken])).startswith(f"{broken}: not a readable parquet file")
+    # a DatasetDict asks for one split
+    (tmp_path / "dd").mkdir()
+    (tmp_path / "dd" / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
+    assert "give one split's directory, such as" in _error(lambda: expand([tmp_path / "dd"]))
+
+
+def test_a_missing_extra_is_one_line(tmp_path, monkeypatch):
+    import builtins
+
+    parquet = write_parquet(tmp_path / "c.parquet")
+    real = builtins.__import__
+
+    def without_pyarrow(name, *args, **kwargs):
+        if name.startswith("pyarrow"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_pyarrow)
+    assert _error(lambda: expand([parquet], field="body")) == (
+        f"{parquet}: reading Parquet and Arrow files needs the pyarrow package: pip install "
+        f"'bertkit[data]'")
+
+
+def test_what_datasets_itself_saves_is_read_in_its_order(tmp_path):
+    """The writer itself, where installed (not a dependency: checked with datasets 5.2)."""
+    datasets = pytest.importorskip("datasets")
+    texts = [f"Document {i}.\nIts second paragraph." for i in range(300)]
+    ds = datasets.Dataset.from_dict({"content": texts, "label": list(range(300))})
+    ds.save_to_disk(str(tmp_path / "ds"), num_shards=3)
+    picked = ds.shuffle(seed=0).select(range(50))  # an indices mapping, flattened on saving
+    picked.save_to_disk(str(tmp_path / "picked"))
+    datasets.DatasetDict({"train": ds, "test": picked}).save_to_disk(str(tmp_path / "dd"))
+    sources = expand([tmp_path / "ds"], field="content")
+    assert len(sources) == 3
+    assert [t for s in sources for _, t, _ in read_units(s)] == texts
+    assert [t for s in expand([tmp_path / "picked"], field="content")
+            for _, t, _ in read_units(s)] == list(picked["content"])
+    assert "give one split's directory, such as" in _error(lambda: expand([tmp_path / "dd"]))
+    assert len(list(paragraphs(expand([tmp_path / "dd" / "train"], field="content")))) == 600
