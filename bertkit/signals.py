@@ -1,0 +1,119 @@
+"""Ctrl-C and SIGTERM handled in Python, and still obeyed while the main thread waits in
+native code.
+
+Python runs a signal's handler in the main thread, between two bytecodes. A main thread that
+waits inside one native call (a gloo or NCCL collective whose peer died, a TCPStore barrier
+of `init_process_group`, a rendezvous) runs no bytecode until the call returns, which can be
+half an hour: until then a SIGTERM sent to it does nothing, and only `kill -9` stops it (what
+issue 43 saw of torchrun's restarted workers). So every handler installed through `handle()`
+is watched: a thread learns of each signal the moment it arrives (`signal.set_wakeup_fd`);
+when the handler has not run within `GRACE` seconds, the main thread is stuck and the process
+exits at once with 128 + the signal's number, as the signal's default action would (the run's
+lock is then taken over and its temporaries swept by the next run, as after `kill -9`). A
+handler that runs in time decides alone (the training loop's: finish the step, checkpoint).
+
+Signal dispositions belong to the whole process; so does this watch (one thread, started by
+the first `handle()` in the main thread, and only while the wakeup descriptor is free: an
+asyncio loop that holds it keeps its own).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Callable
+
+GRACE = 3.0
+"""Seconds a handled signal may wait for the main thread before the process exits."""
+
+Handler = Callable[[int, object], object]
+
+
+class _Watched:
+    """A handler that counts its runs, for the watch to compare with the signals that came."""
+
+    def __init__(self, handler: Handler):
+        self.handler = handler
+
+    def __call__(self, signum, frame):
+        _WATCH.taken[signum] = _WATCH.taken.get(signum, 0) + 1
+        return self.handler(signum, frame)
+
+
+class _Watch:
+    def __init__(self):
+        self.arrived: dict[int, int] = {}
+        self.taken: dict[int, int] = {}
+        self.started = False
+
+    def start(self) -> None:
+        """The thread and the wakeup descriptor, once per process (main thread only)."""
+        if self.started:
+            return
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        try:
+            previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        except ValueError:  # not the main thread after all
+            reader.close(), writer.close()
+            return
+        if previous != -1:  # someone else's (an event loop): give it back, no watch
+            signal.set_wakeup_fd(previous)
+            reader.close(), writer.close()
+            return
+        self.started, self._sockets = True, (reader, writer)
+        threading.Thread(target=self._run, args=(reader,), name="bertkit-signals",
+                         daemon=True).start()
+
+    def _run(self, reader: socket.socket) -> None:
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if isinstance(signal.getsignal(signum), _Watched):
+                    self.arrived[signum] = self.arrived.get(signum, 0) + 1
+                    threading.Thread(target=self._expect, args=(signum, self.arrived[signum]),
+                                     daemon=True).start()
+
+    def _expect(self, signum: int, count: int) -> None:
+        """Exit unless the handler has run `count` times within GRACE seconds."""
+        deadline = time.monotonic() + GRACE
+        while time.monotonic() < deadline:
+            if self.taken.get(signum, 0) >= count:
+                return
+            time.sleep(0.05)
+        if self.taken.get(signum, 0) >= count or not isinstance(signal.getsignal(signum),
+                                                                  _Watched):
+            return
+        name = signal.Signals(signum).name
+        try:
+            print(f"{name}: the main thread is waiting in native code (a collective or a "
+                  f"rendezvous whose peer is gone): exiting now", file=sys.stderr, flush=True)
+        finally:
+            os._exit(128 + signum)
+
+
+_WATCH = _Watch()
+
+
+def handle(signum: int, handler: Handler):
+    """Install `handler` for `signum`, watched (see the module docstring); return the handler
+    it replaces, to give back with `restore`. Main thread only, as `signal.signal`."""
+    previous = signal.signal(signum, _Watched(handler))
+    _WATCH.start()
+    return previous
+
+
+def restore(signum: int, previous) -> None:
+    """Give back the handler `handle` replaced."""
+    signal.signal(signum, previous)
+
+
+__all__ = ["GRACE", "handle", "restore"]
