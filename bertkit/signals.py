@@ -7,7 +7,7 @@ of `init_process_group`, a rendezvous) runs no bytecode until the call returns, 
 half an hour: until then a SIGTERM sent to it does nothing, and only `kill -9` stops it (what
 issue 43 saw of torchrun's restarted workers). So every handler installed through `handle()`
 is watched: a thread learns of each signal the moment it arrives (`signal.set_wakeup_fd`);
-when the handler has not run within `GRACE` seconds, the main thread is stuck and the process
+when the handler has not run within its grace (`GRACE`, 10 s), the main thread is stuck and the process
 exits at once with 128 + the signal's number, as the signal's default action would (the run's
 lock is then taken over and its temporaries swept by the next run, as after `kill -9`). A
 handler that runs in time decides alone (the training loop's: finish the step, checkpoint).
@@ -26,8 +26,10 @@ import threading
 import time
 from typing import Callable
 
-GRACE = 3.0
-"""Seconds a handled signal may wait for the main thread before the process exits."""
+GRACE = 10.0
+"""Seconds a handled signal may wait for the main thread before the process exits: longer than
+one native call that releases the interpreter (a large matmul, an fsync) takes, shorter than
+the 30 s torchrun and Slurm give a process between SIGTERM and SIGKILL."""
 
 Handler = Callable[[int, object], object]
 
@@ -35,8 +37,8 @@ Handler = Callable[[int, object], object]
 class _Watched:
     """A handler that counts its runs, for the watch to compare with the signals that came."""
 
-    def __init__(self, handler: Handler):
-        self.handler = handler
+    def __init__(self, handler: Handler, grace: float):
+        self.handler, self.grace = handler, grace
 
     def __call__(self, signum, frame):
         _WATCH.taken[signum] = _WATCH.taken.get(signum, 0) + 1
@@ -77,14 +79,15 @@ class _Watch:
             if not data:
                 return
             for signum in data:
-                if isinstance(signal.getsignal(signum), _Watched):
+                handler = signal.getsignal(signum)
+                if isinstance(handler, _Watched):
                     self.arrived[signum] = self.arrived.get(signum, 0) + 1
-                    threading.Thread(target=self._expect, args=(signum, self.arrived[signum]),
-                                     daemon=True).start()
+                    threading.Thread(target=self._expect, daemon=True,
+                                     args=(signum, self.arrived[signum], handler.grace)).start()
 
-    def _expect(self, signum: int, count: int) -> None:
-        """Exit unless the handler has run `count` times within GRACE seconds."""
-        deadline = time.monotonic() + GRACE
+    def _expect(self, signum: int, count: int, grace: float) -> None:
+        """Exit unless the handler has run `count` times within `grace` seconds."""
+        deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if self.taken.get(signum, 0) >= count:
                 return
@@ -103,10 +106,11 @@ class _Watch:
 _WATCH = _Watch()
 
 
-def handle(signum: int, handler: Handler):
-    """Install `handler` for `signum`, watched (see the module docstring); return the handler
-    it replaces, to give back with `restore`. Main thread only, as `signal.signal`."""
-    previous = signal.signal(signum, _Watched(handler))
+def handle(signum: int, handler: Handler, grace: float = GRACE):
+    """Install `handler` for `signum`, watched (see the module docstring): the process exits
+    when a `signum` is not handled within `grace` seconds. Returns the handler it replaces,
+    to give back with `restore`. Main thread only, as `signal.signal`."""
+    previous = signal.signal(signum, _Watched(handler, grace))
     _WATCH.start()
     return previous
 
