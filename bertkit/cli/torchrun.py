@@ -2,7 +2,9 @@
 
     bertkit-torchrun --standalone --nproc_per_node 2 -m bertkit.cli pretrain --data D ...
 
-takes every argument torchrun takes and runs torchrun's own launcher. One thing differs: when
+takes every argument torchrun takes and runs torchrun's own launcher. Two things differ. Each
+restart of the workers meets in a store of its own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, unless
+set): torch 2.13's shared store hands restarted workers the dead round's addresses. And when
 the ranks failed with bertkit's error exit (2: bad input, a peer that left, a collective past
 --dist-timeout; each rank has printed its `error: ...` line) and no rank crashed, it exits 2
 quietly, where torchrun prints its ChildFailedError wall (a traceback of the launcher and a
@@ -15,6 +17,7 @@ input then fails N + 1 times alike before the run ends.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 USER_ERROR = 2
@@ -43,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
     from torch.distributed.run import parse_args, run
 
+    # torch 2.13's torchrun keeps one TCPStore across restarts, where restarted workers of
+    # several nodes read the addresses of the dead round (bertkit.pretraining.recipe.restart_store)
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     args = parse_args(argv)
     api.logger.addFilter(_NoBertkitErrorLine())
     try:

@@ -223,9 +223,38 @@ def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
         return False
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                            timeout=datetime.timedelta(seconds=timeout))
+    wait = datetime.timedelta(seconds=timeout)
+    store = restart_store(os.environ, wait)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=wait,
+                            **({} if store is None else dict(
+                                store=store, rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]))))
     return True
+
+
+def restart_store(env, timeout: datetime.timedelta):
+    """The store a restarted torchrun worker must meet its peers in, or None for torch's own.
+
+    torchrun (torch 2.13) keeps one TCPStore, its agent's, for every restart of a job, and
+    its workers join it under no prefix of their round: a restarted worker reads the
+    addresses the dead round left there, connects to a port nobody listens on, and its peer
+    waits for it in native code (issue 43's hang after kill -9). With one agent, its restart
+    count is the round: a prefix of it keeps the rounds apart. With several agents the
+    counts differ (an agent that restarts for another's failure counts none): there only the
+    launcher can, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (bertkit-torchrun sets it), and
+    rank 0 says so."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    if int(env.get("GROUP_WORLD_SIZE", "1")) > 1:
+        if env.get("RANK") == "0" and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+            print("warning: torchrun keeps one TCPStore across restarts: a restarted run can "
+                  "hang at start; set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun, or "
+                  "launch with bertkit-torchrun", file=sys.stderr)
+        return None
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"bertkit/restart-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}",
+                            store)
 
 
 def peer_failure(e: BaseException, rank: int, timeout: float) -> str | None:
@@ -456,5 +485,5 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
 
 __all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",
            "prepared_data", "resolve", "model_to_pretrain", "save_pretrained",
-           "start_distributed", "peer_failure", "SBO_FILE", "TEXT_DATA"]
+           "start_distributed", "restart_store", "peer_failure", "SBO_FILE", "TEXT_DATA"]
 
