@@ -9,7 +9,9 @@
   time).
 * `batches` — an iterable of dicts of CPU tensors, iterated again when it runs out (epochs).
   Give it `state_dict()` / `load_state_dict()` for an exact resume; otherwise a resume skips
-  the batches already seen. Under DDP each rank passes its own share. Batches that change
+  the batches already seen. Under DDP each rank passes its own share; where every rank's
+  position is the same (each builds the global batch and keeps its rows, as pretraining's
+  batches do), a checkpoint resumes on any number of ranks (`_rank_state`). Batches that change
   during the run (pretraining's short-then-long sequences, a scheduled masking rate) take
   `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
   steps or by the clock).
