@@ -420,10 +420,11 @@ def _rank_state(run: _Run, where: Path, ranks: list[dict], step: int) -> tuple[d
     """This rank's generators and data position from a checkpoint of `len(ranks)` ranks.
 
     On as many ranks, each takes its own. On another number, the data position must be one
-    for all (batches that build the global batch and keep their rows, as pretraining's do:
-    then any number of ranks continues with exactly the rows and masks of an uninterrupted
-    run); a rank the checkpoint had takes its generators, a new one seeds torch's from
-    (seed, rank, step) (dropout's draws: with dropout no two world sizes draw alike anyway)."""
+    for all, and mean the same for any number of ranks: batches that build the global batch
+    and keep their rows, as pretraining's do (whose state checks the global batch), continue
+    with exactly the rows and masks of an uninterrupted run. A rank the checkpoint had takes
+    its generators, a new one seeds torch's from (seed, rank, step) (dropout's draws: with
+    dropout no two world sizes draw alike anyway)."""
     if len(ranks) == run.world:
         return ranks[run.rank]["rng"], ranks[run.rank]["feed"]
     if any(not _same(r["feed"], ranks[0]["feed"]) for r in ranks[1:]):
