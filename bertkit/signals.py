@@ -18,6 +18,7 @@ asyncio loop that holds it keeps its own).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -50,6 +51,7 @@ class _Watch:
         self.arrived: dict[int, int] = {}
         self.taken: dict[int, int] = {}
         self.started = False
+        self.fork_hook = False
 
     def start(self) -> None:
         """The thread and the wakeup descriptor, once per process (main thread only)."""
@@ -69,6 +71,22 @@ class _Watch:
         self.started, self._sockets = True, (reader, writer)
         threading.Thread(target=self._run, args=(reader,), name="bertkit-signals",
                          daemon=True).start()
+        if not self.fork_hook:
+            # A forked child (a multiprocessing worker) inherits the descriptor but not the
+            # thread: its signals (Pool.terminate's SIGTERM) would reach the parent's watch,
+            # which would then wait for a handler that never runs in the parent, and end it.
+            os.register_at_fork(after_in_child=self._forget)
+            self.fork_hook = True
+
+    def _forget(self) -> None:
+        """In a forked child: no watch, the wakeup descriptor given up."""
+        if self.started:
+            self.started = False
+            with contextlib.suppress(ValueError, OSError):
+                signal.set_wakeup_fd(-1)
+            for sock in self._sockets:
+                sock.close()
+            self.arrived, self.taken = {}, {}
 
     def _run(self, reader: socket.socket) -> None:
         while True:

@@ -52,3 +52,36 @@ def test_a_main_thread_stuck_in_native_code_exits_after_the_grace_period(tmp_pat
     assert proc.returncode == 128 + signal.SIGUSR1, err
     assert "handled" not in out and "SIGUSR1: the main thread is waiting in native code" in err
     assert 1.5 < time.time() - sent < 5  # the grace of 2 s, not the 8 s sleep
+
+
+FORKED = """
+import multiprocessing, os, signal, time
+from bertkit import signals
+PARENT = os.getpid()
+
+
+def handler(*args):
+    if os.getpid() != PARENT:
+        os._exit(0)  # the child: gone at once
+    print("parent handled", flush=True)
+
+
+signals.handle(signal.SIGTERM, handler, grace=1)
+child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+child.start()
+time.sleep(0.3)
+child.terminate()  # SIGTERM to the child, whose handler it inherited
+child.join()
+time.sleep(2)  # past the grace: the parent's watch must not take the child's signal as its own
+print("parent alive", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_to_a_forked_child_is_not_the_parents(tmp_path):
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "parent alive" in done.stdout, done.stderr
+    assert "parent handled" not in done.stdout
