@@ -218,7 +218,7 @@ def _device(requested: str | None) -> torch.device:
 def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
     """Join the process group `torchrun` describes in the environment; False when alone.
     `timeout`: seconds any collective waits for its peers before it fails (gloo raises; NCCL's
-    watchdog ends the process, TORCH_NCCL_ASYNC_ERROR_HANDLING's default)."""
+    watchdog ends the process, with the TORCH_NCCL_ASYNC_ERROR_HANDLING=1 torchrun sets)."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return False
     if device.type == "cuda":
