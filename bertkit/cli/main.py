@@ -22,7 +22,7 @@ import sys
 import threading
 import warnings
 
-from bertkit import __version__
+from bertkit import __version__, signals
 from bertkit.cli import (embeddings, export, finetuning, model, pretraining, road, senses, serve,
                          text)
 from bertkit.cli.options import Command
@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     command: Command = args.command
     previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _terminated)
+        # watched: SIGTERM stops a process stuck in native code too (bertkit.signals)
+        previous = signals.handle(signal.SIGTERM, _terminated)
     with warnings.catch_warnings():  # warnings as one line each, for this call only
         warnings.showwarning = _warning_line
         options = None
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         finally:
             if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+                signals.restore(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

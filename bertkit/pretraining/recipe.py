@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import hashlib
 import itertools
 import os
@@ -156,6 +157,11 @@ class PretrainOptions:
     """Held-out batches per evaluation (the same masks every time, so curves compare)."""
     device: str | None = None
     """"cpu", "cuda", "cuda:1"; None: cuda if available (each rank its LOCAL_RANK GPU)."""
+    dist_timeout: float = 600.0
+    """Under torchrun: seconds a rank waits for the others in one collective (the gradient
+    all-reduce, a barrier) before it ends the run with an error; a peer that died or hangs
+    so stops every rank, and torchrun --max-restarts restarts them from the last checkpoint.
+    Longer than any wait for rank 0 alone: preparing a text --data, an evaluation, a save."""
     train: PretrainSchedule = field(default_factory=lambda: PretrainSchedule(max_steps=1000))
     """The training loop's settings (lr, steps/time, precision, checkpoints, ...)."""
 
@@ -187,6 +193,8 @@ class PretrainOptions:
                             f"{', '.join(ROW_ENDS)}")
         if self.early_seq_len < 8:
             raise UserError(f"--early-seq-len must be at least 8 (got {self.early_seq_len})")
+        if not self.dist_timeout > 0:
+            raise UserError(f"--dist-timeout must be positive (got {self.dist_timeout})")
         if not 0.0 <= self.early_fraction < 1.0:
             raise UserError(f"--early-fraction must be at least 0 and below 1 (got "
                             f"{self.early_fraction})")
@@ -212,14 +220,59 @@ def _device(requested: str | None) -> torch.device:
     return parse_device(requested)
 
 
-def start_distributed(device: torch.device) -> bool:
-    """Join the process group `torchrun` describes in the environment; False when alone."""
+def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
+    """Join the process group `torchrun` describes in the environment; False when alone.
+    `timeout`: seconds any collective waits for its peers before it fails (gloo raises; NCCL's
+    watchdog ends the process, with the TORCH_NCCL_ASYNC_ERROR_HANDLING=1 torchrun sets)."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return False
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    wait = datetime.timedelta(seconds=timeout)
+    store = restart_store(os.environ, wait)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=wait,
+                            **({} if store is None else dict(
+                                store=store, rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]))))
     return True
+
+
+def restart_store(env, timeout: datetime.timedelta):
+    """The store a restarted torchrun worker must meet its peers in, or None for torch's own.
+
+    torchrun (torch 2.13) keeps one TCPStore, its agent's, for every restart of a job, and
+    its workers join it under no prefix of their round: a restarted worker reads the
+    addresses the dead round left there, connects to a port nobody listens on, and its peer
+    waits for it in native code (issue 43's hang after kill -9). With one agent, its restart
+    count is the round: a prefix of it keeps the rounds apart. With several agents the
+    counts differ (an agent that restarts for another's failure counts none): there only the
+    launcher can, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (bertkit-torchrun sets it), and
+    rank 0 says so."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    if int(env.get("GROUP_WORLD_SIZE", "1")) > 1:
+        if env.get("RANK") == "0" and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+            print("warning: torchrun keeps one TCPStore across restarts: a restarted run can "
+                  "hang at start; set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun, or "
+                  "launch with bertkit-torchrun", file=sys.stderr)
+        return None
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"bertkit/restart-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}",
+                            store)
+
+
+def peer_failure(e: BaseException, rank: int, timeout: float) -> str | None:
+    """The one line for a collective that failed because another rank is gone or silent, or
+    None for any other error. gloo says so only in its message (a RuntimeError)."""
+    text = str(e)
+    if "Connection closed by peer" in text or "Connection reset by peer" in text:
+        return (f"rank {rank}: another rank left the run (its process ended: its own output "
+                f"or the launcher's log says why)")
+    if "Timed out waiting" in text or (isinstance(e, dist.DistError) and "imeout" in text):
+        return (f"rank {rank}: the other ranks did not answer within --dist-timeout "
+                f"{timeout:g} s (a rank or node died, hangs, or waits longer on rank 0)")
+    return None
 
 
 def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> PretrainingModel:
@@ -390,96 +443,106 @@ def pretrain(opts: PretrainOptions,
     """Pretrain per `opts`; see the module docstring. `command_line(resolved options)` gives
     the shell line recorded in OUT/training_args.json (the CLI's; none from a library call)."""
     device = _device(opts.device)
-    joined = start_distributed(device)
+    joined = start_distributed(device, opts.dist_timeout)
     try:
-        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-        parts = data_parts(opts, rank)
-        data = parts[0][0]
-        load_manifest(data)
-        tokenizer = Tokenizer.load(data / "tokenizer")
-        for size in {opts.batch_size, opts.early_batch_size}:
-            if size % world:
-                raise UserError(f"a batch of {size} sequences does not split over {world} ranks")
-        opts, why = resolve(opts, device, world)
-        cfg = opts.train
-        settings = run_settings({"options": opts}, device=device, precision=cfg.precision,
-                                command=command_line(opts) if command_line else None)
-        if rank == 0:
-            print(settings_block(settings), file=sys.stderr)
-            print(f"precision {cfg.precision}: {why}", file=sys.stderr)
-        # the command line keeps the text file; what follows reads its prepared directory
-        opts = dataclasses.replace(opts, data=data)
-        model = model_to_pretrain(opts, tokenizer.vocab_size, cfg.seed)
-        if rank == 0:
-            masking = opts.masking
-            print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
-                  f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
-                  # a left-to-right model predicts every token: no masking to report
-                  f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"
-                  f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
-                  f", precision {cfg.precision}, {world} rank(s) on {device}, "
-                  f"{torch.get_num_threads()} threads", file=sys.stderr)
-            if len(parts) > 1:
-                print("data: a mixture of " + ", ".join(f"{d} ({w:.0%})" for d, w in parts)
-                      + ", each batch from one corpus", file=sys.stderr)
-            malloc, better = allocator()
-            if better and device.type == "cpu":
-                print(f"note: steps run faster with another allocator: LD_PRELOAD={better} "
-                      f"bertkit pretrain ...", file=sys.stderr)
-        data_kwargs = dict(objective=opts.objective, seq_len=opts.seq_len,
-                           masking=opts.masking, row_ends=opts.row_ends)
-
-        def train_batches(seq_len: int, batch_size: int, seed: int):
-            # Each rank takes its rows of the same global batch: any number of ranks trains alike.
-            made = [PretrainingBatches(part, batch_size=batch_size // world, split="train",
-                                       seed=seed, rank=rank, world_size=world,
-                                       **{**data_kwargs, "seq_len": seq_len})
-                    for part, _ in parts]
-            return made[0] if len(made) == 1 else MixedBatches(made, [w for _, w in parts])
-
-        if not opts.short_first:
-            batches = train_batches(opts.seq_len, opts.batch_size, cfg.seed)
-        else:
-            # the long phase draws its own order, not the first batches again at another length
-            batches = LengthSchedule(
-                train_batches(opts.early_seq_len, opts.early_batch_size, cfg.seed),
-                train_batches(opts.seq_len, opts.batch_size, cfg.seed + 1),
-                switch_at=opts.early_fraction)
-        # Every rank builds them (a few batches) so that all agree whether to evaluate.
-        held = _heldout_batches(opts, data_kwargs, cfg.seed + 1, parts)
-        if rank == 0 and not held:
-            print("warning: the held-out split is empty: no evaluation", file=sys.stderr)
-
-        def evaluate(m):
-            return objectives.evaluate_lm(m, held, opts.objective, device)
-
-        fingerprint = {"data": _data_fingerprint(parts), "objective": opts.objective,
-                       "seq_len": opts.seq_len, "batch_size": opts.batch_size,
-                       # only when not "anywhere": checkpoints of rows cut anywhere resume
-                       **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),
-                       **({"early_seq_len": opts.early_seq_len,
-                           "early_fraction": opts.early_fraction}
-                          if opts.short_first else {}),
-                       # mlm_prob_final only when set: earlier checkpoints still resume
-                       "masking": {k: v for k, v in dataclasses.asdict(opts.masking).items()
-                                   if k != "mlm_prob_final" or v is not None},
-                       "grad_accum": cfg.grad_accum,
-                       # only when set: checkpoints written before batch growth still resume
-                       **({"grad_accum_final": cfg.grad_accum_final}
-                          if cfg.grad_accum_final is not None else {})}
-        return train(model, objectives.loss_for(opts.objective), batches, cfg, opts.out,
-                     evaluate=evaluate if held else None,
-                     save=lambda m, path: save_pretrained(m, path, tokenizer,
-                                                          opts.objective == "clm"),
-                     target_count=objectives.target_count(opts.objective),
-                     fingerprint=fingerprint, device=device, settings=settings,
-                     find_unused_parameters=False)  # model_to_pretrain froze the unused heads
+        return _pretrain(opts, device, command_line)
+    except (RuntimeError, dist.DistError) as e:
+        if not joined or (line := peer_failure(e, dist.get_rank(), opts.dist_timeout)) is None:
+            raise
+        raise UserError(line) from None
     finally:
         if joined:
             dist.destroy_process_group()
 
 
+def _pretrain(opts: PretrainOptions, device: torch.device,
+              command_line: Callable[[PretrainOptions], str] | None) -> TrainResult:
+    """`pretrain` in the process group, if any, it has joined."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    parts = data_parts(opts, rank)
+    data = parts[0][0]
+    load_manifest(data)
+    tokenizer = Tokenizer.load(data / "tokenizer")
+    for size in {opts.batch_size, opts.early_batch_size}:
+        if size % world:
+            raise UserError(f"a batch of {size} sequences does not split over {world} ranks")
+    opts, why = resolve(opts, device, world)
+    cfg = opts.train
+    settings = run_settings({"options": opts}, device=device, precision=cfg.precision,
+                            command=command_line(opts) if command_line else None)
+    if rank == 0:
+        print(settings_block(settings), file=sys.stderr)
+        print(f"precision {cfg.precision}: {why}", file=sys.stderr)
+    # the command line keeps the text file; what follows reads its prepared directory
+    opts = dataclasses.replace(opts, data=data)
+    model = model_to_pretrain(opts, tokenizer.vocab_size, cfg.seed)
+    if rank == 0:
+        masking = opts.masking
+        print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
+              f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
+              # a left-to-right model predicts every token: no masking to report
+              f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"
+              f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
+              f", precision {cfg.precision}, {world} rank(s) on {device}, "
+              f"{torch.get_num_threads()} threads", file=sys.stderr)
+        if len(parts) > 1:
+            print("data: a mixture of " + ", ".join(f"{d} ({w:.0%})" for d, w in parts)
+                  + ", each batch from one corpus", file=sys.stderr)
+        malloc, better = allocator()
+        if better and device.type == "cpu":
+            print(f"note: steps run faster with another allocator: LD_PRELOAD={better} "
+                  f"bertkit pretrain ...", file=sys.stderr)
+    data_kwargs = dict(objective=opts.objective, seq_len=opts.seq_len,
+                       masking=opts.masking, row_ends=opts.row_ends)
+
+    def train_batches(seq_len: int, batch_size: int, seed: int):
+        # Each rank takes its rows of the same global batch: any number of ranks trains alike.
+        made = [PretrainingBatches(part, batch_size=batch_size // world, split="train",
+                                   seed=seed, rank=rank, world_size=world,
+                                   **{**data_kwargs, "seq_len": seq_len})
+                for part, _ in parts]
+        return made[0] if len(made) == 1 else MixedBatches(made, [w for _, w in parts])
+
+    if not opts.short_first:
+        batches = train_batches(opts.seq_len, opts.batch_size, cfg.seed)
+    else:
+        # the long phase draws its own order, not the first batches again at another length
+        batches = LengthSchedule(
+            train_batches(opts.early_seq_len, opts.early_batch_size, cfg.seed),
+            train_batches(opts.seq_len, opts.batch_size, cfg.seed + 1),
+            switch_at=opts.early_fraction)
+    # Every rank builds them (a few batches) so that all agree whether to evaluate.
+    held = _heldout_batches(opts, data_kwargs, cfg.seed + 1, parts)
+    if rank == 0 and not held:
+        print("warning: the held-out split is empty: no evaluation", file=sys.stderr)
+
+    def evaluate(m):
+        return objectives.evaluate_lm(m, held, opts.objective, device)
+
+    fingerprint = {"data": _data_fingerprint(parts), "objective": opts.objective,
+                   "seq_len": opts.seq_len, "batch_size": opts.batch_size,
+                   # only when not "anywhere": checkpoints of rows cut anywhere resume
+                   **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),
+                   **({"early_seq_len": opts.early_seq_len,
+                       "early_fraction": opts.early_fraction}
+                      if opts.short_first else {}),
+                   # mlm_prob_final only when set: earlier checkpoints still resume
+                   "masking": {k: v for k, v in dataclasses.asdict(opts.masking).items()
+                               if k != "mlm_prob_final" or v is not None},
+                   "grad_accum": cfg.grad_accum,
+                   # only when set: checkpoints written before batch growth still resume
+                   **({"grad_accum_final": cfg.grad_accum_final}
+                      if cfg.grad_accum_final is not None else {})}
+    return train(model, objectives.loss_for(opts.objective), batches, cfg, opts.out,
+                 evaluate=evaluate if held else None,
+                 save=lambda m, path: save_pretrained(m, path, tokenizer,
+                                                      opts.objective == "clm"),
+                 target_count=objectives.target_count(opts.objective),
+                 fingerprint=fingerprint, device=device, settings=settings,
+                 find_unused_parameters=False)  # model_to_pretrain froze the unused heads
+
+
 __all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",
            "prepared_data", "data_parts", "resolve", "model_to_pretrain", "save_pretrained",
-           "start_distributed", "SBO_FILE", "TEXT_DATA"]
+           "start_distributed", "restart_store", "peer_failure", "SBO_FILE", "TEXT_DATA"]
 

@@ -110,8 +110,11 @@ def model_fingerprint(model: nn.Module) -> dict[str, list[int]]:
     return {name: list(t.shape) for name, t in model.state_dict().items()}
 
 
-def check_fingerprint(where: Path, saved: dict, current: dict) -> None:
-    """Refuse a checkpoint made for another model shape, other data or another objective."""
+def check_fingerprint(where: Path, saved: dict, current: dict, ignore: tuple = ()) -> None:
+    """Refuse a checkpoint made for another model shape, other data or another objective.
+    Keys in `ignore` are not compared (the world size, which checkpoints before elastic
+    resumes recorded)."""
+    saved = {k: v for k, v in saved.items() if k not in ignore}
     saved_model, model = saved.get("model", {}), current.get("model", {})
     for name, shape in model.items():
         if name not in saved_model:
@@ -213,10 +216,11 @@ def _verify(path: Path) -> None:
 
 
 def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    fingerprint: dict) -> dict:
+                    fingerprint: dict, ignore: tuple = ()) -> dict:
     """Restore model and optimizer from checkpoint `path` in place; return the saved `state`.
 
-    Raises UserError for a corrupt checkpoint or one whose fingerprint differs from this run's.
+    Raises UserError for a corrupt checkpoint or one whose fingerprint differs from this run's
+    (in any key but those of `ignore`).
     """
     path = Path(path)
     _verify(path)
@@ -227,7 +231,7 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
         weights = load_file(str(path / "model.safetensors"))
     except Exception as e:  # the manifest matched, so this is a checkpoint of another format
         raise UserError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
-    check_fingerprint(path, state.get("fingerprint", {}), fingerprint)
+    check_fingerprint(path, state.get("fingerprint", {}), fingerprint, ignore)
     model.load_state_dict(weights, strict=True)
     for group in opt_state["param_groups"]:
         if isinstance(group.get("betas"), list):

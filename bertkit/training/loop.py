@@ -9,7 +9,9 @@
   time).
 * `batches` — an iterable of dicts of CPU tensors, iterated again when it runs out (epochs).
   Give it `state_dict()` / `load_state_dict()` for an exact resume; otherwise a resume skips
-  the batches already seen. Under DDP each rank passes its own share. Batches that change
+  the batches already seen. Under DDP each rank passes its own share; where every rank's
+  position is the same (each builds the global batch and keeps its rows, as pretraining's
+  batches do), a checkpoint resumes on any number of ranks (`_rank_state`). Batches that change
   during the run (pretraining's short-then-long sequences, a scheduled masking rate) take
   `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
   steps or by the clock).
@@ -64,6 +66,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save
 from torch import nn
 
+from bertkit import signals
 from bertkit.config import TrainConfig
 from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_file
@@ -187,12 +190,13 @@ class _StopSignal:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
-                self.previous[sig] = signal.signal(sig, self._handle)
+                # watched: a rank stuck in a collective whose peer died exits all the same
+                self.previous[sig] = signals.handle(sig, self._handle)
         return self
 
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+            signals.restore(sig, handler)
 
     def _handle(self, signum, frame):
         if self.signum is not None and signum == signal.SIGINT:
@@ -380,8 +384,8 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
                 optimizer=optimizer,
                 scaler=torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16"),
                 feed=_Feed(batches), evaluate=evaluate, target_count=target_count,
-                fingerprint={"model": model_fingerprint(model), "world_size": world,
-                             **(fingerprint or {})},
+                # not the world size: a run resumes on any number of ranks (_rank_state)
+                fingerprint={"model": model_fingerprint(model), **(fingerprint or {})},
                 show_progress=show_progress, distributed=distributed, rank=rank, world=world)
 
 
@@ -395,11 +399,12 @@ def _resume_or_seed(run: _Run) -> _State:
                         f"extended by --resume with a larger --max-steps)")
     if latest is not None:
         saved = load_checkpoint(latest, model=run.model, optimizer=run.optimizer,
-                                fingerprint=run.fingerprint)
+                                fingerprint=run.fingerprint, ignore=("world_size",))
         state = _State(**{k: saved[k] for k in _State().saved()})
         run.scaler.load_state_dict(saved["scaler"])
-        set_rng_state(saved["ranks"][run.rank]["rng"])
-        run.feed.load_state_dict(saved["ranks"][run.rank]["feed"])
+        rng, feed = _rank_state(run, latest, saved["ranks"], state.step)
+        set_rng_state(rng)
+        run.feed.load_state_dict(feed)
         state.last_checkpoint_step = state.step
     else:
         if cfg.resume and run.main:
@@ -409,6 +414,47 @@ def _resume_or_seed(run: _Run) -> _State:
     if latest is not None:
         run.log.say(f"resumed from {latest} at step {state.step}")
     return state
+
+
+def _rank_state(run: _Run, where: Path, ranks: list[dict], step: int) -> tuple[dict, dict]:
+    """This rank's generators and data position from a checkpoint of `len(ranks)` ranks.
+
+    On as many ranks, each takes its own. On another number, the data position must be one
+    for all, and mean the same for any number of ranks: batches that build the global batch
+    and keep their rows, as pretraining's do (whose state checks the global batch), continue
+    with exactly the rows and masks of an uninterrupted run. A rank the checkpoint had takes
+    its generators, a new one seeds torch's from (seed, rank, step) (dropout's draws: with
+    dropout no two world sizes draw alike anyway)."""
+    if len(ranks) == run.world:
+        return ranks[run.rank]["rng"], ranks[run.rank]["feed"]
+    if any(not _same(r["feed"], ranks[0]["feed"]) for r in ranks[1:]):
+        raise UserError(f"{where}: checkpoint was made by {len(ranks)} ranks, each at its own "
+                        f"place in the data: resume it with {len(ranks)} ranks (this run has "
+                        f"{run.world})")
+    if run.main:
+        print(f"note: {where} was made by {len(ranks)} rank(s); {run.world} continue it with "
+              f"the same global batch", file=sys.stderr)
+    if run.rank < len(ranks):
+        return ranks[run.rank]["rng"], ranks[0]["feed"]
+    rng = dict(ranks[0]["rng"])
+    rng["torch"] = torch.Generator().manual_seed(
+        ((run.cfg.seed * 1_000_003 + run.rank) * 1_000_003 + step) % 2 ** 63).get_state()
+    rng.pop("cuda", None)
+    return rng, ranks[0]["feed"]
+
+
+def _same(a, b) -> bool:
+    """Whether two saved states (dicts, lists, numbers, tensors, arrays) are equal."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) \
+            and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    if hasattr(a, "shape"):  # NumPy
+        return hasattr(b, "shape") and a.shape == b.shape and bool((a == b).all())
+    return a == b
 
 
 def _reached_max_steps(run: _Run, state: _State) -> bool:

@@ -145,3 +145,18 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, tiny):
         assert torch.equal(resumed.state_dict()[k], v), k
     steps = [line for line in (tmp_path / "cut/metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 3  # steps 4, 6 and 8, logged by the resumed run
+
+
+def test_the_world_size_of_earlier_checkpoints_is_no_longer_a_refusal(tmp_path, tiny):
+    """Checkpoints before elastic resumes recorded the world size in their fingerprint; a run
+    on another number of ranks now resumes them (the loop takes over each rank's state)."""
+    model, opt = _stepped_model(tiny)
+    fp = {"model": model_fingerprint(model), "data": "abc"}
+    path = save_checkpoint(tmp_path, 3, model=model, optimizer=opt, keep=1,
+                           state={"fingerprint": {**fp, "world_size": 1}})
+    with pytest.raises(UserError, match="world_size = 1, this run has None"):
+        load_checkpoint(path, model=model, optimizer=opt, fingerprint=fp)
+    load_checkpoint(path, model=model, optimizer=opt, fingerprint=fp, ignore=("world_size",))
+    with pytest.raises(UserError, match="data = 'abc', this run has 'xyz'"):
+        load_checkpoint(path, model=model, optimizer=opt, fingerprint={**fp, "data": "xyz"},
+                        ignore=("world_size",))

@@ -1,0 +1,87 @@
+"""Signals handled in Python: a handler that runs in time decides; a main thread stuck in
+native code past the grace period exits with the signal's status (the stuck case itself, a
+rank in a gloo collective, is tests/pretraining/test_elastic.py)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bertkit import signals
+
+STUCK = """
+import ctypes, signal
+from bertkit import signals
+signals.handle(signal.SIGUSR1, lambda *a: print("handled", flush=True), grace=2)
+print("ready", flush=True)
+# a native wait that outlives the signal: glibc's system() waits for its child again when a
+# signal interrupts it, and no bytecode runs in the main thread meanwhile
+ctypes.CDLL(None).system(b"exec sleep 8 >/dev/null 2>&1")
+"""
+
+def test_a_handler_that_runs_in_time_keeps_the_process():
+    seen = []
+    previous = signals.handle(signal.SIGUSR1, lambda signum, frame: seen.append(signum),
+                              grace=0.5)
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(1.0)  # the watch would have ended the process by now
+    finally:
+        signals.restore(signal.SIGUSR1, previous)
+    assert seen == [signal.SIGUSR1]
+
+
+@pytest.mark.slow
+def test_a_main_thread_stuck_in_native_code_exits_after_the_grace_period(tmp_path):
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.3)
+        sent = time.time()
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGUSR1, err
+    assert "handled" not in out and "SIGUSR1: the main thread is waiting in native code" in err
+    assert 1.5 < time.time() - sent < 5  # the grace of 2 s, not the 8 s sleep
+
+
+FORKED = """
+import multiprocessing, os, signal, time
+from bertkit import signals
+PARENT = os.getpid()
+
+
+def handler(*args):
+    if os.getpid() != PARENT:
+        os._exit(0)  # the child: gone at once
+    print("parent handled", flush=True)
+
+
+signals.handle(signal.SIGTERM, handler, grace=1)
+child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+child.start()
+time.sleep(0.3)
+child.terminate()  # SIGTERM to the child, whose handler it inherited
+child.join()
+time.sleep(2)  # past the grace: the parent's watch must not take the child's signal as its own
+print("parent alive", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_to_a_forked_child_is_not_the_parents(tmp_path):
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "parent alive" in done.stdout, done.stderr
+    assert "parent handled" not in done.stdout
