@@ -9,7 +9,11 @@ into k pieces saves k - 1 pieces at each of its n occurrences, so the words are 
     saving = n x (k - 1)
 
 (ties by the word), among those seen at least `min_count` times and not already in the
-vocabulary. The chosen words take the ids after the last one, in that order; every old piece
+vocabulary. A word is made of letters and digits only: no piece that glues a symbol to a word
+is added. Unigram's pre-tokenizer cuts text at spaces alone, leaving punctuation on the word
+("▁film." or "▁film,"), so there the candidate is the word's leading run of letters and
+digits, and its count gathers every occurrence ("▁film" from "▁film" and "▁film.": n is then
+what the estimate assumes, that "▁film." becomes "▁film" + "."). The chosen words take the ids after the last one, in that order; every old piece
 keeps its id, so an old model's rows still mean what they meant.
 
 WordPiece matches the longest piece at the start of a word, so a whole word in the vocabulary
@@ -23,6 +27,7 @@ shorter new word (the only other kind: new pieces start a word) scores at most t
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +41,7 @@ from bertkit.text.tokenizer import UNK, Tokenizer
 
 MARGIN = 1.0
 """How much more likely (in nats) a new Unigram piece is than its word's best old split."""
+_WORD = re.compile(r"\u2581?[^\W_]+")  # a leading run of letters and digits (Unigram: with ▁)
 _UNK_PENALTY = 10.0  # the Unigram model of `tokenizers` scores an unknown character min - 10
 
 
@@ -83,7 +89,7 @@ def choose_words(tokenizer: Tokenizer, counts: Counter, add: int,
         raise UserError(f"--min-count must be at least 1, got {min_count}")
     model, vocab = tokenizer.backend.model, tokenizer.get_vocab()
     found = []
-    for word, n in counts.items():
+    for word, n in _candidates(tokenizer, counts).items():
         if n < min_count or word in vocab:
             continue
         pieces = tuple(t.id for t in model.tokenize(word))
@@ -91,6 +97,17 @@ def choose_words(tokenizer: Tokenizer, counts: Counter, add: int,
             found.append(NewWord(word, n, pieces))
     found.sort(key=lambda w: (-w.saving, w.word))
     return found[:add]
+
+
+def _candidates(tokenizer: Tokenizer, counts: Counter) -> Counter:
+    """The words that may be added, with their counts (see the module docstring)."""
+    if tokenizer.kind == "wordpiece":  # its pre-tokenizer cut punctuation off already
+        return Counter({w: n for w, n in counts.items() if _WORD.fullmatch(w)})
+    found: Counter = Counter()
+    for word, n in counts.items():
+        if (m := _WORD.match(word)) and m.group().startswith("\u2581") and len(m.group()) > 1:
+            found[m.group()] += n
+    return found
 
 
 def domain_pieces(tokenizer: Tokenizer, counts: Counter) -> int:

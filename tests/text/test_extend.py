@@ -102,6 +102,24 @@ def test_trained_vocabulary_grows_by_whole_words(tmp_path, kind):
     assert grown.encode(untouched).ids == tok.encode(untouched).ids
 
 
+def test_unigram_words_gather_the_punctuation_they_carry(tmp_path):
+    tok = train_tokenizer([_corpus(tmp_path / "c.txt")], vocab_size=90, kind="unigram",
+                          progress=False)
+    domain = _write_lines(tmp_path / "d.txt", ["Kalomérian. kalomérian, kalomérian", "(ka☃"])
+    counts = count_words(tok, [domain], progress=False)
+    assert counts == {"\u2581kalomerian.": 1, "\u2581kalomerian,": 1, "\u2581kalomerian": 1,
+                      "\u2581(ka☃": 1}
+    words = choose_words(tok, counts, add=5, min_count=3)
+    assert [(w.word, w.count) for w in words] == [("\u2581kalomerian", 3)]
+    grown = extend_tokenizer(tok, words)
+    assert grown.encode("kalomérian.").tokens[1:-1] == ["\u2581kalomerian", "."]
+
+
+def _write_lines(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 @pytest.mark.parametrize("kind", ["wordpiece", "unigram", "bert-vocab"])
 def test_extended_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, by_hand):
     transformers = pytest.importorskip("transformers")
