@@ -79,14 +79,19 @@ def count_words(tokenizer: Tokenizer, files: Sequence[str | Path],
     return counts
 
 
-def choose_words(tokenizer: Tokenizer, counts: Counter, add: int,
-                 min_count: int = 2) -> list[NewWord]:
-    """The `add` words of `counts` that save the most pieces (see the module docstring);
-    fewer when fewer words would save any."""
+def check_request(add: int, min_count: int) -> None:
+    """UserError unless at least one word is asked for, seen at least once."""
     if add < 1:
         raise UserError(f"--add must be at least 1, got {add}")
     if min_count < 1:
         raise UserError(f"--min-count must be at least 1, got {min_count}")
+
+
+def choose_words(tokenizer: Tokenizer, counts: Counter, add: int,
+                 min_count: int = 2) -> list[NewWord]:
+    """The `add` words of `counts` that save the most pieces (see the module docstring);
+    fewer when fewer words would save any."""
+    check_request(add, min_count)
     model, vocab = tokenizer.backend.model, tokenizer.get_vocab()
     found = []
     for word, n in _candidates(tokenizer, counts).items():
@@ -116,18 +121,23 @@ def domain_pieces(tokenizer: Tokenizer, counts: Counter) -> int:
     return sum(n * len(model.tokenize(word)) for word, n in counts.items())
 
 
+def check_extendable(tokenizer: Tokenizer, where: str | Path = "tokenizer") -> None:
+    """UserError unless the tokenizer's ids are exactly 0 .. vocab_size - 1, its pieces: the
+    new words' ids follow them."""
+    if tokenizer.backend.get_vocab_size(with_added_tokens=False) != tokenizer.vocab_size:
+        raise UserError(f"{where}: the tokenizer has added tokens past the ids of its "
+                        f"vocabulary; bertkit extends only a vocabulary whose ids are its pieces")
+    if (last := max(tokenizer.get_vocab().values())) != tokenizer.vocab_size - 1:
+        raise UserError(f"{where}: the tokenizer's ids have gaps ({tokenizer.vocab_size} pieces, "
+                        f"ids up to {last}: a piece listed twice?); bertkit extends only a "
+                        f"vocabulary whose ids are 0 to its size - 1")
+
+
 def extend_tokenizer(tokenizer: Tokenizer, words: Sequence[NewWord]) -> Tokenizer:
     """A copy of `tokenizer` with each word a piece of its own, at ids vocab_size,
     vocab_size + 1, ... in order; the normalizer, pre-tokenizer, specials and template stay."""
-    backend = tokenizer.backend
-    if backend.get_vocab_size(with_added_tokens=False) != tokenizer.vocab_size:
-        raise UserError("the tokenizer has added tokens past the ids of its vocabulary; "
-                        "bertkit extends only a vocabulary whose ids are its pieces")
-    if max(tokenizer.get_vocab().values()) != tokenizer.vocab_size - 1:
-        raise UserError(f"the tokenizer's ids have gaps ({tokenizer.vocab_size} pieces, ids up "
-                        f"to {max(tokenizer.get_vocab().values())}: a piece listed twice?); "
-                        f"bertkit extends only a vocabulary whose ids are 0 to its size - 1")
-    spec = json.loads(backend.to_str())
+    check_extendable(tokenizer)
+    spec = json.loads(tokenizer.backend.to_str())
     first = tokenizer.vocab_size
     if tokenizer.kind == "wordpiece":
         for i, w in enumerate(words):
