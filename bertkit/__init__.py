@@ -18,6 +18,7 @@ _EXPORTS = {
     "Encoder": "model.encoder", "PretrainingModel": "model.heads",
     "load_encoder": "model.hub", "load_pretraining_model": "model.hub", "save_model": "model.hub",
     "Tokenizer": "text.tokenizer", "train_tokenizer": "text.vocab",
+    "extend_vocabulary": "model.extend",
     "FillMask": "model.fill_mask", "fill_mask": "model.fill_mask", "init_model": "model.create",
     "info": "model.info", "train": "training.loop", "TrainResult": "training.loop",
     "UserError": "files",

@@ -34,7 +34,7 @@ COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.C
                                  *road.COMMANDS, *export.COMMANDS, *serve.COMMANDS)
 
 GROUPS = {
-    "tokenizer": "train a WordPiece or Unigram vocabulary",
+    "tokenizer": "train a WordPiece or Unigram vocabulary, or extend a model's",
     "plot": "pictures: word senses, attention, training runs side by side",
     "wsd": "word-sense disambiguation with sense embeddings: split, train, predict, evaluate",
     "static": "static word vectors (word2vec: skip-gram or CBOW): train, neighbors, "

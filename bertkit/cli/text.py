@@ -55,6 +55,37 @@ def run_tokenizer_train(opts: TokenizerTrainOptions) -> int:
     return 0
 
 
+@dataclass(kw_only=True)
+class TokenizerExtendOptions:
+    model: Path
+    """Model directory (bertkit or Hugging Face BERT / ModernBERT, with its tokenizer)."""
+    input: list[Path]
+    """The domain's text files (plain text): the words are counted there."""
+    add: int
+    """Words to add: those that save the most pieces, count x (pieces - 1)."""
+    out: Path = field(metadata={"output": "directory"})
+    """Directory for the extended model and tokenizer."""
+    min_count: int = 2
+    """Only words seen at least this many times."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+
+def run_tokenizer_extend(opts: TokenizerExtendOptions) -> int:
+    from bertkit.model.extend import extend_vocabulary
+    from bertkit.text.extend import describe
+
+    result = extend_vocabulary(opts.model, opts.input, opts.add, opts.out,
+                               min_count=opts.min_count, progress=not opts.quiet)
+    (before, after), (was, now) = result.vocab_size, result.pieces
+    print(f"{opts.out}: {len(result.words):,} words added to the {result.tokenizer.kind} "
+          f"vocabulary (ids {result.first_id:,}-{result.first_id + len(result.words) - 1:,}; "
+          f"model rows {before:,} -> {after:,}); the domain text takes {now:,} pieces instead "
+          f"of {was:,} ({100 * (was - now) / max(was, 1):.1f}% fewer)")
+    print(f"  added: {describe(result.words, result.tokenizer)}")
+    return 0
+
+
 def _split_pair(line: str) -> tuple[str, str | None]:
     """A tab separates the two texts of a pair."""
     first, tab, second = line.partition("\t")
@@ -133,6 +164,12 @@ def run_tokenize(opts: TokenizeOptions) -> int:
 COMMANDS = (
     Command("tokenizer train", run_tokenizer_train, (TokenizerTrainOptions,),
             help="train a vocabulary from text files (streaming)"),
+    Command("tokenizer extend", run_tokenizer_extend, (TokenizerExtendOptions,),
+            help="add a domain's most useful words to a model's vocabulary, with their rows",
+            description="Count the words of --input as the model's tokenizer reads them, add "
+                        "the --add that save the most pieces (count x (pieces - 1)) to the "
+                        "vocabulary, and give each a row in the embeddings and the masked-LM "
+                        "decoder, started at the mean of its old pieces' rows."),
     Command("tokenize", run_tokenize, (TokenizeOptions,),
             help="show the tokens, ids, segments, offsets of texts"),
 )

@@ -339,6 +339,12 @@ class Tokenizer:
 
     # Vocabulary -----------------------------------------------------------------------------
     @property
+    def backend(self) -> tokenizers.Tokenizer:
+        """The `tokenizers.Tokenizer` underneath, to read (its normalizer, pre-tokenizer,
+        model); a changed copy goes through `Tokenizer(...)` again."""
+        return self._backend
+
+    @property
     def vocab_size(self) -> int:
         return self._backend.get_vocab_size(with_added_tokens=True)
 

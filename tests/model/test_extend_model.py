@@ -1,0 +1,182 @@
+"""A model whose vocabulary grows: each new row the mean of its old pieces' rows in the
+embeddings and the decoder bias, every other weight unchanged, and the directory loaded by
+transformers (AutoTokenizer with bertkit's ids, AutoModelForMaskedLM with no missing or
+mismatched keys and bertkit's logits), for both architectures and both kinds of vocabulary;
+the command line end to end, and its refusals."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.cli.main import main
+from bertkit.config import EncoderConfig
+from bertkit.files import UserError
+from bertkit.model import hub
+from bertkit.model.create import new_pretraining_model
+from bertkit.model.extend import extend_vocabulary
+from bertkit.text.tokenizer import Tokenizer
+from bertkit.text.vocab import train_tokenizer
+
+SYLLABLES = ["ka", "lo", "mé", "ri", "tsu", "an", "be", "zo", "qué", "ön"]
+LONG = ["kalomérian", "tsubezoqué", "önkaritsu", "zoqué’an", "Bekalo", "ribeanzo"]
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _corpus(path, seed=0):
+    rng = random.Random(seed)
+    words = ["".join(rng.choices(SYLLABLES, k=rng.randint(1, 3))) for _ in range(80)]
+    return _write(path, (" ".join(rng.choices(words, k=rng.randint(3, 12))) + "."
+                         for _ in range(300)))
+
+
+def _domain(path, seed=1):
+    rng = random.Random(seed)
+    return _write(path, (" ".join(rng.choices(LONG + ["ka", "lo"], k=8)) for _ in range(30)))
+
+
+def _model_dir(tmp_path, architecture, kind, extra_rows=0):
+    """A tiny model of `architecture` with a trained `kind` vocabulary, its biases and norms
+    moved off their initial values so that a row in the wrong place shows."""
+    tok = train_tokenizer([_corpus(tmp_path / "corpus.txt")], vocab_size=90, kind=kind,
+                          progress=False)
+    cfg = EncoderConfig(architecture=architecture, vocab_size=tok.vocab_size + extra_rows,
+                        hidden_size=32, num_layers=2, num_heads=2, intermediate_size=48,
+                        max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
+    model = new_pretraining_model(cfg, seed=0)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(1)
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
+    tok.model_max_length = 64
+    return hub.save_model(model, tmp_path / "model", tokenizer=tok)
+
+
+CASES = [("bert", "wordpiece"), ("modern", "wordpiece"), ("modern", "unigram")]
+
+
+@pytest.mark.parametrize("architecture,kind", CASES)
+def test_new_rows_are_the_mean_of_their_old_pieces(tmp_path, architecture, kind):
+    source = _model_dir(tmp_path, architecture, kind)
+    result = extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 4, tmp_path / "out",
+                               progress=False)
+    old, new = hub.load_weights(source), hub.load_weights(tmp_path / "out")
+    V = result.first_id
+    assert result.vocab_size == (V, V + 4) and len(result.words) == 4
+    assert result.pieces[1] < result.pieces[0]
+    rows = [k for k in old if "word" in k or "tok_embeddings" in k or k.endswith("bias")
+            and old[k].shape == (V,)]
+    assert len(rows) == 2  # the embeddings and the decoder bias (its weight is tied)
+    for name in old:
+        if name not in rows:
+            assert torch.equal(new[name], old[name]), name
+            continue
+        assert new[name].shape[0] == V + 4
+        assert torch.equal(new[name][:V], old[name])
+        for i, w in enumerate(result.words):
+            torch.testing.assert_close(new[name][V + i], old[name][list(w.pieces)].mean(0))
+    tok = Tokenizer.load(tmp_path / "out")
+    for i, w in enumerate(result.words):
+        assert tok.encode(w.word.lstrip("\u2581")).ids[1:-1] == [V + i]
+    assert hub.load_config(tmp_path / "out").vocab_size == V + 4
+
+
+@pytest.mark.parametrize("architecture,kind", CASES)
+def test_extended_model_equals_transformers(tmp_path, architecture, kind):
+    transformers = pytest.importorskip("transformers")
+    source = _model_dir(tmp_path, architecture, kind)
+    domain = _domain(tmp_path / "d.txt")
+    result = extend_vocabulary(source, [domain], 5, tmp_path / "out", progress=False)
+    theirs, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    assert not info["unexpected_keys"] or architecture == "bert"  # BertForPreTraining's NSP
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    ours_tok = Tokenizer.load(tmp_path / "out")
+    texts = domain.read_text(encoding="utf-8").splitlines()[:6] + [
+        " ".join(w.word.lstrip("\u2581") for w in result.words) + " [MASK] ka"]
+    batch = hf_tok(texts, padding=True, return_tensors="pt")
+    assert batch["input_ids"].tolist() == ours_tok(texts).input_ids.tolist()
+    assert (batch["input_ids"] >= result.first_id).any()  # the new words are read
+    ours = hub.load_pretraining_model(tmp_path / "out")
+    theirs.eval()
+    with torch.no_grad():
+        ref = theirs(input_ids=batch["input_ids"],
+                     attention_mask=batch["attention_mask"]).logits
+        logits = ours(batch["input_ids"], None, batch["attention_mask"])[0]
+    keep = batch["attention_mask"].bool()
+    assert logits.shape[-1] == result.vocab_size[1]
+    torch.testing.assert_close(logits[keep], ref[keep], atol=1e-4, rtol=1e-4)
+
+
+def test_unused_rows_of_a_padded_vocabulary_are_taken_first(tmp_path):
+    source = _model_dir(tmp_path, "modern", "wordpiece", extra_rows=3)
+    result = extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 5, tmp_path / "out",
+                               progress=False)
+    V = result.first_id
+    assert result.vocab_size == (V + 3, V + 5)
+    old, new = hub.load_weights(source), hub.load_weights(tmp_path / "out")
+    name = "model.embeddings.tok_embeddings.weight"
+    torch.testing.assert_close(new[name][V + 1], old[name][list(result.words[1].pieces)].mean(0))
+
+
+def test_command_line_end_to_end(tmp_path, capsys):
+    source = _model_dir(tmp_path, "bert", "wordpiece")
+    domain = _domain(tmp_path / "d.txt")
+    out = tmp_path / "grown"
+    assert main(["tokenizer", "extend", "--model", str(source), "--input", str(domain),
+                 "--add", "3", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{out}: 3 words added to the wordpiece vocabulary (ids 90-92; model rows 90 -> 93)" \
+        in printed and "% fewer)" in printed
+    first = Tokenizer.load(out).id_to_token(90)
+    assert f"added: {first} (" in printed
+    assert main(["tokenize", "--model", str(out), f"{first.upper()} ka"]) == 0
+    count, tokens, ids = capsys.readouterr().out.strip().split("\t")
+    assert tokens.split()[1] == first and ids.split()[1] == "90"
+    assert main(["tokenize", "--model", str(source), first]) == 0
+    assert int(capsys.readouterr().out.split("\t")[0]) > 3  # several pieces before
+    assert load_file(str(out / "model.safetensors"))["bert.embeddings.word_embeddings.weight"] \
+        .shape[0] == hub.load_config(out).vocab_size == 93
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--input", "missing.txt"], "missing.txt: domain text does not exist"),
+    (["--add", "0"], "--add must be at least 1"),
+    (["--input", "bad.txt"], "bad.txt:2: not UTF-8"),
+    (["--input", "nothing.txt"], "nothing.txt: no word seen 2+ times"),
+    (["--out", "model"], "is the --model"),
+    (["--model", "corpus.txt"], "corpus.txt: is a file, expected a model directory"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, args,
+                                                  message):
+    _model_dir(tmp_path, "modern", "wordpiece")
+    _domain(tmp_path / "d.txt")
+    (tmp_path / "bad.txt").write_bytes("kalomérian kalomérian\n".encode() + b"\xff\n")
+    _write(tmp_path / "nothing.txt", ["ka lo ka lo", "unseen"])
+    monkeypatch.chdir(tmp_path)
+    given = {"--model": "model", "--input": "d.txt", "--add": "4", "--out": "out"}
+    given.update(zip(args[::2], args[1::2]))
+    assert main(["tokenizer", "extend", "--quiet", *(x for kv in given.items() for x in kv)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and message in err, err
+    assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "bad.txt", "corpus.txt", "d.txt", "model", "nothing.txt"]
+
+
+def test_encoder_without_embeddings_is_refused(tmp_path):
+    source = _model_dir(tmp_path, "modern", "wordpiece")
+    weights = hub.load_weights(source)
+    weights.pop("model.embeddings.tok_embeddings.weight")
+    from safetensors.torch import save_file
+    save_file(weights, str(source / "model.safetensors"))
+    with pytest.raises(UserError, match="no word embeddings of 90 rows"):
+        extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 3, tmp_path / "out",
+                          progress=False)
