@@ -817,7 +817,7 @@ class TranslateOptions:
     """A file of sources: one a line, or JSON lines of {"source": ..., "target": ...} (.jsonl),
     whose targets, when every line has one, score the output with BLEU and chrF."""
     out: Path | None = None
-    """Write the translations here, one a line; none: to standard output."""
+    """Output file of the translations, one a line; none: standard output."""
     beam: int = 1
     """Beam width; 1 decodes greedily."""
     max_length: int = 200
