@@ -330,9 +330,10 @@ def save_pretrained(model: PretrainingModel, path: Path, tokenizer, causal: bool
 
 
 def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int,
-                     parts: list[tuple[Path, float]]) -> list[dict]:
-    """A fixed list of held-out batches: the same masks at every evaluation; of a mixture,
-    from each corpus in its proportion."""
+                     parts: list[tuple[Path, float]] | None = None) -> list[dict]:
+    """A fixed list of held-out batches: the same masks at every evaluation; of a mixture
+    (`parts`; none: opts.data alone), from each corpus in its proportion."""
+    parts = parts or [(Path(opts.data), 1.0)]
     batches = []
     for (data, _), count in zip(parts, allocate(opts.eval_batches, [w for _, w in parts])):
         try:
