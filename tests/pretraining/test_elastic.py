@@ -91,19 +91,6 @@ def _cut_back(run: Path, copy: Path, step: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory, tiny) -> Path:
-    from bertkit.pretraining.corpus import prepare
-    from bertkit.text.vocab import train_tokenizer
-
-    root = tmp_path_factory.mktemp("elastic")
-    corpus = tiny.write_corpus(root / "corpus.txt")
-    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
-    prepare([corpus], root / "tok", root / "data", heldout_fraction=0.1, workers=1,
-            progress=False)
-    return root / "data"
-
-
-@pytest.fixture(scope="module")
 def one_rank(prepared, tmp_path_factory) -> Path:
     """A finished run of one process, a checkpoint every EVERY steps."""
     out = tmp_path_factory.mktemp("one") / "run"

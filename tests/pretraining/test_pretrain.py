@@ -94,19 +94,6 @@ def test_two_gloo_processes_equal_one_process_with_the_global_batch(tmp_path, ti
 
 # The real pipeline: synthetic text -> vocabulary -> shards -> bertkit pretrain ------------------
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory, tiny) -> Path:
-    from bertkit.pretraining.corpus import prepare
-    from bertkit.text.vocab import train_tokenizer
-
-    root = tmp_path_factory.mktemp("pretrain")
-    corpus = tiny.write_corpus(root / "corpus.txt")
-    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
-    prepare([corpus], root / "tok", root / "data", heldout_fraction=0.1, workers=1,
-            progress=False)
-    return root / "data"
-
-
 def _cli(args: list[str]) -> int:
     return main(args)
 
