@@ -88,8 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(line: str) -> None:
+    # One write per line: stderr writes through, so print's two writes (text, then newline)
+    # interleave when several ranks share one terminal or pipe.
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def _warning_line(message, category, filename, lineno, file=None, line=None):
-    print(f"warning: {message}", file=sys.stderr)
+    _say(f"warning: {message}")
 
 
 def check_device(name: str | None) -> None:
@@ -136,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                     locks.enter_context(RunLock(directory))
                 return command.run(*options) or 0
         except UserError as e:
-            print(f"error: {e}", file=sys.stderr)
+            _say(f"error: {e}")
             return 2
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
@@ -148,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             error = environment_error(e, outputs[0] if len(outputs) == 1 else None)
             if error is None:
                 raise
-            print(f"error: {error}", file=sys.stderr)
+            _say(f"error: {error}")
             return 2
         finally:
             if previous is not None:
