@@ -36,8 +36,9 @@ from bertkit.finetuning.metrics import entity_scores
 from bertkit.finetuning.readers import TaggedSentence, read_tagged
 from bertkit.finetuning.recipe import _split
 from bertkit.finetuning.tagging import has_entities
+from bertkit.model.kind import ModelKind, model_kind
 from bertkit.model.scalar_mix import ScalarMix
-from bertkit.senses.static import StaticVectors, is_static_dir
+from bertkit.senses.static import StaticVectors
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 
@@ -169,7 +170,7 @@ def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
         raise UserError(f"{options.dev or options.train}: dev tags never seen in training: "
                         f"{', '.join(unknown[:5])}")
     entities = has_entities(tags)
-    if is_static_dir(options.model):
+    if model_kind(options.model) is ModelKind.STATIC:
         vectors = StaticVectors.load(options.model)
         L, H = 1, vectors.dim
         features = [torch.from_numpy(static_word_layers(vectors, part))

@@ -37,6 +37,7 @@ from bertkit.embeddings.plots import project_2d
 from bertkit.figures import draw_or_skip, new_figure
 from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_lines)
+from bertkit.model.kind import RECOMMENDER_FILE
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 
@@ -310,14 +311,14 @@ def save_recommender(model: Recommender, categories: Categories, out: str | Path
     with atomic_dir(out) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
                   str(tmp / "model.safetensors"))
-        with open(tmp / "recommender.json", "w", encoding="utf-8") as f:
+        with open(tmp / RECOMMENDER_FILE, "w", encoding="utf-8") as f:
             json.dump({"format": CONFIG_FORMAT, "config": asdict(model.cfg),
                        "categories": asdict(categories)}, f, ensure_ascii=False)
     return out
 
 
 def load_recommender(model_dir: str | Path) -> tuple[Recommender, Categories]:
-    saved = read_json(Path(model_dir) / "recommender.json", "recommender config", CONFIG_FORMAT)
+    saved = read_json(Path(model_dir) / RECOMMENDER_FILE, "recommender config", CONFIG_FORMAT)
     model = Recommender(RecommenderConfig(**saved["config"]))
     model.load_state_dict(load_file(str(Path(model_dir) / "model.safetensors")))
     return model.eval(), Categories(**saved["categories"])

@@ -47,14 +47,15 @@ from safetensors.torch import save_file
 from bertkit.embeddings.standardize import unit_rows
 from bertkit.figures import new_figure
 from bertkit.files import UserError, atomic_dir, atomic_file, read_json, read_lines
+from bertkit.model.kind import STATIC_VECTORS_FILE, STATIC_VOCAB_FILE, ModelKind, require_kind
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.settings import write_settings
 
 WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 """A word: letters and digits, with inner apostrophes ("don't", "father's")."""
-VECTORS_FILE = "vectors.safetensors"
-VOCAB_FILE = "vocab.json"
+VECTORS_FILE = STATIC_VECTORS_FILE
+VOCAB_FILE = STATIC_VOCAB_FILE
 TOKENIZER_DIR = "tokenizer"
 SOFTMAX_MAX_VOCAB = 10_000
 """Largest vocabulary `loss="softmax"` trains: each prediction costs V dot products, which
@@ -567,10 +568,7 @@ class StaticVectors:
 
     @classmethod
     def load(cls, path: str | Path) -> "StaticVectors":
-        p = Path(path)
-        if not is_static_dir(p):
-            raise UserError(f"{p}: not a static-vectors directory (no {VOCAB_FILE} and "
-                            f"{VECTORS_FILE}; make one with `bertkit static train`)")
+        p = require_kind(path, ModelKind.STATIC)
         meta = read_json(p / VOCAB_FILE, "bertkit static vocabulary", format="bertkit-static")
         try:
             with safe_open(str(p / VECTORS_FILE), "np") as f:
@@ -737,11 +735,6 @@ class PlotWordsOptions:
     """Title of the picture; none: the number of words and the width of the vectors."""
 
 
-def is_static_dir(path: str | Path) -> bool:
-    p = Path(path)
-    return (p / VOCAB_FILE).is_file() and (p / VECTORS_FILE).is_file()
-
-
 def find_word(text: str, word: str) -> tuple[int, int]:
     """Character span of the first whole-word, case-insensitive occurrence of `word`."""
     m = re.search(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", text, flags=re.IGNORECASE)
@@ -754,6 +747,6 @@ __all__ = ["SkipGramConfig", "Tokenization", "Corpus", "read_corpus", "noise_dis
            "sample_negatives", "keep_probabilities", "subsample", "skipgram_pairs", "sgns_loss",
            "sgns_gradients", "cbow_contexts", "cbow_hidden", "softmax_loss",
            "softmax_gradients", "TrainStats", "train_skipgram", "StaticVectors", "analogy",
-           "read_analogies", "analogy_accuracy", "pca_2d", "plot_words", "is_static_dir",
+           "read_analogies", "analogy_accuracy", "pca_2d", "plot_words",
            "find_word", "WORD", "SOFTMAX_MAX_VOCAB", "parse_span", "context_similarity",
            "ContextSimilarityOptions", "AnalogyOptions", "PlotWordsOptions"]

@@ -171,7 +171,7 @@ def test_bad_input(tmp_path):
         read_corpus([empty], Tokenization())
     with pytest.raises(ValueError, match="window"):
         SkipGramConfig(window=0)
-    with pytest.raises(UserError, match="not a static-vectors directory"):
+    with pytest.raises(UserError, match="not a model directory"):
         StaticVectors.load(tmp_path)
 
 
