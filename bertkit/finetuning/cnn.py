@@ -37,7 +37,7 @@ from bertkit.files import UserError, atomic_dir, read_json
 from bertkit.finetuning.heads import PROBLEM_TYPES, TASK_FILE, read_task_file
 from bertkit.finetuning.tasks import task_type
 from bertkit.model.kind import CNN_FILE, CNN_WEIGHTS_FILE as WEIGHTS_FILE
-from bertkit.senses.static import TOKENIZER_DIR, StaticVectors, Tokenization
+from bertkit.embeddings.static import TOKENIZER_DIR, StaticVectors, Tokenization
 from bertkit.text.tokenizer import Tokenizer
 
 SPECIALS = ("[PAD]", "[UNK]", "[SEP]")

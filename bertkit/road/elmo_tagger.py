@@ -29,6 +29,7 @@ from torch import nn
 from bertkit.config import TrainConfig
 from bertkit.embeddings.embedder import Embedder
 from bertkit.embeddings.plots import plot_layer_weights
+from bertkit.embeddings.static import StaticVectors
 from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_dir, check_not_input, write_json
 from bertkit.finetuning.baselines import most_frequent_tag
@@ -38,7 +39,6 @@ from bertkit.finetuning.recipe import _split
 from bertkit.finetuning.tagging import has_entities
 from bertkit.model.kind import ModelKind, model_kind
 from bertkit.model.scalar_mix import ScalarMix
-from bertkit.senses.static import StaticVectors
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 

@@ -25,9 +25,9 @@ from typing import Sequence
 import numpy as np
 
 from bertkit.embeddings.embedder import Embedder
+from bertkit.embeddings.static import StaticVectors
 from bertkit.files import UserError, atomic_file, read_jsonl
 from bertkit.model.kind import ModelKind, model_kind
-from bertkit.senses.static import StaticVectors
 
 # Forms that share no first letter with their lemma; any other inflection does.
 _SUPPLETIVE = {"be": {"is", "am", "are", "was", "were", "'s", "'re", "'m", "ai"},

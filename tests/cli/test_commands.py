@@ -94,7 +94,8 @@ def reached(monkeypatch):
     import bertkit.model.fill_mask
     import bertkit.pretraining.recipe
     import bertkit.senses.data
-    import bertkit.senses.static
+    import bertkit.embeddings.context_similarity
+    import bertkit.embeddings.static
     import bertkit.senses.wsd
     import bertkit.embeddings.plots
 
@@ -117,8 +118,8 @@ def reached(monkeypatch):
     monkeypatch.setattr(bertkit.embeddings.plots, "read_sense_instances", lambda *a: [])
     monkeypatch.setattr(bertkit.senses.wsd.SenseInventory, "load", staticmethod(
         lambda path: SimpleNamespace(model="m", options=bertkit.senses.wsd.WsdOptions())))
-    monkeypatch.setattr(bertkit.senses.static, "find_word", lambda text, word: (0, 1))
-    monkeypatch.setattr(bertkit.senses.static.StaticVectors, "load", staticmethod(
+    monkeypatch.setattr(bertkit.embeddings.context_similarity, "find_word", lambda text, word: (0, 1))
+    monkeypatch.setattr(bertkit.embeddings.static.StaticVectors, "load", staticmethod(
         lambda path: SimpleNamespace(instance_vectors=lambda texts, spans: None)))
 
 

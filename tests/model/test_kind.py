@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.senses.static import StaticVectors, Tokenization
+from bertkit.embeddings.static import StaticVectors, Tokenization
 from bertkit.files import UserError
 from bertkit.model import hub
 from bertkit.model.elmo import ElmoConfig, ElmoLM, save_elmo
