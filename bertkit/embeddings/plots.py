@@ -10,7 +10,6 @@ encoding, with a one-line `UserError`.
 """
 from __future__ import annotations
 
-import io
 import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,8 +21,8 @@ import torch
 
 from bertkit.embeddings.anisotropy import AnisotropyReport
 from bertkit.embeddings.embedder import Embedder, LayerSpec
-from bertkit.figures import colormap, new_figure, require_matplotlib
-from bertkit.files import UserError, atomic_file
+from bertkit.figures import colormap, new_figure, require_matplotlib, save_png
+from bertkit.files import UserError
 from bertkit.model.attention import attention_weights
 from bertkit.senses.data import SenseExample, read_examples
 from bertkit.text.tokenizer import cut_warning
@@ -43,11 +42,7 @@ class Plot:
 
 
 def _save(fig: Figure, out: str | Path, data: dict) -> Plot:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-    with atomic_file(out, "wb") as f:
-        f.write(buffer.getvalue())
-    return Plot(Path(out), fig, data)
+    return Plot(save_png(fig, out), fig, data)
 
 
 # Word senses ----------------------------------------------------------------------------------

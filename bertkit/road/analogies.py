@@ -3,15 +3,14 @@ file of questions, and chosen words drawn on the plane of their first two princi
 """
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from bertkit.embeddings.static import StaticVectors
-from bertkit.figures import new_figure
-from bertkit.files import UserError, atomic_file, read_lines
+from bertkit.figures import new_figure, save_png
+from bertkit.files import UserError, read_lines
 
 
 def read_analogies(path: str | Path) -> list[tuple[str, str, str, str]]:
@@ -68,10 +67,7 @@ def plot_words(vectors: StaticVectors, words: Sequence[str], out: str | Path,
     ax.set_xlabel("principal component 1")
     ax.set_ylabel("principal component 2")
     ax.set_title(title or f"{len(words)} words, {vectors.dim}-dimensional vectors, PCA")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-    with atomic_file(out, "wb") as f:
-        f.write(buffer.getvalue())
+    save_png(fig, out)
     return points
 
 

@@ -34,7 +34,7 @@ from torch import nn
 
 from bertkit.config import TrainConfig
 from bertkit.embeddings.plots import project_2d
-from bertkit.figures import draw_or_skip, new_figure
+from bertkit.figures import draw_or_skip, new_figure, save_png
 from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_lines)
 from bertkit.model.kind import RECOMMENDER_FILE
@@ -391,8 +391,7 @@ def plot_items(model: Recommender, categories: Categories, out: str | Path, n: i
         ax.set_ylabel(axes[1])
         ax.set_title(title or f"learned movie embeddings, the {len(top)} most-rated movies "
                      "(PCA)", fontsize=10)
-        with atomic_file(out, "wb") as f:
-            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+        save_png(fig, out)
 
     draw_or_skip(draw, out)  # the points are the result; the picture is a side product
     return points

@@ -48,7 +48,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from bertkit.config import TrainConfig
-from bertkit.figures import draw_or_skip, new_figure
+from bertkit.figures import draw_or_skip, new_figure, save_png
 from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_jsonl, read_lines)
 from bertkit.model.heads import IGNORE_INDEX
@@ -523,12 +523,6 @@ def attention_map(model: Seq2Seq, tokenizer: Tokenizer, source: str,
     if len(decoded.weights) > len(written):
         written.append("</s>")
     return AttentionMap(pieces, written, decoded.weights, decoded.p_gen)
-
-
-def save_png(fig, out: str | Path) -> Path:
-    with atomic_file(out, "wb") as f:
-        fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
-    return Path(out)
 
 
 def plot_attention_map(amap: AttentionMap, out: str | Path, title: str = "") -> Path:
