@@ -21,6 +21,7 @@ import torch
 
 from bertkit.embeddings.anisotropy import AnisotropyReport
 from bertkit.embeddings.embedder import Embedder, LayerSpec
+from bertkit.embeddings.pca import pca
 from bertkit.figures import colormap, new_figure, require_matplotlib, save_png
 from bertkit.files import UserError
 from bertkit.model.attention import attention_weights
@@ -89,14 +90,10 @@ def project_2d(x: np.ndarray, method: str = "pca",
         return reducer.fit_transform(x), ("UMAP 1", "UMAP 2")
     if method != "pca":
         raise ValueError(f"method {method!r} is not pca or umap")
-    centred = x - x.mean(0)
-    _, s, vt = np.linalg.svd(centred, full_matrices=False)
-    # Fix each axis's sign so that the same data always gives the same picture.
-    signs = np.sign(vt[:2].sum(1, keepdims=True) + 1e-30)
-    explained = s[:2] ** 2 / max((s ** 2).sum(), 1e-30)
+    points, explained = pca(x)
     labels = tuple(f"principal component {k + 1} ({e:.0%} of variance)"
                    for k, e in enumerate(explained))
-    return centred @ (vt[:2] * signs).T, labels
+    return points, labels
 
 
 def plot_senses(embedder: Embedder, instances: Sequence[SenseExample], out: str | Path, *,

@@ -8,6 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
+from bertkit.embeddings.pca import pca
 from bertkit.embeddings.static import StaticVectors
 from bertkit.figures import new_figure, save_png
 from bertkit.files import UserError, read_lines
@@ -45,20 +46,13 @@ def analogy_accuracy(vectors: StaticVectors,
             "answered": asked, "skipped": len(missed), "skipped_questions": missed}
 
 
-def pca_2d(matrix: np.ndarray) -> np.ndarray:
-    """The rows of `matrix` [N, D] on their first two principal components, [N, 2]."""
-    centered = np.asarray(matrix, dtype=np.float64) - np.mean(matrix, axis=0)
-    _, _, vt = np.linalg.svd(centered, full_matrices=False)
-    return centered @ vt[:2].T
-
-
 def plot_words(vectors: StaticVectors, words: Sequence[str], out: str | Path,
                title: str | None = None) -> np.ndarray:
     """Chosen words' vectors on their first two principal components, a labelled point
     each, written to `out` (PNG, atomically). Returns the coordinates [N, 2]."""
     if len(words) < 3:
         raise UserError("--words: give at least three words to place on a plane")
-    points = pca_2d(np.stack([vectors.vector(w) for w in words]))
+    points, _ = pca(np.stack([vectors.vector(w) for w in words]))
     fig = new_figure(out, figsize=(7, 6))  # matplotlib (the `plot` extra) only to draw
     ax = fig.add_subplot()
     ax.scatter(points[:, 0], points[:, 1], s=18)
@@ -71,4 +65,4 @@ def plot_words(vectors: StaticVectors, words: Sequence[str], out: str | Path,
     return points
 
 
-__all__ = ["read_analogies", "analogy_accuracy", "pca_2d", "plot_words"]
+__all__ = ["read_analogies", "analogy_accuracy", "plot_words"]
