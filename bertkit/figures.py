@@ -1,9 +1,10 @@
 """matplotlib as an optional extra (`pip install bertkit[plot]`), imported only to draw.
 
-`save_png` is the one way a picture reaches the disk. A command whose output is a picture (`bertkit plot ...`) fails with a one-line `UserError` when
+A command whose output is a picture (`bertkit plot ...`) fails with a one-line `UserError` when
 matplotlib is missing; a run that draws on the side (a training run's loss.png) says so in one
 line and goes on (`draw_or_skip`). Figures are `matplotlib.figure.Figure`s of their own, never
-pyplot, so no backend is chosen and the caller's open figures are left alone.
+pyplot, so no backend is chosen and the caller's open figures are left alone. `save_png` is the
+one way a picture reaches the disk.
 """
 from __future__ import annotations
 

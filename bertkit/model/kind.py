@@ -3,16 +3,16 @@ and `bertkit serve` ask before they load a model.
 
 Each kind is written by one command and read by one loader:
 
-    kind          marker files                          written by                loaded by
-    CNN           cnn.json, cnn.safetensors             finetune --model cnn      finetuning.predict.TaskModel.load
-    ELMO          elmo.json                             road elmo                 model.elmo.load_elmo
-    STATIC        vocab.json, vectors.safetensors       static train              embeddings.static.StaticVectors.load
-    SEQ2SEQ       seq2seq.json                          road seq2seq              road.seq2seq.load_seq2seq
-    RECOMMENDER   recommender.json                      road entities             road.entities.load_recommender
-    TASK          bertkit_task.json, or a config.json   finetune, transformers    finetuning.predict.TaskModel.load
-                  naming a transformers task head
-    ENCODER       config.json or modules.json           pretrain, transformers,   model.hub.load_encoder,
-                                                        sentence-transformers     embeddings.embedder.Embedder.load
+    kind         marker files                       loaded by
+    CNN          cnn.json, cnn.safetensors          finetuning.predict.TaskModel.load
+    ELMO         elmo.json                          model.elmo.load_elmo
+    STATIC       vocab.json, vectors.safetensors    embeddings.static.StaticVectors.load
+    SEQ2SEQ      seq2seq.json                       road.seq2seq.load_seq2seq
+    RECOMMENDER  recommender.json                   road.entities.load_recommender
+    TASK         bertkit_task.json, or config.json  finetuning.predict.TaskModel.load
+                 naming a transformers task head
+    ENCODER      config.json or modules.json        model.hub.load_encoder, model.fill_mask,
+                                                    embeddings.embedder.Embedder.load
 
 The markers are checked in that order: a CNN directory also holds bertkit_task.json, and an
 encoder's is the only marker every transformers directory has. The file names are defined here
