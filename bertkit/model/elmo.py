@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertkit.files import UserError, atomic_dir, read_json
-from bertkit.model.kind import ELMO_FILE
+from bertkit.model.kind import ELMO_FILE, ModelKind, require_kind
 from bertkit.text.tokenizer import Tokenizer
 
 CONFIG_FILE = ELMO_FILE
@@ -167,7 +167,7 @@ def save_elmo(model: ElmoLM, tokenizer: Tokenizer, out: str | Path,
 
 def load_elmo(path: str | Path, device: str | torch.device = "cpu") -> ElmoLM:
     """The model of a directory saved by save_elmo, in eval mode."""
-    p = Path(path)
+    p = require_kind(path, ModelKind.ELMO)
     config = read_json(p / CONFIG_FILE, "ELMo model config", CONFIG_FORMAT)
     config.pop("format")
     try:

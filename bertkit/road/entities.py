@@ -37,7 +37,7 @@ from bertkit.embeddings.plots import project_2d
 from bertkit.figures import draw_or_skip, new_figure, save_png
 from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_lines)
-from bertkit.model.kind import RECOMMENDER_FILE
+from bertkit.model.kind import RECOMMENDER_FILE, ModelKind, require_kind
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 
@@ -318,6 +318,8 @@ def save_recommender(model: Recommender, categories: Categories, out: str | Path
 
 
 def load_recommender(model_dir: str | Path) -> tuple[Recommender, Categories]:
+    """The model (in eval mode) and categories of a directory saved by save_recommender."""
+    model_dir = require_kind(model_dir, ModelKind.RECOMMENDER)
     saved = read_json(Path(model_dir) / RECOMMENDER_FILE, "recommender config", CONFIG_FORMAT)
     model = Recommender(RecommenderConfig(**saved["config"]))
     model.load_state_dict(load_file(str(Path(model_dir) / "model.safetensors")))

@@ -52,7 +52,7 @@ from bertkit.figures import draw_or_skip, new_figure, save_png
 from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_jsonl, read_lines)
 from bertkit.model.heads import IGNORE_INDEX
-from bertkit.model.kind import SEQ2SEQ_FILE
+from bertkit.model.kind import SEQ2SEQ_FILE, ModelKind, require_kind
 from bertkit.road.bleu import corpus_bleu, corpus_chrf
 from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import CLS, PAD, SEP, Tokenizer
@@ -444,6 +444,8 @@ def save_seq2seq(model: Seq2Seq, tokenizer: Tokenizer, out: str | Path) -> Path:
 
 
 def load_seq2seq(model_dir: str | Path) -> tuple[Seq2Seq, Tokenizer]:
+    """The model (in eval mode) and tokenizer of a directory saved by save_seq2seq."""
+    model_dir = require_kind(model_dir, ModelKind.SEQ2SEQ)
     config = read_json(Path(model_dir) / SEQ2SEQ_FILE, "seq2seq model config", CONFIG_FORMAT)
     config.pop("format")
     model = Seq2Seq(Seq2SeqConfig(**config))

@@ -11,11 +11,12 @@ import torch
 from bertkit.embeddings.static import StaticVectors, Tokenization
 from bertkit.files import UserError
 from bertkit.model import hub
-from bertkit.model.elmo import ElmoConfig, ElmoLM, save_elmo
+from bertkit.model.elmo import ElmoConfig, ElmoLM, load_elmo, save_elmo
 from bertkit.model.encoder import Encoder, EncoderConfig
 from bertkit.model.kind import ModelKind, model_kind, require_kind
-from bertkit.road.entities import Categories, Recommender, RecommenderConfig, save_recommender
-from bertkit.road.seq2seq import Seq2Seq, Seq2SeqConfig, save_seq2seq
+from bertkit.road.entities import (Categories, Recommender, RecommenderConfig, load_recommender,
+                                   save_recommender)
+from bertkit.road.seq2seq import Seq2Seq, Seq2SeqConfig, load_seq2seq, save_seq2seq
 from bertkit.text.vocab import train_tokenizer
 
 
@@ -103,5 +104,10 @@ def test_require_kind_says_what_the_directory_holds_instead(tmp_path):
     assert require_kind(tmp_path / "m", ModelKind.ENCODER, ModelKind.ELMO) == tmp_path / "m"
     with pytest.raises(UserError, match=r"m: a BERT encoder, not static word vectors"):
         require_kind(tmp_path / "m", ModelKind.STATIC)
-    with pytest.raises(UserError, match="a BERT encoder, not static word vectors"):
-        StaticVectors.load(tmp_path / "m")
+    # each kind's loader refuses the others in that one line
+    for load, kind in ((StaticVectors.load, "static word vectors"),
+                       (load_elmo, "an ELMo language model"),
+                       (load_seq2seq, "a sequence-to-sequence model"),
+                       (load_recommender, "an entity-embedding recommender")):
+        with pytest.raises(UserError, match=f"a BERT encoder, not {kind}"):
+            load(tmp_path / "m")
