@@ -38,8 +38,8 @@ from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit
 from bertkit.files import UserError, read_json
 from bertkit.model.elmo import load_elmo
 from bertkit.model.encoder import Encoder
-from bertkit.model.hub import load_encoder, resolve_model, save_model
-from bertkit.model.kind import ModelKind, model_kind
+from bertkit.model.hub import load_encoder, save_model
+from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs, cut_warning
 
@@ -227,7 +227,7 @@ class Embedder:
         directory (`standardize.safetensors`) is loaded, and applied only when a call asks for
         `standardize=True`.
         """
-        path = resolve_model(path)
+        path = require_kind(path, ModelKind.ENCODER, ModelKind.TASK, ModelKind.ELMO)
         sentence = read_sentence_model(path)
         if sentence is not None:
             model_dir = sentence.transformer

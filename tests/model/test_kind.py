@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertkit.embeddings.embedder import Embedder
 from bertkit.embeddings.static import StaticVectors, Tokenization
 from bertkit.files import UserError
 from bertkit.model import hub
@@ -76,6 +77,10 @@ def test_static_vectors(tmp_path):
                             np.eye(3, dtype=np.float32), Tokenization())
     vectors.save(tmp_path / "static")
     assert model_kind(tmp_path / "static") is ModelKind.STATIC
+    # the Embedder takes encoders, task models and ELMo, and says so
+    with pytest.raises(UserError, match=r"static: static word vectors \(static train\), not a "
+                                        r"BERT encoder or a fine-tuned task model or an ELMo"):
+        Embedder.load(tmp_path / "static")
 
 
 def test_seq2seq_and_recommender(tmp_path, tokenizer):
