@@ -38,7 +38,7 @@ _EXPORTS = {
     "Embedder": "embeddings.embedder", "word_vector": "embeddings.embedder", "word_vectors": "embeddings.embedder",
     "embed": "embeddings.embedder",
     "Standardizer": "embeddings.standardize", "anisotropy_report": "embeddings.anisotropy",
-    "SenseInventory": "senses.wsd", "train_wsd": "senses.wsd", "StaticVectors": "senses.static",
+    "SenseInventory": "senses.wsd", "train_wsd": "senses.wsd", "StaticVectors": "embeddings.static",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -3,15 +3,17 @@
 A command whose output is a picture (`bertkit plot ...`) fails with a one-line `UserError` when
 matplotlib is missing; a run that draws on the side (a training run's loss.png) says so in one
 line and goes on (`draw_or_skip`). Figures are `matplotlib.figure.Figure`s of their own, never
-pyplot, so no backend is chosen and the caller's open figures are left alone.
+pyplot, so no backend is chosen and the caller's open figures are left alone. `save_png` is the
+one way a picture reaches the disk.
 """
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from bertkit.files import UserError
+from bertkit.files import UserError, atomic_file
 
 INSTALL = "pip install bertkit[plot]"
 T = TypeVar("T")
@@ -35,6 +37,17 @@ def new_figure(out: str | Path, **kwargs):
     require_matplotlib(out)
     from matplotlib.figure import Figure
     return Figure(**kwargs)
+
+
+def save_png(fig, out: str | Path, dpi: int = 120) -> Path:
+    """Write the figure `fig` to `out` as a PNG cropped to what is drawn. The picture is drawn
+    in memory first and then published in one rename, so a failed drawing leaves `out` as it
+    was (no empty or half-written file)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    with atomic_file(out, "wb") as f:
+        f.write(buffer.getvalue())
+    return Path(out)
 
 
 def colormap(name: str):

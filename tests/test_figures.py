@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.figures import MatplotlibMissing, draw_or_skip, new_figure, require_matplotlib
+from bertkit.figures import (MatplotlibMissing, draw_or_skip, new_figure, require_matplotlib,
+                             save_png)
 
 
 def test_drawing_without_matplotlib_is_a_one_line_error(no_matplotlib, tmp_path):
@@ -28,6 +29,33 @@ def test_a_side_picture_is_skipped_with_one_warning(no_matplotlib, tmp_path, cap
 
 def test_with_matplotlib_the_picture_is_drawn(tmp_path):
     assert draw_or_skip(lambda: new_figure(tmp_path / "a.png").dpi, tmp_path / "a.png") > 0
+
+
+def test_save_png_writes_the_picture_at_the_asked_resolution(tmp_path):
+    from matplotlib.image import imread
+
+    fig = new_figure(tmp_path / "a.png", figsize=(2, 1))
+    fig.add_subplot().plot([0, 1], [0, 1])
+    assert save_png(fig, tmp_path / "a.png") == tmp_path / "a.png"
+    assert save_png(fig, tmp_path / "b.png", dpi=60) == tmp_path / "b.png"
+    a, b = imread(tmp_path / "a.png"), imread(tmp_path / "b.png")
+    # cropped to what is drawn, so about (not exactly) dpi x inches; half the dpi, half the side
+    assert a.shape[2] in (3, 4) and 150 < a.shape[1] < 260
+    assert abs(a.shape[1] / b.shape[1] - 2.0) < 0.15
+
+
+def test_a_failed_drawing_leaves_the_old_picture(tmp_path):
+    out = tmp_path / "a.png"
+    out.write_bytes(b"old")
+
+    class Broken:
+        def savefig(self, *args, **kwargs):
+            args[0].write(b"\x89PNG half")
+            raise RuntimeError("drawing failed")
+
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        save_png(Broken(), out)
+    assert out.read_bytes() == b"old" and sorted(tmp_path.iterdir()) == [out]
 
 
 @pytest.mark.slow

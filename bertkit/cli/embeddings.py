@@ -234,7 +234,7 @@ class PlotSensesOptions:
 
 
 def run_plot_senses(opts: PlotSensesOptions, encoder: EncoderOptions) -> int:
-    from bertkit.embeddings.plots import plot_senses, read_sense_instances
+    from bertkit.senses.plots import plot_senses, read_sense_instances
     from bertkit.figures import require_matplotlib
 
     require_matplotlib(opts.out)  # before the model is loaded

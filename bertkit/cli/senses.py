@@ -1,7 +1,8 @@
 """Commands on word senses: `wsd split|train|predict|evaluate` (sense embeddings),
 `static train|neighbors|similarity|contexts|analogy|plot` (word2vec, the static baseline) and
 `similarity` (one word's contextual vectors in two texts, layer by layer). Their settings are
-the library's WsdOptions, SkipGramConfig and the options classes of bertkit.senses.static."""
+the library's WsdOptions and SkipGramConfig (bertkit.road.word2vec), and the options of
+the commands that only read files and print, here."""
 from __future__ import annotations
 
 import json
@@ -174,21 +175,21 @@ class StaticTrainFiles:
 
 
 def run_static_train(files: StaticTrainFiles, config) -> int:
-    from bertkit.senses.static import StaticVectors
+    from bertkit.road.word2vec import train_static_vectors
     from bertkit.training.settings import run_settings
 
     tokenizer = None
     if files.tokenizer:
         from bertkit.text.tokenizer import Tokenizer
         tokenizer = Tokenizer.load(files.tokenizer)
-    model = StaticVectors.train(files.input, config, tokenizer, progress=not files.quiet)
+    model = train_static_vectors(files.input, config, tokenizer, progress=not files.quiet)
     static_train = next(c for c in COMMANDS if c.name == "static train")
     model.save(files.out, run_settings({"files": files, "config": config}, device="cpu",
                                        precision="fp32",
                                        command=command_line(static_train, [files, config])))
     print(f"{files.out}: {len(model.tokens):,} {model.tokenization.kind} x {model.dim} "
-          f"dimensions, {model.stats.pairs:,} pairs in {model.stats.seconds:.0f}s, "
-          f"final loss {model.stats.final_loss:.3f}")
+          f"dimensions, {model.stats['pairs']:,} pairs in {model.stats['seconds']:.0f}s, "
+          f"final loss {model.stats['final_loss']:.3f}")
     return 0
 
 
@@ -204,7 +205,7 @@ class StaticNeighborsOptions:
 
 
 def run_static_neighbors(opts: StaticNeighborsOptions) -> int:
-    from bertkit.senses.static import StaticVectors
+    from bertkit.embeddings.static import StaticVectors
 
     if not opts.words:
         raise UserError("no words: give WORD arguments")
@@ -226,7 +227,7 @@ class StaticSimilarityOptions:
 
 
 def run_static_similarity(opts: StaticSimilarityOptions) -> int:
-    from bertkit.senses.static import StaticVectors
+    from bertkit.embeddings.static import StaticVectors
 
     print(f"{StaticVectors.load(opts.model).similarity(opts.a, opts.b):.4f}")
     return 0
@@ -253,7 +254,8 @@ class StaticContextsOptions:
 
 def run_static_contexts(opts: StaticContextsOptions) -> int:
     from bertkit.embeddings.anisotropy import cosine_matrix
-    from bertkit.senses.static import StaticVectors, find_word
+    from bertkit.embeddings.context_similarity import find_word
+    from bertkit.embeddings.static import StaticVectors
 
     if not opts.texts:
         raise UserError("no texts: give TEXT arguments")
@@ -281,8 +283,62 @@ def run_static_contexts(opts: StaticContextsOptions) -> int:
     return 0
 
 
-def run_static_analogy(opts) -> int:
-    from bertkit.senses.static import StaticVectors, analogy_accuracy, read_analogies
+@dataclass(kw_only=True)
+class ContextSimilarityOptions:
+    """`bertkit similarity`: one word's contextual vectors in two texts, layer by layer."""
+
+    text1: str = field(metadata={"positional": True, "metavar": "TEXT1"})
+    """The first text."""
+    span1: str = field(metadata={"positional": True, "metavar": "SPAN1"})
+    """The word in TEXT1: the word itself (its first occurrence) or START:END characters."""
+    text2: str = field(metadata={"positional": True, "metavar": "TEXT2"})
+    """The second text."""
+    span2: str = field(metadata={"positional": True, "metavar": "SPAN2"})
+    """The word in TEXT2, as SPAN1."""
+    model: Path
+    """BERT directory (bertkit or Hugging Face)."""
+    device: str = "cpu"
+    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    json: bool = False
+    """One JSON object: {"layers": [cosine per layer, 0 = embeddings]}."""
+
+
+@dataclass(kw_only=True)
+class AnalogyOptions:
+    """`bertkit static analogy`: a - b + c, or the accuracy on a file of analogies."""
+
+    vectors: Path
+    """Directory from `bertkit static train`."""
+    words: list[str] = field(default_factory=list, metadata={"positional": True,
+                                                             "metavar": "WORD"})
+    """A B C: the words nearest to A - B + C (king man woman -> queen)."""
+    input: Path | None = None
+    """Analogy questions instead, `a b c d` a line (d = a - b + c): prints the accuracy."""
+    top_k: int = 1
+    """Answers shown for A B C."""
+    json: bool = False
+    """One JSON object."""
+
+
+@dataclass(kw_only=True)
+class PlotWordsOptions:
+    """`bertkit static plot`: chosen words on the plane of their first two principal
+    components."""
+
+    vectors: Path
+    """Directory from `bertkit static train`."""
+    words: list[str] = field(default_factory=list, metadata={"positional": True,
+                                                             "metavar": "WORD"})
+    """The words to place (at least three)."""
+    out: Path = field(metadata={"output": True})
+    """PNG file to write."""
+    title: str | None = None
+    """Title of the picture; none: the number of words and the width of the vectors."""
+
+
+def run_static_analogy(opts: AnalogyOptions) -> int:
+    from bertkit.embeddings.static import StaticVectors
+    from bertkit.road.analogies import analogy_accuracy, read_analogies
 
     vectors = StaticVectors.load(opts.vectors)
     if opts.input is not None:
@@ -308,17 +364,18 @@ def run_static_analogy(opts) -> int:
     return 0
 
 
-def run_static_plot(opts) -> int:
-    from bertkit.senses.static import StaticVectors, plot_words
+def run_static_plot(opts: PlotWordsOptions) -> int:
+    from bertkit.embeddings.static import StaticVectors
+    from bertkit.road.analogies import plot_words
 
     plot_words(StaticVectors.load(opts.vectors), opts.words, opts.out, opts.title)
     print(f"{opts.out}: {len(opts.words)} words")
     return 0
 
 
-def run_similarity(opts) -> int:
+def run_similarity(opts: ContextSimilarityOptions) -> int:
     from bertkit.embeddings.embedder import Embedder
-    from bertkit.senses.static import context_similarity, parse_span
+    from bertkit.embeddings.context_similarity import context_similarity, parse_span
 
     span1, span2 = parse_span(opts.text1, opts.span1), parse_span(opts.text2, opts.span2)
     embedder = Embedder.load(opts.model, device=opts.device)
@@ -351,7 +408,7 @@ COMMANDS = (
     Command("wsd evaluate", run_wsd_evaluate, (WsdEvaluateOptions, WsdRun),
             help="accuracy against the most-frequent-sense baseline"),
     Command("static train", run_static_train,
-            (StaticTrainFiles, "bertkit.senses.static:SkipGramConfig"),
+            (StaticTrainFiles, "bertkit.road.word2vec:SkipGramConfig"),
             help="train word2vec vectors (skip-gram or CBOW) on text files",
             description="Skip-gram or CBOW, with negative sampling (K negatives from "
                         "unigram^0.75) or the full softmax (small vocabularies); window, "
@@ -366,13 +423,13 @@ COMMANDS = (
                  "contextual vectors are not",
             description="Cosines between the vectors of WORD in each TEXT: static (always "
                         "exactly 1) and, with --bert, contextual."),
-    Command("static analogy", run_static_analogy, ("bertkit.senses.static:AnalogyOptions",),
+    Command("static analogy", run_static_analogy, (AnalogyOptions,),
             help="a - b + c: the nearest words by cosine, the inputs left out",
             description="With A B C, the words nearest to A - B + C (king man woman -> "
                         "queen); with --input, the accuracy on a file of `a b c d` lines."),
-    Command("static plot", run_static_plot, ("bertkit.senses.static:PlotWordsOptions",),
+    Command("static plot", run_static_plot, (PlotWordsOptions,),
             help="chosen words on their first two principal components (PNG)"),
-    Command("similarity", run_similarity, ("bertkit.senses.static:ContextSimilarityOptions",),
+    Command("similarity", run_similarity, (ContextSimilarityOptions,),
             help="cosine of one word's contextual vectors in two texts, per layer",
             description="The seeds' 'bank' example: the vector of the word at SPAN1 in TEXT1 "
                         "against the word at SPAN2 in TEXT2, at every layer of a BERT model "

@@ -36,10 +36,11 @@ from bertkit.embeddings.sentence_model import (POOLING_MODES, read_sentence_mode
                                                sentence_model_files)
 from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
 from bertkit.files import UserError, read_json
+from bertkit.model.elmo import load_elmo
 from bertkit.model.encoder import Encoder
-from bertkit.model.hub import load_encoder, resolve_model, save_model
+from bertkit.model.hub import load_encoder, save_model
+from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.progress import Progress
-from bertkit.road.elmo import is_elmo_dir, load_elmo
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs, cut_warning
 
 LayerSpec = int | Sequence[int] | str
@@ -226,7 +227,7 @@ class Embedder:
         directory (`standardize.safetensors`) is loaded, and applied only when a call asks for
         `standardize=True`.
         """
-        path = resolve_model(path)
+        path = require_kind(path, ModelKind.ENCODER, ModelKind.TASK, ModelKind.ELMO)
         sentence = read_sentence_model(path)
         if sentence is not None:
             model_dir = sentence.transformer
@@ -240,7 +241,8 @@ class Embedder:
                        normalize=sentence.normalize, lowercase=sentence.lowercase,
                        source=str(path))
         # An ELMo directory: its LSTM layers stand in for BERT's (same hidden_states interface).
-        encoder = load_elmo(path, device) if is_elmo_dir(path) else load_encoder(path, device)
+        encoder = (load_elmo(path, device) if model_kind(path) is ModelKind.ELMO
+                   else load_encoder(path, device))
         tokenizer = Tokenizer.load(path)
         if max_length is None and (path / "sentence_bert_config.json").is_file():
             try:  # an unreadable setting is left out: the model's own maximum applies

@@ -44,6 +44,31 @@ def index_path_for(out: str | Path) -> Path:
                          else out.name + ".index.jsonl")
 
 
+def text_chunks(path: Path, chunk_lines: int) -> Iterator[tuple[int, list[Text]]]:
+    """The texts of a file (a tab separates a pair) `chunk_lines` at a time, each chunk with
+    the number of its first line."""
+    first, texts = 1, []
+    for number, line in read_lines(path):
+        texts.append(tuple(line.split("\t", 1)) if "\t" in line else line)
+        if len(texts) == chunk_lines:
+            yield first, texts
+            first, texts = number + 1, []
+    if texts:
+        yield first, texts
+
+
+def count_rows(embedder: Embedder, path: Path, words: bool,
+               chunk_lines: int) -> tuple[int, int, int]:
+    """(lines, rows, tokens) of a file: the rows are its lines, or with `words` its words."""
+    lines = rows = tokens = 0
+    for _, texts in text_chunks(path, chunk_lines):
+        encoded = embedder.tokenize(texts)
+        lines += len(texts)
+        tokens += sum(len(e.ids) for e in encoded)
+        rows += sum(len(g) for g in word_groups(encoded, texts)[0]) if words else len(texts)
+    return lines, rows, tokens
+
+
 def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                words: bool = False, layers: LayerSpec = -1, combine: str = "mean",
                pool: str | None = None, subword_pool: str = "mean",
@@ -69,24 +94,8 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     if standardize and embedder.standardizer is None:
         raise UserError("--standardize: no standardizer is fitted for this model (run "
                         "`bertkit anisotropy --fit-standardizer` first)")
-
-    def chunks() -> Iterator[tuple[int, list[Text]]]:
-        first, texts = 1, []
-        for number, line in read_lines(input_path):
-            texts.append(tuple(line.split("\t", 1)) if "\t" in line else line)
-            if len(texts) == chunk_lines:
-                yield first, texts
-                first, texts = number + 1, []
-        if texts:
-            yield first, texts
-
     # Pass 1: decode and count (tokenizing is cheap next to the model).
-    lines = rows = tokens = 0
-    for _, texts in chunks():
-        encoded = embedder.tokenize(texts)
-        lines += len(texts)
-        tokens += sum(len(e.ids) for e in encoded)
-        rows += sum(len(g) for g in word_groups(encoded, texts)[0]) if words else len(texts)
+    lines, rows, tokens = count_rows(embedder, input_path, words, chunk_lines)
     if rows == 0:
         raise UserError(f"{input_path}: no words to embed")
 
@@ -94,7 +103,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     truncated = done = 0
     bar = Progress("embed", tokens, "tokens", counts={"lines": lines}, enabled=progress)
     with _atomic_npy(out, (rows, width)) as matrix, atomic_file(index) as f_index:
-        for first_line, texts in chunks():
+        for first_line, texts in text_chunks(input_path, chunk_lines):
             encoded = embedder.tokenize(texts)
             truncated += sum(e.truncated for e in encoded)
             if words:

@@ -1,5 +1,5 @@
-"""Pictures of what an encoder does: word senses in 2-D, anisotropy per layer, attention, the
-weights a learned mix gives each layer.
+"""Pictures of what an encoder does: anisotropy per layer, attention, the weights a learned mix
+gives each layer (word senses in 2-D: bertkit.senses.plots).
 
 Every function writes one PNG (atomically) that explains itself: a title saying what is shown
 and how it was made, labelled axes, a legend, and returns a `Plot`: the file, the figure, and
@@ -10,9 +10,7 @@ encoding, with a one-line `UserError`.
 """
 from __future__ import annotations
 
-import io
 import textwrap
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -21,11 +19,11 @@ import numpy as np
 import torch
 
 from bertkit.embeddings.anisotropy import AnisotropyReport
-from bertkit.embeddings.embedder import Embedder, LayerSpec
-from bertkit.figures import colormap, new_figure, require_matplotlib
-from bertkit.files import UserError, atomic_file
+from bertkit.embeddings.embedder import Embedder
+from bertkit.embeddings.pca import pca
+from bertkit.figures import colormap, new_figure, require_matplotlib, save_png
+from bertkit.files import UserError
 from bertkit.model.attention import attention_weights
-from bertkit.senses.data import SenseExample, read_examples
 from bertkit.text.tokenizer import cut_warning
 
 if TYPE_CHECKING:
@@ -42,41 +40,9 @@ class Plot:
     """The numbers drawn, by name (see each plot function)."""
 
 
-def _save(fig: Figure, out: str | Path, data: dict) -> Plot:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-    with atomic_file(out, "wb") as f:
-        f.write(buffer.getvalue())
-    return Plot(Path(out), fig, data)
-
-
-# Word senses ----------------------------------------------------------------------------------
-
-def _context(inst: SenseExample, words: int = 4) -> str:
-    """A few words either side of the target, the target in capitals: "...his more WORKS"."""
-    left = inst.text[:inst.start].split()
-    right = inst.text[inst.end:].split()
-    return " ".join((["…"] if len(left) > words else []) + left[-words:]
-                    + [inst.text[inst.start:inst.end].upper()] + right[:words]
-                    + (["…"] if len(right) > words else []))
-
-
-def read_sense_instances(path: str | Path, lemma: str, max_per_sense: int = 50,
-                         min_per_sense: int = 1) -> list[SenseExample]:
-    """The instances of `lemma` in a sense-labelled JSON-lines file (the format of
-    `bertkit.senses.data`), at most `max_per_sense` of each sense, senses with fewer than
-    `min_per_sense` left out."""
-    found = [e for e in read_examples(path) if e.lemma == lemma]
-    counts = Counter(e.synset for e in found)
-    kept, taken = [], Counter()
-    for e in found:
-        if counts[e.synset] >= min_per_sense and taken[e.synset] < max_per_sense:
-            kept.append(e)
-            taken[e.synset] += 1
-    if len(kept) < 3:
-        raise UserError(f"{path}: {len(kept)} instances of {lemma!r} (with at least "
-                        f"{min_per_sense} per sense); need 3 or more to draw")
-    return kept
+def save_plot(fig: Figure, out: str | Path, data: dict) -> Plot:
+    """Write `fig` to `out` (bertkit.figures.save_png) and return it as a Plot with `data`."""
+    return Plot(save_png(fig, out), fig, data)
 
 
 def project_2d(x: np.ndarray, method: str = "pca",
@@ -94,59 +60,10 @@ def project_2d(x: np.ndarray, method: str = "pca",
         return reducer.fit_transform(x), ("UMAP 1", "UMAP 2")
     if method != "pca":
         raise ValueError(f"method {method!r} is not pca or umap")
-    centred = x - x.mean(0)
-    _, s, vt = np.linalg.svd(centred, full_matrices=False)
-    # Fix each axis's sign so that the same data always gives the same picture.
-    signs = np.sign(vt[:2].sum(1, keepdims=True) + 1e-30)
-    explained = s[:2] ** 2 / max((s ** 2).sum(), 1e-30)
+    points, explained = pca(x)
     labels = tuple(f"principal component {k + 1} ({e:.0%} of variance)"
                    for k, e in enumerate(explained))
-    return centred @ (vt[:2] * signs).T, labels
-
-
-def plot_senses(embedder: Embedder, instances: Sequence[SenseExample], out: str | Path, *,
-                layers: LayerSpec = "last4", method: str = "pca", standardize: bool = False,
-                title_word: str | None = None, annotate: int = 6, seed: int = 0) -> Plot:
-    """Scatter one word's contextual vectors across sentences in 2-D, coloured by sense,
-    with a few points labelled by their sentence (the seeds' figure of "die").
-
-    data: "points" {sense: [n, 2] the points drawn}, "axes" (the two axis labels)."""
-    require_matplotlib(out)
-    vectors = embedder.word_vectors([i.text for i in instances],
-                                    [(i.start, i.end) for i in instances], layers=layers,
-                                    standardize=standardize)
-    points, axis = project_2d(vectors, method, seed)
-    senses = [s for s, _ in Counter(i.synset for i in instances).most_common()]
-    gloss = {i.synset: i.gloss for i in instances}
-    fig = new_figure(out, figsize=(10, 7))
-    cmap = colormap("tab10" if len(senses) <= 10 else "tab20")
-    ax = fig.subplots()
-    markers = "osD^v<>ph*"
-    drawn = {}
-    for k, sense in enumerate(senses):
-        rows = [j for j, i in enumerate(instances) if i.synset == sense]
-        drawn[sense] = points[rows]
-        label = f"{sense}: {textwrap.shorten(gloss[sense], 60)}" if gloss[sense] else sense
-        ax.scatter(points[rows, 0], points[rows, 1], s=60, color=cmap(k % cmap.N),
-                   marker=markers[k % len(markers)], edgecolor="black", linewidth=0.4,
-                   label=f"{label} ({len(rows)})")
-    # Label one point of each of the first senses with the words around the target.
-    for sense in senses[:annotate]:
-        j = next(j for j, i in enumerate(instances) if i.synset == sense)
-        ax.annotate(_context(instances[j]), points[j], fontsize=7, alpha=0.85,
-                    xytext=(4, 4), textcoords="offset points")
-    ax.set_xlabel(axis[0])
-    ax.set_ylabel(axis[1])
-    word = title_word or instances[0].text[instances[0].start:instances[0].end]
-    layer_name = {"last4": "mean of the last 4 layers"}.get(layers, f"layer {layers}") \
-        if isinstance(layers, (str, int)) else f"layers {list(layers)}"
-    ax.set_title(f"Contextual vectors of \"{word}\" in {len(instances)} sentences, "
-                 f"coloured by sense\n({method.upper()} projection of "
-                 f"{layer_name}{', standardized' if standardize else ''})")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5),
-              title="sense: gloss (instances)", title_fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save(fig, out, {"points": drawn, "axes": axis})
+    return points, labels
 
 
 def _short(path: str) -> str:
@@ -210,7 +127,7 @@ def plot_anisotropy(report: AnisotropyReport, out: str | Path) -> Plot:
     fig.suptitle(f"{_short(report.model)}: {report.words} words from "
                  f"{report.sentences} lines of {Path(report.corpus).name}")
     fig.tight_layout()
-    return _save(fig, out, {"layers": layers, "lines": lines, "rogue_share": np.array(shares)})
+    return save_plot(fig, out, {"layers": layers, "lines": lines, "rogue_share": np.array(shares)})
 
 
 # Attention ----------------------------------------------------------------------------------------
@@ -273,7 +190,7 @@ def plot_attention(embedder: Embedder, text: str, out: str | Path, *, layer: int
     fig.suptitle(f"Attention in block {block} of {embedder.config.num_layers}"
                  f"{'' if head is None else f', head {head}'}: each row sums to 1\n"
                  f"\"{textwrap.shorten(text, 80)}\"")
-    return _save(fig, out, {"weights": {h: probs[h] for h in heads}, "tokens": tokens})
+    return save_plot(fig, out, {"weights": {h: probs[h] for h in heads}, "tokens": tokens})
 
 
 # Scalar mixes -----------------------------------------------------------------------------------
@@ -303,8 +220,8 @@ def plot_layer_weights(mixes: dict[str, Sequence[float]], out: str | Path) -> Pl
         ax.set_ylabel("softmax weight")
     fig.supxlabel("layer (emb = the token embeddings)", fontsize=10)
     fig.suptitle("Learned scalar mix of the layers (dashed: the even share it starts from)")
-    return _save(fig, out, {"weights": {k: list(map(float, v)) for k, v in mixes.items()}})
+    return save_plot(fig, out, {"weights": {k: list(map(float, v)) for k, v in mixes.items()}})
 
 
-__all__ = ["Plot", "read_sense_instances", "project_2d", "plot_senses",
+__all__ = ["Plot", "project_2d",
            "plot_anisotropy", "attention_probabilities", "plot_attention", "plot_layer_weights"]

@@ -36,11 +36,10 @@ from torch import nn
 from bertkit.files import UserError, atomic_dir, read_json
 from bertkit.finetuning.heads import PROBLEM_TYPES, TASK_FILE, read_task_file
 from bertkit.finetuning.tasks import task_type
-from bertkit.senses.static import TOKENIZER_DIR, StaticVectors, Tokenization
+from bertkit.model.kind import CNN_FILE, CNN_WEIGHTS_FILE as WEIGHTS_FILE
+from bertkit.embeddings.static import TOKENIZER_DIR, StaticVectors, Tokenization
 from bertkit.text.tokenizer import Tokenizer
 
-CNN_FILE = "cnn.json"
-WEIGHTS_FILE = "cnn.safetensors"
 SPECIALS = ("[PAD]", "[UNK]", "[SEP]")
 PAD, UNK, SEP = 0, 1, 2
 
@@ -290,10 +289,6 @@ def init_cnn(model: ConvClassifier, generator: torch.Generator,
             layer.bias.zero_()
 
 
-def is_cnn_dir(path: str | Path) -> bool:
-    return (Path(path) / CNN_FILE).is_file() and (Path(path) / WEIGHTS_FILE).is_file()
-
-
 def load_cnn(path: str | Path, device: str | torch.device = "cpu"):
     """(model, tokenizer, task) of a directory written by `finetune --model cnn`; build a
     `bertkit.finetuning.predict.TaskModel` from them to predict and evaluate."""
@@ -311,4 +306,4 @@ def load_cnn(path: str | Path, device: str | torch.device = "cpu"):
 
 
 __all__ = ["CnnOptions", "WordTokenizer", "ConvEncoder", "ConvClassifier", "CnnBackbone",
-           "max_over_time", "init_cnn", "is_cnn_dir", "load_cnn"]
+           "max_over_time", "init_cnn", "load_cnn"]

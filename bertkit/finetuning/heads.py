@@ -27,9 +27,9 @@ from bertkit.model import hub
 from bertkit.files import UserError
 from bertkit.model.encoder import Encoder, cls_rows, init_weights
 from bertkit.model.heads import IGNORE_INDEX
+from bertkit.model.kind import TASK_FILE
 from bertkit.model.scalar_mix import ScalarMix
 
-TASK_FILE = "bertkit_task.json"
 HEAD_FILE = "task_head.safetensors"
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
 POOLINGS = ("cls", "mean")

@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 
 from bertkit.files import UserError, atomic_file, check_not_input
-from bertkit.finetuning.cnn import is_cnn_dir, load_cnn
+from bertkit.finetuning.cnn import load_cnn
 from bertkit.finetuning.heads import load_task_weights
 from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
 from bertkit.finetuning.readers import STDIN, input_file, is_source
@@ -33,6 +33,7 @@ from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import TASKS, load_task
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder
+from bertkit.model.kind import ModelKind, model_kind
 from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
@@ -81,7 +82,7 @@ class TaskModel:
         network (bertkit.finetuning.cnn)."""
 
         path = hub.resolve_model(path)
-        if is_cnn_dir(path):
+        if model_kind(path) is ModelKind.CNN:
             model, tokenizer, task = load_cnn(path, device)
             return cls(model, tokenizer, task, resolve_device(device), batch_size,
                        source=str(path))

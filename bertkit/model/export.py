@@ -40,6 +40,7 @@ from bertkit.finetuning.tasks import load_task
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder, init_weights
 from bertkit.model.heads import PretrainingModel
+from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.text.tokenizer import Tokenizer
 
 Kind = Literal["auto", "encoder", "fill-mask"]
@@ -124,14 +125,11 @@ def _has_mlm_head(path: Path, architecture: str) -> bool:
 
 def load_for_export(path: str | Path, kind: Kind = "auto") -> tuple[nn.Module, str, object]:
     """(the reference-path model in eval mode, its kind, the Task of a fine-tuned one or None)."""
-    path = Path(path)
+    path = require_kind(path, ModelKind.TASK, ModelKind.ENCODER)
     cfg = hub.load_config(path)
     if kind == "auto":
-        try:
+        if model_kind(path) is ModelKind.TASK:
             task = load_task(path)
-        except UserError:
-            task = None
-        if task is not None:
             model = load_task_weights(task.make_model(Encoder(cfg, fast=False)), path)
             return model.eval(), task.name, task
         kind = "fill-mask" if _has_mlm_head(path, cfg.architecture) else "encoder"

@@ -35,7 +35,8 @@ from torch import nn
 
 from bertkit.files import UserError
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
-from bertkit.model.hub import is_model_dir, load_config, load_pretraining_model
+from bertkit.model.hub import load_config, load_pretraining_model
+from bertkit.model.kind import ModelKind, require_kind
 from bertkit.text.tokenizer import Tokenizer
 
 CAUSAL_FLAG = "is_decoder"
@@ -233,9 +234,7 @@ def load_causal_model(path: str | Path, device: str | torch.device = "cpu"
                       ) -> tuple[PretrainingModel, Tokenizer]:
     """The model and tokenizer of a directory pretrained with --objective clm; a one-line
     UserError for any other."""
-    p = Path(path)
-    if not is_model_dir(p):
-        raise UserError(f"{p}: not a model directory (no config.json)")
+    p = require_kind(path, ModelKind.ENCODER)
     if not is_causal(p):
         raise UserError(f"{p}: not a left-to-right model (config.json has no "
                         f"\"{CAUSAL_FLAG}\": true); generate needs one pretrained with "

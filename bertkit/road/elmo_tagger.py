@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -29,6 +30,7 @@ from torch import nn
 from bertkit.config import TrainConfig
 from bertkit.embeddings.embedder import Embedder
 from bertkit.embeddings.plots import plot_layer_weights
+from bertkit.embeddings.static import StaticVectors
 from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_dir, check_not_input, write_json
 from bertkit.finetuning.baselines import most_frequent_tag
@@ -36,8 +38,8 @@ from bertkit.finetuning.metrics import entity_scores
 from bertkit.finetuning.readers import TaggedSentence, read_tagged
 from bertkit.finetuning.recipe import _split
 from bertkit.finetuning.tagging import has_entities
+from bertkit.model.kind import ModelKind, model_kind
 from bertkit.model.scalar_mix import ScalarMix
-from bertkit.senses.static import StaticVectors, is_static_dir
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 
@@ -152,72 +154,94 @@ class _WordBatches:
                    "num_tokens": torch.tensor(len(rows))}
 
 
-def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
-    """Train the probe, score dev accuracy beside the most-frequent-tag baseline, save."""
-    out = Path(options.out)
-    check_not_input(out, [options.model, options.train, options.dev],
-                    names=["model", "training file", "dev file"])
+def read_splits(options: ElmoTagOptions) -> tuple[list[TaggedSentence], list[TaggedSentence],
+                                                  list[str]]:
+    """(training sentences, dev sentences, the tags seen in training); a dev tag never seen in
+    training is a UserError."""
     sentences = read_tagged(options.train, options.conllu_column)
     if options.dev is None:
         train_set, dev_set = _split(sentences, options.dev_fraction, options.seed)
     else:
         train_set, dev_set = sentences, read_tagged(options.dev, options.conllu_column)
     tags = sorted({t for s in train_set for t in s.tags})
-    index = {t: i for i, t in enumerate(tags)}
-    unknown = sorted({t for s in dev_set for t in s.tags} - set(index))
+    unknown = sorted({t for s in dev_set for t in s.tags} - set(tags))
     if unknown:
         raise UserError(f"{options.dev or options.train}: dev tags never seen in training: "
                         f"{', '.join(unknown[:5])}")
-    entities = has_entities(tags)
-    if is_static_dir(options.model):
+    return train_set, dev_set, tags
+
+
+def word_features(options: ElmoTagOptions, parts: Sequence[Sequence[TaggedSentence]]
+                  ) -> tuple[list[torch.Tensor], int, int]:
+    """Each part's words as [N, L, H] layers of the model (static vectors: one layer), with L
+    and H."""
+    if model_kind(options.model) is ModelKind.STATIC:
         vectors = StaticVectors.load(options.model)
-        L, H = 1, vectors.dim
-        features = [torch.from_numpy(static_word_layers(vectors, part))
-                    for part in (train_set, dev_set)]
-    else:
-        embedder = Embedder.load(options.model, device=options.device)
-        L, H = embedder.config.num_layers + 1, embedder.config.hidden_size
-        features = [torch.from_numpy(word_layers(embedder, part, progress=not options.quiet))
-                    for part in (train_set, dev_set)]
-    if options.layers == "mix":
-        layer = None
-    else:
-        try:
-            layer = int(options.layers)
-        except ValueError:
-            raise UserError(f"--layers must be mix or a layer number, got {options.layers!r}") \
-                from None
-        if not -L <= layer < L:
-            raise UserError(f"--layers {layer}: the model has layers 0..{L - 1}")
-        layer %= L
+        return ([torch.from_numpy(static_word_layers(vectors, part)) for part in parts],
+                1, vectors.dim)
+    embedder = Embedder.load(options.model, device=options.device)
+    return ([torch.from_numpy(word_layers(embedder, part, progress=not options.quiet))
+             for part in parts], embedder.config.num_layers + 1, embedder.config.hidden_size)
+
+
+def chosen_layer(layers: str, num_layers: int) -> int | None:
+    """--layers as a layer index in 0..num_layers - 1, or None for the mix."""
+    if layers == "mix":
+        return None
+    try:
+        layer = int(layers)
+    except ValueError:
+        raise UserError(f"--layers must be mix or a layer number, got {layers!r}") from None
+    if not -num_layers <= layer < num_layers:
+        raise UserError(f"--layers {layer}: the model has layers 0..{num_layers - 1}")
+    return layer % num_layers
+
+
+def dev_scores(model: nn.Module, features: torch.Tensor, labels: torch.Tensor,
+               dev_set: Sequence[TaggedSentence], tags: list[str]) -> dict:
+    """Dev accuracy per word and, for entity tags, entity precision, recall and F1."""
+    device = next(model.parameters()).device
+    scores = torch.cat([model(features[k:k + 4096].to(device)).argmax(-1).cpu()
+                        for k in range(0, len(labels), 4096)])
+    result = {"dev_accuracy": float((scores == labels).float().mean())}
+    if has_entities(tags):
+        flat = [tags[i] for i in scores.tolist()]
+        bounds = np.cumsum([0] + [len(s.tags) for s in dev_set])
+        pred = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        found = entity_scores([s.tags for s in dev_set], pred)
+        result.update({f"dev_{k}": float(found[k]) for k in ("precision", "recall", "f1")})
+    return result
+
+
+def save_tagger(model: MixTagger, path: Path, description: dict) -> None:
+    """tagger.safetensors and tagger.json (`description`: the model, tags and layers)."""
+    with atomic_dir(path) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+                  str(tmp / "tagger.safetensors"))
+        (tmp / "tagger.json").write_text(json.dumps(
+            {"format": "bertkit-mix-tagger", **description}, indent=2) + "\n", encoding="utf-8")
+
+
+def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
+    """Train the probe, score dev accuracy beside the most-frequent-tag baseline, save."""
+    out = Path(options.out)
+    check_not_input(out, [options.model, options.train, options.dev],
+                    names=["model", "training file", "dev file"])
+    train_set, dev_set, tags = read_splits(options)
+    entities = has_entities(tags)
+    features, L, H = word_features(options, (train_set, dev_set))
+    layer = chosen_layer(options.layers, L)
+    index = {t: i for i, t in enumerate(tags)}
     labels = [torch.tensor([index[t] for s in part for t in s.tags]) for part in
               (train_set, dev_set)]
     model = MixTagger(L, H, len(tags), layer, options.dropout,
                       torch.Generator().manual_seed(options.seed))
     steps = options.epochs * -(-len(labels[0]) // options.batch_size)
-
-    def evaluate(m: nn.Module) -> dict:
-        device = next(m.parameters()).device
-        scores = torch.cat([m(features[1][k:k + 4096].to(device)).argmax(-1).cpu()
-                            for k in range(0, len(labels[1]), 4096)])
-        result = {"dev_accuracy": float((scores == labels[1]).float().mean())}
-        if entities:
-            flat = [tags[i] for i in scores.tolist()]
-            bounds = np.cumsum([0] + [len(s.tags) for s in dev_set])
-            pred = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-            found = entity_scores([s.tags for s in dev_set], pred)
-            result.update({f"dev_{k}": float(found[k]) for k in ("precision", "recall", "f1")})
-        return result
-
-    def save(m: MixTagger, path: Path) -> None:
-        with atomic_dir(path) as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in m.state_dict().items()},
-                      str(tmp / "tagger.safetensors"))
-            (tmp / "tagger.json").write_text(json.dumps(
-                {"format": "bertkit-mix-tagger", "model": str(options.model), "tags": tags,
-                 "layers": options.layers, "num_layers": L, "width": H}, indent=2) + "\n",
-                encoding="utf-8")
-
+    evaluate = partial(dev_scores, features=features[1], labels=labels[1], dev_set=dev_set,
+                       tags=tags)
+    save = partial(save_tagger, description={"model": str(options.model), "tags": tags,
+                                             "layers": options.layers, "num_layers": L,
+                                             "width": H})
     cfg = TrainConfig(lr=options.lr, max_steps=steps, warmup_fraction=0.05, weight_decay=0.0,
                       seed=options.seed, eval_every=max(1, steps // options.epochs),
                       best_metric="dev_f1" if entities else "dev_accuracy", log_every=50)

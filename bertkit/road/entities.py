@@ -34,9 +34,10 @@ from torch import nn
 
 from bertkit.config import TrainConfig
 from bertkit.embeddings.plots import project_2d
-from bertkit.figures import draw_or_skip, new_figure
+from bertkit.figures import draw_or_skip, new_figure, save_png
 from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_lines)
+from bertkit.model.kind import RECOMMENDER_FILE, ModelKind, require_kind
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 
@@ -310,14 +311,16 @@ def save_recommender(model: Recommender, categories: Categories, out: str | Path
     with atomic_dir(out) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
                   str(tmp / "model.safetensors"))
-        with open(tmp / "recommender.json", "w", encoding="utf-8") as f:
+        with open(tmp / RECOMMENDER_FILE, "w", encoding="utf-8") as f:
             json.dump({"format": CONFIG_FORMAT, "config": asdict(model.cfg),
                        "categories": asdict(categories)}, f, ensure_ascii=False)
     return out
 
 
 def load_recommender(model_dir: str | Path) -> tuple[Recommender, Categories]:
-    saved = read_json(Path(model_dir) / "recommender.json", "recommender config", CONFIG_FORMAT)
+    """The model (in eval mode) and categories of a directory saved by save_recommender."""
+    model_dir = require_kind(model_dir, ModelKind.RECOMMENDER)
+    saved = read_json(Path(model_dir) / RECOMMENDER_FILE, "recommender config", CONFIG_FORMAT)
     model = Recommender(RecommenderConfig(**saved["config"]))
     model.load_state_dict(load_file(str(Path(model_dir) / "model.safetensors")))
     return model.eval(), Categories(**saved["categories"])
@@ -390,8 +393,7 @@ def plot_items(model: Recommender, categories: Categories, out: str | Path, n: i
         ax.set_ylabel(axes[1])
         ax.set_title(title or f"learned movie embeddings, the {len(top)} most-rated movies "
                      "(PCA)", fontsize=10)
-        with atomic_file(out, "wb") as f:
-            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+        save_png(fig, out)
 
     draw_or_skip(draw, out)  # the points are the result; the picture is a side product
     return points

@@ -48,10 +48,11 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from bertkit.config import TrainConfig
-from bertkit.figures import draw_or_skip, new_figure
+from bertkit.figures import draw_or_skip, new_figure, save_png
 from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
                            read_jsonl, read_lines)
 from bertkit.model.heads import IGNORE_INDEX
+from bertkit.model.kind import SEQ2SEQ_FILE, ModelKind, require_kind
 from bertkit.road.bleu import corpus_bleu, corpus_chrf
 from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import CLS, PAD, SEP, Tokenizer
@@ -436,14 +437,16 @@ def save_seq2seq(model: Seq2Seq, tokenizer: Tokenizer, out: str | Path) -> Path:
     with atomic_dir(out) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
                   str(tmp / "model.safetensors"))
-        with open(tmp / "seq2seq.json", "w", encoding="utf-8") as f:
+        with open(tmp / SEQ2SEQ_FILE, "w", encoding="utf-8") as f:
             json.dump({"format": CONFIG_FORMAT, **asdict(model.cfg)}, f, indent=2)
         tokenizer.save(tmp)
     return out
 
 
 def load_seq2seq(model_dir: str | Path) -> tuple[Seq2Seq, Tokenizer]:
-    config = read_json(Path(model_dir) / "seq2seq.json", "seq2seq model config", CONFIG_FORMAT)
+    """The model (in eval mode) and tokenizer of a directory saved by save_seq2seq."""
+    model_dir = require_kind(model_dir, ModelKind.SEQ2SEQ)
+    config = read_json(Path(model_dir) / SEQ2SEQ_FILE, "seq2seq model config", CONFIG_FORMAT)
     config.pop("format")
     model = Seq2Seq(Seq2SeqConfig(**config))
     model.load_state_dict(load_file(str(Path(model_dir) / "model.safetensors")))
@@ -522,12 +525,6 @@ def attention_map(model: Seq2Seq, tokenizer: Tokenizer, source: str,
     if len(decoded.weights) > len(written):
         written.append("</s>")
     return AttentionMap(pieces, written, decoded.weights, decoded.p_gen)
-
-
-def save_png(fig, out: str | Path) -> Path:
-    with atomic_file(out, "wb") as f:
-        fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
-    return Path(out)
 
 
 def plot_attention_map(amap: AttentionMap, out: str | Path, title: str = "") -> Path:

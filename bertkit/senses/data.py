@@ -25,8 +25,9 @@ from typing import Sequence
 import numpy as np
 
 from bertkit.embeddings.embedder import Embedder
+from bertkit.embeddings.static import StaticVectors
 from bertkit.files import UserError, atomic_file, read_jsonl
-from bertkit.senses.static import StaticVectors, is_static_dir
+from bertkit.model.kind import ModelKind, model_kind
 
 # Forms that share no first letter with their lemma; any other inflection does.
 _SUPPLETIVE = {"be": {"is", "am", "are", "was", "were", "'s", "'re", "'m", "ai"},
@@ -218,7 +219,7 @@ def load_source(model: str | Path, *, layers: str = "last4", subword_pool: str =
                 window: int = 5, batch_size: int = 32, progress: bool = True,
                 device: str = "cpu"):
     """A ContextualSource for a BERT directory, a StaticSource for `bertkit static` output."""
-    if is_static_dir(model):
+    if model_kind(model) is ModelKind.STATIC:
         return StaticSource(StaticVectors.load(model), window)
     return ContextualSource(Embedder.load(model, device=device), layers, subword_pool,
                             batch_size, progress)

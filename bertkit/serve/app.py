@@ -28,10 +28,8 @@ MAX_BODY = 64 * 1024
 
 def make_app(workbench: Workbench):
     """A FastAPI application over `workbench` (needs the `serve` extra: fastapi, uvicorn)."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import FileResponse, JSONResponse
+    from fastapi import FastAPI
     from fastapi.staticfiles import StaticFiles
-    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-model")
     app = FastAPI(title="bertkit serve", docs_url=None, redoc_url=None,
@@ -39,47 +37,84 @@ def make_app(workbench: Workbench):
                               "embeddings, training runs, fine-tuned predictions.")
     app.state.workbench = workbench
     app.state.worker = worker
+    calls = ModelCalls(worker)
+    add_error_handlers(app)
+    add_read_routes(app, workbench, calls)
+    for path, (fn, summary) in model_routes(workbench).items():
+        app.add_api_route(path, calls.endpoint(fn), methods=["POST"], summary=summary)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
 
-    def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status)
 
-    async def call(fn: Callable, *args) -> JSONResponse:
+def error_response(status: int, message: str):
+    """The answer to a bad request: {"error": "one sentence"} with its status."""
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def read_body(request) -> dict:
+    """The JSON object of a request's body ({} when empty); RequestError when it is too
+    large or not a JSON object."""
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise RequestError(f"the request has {len(raw)} bytes; at most {MAX_BODY}", 413)
+    try:
+        data = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise RequestError("the request body is not JSON") from None
+    if not isinstance(data, dict):
+        raise RequestError("the request body must be a JSON object")
+    return data
+
+
+class ModelCalls:
+    """Runs the workbench's calls on the one model thread, answering with their JSON or with
+    one sentence saying what was wrong with the request."""
+
+    def __init__(self, worker: ThreadPoolExecutor):
+        self.worker = worker
+
+    async def call(self, fn: Callable, *args):
+        from fastapi.responses import JSONResponse
+
         try:
-            result = await asyncio.get_running_loop().run_in_executor(worker, fn, *args)
+            result = await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
         except RequestError as e:
-            return error(e.status, str(e))
+            return error_response(e.status, str(e))
         except UserError as e:
-            return error(400, str(e))
+            return error_response(400, str(e))
         return JSONResponse(result)
 
-    async def body(request: Request) -> dict:
-        raw = await request.body()
-        if len(raw) > MAX_BODY:
-            raise RequestError(f"the request has {len(raw)} bytes; at most {MAX_BODY}", 413)
-        try:
-            data = json.loads(raw or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise RequestError("the request body is not JSON") from None
-        if not isinstance(data, dict):
-            raise RequestError("the request body must be a JSON object")
-        return data
+    def endpoint(self, fn: Callable[[dict], Any]):
+        """A POST endpoint that calls fn(the request's JSON object)."""
+        from fastapi import Request
 
-    def endpoint(fn: Callable[[dict], Any]):
         async def handle(request: Request):
             try:
-                data = await body(request)
+                data = await read_body(request)
             except RequestError as e:
-                return error(e.status, str(e))
-            return await call(fn, data)
+                return error_response(e.status, str(e))
+            return await self.call(fn, data)
         return handle
+
+
+def add_error_handlers(app) -> None:
+    """Every error, a bug included, is answered with one sentence, never a traceback."""
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, exc):
-        return error(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, str(exc.detail))
 
     @app.exception_handler(Exception)
     async def any_error(request, exc):  # a bug: say so in one line, the log keeps the trace
-        return error(500, f"internal error ({type(exc).__name__}); see the server's log")
+        return error_response(500, f"internal error ({type(exc).__name__}); see the server's log")
+
+
+def add_read_routes(app, workbench: Workbench, calls: ModelCalls) -> None:
+    """The page, what the server holds, and the runs' logs (GET)."""
+    from fastapi.responses import FileResponse, JSONResponse
 
     @app.get("/", include_in_schema=False)
     async def page():
@@ -88,6 +123,14 @@ def make_app(workbench: Workbench):
     @app.get("/api/info", summary="the models, runs and texts this server was started with")
     async def info():
         return JSONResponse(workbench.describe())
+
+    @app.get("/api/runs/{name}", summary="a run's log records from number `after` on")
+    async def run(name: str, after: int = 0):
+        return await calls.call(workbench.run, name, after)
+
+
+def model_routes(workbench: Workbench) -> dict[str, tuple[Callable[[dict], Any], str]]:
+    """The POST endpoints that run a model: path -> (the call on a request's JSON, summary)."""
 
     def fill_mask(d):
         return workbench.fill_mask(d.get("text"), d.get("top_k", 5), d.get("models"))
@@ -105,7 +148,7 @@ def make_app(workbench: Workbench):
         return workbench.predict(d.get("model"), d.get("text"), d.get("pair"),
                                  d.get("question"), d.get("context"))
 
-    routes = {
+    return {
         "/api/fill-mask": (fill_mask, 'each model\'s top-k guesses for every [MASK]: '
                                       '{"text", "top_k"?, "models"?}'),
         "/api/attention": (attention, 'every layer\'s and head\'s attention weights and a '
@@ -117,15 +160,6 @@ def make_app(workbench: Workbench):
         "/api/predict": (predict, 'a fine-tuned model\'s prediction: {"model", "text", "pair"?}'
                                   ' or {"model", "question", "context"}'),
     }
-    for path, (fn, summary) in routes.items():
-        app.add_api_route(path, endpoint(fn), methods=["POST"], summary=summary)
-
-    @app.get("/api/runs/{name}", summary="a run's log records from number `after` on")
-    async def run(name: str, after: int = 0):
-        return await call(workbench.run, name, after)
-
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app
 
 
 def require_server_packages() -> None:

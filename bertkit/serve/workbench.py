@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from bertkit.files import UserError, read_json
-from bertkit.model.hub import resolve_model
+from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.text.tokenizer import check_pairs
 from bertkit.training.runlog import run_spec
 
@@ -111,32 +111,26 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
     for fill-mask and the encoder's views, any other encoder for the encoder's views."""
     from bertkit.embeddings.embedder import Embedder
     from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer
-    from bertkit.finetuning.cnn import is_cnn_dir
-    from bertkit.finetuning.heads import read_task_file
     from bertkit.finetuning.predict import TaskModel
-    from bertkit.finetuning.tasks import TASKS
-    from bertkit.model import hub
     from bertkit.model.fill_mask import FillMask
     from bertkit.model.info import info
-    from bertkit.road.elmo import is_elmo_dir
 
-    path = resolve_model(path)
+    path = require_kind(path, ModelKind.CNN, ModelKind.TASK, ModelKind.ENCODER, ModelKind.ELMO)
+    kind = model_kind(path)
     own_standardizer = (Standardizer.load(path / STANDARDIZER_FILE)
                         if (path / STANDARDIZER_FILE).is_file() else None)
-    if is_cnn_dir(path):
+    if kind is ModelKind.CNN:
         task_model = TaskModel.load(path, device)
         return ServedModel(name, path, task_model.task.name, task_model=task_model,
                            no_fill_mask="a convolutional classifier has no masked-LM head")
-    if not is_elmo_dir(path) and (path / "config.json").is_file():
-        config = hub.load_config(path)
-        if read_task_file(path) is not None or any(t.from_transformers(config.extra)
-                                                   for t in TASKS):
-            task_model = TaskModel.load(path, device)
-            embedder = Embedder(task_model.model.encoder, task_model.tokenizer,
-                                standardizer=own_standardizer, source=str(path))
-            return ServedModel(name, path, task_model.task.name, embedder=embedder,
-                               task_model=task_model,
-                               no_fill_mask="a fine-tuned model's masked-LM head is gone")
+    if kind is ModelKind.TASK:
+        task_model = TaskModel.load(path, device)
+        embedder = Embedder(task_model.model.encoder, task_model.tokenizer,
+                            standardizer=own_standardizer, source=str(path))
+        return ServedModel(name, path, task_model.task.name, embedder=embedder,
+                           task_model=task_model,
+                           no_fill_mask="a fine-tuned model's masked-LM head is gone")
+    if kind is ModelKind.ENCODER and (path / "config.json").is_file():
         untrained = [n for n in info(path).missing if n.startswith("mlm.")]
         if not untrained or allow_untrained_head:
             with warnings.catch_warnings():  # the random head was asked for: no warning
@@ -144,10 +138,10 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
                 filler = FillMask.load(path, device)
             embedder = Embedder(filler.model.encoder, filler.tokenizer,
                                 standardizer=own_standardizer, source=str(path))
-            kind = "encoder, untrained head" if untrained else "pretrained"
-            return ServedModel(name, path, kind, embedder=embedder, filler=filler)
+            label = "encoder, untrained head" if untrained else "pretrained"
+            return ServedModel(name, path, label, embedder=embedder, filler=filler)
     embedder = Embedder.load(path, device)
-    why = ("an ELMo model has no masked-LM head" if is_elmo_dir(path) else
+    why = ("an ELMo model has no masked-LM head" if kind is ModelKind.ELMO else
            "its weights have no trained masked-LM head (an encoder-only checkpoint)")
     return ServedModel(name, path, "encoder", embedder=embedder, no_fill_mask=why)
 

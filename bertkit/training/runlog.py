@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from bertkit.config import TrainConfig
-from bertkit.figures import new_figure
+from bertkit.figures import new_figure, save_png
 from bertkit.files import UserError, atomic_file
 
 # Writing, as training goes ------------------------------------------------------------------
@@ -199,8 +199,7 @@ def _draw(curves: Curves, png: Path, xlabel: str, ylabel: str, marked: set[str],
         axes.append(other)
     handles = [h for a in axes for h in a.get_legend_handles_labels()[0]]
     ax.legend(handles, [h.get_label() for h in handles], loc="best")
-    with atomic_file(png, "wb") as f:
-        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
+    save_png(fig, png, dpi=110)
 
 
 def loss_curves(records: list[dict]) -> Curves:

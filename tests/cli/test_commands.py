@@ -94,9 +94,10 @@ def reached(monkeypatch):
     import bertkit.model.fill_mask
     import bertkit.pretraining.recipe
     import bertkit.senses.data
-    import bertkit.senses.static
+    import bertkit.embeddings.context_similarity
+    import bertkit.embeddings.static
     import bertkit.senses.wsd
-    import bertkit.embeddings.plots
+    import bertkit.senses.plots
 
     def stop(device):
         raise UserError(f"reached device={device}")
@@ -114,11 +115,11 @@ def reached(monkeypatch):
     monkeypatch.setattr(bertkit.senses.data, "load_source",
                         lambda model, device="cpu", **k: stop(device))
     monkeypatch.setattr(bertkit.senses.data, "read_examples", lambda *a, **k: [])
-    monkeypatch.setattr(bertkit.embeddings.plots, "read_sense_instances", lambda *a: [])
+    monkeypatch.setattr(bertkit.senses.plots, "read_sense_instances", lambda *a: [])
     monkeypatch.setattr(bertkit.senses.wsd.SenseInventory, "load", staticmethod(
         lambda path: SimpleNamespace(model="m", options=bertkit.senses.wsd.WsdOptions())))
-    monkeypatch.setattr(bertkit.senses.static, "find_word", lambda text, word: (0, 1))
-    monkeypatch.setattr(bertkit.senses.static.StaticVectors, "load", staticmethod(
+    monkeypatch.setattr(bertkit.embeddings.context_similarity, "find_word", lambda text, word: (0, 1))
+    monkeypatch.setattr(bertkit.embeddings.static.StaticVectors, "load", staticmethod(
         lambda path: SimpleNamespace(instance_vectors=lambda texts, spans: None)))
 
 

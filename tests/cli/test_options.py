@@ -138,7 +138,7 @@ def test_the_library_options_all_have_help():
     from bertkit.demo import DemoOptions
     from bertkit.finetuning.recipe import FinetuneConfig
     from bertkit.pretraining.recipe import PretrainOptions
-    from bertkit.senses.static import SkipGramConfig
+    from bertkit.road.word2vec import SkipGramConfig
     from bertkit.senses.wsd import WsdOptions
 
     for cls in (TrainConfig, DemoOptions, FinetuneConfig, PretrainOptions, SkipGramConfig,

@@ -12,10 +12,11 @@ import torch
 from bertkit.cli.main import main
 from bertkit.embeddings.anisotropy import anisotropy_report
 from bertkit.embeddings.plots import (attention_probabilities, plot_anisotropy, plot_attention,
-                                      plot_senses, project_2d, read_sense_instances)
+                                      project_2d)
 from bertkit.embeddings.embedder import Embedder
 from bertkit.files import UserError
 from bertkit.senses.data import SenseExample
+from bertkit.senses.plots import plot_senses, read_sense_instances
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

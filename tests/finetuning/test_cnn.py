@@ -15,7 +15,7 @@ from bertkit.finetuning.cnn import (SEP, CnnBackbone, CnnOptions, ConvClassifier
                                     WordTokenizer, load_cnn, max_over_time)
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.recipe import FinetuneConfig, finetune
-from bertkit.senses.static import StaticVectors, Tokenization
+from bertkit.embeddings.static import StaticVectors, Tokenization
 
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "film", "was", "a", "plot",
          "and", "it", "is", "cat", "dog", "sits", "runs", "not"]

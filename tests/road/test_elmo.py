@@ -15,9 +15,10 @@ import bertkit.cli.main as cli
 from bertkit.embeddings.embedder import Embedder
 from bertkit.files import UserError
 from bertkit.model.heads import IGNORE_INDEX
+from bertkit.model.kind import ModelKind, model_kind
 from bertkit.pretraining.corpus import prepare
 from bertkit.road.elmo import (ElmoConfig, ElmoLM, ElmoOptions, direction_losses, elmo_loss,
-                               flip, is_elmo_dir, load_elmo, next_piece_labels,
+                               flip, load_elmo, next_piece_labels,
                                prepared_streams, reverse_index, save_elmo, train_elmo)
 from bertkit.text.vocab import train_tokenizer
 
@@ -146,7 +147,7 @@ def trained(corpus):
 @pytest.mark.slow
 def test_a_tiny_run_saves_a_model_and_its_perplexities(trained):
     path, result = trained
-    assert result.stopped_by == "max_steps" and is_elmo_dir(path)
+    assert result.stopped_by == "max_steps" and model_kind(path) is ModelKind.ELMO
     saved = json.loads((path / "metrics.json").read_text())
     for direction in ("forward", "backward"):
         ppl = saved[f"heldout_{direction}_ppl"]

@@ -91,7 +91,7 @@ def test_context_separates_what_layer_zero_cannot(world, capsys):
 
 def test_static_word_layers_are_the_word_vectors():
     from bertkit.road.elmo_tagger import static_word_layers
-    from bertkit.senses.static import StaticVectors, Tokenization
+    from bertkit.embeddings.static import StaticVectors, Tokenization
 
     vectors = StaticVectors(["like", "run"], np.array([5, 5]),
                             np.array([[1.0, 2.0], [3.0, 4.0]]), Tokenization())
@@ -104,7 +104,7 @@ def test_static_word_layers_are_the_word_vectors():
 
 @pytest.mark.slow
 def test_entities_are_judged_by_f1_and_static_vectors_tag(world, tmp_path):
-    from bertkit.senses.static import StaticVectors, Tokenization
+    from bertkit.embeddings.static import StaticVectors, Tokenization
 
     g = np.random.default_rng(1)
     rows = []

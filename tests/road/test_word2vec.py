@@ -13,10 +13,11 @@ import torch
 
 import bertkit.cli.main as cli
 from bertkit.files import UserError
-from bertkit.senses.static import (Corpus, SkipGramConfig, StaticVectors, Tokenization,
-                                   keep_probabilities, noise_distribution, read_corpus,
-                                   sample_negatives, sgns_gradients, sgns_loss, skipgram_pairs,
-                                   subsample, train_skipgram)
+from bertkit.embeddings.static import StaticVectors, Tokenization
+from bertkit.road.word2vec import (Corpus, SkipGramConfig, keep_probabilities, noise_distribution,
+                                   read_corpus, sample_negatives, sgns_gradients, sgns_loss,
+                                   skipgram_pairs, subsample, train_skipgram,
+                                   train_static_vectors)
 from bertkit.text.tokenizer import Tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +103,7 @@ def planted(tmp_path_factory):
     groups = _planted_corpus(corpus)
     config = SkipGramConfig(dim=24, window=2, negatives=5, epochs=4, min_count=1,
                             subsample=0.0, lr=0.05, batch_size=512, seed=0)
-    return corpus, groups, StaticVectors.train([corpus], config, progress=False)
+    return corpus, groups, train_static_vectors([corpus], config, progress=False)
 
 
 def test_planted_cooccurrences_become_nearest_neighbours(planted):
@@ -116,7 +117,7 @@ def test_planted_cooccurrences_become_nearest_neighbours(planted):
     # planted partner, low for a word of another group.
     v, u, ix = model.vectors, model.context, model.index
     assert v[ix[a]] @ u[ix[b]] > 1.0 > 0.0 > v[ix[a]] @ u[ix[groups[1][1]]]
-    assert model.stats.epoch_losses[-1] < model.stats.epoch_losses[0]
+    assert model.stats["epoch_losses"][-1] < model.stats["epoch_losses"][0]
 
 
 def test_one_vector_per_type_but_contexts_differ(planted):
@@ -153,7 +154,7 @@ def test_pieces_tokenization(tmp_path):
     assert split[2][1:] == (8, 9)
     corpus = tmp_path / "c.txt"
     corpus.write_text("the bank river\nthe banks money\n" * 50, encoding="utf-8")
-    model = StaticVectors.train([corpus], SkipGramConfig(dim=8, epochs=1, min_count=1,
+    model = train_static_vectors([corpus], SkipGramConfig(dim=8, epochs=1, min_count=1,
                                                          subsample=0.0), tok, progress=False)
     assert "##s" in model.tokens
     assert np.allclose(model.vector("banks"),
@@ -171,7 +172,7 @@ def test_bad_input(tmp_path):
         read_corpus([empty], Tokenization())
     with pytest.raises(ValueError, match="window"):
         SkipGramConfig(window=0)
-    with pytest.raises(UserError, match="not a static-vectors directory"):
+    with pytest.raises(UserError, match="not a model directory"):
         StaticVectors.load(tmp_path)
 
 

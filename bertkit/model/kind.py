@@ -1,0 +1,110 @@
+"""What kind of model a directory holds, told from the files it has: the one answer every command
+and `bertkit serve` ask before they load a model.
+
+Each kind is written by one command and read by one loader:
+
+    kind         marker files                       loaded by
+    CNN          cnn.json, cnn.safetensors          finetuning.predict.TaskModel.load
+    ELMO         elmo.json                          model.elmo.load_elmo
+    STATIC       vocab.json, vectors.safetensors    embeddings.static.StaticVectors.load
+    SEQ2SEQ      seq2seq.json                       road.seq2seq.load_seq2seq
+    RECOMMENDER  recommender.json                   road.entities.load_recommender
+    TASK         bertkit_task.json, or config.json  finetuning.predict.TaskModel.load
+                 naming a transformers task head
+    ENCODER      config.json or modules.json        model.hub.load_encoder, model.fill_mask,
+                                                    embeddings.embedder.Embedder.load
+
+The markers are checked in that order: a CNN directory also holds bertkit_task.json, and an
+encoder's is the only marker every transformers directory has. The file names are defined here
+once, and the modules that write them import them.
+"""
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+
+from bertkit.files import UserError
+from bertkit.model.hub import resolve_model
+
+CNN_FILE = "cnn.json"
+CNN_WEIGHTS_FILE = "cnn.safetensors"
+ELMO_FILE = "elmo.json"
+STATIC_VOCAB_FILE = "vocab.json"
+STATIC_VECTORS_FILE = "vectors.safetensors"
+SEQ2SEQ_FILE = "seq2seq.json"
+RECOMMENDER_FILE = "recommender.json"
+TASK_FILE = "bertkit_task.json"
+CONFIG_FILE = "config.json"
+SENTENCE_MODULES_FILE = "modules.json"
+
+TASK_ARCHITECTURES = ("BertForSequenceClassification", "BertForTokenClassification",
+                      "BertForQuestionAnswering")
+"""transformers' task heads that bertkit's tasks read (a directory with no bertkit_task.json)."""
+
+
+class ModelKind(enum.Enum):
+    """The kinds of model directory bertkit reads; the value says it in words."""
+
+    CNN = "a convolutional sentence classifier (finetune --model cnn)"
+    ELMO = "an ELMo language model (road elmo)"
+    STATIC = "static word vectors (static train)"
+    SEQ2SEQ = "a sequence-to-sequence model (road seq2seq)"
+    RECOMMENDER = "an entity-embedding recommender (road entities)"
+    TASK = "a fine-tuned task model"
+    ENCODER = "a BERT encoder"
+
+
+def _has(path: Path, *names: str) -> bool:
+    return all((path / name).is_file() for name in names)
+
+
+def _names_task_head(path: Path) -> bool:
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # the encoder's loader names what is wrong with it
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    return bool(architectures) and architectures[0] in TASK_ARCHITECTURES
+
+
+def model_kind(path: str | Path) -> ModelKind:
+    """The kind of model in `path` (a directory, or a model's name in the local Hugging Face
+    cache). A path that holds none of the kinds is a one-line UserError naming it."""
+    p = resolve_model(path)
+    if not p.is_dir():
+        raise UserError(f"{p}: no such model directory")
+    if _has(p, CNN_FILE, CNN_WEIGHTS_FILE):
+        return ModelKind.CNN
+    if _has(p, ELMO_FILE):
+        return ModelKind.ELMO
+    if _has(p, STATIC_VOCAB_FILE, STATIC_VECTORS_FILE):
+        return ModelKind.STATIC
+    if _has(p, SEQ2SEQ_FILE):
+        return ModelKind.SEQ2SEQ
+    if _has(p, RECOMMENDER_FILE):
+        return ModelKind.RECOMMENDER
+    if _has(p, CONFIG_FILE) and (_has(p, TASK_FILE) or _names_task_head(p)):
+        return ModelKind.TASK
+    if _has(p, CONFIG_FILE) or _has(p, SENTENCE_MODULES_FILE):
+        return ModelKind.ENCODER
+    raise UserError(f"{p}: not a model directory (no {CONFIG_FILE}, {SENTENCE_MODULES_FILE}, "
+                    f"{ELMO_FILE}, {CNN_FILE}, {SEQ2SEQ_FILE}, {RECOMMENDER_FILE} or "
+                    f"{STATIC_VOCAB_FILE} with {STATIC_VECTORS_FILE})")
+
+
+def require_kind(path: str | Path, *kinds: ModelKind) -> Path:
+    """The directory of `path` when it holds one of `kinds`; otherwise a one-line UserError
+    saying what it holds instead."""
+    p = resolve_model(path)
+    found = model_kind(p)
+    if found not in kinds:
+        wanted = " or ".join(k.value for k in kinds)
+        raise UserError(f"{p}: {found.value}, not {wanted}")
+    return p
+
+
+__all__ = ["ModelKind", "model_kind", "require_kind", "CNN_FILE", "CNN_WEIGHTS_FILE",
+           "ELMO_FILE", "STATIC_VOCAB_FILE", "STATIC_VECTORS_FILE", "SEQ2SEQ_FILE",
+           "RECOMMENDER_FILE", "TASK_FILE", "CONFIG_FILE", "SENTENCE_MODULES_FILE",
+           "TASK_ARCHITECTURES"]
