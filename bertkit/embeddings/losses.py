@@ -24,6 +24,11 @@ import torch.nn.functional as F
 DEFAULT_SCALE = 20.0
 
 
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """`x` in float32 at least: a softmax over half-precision cosines times 20 loses digits."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Cosines of every row of `a` (`[N, D]`) with every row of `b` (`[M, D]`): `[N, M]`."""
     return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
@@ -60,10 +65,10 @@ def multiple_negatives_ranking_loss(anchors: torch.Tensor, positives: torch.Tens
         raise ValueError(f"scale must be positive, not {scale}")
     targets = torch.arange(anchors.shape[0], device=anchors.device)
     logits = scale * cosine_matrix(anchors, _candidates(positives, negatives))
-    loss = F.cross_entropy(logits.float(), targets)
+    loss = F.cross_entropy(_wide(logits), targets)
     if symmetric:
         backward = scale * cosine_matrix(positives, anchors)
-        loss = (loss + F.cross_entropy(backward.float(), targets)) / 2
+        loss = (loss + F.cross_entropy(_wide(backward), targets)) / 2
     return loss
 
 
@@ -81,7 +86,7 @@ def _pair_cosines(a: torch.Tensor, b: torch.Tensor, scores: torch.Tensor) -> tor
     if a.shape != b.shape or a.dim() != 2 or scores.shape != (a.shape[0],):
         raise ValueError(f"expected a and b [B, D] alike and scores [B], got {tuple(a.shape)}, "
                          f"{tuple(b.shape)} and {tuple(scores.shape)}")
-    return F.cosine_similarity(a.float(), b.float(), dim=-1)
+    return F.cosine_similarity(_wide(a), _wide(b), dim=-1)
 
 
 def cosent_loss(a: torch.Tensor, b: torch.Tensor, scores: torch.Tensor, *,
@@ -100,7 +105,8 @@ def cosent_loss(a: torch.Tensor, b: torch.Tensor, scores: torch.Tensor, *,
 def cosine_mse_loss(a: torch.Tensor, b: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """The mean squared difference of `cos(a_i, b_i)` and `scores[i]` (sentence-transformers'
     CosineSimilarityLoss): the scores must be on the cosine's scale, 0..1 or -1..1."""
-    return F.mse_loss(_pair_cosines(a, b, scores), scores.float())
+    cosines = _pair_cosines(a, b, scores)
+    return F.mse_loss(cosines, scores.to(cosines.dtype))
 
 
 __all__ = ["DEFAULT_SCALE", "cosent_loss", "cosine_matrix", "cosine_mse_loss",
