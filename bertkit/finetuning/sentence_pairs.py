@@ -102,6 +102,8 @@ def detect_kind(path: str | Path) -> str:
         raise UserError(f"{p}: expected JSON lines, CSV or TSV (or sentences in a .txt file), "
                         f"but this looks like {fmt}")
     for number, _, columns in _records(p, fmt):
+        if fmt != "jsonl":  # the columns are the header's, its first non-blank line
+            number = next(n for n, line in read_lines(p) if line.strip())
         return _kind_of(columns, f"{p}:{number}")
     raise UserError(f"{p}: no records")
 
