@@ -139,3 +139,30 @@ def test_equal_to_sentence_transformers_information_retrieval():
     assert ours.ndcg == pytest.approx(theirs["ndcg@k"][10], abs=1e-12)
     assert ours.recall_at_1 == pytest.approx(theirs["recall@k"][1], abs=1e-12)
     assert ours.recall == pytest.approx(theirs["recall@k"][10], abs=1e-12)
+
+
+@pytest.mark.slow
+def test_sick_dev_sts_equals_sentence_transformers_evaluator(shared_data, minilm_dir):
+    """Real data: all-MiniLM-L6-v2 (mean pooling) on SICK dev; the relatedness brought to
+    0..1 by the NLI reader; the figures equal sentence-transformers' evaluator's, on its own
+    vectors, at the full width and at a Matryoshka prefix of 128."""
+    st = pytest.importorskip("sentence_transformers")
+    evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+    from bertkit.finetuning.sentence_pairs import read_nli
+
+    scored = read_nli(shared_data / "nli" / "sick.dev.jsonl").scored
+    a, b = [s.text_a for s in scored], [s.text_b for s in scored]
+    gold = [s.score for s in scored]
+    torch.manual_seed(0)
+    model = st.SentenceTransformer(str(minilm_dir), device="cpu")
+    vectors = model.encode(a + b, batch_size=64, convert_to_tensor=True)
+    for dim in (None, 128):
+        evaluator = evaluation.EmbeddingSimilarityEvaluator(
+            a, b, gold, similarity_fn_names=["cosine"], write_csv=False, truncate_dim=dim)
+        theirs = evaluator(model)
+        ours = sts_figures(vectors[:len(a)], vectors[len(a):], torch.tensor(gold), dim=dim)
+        assert ours.pairs == 995
+        assert ours.spearman == pytest.approx(theirs["spearman_cosine"], abs=1e-4)
+        assert ours.pearson == pytest.approx(theirs["pearson_cosine"], abs=1e-4)
+        print(f"SICK dev, all-MiniLM-L6-v2 mean pooling, dim {dim}: Spearman "
+              f"{ours.spearman:.4f}, Pearson {ours.pearson:.4f}")
