@@ -34,8 +34,9 @@ def ranks(values: torch.Tensor) -> torch.Tensor:
     starts = torch.ones_like(sorted_values, dtype=torch.bool)
     starts[1:] = sorted_values[1:] != sorted_values[:-1]
     run = torch.cumsum(starts.long(), 0) - 1
-    positions = torch.arange(1, len(values) + 1, dtype=torch.float64)
-    totals = torch.zeros(int(run[-1]) + 1, dtype=torch.float64).index_add_(0, run, positions)
+    positions = torch.arange(1, len(values) + 1, dtype=torch.float64, device=values.device)
+    totals = torch.zeros(int(run[-1]) + 1, dtype=torch.float64,
+                         device=values.device).index_add_(0, run, positions)
     counts = torch.zeros_like(totals).index_add_(0, run, torch.ones_like(positions))
     out = torch.empty_like(values)
     out[order] = (totals / counts)[run]
@@ -105,8 +106,9 @@ class RetrievalFigures:
                 f"recall@{self.k}": self.recall, f"ndcg@{self.k}": self.ndcg}
 
 
-def _relevance(relevant: Sequence[Collection[int]], passages: int) -> torch.Tensor:
-    mask = torch.zeros(len(relevant), passages, dtype=torch.bool)
+def _relevance(relevant: Sequence[Collection[int]], passages: int,
+               device: torch.device) -> torch.Tensor:
+    mask = torch.zeros(len(relevant), passages, dtype=torch.bool, device=device)
     for q, indices in enumerate(relevant):
         indices = list(indices)
         if not indices:
@@ -121,7 +123,7 @@ def _per_query(similarity: torch.Tensor, relevant: torch.Tensor, k: int) -> torc
     """`[Q, 4]`: each query's reciprocal rank, recall@1, recall@k and nDCG@k."""
     order = torch.sort(similarity.double(), dim=1, descending=True, stable=True).indices
     hits = relevant.gather(1, order[:, :k]).double()  # [Q, k]
-    rank = torch.arange(1, hits.shape[1] + 1, dtype=torch.float64)
+    rank = torch.arange(1, hits.shape[1] + 1, dtype=torch.float64, device=hits.device)
     first = torch.where(hits.any(1), hits.argmax(1).double() + 1, math.inf)
     total = relevant.sum(1).double()
     discount = 1 / torch.log2(rank + 1)
@@ -138,7 +140,8 @@ def retrieval_figures(similarity: torch.Tensor, relevant: Sequence[Collection[in
     if similarity.dim() != 2 or similarity.shape[0] != len(relevant) or k < 1:
         raise ValueError(f"a [Q, N] similarity for {len(relevant)} queries and k >= 1, got "
                          f"{tuple(similarity.shape)} and k={k}")
-    mean = _per_query(similarity, _relevance(relevant, similarity.shape[1]), k).mean(0)
+    relevance = _relevance(relevant, similarity.shape[1], similarity.device)
+    mean = _per_query(similarity, relevance, k).mean(0)
     return RetrievalFigures(*(float(x) for x in mean), k=k, queries=len(relevant))
 
 
@@ -155,7 +158,7 @@ def search_figures(queries: torch.Tensor, passages: torch.Tensor,
     for start in range(0, len(queries), block):
         part = relevant[start:start + block]
         cosines = cosine_matrix(prefix(queries[start:start + block].double(), dim), passages)
-        sums += _per_query(cosines, _relevance(part, len(passages)), k).sum(0)
+        sums += _per_query(cosines, _relevance(part, len(passages), cosines.device), k).sum(0).cpu()
     return RetrievalFigures(*(float(x) for x in sums / len(queries)), k=k, queries=len(queries))
 
 
