@@ -1,12 +1,14 @@
-"""Commands of fine-tuning: `finetune` (a task head on labelled data), `evaluate` and `predict`
-with the directory it writes. The settings of `finetune` are the library's FinetuneConfig.
+"""Commands of fine-tuning: `finetune TASK` (a task head on labelled data), `evaluate` and
+`predict` with the directory it writes. `finetune TASK` is one command per task of
+`bertkit.finetuning.tasks.TASKS`, read when `finetune` is parsed: its flags are the task
+class's settings, the library's FinetuneConfig (how it is trained) and the files.
 `evaluate` given a pretrained (not fine-tuned) model judges it as a language model instead
 (`bertkit.pretraining.evaluation`)."""
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -17,9 +19,6 @@ from bertkit.files import UserError
 
 @dataclass(kw_only=True)
 class FinetuneFiles:
-    task: str = field(metadata={"positional": True,
-                                "choices": "bertkit.finetuning.tasks:TASK_NAMES"})
-    """The task: what the head predicts and how it is scored."""
     model: Path
     """Pretrained BERT directory (bertkit or Hugging Face), or `cnn`: a convolutional network
     over the static vectors of --vectors (Kim 2014) instead of BERT."""
@@ -33,9 +32,10 @@ class FinetuneFiles:
     """No progress on stderr."""
 
 
-def run_finetune(files: FinetuneFiles, cfg, cnn) -> int:
+def run_finetune(files: FinetuneFiles, task, cfg, cnn) -> int:
     """Progress and the baseline beside the result on stderr (a warning when the model does
-    not beat it, even with --quiet); the summary, one JSON object, on stdout."""
+    not beat it, even with --quiet); the summary, one JSON object, on stdout. `task` is the
+    task with the settings given."""
     from bertkit.finetuning.baselines import baseline_report
     from bertkit.finetuning.cnn import CnnBackbone
     from bertkit.finetuning.recipe import finetune
@@ -46,9 +46,10 @@ def run_finetune(files: FinetuneFiles, cfg, cnn) -> int:
     if backbone is None and cnn.vectors is not None:
         raise UserError("--vectors is read with --model cnn only")
     family = {"backbone": backbone} if backbone else {}  # BERT: the recipe's default
-    result = finetune(files.task, cnn.vectors if backbone else files.model, files.train,
+    result = finetune(task, cnn.vectors if backbone else files.model, files.train,
                       files.dev, files.out, cfg,
-                      command_line=lambda resolved: command_line(FINETUNE, [files, resolved, cnn]),
+                      command_line=lambda resolved, settled: command_line(
+                          task_command(type(settled)), [files, settled, resolved, cnn]),
                       **family)
     if result.stopped_by == "interrupted":  # the loop said: checkpoint saved, go on with --resume
         return 130
@@ -217,12 +218,40 @@ def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
     return 0
 
 
-FINETUNE = Command(
-    "finetune", run_finetune, (FinetuneFiles, "bertkit.finetuning.recipe:FinetuneConfig",
-                               "bertkit.finetuning.cnn:CnnOptions"),
-    omit=("show_progress",), help="train a task head on labelled data",
-    description="Fine-tune a BERT directory on a task; the result is a Hugging Face directory "
-                "(transformers loads it) with the task remembered.")
+_FINETUNE_DESCRIPTION = ("Fine-tune a BERT directory on a task; the result is a Hugging Face "
+                         "directory (transformers loads it) with the task remembered.")
+
+
+def task_command(task: type) -> Command:
+    """`finetune TASK` for a task class: its flags are the files, the task's settings (its
+    fields but those fine-tuning fills in), the training settings and the CNN family's."""
+    doc = " ".join((task.__doc__ or "").split())
+    return Command(f"finetune {task.name}", run_finetune,
+                   (FinetuneFiles, task, "bertkit.finetuning.recipe:FinetuneConfig",
+                    "bertkit.finetuning.cnn:CnnOptions"),
+                   omit=("show_progress",), help=doc.split(". ")[0].rstrip("."),
+                   description=f"{_FINETUNE_DESCRIPTION} The {task.name} task: {doc}",
+                   fixed=(("task", task.name),))
+
+
+@dataclass(frozen=True)
+class TaskCommands(Command):
+    """`finetune`: a command per task, `finetune TASK`, whose parsers are made when `finetune`
+    is parsed (the tasks import torch), from the TASKS of that moment."""
+
+    def add_flags(self, parser) -> None:
+        from bertkit.finetuning.tasks import TASKS
+
+        tasks = parser.add_subparsers(dest="task_name", required=True, metavar="TASK")
+        for task in TASKS:
+            command = task_command(task)
+            tasks.add_parser(task.name, help=command.help, description=command.description,
+                             command=command)
+
+
+FINETUNE = TaskCommands("finetune", run_finetune, (), help="train a task head on labelled data",
+                        description=_FINETUNE_DESCRIPTION + " TASK is what the head learns; "
+                        "`finetune TASK --help` lists its settings.")
 
 COMMANDS = (
     FINETUNE,
