@@ -10,7 +10,7 @@ import json
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Sequence
 
 from bertkit.cli.options import Command, command_line
 from bertkit.cli.pretraining import tune_runtime
@@ -222,16 +222,28 @@ _FINETUNE_DESCRIPTION = ("Fine-tune a BERT directory on a task; the result is a 
                          "directory (transformers loads it) with the task remembered.")
 
 
-def task_command(task: type) -> Command:
+def task_command(task: type, siblings: Sequence[type] = ()) -> Command:
     """`finetune TASK` for a task class: its flags are the files, the task's settings (its
-    fields but those fine-tuning fills in), the training settings and the CNN family's."""
+    fields but those fine-tuning fills in), the training settings and the CNN family's. A
+    --config file may hold the settings of `siblings` (other tasks): they are skipped."""
+    from bertkit.finetuning.task import task_settings
+
     doc = " ".join((task.__doc__ or "").split())
+    own = task_settings(task)
+    foreign = sorted({k for t in siblings for k in task_settings(t) if k not in own})
     return Command(f"finetune {task.name}", run_finetune,
                    (FinetuneFiles, task, "bertkit.finetuning.recipe:FinetuneConfig",
                     "bertkit.finetuning.cnn:CnnOptions"),
                    omit=("show_progress",), help=doc.split(". ")[0].rstrip("."),
                    description=f"{_FINETUNE_DESCRIPTION} The {task.name} task: {doc}",
-                   fixed=(("task", task.name),))
+                   fixed=(("task", task.name),), foreign=tuple(foreign))
+
+
+def task_commands() -> tuple[Command, ...]:
+    """`finetune TASK` for every task of TASKS (as they are now)."""
+    from bertkit.finetuning.tasks import TASKS
+
+    return tuple(task_command(task, TASKS) for task in TASKS)
 
 
 @dataclass(frozen=True)
@@ -240,13 +252,12 @@ class TaskCommands(Command):
     is parsed (the tasks import torch), from the TASKS of that moment."""
 
     def add_flags(self, parser) -> None:
-        from bertkit.finetuning.tasks import TASKS
-
         tasks = parser.add_subparsers(dest="task_name", required=True, metavar="TASK")
-        for task in TASKS:
-            command = task_command(task)
-            tasks.add_parser(task.name, help=command.help, description=command.description,
-                             command=command)
+        for command in task_commands():
+            sub = tasks.add_parser(command.name.split()[-1], help=command.help,
+                                   description=command.description)
+            command.add_flags(sub)
+            sub.set_defaults(command=command)  # the one main runs: its values win over ours
 
 
 FINETUNE = TaskCommands("finetune", run_finetune, (), help="train a task head on labelled data",

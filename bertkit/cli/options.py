@@ -43,6 +43,7 @@ import sys
 import textwrap
 import types
 import typing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Union, get_args, get_origin
@@ -260,6 +261,9 @@ class Command:
     """(key, value) that the command's name fixes (`finetune tag`: task = "tag"): a --config
     file may hold the key with that value (as one written before the value was part of the
     name), any other value is refused."""
+    foreign: tuple[str, ...] = ()
+    """--config keys of sibling commands (another task's settings, which one file held for
+    every task before each had its own flags): skipped with a warning, not refused."""
 
     def classes(self) -> list[type]:
         found = []
@@ -312,7 +316,7 @@ class Command:
         settings: list[dict] = [{} for _ in self.options]
         config = getattr(args, "config", None)
         if config is not None:
-            _merge_file(settings, flags, Path(config), dict(self.fixed))
+            _merge_file(settings, flags, Path(config), dict(self.fixed), self.foreign)
         for opt in flags:  # a nested dataclass is built from its own defaults, given or not
             _table(settings[opt.source], opt.path[:-1])
         for opt in flags:
@@ -454,7 +458,7 @@ def _build(cls: type, values: dict):
 
 
 def _merge_file(settings: list[dict], flags: list[Option], path: Path,
-                fixed: dict[str, Any] | None = None) -> None:
+                fixed: dict[str, Any] | None = None, foreign: tuple[str, ...] = ()) -> None:
     if not path.exists():
         raise UserError(f"{path}: config file does not exist")
     if path.is_dir():
@@ -480,6 +484,8 @@ def _merge_file(settings: list[dict], flags: list[Option], path: Path,
                 if value != fixed[key]:
                     raise UserError(f"{path}: {key} is {value!r}, this command's is "
                                     f"{fixed[key]!r}")
+            elif key in foreign:
+                warnings.warn(f"{path}: {key} is not a setting of this command; ignored")
             else:
                 raise UserError(f"{path}: unknown setting {key!r}")
 

@@ -3,6 +3,7 @@ from bertkit_task.json (the files written before tasks were classes included), a
 initialised from a generator without touching the global one."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import pytest
@@ -52,8 +53,10 @@ EXPECTED = {
 def test_one_tuple_names_the_tasks_and_the_command_line_offers_them():
     assert TASK_NAMES == tuple(t.name for t in TASKS)
     assert len(set(TASK_NAMES)) == len(TASKS)
-    finetune = next(c for c in COMMANDS if c.name == "finetune")
-    assert next(o for o in finetune.flags() if o.path[-1] == "task").choices == TASK_NAMES
+    parser = argparse.ArgumentParser(prog="finetune")
+    next(c for c in COMMANDS if c.name == "finetune").add_flags(parser)
+    tasks = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert tuple(tasks.choices) == TASK_NAMES
     assert task_type("spans") is Spans
     with pytest.raises(UserError, match="unknown task 'nope'; choose one of classify, pair"):
         task_type("nope")
@@ -120,10 +123,8 @@ def test_the_head_is_initialised_from_a_generator_alone(tiny_bert):
 
 
 def test_tagging_takes_a_crf_unless_asked_not_to_or_decoding_by_the_mean(tmp_path):
-    from bertkit.finetuning.recipe import FinetuneConfig
-
     def crf(**settings):
-        return Tag.configure(FinetuneConfig(**settings), tmp_path / "train.conll").crf
+        return Tag(**settings).configure(tmp_path / "train.conll").crf
 
     assert crf() is True
     assert crf(crf=False) is False
