@@ -185,9 +185,8 @@ def test_span_ner_with_nested_entities(tiny_bert, quick_config, synthetic, tmp_p
 
 @pytest.mark.slow
 def test_qa_with_unanswerable_questions(tiny_bert, task_files, quick_config, tmp_path):
-    result = finetune("qa", tiny_bert, task_files["squad"], None, tmp_path / "q",
-                      quick_config(epochs=1, batch_size=16, max_length=32, dev_fraction=0.2,
-                                   stride=8))
+    result = finetune(QA(stride=8), tiny_bert, task_files["squad"], None, tmp_path / "q",
+                      quick_config(epochs=1, batch_size=16, max_length=32, dev_fraction=0.2))
     task = json.loads((tmp_path / "q" / "bertkit_task.json").read_text())
     assert "null_threshold" in task and task["max_length"] == 32
     assert result.dev_metrics["no_ans_total"] > 0 and result.dev_metrics["has_ans_total"] > 0
