@@ -37,6 +37,10 @@ class Backbone(Protocol):
     lowercases: bool
     """Whether its tokenizer lowercases."""
 
+    def check_task(self, task: Task) -> None:
+        """Raise, before any data is read, when the family cannot train `task`."""
+        ...
+
     def build(self, task: Task, seed: int) -> nn.Module:
         """The model for `task` (labels known), its new weights initialised from `seed`."""
         ...
@@ -67,6 +71,9 @@ class Encoder:
         self.block_weights = self.config.block_weights
         self.lowercases = bool(getattr(self.tokenizer, "do_lower_case", False))
         self.train_layers, self.layer_mix = train_layers, layer_mix
+
+    def check_task(self, task: Task) -> None:
+        """Every task has a head for a transformer encoder."""
 
     def build(self, task: Task, seed: int) -> nn.Module:
         return build_task_model(task, self.model_dir, seed, self.train_layers, self.layer_mix)

@@ -236,11 +236,14 @@ class CnnBackbone:
                             "directory: the vocabulary and the word vectors)")
         return cls(StaticVectors.load(options.vectors), options)
 
-    def build(self, task, seed: int) -> ConvClassifier:
-        """The network for `task` (labels known), initialised from `seed`."""
+    def check_task(self, task) -> None:
         if not isinstance(task, SentenceTask):
             raise UserError(f"--model cnn trains a label or a number per text (classify, pair, "
                             f"regress), not the {task.name} task")
+
+    def build(self, task, seed: int) -> ConvClassifier:
+        """The network for `task` (labels known), initialised from `seed`."""
+        self.check_task(task)
         labels = len(task.label_names()) or 1
         o = self.options
         with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally

@@ -285,6 +285,7 @@ def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path
                     names=["model", "training file", "dev file"])
     task = task.configure(Path(train_path))
     backbone = backbone or Encoder(model_dir, cfg.train_layers, cfg.layer_mix)
+    backbone.check_task(task)
     task = task.for_backbone(backbone)
     defaults, weights = task.defaults, backbone.block_weights
     epochs = cfg.epochs or defaults.epochs_for(weights)

@@ -67,15 +67,19 @@ def fitted(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"flag": False})
 
 
+def setting_fields(task: "Task | type[Task]") -> dict[str, str]:
+    """The settings a user gives a task: their names (the flag's, which
+    `field(metadata={"flag": NAME})` makes other than the field's) -> the field's name."""
+    return {f.metadata.get("flag", f.name): f.name for f in dataclasses.fields(task)
+            if f.metadata.get("flag") is not False}
+
+
 def task_settings(task: "Task | type[Task]") -> dict[str, Any]:
-    """The settings a user gives a task, by flag name (`field(metadata={"flag": NAME})` names
-    it otherwise than the field), with their values (a class: its defaults)."""
-    out = {}
-    for f in dataclasses.fields(task):
-        flag = f.metadata.get("flag", f.name)
-        if flag is not False:
-            out[flag] = getattr(task, f.name) if not isinstance(task, type) else f.default
-    return out
+    """The settings of a task (a class: its defaults) by their names, as the command line and
+    training_args.json spell them."""
+    defaults = {f.name: f.default for f in dataclasses.fields(task)}
+    return {name: defaults[field] if isinstance(task, type) else getattr(task, field)
+            for name, field in setting_fields(task).items()}
 
 
 # Below this many block weights (EncoderConfig.block_weights: the tiny and mini presets, about
@@ -302,4 +306,5 @@ def _jsonable(value: Any):
     return list(value) if isinstance(value, tuple) else value
 
 
-__all__ = ["Task", "Defaults", "Runner", "ModelFacts", "fitted", "task_settings", "model_inputs", "columns_of", "pick_column", "text_lines"]
+__all__ = ["Task", "Defaults", "Runner", "ModelFacts", "fitted", "setting_fields",
+           "task_settings", "model_inputs", "columns_of", "pick_column", "text_lines"]
