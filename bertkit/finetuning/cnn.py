@@ -315,7 +315,8 @@ def load_cnn(path: str | Path, device: str | torch.device = "cpu",
                            problem_type=spec["problem_type"])
     model.load_state_dict(load_file(str(p / WEIGHTS_FILE)))
     data = read_task_file(p)
-    return model.to(device).eval(), words, task_type(data.get("task", ""), task_types).from_json(data)
+    task = task_type(data.get("task", ""), task_types).from_json(data)
+    return model.to(device).eval(), words, task
 
 
 __all__ = ["CnnOptions", "WordTokenizer", "ConvEncoder", "ConvClassifier", "CnnBackbone",
