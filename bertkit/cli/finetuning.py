@@ -6,6 +6,7 @@ class's settings, the library's FinetuneConfig (how it is trained) and the files
 (`bertkit.pretraining.evaluation`)."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass, fields, replace
@@ -252,12 +253,37 @@ class TaskCommands(Command):
     is parsed (the tasks import torch), from the TASKS of that moment."""
 
     def add_flags(self, parser) -> None:
+        from bertkit.finetuning.task import task_settings
+        from bertkit.finetuning.tasks import TASKS
+
+        owners: dict[str, list[str]] = {}  # a setting -> the tasks that have it
+        for task in TASKS:
+            for name in task_settings(task):
+                owners.setdefault(name, []).append(task.name)
         tasks = parser.add_subparsers(dest="task_name", required=True, metavar="TASK")
         for command in task_commands():
-            sub = tasks.add_parser(command.name.split()[-1], help=command.help,
-                                   description=command.description)
+            name = command.name.split()[-1]
+            sub = tasks.add_parser(name, help=command.help, description=command.description)
             command.add_flags(sub)
             sub.set_defaults(command=command)  # the one main runs: its values win over ours
+            for setting in command.foreign:  # another task's flag: said in one line
+                flag = "--" + setting.replace("_", "-")
+                sub.add_argument(flag, "--no-" + flag[2:], nargs="?", action=_OtherTasks,
+                                 dest=f"foreign:{setting}", default=argparse.SUPPRESS,
+                                 help=argparse.SUPPRESS, message=(
+                                     f"{flag} is a setting of {', '.join(owners[setting])}, "
+                                     f"not of {name}"))
+
+
+class _OtherTasks(argparse.Action):
+    """A flag of other tasks given to this one: one error line, exit 2 (as main's errors)."""
+
+    def __init__(self, option_strings, dest, message: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.message = message
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.exit(2, f"error: {self.message}\n")
 
 
 FINETUNE = TaskCommands("finetune", run_finetune, (), help="train a task head on labelled data",

@@ -52,6 +52,11 @@ def test_a_new_task_gets_its_flag_and_trains_with_it(with_loud, tiny_bert, task_
     assert "--loudness LOUDNESS How much the loss is scaled by. (default: 1.0)" in text
     assert "--multi-label" in text and "--epochs" in text  # its base's settings and training's
     assert "--loudness" not in _help(["finetune", "classify"], capsys)
+    with pytest.raises(SystemExit) as stop:  # nor does classify take it
+        main(["finetune", "classify", "--loudness", "2", "--model", "m", "--train", "t",
+              "--out", "o"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == "error: --loudness is a setting of loud, not of classify\n"
 
     out = tmp_path / "loud"
     assert main(["finetune", "loud", "--model", str(tiny_bert), "--train",
