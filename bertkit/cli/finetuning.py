@@ -11,7 +11,7 @@ import json
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 from bertkit.cli.options import Command, command_line
 from bertkit.cli.pretraining import tune_runtime
@@ -21,8 +21,8 @@ from bertkit.files import UserError
 @dataclass(kw_only=True)
 class FinetuneFiles:
     model: Path
-    """Pretrained BERT directory (bertkit or Hugging Face), or `cnn`: a convolutional network
-    over the static vectors of --vectors (Kim 2014) instead of BERT."""
+    """Pretrained BERT directory (bertkit or Hugging Face), or `cnn` (classify, pair, regress):
+    a convolutional network over the static vectors of --vectors (Kim 2014) instead of BERT."""
     train: Path
     """Training file: JSONL/CSV/TSV, CoNLL, CoNLL-U or SQuAD JSON (recognised from the file)."""
     dev: Path | None = None
@@ -33,24 +33,29 @@ class FinetuneFiles:
     """No progress on stderr."""
 
 
-def run_finetune(files: FinetuneFiles, task, cfg, cnn) -> int:
+def run_finetune(files: FinetuneFiles, task, cfg, cnn=None) -> int:
     """Progress and the baseline beside the result on stderr (a warning when the model does
     not beat it, even with --quiet); the summary, one JSON object, on stdout. `task` is the
-    task with the settings given."""
+    task with the settings given; `cnn` the CNN family's, for the tasks it trains."""
     from bertkit.finetuning.baselines import baseline_report
     from bertkit.finetuning.cnn import CnnBackbone
     from bertkit.finetuning.recipe import finetune
 
     tune_runtime()
     cfg = replace(cfg, show_progress=not files.quiet)
+    if cnn is None and str(files.model) == "cnn":
+        raise UserError(f"--model cnn trains a label or a number per text (classify, pair, "
+                        f"regress), not the {task.name} task")
     backbone = CnnBackbone.load(cnn) if str(files.model) == "cnn" else None
-    if backbone is None and cnn.vectors is not None:
+    if backbone is None and cnn is not None and cnn.vectors is not None:
         raise UserError("--vectors is read with --model cnn only")
     family = {"backbone": backbone} if backbone else {}  # BERT: the recipe's default
+    family_options = [cnn] if cnn is not None else []
     result = finetune(task, cnn.vectors if backbone else files.model, files.train,
                       files.dev, files.out, cfg,
                       command_line=lambda resolved, settled: command_line(
-                          task_command(type(settled)), [files, settled, resolved, cnn]),
+                          task_command(type(settled)),
+                          [files, settled, resolved, *family_options]),
                       **family)
     if result.stopped_by == "interrupted":  # the loop said: checkpoint saved, go on with --resume
         return 130
@@ -223,28 +228,31 @@ _FINETUNE_DESCRIPTION = ("Fine-tune a BERT directory on a task; the result is a 
                          "directory (transformers loads it) with the task remembered.")
 
 
-def task_command(task: type, siblings: Sequence[type] = ()) -> Command:
+def task_command(task: type) -> Command:
     """`finetune TASK` for a task class: its flags are the files, the task's settings (its
-    fields but those fine-tuning fills in), the training settings and the CNN family's. A
-    --config file may hold the settings of `siblings` (other tasks): they are skipped."""
-    from bertkit.finetuning.task import task_settings
+    fields but those fine-tuning fills in), the training settings and, for the tasks it
+    trains, the CNN family's."""
+    from bertkit.finetuning.cnn import CnnBackbone
 
     doc = " ".join((task.__doc__ or "").split())
-    own = task_settings(task)
-    foreign = sorted({k for t in siblings for k in task_settings(t) if k not in own})
     return Command(f"finetune {task.name}", run_finetune,
                    (FinetuneFiles, task, "bertkit.finetuning.recipe:FinetuneConfig",
-                    "bertkit.finetuning.cnn:CnnOptions"),
+                    *(["bertkit.finetuning.cnn:CnnOptions"] if CnnBackbone.trains(task) else [])),
                    omit=("show_progress",), help=doc.split(". ")[0].rstrip("."),
                    description=f"{_FINETUNE_DESCRIPTION} The {task.name} task: {doc}",
-                   fixed=(("task", task.name),), foreign=tuple(foreign))
+                   fixed=(("task", task.name),))
 
 
 def task_commands() -> tuple[Command, ...]:
-    """`finetune TASK` for every task of TASKS (as they are now)."""
+    """`finetune TASK` for every task of TASKS (as they are now), each knowing the settings
+    of the others (`Command.foreign`), which one --config file held for all before."""
     from bertkit.finetuning.tasks import TASKS
 
-    return tuple(task_command(task, TASKS) for task in TASKS)
+    commands = [task_command(task) for task in TASKS]
+    names = [{opt.name for opt in c.flags()} for c in commands]
+    every = set().union(*names)
+    return tuple(replace(c, foreign=tuple(sorted(every - own)))
+                 for c, own in zip(commands, names))
 
 
 @dataclass(frozen=True)
@@ -253,15 +261,13 @@ class TaskCommands(Command):
     is parsed (the tasks import torch), from the TASKS of that moment."""
 
     def add_flags(self, parser) -> None:
-        from bertkit.finetuning.task import task_settings
-        from bertkit.finetuning.tasks import TASKS
-
+        commands = task_commands()
         owners: dict[str, list[str]] = {}  # a setting -> the tasks that have it
-        for task in TASKS:
-            for name in task_settings(task):
-                owners.setdefault(name, []).append(task.name)
+        for command in commands:
+            for opt in command.flags():
+                owners.setdefault(opt.name, []).append(command.name.split()[-1])
         tasks = parser.add_subparsers(dest="task_name", required=True, metavar="TASK")
-        for command in task_commands():
+        for command in commands:
             name = command.name.split()[-1]
             sub = tasks.add_parser(name, help=command.help, description=command.description)
             command.add_flags(sub)

@@ -236,6 +236,11 @@ class CnnBackbone:
                             "directory: the vocabulary and the word vectors)")
         return cls(StaticVectors.load(options.vectors), options)
 
+    @staticmethod
+    def trains(task_type: type) -> bool:
+        """Whether the family trains tasks of this class: those that answer SentenceTask."""
+        return all(hasattr(task_type, name) for name in ("problem_type", "pairs", "label_names"))
+
     def check_task(self, task) -> None:
         if not isinstance(task, SentenceTask):
             raise UserError(f"--model cnn trains a label or a number per text (classify, pair, "

@@ -132,3 +132,24 @@ def test_tagging_takes_a_crf_unless_asked_not_to_or_decoding_by_the_mean(tmp_pat
     assert crf(decode="first", crf=True) is True
     with pytest.raises(UserError, match="drop --crf"):
         crf(decode="mean", crf=True)
+
+
+@pytest.mark.parametrize("name,has,lacks", [
+    ("tag", ["--crf", "--scheme", "--case-feature", "--conllu-column", "--epochs"],
+     ["--pooling", "--stride", "--multi-label", "--vectors", "--text-column", "--span-ffn"]),
+    ("classify", ["--pooling", "--multi-label", "--text-column", "--vectors", "--lr"],
+     ["--crf", "--stride", "--case-feature", "--max-span-width"]),
+    ("spans", ["--max-span-width", "--span-ffn", "--span-null-weight", "--case-feature"],
+     ["--crf", "--scheme", "--pooling", "--vectors"]),
+    ("qa", ["--stride", "--max-answer-tokens", "--max-length"],
+     ["--crf", "--pooling", "--text-column", "--vectors", "--conllu-column"]),
+])
+def test_a_tasks_help_lists_only_what_applies_to_it(name, has, lacks, capsys):
+    from bertkit.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["finetune", name, "--help"])
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()
+              if line.startswith("  --")]  # the options, not flags named in their help
+    flags = {flag.rstrip(",") for flag in listed}
+    assert set(has) <= flags and not set(lacks) & flags, (name, flags)
