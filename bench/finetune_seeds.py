@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-# name: (task, train, dev or None, the figure reported, FinetuneConfig settings of the task)
+# name: (task, train, dev or None, the figure reported, settings of the task)
 TASKS = {
     "pos": ("tag", "pos/en_ewt-ud-dev.conllu", None, "accuracy", {}),
     "wnut": ("tag", "ner/wnut16.train.conll", "ner/wnut16.dev.conll", "f1", {}),
@@ -46,15 +46,23 @@ def one_run(model: str, name: str, seed: int, threads: int, out_root: str,
             precision: str, settings: dict) -> dict:
     import torch
 
+    from dataclasses import fields
+
     from bertkit.finetuning.recipe import FinetuneConfig, finetune
+    from bertkit.finetuning.task import setting_fields
+    from bertkit.finetuning.tasks import task_type
 
     torch.set_num_threads(threads)
     task, train, dev, figure, own = TASKS[name]
+    given, kind = {**own, **settings}, task_type(task)
+    own_fields = setting_fields(kind)  # a setting of another task is not this one's
+    training = {f.name for f in fields(FinetuneConfig)}
     started = time.perf_counter()
-    result = finetune(task, model, DATA / train, DATA / dev if dev else None,
+    result = finetune(kind(**{own_fields[k]: v for k, v in given.items() if k in own_fields}),
+                      model, DATA / train, DATA / dev if dev else None,
                       Path(out_root) / f"{name}-{seed}",
                       FinetuneConfig(seed=seed, precision=precision, show_progress=False,
-                                     **{**own, **settings}))
+                                     **{k: v for k, v in given.items() if k in training}))
     baseline = (result.baseline or {}).get(figure)
     return {"task": name, "seed": seed, "figure": figure,
             "score": float(result.dev_metrics[figure]),
@@ -66,13 +74,17 @@ def one_run(model: str, name: str, seed: int, threads: int, out_root: str,
 
 
 def parse_settings(pairs: list[str]) -> dict:
-    """`FIELD=VALUE` strings as FinetuneConfig keyword arguments; a ValueError names a field
-    FinetuneConfig lacks, or one this bench sets itself."""
+    """`FIELD=VALUE` strings: settings of FinetuneConfig or of a task (each task takes its
+    own); a ValueError names a field none has, or one this bench sets itself."""
     from dataclasses import fields
 
     from bertkit.finetuning.recipe import FinetuneConfig
+    from bertkit.finetuning.task import setting_fields
+    from bertkit.finetuning.tasks import TASKS as TASK_TYPES
 
-    known = {f.name for f in fields(FinetuneConfig)} - {"seed", "precision", "show_progress"}
+    known = ({f.name for f in fields(FinetuneConfig)}
+             | {k for t in TASK_TYPES for k in setting_fields(t)}) \
+        - {"seed", "precision", "show_progress"}
     settings = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")

@@ -1,12 +1,15 @@
-"""Commands of fine-tuning: `finetune` (a task head on labelled data), `evaluate` and `predict`
-with the directory it writes. The settings of `finetune` are the library's FinetuneConfig.
+"""Commands of fine-tuning: `finetune TASK` (a task head on labelled data), `evaluate` and
+`predict` with the directory it writes. `finetune TASK` is one command per task of
+`bertkit.finetuning.tasks.TASKS`, read when `finetune` is parsed: its flags are the task
+class's settings, the library's FinetuneConfig (how it is trained) and the files.
 `evaluate` given a pretrained (not fine-tuned) model judges it as a language model instead
 (`bertkit.pretraining.evaluation`)."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -17,12 +20,9 @@ from bertkit.files import UserError
 
 @dataclass(kw_only=True)
 class FinetuneFiles:
-    task: str = field(metadata={"positional": True,
-                                "choices": "bertkit.finetuning.tasks:TASK_NAMES"})
-    """The task: what the head predicts and how it is scored."""
     model: Path
-    """Pretrained BERT directory (bertkit or Hugging Face), or `cnn`: a convolutional network
-    over the static vectors of --vectors (Kim 2014) instead of BERT."""
+    """Pretrained BERT directory (bertkit or Hugging Face), or `cnn` (classify, pair, regress):
+    a convolutional network over the static vectors of --vectors (Kim 2014) instead of BERT."""
     train: Path
     """Training file: JSONL/CSV/TSV, CoNLL, CoNLL-U or SQuAD JSON (recognised from the file)."""
     dev: Path | None = None
@@ -33,22 +33,29 @@ class FinetuneFiles:
     """No progress on stderr."""
 
 
-def run_finetune(files: FinetuneFiles, cfg, cnn) -> int:
+def run_finetune(files: FinetuneFiles, task, cfg, cnn=None) -> int:
     """Progress and the baseline beside the result on stderr (a warning when the model does
-    not beat it, even with --quiet); the summary, one JSON object, on stdout."""
+    not beat it, even with --quiet); the summary, one JSON object, on stdout. `task` is the
+    task with the settings given; `cnn` the CNN family's, for the tasks it trains."""
     from bertkit.finetuning.baselines import baseline_report
     from bertkit.finetuning.cnn import CnnBackbone
     from bertkit.finetuning.recipe import finetune
 
     tune_runtime()
     cfg = replace(cfg, show_progress=not files.quiet)
+    if cnn is None and str(files.model) == "cnn":
+        raise UserError(f"--model cnn trains a label or a number per text (classify, pair, "
+                        f"regress), not the {task.name} task")
     backbone = CnnBackbone.load(cnn) if str(files.model) == "cnn" else None
-    if backbone is None and cnn.vectors is not None:
+    if backbone is None and cnn is not None and cnn.vectors is not None:
         raise UserError("--vectors is read with --model cnn only")
     family = {"backbone": backbone} if backbone else {}  # BERT: the recipe's default
-    result = finetune(files.task, cnn.vectors if backbone else files.model, files.train,
+    family_options = [cnn] if cnn is not None else []
+    result = finetune(task, cnn.vectors if backbone else files.model, files.train,
                       files.dev, files.out, cfg,
-                      command_line=lambda resolved: command_line(FINETUNE, [files, resolved, cnn]),
+                      command_line=lambda resolved, settled: command_line(
+                          task_command(type(settled)),
+                          [files, settled, resolved, *family_options]),
                       **family)
     if result.stopped_by == "interrupted":  # the loop said: checkpoint saved, go on with --resume
         return 130
@@ -217,12 +224,77 @@ def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
     return 0
 
 
-FINETUNE = Command(
-    "finetune", run_finetune, (FinetuneFiles, "bertkit.finetuning.recipe:FinetuneConfig",
-                               "bertkit.finetuning.cnn:CnnOptions"),
-    omit=("show_progress",), help="train a task head on labelled data",
-    description="Fine-tune a BERT directory on a task; the result is a Hugging Face directory "
-                "(transformers loads it) with the task remembered.")
+_FINETUNE_DESCRIPTION = ("Fine-tune a BERT directory on a task; the result is a Hugging Face "
+                         "directory (transformers loads it) with the task remembered.")
+
+
+def task_command(task: type) -> Command:
+    """`finetune TASK` for a task class: its flags are the files, the task's settings (its
+    fields but those fine-tuning fills in), the training settings and, for the tasks it
+    trains, the CNN family's."""
+    from bertkit.finetuning.cnn import CnnBackbone
+
+    doc = " ".join((task.__doc__ or "").split())
+    return Command(f"finetune {task.name}", run_finetune,
+                   (FinetuneFiles, task, "bertkit.finetuning.recipe:FinetuneConfig",
+                    *(["bertkit.finetuning.cnn:CnnOptions"] if CnnBackbone.trains(task) else [])),
+                   omit=("show_progress",), help=doc.split(". ")[0].rstrip("."),
+                   description=f"{_FINETUNE_DESCRIPTION} The {task.name} task: {doc}",
+                   fixed=(("task", task.name),))
+
+
+def task_commands() -> tuple[Command, ...]:
+    """`finetune TASK` for every task of TASKS (as they are now), each knowing the settings
+    of the others (`Command.foreign`), which one --config file held for all before."""
+    from bertkit.finetuning.tasks import TASKS
+
+    commands = [task_command(task) for task in TASKS]
+    names = [{opt.name for opt in c.flags()} for c in commands]
+    every = set().union(*names)
+    return tuple(replace(c, foreign=tuple(sorted(every - own)))
+                 for c, own in zip(commands, names))
+
+
+@dataclass(frozen=True)
+class TaskCommands(Command):
+    """`finetune`: a command per task, `finetune TASK`, whose parsers are made when `finetune`
+    is parsed (the tasks import torch), from the TASKS of that moment."""
+
+    def add_flags(self, parser) -> None:
+        commands = task_commands()
+        owners: dict[str, list[str]] = {}  # a setting -> the tasks that have it
+        for command in commands:
+            for opt in command.flags():
+                owners.setdefault(opt.name, []).append(command.name.split()[-1])
+        tasks = parser.add_subparsers(dest="task_name", required=True, metavar="TASK")
+        for command in commands:
+            name = command.name.split()[-1]
+            sub = tasks.add_parser(name, help=command.help, description=command.description)
+            command.add_flags(sub)
+            sub.set_defaults(command=command)  # the one main runs: its values win over ours
+            for setting in command.foreign:  # another task's flag: said in one line
+                flag = "--" + setting.replace("_", "-")
+                sub.add_argument(flag, "--no-" + flag[2:], nargs="?", action=_OtherTasks,
+                                 dest=f"foreign:{setting}", default=argparse.SUPPRESS,
+                                 help=argparse.SUPPRESS, message=(
+                                     f"{flag} is a setting of {', '.join(owners[setting])}, "
+                                     f"not of {name}"))
+
+
+class _OtherTasks(argparse.Action):
+    """A flag of other tasks given to this one: one error line, exit 2 (as main's errors)."""
+
+    def __init__(self, option_strings, dest, message: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.message = message
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.exit(2, f"error: {self.message}\n")
+
+
+FINETUNE = TaskCommands("finetune", run_finetune, (), help="train a task head on labelled data",
+                        description=_FINETUNE_DESCRIPTION + " TASK is what the head learns; "
+                        "`finetune TASK --help` lists its settings.")
 
 COMMANDS = (
     FINETUNE,

@@ -10,7 +10,10 @@ A command's options are typed once, as dataclass fields. From each field come:
   naming a library sequence of them, imported when the command's flags are built);
 - its default (shown by `--help`); a field without one is required;
 - its help: the string literal right under the field, read from the class source with `ast`
-  (no help text when the source is not available, nothing else changes).
+  (no help text when the source is not available, nothing else changes);
+- its name, the field's unless `metadata={"flag": "other_name"}` spells the flag and the
+  --config key otherwise; `metadata={"flag": False}` gives the field no flag (a value the
+  program fills in, such as a fine-tuned task's labels).
 - for a path, whether the command writes it: a field named `out` or `*_out`, or with
   `metadata={"output": True}`; every other path is an input. `Command.check_paths` (called by
   `main` before the command runs) refuses an output that is one of the inputs. An output
@@ -40,6 +43,7 @@ import sys
 import textwrap
 import types
 import typing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Union, get_args, get_origin
@@ -110,20 +114,27 @@ class Option:
     weighted: bool = False
     """A path that may be several, weighted (`metadata={"weighted": True}`): spelled
     PATH=W,PATH=W, or in --config a table {PATH = W, ...}."""
+    spelled: str | None = None
+    """The name of the flag and the --config key (`metadata={"flag": NAME}`); None: the
+    field's."""
 
     @property
     def dest(self) -> str:
         return f"{self.source}:{'.'.join(self.path)}"
 
     @property
+    def name(self) -> str:
+        return self.spelled or self.path[-1]
+
+    @property
     def flag(self) -> str:
         if self.positional:
-            return self.metavar or self.path[-1].upper()
-        return "--" + self.path[-1].replace("_", "-")
+            return self.metavar or self.name.upper()
+        return "--" + self.name.replace("_", "-")
 
     @property
     def key(self) -> str:
-        return ".".join(self.path)
+        return ".".join(self.path[:-1] + (self.name,))
 
 
 def _unwrap(tp) -> tuple[Any, bool]:
@@ -156,7 +167,7 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
     found = []
     for f in dataclasses.fields(cls):
         path = prefix + (f.name,)
-        if ".".join(path) in omit or not f.init:
+        if ".".join(path) in omit or not f.init or f.metadata.get("flag") is False:
             continue
         tp, optional = _unwrap(hints[f.name])
         if dataclasses.is_dataclass(tp):
@@ -185,7 +196,7 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
                             docs.get(f.name, ""), bool(f.metadata.get("positional")),
                             f.metadata.get("metavar"), kind is Path and is_output(f),
                             kind is Path and f.metadata.get("output") == "directory",
-                            bool(f.metadata.get("weighted"))))
+                            bool(f.metadata.get("weighted")), f.metadata.get("flag")))
     return found
 
 
@@ -246,6 +257,13 @@ class Command:
     description: str | None = None
     omit: tuple[str, ...] = ()
     """Fields (dotted for nested ones) that get no flag; they keep their default."""
+    fixed: tuple[tuple[str, Any], ...] = ()
+    """(key, value) that the command's name fixes (`finetune tag`: task = "tag"): a --config
+    file may hold the key with that value (as one written before the value was part of the
+    name), any other value is refused."""
+    foreign: tuple[str, ...] = ()
+    """--config keys of sibling commands (another task's settings, which one file held for
+    every task before each had its own flags): skipped with a warning, not refused."""
 
     def classes(self) -> list[type]:
         found = []
@@ -262,7 +280,7 @@ class Command:
             found += _options_of(cls, i, (), self.omit)
         seen: dict[str, Option] = {}
         for opt in found:
-            if opt.path[-1] == "config" or opt.flag in seen:
+            if opt.name == "config" or opt.flag in seen:
                 raise ValueError(f"{self.name}: two options are spelled {opt.flag}")
             seen[opt.flag] = opt
         return found
@@ -279,7 +297,7 @@ class Command:
                 help += f" (default: {show(opt.default)})"
             help = help.strip().replace("%", "%%")
             metavar = opt.metavar or (("{" + ",".join(map(str, opt.choices)) + "}")
-                                      if opt.choices else opt.path[-1].upper())
+                                      if opt.choices else opt.name.upper())
             if opt.kind is bool and opt.nargs is None:
                 parser.add_argument(opt.flag, "--no-" + opt.flag[2:], dest=opt.dest,
                                     action=_Switch, default=argparse.SUPPRESS, help=help)
@@ -298,7 +316,7 @@ class Command:
         settings: list[dict] = [{} for _ in self.options]
         config = getattr(args, "config", None)
         if config is not None:
-            _merge_file(settings, flags, Path(config))
+            _merge_file(settings, flags, Path(config), dict(self.fixed), self.foreign)
         for opt in flags:  # a nested dataclass is built from its own defaults, given or not
             _table(settings[opt.source], opt.path[:-1])
         for opt in flags:
@@ -439,7 +457,8 @@ def _build(cls: type, values: dict):
     return cls(**kwargs)
 
 
-def _merge_file(settings: list[dict], flags: list[Option], path: Path) -> None:
+def _merge_file(settings: list[dict], flags: list[Option], path: Path,
+                fixed: dict[str, Any] | None = None, foreign: tuple[str, ...] = ()) -> None:
     if not path.exists():
         raise UserError(f"{path}: config file does not exist")
     if path.is_dir():
@@ -461,6 +480,12 @@ def _merge_file(settings: list[dict], flags: list[Option], path: Path) -> None:
             elif key in by_key:
                 opt = by_key[key]
                 _put(settings[opt.source], opt.path, _checked(opt, value, path))
+            elif key in (fixed or {}):
+                if value != fixed[key]:
+                    raise UserError(f"{path}: {key} is {value!r}, this command's is "
+                                    f"{fixed[key]!r}")
+            elif key in foreign:
+                warnings.warn(f"{path}: {key} is not a setting of this command; ignored")
             else:
                 raise UserError(f"{path}: unknown setting {key!r}")
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -34,8 +34,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertkit.files import UserError, atomic_dir, read_json
-from bertkit.finetuning.heads import PROBLEM_TYPES, TASK_FILE, read_task_file
-from bertkit.finetuning.tasks import task_type
+from bertkit.finetuning.heads import PROBLEM_TYPES, TASK_FILE, problem_loss, read_task_file
+from bertkit.finetuning.tasks import TASKS, task_type
 from bertkit.model.kind import CNN_FILE, CNN_WEIGHTS_FILE as WEIGHTS_FILE
 from bertkit.embeddings.static import TOKENIZER_DIR, StaticVectors, Tokenization
 from bertkit.text.tokenizer import Tokenizer
@@ -196,33 +196,37 @@ class ConvClassifier(nn.Module):
         return self.classifier(self.dropout(torch.cat([u, v, (u - v).abs(), u * v], -1)))
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if self.problem_type == "regression":
-            return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1))
-        if self.problem_type == "multi_label_classification":
-            return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
-        return F.cross_entropy(logits, labels)
+        return problem_loss(logits, labels, self.problem_type)
 
 
 # The family as the recipe's backbone ------------------------------------------------------------
 
-def _problem_type(task) -> str:
-    """What the task's own head would be (its make_model), read without an encoder."""
-    if getattr(task, "label_kind", None) == "float":
-        return "regression"
-    if getattr(task, "multi_label", False):
-        return "multi_label_classification"
-    return "single_label_classification"
+@runtime_checkable
+class SentenceTask(Protocol):
+    """What the CNN reads of its task: one label (or number) per text or pair of texts."""
+    problem_type: str
+    """One of PROBLEM_TYPES: the classifier's loss."""
+    pairs: bool
+    """Whether each example is a pair of texts."""
+
+    def label_names(self) -> tuple[str, ...]: ...
 
 
 class CnnBackbone:
-    """What `finetune(..., backbone=)` asks of a model family: a tokenizer, the longest
+    """The family as a `bertkit.finetuning.backbone.Backbone`: a tokenizer, the longest
     input, a fresh task model, and how to save one."""
+    architecture = None  # not a transformer: no pooling choice, no word-case embedding
+    block_weights = None
+    lowercases = False
 
     def __init__(self, vectors: StaticVectors, options: CnnOptions):
         self.vectors = vectors
         self.options = options
         self.tokenizer = WordTokenizer(vectors.tokens, vectors.tokenization)
         self.max_positions = 100_000  # words: a convolution has no position limit
+
+    def check_fit(self, items) -> None:
+        """Nothing to check: the ids are those of the network's own vocabulary."""
 
     @classmethod
     def load(cls, options: CnnOptions) -> "CnnBackbone":
@@ -231,15 +235,26 @@ class CnnBackbone:
                             "directory: the vocabulary and the word vectors)")
         return cls(StaticVectors.load(options.vectors), options)
 
+    @staticmethod
+    def trains(task_type: type) -> bool:
+        """Whether the family trains tasks of this class: those that answer SentenceTask."""
+        return all(hasattr(task_type, name) for name in ("problem_type", "pairs", "label_names"))
+
+    def check_task(self, task) -> None:
+        if not isinstance(task, SentenceTask):
+            raise UserError(f"--model cnn trains a label or a number per text (classify, pair, "
+                            f"regress), not the {task.name} task")
+
     def build(self, task, seed: int) -> ConvClassifier:
         """The network for `task` (labels known), initialised from `seed`."""
+        self.check_task(task)
         labels = len(task.label_names()) or 1
         o = self.options
         with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
             model = ConvClassifier(self.tokenizer.vocab_size, self.vectors.dim, labels,
                                    widths=o.filter_widths, filters=o.filters,
-                                   dropout=o.cnn_dropout, pair=task_has_pairs(task),
-                                   problem_type=_problem_type(task))
+                                   dropout=o.cnn_dropout, pair=task.pairs,
+                                   problem_type=task.problem_type)
         init_cnn(model, torch.Generator().manual_seed(seed),
                  None if o.embeddings == "random" else torch.from_numpy(self.vectors.vectors))
         model.conv.embeddings.weight.requires_grad_(o.embeddings != "frozen")
@@ -268,10 +283,6 @@ class CnnBackbone:
         return Path(path)
 
 
-def task_has_pairs(task) -> bool:
-    return getattr(task, "pair_column", None) is not None
-
-
 def init_cnn(model: ConvClassifier, generator: torch.Generator,
              vectors: torch.Tensor | None = None) -> None:
     """Kim's initialisation: the static vectors where given (specials: [PAD] zero, the others
@@ -289,9 +300,11 @@ def init_cnn(model: ConvClassifier, generator: torch.Generator,
             layer.bias.zero_()
 
 
-def load_cnn(path: str | Path, device: str | torch.device = "cpu"):
-    """(model, tokenizer, task) of a directory written by `finetune --model cnn`; build a
-    `bertkit.finetuning.predict.TaskModel` from them to predict and evaluate."""
+def load_cnn(path: str | Path, device: str | torch.device = "cpu",
+             task_types: Sequence[type] = TASKS):
+    """(model, tokenizer, task) of a directory written by `finetune --model cnn`, its task
+    found by name among `task_types`; build a `bertkit.finetuning.predict.TaskModel` from
+    them to predict and evaluate."""
     p = Path(path)
     spec = read_json(p / CNN_FILE, "bertkit CNN", format="bertkit-cnn")
     tokenizer = Tokenizer.load(p / TOKENIZER_DIR) if spec["tokenization"] == "pieces" else None
@@ -302,8 +315,10 @@ def load_cnn(path: str | Path, device: str | torch.device = "cpu"):
                            problem_type=spec["problem_type"])
     model.load_state_dict(load_file(str(p / WEIGHTS_FILE)))
     data = read_task_file(p)
-    return model.to(device).eval(), words, task_type(data.get("task", "")).from_json(data)
+    task = task_type(data.get("task", ""), task_types).from_json(data)
+    return model.to(device).eval(), words, task
 
 
 __all__ = ["CnnOptions", "WordTokenizer", "ConvEncoder", "ConvClassifier", "CnnBackbone",
+           "SentenceTask",
            "max_over_time", "init_cnn", "load_cnn"]

@@ -36,6 +36,19 @@ POOLINGS = ("cls", "mean")
 """What a sequence head reads: [CLS] (through the pooler for "bert"), or the tokens' mean."""
 
 
+def problem_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str) -> torch.Tensor:
+    """The loss of a sequence head of `problem_type` (one of PROBLEM_TYPES), as transformers'
+    BertForSequenceClassification computes it: squared error (per output for several),
+    a sigmoid per label, or a softmax over the labels. Every model family's sequence head
+    (the encoder's, the CNN's) calls this one."""
+    if problem_type == "regression":
+        return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1)) \
+            if logits.shape[-1] == 1 else F.mse_loss(logits, labels.to(logits.dtype))
+    if problem_type == "multi_label_classification":
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+    return F.cross_entropy(logits, labels)
+
+
 def head_dropout(encoder: Encoder) -> float:
     """Hugging Face's rule: `classifier_dropout` from config.json, else the hidden dropout."""
     p = encoder.config.extra.get("classifier_dropout")
@@ -121,12 +134,7 @@ class SequenceClassifier(TaskHead):
         return self.classifier(self.dropout(pooled))  # [B, K]
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if self.problem_type == "regression":
-            return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1)) \
-                if logits.shape[-1] == 1 else F.mse_loss(logits, labels.to(logits.dtype))
-        if self.problem_type == "multi_label_classification":
-            return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
-        return F.cross_entropy(logits, labels)
+        return problem_loss(logits, labels, self.problem_type)
 
     def hf_config(self) -> dict:
         return {"problem_type": self.problem_type, "num_labels": self.classifier.out_features}
@@ -363,5 +371,5 @@ def load_task_weights(model: TaskHead, path: str | Path,
 
 __all__ = ["TaskHead", "SequenceClassifier", "TokenClassifier", "QuestionAnswerer",
            "first_subword_index", "init_head", "save_task_model", "read_task_file",
-           "load_task_weights", "head_dropout", "TASK_FILE", "HEAD_FILE", "PROBLEM_TYPES",
-           "POOLINGS"]
+           "load_task_weights", "head_dropout", "problem_loss", "TASK_FILE", "HEAD_FILE",
+           "PROBLEM_TYPES", "POOLINGS"]

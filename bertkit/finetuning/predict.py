@@ -83,7 +83,7 @@ class TaskModel:
 
         path = hub.resolve_model(path)
         if model_kind(path) is ModelKind.CNN:
-            model, tokenizer, task = load_cnn(path, device)
+            model, tokenizer, task = load_cnn(path, device, task_types)
             return cls(model, tokenizer, task, resolve_device(device), batch_size,
                        source=str(path))
         task, device = load_task(path, task_types), resolve_device(device)

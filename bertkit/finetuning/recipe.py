@@ -1,6 +1,7 @@
 """Fine-tuning: a pretrained encoder, a task head, labelled data, and the shared training loop.
 
     result = finetune("classify", model_dir, train_file, dev_file, out_dir, FinetuneConfig())
+    result = finetune(Tag(scheme="BIO"), model_dir, train_file, None, out_dir)
 
 Tasks: classify (one text; single- or multi-label), pair (two texts through the same head),
 regress (a number), tag (a label per word; optional CRF), qa (extractive, SQuAD 1.1 / 2.0),
@@ -8,7 +9,9 @@ spans (span-based NER, nested entities allowed), one class each in bertkit.finet
 the recipe only calls their protocol (bertkit.finetuning.task.Task), so a Task class of one's
 own fine-tunes the same way. The result is a Hugging Face directory that transformers loads as
 the matching Bert*For* model, plus bertkit_task.json (task, columns, labels, scheme,
-thresholds) that `bertkit evaluate` / `predict` read.
+thresholds) that `bertkit evaluate` / `predict` read. A task's settings (columns, scheme, CRF,
+pooling, ...) are fields of its class; FinetuneConfig holds how it is trained, whatever the
+task. What is trained under the head is a `Backbone` (bertkit.finetuning.backbone).
 
 Defaults follow what works for small BERTs: lr 5e-5 for the encoder (2e-4 for a tiny or mini
 model, `Defaults.small_model_lr`, in every task but qa) and a larger one for the freshly
@@ -38,59 +41,23 @@ from torch import nn
 from bertkit.config import TrainConfig
 from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, check_not_input, write_json
-from bertkit.finetuning import heads
+from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze
 from bertkit.finetuning.baselines import baseline_comparison
-from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
+from bertkit.finetuning.inputs import Item, length_batches, warn_cut
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.readers import input_file
-from bertkit.finetuning.task import Task
+from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
-from bertkit.model.scalar_mix import ScalarMix
 from bertkit.runtime import choose_precision, resolve_device
-from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings, settings_block
 
 
 @dataclass
 class FinetuneConfig:
-    text_column: str | None = None
-    """Column of the text; None picks the first of TEXT_COLUMNS the file has."""
-    pair_column: str | None = None
-    """Column of the second text (pair task); None picks from PAIR_COLUMNS."""
-    label_column: str | None = None
-    """Column of the label; None picks from LABEL_COLUMNS."""
-    multi_label: bool = False
-    """classify: several labels per text (a JSON list or `a|b`), sigmoid per label."""
-    conllu_column: Literal["upos", "xpos"] = "upos"
-    """tag/spans on CoNLL-U: which column holds the tag (upos or xpos)."""
-    scheme: Literal["IO", "BIO", "BIOES"] | None = None
-    """tag: re-tag the data in IO, BIO or BIOES; None keeps the data's scheme."""
-    alignment: Literal["copy", "first"] = "copy"
-    """tag: subword labels copied from their word ("copy") or on the first piece ("first")."""
-    decode: Literal["first", "mean"] = "first"
-    """tag: read a word's label from its first piece ("first", the seeds' default) or average
-    its pieces' log-probabilities ("mean"; not with a CRF, which decodes the pieces)."""
-    crf: bool | None = None
-    """tag: a linear-chain CRF over the labels, with the scheme's invalid transitions barred;
-    none: a CRF unless --decode mean (as flair's tagger; the 60-minute `mini` of
-    docs/pretraining.md gets WNUT-16 F1 0.318 with it against 0.224 without, POS 0.926
-    against 0.924)."""
-    case_feature: bool | None = None
-    """tag, spans: add each word's letter case (lower, Capitalised, UPPER, ...) to the
-    encoder's input as a learned embedding; none: on when the model's tokenizer lowercases,
-    which loses the capitals that mark names (WNUT-16 F1 with the 60- and 120-minute `mini`
-    of docs/pretraining.md, three seeds each: 0.295 and 0.271 with it, 0.280 and 0.232
-    without; MiniLM 0.564 against 0.542). Such a model is saved as a BertModel /
-    ModernBertModel with its head beside."""
-    pooling: Literal["cls", "mean"] | None = None
-    """classify, pair, regress: what the head reads, [CLS] ("cls"; through the pooler for a
-    "bert" encoder) or the mean of the last layer over the tokens ("mean"); none: "mean" for
-    a "modern" encoder, whose masked-LM pretraining never trains [CLS], "cls" for "bert"
-    (BERT's pretraining trains it for next-sentence prediction). The 60-minute `mini` of
-    docs/pretraining.md, three seeds each: SICK 0.711 by the mean against 0.689 by [CLS],
-    movie reviews 0.786 against 0.777."""
+    """How a task is trained, whatever the task: the task's own settings (columns, scheme,
+    CRF, pooling, ...) are fields of its class (bertkit.finetuning.tasks)."""
     epochs: int | None = None
     """Passes over the training data; None = the task's default for the model's size
     (`Task.defaults.epochs_for`: classify, pair and regress 3, or 10 under 5M block weights;
@@ -125,16 +92,6 @@ class FinetuneConfig:
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """fp32 or bf16 (autocast); auto: bf16 on a GPU that supports it or a CPU that multiplies
     it natively (measured at start, as pretraining does), else fp32."""
-    max_span_width: int = 8
-    """spans: longest entity in words."""
-    span_null_weight: float = 0.25
-    """spans: weight of NULL spans in the loss (entity spans weigh 1)."""
-    span_ffn: int = 150
-    """spans: width of the start / end FFNs and of the classifier's hidden layer."""
-    stride: int = 128
-    """qa: tokens shared by consecutive windows of a long context."""
-    max_answer_tokens: int = 30
-    """qa: longest answer in tokens."""
     max_time: float | None = None
     """Stop after this many minutes of training; without `epochs` the learning-rate schedule
     then decays over the time budget instead of the default epochs."""
@@ -205,9 +162,10 @@ class FinetuneResult:
 
 # Data ---------------------------------------------------------------------------------------------
 
-def _split(examples: list, fraction: float, seed: int, keys: list | None = None
-           ) -> tuple[list, list]:
-    """Hold out `fraction` of the examples (whole groups when `keys` names each one's group)."""
+def hold_out(examples: list, fraction: float, seed: int, keys: list | None = None
+             ) -> tuple[list, list]:
+    """(kept, held out): `fraction` of the examples held out as a dev set, drawn from `seed`
+    (whole groups when `keys` names each one's group, e.g. a QA article)."""
     keys = keys if keys is not None else list(range(len(examples)))
     groups = sorted(set(keys))
     if len(groups) < 2:
@@ -248,67 +206,6 @@ class EpochBatches:
 
 # Model --------------------------------------------------------------------------------------------
 
-def with_pooling(task: Task, asked: str | None, architecture: str | None) -> Task:
-    """The task with its sentence pooling settled: as `asked`, else "mean" for a "modern"
-    encoder and "cls" for "bert". Only the sentence tasks of a transformer encoder
-    (`architecture`; None for a backbone) have it."""
-    has = any(f.name == "pooling" for f in dataclasses.fields(task))
-    if asked is not None and not has:
-        raise UserError(f"--pooling is for the classify, pair and regress tasks, not {task.name}")
-    if asked is not None and architecture is None:
-        raise UserError("--pooling needs a transformer encoder, which this backbone is not")
-    if not has or architecture is None:
-        return task
-    if asked is not None and asked not in heads.POOLINGS:
-        raise UserError(f"--pooling must be one of {', '.join(heads.POOLINGS)}, got {asked!r}")
-    return dataclasses.replace(task, pooling=asked or ("mean" if architecture == "modern"
-                                                       else "cls"))
-
-
-def with_case_feature(task: Task, asked: bool | None, tokenizer, encoder: bool) -> Task:
-    """The task with its word-case feature settled: as `asked`, else on where the tokenizer
-    lowercases. Only the word tasks (tag, spans) of a transformer encoder have it."""
-    has = any(f.name == "case_feature" for f in dataclasses.fields(task))
-    if asked and not has:
-        raise UserError(f"--case-feature is for the tag and spans tasks, not {task.name}")
-    if asked and not encoder:
-        raise UserError("--case-feature needs a transformer encoder, which this backbone "
-                        "is not")
-    if not has or not encoder:
-        return task
-    lowercases = bool(getattr(tokenizer, "do_lower_case", False))
-    return dataclasses.replace(task, case_feature=lowercases if asked is None else asked)
-
-
-def build_task_model(task: Task, model_dir: str | Path, seed: int,
-                     train_layers: int | None = None, layer_mix: bool = False) -> nn.Module:
-    """The pretrained encoder of `model_dir` with the task's head, initialised from `seed`
-    (with `layer_mix`, the head reads a learned mix of all layers)."""
-    model = task.make_model(hub.load_encoder(model_dir))
-    if layer_mix:
-        model.layer_mix = ScalarMix(model.encoder.config.num_layers + 1)
-    heads.init_head(model, torch.Generator().manual_seed(seed))
-    freeze(model, train_layers)
-    return model
-
-
-def freeze(model: nn.Module, train_layers: int | None) -> None:
-    """Train everything (None), only the head (0), or the head and the top k blocks."""
-    if train_layers is None:
-        return
-    enc = model.encoder
-    if not 0 <= train_layers <= len(enc.blocks):
-        raise UserError(f"--train-layers must be between 0 and {len(enc.blocks)}, "
-                        f"got {train_layers}")
-    enc.requires_grad_(False)
-    for block in enc.blocks[len(enc.blocks) - train_layers:]:
-        block.requires_grad_(True)
-    if train_layers > 0:
-        for top in (enc.pooler, enc.final_norm):  # whichever the architecture has
-            if top is not None:
-                top.requires_grad_(True)
-
-
 def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: float) -> list[dict]:
     """Encoder and head at their own learning rates; no decay on biases and LayerNorms."""
     groups = []
@@ -325,31 +222,57 @@ def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: floa
 
 # The pipeline -------------------------------------------------------------------------------------
 
-def finetune(task: str | type[Task], model_dir: str | Path, train_path, dev_path,
+
+def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, dev_path,
              out_dir: str | Path, cfg: FinetuneConfig | None = None,
-             command_line: Callable[[FinetuneConfig], str] | None = None,
-             backbone=None) -> FinetuneResult:
+             command_line: Callable[[FinetuneConfig, Task], str] | None = None,
+             backbone: Backbone | None = None) -> FinetuneResult:
     """Train a task head (and the encoder) on `train_path`, keep the best dev checkpoint, and
     write it to `out_dir` as a Hugging Face directory with bertkit_task.json. The training and
     dev data are files, "-" (standard input), or rows in memory: dicts as a JSONL file holds
     them, or a datasets.Dataset.
 
-    `task` is a name from `bertkit.finetuning.tasks.TASKS` or a Task class. Stopped by Ctrl-C
-    or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in `out_dir`, from
-    which `cfg.resume` goes on. The settings, the task's defaults filled in, go to
-    OUT/training_args.json with `command_line(resolved cfg)` (the CLI's shell line). `backbone` trains another model family in
-    BERT's place (its `tokenizer`, `max_positions`, `build(task, seed)` and `save(model, path,
-    task=, tokenizer=, labels=)`: bertkit.finetuning.cnn.CnnBackbone)."""
+    `task` is a Task with its settings (`Tag(scheme="BIO")`), a Task class (its defaults) or
+    a name from `bertkit.finetuning.tasks.TASKS`; `cfg` holds the training settings. Stopped
+    by Ctrl-C or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in
+    `out_dir`, from which `cfg.resume` goes on. The settings, the defaults filled in, go to
+    OUT/training_args.json with `command_line(resolved cfg, settled task)` (the CLI's shell
+    line). `backbone` trains another model family in BERT's place
+    (`bertkit.finetuning.backbone.Backbone`, e.g. bertkit.finetuning.cnn.CnnBackbone); none:
+    the pretrained encoder of `model_dir`."""
     with input_file(train_path) as train, input_file(dev_path) as dev:
-        return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line,
-                         backbone)
+        return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line, backbone)
 
 
-def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
-              dev_path: Path | None, out_dir: str | Path, cfg: FinetuneConfig | None,
-              command_line: Callable[[FinetuneConfig], str] | None,
-              backbone=None) -> FinetuneResult:
-    cfg = cfg or FinetuneConfig()
+def task_of(task: str | type[Task] | Task) -> Task:
+    """A task with its settings: as given, a class's defaults, or the defaults of the task of
+    that name in TASKS."""
+    if isinstance(task, str):
+        task = task_type(task)
+    return task() if isinstance(task, type) else task
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run's settings resolved and checked before any data is read or anything printed."""
+    task: Task
+    """Its settings made concrete for the data and the model (labels still to come)."""
+    cfg: FinetuneConfig
+    """The training settings with the task's defaults spelled out."""
+    epochs: int
+    """The epochs the schedule is laid over (`cfg.epochs` stays None under a time budget)."""
+    backbone: Backbone
+    model_dir: Path
+    train_path: Path
+    dev_path: Path | None
+    out_dir: Path
+
+
+def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path | None,
+             out_dir: str | Path, cfg: FinetuneConfig, backbone: Backbone | None) -> RunPlan:
+    """The checks a run can make before reading its data, and its settings resolved: the
+    device and precision, the task's defaults for this model, the task's settings for the
+    training file and the model."""
     model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
     device = resolve_device(cfg.device)
     if cfg.precision == "auto":  # measured, as pretraining does: bf16 only where it is native
@@ -360,126 +283,162 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
         raise UserError(f"--save-every must be at least 1, got {cfg.save_every}")
     check_not_input(out_dir, [model_dir, train_path, dev_path],
                     names=["model", "training file", "dev file"])
-    kind = task_type(task) if isinstance(task, str) else task
-    setting = kind.configure(cfg, Path(train_path))
-    defaults = kind.defaults
-    encoder = None if backbone else hub.load_config(model_dir)
-    weights = encoder.block_weights if encoder else None
+    task = task.configure(Path(train_path))
+    backbone = backbone or Encoder(model_dir, cfg.train_layers, cfg.layer_mix)
+    backbone.check_task(task)
+    task = task.for_backbone(backbone)
+    defaults, weights = task.defaults, backbone.block_weights
     epochs = cfg.epochs or defaults.epochs_for(weights)
-    batch_size = cfg.batch_size or defaults.batch_size
-    head_lr = cfg.head_lr or defaults.head_lr
-    lr = cfg.lr or defaults.lr_for(weights)
-    tokenizer = backbone.tokenizer if backbone else Tokenizer.load(model_dir)
-    setting = with_case_feature(setting, cfg.case_feature, tokenizer, backbone is None)
-    setting = with_pooling(setting, cfg.pooling, encoder.architecture if encoder else None)
-    max_positions = backbone.max_positions if backbone else encoder.max_positions
-    if cfg.max_length is None:  # the task's default, within what the model takes
-        setting = dataclasses.replace(setting, max_length=min(setting.max_length, max_positions))
-    if setting.max_length > max_positions:
-        raise UserError(f"--max-length {setting.max_length} is longer than the model's "
-                        f"{max_positions} positions")
+    max_length = cfg.max_length or min(defaults.max_length, backbone.max_positions)
+    if max_length > backbone.max_positions:
+        raise UserError(f"--max-length {max_length} is longer than the model's "
+                        f"{backbone.max_positions} positions")
+    task = dataclasses.replace(task, max_length=max_length)
     # The task's defaults spelled out. A time budget without --epochs keeps epochs None: the
     # schedule then follows the clock.
     cfg = dataclasses.replace(cfg, epochs=cfg.epochs or (None if cfg.max_time else epochs),
-                              batch_size=batch_size, lr=lr, head_lr=head_lr,
-                              max_length=setting.max_length,
-                              case_feature=getattr(setting, "case_feature", cfg.case_feature),
-                              pooling=getattr(setting, "pooling", cfg.pooling))
-    settings = run_settings({"task": kind.name, "model": model_dir, "train": train_path,
-                             "dev": dev_path, "out": out_dir, "options": cfg},
-                            device=cfg.device, precision=cfg.precision,
-                            command=command_line(cfg) if command_line else None)
-    if cfg.show_progress:
-        print(settings_block(settings), file=sys.stderr)
+                              batch_size=cfg.batch_size or defaults.batch_size,
+                              lr=cfg.lr or defaults.lr_for(weights),
+                              head_lr=cfg.head_lr or defaults.head_lr, max_length=max_length)
+    return RunPlan(task, cfg, epochs, backbone, model_dir, Path(train_path), dev_path, out_dir)
 
-    train_examples = setting.read(train_path)
-    if dev_path is None:
-        train_examples, dev = _split(train_examples, cfg.dev_fraction, cfg.seed,
-                                     setting.groups(train_examples))
+
+def run_options(plan: RunPlan) -> dict:
+    """The run's settings as training_args.json records them: the training settings and the
+    task's, one flat table (as the command line spells them)."""
+    return {**dataclasses.asdict(plan.cfg), **task_settings(plan.task)}
+
+
+def read_data(plan: RunPlan) -> tuple[Task, list, list]:
+    """(the task with the training data's labels, training examples, dev examples): the dev
+    file, or without one `cfg.dev_fraction` of the training data held out."""
+    task, cfg = plan.task, plan.cfg
+    train_examples = task.read(plan.train_path)
+    if plan.dev_path is None:
+        train_examples, dev = hold_out(train_examples, cfg.dev_fraction, cfg.seed,
+                                       task.groups(train_examples))
     else:
-        dev = setting.read(dev_path)
-    setting = setting.with_labels(train_examples, dev)
-    model = backbone.build(setting, cfg.seed) if backbone else \
-        build_task_model(setting, model_dir, cfg.seed, cfg.train_layers,
-                                                  cfg.layer_mix)
-    items = setting.encode(tokenizer, train_examples, training=True)
-    if not items:
-        raise UserError(f"{train_path}: nothing to train on")
-    if backbone is None:  # a backbone builds its model from its own tokenizer
-        check_fit(items, tokenizer, model.encoder.config, model_dir)
-    warn_cut(items, len(train_examples), setting.max_length, train_path)
-    # said once here, not at every evaluation
-    warn_cut(setting.encode(tokenizer, dev, skip_no_room=True), len(dev), setting.max_length,
-             dev_path or f"{train_path} (its dev part)")
-    batches = EpochBatches(items, setting, batch_size, cfg.seed)
-    steps_per_epoch = len(batches)
-    runner = TaskModel(model, tokenizer, setting, torch.device(cfg.device), skip_no_room=True,
-                       report_cut=False, source=str(model_dir))
+        dev = task.read(plan.dev_path)
+    return task.with_labels(train_examples, dev), train_examples, dev
 
-    def evaluate(m: nn.Module) -> dict:
-        scores = runner.evaluate(dev)
+
+def training_items(plan: RunPlan, task: Task, train_examples: list, dev: list) -> list[Item]:
+    """The model inputs of the training examples; what is cut (training or dev) said once."""
+    tokenizer = plan.backbone.tokenizer
+    items = task.encode(tokenizer, train_examples, training=True)
+    if not items:
+        raise UserError(f"{plan.train_path}: nothing to train on")
+    plan.backbone.check_fit(items)
+    warn_cut(items, len(train_examples), task.max_length, plan.train_path)
+    # said once here, not at every evaluation
+    warn_cut(task.encode(tokenizer, dev, skip_no_room=True), len(dev), task.max_length,
+             plan.dev_path or f"{plan.train_path} (its dev part)")
+    return items
+
+
+class DevScores:
+    """The loop's `evaluate` and `save`: dev scores at each evaluation; at the end, the
+    thresholds tuned on dev, the final scores and the baseline, and the model saved."""
+
+    def __init__(self, plan: RunPlan, runner: TaskModel, train_examples: list, dev: list):
+        self.plan, self.runner = plan, runner
+        self.train_examples, self.dev = train_examples, dev
+        self.final: dict = {}
+        """The saved model's dev scores (dev_metrics.json)."""
+
+    def evaluate(self, model: nn.Module) -> dict:
+        scores = self.runner.evaluate(self.dev)
         out = {f"dev_{k}": float(v) for k, v in scores.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        out["dev_selection"] = float(setting.selection(scores))
+        out["dev_selection"] = float(self.runner.task.selection(scores))
         return out
 
-    final: dict = {}
-
-    def save(m: nn.Module, path: Path) -> None:
-        nonlocal runner
-        runner = runner.with_task(setting.tune(runner, dev))
-        final.update(runner.evaluate(dev))
-        baseline = runner.task.baseline(train_examples, dev)
+    def save(self, model: nn.Module, path: Path) -> None:
+        self.runner = self.runner.with_task(self.runner.task.tune(self.runner, self.dev))
+        task, final = self.runner.task, self.final
+        final.update(self.runner.evaluate(self.dev))
+        baseline = task.baseline(self.train_examples, self.dev)
         if baseline is not None:
             final["baseline"] = baseline
-        mix = getattr(m, "layer_mix", None)
+        mix = getattr(model, "layer_mix", None)  # a module of the model, not of the task
         if mix is not None:  # what the task took from each layer, in numbers and a picture
             final["layer_weights"] = mix.layer_weights().detach().cpu().tolist()
             final["layer_mix_gamma"] = float(mix.gamma.detach())
-        (backbone.save if backbone else heads.save_task_model)(
-            m, path, task=runner.task.to_json(), tokenizer=tokenizer,
-            labels=list(runner.task.label_names()) or None)
+        self.plan.backbone.save(model, path, task=task.to_json(),
+                                tokenizer=self.plan.backbone.tokenizer,
+                                labels=list(task.label_names()) or None)
         write_json(path / "dev_metrics.json", final)
         if mix is not None:
             from bertkit.embeddings.plots import plot_layer_weights  # matplotlib only here
-            draw_or_skip(lambda: plot_layer_weights(
-                {f"{Path(model_dir).name} fine-tuned on {Path(train_path).name}":
-                 final["layer_weights"]}, path / "layer_weights.png"),
-                path / "layer_weights.png")
+            name = f"{Path(self.plan.model_dir).name} fine-tuned on {self.plan.train_path.name}"
+            draw_or_skip(lambda: plot_layer_weights({name: final["layer_weights"]},
+                                                    path / "layer_weights.png"),
+                         path / "layer_weights.png")
 
+
+def train_config(plan: RunPlan, steps_per_epoch: int) -> TrainConfig:
+    """The loop's settings: evaluations per epoch, and the step budget of the epochs or, with
+    a time budget and no --epochs, the clock."""
+    cfg = plan.cfg
     eval_every = max(1, steps_per_epoch // max(1, cfg.evals_per_epoch))
-    # A time budget without --epochs: the schedule follows the clock, as long as it lasts.
-    max_steps = None if cfg.max_time and not cfg.epochs else epochs * steps_per_epoch
-    train_cfg = TrainConfig(
+    max_steps = None if cfg.max_time and not cfg.epochs else plan.epochs * steps_per_epoch
+    return TrainConfig(
         lr=cfg.lr, max_steps=max_steps, max_time=cfg.max_time,
         warmup_fraction=cfg.warmup, weight_decay=cfg.weight_decay, eps=1e-8,
         precision=cfg.precision, seed=cfg.seed, log_every=max(1, min(50, eval_every // 4)),
         eval_every=eval_every, best_mode="max", best_metric="dev_selection",
         patience=cfg.patience, restore_best=True, save_every=cfg.save_every, resume=cfg.resume,
         tensorboard=cfg.tensorboard)
-    # A checkpoint goes on only with the data and settings it was made with; one key per
-    # setting, so that a refusal names the setting that differs.
-    fingerprint = {"task": kind.name, "train": str(train_path),
-                   "dev": None if dev_path is None else str(dev_path),
-                   **{k: v for k, v in dataclasses.asdict(cfg).items() if k not in _RUN_CONTROL}}
-    result = train(model, lambda m, batch: (setting.loss(m, batch), {}), batches, train_cfg,
-                   out_dir, evaluate=evaluate,
-                   param_groups=param_groups(model, cfg.lr, head_lr, cfg.weight_decay),
-                   save=save, fingerprint=json.loads(json.dumps(fingerprint, default=str)),
-                   device=cfg.device, show_progress=cfg.show_progress, settings=settings)
+
+
+def fingerprint(plan: RunPlan) -> dict:
+    """What a checkpoint goes on only with: the data and every setting that shapes what is
+    learned, one key per setting, so that a refusal names the setting that differs."""
+    options = {k: v for k, v in run_options(plan).items() if k not in _RUN_CONTROL}
+    found = {"task": plan.task.name, "train": str(plan.train_path),
+             "dev": None if plan.dev_path is None else str(plan.dev_path), **options}
+    return json.loads(json.dumps(found, default=str))
+
+
+def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: Path,
+              dev_path: Path | None, out_dir: str | Path, cfg: FinetuneConfig | None,
+              command_line: Callable[[FinetuneConfig, Task], str] | None,
+              backbone: Backbone | None) -> FinetuneResult:
+    plan = plan_run(task_of(task), model_dir, train_path, dev_path, out_dir,
+                    cfg or FinetuneConfig(), backbone)
+    cfg = plan.cfg
+    settings = run_settings({"task": plan.task.name, "model": plan.model_dir,
+                             "train": train_path, "dev": dev_path, "out": plan.out_dir,
+                             "options": run_options(plan)},
+                            device=cfg.device, precision=cfg.precision,
+                            command=command_line(cfg, plan.task) if command_line else None)
+    if cfg.show_progress:
+        print(settings_block(settings), file=sys.stderr)
+    task, train_examples, dev = read_data(plan)
+    model = plan.backbone.build(task, cfg.seed)
+    batches = EpochBatches(training_items(plan, task, train_examples, dev), task,
+                           cfg.batch_size, cfg.seed)
+    runner = TaskModel(model, plan.backbone.tokenizer, task, torch.device(cfg.device),
+                       skip_no_room=True, report_cut=False, source=str(plan.model_dir))
+    scores = DevScores(plan, runner, train_examples, dev)
+    result = train(model, lambda m, batch: (task.loss(m, batch), {}), batches,
+                   train_config(plan, len(batches)), plan.out_dir, evaluate=scores.evaluate,
+                   param_groups=param_groups(model, cfg.lr, cfg.head_lr, cfg.weight_decay),
+                   save=scores.save, fingerprint=fingerprint(plan), device=cfg.device,
+                   show_progress=cfg.show_progress, settings=settings)
     if result.stopped_by == "interrupted":  # the loop said where its checkpoint is
-        return FinetuneResult(out_dir, {}, result.step, result.train_seconds, result.stopped_by,
-                              result.best_step, setting)
-    shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)  # the best one is the model
+        return FinetuneResult(plan.out_dir, {}, result.step, result.train_seconds,
+                              result.stopped_by, result.best_step, task)
+    shutil.rmtree(plan.out_dir / "checkpoints", ignore_errors=True)  # the best one is the model
     # The step budget is the epochs: say so rather than "max_steps".
     stopped_by = "epochs" if result.stopped_by == "max_steps" else result.stopped_by
+    final, saved = scores.final, scores.runner.task
     baseline = final.get("baseline")
-    return FinetuneResult(out_dir, final, result.step, result.train_seconds, stopped_by,
-                          result.best_step, runner.task, baseline,
-                          baseline_comparison(final, baseline, runner.task.selection),
+    return FinetuneResult(plan.out_dir, final, result.step, result.train_seconds, stopped_by,
+                          result.best_step, saved, baseline,
+                          baseline_comparison(final, baseline, saved.selection),
                           dict(result.train_metrics))
 
 
-__all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "build_task_model", "freeze",
-           "with_case_feature", "with_pooling",
-           "param_groups", "EpochBatches"]
+__all__ = ["FinetuneConfig", "FinetuneResult", "RunPlan", "finetune", "task_of", "plan_run",
+           "hold_out", "build_task_model", "freeze", "param_groups", "EpochBatches"]

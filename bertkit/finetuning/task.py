@@ -1,9 +1,13 @@
 """The protocol every fine-tuning task implements, and what the tasks share.
 
 A task is a frozen dataclass: its fields are the settings saved in bertkit_task.json (labels,
-columns, scheme, thresholds, ...) and its methods are the steps of fine-tuning and prediction:
+columns, scheme, thresholds, ...) and its methods are the steps of fine-tuning and prediction.
+The fields a user sets (`task_settings`: all but those marked `fitted`) are also the flags of
+`bertkit finetune TASK`, generated from the class; a new task with a new setting is one module
+and its line in `bertkit.finetuning.tasks.TASKS`.
 
-    configure  the settings for a training file and a FinetuneConfig (columns, defaults)
+    configure  the settings made concrete for a training file (columns picked, checks)
+    for_backbone  what depends on the model: pooling, the word-case feature
     read       labelled examples from a file;  read_inputs: what `bertkit predict` reads
     with_labels  the label set collected from training (checked against dev); check: on test
     encode     examples -> model inputs (`Item`s);  collate: items -> a padded batch
@@ -22,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -31,9 +35,51 @@ from bertkit.files import UserError, read_jsonl, read_lines
 from bertkit.finetuning.inputs import Item, pad_inputs
 from bertkit.finetuning.readers import detect_format
 
-if TYPE_CHECKING:  # annotations only: the recipe and the runner import the tasks
-    from bertkit.finetuning.predict import TaskModel
-    from bertkit.finetuning.recipe import FinetuneConfig
+
+class Runner(Protocol):
+    """What a task asks of the model that runs it (`bertkit.finetuning.predict.TaskModel`):
+    declared here, so that the tasks need not import the runner that imports them."""
+    tokenizer: Any
+    task: "Task"
+
+    def with_task(self, task: "Task") -> "Runner": ...
+
+    def outputs(self, examples: Sequence) -> tuple[list[Item], list]: ...
+
+    def predict(self, examples: Sequence) -> list: ...
+
+    def classify(self, texts, pairs=None): ...
+
+    def answer(self, question, context): ...
+
+
+class ModelFacts(Protocol):
+    """What a task's settings may depend on in the model it is trained from (a backbone,
+    `bertkit.finetuning.backbone.Backbone`)."""
+    architecture: str | None
+    """A transformer encoder's ("bert", "modern"); None for another family (the CNN)."""
+    lowercases: bool
+    """Whether its tokenizer lowercases (and so loses the capitals that mark names)."""
+
+
+def fitted(default: Any = None) -> Any:
+    """A task field that fine-tuning fills in (labels, thresholds): saved, never a flag."""
+    return dataclasses.field(default=default, metadata={"flag": False})
+
+
+def setting_fields(task: "Task | type[Task]") -> dict[str, str]:
+    """The settings a user gives a task: their names (the flag's, which
+    `field(metadata={"flag": NAME})` makes other than the field's) -> the field's name."""
+    return {f.metadata.get("flag", f.name): f.name for f in dataclasses.fields(task)
+            if f.metadata.get("flag") is not False}
+
+
+def task_settings(task: "Task | type[Task]") -> dict[str, Any]:
+    """The settings of a task (a class: its defaults) by their names, as the command line and
+    training_args.json spell them."""
+    defaults = {f.name: f.default for f in dataclasses.fields(task)}
+    return {name: defaults[field] if isinstance(task, type) else getattr(task, field)
+            for name, field in setting_fields(task).items()}
 
 
 # Below this many block weights (EncoderConfig.block_weights: the tiny and mini presets, about
@@ -92,14 +138,18 @@ class Task:
     verb: ClassVar[str] = "classify"
     """Which TaskModel method serves it: classify, tag or answer."""
 
-    max_length: int = 128
-    """Longest input in tokens."""
+    max_length: int = fitted(128)
+    """Longest input in tokens (the training setting `--max-length`, or the task's default)."""
 
     # Settings -----------------------------------------------------------------------------------
-    @classmethod
-    def configure(cls, cfg: "FinetuneConfig", train_path: Path) -> "Task":
-        """The settings for fine-tuning on `train_path` (labels come later, `with_labels`)."""
-        return cls(max_length=cfg.max_length or cls.defaults.max_length)
+    def configure(self, train_path: Path) -> "Task":
+        """The settings made concrete for fine-tuning on `train_path` (what None leaves to the
+        data, checks of their combination); labels come later, `with_labels`."""
+        return self
+
+    def for_backbone(self, model: ModelFacts) -> "Task":
+        """The settings made concrete for the model trained (what None leaves to it)."""
+        return self
 
     def with_overrides(self, **values) -> "Task":
         """A copy with the given settings (those this task has; None means keep)."""
@@ -196,16 +246,16 @@ class Task:
         """Scores on `test` of a trivial predictor fitted on `train` (None: no such baseline)."""
         return None
 
-    def tune(self, runner: "TaskModel", dev: Sequence) -> "Task":
+    def tune(self, runner: Runner, dev: Sequence) -> "Task":
         """The settings with thresholds fitted on `dev` (the model is `runner`'s)."""
         return self
 
     # Use ----------------------------------------------------------------------------------------
-    def pipeline(self, runner: "TaskModel", *args, **kwargs):
+    def pipeline(self, runner: Runner, *args, **kwargs):
         """What calling the TaskModel returns (pipeline-style dicts)."""
         raise NotImplementedError
 
-    def prediction_rows(self, runner: "TaskModel", path: str | Path) -> list[dict]:
+    def prediction_rows(self, runner: Runner, path: str | Path) -> list[dict]:
         """One JSON-able row per input of a prediction file."""
         raise NotImplementedError
 
@@ -256,4 +306,5 @@ def _jsonable(value: Any):
     return list(value) if isinstance(value, tuple) else value
 
 
-__all__ = ["Task", "Defaults", "model_inputs", "columns_of", "pick_column", "text_lines"]
+__all__ = ["Task", "Defaults", "Runner", "ModelFacts", "fitted", "setting_fields",
+           "task_settings", "model_inputs", "columns_of", "pick_column", "text_lines"]

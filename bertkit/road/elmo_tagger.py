@@ -36,7 +36,7 @@ from bertkit.files import UserError, atomic_dir, check_not_input, write_json
 from bertkit.finetuning.baselines import most_frequent_tag
 from bertkit.finetuning.metrics import entity_scores
 from bertkit.finetuning.readers import TaggedSentence, read_tagged
-from bertkit.finetuning.recipe import _split
+from bertkit.finetuning.recipe import hold_out
 from bertkit.finetuning.tagging import has_entities
 from bertkit.model.kind import ModelKind, model_kind
 from bertkit.model.scalar_mix import ScalarMix
@@ -160,7 +160,7 @@ def read_splits(options: ElmoTagOptions) -> tuple[list[TaggedSentence], list[Tag
     training is a UserError."""
     sentences = read_tagged(options.train, options.conllu_column)
     if options.dev is None:
-        train_set, dev_set = _split(sentences, options.dev_fraction, options.seed)
+        train_set, dev_set = hold_out(sentences, options.dev_fraction, options.seed)
     else:
         train_set, dev_set = sentences, read_tagged(options.dev, options.conllu_column)
     tags = sorted({t for s in train_set for t in s.tags})

@@ -490,11 +490,12 @@ class Workbench:
         regression model."""
         from bertkit.finetuning.readers import TextExample
 
-        if runner.task.name == "regress":
+        problem = runner.task.problem_type  # a sentence task's (cnn.SentenceTask)
+        if problem == "regression":
             return {"score": runner.classify(text, pair)["score"]}
         _, outputs = runner.outputs([TextExample(text, pair)])
         logits = outputs[0].float()
-        multi = getattr(runner.task, "multi_label", False)
+        multi = problem == "multi_label_classification"
         probs = (torch.sigmoid(logits) if multi else logits.softmax(-1)).tolist()
         ranked = sorted(zip(runner.labels, probs), key=lambda lp: -lp[1])
         return {"multi_label": multi,

@@ -13,15 +13,18 @@ import pytest
 import torch
 
 from bertkit.cli import main as cli
+from bertkit.cli.finetuning import task_commands
 from bertkit.cli.options import show
 from bertkit.files import UserError
 
-NAMES = [c.name for c in cli.COMMANDS]
+# `finetune` is a command per task (`finetune tag`), each with its own flags
+COMMANDS = [c for c in cli.COMMANDS if c.name != "finetune"] + list(task_commands())
+NAMES = [c.name for c in COMMANDS]
 
 # Each command that runs a model, with the least it needs to get there.
 MODEL_COMMANDS = {
     "fill-mask": ["--model", "m", "a [MASK]"],
-    "finetune": ["tag", "--model", "m", "--train", "t", "--out", "o"],
+    "finetune tag": ["--model", "m", "--train", "t", "--out", "o"],
     "evaluate": ["--model", "m", "--input", "i"],
     "predict": ["--model", "m", "--input", "i"],
     "embed": ["--model", "m", "--input", "i", "--out", "o"],
@@ -47,7 +50,7 @@ SYNONYMS = {"--corpus": "--input", "--test": "--input",
 
 
 def flags_of(name: str) -> dict:
-    command = next(c for c in cli.COMMANDS if c.name == name)
+    command = next(c for c in COMMANDS if c.name == name)
     return {opt.flag: opt for opt in command.flags() if not opt.positional}
 
 
@@ -135,7 +138,7 @@ def test_the_default_device_is_auto(name, reached, capsys):
     assert cli.main([*name.split(), *MODEL_COMMANDS[name]]) == 2
     want = "cuda" if torch.cuda.is_available() else "cpu"
     assert capsys.readouterr().err.strip() == f"error: reached device={want}"
-    assert show(next(o.default for o in cli.COMMANDS[NAMES.index(name)].flags()
+    assert show(next(o.default for o in COMMANDS[NAMES.index(name)].flags()
                      if o.flag == "--device")) == "auto"
 
 

@@ -315,33 +315,40 @@ def test_command_line_spells_every_option_and_parses_back_to_the_same_settings()
 
 @pytest.mark.parametrize("name", ["pretrain", "finetune"])
 def test_the_training_commands_lines_parse_back(name):
+    from bertkit.cli.finetuning import task_command
     from bertkit.cli.main import COMMANDS
+    from bertkit.finetuning.tasks import Tag
 
-    command = next(c for c in COMMANDS if c.name == name)
+    command = next(c for c in COMMANDS if c.name == name) if name == "pretrain" \
+        else task_command(Tag)
     argv = {"pretrain": ["--data", "d", "--out", "o", "--preset", "tiny", "--max-steps", "3",
                          "--lr", "3e-4", "--betas", "0.9", "0.98", "--tensorboard"],
-            "finetune": ["tag", "--model", "m", "--train", "t", "--out", "o", "--epochs", "2",
+            "finetune": ["--model", "m", "--train", "t", "--out", "o", "--epochs", "2",
                          "--scheme", "BIO", "--crf", "--head-lr", "0.002"]}[name]
     p = argparse.ArgumentParser(prog=name)
     command.add_flags(p)
     instances = command.read(p.parse_args(argv))
     line = command_line(command, instances)
-    again = command.read(p.parse_args(shlex.split(line)[2:]))
+    words = shlex.split(line)
+    assert words[:len(command.name.split()) + 1] == ["bertkit", *command.name.split()]
+    again = command.read(p.parse_args(words[len(command.name.split()) + 1:]))
     assert again == instances
 
 
 def test_an_undecided_switch_stays_undecided_on_the_command_line():
     # finetune's --crf / --case-feature are None ("decide from the data and the model") unless
     # given; the line that reruns a run must not turn that into --no-crf.
-    from bertkit.cli.main import COMMANDS
+    from bertkit.cli.finetuning import task_command
+    from bertkit.finetuning.tasks import Tag
 
-    command = next(c for c in COMMANDS if c.name == "finetune")
-    p = argparse.ArgumentParser(prog="finetune")
+    command = task_command(Tag)
+    p = argparse.ArgumentParser(prog="finetune tag")
     command.add_flags(p)
-    instances = command.read(p.parse_args(["tag", "--model", "m", "--train", "t", "--out", "o",
+    instances = command.read(p.parse_args(["--model", "m", "--train", "t", "--out", "o",
                                            "--no-case-feature"]))
     line = command_line(command, instances)
+    assert line.startswith("bertkit finetune tag --model m ")
     assert "--crf" not in line and "--no-crf" not in line and "--no-case-feature" in line
-    again = command.read(p.parse_args(shlex.split(line)[2:]))
+    again = command.read(p.parse_args(shlex.split(line)[3:]))
     assert again == instances
     assert again[1].crf is None and again[1].case_feature is False

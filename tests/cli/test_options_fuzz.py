@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,8 +36,9 @@ def _read(path):
 def test_the_valid_file_reads(fuzz):
     path = fuzz.dir / "valid.toml"
     path.write_bytes(VALID)
-    files, config, _cnn = _read(path)
-    assert (config.epochs, config.max_length, config.multi_label) == (2, 64, False)
+    with pytest.warns(UserWarning, match="scheme is not a setting of this command; ignored"):
+        files, task, config, _cnn = _read(path)  # scheme: tag's, once one file held all
+    assert (config.epochs, config.max_length, task.multi_label) == (2, 64, False)
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)

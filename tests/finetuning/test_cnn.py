@@ -13,8 +13,10 @@ import bertkit.cli.main as cli
 from bertkit.files import UserError
 from bertkit.finetuning.cnn import (SEP, CnnBackbone, CnnOptions, ConvClassifier, ConvEncoder,
                                     WordTokenizer, load_cnn, max_over_time)
+from bertkit.finetuning.heads import problem_loss
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.recipe import FinetuneConfig, finetune
+from bertkit.finetuning.tasks import TASKS, Tag
 from bertkit.embeddings.static import StaticVectors, Tokenization
 
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "film", "was", "a", "plot",
@@ -136,6 +138,39 @@ def test_frozen_vectors_stay_put(tmp_path, one_thread):
     model, tokenizer, _ = load_cnn(tmp_path / "out")
     table = model.conv.embeddings.weight.detach()[3:].numpy()
     assert np.allclose(table, StaticVectors.load(vectors).vectors, atol=1e-6)
+    # the task is looked up among the task types given, for a CNN directory too
+    assert TaskModel.load(tmp_path / "out", task_types=TASKS).task.name == "classify"
+    with pytest.raises(UserError, match="unknown task 'classify'; choose one of tag"):
+        TaskModel.load(tmp_path / "out", task_types=(Tag,))
+
+
+def test_a_task_the_cnn_cannot_train_is_refused_before_the_data_is_read(tmp_path):
+    vectors = _vectors(tmp_path)
+    backbone = CnnBackbone.load(CnnOptions(vectors=vectors, filters=4))
+    with pytest.raises(UserError, match="--model cnn trains a label or a number per text"):
+        finetune(Tag(), vectors, _toy(tmp_path / "t.jsonl", 20, 0), None, tmp_path / "out",
+                 FinetuneConfig(show_progress=False), backbone=backbone)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("problem,outputs", [("regression", 1), ("regression", 3),
+                                              ("multi_label_classification", 4),
+                                              ("single_label_classification", 4)])
+def test_the_cnn_and_the_encoder_share_one_problem_loss(problem, outputs):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, outputs, generator=g)
+    labels = {"regression": torch.randn(5, outputs, generator=g).squeeze(-1),
+              "multi_label_classification": (torch.rand(5, outputs, generator=g) > 0.5).float(),
+              "single_label_classification": torch.randint(outputs, (5,), generator=g)}[problem]
+    plain = {"regression": lambda: ((logits.squeeze(-1) - labels) ** 2).mean(),
+             "multi_label_classification": lambda: torch.nn.functional.
+             binary_cross_entropy_with_logits(logits, labels),
+             "single_label_classification": lambda: torch.nn.functional.cross_entropy(
+                 logits, labels)}[problem]()
+    cnn = ConvClassifier(10, 4, outputs, widths=[2], filters=2, dropout=0.0, pair=False,
+                         problem_type=problem)
+    torch.testing.assert_close(cnn.loss(logits, labels), plain)
+    torch.testing.assert_close(problem_loss(logits, labels, problem), plain)
 
 
 @pytest.mark.slow

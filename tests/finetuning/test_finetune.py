@@ -21,7 +21,7 @@ from bertkit.finetuning.inputs import Item
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.recipe import finetune
 from bertkit.finetuning.task import Defaults, Task, model_inputs
-from bertkit.finetuning.tasks import TASKS
+from bertkit.finetuning.tasks import QA, TASKS, Classify, Pair, Regress, Spans, Tag
 from bertkit.model import hub
 from bertkit.text.tokenizer import Tokenizer
 
@@ -84,8 +84,8 @@ def test_modern_encoder_fine_tunes_and_round_trips(tiny_modern, task_files, quic
                       tmp_path / "t", quick_config(epochs=6, batch_size=16))
     assert tagged.dev_metrics["f1"] > tagged.dev_metrics["baseline"]["f1"]
     TaskModel.load(tmp_path / "t")
-    finetune("qa", tiny_modern, task_files["squad"], None, tmp_path / "q",
-             quick_config(epochs=1, batch_size=16, max_length=32, dev_fraction=0.2, stride=8))
+    finetune(QA(stride=8), tiny_modern, task_files["squad"], None, tmp_path / "q",
+             quick_config(epochs=1, batch_size=16, max_length=32, dev_fraction=0.2))
     start, end = TaskModel.load(tmp_path / "q").model(
         *TaskModel.load(tmp_path / "q").tokenizer(["where did john go ?"], ["john went to rome ."]))
     assert start.shape == end.shape
@@ -102,8 +102,8 @@ def test_pair_and_regression_heads(tiny_bert, task_files, quick_config, tmp_path
     theirs = _hf_logits("BertForSequenceClassification", tmp_path / "pair", batch._asdict())
     torch.testing.assert_close(runner.model(*batch), theirs.logits, atol=1e-5, rtol=0)
 
-    reg = finetune("regress", tiny_bert, task_files["train"], task_files["dev"], tmp_path / "reg",
-                   quick_config(epochs=3, batch_size=16, label_column="score"))
+    reg = finetune(Regress(label_column="score"), tiny_bert, task_files["train"],
+                   task_files["dev"], tmp_path / "reg", quick_config(epochs=3, batch_size=16))
     assert reg.dev_metrics["pearson"] > 0.8
     config = json.loads((tmp_path / "reg" / "config.json").read_text())
     assert config["problem_type"] == "regression" and config.get("num_labels", 1) == 1
@@ -116,8 +116,8 @@ def test_multi_label(tiny_bert, quick_config, synthetic, tmp_path):
     rows = [{"text": r["text"], "label": [r["label"]] + (["film"] if "film" in r["text"] else [])}
             for r in synthetic.sentiment(120, 9)]
     path = synthetic.write_jsonl(tmp_path / "multi.jsonl", rows)
-    result = finetune("classify", tiny_bert, path, None, tmp_path / "m",
-                      quick_config(epochs=4, batch_size=16, multi_label=True))
+    result = finetune(Classify(multi_label=True), tiny_bert, path, None, tmp_path / "m",
+                      quick_config(epochs=4, batch_size=16))
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["problem_type"] == "multi_label_classification"
     assert result.task.labels == ("film", "negative", "positive")
@@ -132,10 +132,9 @@ def test_multi_label(tiny_bert, quick_config, synthetic, tmp_path):
 @pytest.mark.slow
 def test_tagging_learns_and_round_trips(tiny_bert, task_files, quick_config, tmp_path, crf,
                                        alignment, decode):
-    result = finetune("tag", tiny_bert, task_files["ner_train"], task_files["ner_dev"],
-                      tmp_path / "t", quick_config(epochs=6, batch_size=16, crf=crf,
-                                                   alignment=alignment, decode=decode,
-                                                   case_feature=False))
+    result = finetune(Tag(crf=crf, alignment=alignment, decode=decode, case_feature=False),
+                      tiny_bert, task_files["ner_train"], task_files["ner_dev"],
+                      tmp_path / "t", quick_config(epochs=6, batch_size=16))
     assert result.task.decode == decode
     assert result.dev_metrics["f1"] >= 0.9
     assert result.dev_metrics["f1"] > result.dev_metrics["baseline"]["f1"]
@@ -150,17 +149,16 @@ def test_tagging_learns_and_round_trips(tiny_bert, task_files, quick_config, tmp
 @pytest.mark.slow
 def test_bioes_scheme_is_trained_and_scored_per_entity(tiny_bert, task_files, quick_config,
                                                        tmp_path):
-    result = finetune("tag", tiny_bert, task_files["ner_train"], task_files["ner_dev"],
-                      tmp_path / "t",
-                      quick_config(epochs=6, batch_size=16, scheme="BIOES", crf=True))
+    result = finetune(Tag(scheme="BIOES", crf=True), tiny_bert, task_files["ner_train"],
+                      task_files["ner_dev"], tmp_path / "t", quick_config(epochs=6, batch_size=16))
     assert "S-PER" in result.task.labels and "E-LOC" in result.task.labels
     assert result.dev_metrics["f1"] >= 0.9
 
 
 @pytest.mark.slow
 def test_span_ner(tiny_bert, task_files, quick_config, tmp_path):
-    result = finetune("spans", tiny_bert, task_files["ner_train"], task_files["ner_dev"],
-                      tmp_path / "s", quick_config(epochs=6, batch_size=16, max_span_width=3))
+    result = finetune(Spans(max_width=3), tiny_bert, task_files["ner_train"],
+                      task_files["ner_dev"], tmp_path / "s", quick_config(epochs=6, batch_size=16))
     assert result.task.labels == ("LOC", "PER") and result.task.nested is False
     assert result.dev_metrics["f1"] >= 0.8
     assert (tmp_path / "s" / "task_head.safetensors").is_file()
@@ -178,8 +176,8 @@ def test_span_ner_with_nested_entities(tiny_bert, quick_config, synthetic, tmp_p
                                   else [[3, 4, "LOC"]])
         rows.append({"tokens": words, "entities": ents})
     path = synthetic.write_jsonl(tmp_path / "nested.jsonl", rows)
-    result = finetune("spans", tiny_bert, path, None, tmp_path / "n",
-                      quick_config(epochs=8, batch_size=16, max_span_width=3, dev_fraction=0.3))
+    result = finetune(Spans(max_width=3), tiny_bert, path, None, tmp_path / "n",
+                      quick_config(epochs=8, batch_size=16, dev_fraction=0.3))
     assert result.task.nested is True
     assert result.dev_metrics["f1"] >= 0.8
     assert "baseline" not in result.dev_metrics  # no tags to count
@@ -187,9 +185,8 @@ def test_span_ner_with_nested_entities(tiny_bert, quick_config, synthetic, tmp_p
 
 @pytest.mark.slow
 def test_qa_with_unanswerable_questions(tiny_bert, task_files, quick_config, tmp_path):
-    result = finetune("qa", tiny_bert, task_files["squad"], None, tmp_path / "q",
-                      quick_config(epochs=1, batch_size=16, max_length=32, dev_fraction=0.2,
-                                   stride=8))
+    result = finetune(QA(stride=8), tiny_bert, task_files["squad"], None, tmp_path / "q",
+                      quick_config(epochs=1, batch_size=16, max_length=32, dev_fraction=0.2))
     task = json.loads((tmp_path / "q" / "bertkit_task.json").read_text())
     assert "null_threshold" in task and task["max_length"] == 32
     assert result.dev_metrics["no_ans_total"] > 0 and result.dev_metrics["has_ans_total"] > 0
@@ -245,8 +242,8 @@ def test_missing_label_column_names_the_file_and_line(tiny_bert, quick_config, s
     with pytest.raises(UserError, match=r"t\.jsonl:1: no label column"):
         finetune("classify", tiny_bert, path, None, tmp_path / "o", quick_config())
     with pytest.raises(UserError, match=r"t\.jsonl:1: no column 'polarity'"):
-        finetune("classify", tiny_bert, path, None, tmp_path / "o",
-                 quick_config(label_column="polarity"))
+        finetune(Classify(label_column="polarity"), tiny_bert, path, None, tmp_path / "o",
+                 quick_config())
 
 
 def test_unknown_dev_label_names_its_line(tiny_bert, task_files, quick_config, synthetic,
@@ -285,8 +282,8 @@ def test_squad_answer_not_at_offset_is_skipped_with_a_count(tiny_bert, quick_con
     (tmp_path / "sq.json").write_text(json.dumps(doc))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        finetune("qa", tiny_bert, tmp_path / "sq.json", None, tmp_path / "o",
-                 quick_config(epochs=1, max_length=32, stride=8, dev_fraction=0.3))
+        finetune(QA(stride=8), tiny_bert, tmp_path / "sq.json", None, tmp_path / "o",
+                 quick_config(epochs=1, max_length=32, dev_fraction=0.3))
     assert any("skipped 1 answers not at their offset" in str(w.message) for w in caught)
 
 
@@ -299,8 +296,8 @@ def test_question_leaving_no_room_for_the_context(tiny_bert, quick_config, synth
     # training skips it with a count ...
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        finetune("qa", tiny_bert, tmp_path / "sq.json", None, tmp_path / "o",
-                 quick_config(epochs=1, max_length=32, stride=8, dev_fraction=0.3))
+        finetune(QA(stride=8), tiny_bert, tmp_path / "sq.json", None, tmp_path / "o",
+                 quick_config(epochs=1, max_length=32, dev_fraction=0.3))
     assert any("skipped 1 questions with no room" in str(w.message) for w in caught)
     # ... while evaluating on it is an error naming the file and line
     runner = TaskModel.load(tmp_path / "o")
@@ -502,8 +499,8 @@ def test_the_case_feature_sees_the_capitals_a_lowercasing_tokenizer_drops(
     assert Tokenizer.load(tiny_bert).do_lower_case
     on = finetune("tag", tiny_bert, train, dev, tmp_path / "on",
                   quick_config(epochs=6, batch_size=16))  # default: on, as the tokenizer lowercases
-    off = finetune("tag", tiny_bert, train, dev, tmp_path / "off",
-                   quick_config(epochs=6, batch_size=16, case_feature=False))
+    off = finetune(Tag(case_feature=False), tiny_bert, train, dev, tmp_path / "off",
+                   quick_config(epochs=6, batch_size=16))
     assert on.task.case_feature and not off.task.case_feature
     # the choice is spelled out in the run's settings, so its command line reruns it
     options = json.loads((tmp_path / "on" / "training_args.json").read_text())["options"]
@@ -531,14 +528,16 @@ def _predict_file(tmp_path: Path, data: Path, model: str) -> Path:
 @pytest.mark.slow
 def test_the_case_feature_is_refused_where_no_word_has_a_case(tiny_bert, task_files,
                                                               quick_config, tmp_path, capsys):
-    with pytest.raises(UserError, match="--case-feature is for the tag and spans tasks"):
-        finetune("classify", tiny_bert, task_files["train"], task_files["dev"], tmp_path / "c",
-                 quick_config(epochs=1, case_feature=True))
-    assert main(["finetune", "classify", "--model", str(tiny_bert), "--train",
-                 str(task_files["train"]), "--out", str(tmp_path / "c2"), "--case-feature",
-                 "--epochs", "1"]) != 0
+    # a setting of the tag and spans tasks only: classify has no such field, nor flag
+    with pytest.raises(TypeError, match="case_feature"):
+        Classify(case_feature=True)
+    with pytest.raises(SystemExit) as stop:
+        main(["finetune", "classify", "--model", str(tiny_bert), "--train",
+              str(task_files["train"]), "--out", str(tmp_path / "c2"), "--case-feature",
+              "--epochs", "1"])
+    assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --case-feature is for the tag and spans tasks, not classify"]
+    assert err == ["error: --case-feature is a setting of tag, spans, not of classify"]
     assert not (tmp_path / "c2").exists()
 
 
@@ -557,15 +556,16 @@ def test_sentence_heads_pool_by_mean_for_a_modern_encoder_and_by_cls_for_bert(
     options = json.loads((tmp_path / "m" / "training_args.json").read_text())["options"]
     assert options["pooling"] == "mean"
     # asked for: a BERT encoder pools by mean too (saved as a BertModel, the head beside it)
-    mean = finetune("pair", tiny_bert, task_files["pairs"], None, tmp_path / "p",
-                    quick_config(epochs=1, batch_size=16, pooling="mean"))
+    mean = finetune(Pair(pooling="mean"), tiny_bert, task_files["pairs"], None, tmp_path / "p",
+                    quick_config(epochs=1, batch_size=16))
     assert mean.task.pooling == "mean"
     config = json.loads((tmp_path / "p" / "config.json").read_text())
     assert config["architectures"] == ["BertModel"]
     # and refused, in one line, where there is no sentence to pool
     capsys.readouterr()
-    assert main(["finetune", "tag", "--model", str(tiny_bert), "--train",
-                 str(task_files["ner_train"]), "--out", str(tmp_path / "t"), "--pooling",
-                 "mean"]) != 0
+    with pytest.raises(SystemExit) as stop:
+        main(["finetune", "tag", "--model", str(tiny_bert), "--train",
+              str(task_files["ner_train"]), "--out", str(tmp_path / "t"), "--pooling", "mean"])
+    assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: --pooling is for the classify, pair and regress tasks, not tag"]
+        "error: --pooling is a setting of classify, pair, regress, not of tag"]

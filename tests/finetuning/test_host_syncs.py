@@ -7,18 +7,18 @@ from __future__ import annotations
 import pytest
 
 from bertkit.finetuning.recipe import finetune
+from bertkit.finetuning.tasks import QA, Regress, Tag
 
-RUNS = {  # task, model fixture, training file, dev file, options
+RUNS = {  # task (a name: its defaults), model fixture, training file, dev file, options
     "classify": ("classify", "tiny_bert", "train", "dev", {}),
     "classify, modern": ("classify", "tiny_modern", "train", "dev", {}),
     "classify, layer mix": ("classify", "tiny_bert", "train", "dev", {"layer_mix": True}),
     "pair": ("pair", "tiny_bert", "pairs", None, {}),
-    "regress": ("regress", "tiny_bert", "train", "dev", {"label_column": "score"}),
+    "regress": (Regress(label_column="score"), "tiny_bert", "train", "dev", {}),
     "tag": ("tag", "tiny_bert", "ner_train", "ner_dev", {}),
-    "tag, crf": ("tag", "tiny_modern", "ner_train", "ner_dev", {"crf": True}),
+    "tag, crf": (Tag(crf=True), "tiny_modern", "ner_train", "ner_dev", {}),
     "spans": ("spans", "tiny_bert", "ner_train", "ner_dev", {}),
-    "qa": ("qa", "tiny_bert", "squad", None,
-           {"max_length": 32, "stride": 8, "dev_fraction": 0.2}),
+    "qa": (QA(stride=8), "tiny_bert", "squad", None, {"max_length": 32, "dev_fraction": 0.2}),
 }
 
 

@@ -17,7 +17,7 @@ from bertkit.files import UserError
 from bertkit.finetuning.predict import TaskModel, answer, classify, tag
 from bertkit.finetuning.readers import TaggedSentence
 from bertkit.finetuning.recipe import finetune
-from bertkit.finetuning.tasks import Tag
+from bertkit.finetuning.tasks import QA, Spans, Tag
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +36,10 @@ def finetuned(tmp_path_factory, tiny_bert, quick_config, synthetic):
              quick_config(epochs=4, batch_size=16))
     finetune("tag", tiny_bert, files["ner_train"], files["ner_dev"], d / "tag",
              quick_config(epochs=6, batch_size=16))
-    finetune("spans", tiny_bert, files["ner_train"], files["ner_dev"], d / "spans",
-             quick_config(epochs=6, batch_size=16, max_span_width=3))
-    finetune("qa", tiny_bert, files["squad"], None, d / "qa",
-             quick_config(epochs=3, batch_size=16, max_length=32, stride=8, dev_fraction=0.2))
+    finetune(Spans(max_width=3), tiny_bert, files["ner_train"], files["ner_dev"], d / "spans",
+             quick_config(epochs=6, batch_size=16))
+    finetune(QA(stride=8), tiny_bert, files["squad"], None, d / "qa",
+             quick_config(epochs=3, batch_size=16, max_length=32, dev_fraction=0.2))
     yield {"dir": d, **files}
     torch.set_num_threads(before)
 

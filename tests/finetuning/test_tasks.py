@@ -3,6 +3,7 @@ from bertkit_task.json (the files written before tasks were classes included), a
 initialised from a generator without touching the global one."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import pytest
@@ -52,8 +53,10 @@ EXPECTED = {
 def test_one_tuple_names_the_tasks_and_the_command_line_offers_them():
     assert TASK_NAMES == tuple(t.name for t in TASKS)
     assert len(set(TASK_NAMES)) == len(TASKS)
-    finetune = next(c for c in COMMANDS if c.name == "finetune")
-    assert next(o for o in finetune.flags() if o.path[-1] == "task").choices == TASK_NAMES
+    parser = argparse.ArgumentParser(prog="finetune")
+    next(c for c in COMMANDS if c.name == "finetune").add_flags(parser)
+    tasks = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert tuple(tasks.choices) == TASK_NAMES
     assert task_type("spans") is Spans
     with pytest.raises(UserError, match="unknown task 'nope'; choose one of classify, pair"):
         task_type("nope")
@@ -120,10 +123,8 @@ def test_the_head_is_initialised_from_a_generator_alone(tiny_bert):
 
 
 def test_tagging_takes_a_crf_unless_asked_not_to_or_decoding_by_the_mean(tmp_path):
-    from bertkit.finetuning.recipe import FinetuneConfig
-
     def crf(**settings):
-        return Tag.configure(FinetuneConfig(**settings), tmp_path / "train.conll").crf
+        return Tag(**settings).configure(tmp_path / "train.conll").crf
 
     assert crf() is True
     assert crf(crf=False) is False
@@ -131,3 +132,24 @@ def test_tagging_takes_a_crf_unless_asked_not_to_or_decoding_by_the_mean(tmp_pat
     assert crf(decode="first", crf=True) is True
     with pytest.raises(UserError, match="drop --crf"):
         crf(decode="mean", crf=True)
+
+
+@pytest.mark.parametrize("name,has,lacks", [
+    ("tag", ["--crf", "--scheme", "--case-feature", "--conllu-column", "--epochs"],
+     ["--pooling", "--stride", "--multi-label", "--vectors", "--text-column", "--span-ffn"]),
+    ("classify", ["--pooling", "--multi-label", "--text-column", "--vectors", "--lr"],
+     ["--crf", "--stride", "--case-feature", "--max-span-width"]),
+    ("spans", ["--max-span-width", "--span-ffn", "--span-null-weight", "--case-feature"],
+     ["--crf", "--scheme", "--pooling", "--vectors"]),
+    ("qa", ["--stride", "--max-answer-tokens", "--max-length"],
+     ["--crf", "--pooling", "--text-column", "--vectors", "--conllu-column"]),
+])
+def test_a_tasks_help_lists_only_what_applies_to_it(name, has, lacks, capsys):
+    from bertkit.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["finetune", name, "--help"])
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()
+              if line.startswith("  --")]  # the options, not flags named in their help
+    flags = {flag.rstrip(",") for flag in listed}
+    assert set(has) <= flags and not set(lacks) & flags, (name, flags)

@@ -28,7 +28,7 @@ from bertkit.finetuning import baselines, metrics
 from bertkit.finetuning.heads import QuestionAnswerer
 from bertkit.finetuning.inputs import Item, pad_inputs
 from bertkit.finetuning.readers import QAExample, detect_format, read_squad
-from bertkit.finetuning.task import Defaults, Task, model_inputs
+from bertkit.finetuning.task import Defaults, Task, fitted, model_inputs
 
 
 @dataclass
@@ -228,21 +228,19 @@ class QA(Task):
                                             small_model_lr=None)
     verb: ClassVar[str] = "answer"
 
-    max_length: int = 384
+    max_length: int = fitted(384)
     stride: int = 128
     """Tokens shared by consecutive windows of a long context."""
     max_answer_tokens: int = 30
     """Longest answer in tokens."""
-    max_question: int | None = None
-    """Questions are cut to this many tokens (None: never)."""
-    null_threshold: float | None = None
+    max_question: int | None = fitted(None)
+    """Questions are cut to this many tokens (None: never; fine-tuning cuts them at 64)."""
+    null_threshold: float | None = fitted(None)
     """Answer "" when the null score beats the best span by more than this (None: always
     answer, SQuAD 1.1)."""
 
-    @classmethod
-    def configure(cls, cfg, train_path: Path) -> "QA":
-        return cls(max_length=cfg.max_length or cls.defaults.max_length, stride=cfg.stride,
-                   max_answer_tokens=cfg.max_answer_tokens, max_question=64)
+    def configure(self, train_path: Path) -> "QA":
+        return dataclasses.replace(self, max_question=64)
 
     @classmethod
     def from_transformers(cls, config: dict) -> "QA | None":

@@ -15,6 +15,7 @@ class Regress(TextTask):
     """One text (or a pair), one number."""
     name: ClassVar[str] = "regress"
     label_kind: ClassVar[str] = "float"
+    problem_type: ClassVar[str] = "regression"
 
     @classmethod
     def pick_pair(cls, given, columns, path) -> str | None:
@@ -41,7 +42,7 @@ class Regress(TextTask):
         return batch
 
     def make_model(self, encoder) -> SequenceClassifier:
-        return SequenceClassifier(encoder, 1, "regression", self.pooling)
+        return SequenceClassifier(encoder, 1, self.problem_type, self.pooling or "cls")
 
     def decode_outputs(self, outputs, items, examples) -> list[tuple]:
         """(value, None) per example."""

@@ -29,7 +29,7 @@ from bertkit.finetuning import metrics
 from bertkit.finetuning.heads import TaskHead, first_subword_index, head_dropout
 from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
 from bertkit.finetuning.readers import detect_format, read_tagged
-from bertkit.finetuning.task import model_inputs
+from bertkit.finetuning.task import fitted, model_inputs
 from bertkit.finetuning.tagging import spans_to_tags, tags_to_spans
 from bertkit.finetuning.tasks.tag import WordTask
 from bertkit.model.encoder import Encoder
@@ -264,22 +264,16 @@ class Spans(WordTask):
     """Entities as word spans, nested or not; `labels` are the entity types."""
     name: ClassVar[str] = "spans"
 
-    nested: bool = False
+    nested: bool = fitted(False)
     """Whether training has overlapping entities (else overlapping candidates are resolved)."""
-    max_width: int = 8
+    max_width: int = field(default=8, metadata={"flag": "max_span_width"})
     """Longest entity in words."""
-    ffn_size: int = 150
+    ffn_size: int = field(default=150, metadata={"flag": "span_ffn"})
     """Width of the start / end FFNs and of the classifier's hidden layer."""
-    null_weight: float = 0.25
+    null_weight: float = field(default=0.25, metadata={"flag": "span_null_weight"})
     """Weight of NULL spans in the loss (entity spans weigh 1)."""
-    span_margin: float = 0.0
+    span_margin: float = fitted(0.0)
     """An entity's log-probability must beat NULL's by this much (tuned on dev)."""
-
-    @classmethod
-    def configure(cls, cfg, train_path: Path) -> "Spans":
-        return cls(max_length=cfg.max_length or cls.defaults.max_length,
-                   conllu_column=cfg.conllu_column, max_width=cfg.max_span_width,
-                   ffn_size=cfg.span_ffn, null_weight=cfg.span_null_weight)
 
     @classmethod
     def from_json(cls, data: dict) -> "Spans":

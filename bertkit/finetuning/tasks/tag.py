@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import ClassVar, Literal, Sequence
 
 import numpy as np
 import torch
@@ -24,7 +24,8 @@ from bertkit.finetuning.inputs import (WORD_CASES, Item, encode_words, pad_input
                                       words_cut)
 from bertkit.finetuning.readers import (TaggedSentence, check_tags, detect_format, read_tagged,
                                         read_text_examples, tagging_labels)
-from bertkit.finetuning.task import Defaults, Task, model_inputs, text_lines
+from bertkit.finetuning.task import (Defaults, ModelFacts, Task, fitted, model_inputs,
+                                     text_lines)
 from bertkit.finetuning.tagging import (SCHEMES, align_labels, convert_tags, detect_scheme,
                                         has_entities, tags_to_spans, word_scores,
                                         word_tags_from_pieces)
@@ -38,15 +39,29 @@ class WordTask(Task):
     defaults: ClassVar[Defaults] = Defaults(epochs=10, batch_size=16, max_length=128)
     verb: ClassVar[str] = "tag"
 
-    labels: tuple[str, ...] = ()
+    labels: tuple[str, ...] = fitted(())
     """The tags (tag) or entity types (spans), in the order of the head's outputs."""
-    conllu_column: str = "upos"
-    """Which CoNLL-U column holds the tag (upos or xpos)."""
-    text_column: str = "text"
-    """Column of the texts when predicting from JSON lines, CSV or TSV."""
-    case_feature: bool = False
-    """Each piece's word case (lower, Capitalised, UPPER, mIxed, no letters) as a learned
-    embedding added to the encoder's input: what a lowercasing tokenizer took away."""
+    conllu_column: Literal["upos", "xpos"] = "upos"
+    """On CoNLL-U: which column holds the tag (upos or xpos)."""
+    text_column: str = fitted("text")
+    """Column of the texts when predicting from JSON lines, CSV or TSV (`bertkit predict
+    --text-column`)."""
+    case_feature: bool | None = None
+    """Add each word's letter case (lower, Capitalised, UPPER, ...) to the encoder's input as a
+    learned embedding; none: on when the model's tokenizer lowercases, which loses the
+    capitals that mark names (WNUT-16 F1 with the 60- and 120-minute `mini` of
+    docs/pretraining.md, three seeds each: 0.295 and 0.271 with it, 0.280 and 0.232 without;
+    MiniLM 0.564 against 0.542). Such a model is saved as a BertModel / ModernBertModel with
+    its head beside."""
+
+    def for_backbone(self, model: ModelFacts) -> "WordTask":
+        if model.architecture is None:  # another family reads no case embedding
+            if self.case_feature:
+                raise UserError("--case-feature needs a transformer encoder, which this "
+                                "backbone is not")
+            return dataclasses.replace(self, case_feature=False)
+        return dataclasses.replace(self, case_feature=model.lowercases
+                                   if self.case_feature is None else self.case_feature)
 
     def label_names(self) -> tuple[str, ...]:
         return self.labels
@@ -156,31 +171,31 @@ class Tag(WordTask):
     """A label per word."""
     name: ClassVar[str] = "tag"
 
-    scheme: str | None = None
-    """IO, BIO or BIOES; set, sentences are re-tagged in it as they are read."""
-    alignment: str = "copy"
-    """Subword labels copied from their word ("copy") or on its first piece ("first")."""
-    decode: str = "first"
-    """A word's label from its first piece ("first") or the mean of its pieces'
-    log-probabilities ("mean"; not with a CRF, which decodes the pieces)."""
-    crf: bool = False
-    """A linear-chain CRF over the labels, the scheme's invalid transitions barred."""
+    scheme: Literal["IO", "BIO", "BIOES"] | None = None
+    """Re-tag the data in IO, BIO or BIOES as it is read; none keeps the data's scheme."""
+    alignment: Literal["copy", "first"] = "copy"
+    """Subword labels copied from their word ("copy") or on the first piece ("first")."""
+    decode: Literal["first", "mean"] = "first"
+    """Read a word's label from its first piece ("first", the seeds' default) or average its
+    pieces' log-probabilities ("mean"; not with a CRF, which decodes the pieces)."""
+    crf: bool | None = None
+    """A linear-chain CRF over the labels, with the scheme's invalid transitions barred;
+    none: a CRF unless --decode mean (as flair's tagger; the 60-minute `mini` of
+    docs/pretraining.md gets WNUT-16 F1 0.318 with it against 0.224 without, POS 0.926
+    against 0.924)."""
 
-    @classmethod
-    def configure(cls, cfg, train_path: Path) -> "Tag":
-        if cfg.decode not in ("first", "mean"):
-            raise UserError(f"decode must be first or mean, got {cfg.decode!r}")
-        if cfg.decode == "mean" and cfg.crf:
+    def configure(self, train_path: Path) -> "Tag":
+        if self.decode not in ("first", "mean"):
+            raise UserError(f"decode must be first or mean, got {self.decode!r}")
+        if self.decode == "mean" and self.crf:
             raise UserError("--decode mean reads words from their pieces' probabilities, "
                             "which a CRF does not give: drop --crf")
-        crf = cfg.decode != "mean" if cfg.crf is None else cfg.crf
-        if cfg.alignment not in ("copy", "first"):
-            raise UserError(f"alignment must be copy or first, got {cfg.alignment!r}")
-        if cfg.scheme is not None and cfg.scheme not in SCHEMES:
-            raise UserError(f"scheme must be one of {', '.join(SCHEMES)}, got {cfg.scheme!r}")
-        return cls(max_length=cfg.max_length or cls.defaults.max_length,
-                   conllu_column=cfg.conllu_column, scheme=cfg.scheme,
-                   alignment=cfg.alignment, decode=cfg.decode, crf=crf)
+        if self.alignment not in ("copy", "first"):
+            raise UserError(f"alignment must be copy or first, got {self.alignment!r}")
+        if self.scheme is not None and self.scheme not in SCHEMES:
+            raise UserError(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        return dataclasses.replace(self, crf=self.decode != "mean" if self.crf is None
+                                   else self.crf)
 
     @classmethod
     def from_json(cls, data: dict) -> "Tag":
@@ -192,7 +207,7 @@ class Tag(WordTask):
         if (config.get("architectures") or [""])[0] != "BertForTokenClassification":
             return None
         labels = [config["id2label"][k] for k in sorted(config.get("id2label", {}), key=int)]
-        return cls(labels=tuple(labels), alignment="first")
+        return cls(labels=tuple(labels), alignment="first", crf=False, case_feature=False)
 
     # Data ---------------------------------------------------------------------------------------
     def read(self, path) -> list[TaggedSentence]:
