@@ -36,7 +36,8 @@ object per log or eval: step, split, loss, metrics, learning_rate, tokens_per_se
 `loss.png`, `checkpoints/step-*/` (see checkpoint.py; one is always saved at the end, so that
 `resume` with a larger `max_steps` extends a finished run), `checkpoints/best.safetensors` when
 tracking a best metric, `tensorboard/` with `cfg.tensorboard`, and the final model files at the
-top. Progress lines go to stderr. Ctrl-C or SIGTERM finishes the current step, saves a
+top. Progress goes to stderr (`bertkit.progress`: a live bar on a terminal, a line every few
+seconds elsewhere), evaluations as lines above it. Ctrl-C or SIGTERM finishes the current step, saves a
 checkpoint and returns with `stopped_by="interrupted"` (no final model). Only rank 0 writes.
 
 Dropout draws from torch's process-wide generator: a run seeds it with `cfg.seed + rank` (a
@@ -71,13 +72,14 @@ from bertkit.config import TrainConfig
 from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
+from bertkit.progress import Progress
 from bertkit.runlock import RunLock
 from bertkit.runtime import bf16_warning, choose_precision, resolve_device
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
                                          rng_state, save_checkpoint, set_rng_state)
-from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_line,
+from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_note,
                                      summary_writer)
 from bertkit.training.settings import write_settings
 
@@ -245,6 +247,8 @@ class _Run:
     world: int
     log: MetricsLog | None = None
     """Opened once the step to resume from is known."""
+    progress: Progress | None = None
+    """The live bar or periodic lines on stderr; the log's lines go through it."""
 
     @property
     def main(self) -> bool:
@@ -318,6 +322,7 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                 _checkpoint(run, state)  # a finished run can be extended (--resume)
         except BaseException:
             run.feed.close()
+            run.progress.close()
             run.log.close()
             if run.main and created and state.step == 0 and out_dir.exists():
                 shutil.rmtree(out_dir, ignore_errors=True)  # nothing worth keeping was written
@@ -410,7 +415,13 @@ def _resume_or_seed(run: _Run) -> _State:
         if cfg.resume and run.main:
             print(f"no checkpoint in {root}: starting afresh", file=sys.stderr)
         torch.manual_seed(cfg.seed + run.rank)  # dropout's draws; see _own_rng
-    run.log = MetricsLog(run.out_dir, run.main, state.step, tensorboard=cfg.tensorboard)
+    # first=0 and the run's whole training time: the rate and ETA count the steps before a
+    # resume too, as its time budget does
+    run.progress = Progress("train", cfg.max_steps, "steps", rate=False,
+                            time_limit=None if cfg.max_time is None else 60 * cfg.max_time,
+                            enabled=run.main and run.show_progress)
+    run.log = MetricsLog(run.out_dir, run.main, state.step, tensorboard=cfg.tensorboard,
+                         progress=run.progress)
     if latest is not None:
         run.log.say(f"resumed from {latest} at step {state.step}")
     return state
@@ -514,6 +525,7 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     state.window_tokens += n_tokens
     state.train_seconds += elapsed
     state.window_seconds += elapsed
+    note = None
     if state.step % cfg.log_every == 0 or _final_step(run, state):
         _log_training(run, state)
         # Time spent waiting on the device is only visible after the log's sync.
@@ -522,6 +534,11 @@ def _optimisation_step(run: _Run, state: _State) -> None:
         state.train_metrics["tokens_per_second"] = state.window_tokens / max(
             state.window_seconds + waited, 1e-9)
         _write_training_record(run, state)
+        note = progress_note(state.train_metrics, state.tokens)
+    # every step moves the bar; the figures (a host sync) change at log steps only, and a
+    # plain line waits for them
+    if note is not None or run.progress.note or run.progress.drawing():
+        run.progress.update(state.step, elapsed=state.train_seconds, note=note)
 
 
 def _accumulate_gradients(run: _Run, state: _State, micro: list[dict]) -> None:
@@ -575,9 +592,6 @@ def _log_training(run: _Run, state: _State) -> None:
 def _write_training_record(run: _Run, state: _State) -> None:
     run.log.record({"step": state.step, "split": "train", "tokens": state.tokens,
                     "seconds": round(state.train_seconds, 3), **state.train_metrics})
-    if run.show_progress:
-        run.log.say(progress_line(state.step, run.cfg, state.train_seconds, state.tokens,
-                                  state.train_metrics))
     state.sums, state.window_steps, state.window_tokens, state.window_seconds = {}, 0, 0, 0.0
 
 
@@ -665,6 +679,7 @@ def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] 
     """The last evaluation, the loss plot, the best weights back if asked, the final model."""
     cfg, interrupted = run.cfg, state.stopped_by == "interrupted"
     run.feed.close()
+    run.progress.finish()
     if run.evaluate is not None and state.last_eval_step != state.step and not interrupted:
         _evaluate(run, state)
     run.log.close()
