@@ -73,7 +73,7 @@ from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
 from bertkit.progress import Progress
-from bertkit.runlock import RunLock
+from bertkit.runlock import LOCK_FILE, RunLock
 from bertkit.runtime import bf16_warning, choose_precision, resolve_device
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
@@ -299,9 +299,11 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
           settings: dict | None = None) -> TrainResult:
     """Train `model` on `batches` with `loss_fn` per `cfg`; see the module docstring."""
     out_dir = Path(out_dir)
-    created = not out_dir.exists()
     first_rank = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     with _own_rng(), RunLock(out_dir, enabled=first_rank):  # one run writes into out_dir
+        # nothing there but the lock (this run's, or its caller's): all that is written is
+        # this run's, and removed if it fails before its first step
+        fresh = first_rank and all(p.name == LOCK_FILE for p in out_dir.iterdir())
         run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
                      target_count, fingerprint, resolve_device(device), find_unused_parameters,
                      show_progress, settings)
@@ -324,14 +326,25 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
             run.feed.close()
             run.progress.close()
             run.log.close()
-            if run.main and created and state.step == 0 and out_dir.exists():
-                shutil.rmtree(out_dir, ignore_errors=True)  # nothing worth keeping was written
+            if run.main and fresh and state.step == 0:
+                _remove_written(out_dir)  # nothing worth keeping; the lock removes the folder
             raise
         _finish(run, state, save)
     return TrainResult(step=state.step, tokens=state.tokens, train_seconds=state.train_seconds,
                        stopped_by=state.stopped_by, train_metrics=state.train_metrics,
                        eval_metrics=state.eval_metrics, best_value=state.best_value,
                        best_step=state.best_step, out_dir=out_dir)
+
+
+def _remove_written(out_dir: Path) -> None:
+    """Everything in `out_dir` but its lock (whose release removes the directory it made)."""
+    for path in out_dir.iterdir():
+        if path.name == LOCK_FILE:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -346,17 +359,26 @@ def _own_rng():
         set_rng_state(saved)
 
 
+def check_config(cfg: TrainConfig, device: torch.device) -> None:
+    """The settings `train` refuses on this device and process group, as a one-line
+    UserError: callers run it before they print or measure anything."""
+    if cfg.precision == "fp16" and device.type != "cuda":
+        raise UserError("fp16 needs a GPU; use bf16 on the CPU")
+    if dist.is_available() and dist.is_initialized() and cfg.grad_accum_final is not None \
+            and cfg.max_steps is None:
+        # each rank's clock differs: the ranks would disagree on the micro-batches per step
+        raise UserError("batch growth (grad_accum_final) over several processes needs "
+                        "max_steps: a time budget alone grows by each process's own clock")
+    if cfg.tensorboard:
+        summary_writer()  # fails now, not after the first steps, when tensorboard is absent
+
+
 def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target_count,
            fingerprint, device, find_unused_parameters, show_progress, settings) -> _Run:
     """Check the options, make the optimiser and the wrapped objective."""
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    if cfg.precision == "fp16" and device.type != "cuda":
-        raise UserError("fp16 needs a GPU; use bf16 on the CPU")
-    if distributed and cfg.grad_accum_final is not None and cfg.max_steps is None:
-        # each rank's clock differs: the ranks would disagree on the micro-batches per step
-        raise UserError("batch growth (grad_accum_final) over several processes needs "
-                        "max_steps: a time budget alone grows by each process's own clock")
+    check_config(cfg, device)
     if cfg.precision == "auto":
         precision, why = choose_precision(device)
         cfg = cfg.replace(precision=precision)
@@ -367,8 +389,6 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
                                                     "precision": precision}}
     elif rank == 0 and (warning := bf16_warning(cfg.precision, device)):
         print(warning, file=sys.stderr)
-    if cfg.tensorboard:
-        summary_writer()  # fails now, not after the first steps, when tensorboard is absent
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
         if settings is not None:
@@ -710,4 +730,4 @@ def _save_best(root: Path, model: nn.Module, value: float, step: int) -> None:
         f.write(save(state, metadata={"value": repr(value), "step": str(step)}))
 
 
-__all__ = ["train", "TrainResult", "autocast"]
+__all__ = ["train", "TrainResult", "autocast", "check_config"]
