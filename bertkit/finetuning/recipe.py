@@ -352,8 +352,6 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
     cfg = cfg or FinetuneConfig()
     model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
     device = resolve_device(cfg.device)
-    if cfg.precision == "auto":  # measured, as pretraining does: bf16 only where it is native
-        cfg = dataclasses.replace(cfg, precision=choose_precision(device)[0])
     cfg = dataclasses.replace(cfg, device=str(device))
     out_dir = Path(out_dir)
     if cfg.save_every is not None and cfg.save_every < 1:
@@ -385,20 +383,21 @@ def _finetune(task: str | type[Task], model_dir: str | Path, train_path: Path,
                               max_length=setting.max_length,
                               case_feature=getattr(setting, "case_feature", cfg.case_feature),
                               pooling=getattr(setting, "pooling", cfg.pooling))
-    settings = run_settings({"task": kind.name, "model": model_dir, "train": train_path,
-                             "dev": dev_path, "out": out_dir, "options": cfg},
-                            device=cfg.device, precision=cfg.precision,
-                            command=command_line(cfg) if command_line else None)
-    if cfg.show_progress:
-        print(settings_block(settings), file=sys.stderr)
-
-    train_examples = setting.read(train_path)
+    train_examples = setting.read(train_path)  # bad input refused before anything is printed
     if dev_path is None:
         train_examples, dev = _split(train_examples, cfg.dev_fraction, cfg.seed,
                                      setting.groups(train_examples))
     else:
         dev = setting.read(dev_path)
     setting = setting.with_labels(train_examples, dev)
+    if cfg.precision == "auto":  # measured, as pretraining does: bf16 only where it is native
+        cfg = dataclasses.replace(cfg, precision=choose_precision(device)[0])
+    settings = run_settings({"task": kind.name, "model": model_dir, "train": train_path,
+                             "dev": dev_path, "out": out_dir, "options": cfg},
+                            device=cfg.device, precision=cfg.precision,
+                            command=command_line(cfg) if command_line else None)
+    if cfg.show_progress:
+        print(settings_block(settings), file=sys.stderr)
     model = backbone.build(setting, cfg.seed) if backbone else \
         build_task_model(setting, model_dir, cfg.seed, cfg.train_layers,
                                                   cfg.layer_mix)
