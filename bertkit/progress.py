@@ -97,6 +97,8 @@ class Progress:
             self.note = note
         if not self.enabled:
             return
+        if not self._live() and self.total is not None and self.done >= self.total:
+            return  # the end: finish() says it, once
         now = self.clock()
         if now - self.last >= (REDRAW if self._live() else self.every):
             self.last = now
