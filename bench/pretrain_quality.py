@@ -50,8 +50,8 @@ from bertkit.config import PRESETS, preset  # noqa: E402
 from bertkit.files import UserError, atomic_dir, read_jsonl, read_lines, write_json  # noqa: E402
 from bertkit.model.heads import IGNORE_INDEX  # noqa: E402
 from bertkit.model.hub import load_pretraining_model  # noqa: E402
-from bertkit.pretraining.evaluation import (masked_token_scores, minimal_pairs,  # noqa: E402
-                                            read_pairs)
+from bertkit.pretraining.evaluation import (heldout_scores, masked_token_scores,  # noqa: E402
+                                            minimal_pairs, read_pairs)
 from bertkit.pretraining.examples import PretrainingBatches  # noqa: E402
 from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, pretrain  # noqa: E402
 from bertkit.runtime import (choose_precision, describe, keep_freed_memory,  # noqa: E402
@@ -228,8 +228,12 @@ def judge(model_dir: Path, heldout, pairs: list[dict], device: torch.device) -> 
         warnings.filterwarnings("ignore", message=".*initialised randomly")
         model = load_pretraining_model(model_dir, device)
     tokenizer = Tokenizer.load(model_dir)
-    masked = masked_token_scores(model, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE,
-                                 seed=HELDOUT_SEED, device=device)
+    if isinstance(heldout, Path):  # a prepared directory's held-out split, as pretraining's
+        masked = heldout_scores(model, heldout, mask_rate=HELDOUT_MASK_RATE, seed=HELDOUT_SEED,
+                                batch_size=32, device=device)
+    else:
+        masked = masked_token_scores(model, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE,
+                                     seed=HELDOUT_SEED, device=device)
     figures = {"heldout": masked}
     if not isinstance(heldout, Path):  # a data directory's split is scored 80/10/10 already
         figures["heldout_80_10_10"] = masked_token_scores(

@@ -358,7 +358,8 @@ class TrainConfig:
     seed: int = 0
     """Seeds torch's generator (dropout) as seed + rank at the start of a fresh run."""
     log_every: int = 10
-    """Steps between progress lines and train records in metrics.jsonl (the only host syncs)."""
+    """Steps between train records in metrics.jsonl and the figures progress shows (the only
+    host syncs); the progress itself is a live bar, or a line every few seconds in a log."""
     eval_every: int | None = None
     """Steps between calls of `evaluate` (also run at the end); None evaluates only at the end."""
     save_every: int | None = None

@@ -141,8 +141,11 @@ def run_demo(opts: DemoOptions) -> dict:
     from bertkit.pretraining.corpus import prepare
     from bertkit.model.fill_mask import fill_mask
     from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, pretrain
+    from bertkit.text.sources import expand
     from bertkit.text.vocab import train_tokenizer
 
+    if opts.input is not None:
+        expand(opts.input)  # each file there and readable before anything is printed
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     if opts.input is None:

@@ -1,6 +1,8 @@
 """The one progress reporter: what its line says, how often, and nothing when disabled."""
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from bertkit.progress import Progress, clock
@@ -59,3 +61,65 @@ def test_rates_keep_three_digits_below_a_hundred(rate, shown):
     bar = Progress("x", None, "u", enabled=False)
     bar.update(rate * 10, elapsed=10.0)
     assert f", {shown} u/s," in bar.line()
+
+
+class _Clock:
+    """A clock the test moves by hand: no sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_plain_lines_come_every_few_seconds_not_every_few_updates():
+    clock, log = _Clock(), io.StringIO()
+    bar = Progress("train", 800, "steps", every=10.0, stream=log, clock=clock)
+    for step in range(1, 801):  # a step every 1/8 s: 100 s in all
+        clock.now += 0.125
+        bar.update(step, note=f"loss {1 / step:.3g}")
+    bar.finish()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue()
+    # the first update, then one every 10 s (80 steps); the 800th is finish's alone
+    assert [line.split(" (")[0] for line in lines] == \
+        [f"train: {n}/800 steps" for n in (1, 81, 161, 241, 321, 401, 481, 561, 641, 721, 800)]
+    assert lines[1] == "train: 81/800 steps (10%), loss 0.0123, 8 steps/s, elapsed 0:10, " \
+                       "ETA 1:29"
+    assert lines[-1] == "train: 800/800 steps (100%), loss 0.00125, 8 steps/s, elapsed 1:40"
+
+
+def test_a_terminal_gets_one_live_bar_with_the_same_figures_and_lines_above_it():
+    clock, screen, log = _Clock(), _Terminal(), io.StringIO()
+    live = Progress("train", 100, "steps", stream=screen, clock=clock)
+    plain = Progress("train", 100, "steps", stream=log, clock=clock, every=0)
+    for step in range(1, 51):
+        clock.now += 0.5
+        for bar in (live, plain):
+            bar.update(step, note="loss 2.5")
+    live.say("eval step 50  eval_loss 2.4")
+    live.finish()
+    drawn = screen.getvalue()
+    # redrawn in place (carriage returns), not a line per update
+    assert drawn.count("\n") == 2 and drawn.count("\r") >= 50
+    assert "train:  50%|" in drawn and "eval step 50  eval_loss 2.4\n" in drawn
+    # the bar carries the plain line's figures (its percentage drawn by the bar)
+    last_plain = log.getvalue().splitlines()[-1]
+    assert last_plain == "train: 50/100 steps (50%), loss 2.5, 2 steps/s, elapsed 0:25, ETA 0:25"
+    assert "| 50/100 steps, loss 2.5, 2 steps/s, elapsed 0:25, ETA 0:25" in drawn
+    assert drawn.rstrip("\n").endswith("| 50/100 steps, loss 2.5, 2 steps/s, elapsed 0:25")
+
+
+def test_say_writes_lines_as_they_are_without_a_bar_and_nothing_when_disabled_but_lines():
+    log = io.StringIO()
+    bar = Progress("x", 10, "u", stream=log, enabled=False)
+    bar.update(5)
+    bar.say("an evaluation")
+    bar.finish()
+    assert log.getvalue() == "an evaluation\n"

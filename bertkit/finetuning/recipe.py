@@ -275,8 +275,6 @@ def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path
     training file and the model."""
     model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
     device = resolve_device(cfg.device)
-    if cfg.precision == "auto":  # measured, as pretraining does: bf16 only where it is native
-        cfg = dataclasses.replace(cfg, precision=choose_precision(device)[0])
     cfg = dataclasses.replace(cfg, device=str(device))
     out_dir = Path(out_dir)
     if cfg.save_every is not None and cfg.save_every < 1:
@@ -406,6 +404,10 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
               backbone: Backbone | None) -> FinetuneResult:
     plan = plan_run(task_of(task), model_dir, train_path, dev_path, out_dir,
                     cfg or FinetuneConfig(), backbone)
+    task, train_examples, dev = read_data(plan)  # bad input refused before anything is said
+    if plan.cfg.precision == "auto":  # measured, as pretraining does: bf16 only where native
+        precision = choose_precision(torch.device(plan.cfg.device))[0]
+        plan = dataclasses.replace(plan, cfg=dataclasses.replace(plan.cfg, precision=precision))
     cfg = plan.cfg
     settings = run_settings({"task": plan.task.name, "model": plan.model_dir,
                              "train": train_path, "dev": dev_path, "out": plan.out_dir,
@@ -414,7 +416,6 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
                             command=command_line(cfg, plan.task) if command_line else None)
     if cfg.show_progress:
         print(settings_block(settings), file=sys.stderr)
-    task, train_examples, dev = read_data(plan)
     model = plan.backbone.build(task, cfg.seed)
     batches = EpochBatches(training_items(plan, task, train_examples, dev), task,
                            cfg.batch_size, cfg.seed)

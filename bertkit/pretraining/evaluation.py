@@ -9,9 +9,10 @@ Masked-token scores mask a fixed, seeded sample of the non-special pieces, all w
 by default, and predict them. `mask_frac=0.8, random_frac=0.1` corrupts the sample as
 transformers' run_mlm.py evaluates (its collator's 80/10/10: a tenth of the sample replaced by
 pieces drawn uniformly from the vocabulary, a tenth left as it is, all of it scored), so that
-a figure can be set beside that script's eval_accuracy. On a prepared data directory they are
-`objectives.evaluate_lm` over the held-out split, with the batches pretraining evaluates on, so
-the figures equal what `bertkit pretrain` logs for the same settings.
+a figure can be set beside that script's eval_accuracy. On a prepared data directory,
+`heldout_scores` is `objectives.evaluate_lm` over the held-out split, with the batches
+pretraining evaluates on, so the figures equal what `bertkit pretrain` logs for the same
+settings.
 
 The pseudo-log-likelihood of a sentence (Salazar et al. 2020, "Masked Language Model Scoring")
 is the sum over its non-special pieces of log P(piece | the sentence with that piece masked):
@@ -208,18 +209,18 @@ def _corruption(mask_frac: float | None, random_frac: float | None, default_mask
     return mask, random
 
 
-def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str | os.PathLike,
-                        mask_rate: float = 0.15, seed: int = 0, batch_size: int | None = None,
+def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str],
+                        mask_rate: float = 0.15, seed: int = 0, batch_size: int = 64,
                         device: str | torch.device = "cpu", mask_frac: float | None = None,
-                        random_frac: float | None = None, whole_word: bool = False,
-                        **heldout) -> dict[str, float]:
+                        random_frac: float | None = None,
+                        whole_word: bool = False) -> dict[str, float]:
     """accuracy, loss (mean cross-entropy, nats), perplexity (exp loss) and tokens over a fixed
-    sample of masked pieces: of each text, round(mask_rate * pieces) (at least one) of its
-    non-special pieces, drawn from a generator seeded with `seed`, replaced by [MASK] (a share
-    mask_frac of them, default all), by a piece drawn uniformly from the vocabulary
-    (random_frac, default none) or left as they are (the rest), and all of them predicted. Texts
-    longer than the model's positions are cut to fit. The sample depends on the texts and the
-    seed only, not on batch_size (texts per forward pass, default 64) or the device.
+    sample of masked pieces of `texts` (strings): of each text, round(mask_rate * pieces) (at
+    least one) of its non-special pieces, drawn from a generator seeded with `seed`, replaced
+    by [MASK] (a share mask_frac of them, default all), by a piece drawn uniformly from the
+    vocabulary (random_frac, default none) or left as they are (the rest), and all of them
+    predicted. Texts longer than the model's positions are cut to fit. The sample depends on
+    the texts and the seed only, not on batch_size (texts per forward pass) or the device.
 
     whole_word: the sample is round(mask_rate * words) of each text's words (at least one),
     every piece of a chosen word masked, and word_accuracy and masked_words are added: a word
@@ -229,16 +230,12 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
     piece does not (a smaller vocabulary cuts more words, and a word's second piece is easier
     to guess than a whole word).
 
-    `texts` a path: a directory written by `bertkit prepare`, scored by `heldout_scores` with
-    `seed`, `device`, batch_size (rows per held-out batch, as pretraining's --batch-size,
-    default 32), mask_frac and random_frac (pretraining's 0.8 and 0.1 where None) and the
-    keyword arguments `heldout`.
+    A directory written by `bertkit prepare` is scored by `heldout_scores`, with pretraining's
+    batches.
     """
     if isinstance(texts, (str, os.PathLike)):
-        return heldout_scores(model, texts, seed=seed, device=device, mask_rate=mask_rate,
-                              batch_size=batch_size or 32, mask_frac=mask_frac,
-                              random_frac=random_frac, whole_word=whole_word, **heldout)
-    batch_size = batch_size or 64
+        raise TypeError("masked_token_scores takes a sequence of texts; score a prepared data "
+                        "directory with heldout_scores")
     mask_frac = 1.0 if mask_frac is None else mask_frac
     random_frac = random_frac or 0.0
     if not 0 < mask_rate <= 1:
@@ -246,21 +243,10 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
     if not (0 <= mask_frac <= 1 and 0 <= random_frac <= 1 and mask_frac + random_frac <= 1 + 1e-9):
         raise ValueError(f"mask_frac {mask_frac} and random_frac {random_frac} must be in "
                          f"[0, 1] and add up to at most 1")
-    device = torch.device(device)
     texts = list(texts)
     flat, lengths, special = _encode(tokenizer, texts, _max_length(model, tokenizer),
                                      truncate=True)
-    text_of = np.repeat(np.arange(len(texts)), lengths)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-    if whole_word:
-        begins = _word_begins(tokenizer, flat, special)
-        word_of = np.cumsum(begins) - 1
-        chosen_word = _sample(text_of[begins], len(texts), mask_rate, seed)
-        chosen = ~special & chosen_word[np.maximum(word_of, 0)]
-        wrong = np.zeros(len(chosen_word), dtype=np.int64)
-        flat_at = _padded(np.arange(len(flat)), lengths, -1)
-    else:
-        chosen = _sample(np.where(special, -1, text_of), len(texts), mask_rate, seed)
+    sample = _MaskedSample.draw(tokenizer, flat, lengths, special, mask_rate, seed, whole_word)
     inputs = None
     if mask_frac < 1:
         # What each chosen piece becomes, drawn after the sample so that the sample itself
@@ -271,41 +257,79 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str] | str 
                                    dtype=torch.int64).numpy()
         inputs = np.where(u < mask_frac, tokenizer.mask_id,
                           np.where(u < mask_frac + random_frac, random_ids, flat))
-    padded = _padded(flat, lengths, tokenizer.pad_id)
-    corrupted = None if inputs is None else _padded(inputs, lengths, tokenizer.pad_id)
-    loss_sum, correct, count = 0.0, 0, 0
-    by_length = np.argsort(lengths, kind="stable")
-    with _eval_mode(model):
-        for start in range(0, len(texts), batch_size):
-            chunk = by_length[start:start + batch_size]
-            T = int(lengths[chunk].max())
-            rows = padded[chunk, :T]
-            within = np.zeros((len(chunk), T), dtype=bool)
-            for r, s in enumerate(chunk):
-                within[r, :lengths[s]] = chosen[starts[s]:starts[s] + lengths[s]]
-            positions = np.flatnonzero(within)
-            if len(positions) == 0:
-                continue
-            put_in = None if corrupted is None else corrupted[chunk, :T].ravel()[positions]
-            logp, targets = _masked_logits(model, rows, lengths[chunk], positions,
-                                           tokenizer.mask_id, device, inputs=put_in)
-            loss_sum -= float(logp.gather(1, targets[:, None]).sum())
-            right = (logp.argmax(-1) == targets).cpu().numpy()
-            correct += int(right.sum())
-            count += len(positions)
-            if whole_word:
-                missed = flat_at[chunk, :T].ravel()[positions][~right]
-                np.add.at(wrong, word_of[missed], 1)
+    loss_sum, correct, count = _score_sample(model, tokenizer, flat, lengths, sample, inputs,
+                                             batch_size, torch.device(device))
     if count == 0:
         raise UserError("no pieces to score: the texts are empty")
     loss = loss_sum / count
     scores = {"accuracy": correct / count, "loss": loss, "perplexity": math.exp(loss),
               "tokens": count}
     if whole_word:
-        words = int(chosen_word.sum())
-        scores |= {"word_accuracy": int((wrong[chosen_word] == 0).sum()) / words,
+        words = int(sample.chosen_word.sum())
+        scores |= {"word_accuracy": int((sample.wrong[sample.chosen_word] == 0).sum()) / words,
                    "masked_words": words}
     return scores
+
+
+@dataclass
+class _MaskedSample:
+    """The pieces `masked_token_scores` predicts, of texts encoded back to back; with whole
+    words, the word of each piece and the count of wrong pieces per word (filled in by
+    scoring)."""
+    chosen: np.ndarray
+    """bool [P]: the piece is predicted."""
+    word_of: np.ndarray | None = None
+    """int [P]: the index of the piece's word (whole words only)."""
+    chosen_word: np.ndarray | None = None
+    """bool [W]: the word is masked (whole words only)."""
+    wrong: np.ndarray | None = None
+    """int [W]: pieces of the word predicted wrong (whole words only)."""
+
+    @classmethod
+    def draw(cls, tokenizer, flat: np.ndarray, lengths: np.ndarray, special: np.ndarray,
+             mask_rate: float, seed: int, whole_word: bool) -> _MaskedSample:
+        text_of = np.repeat(np.arange(len(lengths)), lengths)
+        if not whole_word:
+            return cls(_sample(np.where(special, -1, text_of), len(lengths), mask_rate, seed))
+        begins = _word_begins(tokenizer, flat, special)
+        word_of = np.cumsum(begins) - 1
+        chosen_word = _sample(text_of[begins], len(lengths), mask_rate, seed)
+        return cls(~special & chosen_word[np.maximum(word_of, 0)], word_of, chosen_word,
+                   np.zeros(len(chosen_word), dtype=np.int64))
+
+
+def _score_sample(model: nn.Module, tokenizer, flat: np.ndarray, lengths: np.ndarray,
+                  sample: _MaskedSample, inputs: np.ndarray | None, batch_size: int,
+                  device: torch.device) -> tuple[float, int, int]:
+    """(summed loss, right, predicted) over the sample, `batch_size` texts per forward pass
+    in order of length; `inputs` [P]: what each piece becomes (None: [MASK])."""
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    padded = _padded(flat, lengths, tokenizer.pad_id)
+    corrupted = None if inputs is None else _padded(inputs, lengths, tokenizer.pad_id)
+    flat_at = _padded(np.arange(len(flat)), lengths, -1) if sample.wrong is not None else None
+    loss_sum, correct, count = 0.0, 0, 0
+    by_length = np.argsort(lengths, kind="stable")
+    with _eval_mode(model):
+        for start in range(0, len(lengths), batch_size):
+            chunk = by_length[start:start + batch_size]
+            T = int(lengths[chunk].max())
+            within = np.zeros((len(chunk), T), dtype=bool)
+            for r, s in enumerate(chunk):
+                within[r, :lengths[s]] = sample.chosen[starts[s]:starts[s] + lengths[s]]
+            positions = np.flatnonzero(within)
+            if len(positions) == 0:
+                continue
+            put_in = None if corrupted is None else corrupted[chunk, :T].ravel()[positions]
+            logp, targets = _masked_logits(model, padded[chunk, :T], lengths[chunk], positions,
+                                           tokenizer.mask_id, device, inputs=put_in)
+            loss_sum -= float(logp.gather(1, targets[:, None]).sum())
+            right = (logp.argmax(-1) == targets).cpu().numpy()
+            correct += int(right.sum())
+            count += len(positions)
+            if flat_at is not None:
+                missed = flat_at[chunk, :T].ravel()[positions][~right]
+                np.add.at(sample.wrong, sample.word_of[missed], 1)
+    return loss_sum, correct, count
 
 
 def _sample(text_of: np.ndarray, texts: int, mask_rate: float, seed: int) -> np.ndarray:
@@ -639,19 +663,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     # A left-to-right model is judged as one: next-token figures, whatever --objective says.
     causal = bool(model.config.extra.get(CAUSAL_FLAG))
     if inp.is_dir() and not pairs:
-        if causal:
-            opts = dataclasses.replace(opts, objective="clm")
-        if opts.objective == "span":
-            if (Path(model_dir) / SBO_FILE).is_file():
-                model.sbo = SpanBoundaryHead(model.config).to(device)
-                model.sbo.load_state_dict(load_file(str(Path(model_dir) / SBO_FILE)))
-        figures = heldout_scores(model, inp, objective=opts.objective, seq_len=opts.seq_len,
-                                 batch_size=opts.pretrain_batch_size,
-                                 eval_batches=opts.eval_batches, seed=opts.seed,
-                                 whole_word=opts.whole_word, mask_rate=opts.mask_rate,
-                                 row_ends=opts.row_ends, mask_frac=opts.mask_frac,
-                                 random_frac=opts.random_frac, device=device)
-        return {"kind": "heldout", **figures}
+        return {"kind": "heldout", **_heldout_figures(model, model_dir, inp, opts, causal,
+                                                      device)}
     if pairs:
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
                                batch_size=4 * batch_size, device=device, metric=opts.pll)
@@ -677,6 +690,23 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     pseudo = pseudo_perplexity(model, tokenizer, lines, batch_size=4 * batch_size,
                                device=device, metric=opts.pll)
     return {"kind": "text", **masked, **pseudo, "pll": opts.pll}
+
+
+def _heldout_figures(model: nn.Module, model_dir: str | os.PathLike, data: Path,
+                     opts: LMEvalOptions, causal: bool, device) -> dict[str, float]:
+    """`heldout_scores` of a prepared directory as `evaluate_pretrained` asks: a left-to-right
+    model by next-token prediction, the span objective with the directory's span head."""
+    if causal:
+        opts = dataclasses.replace(opts, objective="clm")
+    if opts.objective == "span":
+        if (Path(model_dir) / SBO_FILE).is_file():
+            model.sbo = SpanBoundaryHead(model.config).to(device)
+            model.sbo.load_state_dict(load_file(str(Path(model_dir) / SBO_FILE)))
+    return heldout_scores(model, data, objective=opts.objective, seq_len=opts.seq_len,
+                          batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches,
+                          seed=opts.seed, whole_word=opts.whole_word, mask_rate=opts.mask_rate,
+                          row_ends=opts.row_ends, mask_frac=opts.mask_frac,
+                          random_frac=opts.random_frac, device=device)
 
 
 __all__ = ["LMEvalOptions", "masked_token_scores", "heldout_batches", "heldout_scores",

@@ -45,9 +45,10 @@ from bertkit.pretraining.corpus import check_tokenizer, load_manifest, prepare_t
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture
 from bertkit.pretraining.masking import MaskingConfig
+from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, parse_device
 from bertkit.text.tokenizer import Tokenizer
-from bertkit.training.loop import TrainResult, train
+from bertkit.training.loop import TrainResult, check_config, train
 from bertkit.training.settings import run_settings, settings_block
 
 SBO_FILE = "sbo.safetensors"
@@ -458,89 +459,113 @@ def pretrain(opts: PretrainOptions,
 
 def _pretrain(opts: PretrainOptions, device: torch.device,
               command_line: Callable[[PretrainOptions], str] | None) -> TrainResult:
-    """`pretrain` in the process group, if any, it has joined."""
+    """`pretrain` in the process group, if any, it has joined. The output directory's lock and
+    every check of the data and options come first: a refusal is the only thing printed, and
+    nothing is measured (the bf16 timing of precision "auto") before it."""
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    parts = data_parts(opts, rank)
-    data = parts[0][0]
-    load_manifest(data)
-    tokenizer = Tokenizer.load(data / "tokenizer")
-    for size in {opts.batch_size, opts.early_batch_size}:
-        if size % world:
-            raise UserError(f"a batch of {size} sequences does not split over {world} ranks")
-    opts, why = resolve(opts, device, world)
-    cfg = opts.train
-    settings = run_settings({"options": opts}, device=device, precision=cfg.precision,
-                            command=command_line(opts) if command_line else None)
-    if rank == 0:
-        print(settings_block(settings), file=sys.stderr)
-        print(f"precision {cfg.precision}: {why}", file=sys.stderr)
-    # the command line keeps the text file; what follows reads its prepared directory
-    opts = dataclasses.replace(opts, data=data)
-    model = model_to_pretrain(opts, tokenizer.vocab_size, cfg.seed)
-    if rank == 0:
-        masking = opts.masking
-        print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
-              f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
-              # a left-to-right model predicts every token: no masking to report
-              f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"
-              f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
-              f", precision {cfg.precision}, {world} rank(s) on {device}, "
-              f"{torch.get_num_threads()} threads", file=sys.stderr)
-        if len(parts) > 1:
-            print("data: a mixture of " + ", ".join(f"{d} ({w:.0%})" for d, w in parts)
-                  + ", each batch from one corpus", file=sys.stderr)
-        malloc, better = allocator()
-        if better and device.type == "cpu":
-            print(f"note: steps run faster with another allocator: LD_PRELOAD={better} "
-                  f"bertkit pretrain ...", file=sys.stderr)
-    data_kwargs = dict(objective=opts.objective, seq_len=opts.seq_len,
-                       masking=opts.masking, row_ends=opts.row_ends)
+    with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
+        check_config(opts.train, device)
+        parts = data_parts(opts, rank)
+        data = parts[0][0]
+        load_manifest(data)
+        tokenizer = Tokenizer.load(data / "tokenizer")
+        for size in {opts.batch_size, opts.early_batch_size}:
+            if size % world:
+                raise UserError(f"a batch of {size} sequences does not split over {world} "
+                                f"ranks")
+        # the command line keeps the text file; what follows reads its prepared directory
+        prepared = dataclasses.replace(opts, data=data)
+        batches = _train_batches(prepared, parts, rank, world)  # checks the shards' sums
+        # Every rank builds them (a few batches) so that all agree whether to evaluate.
+        held = _heldout_batches(prepared, _data_kwargs(prepared), opts.train.seed + 1, parts)
+        model = model_to_pretrain(prepared, tokenizer.vocab_size, opts.train.seed)
+        opts, why = resolve(opts, device, world)
+        cfg = opts.train
+        settings = run_settings({"options": opts}, device=device, precision=cfg.precision,
+                                command=command_line(opts) if command_line else None)
+        opts = dataclasses.replace(opts, data=data)
+        if rank == 0:
+            _announce(opts, model, parts, device, world, settings, why)
+            if not held:
+                print("warning: the held-out split is empty: no evaluation", file=sys.stderr)
 
-    def train_batches(seq_len: int, batch_size: int, seed: int):
-        # Each rank takes its rows of the same global batch: any number of ranks trains alike.
+        def evaluate(m):
+            return objectives.evaluate_lm(m, held, opts.objective, device)
+
+        return train(model, objectives.loss_for(opts.objective), batches, cfg, opts.out,
+                     evaluate=evaluate if held else None,
+                     save=lambda m, path: save_pretrained(m, path, tokenizer,
+                                                          opts.objective == "clm"),
+                     target_count=objectives.target_count(opts.objective),
+                     fingerprint=_fingerprint(opts, parts), device=device, settings=settings,
+                     find_unused_parameters=False)  # model_to_pretrain froze the unused heads
+
+
+def _data_kwargs(opts: PretrainOptions) -> dict:
+    """What PretrainingBatches takes from the options, beside the batch size and seed."""
+    return dict(objective=opts.objective, seq_len=opts.seq_len, masking=opts.masking,
+                row_ends=opts.row_ends)
+
+
+def _train_batches(opts: PretrainOptions, parts: list[tuple[Path, float]], rank: int,
+                   world: int):
+    """The training batches: of one corpus or a mixture, with short sequences first when
+    asked. Each rank takes its rows of the same global batch: any number of ranks trains
+    alike."""
+    def of_length(seq_len: int, batch_size: int, seed: int):
         made = [PretrainingBatches(part, batch_size=batch_size // world, split="train",
                                    seed=seed, rank=rank, world_size=world,
-                                   **{**data_kwargs, "seq_len": seq_len})
+                                   **{**_data_kwargs(opts), "seq_len": seq_len})
                 for part, _ in parts]
         return made[0] if len(made) == 1 else MixedBatches(made, [w for _, w in parts])
 
+    seed = opts.train.seed
     if not opts.short_first:
-        batches = train_batches(opts.seq_len, opts.batch_size, cfg.seed)
-    else:
-        # the long phase draws its own order, not the first batches again at another length
-        batches = LengthSchedule(
-            train_batches(opts.early_seq_len, opts.early_batch_size, cfg.seed),
-            train_batches(opts.seq_len, opts.batch_size, cfg.seed + 1),
-            switch_at=opts.early_fraction)
-    # Every rank builds them (a few batches) so that all agree whether to evaluate.
-    held = _heldout_batches(opts, data_kwargs, cfg.seed + 1, parts)
-    if rank == 0 and not held:
-        print("warning: the held-out split is empty: no evaluation", file=sys.stderr)
+        return of_length(opts.seq_len, opts.batch_size, seed)
+    # the long phase draws its own order, not the first batches again at another length
+    return LengthSchedule(of_length(opts.early_seq_len, opts.early_batch_size, seed),
+                          of_length(opts.seq_len, opts.batch_size, seed + 1),
+                          switch_at=opts.early_fraction)
 
-    def evaluate(m):
-        return objectives.evaluate_lm(m, held, opts.objective, device)
 
-    fingerprint = {"data": _data_fingerprint(parts), "objective": opts.objective,
-                   "seq_len": opts.seq_len, "batch_size": opts.batch_size,
-                   # only when not "anywhere": checkpoints of rows cut anywhere resume
-                   **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),
-                   **({"early_seq_len": opts.early_seq_len,
-                       "early_fraction": opts.early_fraction}
-                      if opts.short_first else {}),
-                   # mlm_prob_final only when set: earlier checkpoints still resume
-                   "masking": {k: v for k, v in dataclasses.asdict(opts.masking).items()
-                               if k != "mlm_prob_final" or v is not None},
-                   "grad_accum": cfg.grad_accum,
-                   # only when set: checkpoints written before batch growth still resume
-                   **({"grad_accum_final": cfg.grad_accum_final}
-                      if cfg.grad_accum_final is not None else {})}
-    return train(model, objectives.loss_for(opts.objective), batches, cfg, opts.out,
-                 evaluate=evaluate if held else None,
-                 save=lambda m, path: save_pretrained(m, path, tokenizer,
-                                                      opts.objective == "clm"),
-                 target_count=objectives.target_count(opts.objective),
-                 fingerprint=fingerprint, device=device, settings=settings,
-                 find_unused_parameters=False)  # model_to_pretrain froze the unused heads
+def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[Path, float]],
+              device: torch.device, world: int, settings: dict, why: str) -> None:
+    """The settings, the precision and why, the model and batch shape, on stderr."""
+    cfg, masking = opts.train, opts.masking
+    print(settings_block(settings), file=sys.stderr)
+    print(f"precision {cfg.precision}: {why}", file=sys.stderr)
+    print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
+          f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
+          # a left-to-right model predicts every token: no masking to report
+          f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"
+          f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
+          f", precision {cfg.precision}, {world} rank(s) on {device}, "
+          f"{torch.get_num_threads()} threads", file=sys.stderr)
+    if len(parts) > 1:
+        print("data: a mixture of " + ", ".join(f"{d} ({w:.0%})" for d, w in parts)
+              + ", each batch from one corpus", file=sys.stderr)
+    malloc, better = allocator()
+    if better and device.type == "cpu":
+        print(f"note: steps run faster with another allocator: LD_PRELOAD={better} "
+              f"bertkit pretrain ...", file=sys.stderr)
+
+
+def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]]) -> dict:
+    """What a checkpoint must have been trained on to be resumed by this run."""
+    cfg = opts.train
+    return {"data": _data_fingerprint(parts), "objective": opts.objective,
+            "seq_len": opts.seq_len, "batch_size": opts.batch_size,
+            # only when not "anywhere": checkpoints of rows cut anywhere resume
+            **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),
+            **({"early_seq_len": opts.early_seq_len, "early_fraction": opts.early_fraction}
+               if opts.short_first else {}),
+            # mlm_prob_final only when set: earlier checkpoints still resume
+            "masking": {k: v for k, v in dataclasses.asdict(opts.masking).items()
+                        if k != "mlm_prob_final" or v is not None},
+            "grad_accum": cfg.grad_accum,
+            # only when set: checkpoints written before batch growth still resume
+            **({"grad_accum_final": cfg.grad_accum_final}
+               if cfg.grad_accum_final is not None else {})}
 
 
 __all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",

@@ -53,6 +53,7 @@ from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, 
                            read_jsonl, read_lines)
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.model.kind import SEQ2SEQ_FILE, ModelKind, require_kind
+from bertkit.progress import Progress
 from bertkit.road.bleu import corpus_bleu, corpus_chrf
 from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import CLS, PAD, SEP, Tokenizer
@@ -464,7 +465,7 @@ def translate_with(model: Seq2Seq, tokenizer: Tokenizer, texts: Sequence[str], b
                    max_length: int = 200, batch_size: int = 64,
                    device: str | torch.device = "cpu", progress: bool = False) -> list[str]:
     """Output texts for `texts`: greedy (beam=1, batched by source length) or beam search of
-    that width; `progress` prints sentences/s and the ETA to stderr every 10 seconds."""
+    that width; `progress` shows sentences/s and the ETA on stderr (`bertkit.progress`)."""
     device = resolve_device(device)
     model.eval().to(device)
     sources = encode_texts(tokenizer, texts)
@@ -472,7 +473,7 @@ def translate_with(model: Seq2Seq, tokenizer: Tokenizer, texts: Sequence[str], b
     groups = [order[k:k + batch_size] for k in range(0, len(order), batch_size)] if beam == 1 \
         else [[i] for i in range(len(sources))]
     outputs: dict[int, list[int]] = {}
-    started = shown = time.perf_counter()
+    bar = Progress("translate", len(sources), "sentences", enabled=progress)
     for group in groups:
         src, mask = pad_sources([sources[i] for i in group], model.cfg)
         src, mask = src.to(device), mask.to(device)
@@ -480,10 +481,8 @@ def translate_with(model: Seq2Seq, tokenizer: Tokenizer, texts: Sequence[str], b
         decoded = greedy_decode(model, src, mask, limit) if beam == 1 \
             else [beam_decode(model, src, mask, limit, beam)]
         outputs.update((i, d.ids) for i, d in zip(group, decoded))
-        if progress and time.perf_counter() - shown > 10:
-            shown, rate = time.perf_counter(), len(outputs) / (time.perf_counter() - started)
-            print(f"translate: {len(outputs)}/{len(sources)} sentences, {rate:.1f}/s, ETA "
-                  f"{(len(sources) - len(outputs)) / rate:.0f} s", file=sys.stderr)
+        bar.update(len(outputs))
+    bar.finish()
     return [detokenize(tokenizer.decode(outputs[i])) for i in range(len(sources))]
 
 

@@ -290,11 +290,13 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
         say(f"tokenizer: the corpus holds {_amount(total)} of text, more than the "
             f"{_amount(sample_bytes)} a vocabulary is trained on (--sample-bytes): training "
             f"on a sample of {keep:.1%} of its lines, each kept independently (seed {seed})")
-    # The trainer's own bars (merges, pruning) only make sense on a terminal.
+    # The trainer's own bars (reading, merges, pruning) only make sense on a terminal; there
+    # they are the progress (two live bars would draw over each other), in a log ours is.
+    on_terminal = sys.stderr.isatty()
     backend, trainer = _untrained(kind, vocab_size, cased, plain_quotes, min_frequency,
-                                  progress and sys.stderr.isatty(), chars)
+                                  progress and on_terminal, chars)
     report = Progress(f"training {kind} vocabulary", round(sum(sizes) * keep), "lines",
-                      enabled=progress)
+                      enabled=progress and not on_terminal)
     try:
         backend.train_from_iterator(
             _batches(mixed_lines(parts, alpha, seed, sizes, keep), report), trainer)

@@ -36,7 +36,8 @@ object per log or eval: step, split, loss, metrics, learning_rate, tokens_per_se
 `loss.png`, `checkpoints/step-*/` (see checkpoint.py; one is always saved at the end, so that
 `resume` with a larger `max_steps` extends a finished run), `checkpoints/best.safetensors` when
 tracking a best metric, `tensorboard/` with `cfg.tensorboard`, and the final model files at the
-top. Progress lines go to stderr. Ctrl-C or SIGTERM finishes the current step, saves a
+top. Progress goes to stderr (`bertkit.progress`: a live bar on a terminal, a line every few
+seconds elsewhere), evaluations as lines above it. Ctrl-C or SIGTERM finishes the current step, saves a
 checkpoint and returns with `stopped_by="interrupted"` (no final model). Only rank 0 writes.
 
 Dropout draws from torch's process-wide generator: a run seeds it with `cfg.seed + rank` (a
@@ -71,13 +72,14 @@ from bertkit.config import TrainConfig
 from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
-from bertkit.runlock import RunLock
+from bertkit.progress import Progress
+from bertkit.runlock import LOCK_FILE, RunLock
 from bertkit.runtime import bf16_warning, choose_precision, resolve_device
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
                                          rng_state, save_checkpoint, set_rng_state)
-from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_line,
+from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_note,
                                      summary_writer)
 from bertkit.training.settings import write_settings
 
@@ -245,6 +247,8 @@ class _Run:
     world: int
     log: MetricsLog | None = None
     """Opened once the step to resume from is known."""
+    progress: Progress | None = None
+    """The live bar or periodic lines on stderr; the log's lines go through it."""
 
     @property
     def main(self) -> bool:
@@ -295,9 +299,11 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
           settings: dict | None = None) -> TrainResult:
     """Train `model` on `batches` with `loss_fn` per `cfg`; see the module docstring."""
     out_dir = Path(out_dir)
-    created = not out_dir.exists()
     first_rank = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     with _own_rng(), RunLock(out_dir, enabled=first_rank):  # one run writes into out_dir
+        # nothing there but the lock (this run's, or its caller's): all that is written is
+        # this run's, and removed if it fails before its first step
+        fresh = first_rank and all(p.name == LOCK_FILE for p in out_dir.iterdir())
         run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
                      target_count, fingerprint, resolve_device(device), find_unused_parameters,
                      show_progress, settings)
@@ -318,15 +324,27 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                 _checkpoint(run, state)  # a finished run can be extended (--resume)
         except BaseException:
             run.feed.close()
+            run.progress.close()
             run.log.close()
-            if run.main and created and state.step == 0 and out_dir.exists():
-                shutil.rmtree(out_dir, ignore_errors=True)  # nothing worth keeping was written
+            if run.main and fresh and state.step == 0:
+                _remove_written(out_dir)  # nothing worth keeping; the lock removes the folder
             raise
         _finish(run, state, save)
     return TrainResult(step=state.step, tokens=state.tokens, train_seconds=state.train_seconds,
                        stopped_by=state.stopped_by, train_metrics=state.train_metrics,
                        eval_metrics=state.eval_metrics, best_value=state.best_value,
                        best_step=state.best_step, out_dir=out_dir)
+
+
+def _remove_written(out_dir: Path) -> None:
+    """Everything in `out_dir` but its lock (whose release removes the directory it made)."""
+    for path in out_dir.iterdir():
+        if path.name == LOCK_FILE:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -341,17 +359,26 @@ def _own_rng():
         set_rng_state(saved)
 
 
+def check_config(cfg: TrainConfig, device: torch.device) -> None:
+    """The settings `train` refuses on this device and process group, as a one-line
+    UserError: callers run it before they print or measure anything."""
+    if cfg.precision == "fp16" and device.type != "cuda":
+        raise UserError("fp16 needs a GPU; use bf16 on the CPU")
+    if dist.is_available() and dist.is_initialized() and cfg.grad_accum_final is not None \
+            and cfg.max_steps is None:
+        # each rank's clock differs: the ranks would disagree on the micro-batches per step
+        raise UserError("batch growth (grad_accum_final) over several processes needs "
+                        "max_steps: a time budget alone grows by each process's own clock")
+    if cfg.tensorboard:
+        summary_writer()  # fails now, not after the first steps, when tensorboard is absent
+
+
 def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target_count,
            fingerprint, device, find_unused_parameters, show_progress, settings) -> _Run:
     """Check the options, make the optimiser and the wrapped objective."""
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    if cfg.precision == "fp16" and device.type != "cuda":
-        raise UserError("fp16 needs a GPU; use bf16 on the CPU")
-    if distributed and cfg.grad_accum_final is not None and cfg.max_steps is None:
-        # each rank's clock differs: the ranks would disagree on the micro-batches per step
-        raise UserError("batch growth (grad_accum_final) over several processes needs "
-                        "max_steps: a time budget alone grows by each process's own clock")
+    check_config(cfg, device)
     if cfg.precision == "auto":
         precision, why = choose_precision(device)
         cfg = cfg.replace(precision=precision)
@@ -362,8 +389,6 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
                                                     "precision": precision}}
     elif rank == 0 and (warning := bf16_warning(cfg.precision, device)):
         print(warning, file=sys.stderr)
-    if cfg.tensorboard:
-        summary_writer()  # fails now, not after the first steps, when tensorboard is absent
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
         if settings is not None:
@@ -410,7 +435,13 @@ def _resume_or_seed(run: _Run) -> _State:
         if cfg.resume and run.main:
             print(f"no checkpoint in {root}: starting afresh", file=sys.stderr)
         torch.manual_seed(cfg.seed + run.rank)  # dropout's draws; see _own_rng
-    run.log = MetricsLog(run.out_dir, run.main, state.step, tensorboard=cfg.tensorboard)
+    # first=0 and the run's whole training time: the rate and ETA count the steps before a
+    # resume too, as its time budget does
+    run.progress = Progress("train", cfg.max_steps, "steps", rate=False,
+                            time_limit=None if cfg.max_time is None else 60 * cfg.max_time,
+                            enabled=run.main and run.show_progress)
+    run.log = MetricsLog(run.out_dir, run.main, state.step, tensorboard=cfg.tensorboard,
+                         progress=run.progress)
     if latest is not None:
         run.log.say(f"resumed from {latest} at step {state.step}")
     return state
@@ -514,6 +545,7 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     state.window_tokens += n_tokens
     state.train_seconds += elapsed
     state.window_seconds += elapsed
+    note = None
     if state.step % cfg.log_every == 0 or _final_step(run, state):
         _log_training(run, state)
         # Time spent waiting on the device is only visible after the log's sync.
@@ -522,6 +554,11 @@ def _optimisation_step(run: _Run, state: _State) -> None:
         state.train_metrics["tokens_per_second"] = state.window_tokens / max(
             state.window_seconds + waited, 1e-9)
         _write_training_record(run, state)
+        note = progress_note(state.train_metrics, state.tokens)
+    # every step moves the bar; the figures (a host sync) change at log steps only, and a
+    # plain line waits for them
+    if note is not None or run.progress.note or run.progress.drawing():
+        run.progress.update(state.step, elapsed=state.train_seconds, note=note)
 
 
 def _accumulate_gradients(run: _Run, state: _State, micro: list[dict]) -> None:
@@ -575,9 +612,6 @@ def _log_training(run: _Run, state: _State) -> None:
 def _write_training_record(run: _Run, state: _State) -> None:
     run.log.record({"step": state.step, "split": "train", "tokens": state.tokens,
                     "seconds": round(state.train_seconds, 3), **state.train_metrics})
-    if run.show_progress:
-        run.log.say(progress_line(state.step, run.cfg, state.train_seconds, state.tokens,
-                                  state.train_metrics))
     state.sums, state.window_steps, state.window_tokens, state.window_seconds = {}, 0, 0, 0.0
 
 
@@ -665,6 +699,7 @@ def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] 
     """The last evaluation, the loss plot, the best weights back if asked, the final model."""
     cfg, interrupted = run.cfg, state.stopped_by == "interrupted"
     run.feed.close()
+    run.progress.finish()
     if run.evaluate is not None and state.last_eval_step != state.step and not interrupted:
         _evaluate(run, state)
     run.log.close()
@@ -695,4 +730,4 @@ def _save_best(root: Path, model: nn.Module, value: float, step: int) -> None:
         f.write(save(state, metadata={"value": repr(value), "step": str(step)}))
 
 
-__all__ = ["train", "TrainResult", "autocast"]
+__all__ = ["train", "TrainResult", "autocast", "check_config"]

@@ -1,5 +1,5 @@
-"""A run's log: metrics.jsonl written as training goes, with a progress line on stderr (and
-TensorBoard scalars when asked), read back, and drawn as loss curves in PNG files.
+"""A run's log: metrics.jsonl written as training goes, its lines on stderr through the run's
+progress reporter (and TensorBoard scalars when asked), read back, and drawn as loss curves in PNG files.
 
 Drawing uses a bare `matplotlib.figure.Figure` (`bertkit.figures`): no pyplot, no backend
 chosen for the process; matplotlib is an extra, imported only to draw. The plotting functions return the curves they drew (label -> (x, y)).
@@ -13,14 +13,9 @@ from pathlib import Path
 from bertkit.config import TrainConfig
 from bertkit.figures import new_figure, save_png
 from bertkit.files import UserError, atomic_file
+from bertkit.progress import Progress
 
 # Writing, as training goes ------------------------------------------------------------------
-
-def _clock(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    h, rest = divmod(seconds, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
-
 
 def format_metrics(values: dict[str, float]) -> str:
     """`name value` pairs, four significant digits, for a log line."""
@@ -61,8 +56,9 @@ class MetricsLog:
     and writing nothing when not `active` (ranks other than 0)."""
 
     def __init__(self, out_dir: Path, active: bool, resumed_step: int,
-                 tensorboard: bool = False):
+                 tensorboard: bool = False, progress: Progress | None = None):
         self.path, self.active = out_dir / "metrics.jsonl", active
+        self.progress = progress
         if active and self.path.exists():
             keep = [r for r in read_metrics(self.path, announce=True)
                     if r.get("step", 0) <= resumed_step]
@@ -83,7 +79,12 @@ class MetricsLog:
                 self.writer.add_scalar(tag, value, obj["step"])
 
     def say(self, line: str) -> None:
-        if self.active:
+        """A line on stderr, above the progress bar when there is one."""
+        if not self.active:
+            return
+        if self.progress is not None:
+            self.progress.say(line)
+        else:
             print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
@@ -95,23 +96,14 @@ class MetricsLog:
             self.writer = None
 
 
-def progress_line(step: int, cfg: TrainConfig, seconds: float, tokens: int,
-                  metrics: dict[str, float]) -> str:
-    """The training progress line: step, figures, lr, tokens/s, tokens, elapsed and ETA (from
-    the steps left, or the time budget left, whichever ends first)."""
-    if cfg.max_steps is not None:
-        eta = (cfg.max_steps - step) * seconds / max(step, 1)
-        if cfg.max_time is not None:
-            eta = min(eta, 60 * cfg.max_time - seconds)
-        where = f"step {step}/{cfg.max_steps}"
-    else:
-        eta = 60 * cfg.max_time - seconds
-        where = f"step {step}"
+def progress_note(metrics: dict[str, float], tokens: int) -> str:
+    """The training figures the progress shows beside step, elapsed and ETA: the mean loss
+    and metrics of the last log window, lr, tokens/s and tokens."""
     shown = {k: v for k, v in metrics.items()
              if k not in ("learning_rate", "tokens_per_second", "grad_norm")}
-    return (f"{where}  {format_metrics(shown)}  lr {metrics['learning_rate']:.2e}  "
-            f"{metrics['tokens_per_second']:,.0f} tok/s  {tokens:,} tokens  "
-            f"elapsed {_clock(seconds)}  ETA {_clock(eta)}")
+    return ", ".join([*(f"{k} {v:.4g}" for k, v in shown.items()),
+                      f"lr {metrics['learning_rate']:.2e}",
+                      f"{metrics['tokens_per_second']:,.0f} tokens/s", f"{tokens:,} tokens"])
 
 
 # Reading and drawing -----------------------------------------------------------------------
@@ -294,6 +286,6 @@ def plot_runs(runs: dict[str, str | Path], png: str | Path, *, split: str, key: 
     return curves
 
 
-__all__ = ["MetricsLog", "summary_writer", "scalar_tags", "format_metrics", "progress_line",
+__all__ = ["MetricsLog", "summary_writer", "scalar_tags", "format_metrics", "progress_note",
            "read_metrics", "loss_curves", "metric_curve", "plot_loss", "run_curves", "plot_runs",
            "Curves"]

@@ -14,8 +14,8 @@ from bertkit.config import EncoderConfig
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import PretrainingModel
 from bertkit.model.hub import load_pretraining_model, save_model
-from bertkit.pretraining.evaluation import (masked_token_scores, minimal_pairs,
-                                            pseudo_perplexity, read_pairs)
+from bertkit.pretraining.evaluation import (heldout_scores, masked_token_scores,
+                                            minimal_pairs, pseudo_perplexity, read_pairs)
 from bertkit.text.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -140,8 +140,7 @@ def test_a_prepared_directory_gives_the_held_out_figures(setup, capsys):
                          "--seq-len", "32", "--pretrain-batch-size", "8",
                          "--eval-batches", "2"])
     model = load_pretraining_model(setup["model"])
-    want = masked_token_scores(model, Tokenizer.load(setup["model"]), setup["data"],
-                               batch_size=8, seq_len=32, eval_batches=2)
+    want = heldout_scores(model, setup["data"], batch_size=8, seq_len=32, eval_batches=2)
     assert got == {"kind": "heldout", **want}
 
 

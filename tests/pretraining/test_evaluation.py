@@ -19,9 +19,9 @@ from bertkit.model.encoder import init_weights
 from bertkit.config import TrainConfig
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
 from bertkit.pretraining import objectives
-from bertkit.pretraining.evaluation import (is_pairs_file, masked_token_scores, minimal_pairs,
-                                            pseudo_log_likelihood, pseudo_perplexity,
-                                            read_pairs)
+from bertkit.pretraining.evaluation import (heldout_scores, is_pairs_file, masked_token_scores,
+                                            minimal_pairs, pseudo_log_likelihood,
+                                            pseudo_perplexity, read_pairs)
 from bertkit.pretraining.masking import mask_tokens, sampling_probs, special_tokens_mask
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import train
@@ -446,8 +446,8 @@ def prepared(tmp_path_factory, tiny):
 
 
 @pytest.mark.parametrize("objective,masking", [("mlm", "token"), ("mlm+nsp", "whole-word")])
-def test_masked_token_scores_on_a_prepared_directory_equal_evaluate_lm(prepared, tmp_path,
-                                                                       objective, masking):
+def test_heldout_scores_of_a_prepared_directory_equal_evaluate_lm(prepared, tmp_path,
+                                                                 objective, masking):
     from bertkit.pretraining.masking import MaskingConfig
     from bertkit.pretraining.recipe import PretrainMasking, PretrainOptions, _heldout_batches
 
@@ -463,24 +463,26 @@ def test_masked_token_scores_on_a_prepared_directory_equal_evaluate_lm(prepared,
                                                              whole_word=whole_word)),
                             5 + 1)
     want = objectives.evaluate_lm(model, held, objective)
-    got = masked_token_scores(model, tokenizer, data, seed=5, batch_size=8, objective=objective,
-                              seq_len=32, eval_batches=3, whole_word=masking == "whole-word")
+    got = heldout_scores(model, data, seed=5, batch_size=8, objective=objective, seq_len=32,
+                         eval_batches=3, whole_word=masking == "whole-word")
     assert got["accuracy"] == want["eval_accuracy"] and got["loss"] == want["eval_loss"]
     assert got["perplexity"] == want["eval_perplexity"] and got["tokens"] == want["eval_tokens"]
     assert ("nsp_accuracy" in got) == (objective == "mlm+nsp")
-    other = masked_token_scores(model, tokenizer, data, seed=6, batch_size=8,
-                                objective=objective, seq_len=32, eval_batches=3)
+    other = heldout_scores(model, data, seed=6, batch_size=8, objective=objective, seq_len=32,
+                           eval_batches=3)
     assert other["loss"] != want["eval_loss"]  # the seed chooses the masks
-    same = masked_token_scores(model, tokenizer, data, seed=5, batch_size=8, objective=objective,
-                               seq_len=32, eval_batches=3, whole_word=whole_word,
-                               mask_frac=0.8, random_frac=0.1)  # pretraining's split, spelled out
+    same = heldout_scores(model, data, seed=5, batch_size=8, objective=objective, seq_len=32,
+                          eval_batches=3, whole_word=whole_word,
+                          mask_frac=0.8, random_frac=0.1)  # pretraining's split, spelled out
     assert same["loss"] == got["loss"]
-    every = masked_token_scores(model, tokenizer, data, seed=5, batch_size=8, objective=objective,
-                                seq_len=32, eval_batches=3, whole_word=whole_word, mask_frac=1.0,
-                                random_frac=0.0)
+    every = heldout_scores(model, data, seed=5, batch_size=8, objective=objective, seq_len=32,
+                           eval_batches=3, whole_word=whole_word, mask_frac=1.0,
+                           random_frac=0.0)
     assert every["tokens"] == got["tokens"] and every["loss"] != got["loss"]
     with pytest.raises(UserError, match="--mask-frac 0.95 and --random-frac 0.1"):
-        masked_token_scores(model, tokenizer, data, seq_len=32, mask_frac=0.95)
+        heldout_scores(model, data, seq_len=32, mask_frac=0.95)
+    with pytest.raises(TypeError, match="score a prepared data directory with heldout_scores"):
+        masked_token_scores(model, tokenizer, str(data))  # texts are texts, never a path
 
 
 # Behaviour: a model trained on agreement prefers the agreeing sentence ----------------------

@@ -86,6 +86,27 @@ def test_train_learns_and_writes_run_directory(tmp_path, tiny):
         assert torch.equal(loaded.state_dict()[k], v), k
 
 
+def test_progress_is_a_line_every_few_seconds_and_the_metrics_log_keeps_every_record(
+        tmp_path, tiny, capsys):
+    """Logged every step, 30 steps of a tiny model take well under the progress's 10 s: one
+    line once the first figures are in, the evaluation, and the last line; metrics.jsonl still
+    holds all 30 train records."""
+    held = [tiny.batch(torch.Generator().manual_seed(99), 8)]
+    cfg = TrainConfig(max_steps=30, log_every=1, eval_every=15)
+    train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
+          evaluate=lambda m: objectives.evaluate_lm(m, held, "mlm"), save=tiny.no_save)
+    err = capsys.readouterr().err.splitlines()
+    progress = [line for line in err if line.startswith("train: ")]
+    assert len(progress) == 2, err
+    assert progress[0].startswith("train: 1/30 steps (3%), loss ") and ", lr " in progress[0]
+    assert " tokens/s, " in progress[0] and "ETA" in progress[0]
+    assert progress[1].startswith("train: 30/30 steps (100%), loss ") and "ETA" not in progress[1]
+    assert [line.split("  ")[0] for line in err if line.startswith("eval")] == \
+        ["eval step 15", "eval step 30"]
+    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "train"] == list(range(1, 31))
+
+
 def test_train_gives_the_callers_generators_back(tmp_path, tiny):
     """The run seeds torch's generator for dropout; the caller's stream is left where it was."""
     model = tiny.model(hidden_dropout=0.1)  # (seeds torch itself: before ours)
