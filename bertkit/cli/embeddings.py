@@ -11,41 +11,8 @@ from typing import Literal
 from bertkit.cli.options import Command
 from bertkit.files import UserError
 
-
-@dataclass(kw_only=True)
-class EncoderOptions:
-    """The model whose vectors are read, and how it runs."""
-
-    model: Path
-    """bertkit, Hugging Face or sentence-transformers directory, or a model's name in the
-    local Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2)."""
-    device: str = "auto"
-    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
-    ..."""
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16); auto: bf16 on
-    a GPU that supports it, else fp32."""
-    max_length: int | None = None
-    """Cut inputs to this many tokens; none: the model's (sentence-transformers'
-    max_seq_length, else its positions)."""
-    workers: int | None = None
-    """Batches computed at once, one core each; none: torch's thread count; 1 = one batch at a
-    time on all threads."""
-
-    def load(self):
-        import torch
-
-        from bertkit.embeddings.embedder import Embedder
-        from bertkit.runtime import bf16_warning, resolve_device
-
-        device, precision = resolve_device(self.device), self.precision
-        if precision == "auto":
-            precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() \
-                else "fp32"
-        elif warning := bf16_warning(precision, device):
-            print(warning, file=sys.stderr)
-        return Embedder.load(self.model, device=device, precision=precision,
-                             max_length=self.max_length, workers=self.workers)
+ENCODER_OPTIONS = "bertkit.embeddings.embedder:EncoderOptions"
+"""The model whose vectors a command reads (imports torch: named, not imported, here)."""
 
 
 def layer_spec(text: str):
@@ -95,7 +62,7 @@ class EmbedOptions:
     """No progress on stderr."""
 
 
-def run_embed(opts: EmbedOptions, encoder: EncoderOptions) -> int:
+def run_embed(opts: EmbedOptions, encoder) -> int:
     from bertkit.embeddings.files import embed_file
     from bertkit.finetuning.readers import input_file
 
@@ -128,7 +95,7 @@ class SentenceModelOptions:
     """Scale sentence vectors to unit length; none: as the model does (no for plain BERT)."""
 
 
-def run_sentence_model(opts: SentenceModelOptions, encoder: EncoderOptions) -> int:
+def run_sentence_model(opts: SentenceModelOptions, encoder) -> int:
     embedder = encoder.load()
     if opts.pool is not None:
         embedder.pool = (opts.pool,)
@@ -171,7 +138,7 @@ class AnisotropyOptions:
     """No progress on stderr."""
 
 
-def run_anisotropy(opts: AnisotropyOptions, encoder: EncoderOptions) -> int:
+def run_anisotropy(opts: AnisotropyOptions, encoder) -> int:
     from bertkit.embeddings.anisotropy import anisotropy_report, sample_lines
     from bertkit.embeddings.standardize import STANDARDIZER_FILE
     from bertkit.model.hub import resolve_model
@@ -233,7 +200,7 @@ class PlotSensesOptions:
     """Leave out senses with fewer instances."""
 
 
-def run_plot_senses(opts: PlotSensesOptions, encoder: EncoderOptions) -> int:
+def run_plot_senses(opts: PlotSensesOptions, encoder) -> int:
     from bertkit.senses.plots import plot_senses, read_sense_instances
     from bertkit.figures import require_matplotlib
 
@@ -261,7 +228,7 @@ class PlotAttentionOptions:
     """Head 0..A-1; none: all heads in a grid."""
 
 
-def run_plot_attention(opts: PlotAttentionOptions, encoder: EncoderOptions) -> int:
+def run_plot_attention(opts: PlotAttentionOptions, encoder) -> int:
     from bertkit.embeddings.plots import plot_attention
     from bertkit.figures import require_matplotlib
 
@@ -337,26 +304,26 @@ def run_plot_layer_mix(opts: PlotLayerMixOptions) -> int:
 
 
 COMMANDS = (
-    Command("embed", run_embed, (EmbedOptions, EncoderOptions),
+    Command("embed", run_embed, (EmbedOptions, ENCODER_OPTIONS),
             help="contextual vectors of each line (or word) into a .npy file",
             description="One float32 row per input line (a tab separates a pair), or with "
                         "--words one row per word, written to --out with an index "
                         "OUT.index.jsonl saying which line / word each row is."),
-    Command("sentence-model", run_sentence_model, (SentenceModelOptions, EncoderOptions),
+    Command("sentence-model", run_sentence_model, (SentenceModelOptions, ENCODER_OPTIONS),
             help="write a model as a sentence-transformers directory (pooling, normalize)",
             description="Copy MODEL to --out with sentence-transformers' modules.json, "
                         "1_Pooling/config.json, sentence_bert_config.json (max_seq_length from "
                         "--max-length) and, when normalizing, 2_Normalize, so that "
                         "SentenceTransformer(OUT) gives what `bertkit embed` gives."),
-    Command("anisotropy", run_anisotropy, (AnisotropyOptions, EncoderOptions),
+    Command("anisotropy", run_anisotropy, (AnisotropyOptions, ENCODER_OPTIONS),
             help="expected cosine, rogue dimensions and standardization, per layer, on a corpus",
             description="Embed a sample of corpus lines and report, per layer, the expected "
                         "cosine between word vectors of different lines (anisotropy), "
                         "self-similarity, intra-sentence similarity and the rogue dimensions, "
                         "before and after standardization."),
-    Command("plot senses", run_plot_senses, (PlotSensesOptions, EncoderOptions),
+    Command("plot senses", run_plot_senses, (PlotSensesOptions, ENCODER_OPTIONS),
             help="2-D projection of one word's vectors, coloured by sense"),
-    Command("plot attention", run_plot_attention, (PlotAttentionOptions, EncoderOptions),
+    Command("plot attention", run_plot_attention, (PlotAttentionOptions, ENCODER_OPTIONS),
             help="attention heatmap of one sentence (layer, head)"),
     Command("plot runs", run_plot_runs, (PlotRunsOptions,),
             help="one figure of several runs' logs (loss, accuracy) against steps or time"),
