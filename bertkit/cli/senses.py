@@ -1,8 +1,8 @@
 """Commands on word senses: `wsd split|train|predict|evaluate` (sense embeddings),
 `static train|neighbors|similarity|contexts|analogy|plot` (word2vec, the static baseline) and
 `similarity` (one word's contextual vectors in two texts, layer by layer). Their settings are
-the library's WsdOptions and SkipGramConfig (bertkit.road.word2vec), and the options of
-the commands that only read files and print, here."""
+the library's WsdOptions, WsdRun (bertkit.senses) and SkipGramConfig (bertkit.road.word2vec),
+and the options of the commands that only read files and print, here."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,7 @@ from bertkit.cli.options import Command, command_line
 from bertkit.files import UserError
 
 WSD_OPTIONS = "bertkit.senses.wsd:WsdOptions"
+WSD_RUN = "bertkit.senses.data:WsdRun"
 
 
 @dataclass(kw_only=True)
@@ -45,26 +46,6 @@ def run_wsd_split(opts: WsdSplitOptions) -> int:
 
 
 @dataclass(kw_only=True)
-class WsdRun:
-    """How the model that gives the word vectors runs."""
-
-    batch_size: int = 32
-    """Texts per forward pass."""
-    device: str = "auto"
-    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
-    ..."""
-    quiet: bool = False
-    """No progress on stderr."""
-
-    def source(self, model: str | Path, options):
-        from bertkit.senses.data import load_source
-
-        return load_source(model, layers=options.layers, subword_pool=options.subword_pool,
-                           window=options.window, batch_size=self.batch_size,
-                           progress=not self.quiet, device=self.device)
-
-
-@dataclass(kw_only=True)
 class WsdTrainFiles:
     model: Path
     """BERT directory or `bertkit static` directory."""
@@ -74,7 +55,7 @@ class WsdTrainFiles:
     """Output directory."""
 
 
-def run_wsd_train(files: WsdTrainFiles, run: WsdRun, options) -> int:
+def run_wsd_train(files: WsdTrainFiles, run, options) -> int:
     from bertkit.senses.data import read_examples
     from bertkit.senses.wsd import train_wsd
 
@@ -105,7 +86,7 @@ class WsdPredictOptions:
     """Score with another method than the one trained; none: the trained one."""
 
 
-def run_wsd_predict(opts: WsdPredictOptions, run: WsdRun) -> int:
+def run_wsd_predict(opts: WsdPredictOptions, run) -> int:
     from bertkit.files import atomic_file
     from bertkit.senses.data import read_examples
     from bertkit.senses.wsd import SenseInventory, predict
@@ -150,7 +131,7 @@ class WsdEvaluateOptions:
     sense embeddings); none: the trained one."""
 
 
-def run_wsd_evaluate(opts: WsdEvaluateOptions, run: WsdRun) -> int:
+def run_wsd_evaluate(opts: WsdEvaluateOptions, run) -> int:
     from bertkit.senses.data import read_examples
     from bertkit.senses.wsd import SenseInventory, evaluate
 
@@ -397,15 +378,15 @@ COMMANDS = (
             description="For each sense, one instance drawn at random stays in training and "
                         "each other instance goes to the test side with probability "
                         "--fraction: every test sense has training instances."),
-    Command("wsd train", run_wsd_train, (WsdTrainFiles, WsdRun, WSD_OPTIONS),
+    Command("wsd train", run_wsd_train, (WsdTrainFiles, WSD_RUN, WSD_OPTIONS),
             help="sense embeddings from sense-labelled examples",
             description="Each sense's embedding is the mean vector of its training instances. "
                         "Methods: gloss-prior (nearest sense embedding + gloss similarity + log "
                         "sense-frequency prior, weights tuned by leave-one-out on the training "
                         "data) or 1nn (the nearest sense embedding alone)."),
-    Command("wsd predict", run_wsd_predict, (WsdPredictOptions, WsdRun),
+    Command("wsd predict", run_wsd_predict, (WsdPredictOptions, WSD_RUN),
             help="label examples with senses (JSON lines out)"),
-    Command("wsd evaluate", run_wsd_evaluate, (WsdEvaluateOptions, WsdRun),
+    Command("wsd evaluate", run_wsd_evaluate, (WsdEvaluateOptions, WSD_RUN),
             help="accuracy against the most-frequent-sense baseline"),
     Command("static train", run_static_train,
             (StaticTrainFiles, "bertkit.road.word2vec:SkipGramConfig"),
