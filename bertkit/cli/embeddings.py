@@ -31,54 +31,23 @@ def _standardizer(path: Path | None):
 
 
 @dataclass(kw_only=True)
-class EmbedOptions:
+class EmbedFiles:
     input: Path
     """UTF-8 text file, one text per line (a tab separates a pair); "-": standard input."""
     out: Path
     """Output .npy file; its index goes to OUT.index.jsonl."""
-    layers: str = "-1"
-    """Hidden layers: a number (0 = embeddings, -1 = last block), a comma-separated list,
-    "last4" or "all"."""
-    combine: Literal["mean", "sum", "concat"] = "mean"
-    """How several layers are combined."""
-    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
-                  "lasttoken"] | None = None
-    """Sentence vector from the tokens: [CLS], their mean, max, ...; none: the model's
-    sentence-transformers Pooling (modules.json), else mean."""
-    words: bool = False
-    """One row per word instead of per line."""
-    subword_pool: Literal["mean", "first"] = "mean"
-    """Word vector from its pieces: their mean or the first."""
-    normalize: bool | None = None
-    """Scale rows to unit length; none: as the model's sentence-transformers Normalize says
-    for sentence vectors (no for a plain BERT directory, and for words)."""
-    standardize: bool = False
-    """z-score each layer with the model's fitted standardizer."""
-    standardizer: Path | None = None
-    """Standardizer file (implies --standardize)."""
-    batch_size: int = 32
-    """Texts per forward pass."""
-    quiet: bool = False
-    """No progress on stderr."""
 
 
-def run_embed(opts: EmbedOptions, encoder) -> int:
-    from bertkit.embeddings.files import embed_file
+def run_embed(files: EmbedFiles, settings, encoder) -> int:
     from bertkit.finetuning.readers import input_file
 
     embedder = encoder.load()
-    if opts.standardizer:
-        embedder.standardizer = _standardizer(opts.standardizer)
     try:
-        with input_file(opts.input) as path:  # "-": standard input
-            result = embed_file(
-                embedder, path, opts.out, words=opts.words, layers=layer_spec(opts.layers),
-                combine=opts.combine, pool=opts.pool, subword_pool=opts.subword_pool,
-                normalize=opts.normalize, standardize=opts.standardize or bool(opts.standardizer),
-                batch_size=opts.batch_size, progress=not opts.quiet)
+        with input_file(files.input) as path:  # "-": standard input
+            result = settings.embed(embedder, path, files.out)
     except ValueError as e:
         raise UserError(str(e)) from None
-    print(f"{opts.out}: {result.rows} rows from {result.lines} lines "
+    print(f"{files.out}: {result.rows} rows from {result.lines} lines "
           f"(index: {result.index_path})")
     return 0
 
@@ -304,7 +273,8 @@ def run_plot_layer_mix(opts: PlotLayerMixOptions) -> int:
 
 
 COMMANDS = (
-    Command("embed", run_embed, (EmbedOptions, ENCODER_OPTIONS),
+    Command("embed", run_embed, (EmbedFiles, "bertkit.embeddings.files:EmbedSettings",
+                                 ENCODER_OPTIONS),
             help="contextual vectors of each line (or word) into a .npy file",
             description="One float32 row per input line (a tab separates a pair), or with "
                         "--words one row per word, written to --out with an index "
