@@ -53,24 +53,15 @@ def run_embed(files: EmbedFiles, settings, encoder) -> int:
 
 
 @dataclass(kw_only=True)
-class SentenceModelOptions:
+class SentenceModelFiles:
     out: Path = field(metadata={"output": "directory"})
     """Output directory: the model plus modules.json, 1_Pooling, 2_Normalize and
     sentence_bert_config.json, which sentence-transformers loads."""
-    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
-                  "lasttoken"] | None = None
-    """Sentence vector from the tokens; none: the model's own Pooling, else mean."""
-    normalize: bool | None = None
-    """Scale sentence vectors to unit length; none: as the model does (no for plain BERT)."""
 
 
-def run_sentence_model(opts: SentenceModelOptions, encoder) -> int:
-    embedder = encoder.load()
-    if opts.pool is not None:
-        embedder.pool = (opts.pool,)
-    if opts.normalize is not None:
-        embedder.normalize = opts.normalize
-    path = embedder.save(opts.out)
+def run_sentence_model(files: SentenceModelFiles, pooling, encoder) -> int:
+    embedder = pooling.apply(encoder.load())
+    path = embedder.save(files.out)
     print(f"{path}: sentence-transformers model ({'+'.join(embedder.pool)} pooling"
           f"{', normalized' if embedder.normalize else ''}, max {embedder.max_length} tokens)")
     return 0
@@ -279,7 +270,8 @@ COMMANDS = (
             description="One float32 row per input line (a tab separates a pair), or with "
                         "--words one row per word, written to --out with an index "
                         "OUT.index.jsonl saying which line / word each row is."),
-    Command("sentence-model", run_sentence_model, (SentenceModelOptions, ENCODER_OPTIONS),
+    Command("sentence-model", run_sentence_model,
+            (SentenceModelFiles, "bertkit.embeddings.embedder:SentencePooling", ENCODER_OPTIONS),
             help="write a model as a sentence-transformers directory (pooling, normalize)",
             description="Copy MODEL to --out with sentence-transformers' modules.json, "
                         "1_Pooling/config.json, sentence_bert_config.json (max_seq_length from "

@@ -542,6 +542,26 @@ class EncoderOptions:
                              max_length=self.max_length, workers=self.workers)
 
 
+@dataclass(kw_only=True)
+class SentencePooling:
+    """How a model's token vectors become a sentence vector, where a command overrides the
+    model's own (`bertkit sentence-model`)."""
+
+    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
+                  "lasttoken"] | None = None
+    """Sentence vector from the tokens; none: the model's own Pooling, else mean."""
+    normalize: bool | None = None
+    """Scale sentence vectors to unit length; none: as the model does (no for plain BERT)."""
+
+    def apply(self, embedder: Embedder) -> Embedder:
+        """`embedder` with the pooling and normalizing given (the others left as they are)."""
+        if self.pool is not None:
+            embedder.pool = (self.pool,)
+        if self.normalize is not None:
+            embedder.normalize = self.normalize
+        return embedder
+
+
 def _embedder(model: "Embedder | str | Path") -> Embedder:
     return model if isinstance(model, Embedder) else Embedder.load(model)
 
