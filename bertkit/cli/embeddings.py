@@ -1,5 +1,8 @@
 """Commands on contextual embeddings and what they show: `embed`, `sentence-model`,
-`anisotropy`, `plot senses`, `plot attention`."""
+`anisotropy`, `plot senses`, `plot attention`. Their settings are the library's options
+dataclasses (EncoderOptions, SentencePooling in bertkit.embeddings.embedder, EmbedSettings in
+bertkit.embeddings.files, SensePlotSettings in bertkit.senses.plots); the files they read and
+write, and what they print, are here."""
 from __future__ import annotations
 
 import json
@@ -13,14 +16,6 @@ from bertkit.files import UserError
 
 ENCODER_OPTIONS = "bertkit.embeddings.embedder:EncoderOptions"
 """The model whose vectors a command reads (imports torch: named, not imported, here)."""
-
-
-def layer_spec(text: str):
-    """A --layers value for the library: a number, "0,3,6", "last4" or "all"."""
-    try:
-        return int(text)
-    except ValueError:
-        return text
 
 
 def _standardizer(path: Path | None):
@@ -139,40 +134,21 @@ def run_anisotropy(opts: AnisotropyOptions, encoder) -> int:
 
 
 @dataclass(kw_only=True)
-class PlotSensesOptions:
+class PlotSensesFiles:
     input: Path
     """Sense-labelled JSON lines (text, start, end, lemma, synset or sense, optional gloss)."""
     lemma: str
     """The word to show."""
     out: Path
     """Output PNG."""
-    method: Literal["pca", "umap"] = "pca"
-    """Projection: PCA, or UMAP (needs umap-learn installed)."""
-    layers: str = "-1"
-    """Hidden layers: a number, a comma-separated list, "last4" or "all"."""
-    standardize: bool = False
-    """z-score with the model's fitted standardizer first."""
-    standardizer: Path | None = None
-    """Standardizer file (implies --standardize)."""
-    max_per_sense: int = 50
-    """Instances shown per sense at most."""
-    min_per_sense: int = 1
-    """Leave out senses with fewer instances."""
 
 
-def run_plot_senses(opts: PlotSensesOptions, encoder) -> int:
-    from bertkit.senses.plots import plot_senses, read_sense_instances
+def run_plot_senses(files: PlotSensesFiles, settings, encoder) -> int:
     from bertkit.figures import require_matplotlib
 
-    require_matplotlib(opts.out)  # before the model is loaded
-    instances = read_sense_instances(opts.input, opts.lemma, opts.max_per_sense,
-                                     opts.min_per_sense)
-    embedder = encoder.load()
-    if opts.standardizer:
-        embedder.standardizer = _standardizer(opts.standardizer)
-    print(plot_senses(embedder, instances, opts.out, layers=layer_spec(opts.layers),
-                      method=opts.method, standardize=opts.standardize or bool(opts.standardizer),
-                      title_word=opts.lemma).path)
+    require_matplotlib(files.out)  # before the model is loaded
+    instances = settings.instances(files.input, files.lemma)
+    print(settings.plot(encoder.load(), instances, files.out, files.lemma).path)
     return 0
 
 
@@ -283,7 +259,8 @@ COMMANDS = (
                         "cosine between word vectors of different lines (anisotropy), "
                         "self-similarity, intra-sentence similarity and the rogue dimensions, "
                         "before and after standardization."),
-    Command("plot senses", run_plot_senses, (PlotSensesOptions, ENCODER_OPTIONS),
+    Command("plot senses", run_plot_senses,
+            (PlotSensesFiles, "bertkit.senses.plots:SensePlotSettings", ENCODER_OPTIONS),
             help="2-D projection of one word's vectors, coloured by sense"),
     Command("plot attention", run_plot_attention, (PlotAttentionOptions, ENCODER_OPTIONS),
             help="attention heatmap of one sentence (layer, head)"),
