@@ -19,29 +19,25 @@ WSD_RUN = "bertkit.senses.data:WsdRun"
 
 
 @dataclass(kw_only=True)
-class WsdSplitOptions:
+class WsdSplitFiles:
     input: Path
     """Sense-labelled JSON lines."""
     train_out: Path
     """Output JSON lines: the training part."""
     test_out: Path
     """Output JSON lines: the held-out part."""
-    fraction: float = 0.5
-    """Chance that a non-reserved instance is held out."""
-    seed: int = 0
-    """Seeds the split."""
 
 
-def run_wsd_split(opts: WsdSplitOptions) -> int:
-    from bertkit.senses.data import read_examples, split_examples, write_examples
+def run_wsd_split(files: WsdSplitFiles, settings) -> int:
+    from bertkit.senses.data import read_examples, write_examples
 
     try:
-        train, test = split_examples(read_examples(opts.input), opts.fraction, opts.seed)
+        train, test = settings.split(read_examples(files.input))
     except ValueError as e:
         raise UserError(str(e)) from None
-    write_examples(train, opts.train_out)
-    write_examples(test, opts.test_out)
-    print(f"{opts.train_out}: {len(train)} examples; {opts.test_out}: {len(test)} examples")
+    write_examples(train, files.train_out)
+    write_examples(test, files.test_out)
+    print(f"{files.train_out}: {len(train)} examples; {files.test_out}: {len(test)} examples")
     return 0
 
 
@@ -373,7 +369,7 @@ def run_similarity(opts: ContextSimilarityOptions) -> int:
 
 
 COMMANDS = (
-    Command("wsd split", run_wsd_split, (WsdSplitOptions,),
+    Command("wsd split", run_wsd_split, (WsdSplitFiles, "bertkit.senses.data:SplitSettings"),
             help="reproducible train/test split of sense-labelled data",
             description="For each sense, one instance drawn at random stays in training and "
                         "each other instance goes to the test side with probability "

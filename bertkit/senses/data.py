@@ -226,6 +226,21 @@ def load_source(model: str | Path, *, layers: str = "last4", subword_pool: str =
 
 
 @dataclass(kw_only=True)
+class SplitSettings:
+    """How `split_examples` holds instances out (`bertkit wsd split`)."""
+
+    fraction: float = 0.5
+    """Chance that a non-reserved instance is held out."""
+    seed: int = 0
+    """Seeds the split."""
+
+    def split(self, examples: Sequence[SenseExample]
+              ) -> tuple[list[SenseExample], list[SenseExample]]:
+        """(training, held-out): `split_examples` with these settings."""
+        return split_examples(examples, self.fraction, self.seed)
+
+
+@dataclass(kw_only=True)
 class WsdRun:
     """How the model that gives the word vectors runs."""
 
@@ -246,4 +261,4 @@ class WsdRun:
 
 
 __all__ = ["SenseExample", "check_target", "read_examples", "split_examples", "write_examples",
-           "ContextualSource", "StaticSource", "load_source", "WsdRun"]
+           "ContextualSource", "StaticSource", "load_source", "SplitSettings", "WsdRun"]
