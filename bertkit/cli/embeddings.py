@@ -1,8 +1,8 @@
 """Commands on contextual embeddings and what they show: `embed`, `sentence-model`,
 `anisotropy`, `plot senses`, `plot attention`. Their settings are the library's options
 dataclasses (EncoderOptions, SentencePooling in bertkit.embeddings.embedder, EmbedSettings in
-bertkit.embeddings.files, SensePlotSettings in bertkit.senses.plots); the files they read and
-write, and what they print, are here."""
+bertkit.embeddings.files, AttentionPlotSettings in bertkit.embeddings.plots, SensePlotSettings
+in bertkit.senses.plots); the files they read and write, and what they print, are here."""
 from __future__ import annotations
 
 import json
@@ -153,23 +153,18 @@ def run_plot_senses(files: PlotSensesFiles, settings, encoder) -> int:
 
 
 @dataclass(kw_only=True)
-class PlotAttentionOptions:
+class PlotAttentionFiles:
     text: str
     """The sentence."""
     out: Path
     """Output PNG."""
-    layer: int = -1
-    """Block 1..L, or -1 for the last."""
-    head: int | None = None
-    """Head 0..A-1; none: all heads in a grid."""
 
 
-def run_plot_attention(opts: PlotAttentionOptions, encoder) -> int:
-    from bertkit.embeddings.plots import plot_attention
+def run_plot_attention(files: PlotAttentionFiles, settings, encoder) -> int:
     from bertkit.figures import require_matplotlib
 
-    require_matplotlib(opts.out)  # before the model is loaded
-    print(plot_attention(encoder.load(), opts.text, opts.out, layer=opts.layer, head=opts.head).path)
+    require_matplotlib(files.out)  # before the model is loaded
+    print(settings.plot(encoder.load(), files.text, files.out).path)
     return 0
 
 
@@ -262,7 +257,9 @@ COMMANDS = (
     Command("plot senses", run_plot_senses,
             (PlotSensesFiles, "bertkit.senses.plots:SensePlotSettings", ENCODER_OPTIONS),
             help="2-D projection of one word's vectors, coloured by sense"),
-    Command("plot attention", run_plot_attention, (PlotAttentionOptions, ENCODER_OPTIONS),
+    Command("plot attention", run_plot_attention,
+            (PlotAttentionFiles, "bertkit.embeddings.plots:AttentionPlotSettings",
+             ENCODER_OPTIONS),
             help="attention heatmap of one sentence (layer, head)"),
     Command("plot runs", run_plot_runs, (PlotRunsOptions,),
             help="one figure of several runs' logs (loss, accuracy) against steps or time"),
