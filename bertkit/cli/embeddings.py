@@ -1,5 +1,8 @@
 """Commands on contextual embeddings and what they show: `embed`, `sentence-model`,
-`anisotropy`, `plot senses`, `plot attention`."""
+`anisotropy`, `plot senses`, `plot attention`. Their settings are the library's options
+dataclasses (EncoderOptions, SentencePooling in bertkit.embeddings.embedder, EmbedSettings in
+bertkit.embeddings.files, AttentionPlotSettings in bertkit.embeddings.plots, SensePlotSettings
+in bertkit.senses.plots); the files they read and write, and what they print, are here."""
 from __future__ import annotations
 
 import json
@@ -11,49 +14,8 @@ from typing import Literal
 from bertkit.cli.options import Command
 from bertkit.files import UserError
 
-
-@dataclass(kw_only=True)
-class EncoderOptions:
-    """The model whose vectors are read, and how it runs."""
-
-    model: Path
-    """bertkit, Hugging Face or sentence-transformers directory, or a model's name in the
-    local Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2)."""
-    device: str = "auto"
-    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
-    ..."""
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16); auto: bf16 on
-    a GPU that supports it, else fp32."""
-    max_length: int | None = None
-    """Cut inputs to this many tokens; none: the model's (sentence-transformers'
-    max_seq_length, else its positions)."""
-    workers: int | None = None
-    """Batches computed at once, one core each; none: torch's thread count; 1 = one batch at a
-    time on all threads."""
-
-    def load(self):
-        import torch
-
-        from bertkit.embeddings.embedder import Embedder
-        from bertkit.runtime import bf16_warning, resolve_device
-
-        device, precision = resolve_device(self.device), self.precision
-        if precision == "auto":
-            precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() \
-                else "fp32"
-        elif warning := bf16_warning(precision, device):
-            print(warning, file=sys.stderr)
-        return Embedder.load(self.model, device=device, precision=precision,
-                             max_length=self.max_length, workers=self.workers)
-
-
-def layer_spec(text: str):
-    """A --layers value for the library: a number, "0,3,6", "last4" or "all"."""
-    try:
-        return int(text)
-    except ValueError:
-        return text
+ENCODER_OPTIONS = "bertkit.embeddings.embedder:EncoderOptions"
+"""The model whose vectors a command reads (imports torch: named, not imported, here)."""
 
 
 def _standardizer(path: Path | None):
@@ -64,77 +26,37 @@ def _standardizer(path: Path | None):
 
 
 @dataclass(kw_only=True)
-class EmbedOptions:
+class EmbedFiles:
     input: Path
     """UTF-8 text file, one text per line (a tab separates a pair); "-": standard input."""
     out: Path
     """Output .npy file; its index goes to OUT.index.jsonl."""
-    layers: str = "-1"
-    """Hidden layers: a number (0 = embeddings, -1 = last block), a comma-separated list,
-    "last4" or "all"."""
-    combine: Literal["mean", "sum", "concat"] = "mean"
-    """How several layers are combined."""
-    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
-                  "lasttoken"] | None = None
-    """Sentence vector from the tokens: [CLS], their mean, max, ...; none: the model's
-    sentence-transformers Pooling (modules.json), else mean."""
-    words: bool = False
-    """One row per word instead of per line."""
-    subword_pool: Literal["mean", "first"] = "mean"
-    """Word vector from its pieces: their mean or the first."""
-    normalize: bool | None = None
-    """Scale rows to unit length; none: as the model's sentence-transformers Normalize says
-    for sentence vectors (no for a plain BERT directory, and for words)."""
-    standardize: bool = False
-    """z-score each layer with the model's fitted standardizer."""
-    standardizer: Path | None = None
-    """Standardizer file (implies --standardize)."""
-    batch_size: int = 32
-    """Texts per forward pass."""
-    quiet: bool = False
-    """No progress on stderr."""
 
 
-def run_embed(opts: EmbedOptions, encoder: EncoderOptions) -> int:
-    from bertkit.embeddings.files import embed_file
+def run_embed(files: EmbedFiles, settings, encoder) -> int:
     from bertkit.finetuning.readers import input_file
 
     embedder = encoder.load()
-    if opts.standardizer:
-        embedder.standardizer = _standardizer(opts.standardizer)
     try:
-        with input_file(opts.input) as path:  # "-": standard input
-            result = embed_file(
-                embedder, path, opts.out, words=opts.words, layers=layer_spec(opts.layers),
-                combine=opts.combine, pool=opts.pool, subword_pool=opts.subword_pool,
-                normalize=opts.normalize, standardize=opts.standardize or bool(opts.standardizer),
-                batch_size=opts.batch_size, progress=not opts.quiet)
+        with input_file(files.input) as path:  # "-": standard input
+            result = settings.embed(embedder, path, files.out)
     except ValueError as e:
         raise UserError(str(e)) from None
-    print(f"{opts.out}: {result.rows} rows from {result.lines} lines "
+    print(f"{files.out}: {result.rows} rows from {result.lines} lines "
           f"(index: {result.index_path})")
     return 0
 
 
 @dataclass(kw_only=True)
-class SentenceModelOptions:
+class SentenceModelFiles:
     out: Path = field(metadata={"output": "directory"})
     """Output directory: the model plus modules.json, 1_Pooling, 2_Normalize and
     sentence_bert_config.json, which sentence-transformers loads."""
-    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
-                  "lasttoken"] | None = None
-    """Sentence vector from the tokens; none: the model's own Pooling, else mean."""
-    normalize: bool | None = None
-    """Scale sentence vectors to unit length; none: as the model does (no for plain BERT)."""
 
 
-def run_sentence_model(opts: SentenceModelOptions, encoder: EncoderOptions) -> int:
-    embedder = encoder.load()
-    if opts.pool is not None:
-        embedder.pool = (opts.pool,)
-    if opts.normalize is not None:
-        embedder.normalize = opts.normalize
-    path = embedder.save(opts.out)
+def run_sentence_model(files: SentenceModelFiles, pooling, encoder) -> int:
+    embedder = pooling.apply(encoder.load())
+    path = embedder.save(files.out)
     print(f"{path}: sentence-transformers model ({'+'.join(embedder.pool)} pooling"
           f"{', normalized' if embedder.normalize else ''}, max {embedder.max_length} tokens)")
     return 0
@@ -171,7 +93,7 @@ class AnisotropyOptions:
     """No progress on stderr."""
 
 
-def run_anisotropy(opts: AnisotropyOptions, encoder: EncoderOptions) -> int:
+def run_anisotropy(opts: AnisotropyOptions, encoder) -> int:
     from bertkit.embeddings.anisotropy import anisotropy_report, sample_lines
     from bertkit.embeddings.standardize import STANDARDIZER_FILE
     from bertkit.model.hub import resolve_model
@@ -212,61 +134,37 @@ def run_anisotropy(opts: AnisotropyOptions, encoder: EncoderOptions) -> int:
 
 
 @dataclass(kw_only=True)
-class PlotSensesOptions:
+class PlotSensesFiles:
     input: Path
     """Sense-labelled JSON lines (text, start, end, lemma, synset or sense, optional gloss)."""
     lemma: str
     """The word to show."""
     out: Path
     """Output PNG."""
-    method: Literal["pca", "umap"] = "pca"
-    """Projection: PCA, or UMAP (needs umap-learn installed)."""
-    layers: str = "-1"
-    """Hidden layers: a number, a comma-separated list, "last4" or "all"."""
-    standardize: bool = False
-    """z-score with the model's fitted standardizer first."""
-    standardizer: Path | None = None
-    """Standardizer file (implies --standardize)."""
-    max_per_sense: int = 50
-    """Instances shown per sense at most."""
-    min_per_sense: int = 1
-    """Leave out senses with fewer instances."""
 
 
-def run_plot_senses(opts: PlotSensesOptions, encoder: EncoderOptions) -> int:
-    from bertkit.senses.plots import plot_senses, read_sense_instances
+def run_plot_senses(files: PlotSensesFiles, settings, encoder) -> int:
     from bertkit.figures import require_matplotlib
 
-    require_matplotlib(opts.out)  # before the model is loaded
-    instances = read_sense_instances(opts.input, opts.lemma, opts.max_per_sense,
-                                     opts.min_per_sense)
-    embedder = encoder.load()
-    if opts.standardizer:
-        embedder.standardizer = _standardizer(opts.standardizer)
-    print(plot_senses(embedder, instances, opts.out, layers=layer_spec(opts.layers),
-                      method=opts.method, standardize=opts.standardize or bool(opts.standardizer),
-                      title_word=opts.lemma).path)
+    require_matplotlib(files.out)  # before the model is loaded
+    instances = settings.instances(files.input, files.lemma)
+    print(settings.plot(encoder.load(), instances, files.out, files.lemma).path)
     return 0
 
 
 @dataclass(kw_only=True)
-class PlotAttentionOptions:
+class PlotAttentionFiles:
     text: str
     """The sentence."""
     out: Path
     """Output PNG."""
-    layer: int = -1
-    """Block 1..L, or -1 for the last."""
-    head: int | None = None
-    """Head 0..A-1; none: all heads in a grid."""
 
 
-def run_plot_attention(opts: PlotAttentionOptions, encoder: EncoderOptions) -> int:
-    from bertkit.embeddings.plots import plot_attention
+def run_plot_attention(files: PlotAttentionFiles, settings, encoder) -> int:
     from bertkit.figures import require_matplotlib
 
-    require_matplotlib(opts.out)  # before the model is loaded
-    print(plot_attention(encoder.load(), opts.text, opts.out, layer=opts.layer, head=opts.head).path)
+    require_matplotlib(files.out)  # before the model is loaded
+    print(settings.plot(encoder.load(), files.text, files.out).path)
     return 0
 
 
@@ -337,26 +235,31 @@ def run_plot_layer_mix(opts: PlotLayerMixOptions) -> int:
 
 
 COMMANDS = (
-    Command("embed", run_embed, (EmbedOptions, EncoderOptions),
+    Command("embed", run_embed, (EmbedFiles, "bertkit.embeddings.files:EmbedSettings",
+                                 ENCODER_OPTIONS),
             help="contextual vectors of each line (or word) into a .npy file",
             description="One float32 row per input line (a tab separates a pair), or with "
                         "--words one row per word, written to --out with an index "
                         "OUT.index.jsonl saying which line / word each row is."),
-    Command("sentence-model", run_sentence_model, (SentenceModelOptions, EncoderOptions),
+    Command("sentence-model", run_sentence_model,
+            (SentenceModelFiles, "bertkit.embeddings.embedder:SentencePooling", ENCODER_OPTIONS),
             help="write a model as a sentence-transformers directory (pooling, normalize)",
             description="Copy MODEL to --out with sentence-transformers' modules.json, "
                         "1_Pooling/config.json, sentence_bert_config.json (max_seq_length from "
                         "--max-length) and, when normalizing, 2_Normalize, so that "
                         "SentenceTransformer(OUT) gives what `bertkit embed` gives."),
-    Command("anisotropy", run_anisotropy, (AnisotropyOptions, EncoderOptions),
+    Command("anisotropy", run_anisotropy, (AnisotropyOptions, ENCODER_OPTIONS),
             help="expected cosine, rogue dimensions and standardization, per layer, on a corpus",
             description="Embed a sample of corpus lines and report, per layer, the expected "
                         "cosine between word vectors of different lines (anisotropy), "
                         "self-similarity, intra-sentence similarity and the rogue dimensions, "
                         "before and after standardization."),
-    Command("plot senses", run_plot_senses, (PlotSensesOptions, EncoderOptions),
+    Command("plot senses", run_plot_senses,
+            (PlotSensesFiles, "bertkit.senses.plots:SensePlotSettings", ENCODER_OPTIONS),
             help="2-D projection of one word's vectors, coloured by sense"),
-    Command("plot attention", run_plot_attention, (PlotAttentionOptions, EncoderOptions),
+    Command("plot attention", run_plot_attention,
+            (PlotAttentionFiles, "bertkit.embeddings.plots:AttentionPlotSettings",
+             ENCODER_OPTIONS),
             help="attention heatmap of one sentence (layer, head)"),
     Command("plot runs", run_plot_runs, (PlotRunsOptions,),
             help="one figure of several runs' logs (loss, accuracy) against steps or time"),

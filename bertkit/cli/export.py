@@ -7,7 +7,7 @@ from bertkit.cli.options import Command
 
 
 def run_export_onnx(opts) -> int:
-    from bertkit.model.export import export_onnx, headline
+    from bertkit.export.onnx import export_onnx, headline
 
     result = export_onnx(opts.model, opts.out, opts.task, quantize=opts.quantize, dev=opts.dev,
                          opset=opts.opset)
@@ -24,7 +24,7 @@ def run_export_onnx(opts) -> int:
 
 
 COMMANDS = (
-    Command("export onnx", run_export_onnx, ("bertkit.model.export:ExportOptions",),
+    Command("export onnx", run_export_onnx, ("bertkit.export.onnx:ExportOptions",),
             help="write a model as an ONNX graph (encoder, fill-mask or a fine-tuned task)",
             description="An ONNX graph with dynamic batch and sequence axes that onnxruntime "
                         "runs without torch: the encoder's last_hidden_state, the masked-LM "

@@ -8,46 +8,13 @@ from pathlib import Path
 
 from bertkit.cli.options import Command
 from bertkit.cli.text import text_batches
-from bertkit.config import PRESETS, Architecture
 from bertkit.files import UserError
 
 
-@dataclass(kw_only=True)
-class InitOptions:
-    preset: str = field(metadata={"choices": tuple(PRESETS)})
-    """Model size (bertkit.config.PRESETS)."""
-    tokenizer: Path
-    """Tokenizer (or model) directory: the vocabulary size and [PAD] id."""
-    out: Path = field(metadata={"output": "directory"})
-    """Directory for the model and its tokenizer."""
-    seed: int = 0
-    """Seeds the weight initialisation."""
-    max_positions: int | None = None
-    """Longest input in tokens; none: the preset's (512)."""
-    architecture: Architecture = "modern"
-    """"modern" (pre-LN, gated feed-forward, rotary positions, no biases; saved as
-    ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining): the same
-    choice and default as `pretrain --architecture`."""
-    num_layers: int | None = None
-    """Transformer blocks; none: the preset's."""
-    hidden_size: int | None = None
-    """Width of the token vectors; none: the preset's."""
-    num_heads: int | None = None
-    """Attention heads (hidden_size must be a multiple); none: the preset's."""
-    intermediate_size: int | None = None
-    """Feed-forward width; none: the preset's ("modern": about 8/3 of hidden_size)."""
-
-
-_SHAPE = ("max_positions", "num_layers", "hidden_size", "num_heads", "intermediate_size")
-
-
-def run_init(opts: InitOptions) -> int:
-    from bertkit.model.create import init_model
+def run_init(opts) -> int:
     from bertkit.model.encoder import num_parameters
 
-    overrides = {k: getattr(opts, k) for k in _SHAPE if getattr(opts, k) is not None}
-    model = init_model(opts.preset, opts.tokenizer, opts.out, seed=opts.seed,
-                       architecture=opts.architecture, **overrides)
+    model = opts.create()
     c = model.config
     print(f"{opts.out}: {opts.preset} model, {c.architecture} (L{c.num_layers}/H{c.hidden_size}/"
           f"A{c.num_heads}/I{c.intermediate_size}), {num_parameters(model):,} parameters, "
@@ -139,7 +106,7 @@ def run_generate(opts) -> int:
 COMMANDS = (
     Command("info", run_info, (InfoOptions,),
             help="a model's config and parameter counts per part"),
-    Command("init", run_init, (InitOptions,),
+    Command("init", run_init, ("bertkit.model.create:InitOptions",),
             help="a randomly initialised model sized to a tokenizer"),
     Command("fill-mask", run_fill_mask, (FillMaskOptions,),
             help="the model's top-k guesses for each [MASK]"),

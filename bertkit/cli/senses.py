@@ -1,8 +1,8 @@
 """Commands on word senses: `wsd split|train|predict|evaluate` (sense embeddings),
 `static train|neighbors|similarity|contexts|analogy|plot` (word2vec, the static baseline) and
 `similarity` (one word's contextual vectors in two texts, layer by layer). Their settings are
-the library's WsdOptions and SkipGramConfig (bertkit.road.word2vec), and the options of
-the commands that only read files and print, here."""
+the library's WsdOptions, WsdRun (bertkit.senses) and SkipGramConfig (bertkit.road.word2vec),
+and the options of the commands that only read files and print, here."""
 from __future__ import annotations
 
 import json
@@ -15,53 +15,30 @@ from bertkit.cli.options import Command, command_line
 from bertkit.files import UserError
 
 WSD_OPTIONS = "bertkit.senses.wsd:WsdOptions"
+WSD_RUN = "bertkit.senses.data:WsdRun"
 
 
 @dataclass(kw_only=True)
-class WsdSplitOptions:
+class WsdSplitFiles:
     input: Path
     """Sense-labelled JSON lines."""
     train_out: Path
     """Output JSON lines: the training part."""
     test_out: Path
     """Output JSON lines: the held-out part."""
-    fraction: float = 0.5
-    """Chance that a non-reserved instance is held out."""
-    seed: int = 0
-    """Seeds the split."""
 
 
-def run_wsd_split(opts: WsdSplitOptions) -> int:
-    from bertkit.senses.data import read_examples, split_examples, write_examples
+def run_wsd_split(files: WsdSplitFiles, settings) -> int:
+    from bertkit.senses.data import read_examples, write_examples
 
     try:
-        train, test = split_examples(read_examples(opts.input), opts.fraction, opts.seed)
+        train, test = settings.split(read_examples(files.input))
     except ValueError as e:
         raise UserError(str(e)) from None
-    write_examples(train, opts.train_out)
-    write_examples(test, opts.test_out)
-    print(f"{opts.train_out}: {len(train)} examples; {opts.test_out}: {len(test)} examples")
+    write_examples(train, files.train_out)
+    write_examples(test, files.test_out)
+    print(f"{files.train_out}: {len(train)} examples; {files.test_out}: {len(test)} examples")
     return 0
-
-
-@dataclass(kw_only=True)
-class WsdRun:
-    """How the model that gives the word vectors runs."""
-
-    batch_size: int = 32
-    """Texts per forward pass."""
-    device: str = "auto"
-    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
-    ..."""
-    quiet: bool = False
-    """No progress on stderr."""
-
-    def source(self, model: str | Path, options):
-        from bertkit.senses.data import load_source
-
-        return load_source(model, layers=options.layers, subword_pool=options.subword_pool,
-                           window=options.window, batch_size=self.batch_size,
-                           progress=not self.quiet, device=self.device)
 
 
 @dataclass(kw_only=True)
@@ -74,7 +51,7 @@ class WsdTrainFiles:
     """Output directory."""
 
 
-def run_wsd_train(files: WsdTrainFiles, run: WsdRun, options) -> int:
+def run_wsd_train(files: WsdTrainFiles, run, options) -> int:
     from bertkit.senses.data import read_examples
     from bertkit.senses.wsd import train_wsd
 
@@ -105,7 +82,7 @@ class WsdPredictOptions:
     """Score with another method than the one trained; none: the trained one."""
 
 
-def run_wsd_predict(opts: WsdPredictOptions, run: WsdRun) -> int:
+def run_wsd_predict(opts: WsdPredictOptions, run) -> int:
     from bertkit.files import atomic_file
     from bertkit.senses.data import read_examples
     from bertkit.senses.wsd import SenseInventory, predict
@@ -150,7 +127,7 @@ class WsdEvaluateOptions:
     sense embeddings); none: the trained one."""
 
 
-def run_wsd_evaluate(opts: WsdEvaluateOptions, run: WsdRun) -> int:
+def run_wsd_evaluate(opts: WsdEvaluateOptions, run) -> int:
     from bertkit.senses.data import read_examples
     from bertkit.senses.wsd import SenseInventory, evaluate
 
@@ -392,20 +369,20 @@ def run_similarity(opts: ContextSimilarityOptions) -> int:
 
 
 COMMANDS = (
-    Command("wsd split", run_wsd_split, (WsdSplitOptions,),
+    Command("wsd split", run_wsd_split, (WsdSplitFiles, "bertkit.senses.data:SplitSettings"),
             help="reproducible train/test split of sense-labelled data",
             description="For each sense, one instance drawn at random stays in training and "
                         "each other instance goes to the test side with probability "
                         "--fraction: every test sense has training instances."),
-    Command("wsd train", run_wsd_train, (WsdTrainFiles, WsdRun, WSD_OPTIONS),
+    Command("wsd train", run_wsd_train, (WsdTrainFiles, WSD_RUN, WSD_OPTIONS),
             help="sense embeddings from sense-labelled examples",
             description="Each sense's embedding is the mean vector of its training instances. "
                         "Methods: gloss-prior (nearest sense embedding + gloss similarity + log "
                         "sense-frequency prior, weights tuned by leave-one-out on the training "
                         "data) or 1nn (the nearest sense embedding alone)."),
-    Command("wsd predict", run_wsd_predict, (WsdPredictOptions, WsdRun),
+    Command("wsd predict", run_wsd_predict, (WsdPredictOptions, WSD_RUN),
             help="label examples with senses (JSON lines out)"),
-    Command("wsd evaluate", run_wsd_evaluate, (WsdEvaluateOptions, WsdRun),
+    Command("wsd evaluate", run_wsd_evaluate, (WsdEvaluateOptions, WSD_RUN),
             help="accuracy against the most-frequent-sense baseline"),
     Command("static train", run_static_train,
             (StaticTrainFiles, "bertkit.road.word2vec:SkipGramConfig"),

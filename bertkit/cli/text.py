@@ -10,46 +10,8 @@ from bertkit.cli.options import Command
 from bertkit.files import UserError, read_lines
 
 
-@dataclass(kw_only=True)
-class TokenizerTrainOptions:
-    input: list[Path]
-    """Text files, one paragraph or sentence per line, or JSONL, Parquet, `datasets`
-    directories (their --text-field), compressed or not; a folder or a glob (quoted) is one
-    input. Several inputs (one per language) are mixed with exponent --alpha."""
-    text_field: str = "text"
-    """The field of a JSONL object or a table row that holds the text."""
-    out: Path = field(metadata={"output": "directory"})
-    """Directory for the tokenizer files."""
-    vocab_size: int = 30000
-    """Tokens in the vocabulary, special tokens included."""
-    kind: Literal["wordpiece", "unigram"] = "wordpiece"
-    """wordpiece: BERT (## pieces); unigram: SentencePiece, XLM-R style."""
-    cased: bool = False
-    """Keep case and accents (off: lower-case and strip accents)."""
-    plain_quotes: bool = True
-    """Read typographic quotes as plain ones (‘ ’ as ', “ ” as "), so that text typed either
-    way gets the same pieces; off: BERT's normalizer alone, which keeps them apart."""
-    alpha: float = 0.3
-    """q_i = p_i^alpha / sum_j p_j^alpha: the share of file i in training."""
-    min_frequency: int = 2
-    """WordPiece: ignore merges seen fewer times."""
-    seed: int = 0
-    """Seeds the mixing of the files (and the sample of a large corpus)."""
-    sample_bytes: int | None = 1_000_000_000
-    """A corpus of more text than this is sampled down to about this much, each line kept
-    with the same probability (the trainer's word counts grow with the text); none: all."""
-    quiet: bool = False
-    """No progress on stderr."""
-
-
-def run_tokenizer_train(opts: TokenizerTrainOptions) -> int:
-    from bertkit.text.vocab import train_tokenizer
-
-    tok = train_tokenizer(opts.input, vocab_size=opts.vocab_size, kind=opts.kind,
-                          cased=opts.cased, alpha=opts.alpha, out=opts.out,
-                          min_frequency=opts.min_frequency, seed=opts.seed,
-                          plain_quotes=opts.plain_quotes, text_field=opts.text_field,
-                          sample_bytes=opts.sample_bytes, progress=not opts.quiet)
+def run_tokenizer_train(opts) -> int:
+    tok = opts.train()
     print(f"{opts.out}: {tok.kind} vocabulary of {tok.vocab_size:,} tokens "
           f"({'cased' if opts.cased else 'uncased'}) from {len(opts.input)} input(s)")
     return 0
@@ -162,7 +124,7 @@ def run_tokenize(opts: TokenizeOptions) -> int:
 
 
 COMMANDS = (
-    Command("tokenizer train", run_tokenizer_train, (TokenizerTrainOptions,),
+    Command("tokenizer train", run_tokenizer_train, ("bertkit.text.vocab:TokenizerTrainOptions",),
             help="train a vocabulary from text files (streaming)"),
     Command("tokenizer extend", run_tokenizer_extend, (TokenizerExtendOptions,),
             help="add a domain's most useful words to a model's vocabulary, with their rows",

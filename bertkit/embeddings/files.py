@@ -14,12 +14,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal
 
 import numpy as np
 
 from bertkit.embeddings.embedder import Embedder, LayerSpec, Text, resolve_layers, word_groups
-from bertkit.embeddings.standardize import unit_rows
+from bertkit.embeddings.standardize import Standardizer, unit_rows
 from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_lines,
                            require_file)
 from bertkit.progress import Progress
@@ -169,4 +169,46 @@ def _reserve(path: Path, data_start: int) -> None:
         f.flush()
 
 
-__all__ = ["EmbedFileResult", "embed_file", "index_path_for"]
+@dataclass(kw_only=True)
+class EmbedSettings:
+    """How `embed_file` turns each line of a file into rows (`bertkit embed`)."""
+
+    layers: str = "-1"
+    """Hidden layers: a number (0 = embeddings, -1 = last block), a comma-separated list,
+    "last4" or "all"."""
+    combine: Literal["mean", "sum", "concat"] = "mean"
+    """How several layers are combined."""
+    pool: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
+                  "lasttoken"] | None = None
+    """Sentence vector from the tokens: [CLS], their mean, max, ...; none: the model's
+    sentence-transformers Pooling (modules.json), else mean."""
+    words: bool = False
+    """One row per word instead of per line."""
+    subword_pool: Literal["mean", "first"] = "mean"
+    """Word vector from its pieces: their mean or the first."""
+    normalize: bool | None = None
+    """Scale rows to unit length; none: as the model's sentence-transformers Normalize says
+    for sentence vectors (no for a plain BERT directory, and for words)."""
+    standardize: bool = False
+    """z-score each layer with the model's fitted standardizer."""
+    standardizer: Path | None = None
+    """Standardizer file (implies --standardize)."""
+    batch_size: int = 32
+    """Texts per forward pass."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+    def embed(self, embedder: Embedder, input_path: str | Path, out: str | Path
+              ) -> EmbedFileResult:
+        """`embed_file` with these settings; `standardizer` (a fitted file) replaces the
+        embedder's own and implies `standardize`."""
+        if self.standardizer:
+            embedder.standardizer = Standardizer.load(self.standardizer)
+        return embed_file(embedder, input_path, out, words=self.words, layers=self.layers,
+                          combine=self.combine, pool=self.pool, subword_pool=self.subword_pool,
+                          normalize=self.normalize,
+                          standardize=self.standardize or bool(self.standardizer),
+                          batch_size=self.batch_size, progress=not self.quiet)
+
+
+__all__ = ["EmbedFileResult", "EmbedSettings", "embed_file", "index_path_for"]

@@ -223,5 +223,19 @@ def plot_layer_weights(mixes: dict[str, Sequence[float]], out: str | Path) -> Pl
     return save_plot(fig, out, {"weights": {k: list(map(float, v)) for k, v in mixes.items()}})
 
 
-__all__ = ["Plot", "project_2d",
+@dataclass(kw_only=True)
+class AttentionPlotSettings:
+    """Which attention `bertkit plot attention` draws."""
+
+    layer: int = -1
+    """Block 1..L, or -1 for the last."""
+    head: int | None = None
+    """Head 0..A-1; none: all heads in a grid."""
+
+    def plot(self, embedder: Embedder, text: str, out: str | Path) -> Plot:
+        """`plot_attention` of this layer and head."""
+        return plot_attention(embedder, text, out, layer=self.layer, head=self.head)
+
+
+__all__ = ["Plot", "AttentionPlotSettings", "project_2d",
            "plot_anisotropy", "attention_probabilities", "plot_attention", "plot_layer_weights"]

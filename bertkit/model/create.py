@@ -6,11 +6,12 @@ The result is a complete model directory (weights, config.json and the tokenizer
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from bertkit.config import ConfigError, EncoderConfig
+from bertkit.config import PRESETS, Architecture, ConfigError, EncoderConfig
 from bertkit.config import preset as preset_config
 from bertkit.files import UserError
 from bertkit.model.hub import resolve_model, save_model
@@ -51,3 +52,40 @@ def init_model(preset: str, tokenizer: str | Path | Tokenizer, out: str | Path, 
     tok.model_max_length = config.max_positions
     save_model(model, out, tokenizer=tok)
     return model.eval()
+
+
+@dataclass(kw_only=True)
+class InitOptions:
+    """The settings of a fresh model (`bertkit init`): its preset, shape and seed."""
+
+    preset: str = field(metadata={"choices": tuple(PRESETS)})
+    """Model size (bertkit.config.PRESETS)."""
+    tokenizer: Path
+    """Tokenizer (or model) directory: the vocabulary size and [PAD] id."""
+    out: Path = field(metadata={"output": "directory"})
+    """Directory for the model and its tokenizer."""
+    seed: int = 0
+    """Seeds the weight initialisation."""
+    max_positions: int | None = None
+    """Longest input in tokens; none: the preset's (512)."""
+    architecture: Architecture = "modern"
+    """"modern" (pre-LN, gated feed-forward, rotary positions, no biases; saved as
+    ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining): the same
+    choice and default as `pretrain --architecture`."""
+    num_layers: int | None = None
+    """Transformer blocks; none: the preset's."""
+    hidden_size: int | None = None
+    """Width of the token vectors; none: the preset's."""
+    num_heads: int | None = None
+    """Attention heads (hidden_size must be a multiple); none: the preset's."""
+    intermediate_size: int | None = None
+    """Feed-forward width; none: the preset's ("modern": about 8/3 of hidden_size)."""
+
+    def create(self) -> PretrainingModel:
+        """The fresh model these settings describe, saved with its tokenizer to `out`."""
+        shape = {k: getattr(self, k) for k in _SHAPE if getattr(self, k) is not None}
+        return init_model(self.preset, self.tokenizer, self.out, seed=self.seed,
+                          architecture=self.architecture, **shape)
+
+
+_SHAPE = ("max_positions", "num_layers", "hidden_size", "num_heads", "intermediate_size")

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from bertkit.files import UserError
-from bertkit.model.hub import load_pretraining_model, resolve_model
 from bertkit.model.heads import PretrainingModel
+from bertkit.model.hub import load_pretraining_model
+from bertkit.model.kind import ModelKind, require_kind
 from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
@@ -40,8 +41,9 @@ class FillMask:
     def load(cls, path: str | Path, device: str | torch.device = "cpu",
              batch_size: int = 32) -> "FillMask":
         """From a model directory holding both the weights and the tokenizer files, or a
-        model's name in the local Hugging Face cache."""
-        path = resolve_model(path)
+        model's name in the local Hugging Face cache; another kind of model directory is a
+        one-line UserError saying what it holds."""
+        path = require_kind(path, ModelKind.ENCODER)
         tokenizer, device = Tokenizer.load(path), resolve_device(device)
         return cls(load_pretraining_model(path, device), tokenizer, device, batch_size)
 

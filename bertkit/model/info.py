@@ -15,8 +15,9 @@ from safetensors import safe_open
 
 from bertkit.files import UserError
 from bertkit.config import EncoderConfig
-from bertkit.model.hub import NAMES, load_config, our_name, resolve_model, to_hf_state_dict
+from bertkit.model.hub import NAMES, load_config, our_name, to_hf_state_dict
 from bertkit.model.heads import PretrainingModel
+from bertkit.model.kind import ModelKind, require_kind
 from bertkit.text.tokenizer import Tokenizer
 
 # bertkit weight name -> the part of the model it belongs to.
@@ -148,8 +149,9 @@ def _part(name: str) -> str:
 
 def info(path: str | Path) -> ModelInfo:
     """Config and parameter counts per part of a model directory; raises UserError if the
-    weights do not fit the config. A model's name is looked up in the local Hugging Face cache."""
-    path = resolve_model(path)
+    weights do not fit the config, or if it holds another kind of model (bertkit.model.kind). A
+    model's name is looked up in the local Hugging Face cache."""
+    path = require_kind(path, ModelKind.TASK, ModelKind.ENCODER)
     config = load_config(path)
     shapes, dtype = _weight_shapes(path)
     arch = config.architecture

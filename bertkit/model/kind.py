@@ -73,7 +73,8 @@ def model_kind(path: str | Path) -> ModelKind:
     cache). A path that holds none of the kinds is a one-line UserError naming it."""
     p = resolve_model(path)
     if not p.is_dir():
-        raise UserError(f"{p}: no such model directory")
+        raise UserError(f"{p}: model directory does not exist" if not p.exists()
+                        else f"{p}: is a file, expected a model directory")
     if _has(p, CNN_FILE, CNN_WEIGHTS_FILE):
         return ModelKind.CNN
     if _has(p, ELMO_FILE):

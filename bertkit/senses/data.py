@@ -225,5 +225,40 @@ def load_source(model: str | Path, *, layers: str = "last4", subword_pool: str =
                             batch_size, progress)
 
 
+@dataclass(kw_only=True)
+class SplitSettings:
+    """How `split_examples` holds instances out (`bertkit wsd split`)."""
+
+    fraction: float = 0.5
+    """Chance that a non-reserved instance is held out."""
+    seed: int = 0
+    """Seeds the split."""
+
+    def split(self, examples: Sequence[SenseExample]
+              ) -> tuple[list[SenseExample], list[SenseExample]]:
+        """(training, held-out): `split_examples` with these settings."""
+        return split_examples(examples, self.fraction, self.seed)
+
+
+@dataclass(kw_only=True)
+class WsdRun:
+    """How the model that gives the word vectors runs."""
+
+    batch_size: int = 32
+    """Texts per forward pass."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+    def source(self, model: str | Path, options):
+        """The source of word vectors in `model`, with the layers, subword pooling and window
+        of `options` (a WsdOptions)."""
+        return load_source(model, layers=options.layers, subword_pool=options.subword_pool,
+                           window=options.window, batch_size=self.batch_size,
+                           progress=not self.quiet, device=self.device)
+
+
 __all__ = ["SenseExample", "check_target", "read_examples", "split_examples", "write_examples",
-           "ContextualSource", "StaticSource", "load_source"]
+           "ContextualSource", "StaticSource", "load_source", "SplitSettings", "WsdRun"]

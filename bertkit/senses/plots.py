@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import textwrap
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 from bertkit.embeddings.embedder import Embedder, LayerSpec
 from bertkit.embeddings.plots import Plot, project_2d, save_plot
+from bertkit.embeddings.standardize import Standardizer
 from bertkit.figures import colormap, new_figure, require_matplotlib
 from bertkit.files import UserError
 from bertkit.senses.data import SenseExample, read_examples
@@ -88,4 +90,36 @@ def plot_senses(embedder: Embedder, instances: Sequence[SenseExample], out: str 
     return save_plot(fig, out, {"points": drawn, "axes": axis})
 
 
-__all__ = ["read_sense_instances", "plot_senses"]
+@dataclass(kw_only=True)
+class SensePlotSettings:
+    """How `bertkit plot senses` picks a word's instances and draws them."""
+
+    method: Literal["pca", "umap"] = "pca"
+    """Projection: PCA, or UMAP (needs umap-learn installed)."""
+    layers: str = "-1"
+    """Hidden layers: a number, a comma-separated list, "last4" or "all"."""
+    standardize: bool = False
+    """z-score with the model's fitted standardizer first."""
+    standardizer: Path | None = None
+    """Standardizer file (implies --standardize)."""
+    max_per_sense: int = 50
+    """Instances shown per sense at most."""
+    min_per_sense: int = 1
+    """Leave out senses with fewer instances."""
+
+    def instances(self, path: str | Path, lemma: str) -> list[SenseExample]:
+        """The instances of `lemma` in `path`, as many per sense as these settings allow."""
+        return read_sense_instances(path, lemma, self.max_per_sense, self.min_per_sense)
+
+    def plot(self, embedder: Embedder, instances: Sequence[SenseExample], out: str | Path,
+             lemma: str) -> Plot:
+        """`plot_senses` with these settings; `standardizer` (a fitted file) replaces the
+        embedder's own and implies `standardize`."""
+        if self.standardizer:
+            embedder.standardizer = Standardizer.load(self.standardizer)
+        return plot_senses(embedder, instances, out, layers=self.layers, method=self.method,
+                           standardize=self.standardize or bool(self.standardizer),
+                           title_word=lemma)
+
+
+__all__ = ["read_sense_instances", "plot_senses", "SensePlotSettings"]

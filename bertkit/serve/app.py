@@ -13,11 +13,12 @@ never a traceback.
 import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from bertkit.files import UserError
-from bertkit.serve.workbench import RequestError, Workbench
+from bertkit.serve.workbench import Limits, RequestError, Workbench
 
 STATIC = Path(__file__).parent / "static"
 """The page's HTML, script and styles."""
@@ -217,4 +218,62 @@ def serve(workbench: Workbench, host: str = "127.0.0.1", port: int = 8000,
         app.state.worker.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["STATIC", "MAX_BODY", "make_app", "require_server_packages", "listen", "serve"]
+@dataclass(kw_only=True)
+class ServeOptions:
+    """What `bertkit serve` shows and how: the models, runs and corpus, where it listens, the
+    limits of one request."""
+
+    model: list[Path] = field(default_factory=list)
+    """Model directories (bertkit, Hugging Face, sentence-transformers or fine-tuned), or
+    names in the local Hugging Face cache; --model A --model B shows A and B side by side."""
+    run: list[str] = field(default_factory=list)
+    """Run directories (of pretrain or finetune) whose curves are drawn, live while they
+    train, as DIR or NAME=DIR."""
+    input: Path | None = None
+    """A corpus: text file, one text per line, where the embeddings view finds a word's
+    occurrences, and what its standardizer and anisotropy figures are fitted on."""
+    sentences: int = 400
+    """Lines sampled from --input."""
+    senses: Path | None = None
+    """Sense-labelled JSON-lines file (the wsd format): occurrences coloured by sense."""
+    host: str = "127.0.0.1"
+    """Address to listen on. The default answers this machine only; any other lets the
+    network reach the models (a warning is printed)."""
+    port: int = 8000
+    """Port to listen on; 0: any free one (the address is printed)."""
+    device: str = "auto"
+    """Where the models run: auto (CUDA when there is one, else the CPU), cpu, cuda, ..."""
+    allow_untrained_head: bool = False
+    """Offer fill-mask for a model without a trained masked-LM head (random guesses)."""
+    max_text_chars: int = 2000
+    """Longest text a request may send."""
+    max_top_k: int = 50
+    """Most guesses a fill-mask request may ask for per [MASK]."""
+    max_attention_tokens: int = 128
+    """Longest text (in tokens) the attention view draws."""
+
+    def check(self) -> None:
+        """The cheap checks, before any model is loaded: a one-line UserError."""
+        if not self.model and not self.run:
+            raise UserError("give at least one --model DIR or --run DIR")
+        for number, name in ((self.max_text_chars, "--max-text-chars"),
+                             (self.max_top_k, "--max-top-k"),
+                             (self.max_attention_tokens, "--max-attention-tokens"),
+                             (self.sentences, "--sentences")):
+            if number < 1:
+                raise UserError(f"{name} must be at least 1, got {number}")
+        if not 0 <= self.port <= 65535:
+            raise UserError(f"--port {self.port}: a port is a number from 0 to 65535")
+
+    def workbench(self) -> Workbench:
+        """The models, runs and corpus loaded, with these limits."""
+        limits = Limits(text_chars=self.max_text_chars, top_k=self.max_top_k,
+                        attention_tokens=self.max_attention_tokens)
+        return Workbench.load(self.model, self.run, corpus=self.input,
+                              corpus_lines=self.sentences, senses=self.senses,
+                              device=self.device, limits=limits,
+                              allow_untrained_head=self.allow_untrained_head)
+
+
+__all__ = ["ServeOptions", "STATIC", "MAX_BODY", "make_app", "require_server_packages", "listen",
+           "serve"]

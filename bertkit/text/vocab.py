@@ -32,8 +32,9 @@ import json
 import os
 import random
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Literal, Sequence
 
 import tokenizers
 from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
@@ -330,3 +331,45 @@ def _amount(size: int) -> str:
     if size >= 100_000_000:
         return f"{size / 1e9:.2f} GB"
     return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size:,} bytes"
+
+
+@dataclass(kw_only=True)
+class TokenizerTrainOptions:
+    """The settings of `train_tokenizer` (`bertkit tokenizer train`)."""
+
+    input: list[Path]
+    """Text files, one paragraph or sentence per line, or JSONL, Parquet, `datasets`
+    directories (their --text-field), compressed or not; a folder or a glob (quoted) is one
+    input. Several inputs (one per language) are mixed with exponent --alpha."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row that holds the text."""
+    out: Path = field(metadata={"output": "directory"})
+    """Directory for the tokenizer files."""
+    vocab_size: int = 30000
+    """Tokens in the vocabulary, special tokens included."""
+    kind: Literal["wordpiece", "unigram"] = "wordpiece"
+    """wordpiece: BERT (## pieces); unigram: SentencePiece, XLM-R style."""
+    cased: bool = False
+    """Keep case and accents (off: lower-case and strip accents)."""
+    plain_quotes: bool = True
+    """Read typographic quotes as plain ones (‘ ’ as ', “ ” as "), so that text typed either
+    way gets the same pieces; off: BERT's normalizer alone, which keeps them apart."""
+    alpha: float = 0.3
+    """q_i = p_i^alpha / sum_j p_j^alpha: the share of file i in training."""
+    min_frequency: int = 2
+    """WordPiece: ignore merges seen fewer times."""
+    seed: int = 0
+    """Seeds the mixing of the files (and the sample of a large corpus)."""
+    sample_bytes: int | None = DEFAULT_SAMPLE_BYTES
+    """A corpus of more text than this is sampled down to about this much, each line kept
+    with the same probability (the trainer's word counts grow with the text); none: all."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+    def train(self) -> Tokenizer:
+        """The vocabulary these settings describe, trained and saved to `out`."""
+        return train_tokenizer(self.input, vocab_size=self.vocab_size, kind=self.kind,
+                               cased=self.cased, alpha=self.alpha, out=self.out,
+                               min_frequency=self.min_frequency, seed=self.seed,
+                               plain_quotes=self.plain_quotes, text_field=self.text_field,
+                               sample_bytes=self.sample_bytes, progress=not self.quiet)

@@ -98,7 +98,7 @@ def test_seq2seq_and_recommender(tmp_path, tokenizer):
 def test_unknown_and_missing_directories_are_one_line_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     for path, what in ((tmp_path / "empty", "not a model directory"),
-                       (tmp_path / "nowhere", "no such model directory")):
+                       (tmp_path / "nowhere", "model directory does not exist")):
         with pytest.raises(UserError, match=what) as e:
             model_kind(path)
         assert str(path) in str(e.value) and "\n" not in str(e.value)

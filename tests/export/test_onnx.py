@@ -16,7 +16,7 @@ from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.tasks import QA, Classify, Spans, Tag
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder, init_weights
-from bertkit.model.export import (example_inputs, example_word_ids, export_onnx, onnx_session,
+from bertkit.export.onnx import (example_inputs, example_word_ids, export_onnx, onnx_session,
                                   run_session, word_inputs)
 from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
