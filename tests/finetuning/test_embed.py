@@ -177,3 +177,27 @@ def test_the_command_trains_and_refuses_bad_input_in_one_line(tiny_bert, tmp_pat
         err = capsys.readouterr().err
         assert code == 2 and err.startswith(f"error: {where}") and err.count("\n") == 1, err
         assert not (tmp_path / "never").exists()
+
+
+def test_evaluate_gives_the_sts_figures_of_a_sentence_model(tiny_bert, tmp_path, capsys):
+    st = pytest.importorskip("sentence_transformers")
+    from scipy.stats import pearsonr, spearmanr
+
+    train, test = make_file(tmp_path, "scored"), make_file(tmp_path, "scored", 50, seed=2)
+    out = tmp_path / "out"
+    finetune(Embed(), tiny_bert, train, None, out, FinetuneConfig(epochs=1, **QUICK))
+    assert main(["evaluate", "--model", str(out), "--input", str(test), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    rows = [json.loads(line) for line in test.read_text().splitlines()]
+    model = st.SentenceTransformer(str(out), device="cpu")
+    a, b = (model.encode([r[k] for r in rows]) for k in ("sentence1", "sentence2"))
+    cosines = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    gold = [r["score"] for r in rows]
+    assert figures["spearman"] == pytest.approx(spearmanr(cosines, gold)[0], abs=2e-3)  # fp32 near-ties
+    assert figures["pearson"] == pytest.approx(pearsonr(cosines, gold)[0], abs=1e-4)
+    assert figures["pairs"] == 50
+
+    pairs = make_file(tmp_path, "pairs", 30, seed=3)
+    assert main(["evaluate", "--model", str(out), "--input", str(pairs)]) == 0
+    text = capsys.readouterr().out
+    assert "ndcg@10" in text and "mrr@10" in text and "queries  30" in text

@@ -289,4 +289,24 @@ class Embed(Task):
                               extra_files=files)
 
 
-__all__ = ["Embed", "EmbedExample", "SentenceEncoder", "LOSSES"]
+
+
+
+def evaluate_sentence_model(embedder, path, batch_size: int = 64) -> dict:
+    """The figures of a sentence model (an `Embedder`) on a labelled file: Spearman and
+    Pearson of cosine against the scores of scored pairs (or an NLI file's relatedness);
+    MRR@10, recall@1/10 and nDCG@10 of finding each anchor's positive among every positive
+    and negative of a pairs or triplets file."""
+    task = Embed()
+    examples = [ex for ex in task.read(path) if ex.dev]
+    if not examples:
+        raise UserError(f"{path}: nothing to score (expected scored pairs, pairs, triplets "
+                        f"or an NLI file)")
+    width = max(len(ex.texts) for ex in examples)
+    columns = [torch.from_numpy(embedder.encode([ex.texts[c] for ex in examples],
+                                                batch_size=batch_size))
+               if all(len(ex.texts) > c for ex in examples) else None for c in range(width)]
+    vectors = [tuple(col[i] for col in columns[:len(ex.texts)])
+               for i, ex in enumerate(examples)]
+    return task.score(examples, vectors)
+__all__ = ["Embed", "EmbedExample", "SentenceEncoder", "LOSSES", "evaluate_sentence_model"]
