@@ -14,6 +14,7 @@ import torch
 
 from bertkit.cli.main import main
 from bertkit.embeddings.embedder import Embedder
+from bertkit.embeddings.losses import simcse_loss
 from bertkit.finetuning.recipe import FinetuneConfig, finetune
 from bertkit.finetuning.tasks import Embed
 from bertkit.model import hub
@@ -139,7 +140,6 @@ def test_simcse_encodes_the_batch_twice_with_dropout(tiny_bert_dropout, tiny_ber
         torch.manual_seed(0)
         one, two = task.columns(model, batch)[0], task.columns(model, batch)[0]
         assert (not torch.equal(one, two)) == differs
-        from bertkit.embeddings.losses import simcse_loss
         assert float(loss.detach()) == pytest.approx(float(simcse_loss(one, two).detach()), rel=1e-5)
 
 
@@ -201,3 +201,12 @@ def test_evaluate_gives_the_sts_figures_of_a_sentence_model(tiny_bert, tmp_path,
     assert main(["evaluate", "--model", str(out), "--input", str(pairs)]) == 0
     text = capsys.readouterr().out
     assert "ndcg@10" in text and "mrr@10" in text and "queries  30" in text
+
+    nli = [json.loads(line) for line in make_file(tmp_path, "nli", 20, seed=4).read_text()
+           .splitlines()]
+    nli = [{k: v for k, v in r.items() if k != "relatedness"} for r in nli]
+    nli += [{"premise": "a lone premise", "hypothesis": "lone premise a",
+             "label": "entailment"}]  # a pair among triplets
+    mixed = _write(tmp_path / "mixed.jsonl", nli)
+    assert main(["evaluate", "--model", str(out), "--input", str(mixed), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["queries"] == 21

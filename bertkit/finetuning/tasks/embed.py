@@ -302,11 +302,11 @@ def evaluate_sentence_model(embedder, path, batch_size: int = 64) -> dict:
     if not examples:
         raise UserError(f"{path}: nothing to score (expected scored pairs, pairs, triplets "
                         f"or an NLI file)")
-    width = max(len(ex.texts) for ex in examples)
-    columns = [torch.from_numpy(embedder.encode([ex.texts[c] for ex in examples],
-                                                batch_size=batch_size))
-               if all(len(ex.texts) > c for ex in examples) else None for c in range(width)]
-    vectors = [tuple(col[i] for col in columns[:len(ex.texts)])
-               for i, ex in enumerate(examples)]
-    return task.score(examples, vectors)
+    vectors: list[list] = [[] for _ in examples]
+    for c in range(max(len(ex.texts) for ex in examples)):  # pairs and triplets may mix
+        rows = [i for i, ex in enumerate(examples) if len(ex.texts) > c]
+        column = embedder.encode([examples[i].texts[c] for i in rows], batch_size=batch_size)
+        for i, vector in zip(rows, torch.from_numpy(column)):
+            vectors[i].append(vector)
+    return task.score(examples, [tuple(v) for v in vectors])
 __all__ = ["Embed", "EmbedExample", "SentenceEncoder", "LOSSES", "evaluate_sentence_model"]
