@@ -7,7 +7,7 @@ by `bertkit finetune embed` and once by `SentenceTransformerTrainer`; both are t
 SICK dev by the same evaluation (Spearman of cosine against relatedness; sentence-transformers'
 EmbeddingSimilarityEvaluator printed beside as a check). Run it with nothing else on the CPU:
 
-    flock /tmp/bertkit-cpu.lock env PYTHONPATH=$PWD python bench/sentence_training.py
+    flock /tmp/bertkit-cpu.lock timeout 1800 env PYTHONPATH=$PWD python bench/sentence_training.py
 
 Needs /work/shared/data/nli (or --data) and the test extras (sentence-transformers, datasets).
 """
