@@ -130,6 +130,35 @@ def _is_pretrained(path: Path) -> bool:
     return all(t.from_transformers(config) is None for t in TASKS)
 
 
+def _is_sentence_model(model: Path, data: Path) -> bool:
+    """A sentence-transformers directory (modules.json) given pairs to score, not text."""
+    from bertkit.embeddings.sentence_model import MODULES_FILE
+    from bertkit.model.hub import resolve_model
+
+    try:
+        return (resolve_model(model) / MODULES_FILE).is_file() and Path(data).suffix != ".txt"
+    except UserError:
+        return False
+
+
+def _evaluate_sentence_model(opts: EvaluateOptions) -> int:
+    """STS figures (or retrieval figures) of a sentence model on a labelled file."""
+    from bertkit.embeddings.embedder import Embedder
+    from bertkit.finetuning.readers import input_file
+    from bertkit.finetuning.tasks.embed import evaluate_sentence_model
+    from bertkit.runtime import resolve_device
+
+    embedder = Embedder.load(opts.model, device=resolve_device(opts.device))
+    with input_file(opts.input) as path:
+        scores = evaluate_sentence_model(embedder, path, opts.batch_size)
+    if opts.json:
+        print(json.dumps(scores))
+        return 0
+    for key, value in scores.items():
+        print(f"{key:>20}  {value:.4f}" if isinstance(value, float) else f"{key:>20}  {value}")
+    return 0
+
+
 def _print_lm_report(report: dict) -> None:
     """The figures of `evaluate_pretrained` as a table."""
     def show(value):
@@ -156,6 +185,8 @@ def _print_lm_report(report: dict) -> None:
 def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
     from bertkit.finetuning.predict import TaskModel
 
+    if _is_sentence_model(opts.model, opts.input):
+        return _evaluate_sentence_model(opts)
     if _is_pretrained(opts.model):
         from bertkit.pretraining.evaluation import evaluate_pretrained
 

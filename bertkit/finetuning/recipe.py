@@ -43,7 +43,7 @@ from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze
 from bertkit.finetuning.baselines import baseline_comparison
-from bertkit.finetuning.inputs import Item, length_batches, warn_cut
+from bertkit.finetuning.inputs import Item, warn_cut
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.readers import input_file
 from bertkit.finetuning.task import Task, task_settings
@@ -177,11 +177,11 @@ def hold_out(examples: list, fraction: float, seed: int, keys: list | None = Non
 
 
 class EpochBatches:
-    """Length-bucketed, shuffled batches, a new order each epoch; resumable."""
+    """Shuffled batches in the task's order (`Task.batch_order`: length-bucketed), a new
+    order each epoch; resumable."""
 
     def __init__(self, items: list[Item], task: Task, batch_size: int, seed: int):
         self.items, self.task, self.batch_size, self.seed = items, task, batch_size, seed
-        self.lengths = [len(it.ids) for it in items]
         # the pass, and how many of its batches were handed out: a new iterator (a resumed
         # run's) starts after them
         self.epoch, self.served = 0, 0
@@ -191,7 +191,7 @@ class EpochBatches:
 
     def __iter__(self):
         g = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
-        order = length_batches(self.lengths, self.batch_size, g)
+        order = self.task.batch_order(self.items, self.batch_size, g)
         for idx in order[self.served:]:
             self.served += 1  # counted from the pass's start, so a second resume lands right
             yield self.task.collate([self.items[i] for i in idx])
@@ -362,9 +362,8 @@ class DevScores:
         if mix is not None:  # what the task took from each layer, in numbers and a picture
             final["layer_weights"] = mix.layer_weights().detach().cpu().tolist()
             final["layer_mix_gamma"] = float(mix.gamma.detach())
-        self.plan.backbone.save(model, path, task=task.to_json(),
-                                tokenizer=self.plan.backbone.tokenizer,
-                                labels=list(task.label_names()) or None)
+        task.save_model(self.plan.backbone, model, path, tokenizer=self.plan.backbone.tokenizer,
+                        labels=list(task.label_names()) or None)
         write_json(path / "dev_metrics.json", final)
         if mix is not None:
             from bertkit.embeddings.plots import plot_layer_weights  # matplotlib only here

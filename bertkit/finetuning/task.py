@@ -11,11 +11,13 @@ and its line in `bertkit.finetuning.tasks.TASKS`.
     read       labelled examples from a file;  read_inputs: what `bertkit predict` reads
     with_labels  the label set collected from training (checked against dev); check: on test
     encode     examples -> model inputs (`Item`s);  collate: items -> a padded batch
+    batch_order  one epoch's batches of items (length-bucketed; a bi-encoder's: no text twice)
     make_model the encoder with the task's head;  loss: one batch's loss
     infer      one batch's raw outputs;  decode_outputs: outputs -> predictions
     score      metrics of predictions against labelled examples;  baseline: a trivial one's
     selection  the dev figure the best checkpoint is kept by;  tune: thresholds fitted on dev
     pipeline   what calling a TaskModel does (pipeline-style dicts)
+    save_model the trained model written (the backbone's format; a sentence model's own)
 
 The recipe, prediction and saving call these and never ask which task they hold. Tuning and
 overrides return a new value (`dataclasses.replace`); nothing changes a task in place. The
@@ -32,7 +34,7 @@ import torch
 from torch import nn
 
 from bertkit.files import UserError, read_jsonl, read_lines
-from bertkit.finetuning.inputs import Item, pad_inputs
+from bertkit.finetuning.inputs import Item, length_batches, pad_inputs
 from bertkit.finetuning.readers import detect_format
 
 
@@ -216,6 +218,12 @@ class Task:
             batch["labels"] = torch.tensor([it.target for it in items])
         return batch
 
+    def batch_order(self, items: Sequence[Item], batch_size: int,
+                    generator: torch.Generator) -> list[list[int]]:
+        """One training epoch's batches (indices into `items`), drawn from `generator`:
+        neighbours in length, so that a batch pads to little."""
+        return length_batches([len(it.ids) for it in items], batch_size, generator)
+
     # Model --------------------------------------------------------------------------------------
     def make_model(self, encoder: nn.Module) -> nn.Module:
         """The encoder with this task's head (not initialised)."""
@@ -258,6 +266,13 @@ class Task:
     def prediction_rows(self, runner: Runner, path: str | Path) -> list[dict]:
         """One JSON-able row per input of a prediction file."""
         raise NotImplementedError
+
+    def save_model(self, backbone, model: nn.Module, path: Path, *, tokenizer: Any = None,
+                   labels: list[str] | None = None) -> Path:
+        """Write the trained `model` to `path`: by default as the backbone saves a task model
+        (`Backbone.save`, with bertkit_task.json)."""
+        return backbone.save(model, path, task=self.to_json(), tokenizer=tokenizer,
+                             labels=labels)
 
 
 # Shared by the tasks ------------------------------------------------------------------------------

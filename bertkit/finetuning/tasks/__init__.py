@@ -13,6 +13,7 @@ from bertkit.files import UserError
 from bertkit.finetuning.heads import read_task_file
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks.classify import Classify
+from bertkit.finetuning.tasks.embed import Embed
 from bertkit.finetuning.tasks.pair import Pair
 from bertkit.finetuning.tasks.qa import QA
 from bertkit.finetuning.tasks.regress import Regress
@@ -20,7 +21,7 @@ from bertkit.finetuning.tasks.spans import Spans
 from bertkit.finetuning.tasks.tag import Tag
 from bertkit.model import hub
 
-TASKS: tuple[type[Task], ...] = (Classify, Pair, Regress, Tag, QA, Spans)
+TASKS: tuple[type[Task], ...] = (Classify, Pair, Regress, Tag, QA, Spans, Embed)
 TASK_NAMES = tuple(t.name for t in TASKS)
 
 
@@ -55,4 +56,4 @@ def load_task(path: str | Path, task_types: Sequence[type[Task]] = TASKS) -> Tas
 
 
 __all__ = ["TASKS", "TASK_NAMES", "task_type", "load_task", "Task", "Classify", "Pair",
-           "Regress", "Tag", "QA", "Spans"]
+           "Regress", "Tag", "QA", "Spans", "Embed"]

@@ -1,0 +1,312 @@
+"""Sentence embeddings you train: a bi-encoder (one encoder, a pooling, optionally unit length)
+whose cosines mean similarity, saved as a sentence-transformers directory.
+
+The loss follows what the training file holds (`bertkit.finetuning.sentence_pairs.detect_kind`):
+
+| file | loss (`auto`) |
+|---|---|
+| pairs `anchor,positive` | multiple-negatives ranking (in-batch negatives) |
+| triplets `anchor,positive,negative` | the same, the negative a hard one |
+| scored pairs `sentence1,sentence2,score` | CoSENT (`cosine-mse` as an option) |
+| NLI `premise,hypothesis,label` (SICK) | ranking: entailments positive, contradictions hard negatives |
+| sentences (`.txt`) | unsupervised SimCSE: each batch encoded twice, dropout on |
+
+An example is one `Item` whose first text is `ids` and whose other texts' ids are in `extra`;
+a batch holds one padded block per column (`input_ids`, `input_ids_1`, ...). Batches for the
+in-batch-negative losses hold no text twice (`bertkit.embeddings.batches.unique_batches`).
+The dev figure is Spearman's correlation of cosine and score on scored pairs (or an NLI file's
+relatedness), nDCG@10 of finding each anchor's positive among all dev positives on pairs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal, Sequence
+
+import torch
+from torch import nn
+
+from bertkit.embeddings import losses
+from bertkit.embeddings.batches import unique_batches
+from bertkit.embeddings.evaluation import search_figures, sts_figures
+from bertkit.embeddings.matryoshka import matryoshka_loss
+from bertkit.embeddings.sentence_model import sentence_model_files
+from bertkit.files import UserError
+from bertkit.finetuning import sentence_pairs as sp
+from bertkit.finetuning.inputs import Item, length_batches, pad_inputs
+from bertkit.finetuning.task import Defaults, Task, fitted
+from bertkit.model import hub
+
+LOSSES = ("mnrl", "simcse", "cosent", "cosine-mse")
+_IN_BATCH = ("mnrl", "simcse")
+
+
+@dataclass
+class EmbedExample:
+    """The texts of one training example (anchor first), its score when scored, and whether
+    it trains (`train`) and is scored on dev (`dev`)."""
+    texts: tuple[str, ...]
+    score: float | None = None
+    source: str = ""
+    train: bool = True
+    dev: bool = True
+
+
+class SentenceEncoder(nn.Module):
+    """The encoder and its pooling: texts' ids -> one vector each (unit length if asked)."""
+
+    def __init__(self, encoder: nn.Module, pooling: str, normalize: bool):
+        super().__init__()
+        self.encoder, self.pooling, self.normalize = encoder, pooling, normalize
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+        h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+        keep = attention_mask[..., None].to(h.dtype)  # [B, T, 1]
+        if self.pooling == "cls":
+            v = h[:, 0]
+        elif self.pooling == "max":
+            v = h.masked_fill(keep == 0, float("-inf")).amax(1)
+        else:
+            v = (h * keep).sum(1) / keep.sum(1).clamp(min=1)
+        return nn.functional.normalize(v, dim=-1) if self.normalize else v
+
+
+@dataclass(frozen=True)
+class Embed(Task):
+    """Sentence vectors trained so that their cosines mean similarity."""
+    name: ClassVar[str] = "embed"
+    defaults: ClassVar[Defaults] = Defaults(epochs=1, batch_size=32, max_length=128,
+                                            lr=2e-5, small_model_lr=2e-4)
+    verb: ClassVar[str] = "embed"
+
+    objective: Literal["auto", "mnrl", "cosent", "cosine-mse", "simcse"] = dataclasses.field(
+        default="auto", metadata={"flag": "loss"})
+    """auto: by the training file (pairs, triplets, NLI: mnrl; scored pairs: cosent;
+    sentences in a .txt file: simcse)."""
+    scale: float = losses.DEFAULT_SCALE
+    """The cosines' scale in mnrl, simcse and cosent (20: a temperature of 0.05)."""
+    symmetric: bool = False
+    """mnrl also the other way: each positive must find its anchor."""
+    pooling: Literal["mean", "cls", "max"] = "mean"
+    """How the token vectors become the sentence vector."""
+    normalize: bool = True
+    """Save a Normalize module: the vectors at unit length."""
+    matryoshka_dims: tuple[int, ...] = ()
+    """Also train these prefixes of the vector (Matryoshka), e.g. 64 128; the loss is summed
+    over them and the whole vector."""
+    score_range: tuple[float, ...] = ()
+    """LOW HIGH of scored pairs' scores, brought to 0..1 (cosine-mse needs cosine-scale
+    scores; STS-B: 0 5)."""
+    kind: str = fitted("")
+    """What the training file holds (detect_kind)."""
+
+    # Settings -----------------------------------------------------------------------------------
+    def configure(self, train_path: Path) -> "Embed":
+        kind = sp.detect_kind(train_path)
+        auto = {"sentences": "simcse", "scored": "cosent"}.get(kind, "mnrl")
+        objective = auto if self.objective == "auto" else self.objective
+        if self.score_range and len(self.score_range) != 2:
+            raise UserError(f"--score-range takes LOW HIGH, got {len(self.score_range)} values")
+        needs = {"simcse": ("sentences",), "cosent": ("scored", "nli"),
+                 "cosine-mse": ("scored", "nli"), "mnrl": ("pairs", "triplets", "nli")}[objective]
+        if kind not in needs:
+            raise UserError(f"{train_path}: --loss {objective} trains on {' or '.join(needs)}, "
+                            f"this file holds {kind}")
+        if any(d < 1 for d in self.matryoshka_dims):
+            raise UserError("--matryoshka-dims must be positive")
+        return dataclasses.replace(self, objective=objective, kind=kind)
+
+    def for_backbone(self, model) -> "Embed":
+        if model.architecture is None:
+            raise UserError("embed trains a transformer encoder, not this backbone")
+        return self
+
+    # Data ---------------------------------------------------------------------------------------
+    def read(self, path) -> list[EmbedExample]:
+        kind = sp.detect_kind(path)
+        scored = self.objective in ("cosent", "cosine-mse")
+        limits = tuple(self.score_range) or None
+        if kind == "sentences":
+            return [EmbedExample((s,), dev=False) for s in sp.read_sentences(path)]
+        if kind == "scored":
+            return [EmbedExample((p.text_a, p.text_b), p.score, p.source, train=scored)
+                    for p in sp.read_scored_pairs(path, score_range=limits)]
+        if kind == "pairs":
+            return [EmbedExample((p.anchor, p.positive), None, p.source, train=not scored)
+                    for p in sp.read_pairs(path)]
+        if kind == "triplets":
+            return [EmbedExample((t.anchor, t.positive, t.negative), None, t.source,
+                                 train=not scored) for t in sp.read_triplets(path)]
+        nli = sp.read_nli(path)  # relatedness scores the dev; entailments train mnrl
+        out = [EmbedExample((p.text_a, p.text_b), p.score, p.source, train=scored)
+               for p in nli.scored]
+        return out + [EmbedExample((t.anchor, t.positive, t.negative), None, t.source,
+                                   train=not scored, dev=not out) for t in nli.triplets] + \
+            [EmbedExample((p.anchor, p.positive), None, p.source, train=not scored,
+                          dev=not out) for p in nli.pairs]
+
+    def with_labels(self, train, dev) -> "Embed":
+        if not any(ex.train for ex in train):
+            raise UserError(f"nothing in the training file trains --loss {self.objective}")
+        if not any(ex.dev for ex in dev):
+            raise UserError("the dev data gives no figure to keep the best model by: pass "
+                            "--dev with scored pairs, pairs or an NLI file")
+        return self
+
+    def groups(self, examples) -> list:
+        return [ex.texts[0] for ex in examples]  # a premise's rows stay on one side
+
+    # Model inputs -------------------------------------------------------------------------------
+    def encode(self, tokenizer, examples, *, training=False, skip_no_room=False) -> list[Item]:
+        chosen = [(i, ex) for i, ex in enumerate(examples) if (ex.train if training else ex.dev)]
+        items = []
+        for width in sorted({len(ex.texts) for _, ex in chosen}):
+            group = [(i, ex) for i, ex in chosen if len(ex.texts) == width]
+            columns = [tokenizer.encode_batch([ex.texts[c] for _, ex in group], None,
+                                              max_length=self.max_length, truncation=True,
+                                              with_offsets=False) for c in range(width)]
+            for row, (i, ex) in enumerate(group):
+                encs = [col[row] for col in columns]
+                items.append(Item(i, encs[0].ids, encs[0].type_ids, target=ex.score,
+                                  extra=tuple((e.ids, e.type_ids) for e in encs[1:]),
+                                  cut=any(bool(col.cut[row]) for col in columns)))
+        return sorted(items, key=lambda it: it.example)
+
+    def batch_order(self, items, batch_size, generator) -> list[list[int]]:
+        if self.objective not in _IN_BATCH:
+            return length_batches([len(it.ids) for it in items], batch_size, generator)
+        # in-batch negatives: no text twice in a batch, one column count per batch
+        texts = [(tuple(it.ids), *(tuple(ids) for ids, _ in it.extra)) for it in items]
+        batches = []
+        for width in sorted({len(t) for t in texts}):
+            idx = [i for i, t in enumerate(texts) if len(t) == width]
+            batches += [[idx[j] for j in b]
+                        for b in unique_batches([texts[i] for i in idx], batch_size, generator)]
+        order = torch.randperm(len(batches), generator=generator).tolist()
+        return [batches[i] for i in order]
+
+    def collate(self, items) -> dict:
+        batch = pad_inputs(items)
+        for c in range(len(items[0].extra)):
+            column = pad_inputs([Item(0, it.extra[c][0], it.extra[c][1]) for it in items])
+            batch.update({f"{k}_{c + 1}": v for k, v in column.items()})
+        if items[0].target is not None:
+            batch["labels"] = torch.tensor([float(it.target) for it in items])
+        return batch
+
+    # Model --------------------------------------------------------------------------------------
+    def make_model(self, encoder) -> SentenceEncoder:
+        return SentenceEncoder(encoder, self.pooling, self.normalize)
+
+    def columns(self, model, batch) -> list[torch.Tensor]:
+        """The batch's vectors, one `[B, D]` tensor per column."""
+        out, c = [], 0
+        while c == 0 or f"input_ids_{c}" in batch:
+            end = "" if c == 0 else f"_{c}"
+            out.append(model(batch["input_ids" + end], batch["token_type_ids" + end],
+                             batch["attention_mask" + end]))
+            c += 1
+        return out
+
+    def loss_of(self, columns: Sequence[torch.Tensor], scores) -> torch.Tensor:
+        """This task's loss of a batch's vectors (and scores)."""
+        if self.objective == "cosent":
+            return losses.cosent_loss(*columns, scores, scale=self.scale)
+        if self.objective == "cosine-mse":
+            return losses.cosine_mse_loss(*columns, scores)
+        if self.objective == "simcse":
+            return losses.simcse_loss(*columns, scale=self.scale)
+        return losses.multiple_negatives_ranking_loss(
+            columns[0], columns[1], columns[2] if len(columns) > 2 else None,
+            scale=self.scale, symmetric=self.symmetric)
+
+    def loss(self, model, batch) -> torch.Tensor:
+        columns = self.columns(model, batch)
+        if self.objective == "simcse":  # the same sentences again: another dropout mask
+            columns = columns + self.columns(model, batch)
+        scores = batch.get("labels")
+        if not self.matryoshka_dims:
+            return self.loss_of(columns, scores)
+        width = columns[0].shape[-1]
+        dims = sorted({*self.matryoshka_dims, width})
+        return matryoshka_loss(lambda *cols: self.loss_of(cols, scores), columns, dims)
+
+    def infer(self, model, batch, items) -> list:
+        columns = [c.float().cpu() for c in self.columns(model, batch)]
+        return [tuple(c[row] for c in columns) for row in range(len(items))]
+
+    def decode_outputs(self, outputs, items, examples) -> list:
+        """Per example its texts' vectors (None for an example not scored on dev)."""
+        out: list = [None] * len(examples)
+        for item, vectors in zip(items, outputs):
+            out[item.example] = vectors
+        return out
+
+    # Scores -------------------------------------------------------------------------------------
+    def score(self, examples, predictions) -> dict:
+        chosen = [(ex, v) for ex, v in zip(examples, predictions) if v is not None and ex.dev]
+        if not chosen:
+            raise UserError("nothing to score: no scored pairs or pairs among the examples")
+        dims = [None, *sorted(self.matryoshka_dims)]
+        if chosen[0][0].score is not None:
+            a, b = (torch.stack([v[c] for _, v in chosen]) for c in (0, 1))
+            gold = torch.tensor([ex.score for ex, _ in chosen], dtype=torch.float64)
+            out = {}
+            for dim in dims:
+                f = sts_figures(a, b, gold, dim=dim)
+                end = "" if dim is None else f"@{dim}"
+                out.update({f"spearman{end}": f.spearman, f"pearson{end}": f.pearson})
+            return {**out, "pairs": len(chosen)}
+        return self._retrieval(chosen, dims)
+
+    def _retrieval(self, chosen, dims) -> dict:
+        corpus: dict[str, int] = {}
+        vectors = []
+        for ex, v in chosen:  # every positive and negative, once each
+            for text, vector in zip(ex.texts[1:], v[1:]):
+                if text not in corpus:
+                    corpus[text] = len(vectors)
+                    vectors.append(vector)
+        queries = torch.stack([v[0] for _, v in chosen])
+        relevant = [[corpus[ex.texts[1]]] for ex, _ in chosen]
+        out = {}
+        for dim in dims:
+            figures = search_figures(queries, torch.stack(vectors), relevant, dim=dim)
+            end = "" if dim is None else f"@dim{dim}"
+            out.update({k + end: v for k, v in figures.as_dict().items()})
+        return {**out, "queries": len(chosen)}
+
+    def selection(self, scores: dict) -> float:
+        return scores["spearman"] if "spearman" in scores else scores["ndcg@10"]
+
+    def save_model(self, backbone, model, path: Path, **_) -> Path:
+        """A sentence-transformers directory: the encoder, its tokenizer, the pooling and
+        normalisation (no bertkit_task.json: it is an encoder, as `Embedder.load` reads it)."""
+        files = sentence_model_files((self.pooling,), self.normalize, self.max_length,
+                                     model.encoder.config.hidden_size)
+        return hub.save_model(model.encoder, path, tokenizer=backbone.tokenizer,
+                              extra_files=files)
+
+
+
+
+
+def evaluate_sentence_model(embedder, path, batch_size: int = 64) -> dict:
+    """The figures of a sentence model (an `Embedder`) on a labelled file: Spearman and
+    Pearson of cosine against the scores of scored pairs (or an NLI file's relatedness);
+    MRR@10, recall@1/10 and nDCG@10 of finding each anchor's positive among every positive
+    and negative of a pairs or triplets file."""
+    task = Embed()
+    examples = [ex for ex in task.read(path) if ex.dev]
+    if not examples:
+        raise UserError(f"{path}: nothing to score (expected scored pairs, pairs, triplets "
+                        f"or an NLI file)")
+    vectors: list[list] = [[] for _ in examples]
+    for c in range(max(len(ex.texts) for ex in examples)):  # pairs and triplets may mix
+        rows = [i for i, ex in enumerate(examples) if len(ex.texts) > c]
+        column = embedder.encode([examples[i].texts[c] for i in rows], batch_size=batch_size)
+        for i, vector in zip(rows, torch.from_numpy(column)):
+            vectors[i].append(vector)
+    return task.score(examples, [tuple(v) for v in vectors])
+__all__ = ["Embed", "EmbedExample", "SentenceEncoder", "LOSSES", "evaluate_sentence_model"]

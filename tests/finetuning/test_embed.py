@@ -1,0 +1,212 @@
+"""`finetune embed`: a bi-encoder trained through the one loop on each kind of file, its loss
+going down, its dev figure kept, its directory read alike by sentence-transformers and by
+Embedder, its run resumable, and bad input refused in one line."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli.main import main
+from bertkit.embeddings.embedder import Embedder
+from bertkit.embeddings.losses import simcse_loss
+from bertkit.finetuning.recipe import FinetuneConfig, finetune
+from bertkit.finetuning.tasks import Embed
+from bertkit.model import hub
+from bertkit.text.tokenizer import Tokenizer
+
+from tests.finetuning.conftest import FILLER, WORDS
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+QUICK = dict(lr=2e-3, warmup=0.0, show_progress=False, patience=None, batch_size=16)
+CONTENT = [w for w in WORDS if w.isalpha()]
+
+
+def _words(rng: random.Random, n: int = 4) -> list[str]:
+    return rng.sample(CONTENT, n)
+
+
+def _write(path: Path, rows) -> Path:
+    if path.suffix == ".txt":
+        path.write_text("\n".join(rows) + "\n")
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def make_file(tmp_path: Path, kind: str, n: int = 160, seed: int = 0) -> Path:
+    """Synthetic data whose similarity is in the words: a positive or entailed text is the
+    anchor's words reordered, a pair's score the words it shares."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        a = _words(rng)
+        if kind == "pairs":
+            rows.append({"anchor": " ".join(a), "positive": " ".join(a[::-1])})
+        elif kind == "scored":
+            k = rng.randint(0, 4)
+            b = a[:k] + [w for w in _words(rng, 8) if w not in a][:4 - k]
+            rows.append({"sentence1": " ".join(a), "sentence2": " ".join(b), "score": k})
+        elif kind == "nli":
+            premise = " ".join(a)
+            rows.append({"premise": premise, "hypothesis": " ".join(a[::-1]),
+                         "label": "entailment", "relatedness": 4.8})
+            rows.append({"premise": premise, "hypothesis": " ".join(_words(rng)),
+                         "label": "contradiction", "relatedness": 1.2})
+        else:
+            rows.append(" ".join(a + rng.sample(FILLER, 2)))
+    suffix = ".txt" if kind == "sentences" else ".jsonl"
+    return _write(tmp_path / f"{kind}{seed}{suffix}", rows)
+
+
+def data_loss(model_dir: Path, task: Embed, train: Path) -> float:
+    """The task's mean loss over its training file, dropout off, for the encoder of
+    `model_dir`."""
+    model = task.make_model(hub.load_encoder(model_dir)).eval()
+    tokenizer = Tokenizer.load(model_dir)
+    items = task.encode(tokenizer, task.read(train), training=True)
+    order = task.batch_order(items, 16, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        return float(np.mean([float(task.loss(model, task.collate([items[i] for i in b])))
+                              for b in order]))
+
+
+@pytest.mark.parametrize("kind,loss,dev_kind,figure", [
+    ("pairs", "mnrl", "pairs", "ndcg@10"),
+    ("scored", "cosent", "scored", "spearman"),
+    ("nli", "mnrl", "nli", "spearman"),
+    ("sentences", "simcse", "scored", "spearman"),
+])
+def test_each_kind_of_file_trains_its_loss_down(kind, loss, dev_kind, figure, tiny_bert_dropout,
+                                                tmp_path):
+    train, dev = make_file(tmp_path, kind), make_file(tmp_path, dev_kind, 40, seed=1)
+    out = tmp_path / "out"
+    result = finetune(Embed(), tiny_bert_dropout, train, dev, out,
+                      FinetuneConfig(epochs=3, **QUICK))
+    task = result.task
+    assert task.objective == loss and task.kind == kind
+    assert result.steps > 0 and figure in result.dev_metrics
+    before = data_loss(tiny_bert_dropout, task, train)
+    after = data_loss(out, task, train)
+    assert after < 0.9 * before, (before, after)
+    # the best evaluation is the model: its figure is the best one logged
+    evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    best = max(e["dev_selection"] for e in evals if e.get("split") == "eval")
+    assert result.dev_metrics[figure] == pytest.approx(best, abs=1e-6)
+
+
+def test_sentence_transformers_reads_the_directory_as_embedder_does(tiny_bert, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    train = make_file(tmp_path, "scored")
+    for pooling, normalize in (("mean", True), ("cls", False), ("max", True)):
+        out = tmp_path / f"out-{pooling}"
+        finetune(Embed(pooling=pooling, normalize=normalize), tiny_bert, train, None, out,
+                 FinetuneConfig(epochs=1, **QUICK))
+        texts = ["the good film", "john went to paris and rome", "bad"]
+        ours = Embedder.load(out).encode(texts)
+        theirs = st.SentenceTransformer(str(out), device="cpu").encode(texts)
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+        assert np.allclose(np.linalg.norm(ours, axis=1), 1, atol=1e-5) == normalize
+
+
+def test_batches_of_in_batch_negatives_hold_no_text_twice(tiny_bert, tmp_path):
+    rows = [{"premise": f"the {w} film", "hypothesis": f"a {w} movie {i}",
+             "label": "entailment"} for i, w in enumerate(CONTENT * 3)]
+    train = _write(tmp_path / "nli.jsonl", rows)
+    task = dataclasses.replace(Embed().configure(train), max_length=32)
+    items = task.encode(Tokenizer.load(tiny_bert), task.read(train), training=True)
+    order = task.batch_order(items, 8, torch.Generator().manual_seed(0))
+    assert sorted(i for b in order for i in b) == list(range(len(items)))
+    for b in order:
+        anchors = [tuple(items[i].ids) for i in b]
+        assert len(set(anchors)) == len(anchors)
+
+
+def test_simcse_encodes_the_batch_twice_with_dropout(tiny_bert_dropout, tiny_bert, tmp_path):
+    train = make_file(tmp_path, "sentences", 16)
+    task = dataclasses.replace(Embed().configure(train), max_length=32)
+    for model_dir, differs in ((tiny_bert_dropout, True), (tiny_bert, False)):
+        model = task.make_model(hub.load_encoder(model_dir)).train()
+        items = task.encode(Tokenizer.load(model_dir), task.read(train), training=True)
+        batch = task.collate(items)
+        torch.manual_seed(0)
+        loss = task.loss(model, batch)
+        torch.manual_seed(0)
+        one, two = task.columns(model, batch)[0], task.columns(model, batch)[0]
+        assert (not torch.equal(one, two)) == differs
+        assert float(loss.detach()) == pytest.approx(float(simcse_loss(one, two).detach()), rel=1e-5)
+
+
+def test_resume_equals_an_uninterrupted_run(tiny_bert_dropout, tmp_path, monkeypatch):
+    from tests.finetuning.test_resume import _assert_same_model, _signal_at
+
+    train, dev = make_file(tmp_path, "pairs", 96), make_file(tmp_path, "pairs", 32, seed=1)
+    cfg = FinetuneConfig(epochs=2, evals_per_epoch=2, **QUICK)
+    finetune(Embed(), tiny_bert_dropout, train, dev, tmp_path / "whole", cfg)
+    _signal_at(monkeypatch, 5)
+    stopped = finetune(Embed(), tiny_bert_dropout, train, dev, tmp_path / "parts", cfg)
+    assert stopped.stopped_by == "interrupted"
+    monkeypatch.undo()
+    finetune(Embed(), tiny_bert_dropout, train, dev, tmp_path / "parts",
+             dataclasses.replace(cfg, resume=True))
+    _assert_same_model(tmp_path / "whole", tmp_path / "parts")
+
+
+def test_the_command_trains_and_refuses_bad_input_in_one_line(tiny_bert, tmp_path, capsys):
+    train = make_file(tmp_path, "scored", 48)
+    out = tmp_path / "out"
+    assert main(["finetune", "embed", "--model", str(tiny_bert), "--train", str(train),
+                 "--out", str(out), "--epochs", "1", "--batch-size", "16",
+                 "--matryoshka-dims", "8", "16", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert "dev_spearman" in summary and "dev_spearman@8" in summary
+    assert (out / "modules.json").is_file() and not (out / "bertkit_task.json").exists()
+
+    lines = train.read_text().splitlines()
+    lines[2] = json.dumps({"sentence1": "a", "sentence2": "b", "score": "high"})
+    bad = _write(tmp_path / "bad.jsonl", [json.loads(x) for x in lines])
+    for argv, where in (([], f"{bad}:3:"), (["--loss", "simcse"], f"{bad}:")):
+        code = main(["finetune", "embed", "--model", str(tiny_bert), "--train", str(bad),
+                     "--out", str(tmp_path / "never"), "--quiet", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith(f"error: {where}") and err.count("\n") == 1, err
+        assert not (tmp_path / "never").exists()
+
+
+def test_evaluate_gives_the_sts_figures_of_a_sentence_model(tiny_bert, tmp_path, capsys):
+    st = pytest.importorskip("sentence_transformers")
+    from scipy.stats import pearsonr, spearmanr
+
+    train, test = make_file(tmp_path, "scored"), make_file(tmp_path, "scored", 50, seed=2)
+    out = tmp_path / "out"
+    finetune(Embed(), tiny_bert, train, None, out, FinetuneConfig(epochs=1, **QUICK))
+    assert main(["evaluate", "--model", str(out), "--input", str(test), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    rows = [json.loads(line) for line in test.read_text().splitlines()]
+    model = st.SentenceTransformer(str(out), device="cpu")
+    a, b = (model.encode([r[k] for r in rows]) for k in ("sentence1", "sentence2"))
+    cosines = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    gold = [r["score"] for r in rows]
+    assert figures["spearman"] == pytest.approx(spearmanr(cosines, gold)[0], abs=2e-3)  # fp32 near-ties
+    assert figures["pearson"] == pytest.approx(pearsonr(cosines, gold)[0], abs=1e-4)
+    assert figures["pairs"] == 50
+
+    pairs = make_file(tmp_path, "pairs", 30, seed=3)
+    assert main(["evaluate", "--model", str(out), "--input", str(pairs)]) == 0
+    text = capsys.readouterr().out
+    assert "ndcg@10" in text and "mrr@10" in text and "queries  30" in text
+
+    nli = [json.loads(line) for line in make_file(tmp_path, "nli", 20, seed=4).read_text()
+           .splitlines()]
+    nli = [{k: v for k, v in r.items() if k != "relatedness"} for r in nli]
+    nli += [{"premise": "a lone premise", "hypothesis": "lone premise a",
+             "label": "entailment"}]  # a pair among triplets
+    mixed = _write(tmp_path / "mixed.jsonl", nli)
+    assert main(["evaluate", "--model", str(out), "--input", str(mixed), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["queries"] == 21
