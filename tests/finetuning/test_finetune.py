@@ -568,4 +568,4 @@ def test_sentence_heads_pool_by_mean_for_a_modern_encoder_and_by_cls_for_bert(
               str(task_files["ner_train"]), "--out", str(tmp_path / "t"), "--pooling", "mean"])
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: --pooling is a setting of classify, pair, regress, not of tag"]
+        "error: --pooling is a setting of classify, pair, regress, embed, not of tag"]
