@@ -410,3 +410,18 @@ def fuzz(tmp_path_factory) -> SimpleNamespace:
     path)` and `dir`, a session directory to write the mutated files into."""
     return SimpleNamespace(mutated=mutated, reads_or_names=reads_or_names,
                            dir=tmp_path_factory.mktemp("fuzz"))
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, tiny) -> Path:
+    """The tiny corpus with a 120-piece vocabulary, prepared with a 10% held-out split (one per test
+    module: the pretraining, elastic and validation-order tests train on it)."""
+    from bertkit.pretraining.corpus import prepare
+    from bertkit.text.vocab import train_tokenizer
+
+    root = tmp_path_factory.mktemp("prepared")
+    corpus = tiny.write_corpus(root / "corpus.txt")
+    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
+    prepare([corpus], root / "tok", root / "data", heldout_fraction=0.1, workers=1,
+            progress=False)
+    return root / "data"

@@ -19,19 +19,6 @@ from bertkit.runlock import LOCK_FILE
 TINY = ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8", "--max-steps", "2"]
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory, tiny) -> Path:
-    from bertkit.pretraining.corpus import prepare
-    from bertkit.text.vocab import train_tokenizer
-
-    root = tmp_path_factory.mktemp("prepared")
-    corpus = tiny.write_corpus(root / "corpus.txt")
-    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
-    prepare([corpus], root / "tok", root / "data", heldout_fraction=0.1, workers=1,
-            progress=False)
-    return root / "data"
-
-
 def _refused(capsys, argv: list[str]) -> str:
     """The one error line of a refused command; fails if anything else was written."""
     assert main(argv) == 2
