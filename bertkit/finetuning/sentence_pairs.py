@@ -10,6 +10,7 @@ columns are ignored; the kind is told by the columns, `detect_kind`):
 | scored | `sentence1`, `sentence2`, `score` (or `text_a`, `text_b`, `score`) | CoSENT, cosine-MSE |
 | nli | `premise`, `hypothesis`, `label` (entailment, neutral or contradiction), optionally `relatedness` (1..5) | see `read_nli` |
 | sentences | a `.txt` file: one sentence a line, blank lines skipped | unsupervised SimCSE |
+| queries | `query`, `relevant` (a passage, or in JSON lines a list), optionally `negatives` | in-batch negatives; retrieval figures |
 
 An NLI file such as SICK (`/work/shared/data/nli/sick.train.jsonl`) is read as it is: each
 entailed hypothesis is a positive of its premise, a contradiction of the same premise its hard
@@ -58,6 +59,16 @@ class ScoredPair:
 
 
 @dataclass
+class QueryPassages:
+    """A query, the passages that answer it and, optionally, passages that do not."""
+    query: str
+    relevant: tuple[str, ...]
+    negatives: tuple[str, ...] = ()
+    source: str = ""
+    """FILE:LINE of the query's first row"""
+
+
+@dataclass
 class NliExamples:
     """What an NLI file trains: see `read_nli`."""
     triplets: list[Triplet] = field(default_factory=list)
@@ -70,6 +81,7 @@ class NliExamples:
 
 
 KIND_COLUMNS = {
+    "queries": ("query", "relevant"),
     "nli": ("premise", "hypothesis", "label"),
     "triplets": ("anchor", "positive", "negative"),
     "pairs": ("anchor", "positive"),
@@ -87,13 +99,13 @@ def _kind_of(columns, where: str) -> str:
             return "scored" if kind == "scored_ab" else kind
     raise UserError(f"{where}: cannot tell what the file holds from its columns "
                     f"({', '.join(map(str, columns))}); expected anchor,positive[,negative], "
-                    f"sentence1,sentence2,score or premise,hypothesis,label (a plain text file "
+                    f"sentence1,sentence2,score, query,relevant or premise,hypothesis,label (a plain text file "
                     f"of sentences: name it .txt)")
 
 
 def detect_kind(path: str | Path) -> str:
-    """What a training file holds: pairs, triplets, scored, nli (from the columns of its first
-    record) or sentences (a `.txt` file)."""
+    """What a training file holds: pairs, triplets, scored, queries, nli (from the columns of
+    its first record) or sentences (a `.txt` file)."""
     p = require_file(path)
     if p.suffix.lower() == ".txt":
         return "sentences"
@@ -232,6 +244,48 @@ def read_nli(path: str | Path) -> NliExamples:
     return out
 
 
+def _passages(path: Path, number: int, record: dict, column: str) -> tuple[str, ...]:
+    """A column's passages: one text, or (JSON lines) a list of texts; empty ones dropped."""
+    value = record.get(column, [])
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise UserError(f"{path}:{number}: column {column!r} must be a text or a list of texts, "
+                        f"got {type(value).__name__}")
+    return tuple(v.strip() for v in values if v.strip())
+
+
+def read_queries(path: str | Path) -> list[QueryPassages]:
+    """Queries with their relevant passages, from `query` and `relevant` (and optionally
+    `negatives`): in JSON lines each a text or a list of texts, in CSV/TSV one text a row.
+    Rows of the same query are merged, in the order first seen; a query with no relevant
+    passage is skipped with a warning that counts them. The passages of every row together
+    are the collection a query is searched in."""
+    p = require_file(path)
+    fmt = detect_format(p)
+    if fmt not in ("jsonl", "csv", "tsv"):
+        raise UserError(f"{p}: expected JSON lines, CSV or TSV, but this looks like {fmt}")
+    found: dict[str, tuple[dict, dict, str]] = {}  # query: (relevant, negatives, source)
+    for number, record, names in _records(p, fmt):
+        query = record.get("query")
+        if not isinstance(query, str):
+            raise UserError(f"{p}:{number}: column 'query' must be a text (columns: "
+                            f"{', '.join(map(str, names))})")
+        relevant, negatives, _ = found.setdefault(query.strip(), ({}, {}, f"{p}:{number}"))
+        relevant.update(dict.fromkeys(_passages(p, number, record, "relevant")))
+        negatives.update(dict.fromkeys(_passages(p, number, record, "negatives")))
+    out, skipped, first = [], 0, ""
+    for query, (relevant, negatives, source) in found.items():
+        if not query or not relevant:
+            skipped, first = skipped + 1, first or source
+            continue
+        out.append(QueryPassages(query, tuple(relevant),
+                                 tuple(n for n in negatives if n not in relevant), source))
+    _warn_skipped(p, "queries with no text or no relevant passage", skipped, first)
+    if not out:
+        raise UserError(f"{p}: no query with a relevant passage")
+    return out
+
+
 def read_sentences(path: str | Path) -> list[str]:
     """The non-blank lines of a UTF-8 text file, stripped: one sentence (or short passage) a
     line, for unsupervised SimCSE."""
@@ -242,6 +296,6 @@ def read_sentences(path: str | Path) -> list[str]:
     return sentences
 
 
-__all__ = ["KIND_COLUMNS", "NLI_LABELS", "NliExamples", "Pair", "ScoredPair", "Triplet",
-           "detect_kind", "read_nli", "read_pairs", "read_scored_pairs", "read_sentences",
-           "read_triplets"]
+__all__ = ["KIND_COLUMNS", "NLI_LABELS", "NliExamples", "Pair", "QueryPassages", "ScoredPair",
+           "Triplet", "detect_kind", "read_nli", "read_pairs", "read_queries",
+           "read_scored_pairs", "read_sentences", "read_triplets"]

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from bertkit.files import UserError
-from bertkit.finetuning.sentence_pairs import (NliExamples, Pair, ScoredPair, Triplet,
-                                               detect_kind, read_nli, read_pairs,
-                                               read_scored_pairs, read_sentences,
-                                               read_triplets)
+from bertkit.finetuning.sentence_pairs import (NliExamples, Pair, QueryPassages, ScoredPair,
+                                               Triplet, detect_kind, read_nli, read_pairs,
+                                               read_queries, read_scored_pairs,
+                                               read_sentences, read_triplets)
 
 
 def write(path: Path, text: str) -> Path:
@@ -40,6 +40,33 @@ def test_triplets(tmp_path):
     assert detect_kind(path) == "triplets"
     assert read_triplets(path) == [Triplet("q", "yes", "no", f"{path}:2")]
     assert read_pairs(path) == [Pair("q", "yes", f"{path}:2")]  # the negative left aside
+
+
+def test_queries_merge_their_rows_and_keep_negatives_apart(tmp_path):
+    jl = jsonl(tmp_path / "q.jsonl", [
+        {"query": "q1", "relevant": ["p1", "p2"], "negatives": ["n1", "p1"]},
+        {"query": "q2", "relevant": "p3"},
+        {"query": "q1", "relevant": ["p2", "p4", " "]},
+        {"query": "q3", "relevant": []}])
+    assert detect_kind(jl) == "queries"
+    with pytest.warns(UserWarning, match=r"skipped 1 queries .*q.jsonl:4"):
+        queries = read_queries(jl)
+    assert queries == [QueryPassages("q1", ("p1", "p2", "p4"), ("n1",), f"{jl}:1"),
+                       QueryPassages("q2", ("p3",), (), f"{jl}:2")]
+    csv = write(tmp_path / "q.csv", "query,relevant,negatives\nq1,p1,\nq1,p2,n1\nq2,p3,n2\n")
+    assert detect_kind(csv) == "queries"
+    assert [(q.query, q.relevant, q.negatives) for q in read_queries(csv)] == [
+        ("q1", ("p1", "p2"), ("n1",)), ("q2", ("p3",), ("n2",))]
+
+
+@pytest.mark.parametrize("row,message", [
+    ({"query": 3, "relevant": "p"}, r"q.jsonl:2: column 'query' must be a text"),
+    ({"query": "q", "relevant": {"a": 1}}, r"q.jsonl:2: column 'relevant' must be a text or a"),
+    ({"query": "q", "relevant": "p", "negatives": [1]}, r"q.jsonl:2: column 'negatives'")])
+def test_queries_errors_name_the_line(tmp_path, row, message):
+    path = jsonl(tmp_path / "q.jsonl", [{"query": "ok", "relevant": "p"}, row])
+    with pytest.raises(UserError, match=message):
+        read_queries(path)
 
 
 def test_scored_pairs_as_written_or_brought_to_zero_one(tmp_path):
