@@ -210,3 +210,53 @@ def test_evaluate_gives_the_sts_figures_of_a_sentence_model(tiny_bert, tmp_path,
     mixed = _write(tmp_path / "mixed.jsonl", nli)
     assert main(["evaluate", "--model", str(out), "--input", str(mixed), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["queries"] == 21
+
+
+def test_evaluate_on_queries_with_relevant_passages_equals_a_hand_count(tiny_bert, tmp_path,
+                                                                          capsys):
+    """Each query searches every passage of the file; its relevant ones set MRR@10, recall and
+    nDCG@10, counted here by hand from sentence vectors."""
+    rng = random.Random(5)
+    rows = []
+    for _ in range(12):
+        a = _words(rng)
+        rows.append({"query": " ".join(a), "relevant": [" ".join(a[::-1]), " ".join(a[1:])],
+                     "negatives": [" ".join(_words(rng))]})
+    path = _write(tmp_path / "queries.jsonl", rows)
+    model = Embedder.load(tiny_bert).save(tmp_path / "sentence-model")
+    assert main(["evaluate", "--model", str(model), "--input", str(path), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    embedder = Embedder.load(model)
+    passages = list(dict.fromkeys(p for r in rows for p in r["relevant"] + r["negatives"]))
+    q, p = embedder.encode([r["query"] for r in rows]), embedder.encode(passages)
+    cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ \
+        (p / np.linalg.norm(p, axis=1, keepdims=True)).T
+    mrr = recall1 = recall10 = ndcg = 0.0
+    for r, row in zip(rows, cos):
+        ranked = [passages[i] for i in np.argsort(-row, kind="stable")[:10]]
+        hits = [text in r["relevant"] for text in ranked]
+        mrr += 1 / (hits.index(True) + 1) if any(hits) else 0
+        recall1 += hits[0] / 2
+        recall10 += sum(hits) / 2
+        ndcg += sum(h / np.log2(k + 2) for k, h in enumerate(hits)) / (1 + 1 / np.log2(3))
+    n = len(rows)
+    assert figures["queries"] == n
+    assert figures["mrr@10"] == pytest.approx(mrr / n, abs=1e-6)
+    assert figures["recall@1"] == pytest.approx(recall1 / n, abs=1e-6)
+    assert figures["recall@10"] == pytest.approx(recall10 / n, abs=1e-6)
+    assert figures["ndcg@10"] == pytest.approx(ndcg / n, abs=1e-6)
+
+
+def test_a_queries_file_trains_with_its_relevant_passages_as_positives(tiny_bert, tmp_path):
+    rng = random.Random(6)
+    rows = [{"query": " ".join(a), "relevant": [" ".join(a[::-1])],
+             "negatives": [" ".join(_words(rng))]} for a in (_words(rng) for _ in range(64))]
+    train = _write(tmp_path / "queries.jsonl", rows)
+    task = Embed().configure(train)
+    assert (task.objective, task.kind) == ("mnrl", "queries")
+    examples = task.read(train)
+    assert [ex.texts for ex in examples if ex.train][0] == (
+        rows[0]["query"], rows[0]["relevant"][0], rows[0]["negatives"][0])
+    result = finetune(Embed(), tiny_bert, train, train, tmp_path / "out",
+                      FinetuneConfig(epochs=1, **QUICK))
+    assert "ndcg@10" in result.dev_metrics and result.dev_metrics["queries"] == 64

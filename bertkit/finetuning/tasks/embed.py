@@ -10,12 +10,14 @@ The loss follows what the training file holds (`bertkit.finetuning.sentence_pair
 | scored pairs `sentence1,sentence2,score` | CoSENT (`cosine-mse` as an option) |
 | NLI `premise,hypothesis,label` (SICK) | ranking: entailments positive, contradictions hard negatives |
 | sentences (`.txt`) | unsupervised SimCSE: each batch encoded twice, dropout on |
+| queries `query,relevant[,negatives]` | ranking: each relevant passage a positive of its query |
 
 An example is one `Item` whose first text is `ids` and whose other texts' ids are in `extra`;
 a batch holds one padded block per column (`input_ids`, `input_ids_1`, ...). Batches for the
 in-batch-negative losses hold no text twice (`bertkit.embeddings.batches.unique_batches`).
 The dev figure is Spearman's correlation of cosine and score on scored pairs (or an NLI file's
-relatedness), nDCG@10 of finding each anchor's positive among all dev positives on pairs.
+relatedness), else nDCG@10 of finding each anchor's positives (a query's relevant passages)
+among every dev passage. Dev texts are encoded once each, however many rows name them.
 """
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ class EmbedExample:
     source: str = ""
     train: bool = True
     dev: bool = True
+    positives: int = 1
+    """How many texts after the anchor are relevant to it (the rest are negatives)."""
 
 
 class SentenceEncoder(nn.Module):
@@ -109,7 +113,7 @@ class Embed(Task):
         if self.score_range and len(self.score_range) != 2:
             raise UserError(f"--score-range takes LOW HIGH, got {len(self.score_range)} values")
         needs = {"simcse": ("sentences",), "cosent": ("scored", "nli"),
-                 "cosine-mse": ("scored", "nli"), "mnrl": ("pairs", "triplets", "nli")}[objective]
+                 "cosine-mse": ("scored", "nli"), "mnrl": ("pairs", "triplets", "nli", "queries")}[objective]
         if kind not in needs:
             raise UserError(f"{train_path}: --loss {objective} trains on {' or '.join(needs)}, "
                             f"this file holds {kind}")
@@ -138,6 +142,8 @@ class Embed(Task):
         if kind == "triplets":
             return [EmbedExample((t.anchor, t.positive, t.negative), None, t.source,
                                  train=not scored) for t in sp.read_triplets(path)]
+        if kind == "queries":
+            return _query_examples(sp.read_queries(path), train=not scored)
         nli = sp.read_nli(path)  # relatedness scores the dev; entailments train mnrl
         out = [EmbedExample((p.text_a, p.text_b), p.score, p.source, train=scored)
                for p in nli.scored]
@@ -159,7 +165,13 @@ class Embed(Task):
 
     # Model inputs -------------------------------------------------------------------------------
     def encode(self, tokenizer, examples, *, training=False, skip_no_room=False) -> list[Item]:
-        chosen = [(i, ex) for i, ex in enumerate(examples) if (ex.train if training else ex.dev)]
+        if not training:  # one item per distinct text (`decode_outputs` puts them back)
+            texts = _dev_texts(examples)
+            encs = tokenizer.encode_batch(texts, None, max_length=self.max_length,
+                                          truncation=True, with_offsets=False)
+            return [Item(i, e.ids, e.type_ids, extra=(), cut=bool(encs.cut[i]))
+                    for i, e in enumerate(encs)]
+        chosen = [(i, ex) for i, ex in enumerate(examples) if ex.train]
         items = []
         for width in sorted({len(ex.texts) for _, ex in chosen}):
             group = [(i, ex) for i, ex in chosen if len(ex.texts) == width]
@@ -238,10 +250,7 @@ class Embed(Task):
 
     def decode_outputs(self, outputs, items, examples) -> list:
         """Per example its texts' vectors (None for an example not scored on dev)."""
-        out: list = [None] * len(examples)
-        for item, vectors in zip(items, outputs):
-            out[item.example] = vectors
-        return out
+        return _per_example(examples, {it.example: out[0] for it, out in zip(items, outputs)})
 
     # Scores -------------------------------------------------------------------------------------
     def score(self, examples, predictions) -> dict:
@@ -269,7 +278,7 @@ class Embed(Task):
                     corpus[text] = len(vectors)
                     vectors.append(vector)
         queries = torch.stack([v[0] for _, v in chosen])
-        relevant = [[corpus[ex.texts[1]]] for ex, _ in chosen]
+        relevant = [[corpus[t] for t in ex.texts[1:1 + ex.positives]] for ex, _ in chosen]
         out = {}
         for dim in dims:
             figures = search_figures(queries, torch.stack(vectors), relevant, dim=dim)
@@ -289,24 +298,44 @@ class Embed(Task):
                               extra_files=files)
 
 
+def _query_examples(queries: Sequence[sp.QueryPassages], train: bool) -> list[EmbedExample]:
+    """A queries file's examples: each (query, relevant passage[, a negative in turn]) trains;
+    each query with all its passages is scored on dev."""
+    out = []
+    for q in queries:
+        for k, passage in enumerate(q.relevant):
+            negative = (q.negatives[k % len(q.negatives)],) if q.negatives else ()
+            out.append(EmbedExample((q.query, passage, *negative), None, q.source, train=train,
+                                    dev=False))
+        out.append(EmbedExample((q.query, *q.relevant, *q.negatives), None, q.source,
+                                train=False, positives=len(q.relevant)))
+    return out
 
+
+def _dev_texts(examples) -> list[str]:
+    """Every distinct text of the examples scored on dev, in the order first seen."""
+    return list(dict.fromkeys(t for ex in examples if ex.dev for t in ex.texts))
+
+
+def _per_example(examples, vectors: dict[int, torch.Tensor]) -> list:
+    """Each dev example's vectors, from `vectors` by position in `_dev_texts`."""
+    index = {t: i for i, t in enumerate(_dev_texts(examples))}
+    return [tuple(vectors[index[t]] for t in ex.texts) if ex.dev else None for ex in examples]
 
 
 def evaluate_sentence_model(embedder, path, batch_size: int = 64) -> dict:
-    """The figures of a sentence model (an `Embedder`) on a labelled file: Spearman and
-    Pearson of cosine against the scores of scored pairs (or an NLI file's relatedness);
-    MRR@10, recall@1/10 and nDCG@10 of finding each anchor's positive among every positive
-    and negative of a pairs or triplets file."""
+    """The figures of a sentence model (anything with sentence-transformers' `encode`, such
+    as an `Embedder`) on a labelled file: Spearman and Pearson of cosine against the scores
+    of scored pairs (or an NLI file's relatedness); MRR@10, recall@1/10 and nDCG@10 of
+    finding each query's relevant passages among every passage of a queries, pairs or
+    triplets file. Each distinct text is encoded once."""
     task = Embed()
     examples = [ex for ex in task.read(path) if ex.dev]
     if not examples:
-        raise UserError(f"{path}: nothing to score (expected scored pairs, pairs, triplets "
-                        f"or an NLI file)")
-    vectors: list[list] = [[] for _ in examples]
-    for c in range(max(len(ex.texts) for ex in examples)):  # pairs and triplets may mix
-        rows = [i for i, ex in enumerate(examples) if len(ex.texts) > c]
-        column = embedder.encode([examples[i].texts[c] for i in rows], batch_size=batch_size)
-        for i, vector in zip(rows, torch.from_numpy(column)):
-            vectors[i].append(vector)
-    return task.score(examples, [tuple(v) for v in vectors])
+        raise UserError(f"{path}: nothing to score (expected scored pairs, pairs, triplets, "
+                        f"queries or an NLI file)")
+    vectors = torch.from_numpy(embedder.encode(_dev_texts(examples), batch_size=batch_size))
+    return task.score(examples, _per_example(examples, dict(enumerate(vectors))))
+
+
 __all__ = ["Embed", "EmbedExample", "SentenceEncoder", "LOSSES", "evaluate_sentence_model"]
