@@ -22,7 +22,8 @@
 #
 # Options:
 #   --out DIR        where everything goes (default: gpu-check)
-#   --dry-run        CPU, toy sizes, seconds per step: checks the script itself (tests do)
+#   --dry-run        CPU, toy sizes, seconds per step, the gpu tests only collected: checks
+#                    the script itself (tests do)
 #   --data DIR       a folder laid out as ../shared/data: corpus/english_books.txt (or .txt.gz),
 #                    sentiment/*.jsonl (default: ../shared/data beside this checkout)
 #   --minilm DIR     all-MiniLM-L6-v2 as a sentence-transformers directory (default: the
@@ -135,15 +136,19 @@ skip() {  # name, why
 if [ "$DRY" = 1 ]; then
     DEV=cpu PRESET=tiny BATCH=8 STEPS=1 REPEATS=1 PREC=fp32 RECIPE="--max-steps 5 --preset tiny"
     FT="--steps 1 --repeats 1 --sentences 32" EMB="--sentences 64 --repeats 1 --precision fp32"
+    COLLECT=--collect-only  # the suite runs these tests itself; here: that they are found
 else
     DEV=cuda PRESET=base BATCH=256 STEPS=10 REPEATS=3 PREC=bf16 RECIPE="--max-time $MINUTES"
     FT="--steps 20 --repeats 2 --sentences 1024" EMB="--sentences 4000 --repeats 3"
+    COLLECT=
 fi
 
 step env 60 bash -c "nvidia-smi 2>/dev/null || echo 'no nvidia-smi'; $PY -c 'import torch, transformers
 from bertkit.runtime import describe
 print(describe()); print(\"transformers\", transformers.__version__, \"cuda\", torch.version.cuda)'"
-step tests 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors tests
+# shellcheck disable=SC2086
+step tests 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors \
+    $COLLECT tests
 for arch in bert modern; do
     step "pretrain-$arch" 100 "$PY" bench/pretrain_speed.py --device "$DEV" --preset "$PRESET" \
         --architecture "$arch" --seq-len 128 --batch-size "$BATCH" --precisions "$PREC" \
