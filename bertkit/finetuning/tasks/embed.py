@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -169,7 +170,8 @@ class Embed(Task):
             texts = _dev_texts(examples)
             encs = tokenizer.encode_batch(texts, None, max_length=self.max_length,
                                           truncation=True, with_offsets=False)
-            return [Item(i, e.ids, e.type_ids, extra=(), cut=bool(encs.cut[i]))
+            cut = encs.cut
+            return [Item(i, e.ids, e.type_ids, extra=(), cut=bool(cut[i]))
                     for i, e in enumerate(encs)]
         chosen = [(i, ex) for i, ex in enumerate(examples) if ex.train]
         items = []
@@ -178,11 +180,12 @@ class Embed(Task):
             columns = [tokenizer.encode_batch([ex.texts[c] for _, ex in group], None,
                                               max_length=self.max_length, truncation=True,
                                               with_offsets=False) for c in range(width)]
+            cut = np.any([col.cut for col in columns], axis=0)  # once: each call builds [B]
             for row, (i, ex) in enumerate(group):
                 encs = [col[row] for col in columns]
                 items.append(Item(i, encs[0].ids, encs[0].type_ids, target=ex.score,
                                   extra=tuple((e.ids, e.type_ids) for e in encs[1:]),
-                                  cut=any(bool(col.cut[row]) for col in columns)))
+                                  cut=bool(cut[row])))
         return sorted(items, key=lambda it: it.example)
 
     def batch_order(self, items, batch_size, generator) -> list[list[int]]:
