@@ -115,6 +115,21 @@ def test_lowercasing_and_the_maximum_length_go_with_the_graph(tmp_path, tokenize
                            embedder.encode("mary went to rome ."), atol=1e-3)
 
 
+def test_a_transformer_in_a_subdirectory(tmp_path, tokenizer):
+    """The older sentence-transformers layout: the encoder and tokenizer in 0_Transformer/."""
+    model = _sentence_model(tmp_path / "s", tokenizer, ("max",), normalize=True)
+    (model / "0_Transformer").mkdir()
+    for f in list(model.iterdir()):
+        if f.is_file() and f.name != "modules.json":
+            f.rename(model / "0_Transformer" / f.name)
+    modules = json.loads((model / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (model / "modules.json").write_text(json.dumps(modules))
+    result = export_onnx(model, tmp_path / "s.onnx")
+    assert (result.kind, result.detail) == ("sentence", "max pooling, normalized")
+    _close(OnnxEmbedder.load(result.path, model).encode(TEXTS), Embedder.load(model).encode(TEXTS))
+
+
 def test_a_plain_encoder_exports_mean_pooling_on_request(tmp_path, tokenizer):
     cfg = _config("bert")
     model = PretrainingModel(cfg, fast=False)
