@@ -182,6 +182,9 @@ def test_refusals_come_before_anything_is_written(tmp_path, tokenizer):
         export_onnx(model, tmp_path / "x.onnx", dev=bad)
     with pytest.raises(UserError, match="--task must be"):
         export_onnx(model, tmp_path / "x.onnx", "bogus")
+    (model / "bertkit_task.json").write_text("{}")  # now a fine-tuned model's directory
+    with pytest.raises(UserError, match="a fine-tuned task model, not a BERT encoder"):
+        export_onnx(model, tmp_path / "x.onnx", "sentence")
     assert not (tmp_path / "x.onnx").exists()
 
 
