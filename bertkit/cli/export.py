@@ -11,13 +11,14 @@ def run_export_onnx(opts) -> int:
 
     result = export_onnx(opts.model, opts.out, opts.task, quantize=opts.quantize, dev=opts.dev,
                          opset=opts.opset)
-    print(f"{result.path}: {result.kind} graph, inputs {', '.join(result.inputs)} -> "
+    detail = f" ({result.detail})" if result.detail else ""
+    print(f"{result.path}: {result.kind} graph{detail}, inputs {', '.join(result.inputs)} -> "
           f"{', '.join(result.outputs)} (dynamic batch and sequence); max |onnx - pytorch| "
           f"{result.max_abs_diff:.2e}")
     if result.quantized:
         print(f"{result.quantized}: int8 weights (dynamic quantization)")
     for runtime, scores in result.dev_scores.items():
-        shown = headline(scores)
+        shown = headline(scores, result.kind)
         figure = f"{shown[0]} {shown[1]:.4f}" if shown else json.dumps(scores, default=float)
         print(f"dev {runtime:>10}: {figure}")
     return 0
@@ -25,10 +26,12 @@ def run_export_onnx(opts) -> int:
 
 COMMANDS = (
     Command("export onnx", run_export_onnx, ("bertkit.export.onnx:ExportOptions",),
-            help="write a model as an ONNX graph (encoder, fill-mask or a fine-tuned task)",
+            help="write a model as an ONNX graph (encoder, fill-mask, sentence vector or a "
+                 "fine-tuned task)",
             description="An ONNX graph with dynamic batch and sequence axes that onnxruntime "
                         "runs without torch: the encoder's last_hidden_state, the masked-LM "
-                        "logits, or a fine-tuned model's logits; checked against PyTorch. "
-                        "--quantize adds an int8 copy; --dev scores a fine-tuned model's graphs "
-                        "on a labelled file. Needs pip install bertkit[onnx]."),
+                        "logits, a sentence model's pooled (and normalised) vector, or a "
+                        "fine-tuned model's logits; checked against PyTorch. --quantize adds an "
+                        "int8 copy; --dev scores a fine-tuned or sentence model's graphs on a "
+                        "labelled file. Needs pip install bertkit[onnx]."),
 )

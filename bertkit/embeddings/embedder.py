@@ -148,9 +148,13 @@ def word_groups(encoded: Sequence[Encoded],
 
 
 def tokenize_texts(tokenizer, texts: Sequence[Text], max_length: int, truncation: bool,
-                   names: Sequence[str] | None = None) -> list[Encoded]:
+                   names: Sequence[str] | None = None, lowercase: bool = False) -> list[Encoded]:
     """One Encoded per text, through bertkit's Tokenizer. Over-long texts are cut to
-    max_length (flagged `truncated`) or, with `truncation=False`, rejected (UserError)."""
+    max_length (flagged `truncated`) or, with `truncation=False`, rejected (UserError).
+    `lowercase`: texts are lowercased first, as sentence-transformers' do_lower_case."""
+    if lowercase:
+        texts = [t.lower() if isinstance(t, str) else (t[0].lower(), t[1].lower())
+                 for t in texts]
     firsts = [t if isinstance(t, str) else t[0] for t in texts]
     seconds = [None if isinstance(t, str) else t[1] for t in texts]
     pairs = seconds if any(p is not None for p in seconds) else None
@@ -278,10 +282,8 @@ class Embedder:
         (`names[i]`, e.g. "FILE:LINE", else "input i+1")."""
         if any(not isinstance(t, str) for t in texts):
             check_pairs(self.config, self.source)
-        if self.lowercase:  # as sentence-transformers' do_lower_case, before the tokenizer
-            texts = [t.lower() if isinstance(t, str) else (t[0].lower(), t[1].lower())
-                     for t in texts]
-        return tokenize_texts(self.tokenizer, texts, self.max_length, truncation, names)
+        return tokenize_texts(self.tokenizer, texts, self.max_length, truncation, names,
+                              self.lowercase)
 
     # The forward pass -------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """ONNX export: a model directory as one .onnx graph that onnxruntime runs without torch.
 
-Three kinds of graph, each with dynamic batch and sequence axes:
+Four kinds of graph, each with dynamic batch and sequence axes:
 
 - "encoder": input_ids, [token_type_ids,] attention_mask -> last_hidden_state [B, T, H];
 - "fill-mask": the same inputs -> logits [B, T, V] (the masked-LM head at every position);
@@ -10,7 +10,10 @@ Three kinds of graph, each with dynamic batch and sequence axes:
   word's first piece `word_index` [B, W] and `word_mask` [B, W] (1 for a real word), and
   returns the span logits [B, W, L, K]: the number of words is an input's shape, not a value
   read from the data, so it stays dynamic (`OnnxForward` computes both from word ids). A tag
-  or spans model with the word-case feature takes `case_ids` [B, T] after the attention mask.
+  or spans model with the word-case feature takes `case_ids` [B, T] after the attention mask;
+- "sentence": a sentence model (the default for a sentence-transformers directory) ->
+  sentence_embedding [B, D], its pooling and normalisation inside the graph, and
+  `OnnxEmbedder` to put text in (`bertkit.export.sentence`).
 
 A "modern" model has no segments, so its graph takes no token_type_ids. The graph is traced
 from the reference encoder (`Encoder(cfg, fast=False)`) with a padded example, so that the
@@ -22,17 +25,17 @@ onnx and onnxruntime are an optional extra (`pip install bertkit[onnx]`), import
 """
 from __future__ import annotations
 
-import importlib
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 import torch
 from torch import nn
 
-from bertkit.files import UserError, atomic_path
+from bertkit.export.graph import (OPSET, ExportResult, difference, onnx_modules, onnx_session,
+                                  quantize_model, run_session, write_graph)
+from bertkit.export.sentence import export_sentence, is_sentence_model
+from bertkit.files import UserError
 from bertkit.finetuning.heads import first_subword_index, load_task_weights
 from bertkit.finetuning.inputs import WORD_CASES
 from bertkit.finetuning.predict import TaskModel
@@ -43,8 +46,7 @@ from bertkit.model.heads import PretrainingModel
 from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.text.tokenizer import Tokenizer
 
-Kind = Literal["auto", "encoder", "fill-mask"]
-OPSET = 17
+Kind = Literal["auto", "encoder", "fill-mask", "sentence"]
 
 
 @dataclass(kw_only=True)
@@ -54,39 +56,19 @@ class ExportOptions:
     out: Path = field(metadata={"output": True})
     """Output .onnx file (the int8 one goes beside it, as OUT.int8.onnx)."""
     task: Kind = "auto"
-    """What the graph returns: "encoder" (last_hidden_state), "fill-mask" (MLM logits), or
-    "auto": a fine-tuned model's logits, else the MLM logits when the directory has an MLM
-    head, else the encoder's states."""
+    """What the graph returns: "encoder" (last_hidden_state), "fill-mask" (MLM logits),
+    "sentence" (the sentence vector: a sentence-transformers directory's pooling and
+    normalisation, else mean pooling), or "auto": a fine-tuned model's logits, else the
+    sentence vector of a sentence-transformers directory, else the MLM logits when the
+    directory has an MLM head, else the encoder's states."""
     quantize: bool = False
     """Also write a dynamically int8-quantized copy (onnxruntime.quantization)."""
     dev: Path | None = None
-    """A fine-tuned model's labelled dev file: report the task's metrics with PyTorch, the
-    ONNX graph and (with --quantize) the int8 graph."""
+    """A fine-tuned model's labelled dev file (a sentence model's: scored pairs, pairs,
+    triplets or NLI): report the task's metrics with PyTorch, the ONNX graph and (with
+    --quantize) the int8 graph."""
     opset: int = OPSET
     """ONNX opset version."""
-
-
-@dataclass
-class ExportResult:
-    path: Path
-    kind: str
-    """"encoder", "fill-mask" or the fine-tuned task's name."""
-    inputs: list[str]
-    outputs: list[str]
-    max_abs_diff: float
-    """Largest difference between the graph's outputs and PyTorch's on a padded test batch."""
-    quantized: Path | None = None
-    dev_scores: dict = field(default_factory=dict)
-    """{"pytorch": metrics, "onnx": metrics, "onnx-int8": metrics} when a dev file was given."""
-
-
-def onnx_modules():
-    """(onnx, onnxruntime), or a one-line UserError naming the extra to install."""
-    try:
-        return importlib.import_module("onnx"), importlib.import_module("onnxruntime")
-    except ImportError:
-        raise UserError("ONNX export needs onnx and onnxruntime: pip install bertkit[onnx]") \
-            from None
 
 
 class _Graph(nn.Module):
@@ -140,7 +122,7 @@ def load_for_export(path: str | Path, kind: Kind = "auto") -> tuple[nn.Module, s
         hub.load_state_into(model, encoder_state, heads, path)
         return model.eval(), kind, None
     if kind != "encoder":
-        raise UserError(f"--task must be auto, encoder or fill-mask, got {kind!r}")
+        raise UserError(f"--task must be auto, encoder, fill-mask or sentence, got {kind!r}")
     model = Encoder(cfg, fast=False)
     init_weights(model, cfg, torch.Generator().manual_seed(0))
     encoder_state, _ = hub.from_hf_state_dict(hub.load_weights(path), cfg.architecture)
@@ -206,19 +188,6 @@ def _kind_of(kind: str, task) -> str:
     return "spans" if task is not None and task.name == "spans" else kind
 
 
-def run_session(session, inputs: dict[str, torch.Tensor | np.ndarray]) -> list[np.ndarray]:
-    wanted = {i.name for i in session.get_inputs()}
-    feed = {k: (v.numpy() if isinstance(v, torch.Tensor) else v).astype(np.int64)
-            for k, v in inputs.items() if k in wanted}
-    return session.run(None, feed)
-
-
-def _session(ort, path: Path):
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
 def max_difference(model: nn.Module, kind: str, task, session, cfg) -> float:
     """Largest |onnx - torch| over a batch of another size and length than the traced one."""
     graph = _Graph(model, _kind_of(kind, task), cfg.architecture == "bert").eval()
@@ -227,24 +196,16 @@ def max_difference(model: nn.Module, kind: str, task, session, cfg) -> float:
     with torch.inference_mode():
         expected = graph(*inputs.values())
     got = run_session(session, inputs)
-    return max(_difference(g, e.float().numpy()) for g, e in zip(got, expected))
-
-
-def _difference(got: np.ndarray, want: np.ndarray) -> float:
-    """Largest |got - want| where want is finite; inf unless both are infinite at the same
-    places with the same sign (a spans graph's -inf marks spans past a sentence's end)."""
-    finite = np.isfinite(want)
-    if not (np.array_equal(np.isfinite(got), finite) and np.array_equal(got[~finite],
-                                                                          want[~finite])):
-        return float("inf")
-    return float(np.abs(got[finite] - want[finite]).max(initial=0.0))
+    return max(difference(g, e.float().numpy()) for g, e in zip(got, expected))
 
 
 def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
                 quantize: bool = False, dev: str | Path | None = None,
                 opset: int = OPSET) -> ExportResult:
     """Write `model` as an ONNX graph at `out` (atomically); see the module docstring."""
-    onnx, ort = onnx_modules()
+    onnx_modules()
+    if kind == "sentence" or kind == "auto" and is_sentence_model(model):
+        return export_sentence(model, out, quantize=quantize, dev=dev, opset=opset)
     path, out = Path(model), Path(out)
     module, kind, task = load_for_export(path, kind)
     if dev is not None and task is None:
@@ -259,19 +220,8 @@ def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
         axes[name] = {0: "batch"} if kind not in ("encoder", "fill-mask") \
             and task.name in ("classify", "pair", "regress") else \
             {0: "batch", 1: "words" if graph.kind == "spans" else "sequence"}
-    with atomic_path(out) as traced:
-        # TorchScript tracing: torch.export would refuse the encoder's data-dependent "is there
-        # any padding?" test, which tracing a padded batch settles (the mask is kept).
-        with warnings.catch_warnings():  # tracer notes about Python branches on shapes
-            warnings.simplefilter("ignore")
-            torch.onnx.export(graph, tuple(inputs.values()), str(traced), input_names=names,
-                              output_names=outputs, dynamic_axes=axes, opset_version=opset,
-                              do_constant_folding=True, dynamo=False)
-        try:
-            onnx.checker.check_model(str(traced))
-        except onnx.checker.ValidationError as e:
-            raise UserError(f"{out}: the exported graph is not valid ONNX ({e})") from None
-    session = _session(ort, out)
+    write_graph(graph, inputs, outputs, axes, out, opset)
+    session = onnx_session(out)
     result = ExportResult(out, kind, names, outputs,
                           max_difference(module, kind, task, session, cfg))
     if quantize:
@@ -279,23 +229,6 @@ def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
     if dev is not None:
         result.dev_scores = dev_scores(path, task, module, out, result.quantized, dev)
     return result
-
-
-def quantized_path(out: Path) -> Path:
-    return out.with_name(out.stem + ".int8.onnx")
-
-
-def quantize_model(path: Path) -> Path:
-    """Dynamic int8 quantization of the weights of matrix products (activations stay float,
-    quantized on the fly per batch)."""
-    onnx_modules()
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    target = quantized_path(path)
-    with atomic_path(target) as staged, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantize_dynamic(str(path), str(staged), weight_type=QuantType.QInt8)
-    return target
 
 
 class OnnxForward(nn.Module):
@@ -330,29 +263,25 @@ class OnnxForward(nn.Module):
 def dev_scores(path: Path, task, model: nn.Module, onnx_path: Path, quantized: Path | None,
                dev: str | Path) -> dict:
     """The task's metrics on `dev` with PyTorch and each graph."""
-    _, ort = onnx_modules()
     tokenizer = Tokenizer.load(path)
     examples = task.read(dev)
     scores = {"pytorch": TaskModel(model, tokenizer, task).evaluate(examples)}
     for name, graph in (("onnx", onnx_path), ("onnx-int8", quantized)):
         if graph is not None:
-            runner = TaskModel(OnnxForward(_session(ort, graph), model), tokenizer, task)
+            runner = TaskModel(OnnxForward(onnx_session(graph), model), tokenizer, task)
             scores[name] = runner.evaluate(examples)
     return scores
 
 
-def headline(scores: dict) -> tuple[str, float] | None:
-    """The first plain figure of a task's metrics (accuracy, f1, exact...) to show."""
-    for key in ("accuracy", "f1", "exact", "pearson", "spearman", "micro_f1"):
+def headline(scores: dict, kind: str = "") -> tuple[str, float] | None:
+    """The first plain figure of a task's metrics (accuracy, f1, exact...) to show; of a
+    sentence model's, the STS Spearman or the retrieval nDCG@10."""
+    keys = ("spearman", "ndcg@10") if kind == "sentence" else \
+        ("accuracy", "f1", "exact", "pearson", "spearman", "micro_f1")
+    for key in keys:
         if isinstance(scores.get(key), (int, float)):
             return key, float(scores[key])
     return None
-
-
-def onnx_session(path: str | Path):
-    """An onnxruntime CPU session on an exported graph."""
-    _, ort = onnx_modules()
-    return _session(ort, Path(path))
 
 
 __all__ = ["ExportOptions", "ExportResult", "export_onnx", "quantize_model", "load_for_export",
