@@ -54,7 +54,8 @@ class LineIndex:
         return cls(lines, numbers, str(path), more)
 
     def describe(self) -> dict:
-        return {"source": Path(self.source).name, "lines": len(self.lines), "more": self.more}
+        return {"source": Path(self.source).name, "lines": len(self.lines), "more": self.more,
+                "encoded": list(self.vectors)}
 
     def encode(self, name: str, embedder, progress: bool = False) -> np.ndarray:
         """`name`'s vectors of every line: computed on first use (tokens/s and ETA in the log

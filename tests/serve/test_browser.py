@@ -264,6 +264,9 @@ def test_search_shows_the_nearest_line_with_its_cosine(browser, search_server):
     assert [p.get_attribute("data-model") for p in panels] == ["model", "bert2018"]
     assert all(len(p.find_elements(By.CSS_SELECTOR, ".hit")) == 2 for p in panels)
     assert "not a sentence model" in panels[1].text
+    assert browser.find_element(By.ID, "se-status").text == ""  # the encoding note is gone
+    assert browser.execute_script("return window.bertkit.state.search.encoded") == \
+        ["model", "bert2018"]
     type_into(browser, "se-query", " ")
     browser.find_element(By.ID, "se-go").click()
     wait(browser).until(lambda d: d.find_element(By.ID, "error").is_displayed())

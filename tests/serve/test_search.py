@@ -102,7 +102,8 @@ def test_info_says_which_models_are_sentence_models(client, lines_file):
     assert "own pooling (cls, normalized)" in models["clspooled"]["search_vectors"]
     assert "not a sentence model: the mean" in models["bert2018"]["search_vectors"]
     lines, _ = numbered_lines(lines_file)
-    assert info["search"] == {"source": "lines.txt", "lines": len(lines), "more": False}
+    assert {k: info["search"][k] for k in ("source", "lines", "more")} == \
+        {"source": "lines.txt", "lines": len(lines), "more": False}
     assert info["limits"]["search_k"] == 20
 
 
@@ -156,6 +157,7 @@ def test_vectors_are_computed_once_and_kept(sentence_dirs, lines_file):
     assert matrix.dtype == np.float32 and matrix.shape == (n, embedder.config.hidden_size)
     np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1, atol=1e-5)
     assert first["models"][0]["encode_s"] >= 0 and "encode_s" not in second["models"][0]
+    assert first["encoded"] == ["maxpooled"]
 
 
 def test_search_lines_reads_the_first_lines_with_their_numbers(sentence_dirs, lines_file):

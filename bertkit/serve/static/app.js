@@ -455,7 +455,11 @@ function searchLines() {
   return run(async () => {
     const models = [...document.querySelectorAll("#se-models input:checked")].map((b) => b.value);
     const k = parseInt($("se-k").value, 10) || 10;
-    const data = await api("/api/search", { query: $("se-query").value, k, models });
+    const encoded = (bertkit.state.search || bertkit.info.search || {}).encoded || [];
+    const first = models.filter((m) => !encoded.includes(m));
+    $("se-status").textContent = first.length ? `${first.join(", ")}: encoding the ${bertkit.info.search.lines.toLocaleString("en")} lines first (progress in the server's log)...` : "";
+    let data;
+    try { data = await api("/api/search", { query: $("se-query").value, k, models }); } finally { $("se-status").textContent = ""; }
     bertkit.state.search = data;
     const out = $("se-results");
     out.replaceChildren();
