@@ -27,6 +27,7 @@ def run_serve(opts) -> int:
                                 ("predict", shown["predict"]),
                                 ("search", shown["search"] and workbench.line_index)) if ok]
         print(f"  {m.name}: {m.kind} ({m.path}); views: {', '.join(what)}", file=sys.stderr)
+    workbench.prepare_search()  # the sentence models' vectors of --input, before the address
     serve(workbench, opts.host, opts.port, announce=lambda line: print(line, flush=True))
     return 0
 

@@ -281,8 +281,8 @@ class ServeOptions:
             raise UserError(f"--port {self.port}: a port is a number from 0 to 65535")
 
     def workbench(self) -> Workbench:
-        """The models, runs and corpus loaded, with these limits, and the lines to search
-        encoded by the sentence models (progress on stderr)."""
+        """The models, runs and corpus loaded, with these limits; long work (encoding the
+        lines to search: `Workbench.prepare_search`) shows its progress on stderr."""
         limits = Limits(text_chars=self.max_text_chars, top_k=self.max_top_k,
                         attention_tokens=self.max_attention_tokens,
                         search_k=self.max_search_k)
@@ -292,7 +292,6 @@ class ServeOptions:
                                allow_untrained_head=self.allow_untrained_head,
                                search_lines=self.search_lines)
         bench.progress = True
-        bench.prepare_search()
         return bench
 
 
