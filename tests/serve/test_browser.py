@@ -267,6 +267,14 @@ def test_search_shows_the_nearest_line_with_its_cosine(browser, search_server):
     assert browser.find_element(By.ID, "se-status").text == ""  # the encoding note is gone
     assert browser.execute_script("return window.bertkit.state.search.encoded") == \
         ["model", "bert2018"]
+    panels[0].find_elements(By.CSS_SELECTOR, ".hit .text")[1].click()  # more like this line
+    wait(browser).until(lambda d: d.find_element(By.ID, "se-query").get_attribute("value")
+                        == d.execute_script("return window.bertkit.state.search.query"))
+    no_error(browser)
+    top = browser.find_element(By.CSS_SELECTOR, ".se-model[data-model=model] .hit")
+    assert top.find_element(By.CSS_SELECTOR, ".text").text == \
+        browser.find_element(By.ID, "se-query").get_attribute("value")
+    assert float(top.get_attribute("data-cosine")) == pytest.approx(1, abs=1e-5)
     type_into(browser, "se-query", " ")
     browser.find_element(By.ID, "se-go").click()
     wait(browser).until(lambda d: d.find_element(By.ID, "error").is_displayed())

@@ -477,7 +477,10 @@ function searchLines() {
           el("span", { class: "score", text: hit.cosine.toFixed(3) }),
           el("div", { class: "barbox" }, el("div", { class: "bar", style: `width:${(100 * Math.max(0, hit.cosine)).toFixed(1)}%` })),
           el("span", { class: "lineno", text: `line ${hit.line}` }),
-          el("span", { class: "text", text: hit.text })));
+          el("span", { class: "text", text: hit.text, title: "search for this line", onclick: () => {
+            $("se-query").value = hit.text;
+            searchLines();
+          } })));
       }
       panel.append(list, el("div", { class: "note", text: `${model.ms} ms`
         + (model.encode_s !== undefined ? `; the ${data.lines.toLocaleString("en")} lines were encoded first, in ${model.encode_s} s` : "") }));
