@@ -6,7 +6,7 @@ chromium-driver, and selenium.
 
     .venv/bin/python docs/serve_screenshots.py --model runs/d60/model --model MINILM_DIR \\
         --run runs/d60 --corpus heldout.txt --senses wordnet_examples.train.jsonl \\
-        --predict runs/ner [--word work] [--out docs/img]
+        --predict runs/ner [--word work] [--query "..."] [--out docs/img]
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path)
     parser.add_argument("--senses", type=Path)
     parser.add_argument("--word", default="work")
+    parser.add_argument("--query", default="A man is playing music on an instrument.")
     parser.add_argument("--sentence", default="The [MASK] of Walden Pond is so beautifully blue.")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "img")
     args = parser.parse_args()
@@ -103,6 +104,13 @@ def main() -> None:
         driver.find_element(By.ID, "pr-go").click()
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#pr-result > *"))
         shot("predict")
+
+    if args.corpus:
+        view("search")
+        type_into("se-query", args.query)
+        driver.find_element(By.ID, "se-go").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".se-model .hit"))
+        shot("search")
     driver.quit()
     server.should_exit = True
 

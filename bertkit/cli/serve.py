@@ -24,8 +24,10 @@ def run_serve(opts) -> int:
         what = [v for v, ok in (("fill-mask", shown["fill_mask"]),
                                 ("attention", shown["attention"]),
                                 ("embeddings", shown["embeddings"]),
-                                ("predict", shown["predict"])) if ok]
+                                ("predict", shown["predict"]),
+                                ("search", shown["search"] and workbench.line_index)) if ok]
         print(f"  {m.name}: {m.kind} ({m.path}); views: {', '.join(what)}", file=sys.stderr)
+    workbench.prepare_search()  # the sentence models' vectors of --input, before the address
     serve(workbench, opts.host, opts.port, announce=lambda line: print(line, flush=True))
     return 0
 
@@ -38,6 +40,7 @@ COMMANDS = (
                         "in the package) over the models and run directories given: fill the "
                         "mask side by side, attention of every layer and head, a word's "
                         "contextual vectors, live training curves, a fine-tuned model's "
-                        "predictions; and the JSON API the page calls (/openapi.json). Needs "
+                        "predictions, the --input lines nearest to a query by sentence "
+                        "vectors; and the JSON API the page calls (/openapi.json). Needs "
                         "pip install 'bertkit[serve]'."),
 )

@@ -35,7 +35,8 @@ def make_app(workbench: Workbench):
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-model")
     app = FastAPI(title="bertkit serve", docs_url=None, redoc_url=None,
                   description="Look inside BERT-style models: fill-mask, attention, contextual "
-                              "embeddings, training runs, fine-tuned predictions.")
+                              "embeddings, training runs, fine-tuned predictions, "
+                              "search by sentence vectors.")
     app.state.workbench = workbench
     app.state.worker = worker
     calls = ModelCalls(worker)
@@ -149,6 +150,9 @@ def model_routes(workbench: Workbench) -> dict[str, tuple[Callable[[dict], Any],
         return workbench.predict(d.get("model"), d.get("text"), d.get("pair"),
                                  d.get("question"), d.get("context"))
 
+    def search(d):
+        return workbench.search(d.get("query"), d.get("k", 10), d.get("models"))
+
     return {
         "/api/fill-mask": (fill_mask, 'each model\'s top-k guesses for every [MASK]: '
                                       '{"text", "top_k"?, "models"?}'),
@@ -160,6 +164,8 @@ def model_routes(workbench: Workbench) -> dict[str, tuple[Callable[[dict], Any],
                                 '{"model", "word", "layer"?}'),
         "/api/predict": (predict, 'a fine-tuned model\'s prediction: {"model", "text", "pair"?}'
                                   ' or {"model", "question", "context"}'),
+        "/api/search": (search, 'the k lines of --input nearest to a query by cosine, each '
+                                'model side by side: {"query", "k"?, "models"?}'),
     }
 
 
@@ -231,9 +237,13 @@ class ServeOptions:
     train, as DIR or NAME=DIR."""
     input: Path | None = None
     """A corpus: text file, one text per line, where the embeddings view finds a word's
-    occurrences, and what its standardizer and anisotropy figures are fitted on."""
+    occurrences, and what its standardizer and anisotropy figures are fitted on; the search
+    view ranks its lines."""
     sentences: int = 400
-    """Lines sampled from --input."""
+    """Lines sampled from --input for the embeddings view."""
+    search_lines: int = 10_000
+    """Lines of --input (the first ones) the search view ranks; a sentence model encodes them
+    at start-up, another encoder on its first search (0: no search view)."""
     senses: Path | None = None
     """Sense-labelled JSON-lines file (the wsd format): occurrences coloured by sense."""
     host: str = "127.0.0.1"
@@ -251,6 +261,8 @@ class ServeOptions:
     """Most guesses a fill-mask request may ask for per [MASK]."""
     max_attention_tokens: int = 128
     """Longest text (in tokens) the attention view draws."""
+    max_search_k: int = 100
+    """Most lines a search request may ask for per model."""
 
     def check(self) -> None:
         """The cheap checks, before any model is loaded: a one-line UserError."""
@@ -259,20 +271,28 @@ class ServeOptions:
         for number, name in ((self.max_text_chars, "--max-text-chars"),
                              (self.max_top_k, "--max-top-k"),
                              (self.max_attention_tokens, "--max-attention-tokens"),
+                             (self.max_search_k, "--max-search-k"),
                              (self.sentences, "--sentences")):
             if number < 1:
                 raise UserError(f"{name} must be at least 1, got {number}")
+        if self.search_lines < 0:
+            raise UserError(f"--search-lines must be at least 0, got {self.search_lines}")
         if not 0 <= self.port <= 65535:
             raise UserError(f"--port {self.port}: a port is a number from 0 to 65535")
 
     def workbench(self) -> Workbench:
-        """The models, runs and corpus loaded, with these limits."""
+        """The models, runs and corpus loaded, with these limits; long work (encoding the
+        lines to search: `Workbench.prepare_search`) shows its progress on stderr."""
         limits = Limits(text_chars=self.max_text_chars, top_k=self.max_top_k,
-                        attention_tokens=self.max_attention_tokens)
-        return Workbench.load(self.model, self.run, corpus=self.input,
-                              corpus_lines=self.sentences, senses=self.senses,
-                              device=self.device, limits=limits,
-                              allow_untrained_head=self.allow_untrained_head)
+                        attention_tokens=self.max_attention_tokens,
+                        search_k=self.max_search_k)
+        bench = Workbench.load(self.model, self.run, corpus=self.input,
+                               corpus_lines=self.sentences, senses=self.senses,
+                               device=self.device, limits=limits,
+                               allow_untrained_head=self.allow_untrained_head,
+                               search_lines=self.search_lines)
+        bench.progress = True
+        return bench
 
 
 __all__ = ["ServeOptions", "STATIC", "MAX_BODY", "make_app", "require_server_packages", "listen",

@@ -22,6 +22,7 @@ import torch
 
 from bertkit.files import UserError, read_json
 from bertkit.model.kind import ModelKind, model_kind, require_kind
+from bertkit.serve.search import LineIndex, vectors_note
 from bertkit.text.tokenizer import check_pairs
 from bertkit.training.runlog import run_spec
 
@@ -52,6 +53,8 @@ class Limits:
     """Occurrences of a word projected in the embeddings view."""
     masks: int = 20
     """[MASK]s in one fill-mask text."""
+    search_k: int = 100
+    """Nearest lines a search request may ask for, per model."""
 
 
 @dataclass
@@ -75,6 +78,8 @@ class ServedModel:
     corpus_report: Any = None
     """The anisotropy report of the corpus sample, made on first use of the embeddings view
     (which also gives the embedder a standardizer fitted there when it has none of its own)."""
+    sentence: bool = False
+    """A sentence-transformers directory: the search view uses its own pooling."""
 
     def describe(self) -> dict:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind,
@@ -82,13 +87,16 @@ class ServedModel:
                                "fill_mask_note": self.no_fill_mask,
                                "attention": self.has_attention, "embeddings":
                                    self.embedder is not None,
-                               "predict": self.task_model is not None}
+                               "predict": self.task_model is not None,
+                               "search": self.embedder is not None,
+                               "sentence_model": self.sentence}
         if self.embedder is not None:
             cfg = self.embedder.config
             out.update(architecture=getattr(cfg, "architecture", "elmo"),
                        layers=cfg.num_layers, heads=getattr(cfg, "num_heads", 0),
                        hidden_size=cfg.hidden_size, max_length=self.embedder.max_length,
-                       mask_token=self.mask_token)
+                       mask_token=self.mask_token,
+                       search_vectors=vectors_note(self.embedder, self.sentence))
         if self.task_model is not None:
             task = self.task_model.task
             out.update(task=task.name, verb=task.verb, labels=self.task_model.labels)
@@ -110,6 +118,7 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
     supports: a fine-tuned model for predictions and its encoder's views, a pretrained one
     for fill-mask and the encoder's views, any other encoder for the encoder's views."""
     from bertkit.embeddings.embedder import Embedder
+    from bertkit.embeddings.sentence_model import read_sentence_model
     from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer
     from bertkit.finetuning.predict import TaskModel
     from bertkit.model.fill_mask import FillMask
@@ -130,6 +139,7 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
         return ServedModel(name, path, task_model.task.name, embedder=embedder,
                            task_model=task_model,
                            no_fill_mask="a fine-tuned model's masked-LM head is gone")
+    sentence = read_sentence_model(path) if kind is ModelKind.ENCODER else None
     if kind is ModelKind.ENCODER and (path / "config.json").is_file():
         untrained = [n for n in info(path).missing if n.startswith("mlm.")]
         if not untrained or allow_untrained_head:
@@ -137,13 +147,25 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
                 warnings.simplefilter("ignore")
                 filler = FillMask.load(path, device)
             embedder = Embedder(filler.model.encoder, filler.tokenizer,
-                                standardizer=own_standardizer, source=str(path))
+                                standardizer=own_standardizer, source=str(path),
+                                **_sentence_settings(sentence))
             label = "encoder, untrained head" if untrained else "pretrained"
-            return ServedModel(name, path, label, embedder=embedder, filler=filler)
+            return ServedModel(name, path, label, embedder=embedder, filler=filler,
+                               sentence=sentence is not None)
     embedder = Embedder.load(path, device)
     why = ("an ELMo model has no masked-LM head" if kind is ModelKind.ELMO else
            "its weights have no trained masked-LM head (an encoder-only checkpoint)")
-    return ServedModel(name, path, "encoder", embedder=embedder, no_fill_mask=why)
+    return ServedModel(name, path, "encoder", embedder=embedder, no_fill_mask=why,
+                       sentence=sentence is not None)
+
+
+def _sentence_settings(sentence) -> dict:
+    """The Embedder settings of a sentence-transformers directory (a SentenceModel), as
+    Embedder.load reads them; none for another directory."""
+    if sentence is None:
+        return {}
+    return {"pool": sentence.pool, "normalize": sentence.normalize,
+            "lowercase": sentence.lowercase, "max_length": sentence.max_seq_length}
 
 
 @dataclass
@@ -161,16 +183,22 @@ class Workbench:
     """bertkit.senses.data.SenseExample rows of --senses: sense-labelled occurrences."""
     senses_name: str = ""
     limits: Limits = field(default_factory=Limits)
+    line_index: LineIndex | None = None
+    """The lines of the corpus the search view ranks (the first --search-lines of them), and
+    each model's vectors of them; None without a corpus."""
+    progress: bool = False
+    """Long work (encoding the lines to search) reports its progress on stderr."""
 
     @classmethod
     def load(cls, models: Sequence[str | Path], runs: Sequence[str | Path] = (),
              corpus: str | Path | None = None, corpus_lines: int = 400,
              senses: str | Path | None = None, device: str | torch.device = "cpu",
              limits: Limits = Limits(), allow_untrained_head: bool = False,
-             seed: int = 0) -> "Workbench":
+             seed: int = 0, search_lines: int = 10_000) -> "Workbench":
         """`models`: directories or names in the local Hugging Face cache, named by their
         last part; `runs`: run directories as DIR or NAME=DIR; `corpus`: a text file whose
-        lines are sampled; `senses`: a sense-labelled JSON-lines file."""
+        lines are sampled, and whose first `search_lines` lines are searched (0: no search);
+        `senses`: a sense-labelled JSON-lines file."""
         from bertkit.embeddings.anisotropy import sample_lines
         from bertkit.senses.data import read_examples
 
@@ -188,8 +216,10 @@ class Workbench:
             run_dirs[name] = Path(path)
         lines = sample_lines(corpus, corpus_lines, seed=seed) if corpus is not None else []
         sense_rows = read_examples(senses) if senses is not None else []
+        index = LineIndex.read(corpus, search_lines) \
+            if corpus is not None and search_lines > 0 else None
         return cls(loaded, run_dirs, lines, str(corpus or ""), sense_rows, str(senses or ""),
-                   limits)
+                   limits, index)
 
     # Helpers -----------------------------------------------------------------------------------
     def model(self, name: Any, need: str = "") -> ServedModel:
@@ -219,7 +249,8 @@ class Workbench:
                 "runs": list(self.runs), "corpus": Path(self.corpus_name).name
                 if self.corpus_name else "", "corpus_lines": len(self.corpus),
                 "senses": Path(self.senses_name).name if self.senses_name else "",
-                "sense_words": lemmas, "limits": vars(self.limits)}
+                "sense_words": lemmas, "limits": vars(self.limits),
+                "search": self.line_index.describe() if self.line_index else None}
 
     # 1. Fill the mask --------------------------------------------------------------------------
     def fill_mask(self, text: Any, top_k: Any = 5, models: Any = None) -> dict:
@@ -500,6 +531,60 @@ class Workbench:
         ranked = sorted(zip(runner.labels, probs), key=lambda lp: -lp[1])
         return {"multi_label": multi,
                 "classes": [{"label": label, "score": round(p, 6)} for label, p in ranked]}
+
+    # 6. Search ---------------------------------------------------------------------------------
+    def search_models(self) -> list[str]:
+        """The models a search asks by default: the sentence models, else every encoder."""
+        sentence = [n for n, m in self.models.items() if m.sentence]
+        return sentence or [n for n, m in self.models.items() if m.embedder is not None]
+
+    def prepare_search(self) -> None:
+        """Encode the lines to search with every sentence model now (a server's start), so
+        that their first search answers at once; other encoders encode on first use."""
+        if self.line_index is None:
+            return
+        for name, served in self.models.items():
+            if served.sentence:
+                self.line_index.encode(name, served.embedder, self.progress)
+
+    def search(self, query: Any, k: Any = 10, models: Any = None) -> dict:
+        """The k lines of the corpus nearest to `query` by the cosine of sentence vectors,
+        for each model side by side (`bertkit.serve.search.LineIndex`)."""
+        index = self.line_index
+        if index is None:
+            raise RequestError("this server has no lines to search: start it with --input FILE")
+        query = self.text(query, "query")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.limits.search_k:
+            raise RequestError(f"k must be a whole number from 1 to {self.limits.search_k}")
+        names = self.search_models() if models is None else models
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise RequestError("models must be a list of model names")
+        if not names:
+            raise RequestError("no model to search with: name one or more models"
+                               if models is not None else
+                               "none of this server's models has an encoder to search with")
+        out = []
+        for name in dict.fromkeys(names):
+            served = self.model(name)
+            if served.embedder is None:
+                out.append({"name": name, "error": f"{name}: a convolutional classifier "
+                                                   f"gives no sentence vectors"})
+                continue
+            started = time.perf_counter()
+            fresh = name not in index.vectors
+            try:
+                index.encode(name, served.embedder, self.progress)
+                encoded = time.perf_counter()
+                hits = index.nearest(name, served.embedder, query, k, self.limits.text_chars)
+            except UserError as e:
+                raise RequestError(str(e)) from None
+            answer = {"name": name, "sentence_model": served.sentence,
+                      "vectors": vectors_note(served.embedder, served.sentence),
+                      "results": hits, "ms": round(1000 * (time.perf_counter() - encoded), 1)}
+            if fresh:  # this search encoded the lines first
+                answer["encode_s"] = round(encoded - started, 2)
+            out.append(answer)
+        return {"query": query, "k": k, **index.describe(), "models": out}
 
 
 def word_matches(text: str, word: str):

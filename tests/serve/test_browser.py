@@ -5,6 +5,7 @@ outside the server (the browser's name resolution is cut off, and every URL it l
 checked). Skipped with a message where Chromium is not installed; `.ci/run` installs it."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import threading
@@ -13,6 +14,7 @@ import time
 import pytest
 
 from bertkit.serve.app import listen, make_app
+from bertkit.serve.workbench import Workbench
 
 webdriver = pytest.importorskip("selenium.webdriver")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -25,8 +27,9 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def server(workbench):
+@contextlib.contextmanager
+def running(workbench):
+    """The application over `workbench`, answering on a free port of 127.0.0.1: its address."""
     import uvicorn
 
     sock = listen("127.0.0.1", 0)
@@ -36,10 +39,18 @@ def server(workbench):
     deadline = time.time() + 30
     while not server.started and time.time() < deadline:
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def server(workbench):
+    with running(workbench) as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
@@ -202,9 +213,69 @@ def test_a_bad_request_shows_its_sentence(browser, server):
 
 
 def test_nothing_is_loaded_from_outside_the_server(browser, server):
-    for view in ("fill", "attention", "embeddings", "runs", "predict"):
+    for view in ("fill", "attention", "embeddings", "runs", "predict", "search"):
         open_view(browser, server, view)
         urls = browser.execute_script(
             "return performance.getEntriesByType('resource').map(e => e.name)")
         assert urls and all(u.startswith(server) for u in urls), (view, urls)
         assert browser.current_url.startswith(server)
+
+
+SEARCHED = ["The stock market fell sharply this morning.", "",
+            "A man is playing a guitar on the stage.",
+            "The chef is cooking pasta in the kitchen.",
+            "Children are playing football in the park.",
+            "Heavy rain is expected over the weekend."]
+
+
+@pytest.fixture(scope="module")
+def search_server(minilm_dir, served, tmp_path_factory):
+    """all-MiniLM-L6-v2 (a sentence model) beside the tiny pretrained BERT, over a few lines."""
+    path = tmp_path_factory.mktemp("search") / "lines.txt"
+    path.write_text("\n".join(SEARCHED) + "\n", encoding="utf-8")
+    bench = Workbench.load([minilm_dir, served.bert], corpus=path)
+    with running(bench) as address:
+        yield address, bench
+
+
+def test_search_shows_the_nearest_line_with_its_cosine(browser, search_server):
+    server, bench = search_server
+    open_view(browser, server, "search")
+    boxes = {b.get_attribute("value"): b for b in
+             browser.find_elements(By.CSS_SELECTOR, "#se-models input[type=checkbox]")}
+    assert boxes["model"].is_selected() and not boxes["bert2018"].is_selected()
+    assert "5 lines of lines.txt" in browser.find_element(By.ID, "se-note").text
+    type_into(browser, "se-query", "Someone performs music with an instrument.\n")  # Enter
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".se-model .hit"))
+    no_error(browser)
+    hits = browser.find_elements(By.CSS_SELECTOR, ".se-model[data-model=model] .hit")
+    assert len(hits) == 5 and "guitar" in hits[0].text and "line 3" in hits[0].text
+    expected = bench.search("Someone performs music with an instrument.", 10, ["model"])
+    best = expected["models"][0]["results"][0]
+    assert hits[0].get_attribute("data-line") == "3" and best["line"] == 3
+    assert f"{best['cosine']:.3f}" in hits[0].text
+    assert "own pooling" in browser.find_element(By.CSS_SELECTOR, ".se-model .note").text
+    boxes["bert2018"].click()  # side by side with a model that is not a sentence model
+    type_into(browser, "se-k", "2")
+    browser.find_element(By.ID, "se-go").click()
+    wait(browser).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".se-model")) == 2)
+    no_error(browser)
+    panels = browser.find_elements(By.CSS_SELECTOR, ".se-model")
+    assert [p.get_attribute("data-model") for p in panels] == ["model", "bert2018"]
+    assert all(len(p.find_elements(By.CSS_SELECTOR, ".hit")) == 2 for p in panels)
+    assert "not a sentence model" in panels[1].text
+    assert browser.find_element(By.ID, "se-status").text == ""  # the encoding note is gone
+    assert browser.execute_script("return window.bertkit.state.search.encoded") == \
+        ["model", "bert2018"]
+    panels[0].find_elements(By.CSS_SELECTOR, ".hit .text")[1].click()  # more like this line
+    wait(browser).until(lambda d: d.find_element(By.ID, "se-query").get_attribute("value")
+                        == d.execute_script("return window.bertkit.state.search.query"))
+    no_error(browser)
+    top = browser.find_element(By.CSS_SELECTOR, ".se-model[data-model=model] .hit")
+    assert top.find_element(By.CSS_SELECTOR, ".text").text == \
+        browser.find_element(By.ID, "se-query").get_attribute("value")
+    assert float(top.get_attribute("data-cosine")) == pytest.approx(1, abs=1e-5)
+    type_into(browser, "se-query", " ")
+    browser.find_element(By.ID, "se-go").click()
+    wait(browser).until(lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert "query is empty" in browser.find_element(By.ID, "error").text

@@ -435,6 +435,60 @@ function predict() {
   });
 }
 
+// 6. Search ----------------------------------------------------------------------------------
+
+function searchForm(info) {  // a box per model that can search; the sentence models ticked
+  const able = info.models.filter((m) => m.search);
+  const ticked = able.some((m) => m.sentence_model) ? able.filter((m) => m.sentence_model) : able.slice(0, 1);
+  $("se-models").replaceChildren(...able.map((m) => el("label", { title: m.search_vectors },
+    el("input", { type: "checkbox", value: m.name, ...(ticked.includes(m) ? { checked: "" } : {}) }),
+    ` ${m.name}${m.sentence_model ? " (sentence model)" : ""}`)));
+  $("se-k").max = info.limits.search_k;
+  if (!info.search) return;
+  const s = info.search;
+  $("se-note").textContent = `${s.lines.toLocaleString("en")} lines of ${s.source}`
+    + (s.more ? " (the first ones; --search-lines sets how many)" : "")
+    + (able.some((m) => !m.sentence_model) ? ". A model that is not a sentence model encodes them on its first search (its progress is in the server's log)." : "");
+}
+
+function searchLines() {
+  return run(async () => {
+    const models = [...document.querySelectorAll("#se-models input:checked")].map((b) => b.value);
+    const k = parseInt($("se-k").value, 10) || 10;
+    const encoded = (bertkit.state.search || bertkit.info.search || {}).encoded || [];
+    const first = models.filter((m) => !encoded.includes(m));
+    $("se-status").textContent = first.length ? `${first.join(", ")}: encoding the ${bertkit.info.search.lines.toLocaleString("en")} lines first (progress in the server's log)...` : "";
+    let data;
+    try { data = await api("/api/search", { query: $("se-query").value, k, models }); } finally { $("se-status").textContent = ""; }
+    bertkit.state.search = data;
+    const out = $("se-results");
+    out.replaceChildren();
+    for (const model of data.models) {
+      const panel = el("div", { class: "panel se-model", "data-model": model.name }, el("h4", { text: model.name }));
+      if (model.error) {
+        panel.append(el("p", { class: "note", text: model.error }));
+        out.append(panel);
+        continue;
+      }
+      panel.append(el("div", { class: "note", text: model.vectors }));
+      const list = el("ol", { class: "hits" });
+      for (const hit of model.results) {
+        list.append(el("li", { class: "hit", "data-line": hit.line, "data-cosine": hit.cosine },
+          el("span", { class: "score", text: hit.cosine.toFixed(3) }),
+          el("div", { class: "barbox" }, el("div", { class: "bar", style: `width:${(100 * Math.max(0, hit.cosine)).toFixed(1)}%` })),
+          el("span", { class: "lineno", text: `line ${hit.line}` }),
+          el("span", { class: "text", text: hit.text, title: "search for this line", onclick: () => {
+            $("se-query").value = hit.text;
+            searchLines();
+          } })));
+      }
+      panel.append(list, el("div", { class: "note", text: `${model.ms} ms`
+        + (model.encode_s !== undefined ? `; the ${data.lines.toLocaleString("en")} lines were encoded first, in ${model.encode_s} s` : "") }));
+      out.append(panel);
+    }
+  });
+}
+
 // Start ---------------------------------------------------------------------------------------
 
 function showView(name) {
@@ -476,14 +530,18 @@ async function start() {
   $("run-live").addEventListener("change", followRun);
   $("pr-model").addEventListener("change", predictForm);
   $("pr-go").addEventListener("click", predict);
+  $("se-go").addEventListener("click", searchLines);
+  $("se-query").addEventListener("keydown", (e) => { if (e.key === "Enter") searchLines(); });
+  searchForm(info);
   predictForm();
   renderWords();
   const hidden = { fill: !info.models.some((m) => m.fill_mask), attention: !info.models.some((m) => m.attention),
                    embeddings: !info.models.some((m) => m.embeddings), runs: !info.runs.length,
-                   predict: !info.models.some((m) => m.predict) };
+                   predict: !info.models.some((m) => m.predict),
+                   search: !info.search || !info.models.some((m) => m.search) };
   for (const b of document.querySelectorAll("#tabs button")) b.hidden = hidden[b.dataset.view];
   const wanted = location.hash.slice(1);
-  const first = [wanted, "fill", "attention", "embeddings", "runs", "predict"].find((v) => v in hidden && !hidden[v]);
+  const first = [wanted, "fill", "attention", "embeddings", "runs", "predict", "search"].find((v) => v in hidden && !hidden[v]);
   showView(first || "fill");
   window.addEventListener("hashchange", () => {
     const view = location.hash.slice(1);
