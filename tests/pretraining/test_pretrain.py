@@ -104,7 +104,7 @@ TINY = ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8", "--lr", "1e-
 
 STEPS = [("bert", "mlm+nsp", []), ("bert", "span", []), ("modern", "mlm", ["--grad-accum", "2"]),
          ("modern", "mlm", ["--whole-word", "--early-seq-len", "16"]), ("modern", "span", []),
-         ("modern", "clm", [])]
+         ("modern", "clm", []), ("bert", "electra", []), ("modern", "electra", [])]
 
 
 def _steps(prepared, out, architecture, objective, *more) -> int:
