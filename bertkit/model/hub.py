@@ -116,7 +116,7 @@ NAMES = {
 }
 
 
-def _names_of(architecture: str, names: list[str]) -> str:
+def names_for(architecture: str, names: list[str]) -> str:
     """The NAMES key of a checkpoint: "electra" for "bert" weights under ELECTRA's prefix."""
     if architecture == "bert" and any(n.startswith("electra.") for n in names):
         return "electra"
@@ -178,7 +178,7 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor],
     `model.`), ELECTRA's (`electra.`, its heads), and the old TF-era `gamma`/`beta`
     LayerNorm names.
     """
-    names = NAMES[_names_of(architecture, list(hf))]
+    names = NAMES[names_for(architecture, list(hf))]
     encoder, rest, qkv = {}, {}, {}
     for name, tensor in hf.items():
         name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
@@ -206,7 +206,7 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor],
 def our_name(name: str, architecture: str = "bert") -> str | None:
     """bertkit's name of one Hugging Face weight name (q, k and v all name the fused qkv), or
     None for a key that holds nothing to load."""
-    names = NAMES[_names_of(architecture, [name])]
+    names = NAMES[names_for(architecture, [name])]
     if names.ignored.search(name):
         return None
     inner = name[len(names.prefix):] if name.startswith(names.prefix) else name
