@@ -62,6 +62,9 @@ def test_bertkit_electra_loads_in_transformers_with_equal_logits(tmp_path):
         ours = model.generator(ids, None, mask)[0]
         torch.testing.assert_close(ours[mask.bool()], theirs[mask.bool()], atol=1e-4, rtol=1e-4)
     assert model_kind(tmp_path / "e") is ModelKind.ENCODER
+    from bertkit.model.info import info
+    assert info(tmp_path / "e").parts["head.detector"] == 128 * 128 + 128 + 128 + 1
+    assert info(tmp_path / "e" / GENERATOR_DIR).parts["embeddings.project"] == 128 * 64 + 64
 
 
 def _transformers_pair(transformers, root):
