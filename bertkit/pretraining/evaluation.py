@@ -386,6 +386,9 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
                    device: str | torch.device = "cpu") -> dict[str, float]:
     """`objectives.evaluate_lm` over `heldout_batches`: accuracy, loss, perplexity, tokens
     (and nsp_accuracy for mlm+nsp, sbo_loss for span when the model has the span head)."""
+    if (objective == "electra") != isinstance(model, ElectraModel):
+        raise UserError("held-out figures of an ELECTRA directory (a discriminator with its "
+                        "generator/) are the electra objective's, and only theirs")
     if objective == "span" and getattr(model, "sbo", None) is None:
         raise UserError("the span objective's held-out figures need the span-boundary head "
                         "(sbo.safetensors); evaluate with --objective mlm")

@@ -94,3 +94,15 @@ def test_a_text_file_is_scored_by_the_generator(electra_setup, tmp_path, capsys)
     got = _json(capsys, ["--model", electra_setup["model"], "--input", text])
     assert got["kind"] == "text" and got["scored_by"] == "generator"
     assert got["pseudo_perplexity"] > 1.0
+
+
+def test_the_electra_objective_on_a_masked_lm_is_one_line(electra_setup, tmp_path, capsys):
+    from bertkit.model.hub import GENERATOR_DIR
+    import shutil
+
+    lone = tmp_path / "lone"
+    shutil.copytree(electra_setup["model"] / GENERATOR_DIR, lone)  # an MLM, no discriminator
+    assert main(["evaluate", "--model", str(lone), "--input", str(electra_setup["data"]),
+                 "--objective", "electra", "--seq-len", "32"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "the electra objective's, and only theirs" in err
