@@ -303,25 +303,25 @@ def model_to_pretrain(opts: PretrainOptions, vocab_size: int,
     the SBO head for the span objective; ELECTRA's pair for electra. torch's global generator
     is left where it was."""
     generator = torch.Generator().manual_seed(seed)
-    if opts.objective == "electra":
-        if opts.init is not None:
-            check_tokenizer(opts.data, opts.init)
-            return _electra_to_pretrain(opts, None, seed)
-        return _electra_to_pretrain(opts, _fresh_config(opts, vocab_size), seed)
     if opts.init is not None:
         check_tokenizer(opts.data, opts.init)
+    if opts.objective == "electra":
+        model = _electra_to_pretrain(
+            opts, None if opts.init is not None else _fresh_config(opts, vocab_size), seed)
+    elif opts.init is not None:
         with torch.random.fork_rng(devices=[]):  # heads the directory lacks draw globally
             model = load_pretraining_model(opts.init)
-        cfg = model.config
     else:
-        cfg = _fresh_config(opts, vocab_size)
-        model = new_pretraining_model(cfg, seed)
-    if opts.objective == "mlm+nsp" and model.nsp is None:
-        raise UserError(f"--objective mlm+nsp needs a next-sentence head, which the "
-                        f"{cfg.architecture} architecture has not; use --architecture bert")
+        model = new_pretraining_model(_fresh_config(opts, vocab_size), seed)
+    cfg = model.config
     if opts.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
                         f"{cfg.max_positions} positions")
+    if opts.objective == "electra":
+        return model
+    if opts.objective == "mlm+nsp" and model.nsp is None:
+        raise UserError(f"--objective mlm+nsp needs a next-sentence head, which the "
+                        f"{cfg.architecture} architecture has not; use --architecture bert")
     if opts.objective == "span":
         with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
             model.sbo = SpanBoundaryHead(cfg)
