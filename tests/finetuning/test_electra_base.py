@@ -81,3 +81,12 @@ def test_export_onnx_writes_the_discriminator(tiny_electra, tmp_path):
     assert main(["export", "onnx", "--model", str(tiny_electra), "--out",
                  str(tmp_path / "e.onnx"), "--task", "encoder"]) == 0
     assert (tmp_path / "e.onnx").is_file()
+
+
+def test_anisotropy_reads_the_discriminator(tiny_electra, tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the movie was great .\njohn went to paris .\nthe plot was awful .\n" * 4)
+    assert main(["anisotropy", "--model", str(tiny_electra), "--input", str(corpus), "--json",
+                 "--min-count", "2", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["layers"]) == 3  # the embeddings and the discriminator's two blocks
