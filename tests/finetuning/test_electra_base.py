@@ -90,3 +90,12 @@ def test_anisotropy_reads_the_discriminator(tiny_electra, tmp_path, capsys):
                  "--min-count", "2", "--quiet"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert len(report["layers"]) == 3  # the embeddings and the discriminator's two blocks
+
+
+def test_serve_takes_the_discriminators_views_and_the_generators_guesses(tiny_electra):
+    from bertkit.serve.workbench import load_served_model
+
+    served = load_served_model(tiny_electra, "electra")
+    assert served.kind.startswith("ELECTRA") and served.describe()["fill_mask"]
+    assert served.embedder.config.hidden_size == 32  # the discriminator, not the generator
+    assert served.filler.model.config.hidden_size == 16
