@@ -1,4 +1,4 @@
-"""Hugging Face BERT and ModernBERT directories in and out.
+"""Hugging Face BERT, ModernBERT and ELECTRA directories in and out.
 
 A bertkit model directory *is* a Hugging Face directory: config.json, model.safetensors,
 vocab.txt and the tokenizer files. Reading accepts BertModel, BertForMaskedLM,
@@ -6,6 +6,11 @@ BertForPreTraining and the task models (BertForSequenceClassification, ...), Mod
 and ModernBertForMaskedLM, `.safetensors` or `pytorch_model.bin` (read with
 weights_only=True, never unpickling code), and the old `gamma`/`beta` LayerNorm names. Writing
 produces weight names that `transformers` loads with no missing or unexpected keys.
+
+ELECTRA's pair (`save_electra`, `load_electra`) is a discriminator directory with its generator
+in GENERATOR_DIR/: ElectraForPreTraining and ElectraForMaskedLM for "bert" (a discriminator
+alone loads as any BERT encoder), a ModernBertModel with its detection head beside it for
+"modern".
 
 A model is given as a directory or, offline, as its name in the local Hugging Face cache
 (`resolve_model`), which every loader here accepts.
