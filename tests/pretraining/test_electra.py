@@ -247,3 +247,32 @@ def test_electra_batches_carry_one_uniform_per_prediction_alike_on_any_number_of
     mlm = next(iter(PretrainingBatches(prepared, objective="mlm", seq_len=32, seed=5,
                                        prefetch=0, batch_size=8)))
     assert "sample_uniform" not in mlm
+
+
+def test_through_the_training_loop_the_discriminator_learns_to_detect(tiny, tmp_path):
+    """80 steps of the tiny learnable task: the discriminator tells replaced tokens far better
+    than guessing "original" everywhere, and the generator learns its masked tokens."""
+    from bertkit.config import TrainConfig
+    from bertkit.training.loop import train
+
+    cfg = tiny.config()
+    model = ElectraModel(cfg, generator_config(cfg, 0.5))
+    init_weights(model, cfg, torch.Generator().manual_seed(0))
+
+    def batches(seed: int, n: int | None = None):
+        g, made = torch.Generator().manual_seed(seed), 0
+        while n is None or made < n:
+            batch = tiny.batch(g, 8)
+            batch["sample_uniform"] = electra.draw_uniform(batch["mlm_labels"].shape, g)
+            made += 1
+            yield batch
+
+    held = list(batches(99, 4))
+    before = objectives.evaluate_lm(model.eval(), held, "electra")
+    train(model, objectives.loss_for("electra"), batches(1),
+          TrainConfig(max_steps=80, lr=3e-3, warmup_steps=0, log_every=1000), tmp_path / "run",
+          save=tiny.no_save, show_progress=False)
+    after = objectives.evaluate_lm(model.eval(), held, "electra")
+    assert before["eval_detection_auc"] < 0.7 < 0.95 < after["eval_detection_auc"]
+    assert after["eval_detection_accuracy"] > 1 - after["eval_replaced_share"] + 0.05
+    assert after["eval_accuracy"] > 0.3 and after["eval_loss"] < before["eval_loss"] - 1
