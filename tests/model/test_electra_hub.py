@@ -12,7 +12,7 @@ from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import ElectraModel, generator_config
 from bertkit.model.hub import (DETECTOR_FILE, GENERATOR_DIR, load_electra, load_encoder,
-                               save_electra)
+                               load_pretraining_model, save_electra)
 from bertkit.model.kind import ModelKind, model_kind
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -101,6 +101,12 @@ def test_transformers_electra_loads_into_bertkit_with_equal_outputs(tmp_path):
                                    disc(input_ids=ids, attention_mask=mask).logits[mask.bool()],
                                    atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(model.generator(ids, None, mask)[0][mask.bool()],
+                                   gen(input_ids=ids, attention_mask=mask).logits[mask.bool()],
+                                   atol=1e-4, rtol=1e-4)
+        # a generator alone is a masked LM (fill-mask --model DIR/generator)
+        with pytest.warns(UserWarning, match="no weights for"):  # neither pooler nor NSP head
+            alone = load_pretraining_model(tmp_path / "hf" / GENERATOR_DIR)
+        torch.testing.assert_close(alone(ids, None, mask)[0][mask.bool()],
                                    gen(input_ids=ids, attention_mask=mask).logits[mask.bool()],
                                    atol=1e-4, rtol=1e-4)
         # every encoder command's loader reads the discriminator alone
