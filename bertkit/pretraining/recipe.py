@@ -13,7 +13,8 @@ global batch (gloo on the CPU, NCCL on GPUs) and rank 0 writes.
 The final directory at the top of `out` is a Hugging Face BERT directory (BertForPreTraining
 weights, config.json, tokenizer files). The span objective's boundary head has no Hugging Face
 counterpart: it is saved beside the model as `sbo.safetensors` (transformers ignores that file),
-and `--init` of such a directory with `--objective span` picks it up again.
+and `--init` of such a directory with `--objective span` picks it up again. An electra run
+saves the discriminator at the top and its generator in OUT/generator (`hub.save_electra`).
 """
 from __future__ import annotations
 
