@@ -166,13 +166,16 @@ class ElectraModel(nn.Module):
 
     `encoder` + `detector` are the discriminator (Hugging Face `ElectraForPreTraining`: no
     pooler), `generator` a PretrainingModel with neither pooler nor next-sentence head
-    (`ElectraForMaskedLM`). The discriminator is the model to fine-tune.
+    (`ElectraForMaskedLM`); None for a discriminator alone (`generator_cfg` None), which
+    judges text but cannot train. The discriminator is the model to fine-tune.
     """
 
-    def __init__(self, cfg: EncoderConfig, generator_cfg: EncoderConfig, fast: bool = True):
+    def __init__(self, cfg: EncoderConfig, generator_cfg: EncoderConfig | None,
+                 fast: bool = True):
         super().__init__()
-        if generator_cfg.embedding_width != cfg.embedding_width or \
-                generator_cfg.architecture != cfg.architecture:
+        if generator_cfg is not None and (
+                generator_cfg.embedding_width != cfg.embedding_width
+                or generator_cfg.architecture != cfg.architecture):
             raise ValueError("the generator must share the discriminator's embeddings: the "
                              "same architecture and embedding width")
         self.config = cfg
@@ -180,10 +183,12 @@ class ElectraModel(nn.Module):
         self.encoder = Encoder(cfg, fast)
         self.encoder.pooler = None  # detection reads every token, [CLS] no more than others
         self.detector = ReplacedTokenHead(cfg)
-        self.generator = PretrainingModel(generator_cfg, fast=fast,
-                                          embeddings=self.encoder.embeddings)
-        self.generator.nsp = None
-        self.generator.encoder.pooler = None
+        self.generator = None
+        if generator_cfg is not None:
+            self.generator = PretrainingModel(generator_cfg, fast=fast,
+                                              embeddings=self.encoder.embeddings)
+            self.generator.nsp = None
+            self.generator.encoder.pooler = None
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -436,21 +436,24 @@ DETECTOR_FILE = "detector.safetensors"
 def _electra_parts(model: ElectraModel, tokenizer) -> tuple[tuple, tuple]:
     """((weights, config) of the discriminator, the same of the generator), in Hugging Face
     names, and the modern discriminator's head in bertkit's (or None)."""
-    cfg, gcfg = model.config, model.generator.config
+    cfg = model.config
     disc = {"encoder." + k: v for k, v in _cpu_state(model.encoder).items()}
     head = {"detector." + k: v for k, v in _cpu_state(model.detector).items()}
+    gen, gcfg = model.generator, getattr(model.generator, "config", None)
     if cfg.architecture == "bert":
         electra = {"model_type": "electra"}
         return ((to_hf_state_dict({**disc, **head}, "electra.", "electra"),
                  _hf_config(cfg, ["ElectraForPreTraining"],
                             {**electra, "embedding_size": cfg.embedding_width}, tokenizer),
                  None),
-                (to_hf_state_dict(_cpu_state(model.generator), "electra.", "electra"),
+                None if gen is None else
+                (to_hf_state_dict(_cpu_state(gen), "electra.", "electra"),
                  _hf_config(gcfg, ["ElectraForMaskedLM"],
                             {**electra, "embedding_size": gcfg.embedding_width}, tokenizer)))
     return ((to_hf_state_dict(_cpu_state(model.encoder), "", "modern"),
              _hf_config(cfg, ["ModernBertModel"], None, tokenizer), head),
-            (to_hf_state_dict(_cpu_state(model.generator), "model.", "modern"),
+            None if gen is None else
+            (to_hf_state_dict(_cpu_state(gen), "model.", "modern"),
              _hf_config(gcfg, ["ModernBertForMaskedLM"], None, tokenizer)))
 
 
@@ -464,13 +467,14 @@ def save_electra(model: ElectraModel, path: str | Path, *, tokenizer=None) -> Pa
     body as `ModernBertModel` (what every encoder command and transformers read) with its
     detection head beside it in DETECTOR_FILE; the generator in ModernBERT's names with an
     `embeddings_project` and `embedding_size`, which ModernBERT lacks: bertkit reads it."""
-    (disc, config, head), (gen, gen_config) = _electra_parts(model, tokenizer)
+    (disc, config, head), generator = _electra_parts(model, tokenizer)
     with atomic_dir(path) as tmp:
         _write_model(tmp, disc, config, tokenizer)
         if head is not None:
             save_file({k[len("detector."):]: v for k, v in head.items()},
                       str(tmp / DETECTOR_FILE), metadata={"format": "pt"})
-        _write_model(tmp / GENERATOR_DIR, gen, gen_config, tokenizer)
+        if generator is not None:
+            _write_model(tmp / GENERATOR_DIR, *generator, tokenizer)
     return Path(path)
 
 
@@ -479,16 +483,30 @@ def is_electra_dir(path: str | Path) -> bool:
     return is_model_dir(path) and is_model_dir(Path(path) / GENERATOR_DIR)
 
 
-def _electra_state(path: Path, cfg: EncoderConfig, gcfg: EncoderConfig) -> dict:
+def has_detector(path: str | Path) -> bool:
+    """Whether `path` holds an ELECTRA discriminator with its detection head, its generator
+    beside it or not: transformers' ElectraForPreTraining, or bertkit's modern layout."""
+    p = Path(path)
+    if not is_model_dir(p):
+        return False
+    if (p / DETECTOR_FILE).is_file():
+        return True
+    config = read_json(p / "config.json", "config.json")
+    return isinstance(config, dict) and config.get("architectures") == ["ElectraForPreTraining"]
+
+
+def _electra_state(path: Path, cfg: EncoderConfig, gcfg: EncoderConfig | None) -> dict:
     """The ElectraModel state dict of an ELECTRA directory; the generator's embeddings are
     the discriminator's (saved twice, one module)."""
     encoder, rest = from_hf_state_dict(load_weights(path), cfg.architecture)
     if (path / DETECTOR_FILE).is_file():
         rest.update({"detector." + k: v for k, v in load_file(str(path / DETECTOR_FILE)).items()})
-    gen_encoder, gen_rest = from_hf_state_dict(load_weights(path / GENERATOR_DIR),
-                                               gcfg.architecture)
     state = {"encoder." + k: v for k, v in encoder.items() if not k.startswith("pooler.")}
     state.update({k: v for k, v in rest.items() if k.startswith("detector.")})
+    if gcfg is None:
+        return state
+    gen_encoder, gen_rest = from_hf_state_dict(load_weights(path / GENERATOR_DIR),
+                                               gcfg.architecture)
     state.update({"generator.encoder." + k: v for k, v in gen_encoder.items()
                   if not k.startswith(("embeddings.", "pooler."))})
     state.update({"generator.encoder." + k: v for k, v in encoder.items()
@@ -499,12 +517,14 @@ def _electra_state(path: Path, cfg: EncoderConfig, gcfg: EncoderConfig) -> dict:
 
 def load_electra(path: str | Path, device: str | torch.device = "cpu") -> ElectraModel:
     """An ELECTRA directory (`save_electra`'s, or transformers' ElectraForPreTraining with an
-    ElectraForMaskedLM in GENERATOR_DIR/) as an ElectraModel, every weight from the files."""
+    ElectraForMaskedLM in GENERATOR_DIR/ or alone: then `generator` is None) as an
+    ElectraModel, every weight from the files."""
     path = resolve_model(path)
-    if not is_electra_dir(path):
-        raise UserError(f"{path}: not an ELECTRA directory (a discriminator with its generator "
-                        f"in {GENERATOR_DIR}/)")
-    cfg, gcfg = load_config(path), load_config(path / GENERATOR_DIR)
+    if not has_detector(path):
+        raise UserError(f"{path}: not an ELECTRA directory (a discriminator with its detection "
+                        f"head, its generator in {GENERATOR_DIR}/)")
+    cfg = load_config(path)
+    gcfg = load_config(path / GENERATOR_DIR) if is_electra_dir(path) else None
     try:
         with torch.random.fork_rng(devices=[]):  # every weight is then loaded
             model = ElectraModel(cfg, gcfg)

@@ -50,7 +50,7 @@ from torch import nn
 from bertkit.files import UserError, read_jsonl, read_lines
 from bertkit.model.generate import CAUSAL_FLAG, log_likelihoods, next_token_scores
 from bertkit.model.heads import ElectraModel, SpanBoundaryHead
-from bertkit.model.hub import is_electra_dir, load_electra, load_pretraining_model, resolve_model
+from bertkit.model.hub import has_detector, load_electra, load_pretraining_model, resolve_model
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest, word_starts
 from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
@@ -662,8 +662,12 @@ def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: 
                       batch_size: int, device) -> dict:
     """`evaluate_pretrained` of an ELECTRA directory: held-out figures of both networks
     (the generator's masked tokens, the discriminator's detection accuracy and AUC); minimal
-    pairs scored by the discriminator; a text file's masked-token scores by the generator."""
+    pairs scored by the discriminator; a text file's masked-token scores by the generator. A
+    discriminator alone (transformers' ElectraForPreTraining) judges minimal pairs only."""
     model = load_electra(model_dir, device)
+    if model.generator is None and not pairs:
+        raise UserError(f"{model_dir}: an ELECTRA discriminator without its generator "
+                        f"(generator/): it judges minimal pairs, not masked tokens")
     if inp.is_dir() and not pairs:
         return {"kind": "heldout", **heldout_scores(
             model, inp, objective="electra", seq_len=opts.seq_len,
@@ -718,7 +722,7 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                             f"minimal-pair .jsonl files")
         load_manifest(inp)
         check_tokenizer(inp, tokenizer)
-    if is_electra_dir(model_dir):
+    if has_detector(model_dir):
         return _evaluate_electra(model_dir, inp, pairs, tokenizer, opts, batch_size, device)
     model = load_pretraining_model(model_dir, device)
     if tokenizer.vocab_size > model.config.vocab_size:

@@ -106,3 +106,26 @@ def test_the_electra_objective_on_a_masked_lm_is_one_line(electra_setup, tmp_pat
                  "--objective", "electra", "--seq-len", "32"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "the electra objective's, and only theirs" in err
+
+
+def test_transformers_discriminator_alone_judges_minimal_pairs(electra_setup, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    tokenizer = Tokenizer.load(electra_setup["model"])
+    torch.manual_seed(0)
+    alone = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+        vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)).eval()
+    alone.save_pretrained(tmp_path / "d")
+    tokenizer.save(tmp_path / "d")
+    got = _json(capsys, ["--model", tmp_path / "d", "--input", electra_setup["pairs"]])
+    assert got["scored_by"] == DETECTION_SCORING
+    good = detection_log_likelihood(load_electra(tmp_path / "d"), tokenizer, [PAIRS[0][0]])[0]
+    ids = tokenizer.encode(PAIRS[0][0]).ids
+    with torch.no_grad():
+        logits = alone(input_ids=torch.tensor([ids])).logits[0]
+    keep = torch.tensor([i not in tokenizer.special_ids for i in ids])
+    assert good == pytest.approx(float(torch.nn.functional.logsigmoid(-logits)[keep].sum()),
+                                 rel=1e-5)
+    assert main(["evaluate", "--model", str(tmp_path / "d"), "--input",
+                 str(electra_setup["data"])]) == 2
+    assert "without its generator" in capsys.readouterr().err

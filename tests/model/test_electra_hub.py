@@ -135,10 +135,18 @@ def test_modern_layout_is_a_modernbert_model_with_the_detection_head_beside(tmp_
                                    model.generator(ids, None, mask)[0])
 
 
-def test_a_directory_without_its_generator_is_refused_in_one_line(tmp_path):
-    model = _electra("bert")
-    save_electra(model, tmp_path / "e")
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
+def test_a_discriminator_alone_loads_and_a_plain_encoder_is_refused(tmp_path, architecture):
     import shutil
+
+    from bertkit.model.hub import save_model
+    model = _electra(architecture)
+    save_electra(model, tmp_path / "e")
     shutil.rmtree(tmp_path / "e" / GENERATOR_DIR)
+    alone = load_electra(tmp_path / "e")
+    ids, mask = _inputs()
+    assert alone.generator is None
+    torch.testing.assert_close(alone(ids, None, mask), model(ids, None, mask))
+    save_model(model.encoder, tmp_path / "plain")
     with pytest.raises(UserError, match="not an ELECTRA directory"):
-        load_electra(tmp_path / "e")
+        load_electra(tmp_path / "plain")
