@@ -53,7 +53,10 @@ class FillMask:
     @staticmethod
     def uses_generator(path: str | Path) -> bool:
         """Whether `load` guesses with an ELECTRA generator (in GENERATOR_DIR) for `path`."""
-        return is_electra_dir(resolve_model(path))
+        try:
+            return is_electra_dir(resolve_model(path))
+        except UserError:  # no such model: `load` says so
+            return False
 
     @torch.inference_mode()
     def __call__(self, texts: str | Sequence[str], top_k: int = 5,
