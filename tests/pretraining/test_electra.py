@@ -276,3 +276,31 @@ def test_through_the_training_loop_the_discriminator_learns_to_detect(tiny, tmp_
     assert before["eval_detection_auc"] < 0.7 < 0.95 < after["eval_detection_auc"]
     assert after["eval_detection_accuracy"] > 1 - after["eval_replaced_share"] + 0.05
     assert after["eval_accuracy"] > 0.3 and after["eval_loss"] < before["eval_loss"] - 1
+
+
+def test_bad_electra_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys):
+    from bertkit.cli.main import main
+    from bertkit.model.heads import PretrainingModel
+    from bertkit.model.hub import save_model
+    from bertkit.text.tokenizer import Tokenizer
+
+    out = tmp_path / "out"
+    base = ["pretrain", "--data", str(prepared), "--out", str(out), "--max-steps", "2",
+            "--objective", "electra", "--seq-len", "32"]
+
+    def error(args) -> str:
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: ")
+        return err.strip().splitlines()[-1]
+
+    assert "--generator-fraction must be in (0, 1]" in error(base + ["--generator-fraction",
+                                                                     "1.5"])
+    assert "--detection-weight must be positive" in error(base + ["--detection-weight", "0"])
+    tokenizer = Tokenizer.load(prepared / "tokenizer")
+    plain = tmp_path / "plain"
+    save_model(PretrainingModel(EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=32,
+                                              num_layers=1, num_heads=2, intermediate_size=64)),
+               plain, tokenizer=tokenizer)
+    assert "continues an ELECTRA run directory" in error(base + ["--init", str(plain)])
+    assert not out.exists()
