@@ -97,7 +97,8 @@ class LMEvalOptions:
     al. 2020: each piece masked alone) or "word-l2r" (Kauf & Ivanova 2023: the later pieces
     of its word masked too)."""
     objective: str = field(default="mlm", metadata={"choices": OBJECTIVES})
-    """Prepared directory: the objective pretraining ran with."""
+    """Prepared directory: the objective pretraining ran with (an ELECTRA directory is judged
+    as electra whatever this says)."""
     whole_word: bool = False
     """Mask whole words. Prepared directory: as pretraining's --whole-word. Text file: the
     sample is --mask-rate of each line's words, and word_accuracy counts a word right when
