@@ -3,7 +3,9 @@
 Batches are the dicts of `bertkit.pretraining.examples.PretrainingBatches`: input_ids / token_type_ids /
 attention_mask [B, T]; mlm_positions [N] flat indices into B*T with mlm_labels [N] (-100 marks
 a padding entry); nsp_labels [B]; span_left / span_right / span_offset [N] for span masking;
-clm_labels [B, T] (the next token at each position, -100 where there is none).
+clm_labels [B, T] (the next token at each position, -100 where there is none); sample_uniform
+[N] for electra (each prediction's draw of the generator's sample), whose model is an
+`ElectraModel` (the generator and the discriminator; the others take a `PretrainingModel`).
 
 Every function returns a scalar loss (mean over its own targets) and a dict of scalar tensors;
 nothing here syncs with the host, so the training step stays asynchronous on a GPU.
