@@ -19,6 +19,11 @@ evaluation are not counted):
   by the same collator, the head and the loss at the masked rows only (`sparse_prediction`),
   lr 2e-3 with the same warm-up and decay, fp32 (bf16 autocast where
   `bertkit.runtime.choose_precision` measures bf16 faster).
+- electra (only when --sides names it): the bertkit side with `--objective electra`, every
+  other option at its default. It is judged as its directory allows: the held-out figures and
+  accuracies are its small generator's (not the discriminator's quality: fine-tune it with
+  bench/finetune_seeds.py for that), with the discriminator's detection accuracy and AUC on a
+  data directory's split; minimal pairs are scored by the discriminator.
 The transformers schedules run on elapsed time: progress = training seconds / budget.
 
 All three read the train split of --data through bertkit's own reader (`PretrainingBatches`):
@@ -49,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bertkit.config import PRESETS, preset  # noqa: E402
 from bertkit.files import UserError, atomic_dir, read_jsonl, read_lines, write_json  # noqa: E402
 from bertkit.model.heads import IGNORE_INDEX  # noqa: E402
-from bertkit.model.hub import load_pretraining_model  # noqa: E402
+from bertkit.model.hub import is_electra_dir, load_electra, load_pretraining_model  # noqa: E402
 from bertkit.pretraining.evaluation import (heldout_scores, masked_token_scores,  # noqa: E402
                                             minimal_pairs, read_pairs)
 from bertkit.pretraining.examples import PretrainingBatches  # noqa: E402
@@ -59,7 +64,8 @@ from bertkit.runtime import (choose_precision, describe, keep_freed_memory,  # n
 from bertkit.text.tokenizer import Tokenizer  # noqa: E402
 from bertkit.training.loop import autocast  # noqa: E402
 
-SIDES = ("bertkit", "bert", "modernbert")
+SIDES = ("bertkit", "bert", "modernbert", "electra")
+DEFAULT_SIDES = SIDES[:3]
 SEQ_LEN = 128  # run_mlm.py's block size
 WARMUP = 0.06
 HELDOUT_MASK_RATE, HELDOUT_SEED = 0.15, 0
@@ -184,9 +190,10 @@ def run_modernbert(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.devic
 
 # bertkit's default ------------------------------------------------------------------------------
 
-def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> dict:
-    result = pretrain(PretrainOptions(data=args.data, out=args.out / "bertkit", preset=args.preset,
-                                      device=str(device),
+def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device,
+                objective: str = "mlm", side: str = "bertkit") -> dict:
+    result = pretrain(PretrainOptions(data=args.data, out=args.out / side, preset=args.preset,
+                                      device=str(device), objective=objective,
                                       train=PretrainSchedule(max_time=args.minutes)))
     return {"steps": result.step, "tokens": result.tokens,
             "train_seconds": result.train_seconds,
@@ -197,7 +204,12 @@ def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) 
             "row_ends": PretrainOptions.row_ends}
 
 
-RUNNERS = {"bertkit": run_bertkit, "bert": run_bert, "modernbert": run_modernbert}
+def run_electra(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> dict:
+    return run_bertkit(args, tokenizer, hf_tokenizer, device, "electra", "electra")
+
+
+RUNNERS = {"bertkit": run_bertkit, "bert": run_bert, "modernbert": run_modernbert,
+           "electra": run_electra}
 
 
 # Judging: the same functions for every side -----------------------------------------------------
@@ -224,20 +236,25 @@ def heldout_texts(path: Path, max_lines: int) -> list[str]:
 
 
 def judge(model_dir: Path, heldout, pairs: list[dict], device: torch.device) -> dict:
+    """The side's figures; an ELECTRA pair's masked tokens are its generator's, its pairs the
+    discriminator's (see the module docstring)."""
+    electra = is_electra_dir(model_dir)
     with warnings.catch_warnings():  # a MaskedLM directory has no NSP head: none is used here
         warnings.filterwarnings("ignore", message=".*initialised randomly")
-        model = load_pretraining_model(model_dir, device)
+        model = (load_electra if electra else load_pretraining_model)(model_dir, device)
     tokenizer = Tokenizer.load(model_dir)
+    lm = model.generator if electra else model
     if isinstance(heldout, Path):  # a prepared directory's held-out split, as pretraining's
         masked = heldout_scores(model, heldout, mask_rate=HELDOUT_MASK_RATE, seed=HELDOUT_SEED,
-                                batch_size=32, device=device)
+                                batch_size=32, device=device,
+                                objective="electra" if electra else "mlm")
     else:
-        masked = masked_token_scores(model, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE,
+        masked = masked_token_scores(lm, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE,
                                      seed=HELDOUT_SEED, device=device)
     figures = {"heldout": masked}
     if not isinstance(heldout, Path):  # a data directory's split is scored 80/10/10 already
         figures["heldout_80_10_10"] = masked_token_scores(
-            model, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE, seed=HELDOUT_SEED,
+            lm, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE, seed=HELDOUT_SEED,
             device=device, mask_frac=0.8, random_frac=0.1)
     return {**figures, "pairs": minimal_pairs(model, tokenizer, pairs, device=device)}
 
@@ -266,7 +283,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="directory written by `bertkit prepare` (its tokenizer/ is shared)")
     p.add_argument("--minutes", type=float, required=True, help="training time of each side")
     p.add_argument("--preset", default="mini", choices=tuple(PRESETS))
-    p.add_argument("--sides", default=",".join(SIDES),
+    p.add_argument("--sides", default=",".join(DEFAULT_SIDES),
                    help=f"comma-separated subset of {', '.join(SIDES)}")
     p.add_argument("--heldout", type=Path, default=None,
                    help="text lines or .jsonl with \"text\" (default: the held-out split of "

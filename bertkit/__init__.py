@@ -30,6 +30,7 @@ _EXPORTS = {
     "masked_token_scores": "pretraining.evaluation", "pseudo_log_likelihood": "pretraining.evaluation",
     "pseudo_perplexity": "pretraining.evaluation", "minimal_pairs": "pretraining.evaluation",
     "read_pairs": "pretraining.evaluation",
+    "ElectraSettings": "pretraining.electra", "ElectraModel": "model.heads", "load_electra": "model.hub", "save_electra": "model.hub",
     # fine-tuning
     "FinetuneConfig": "finetuning.recipe", "finetune": "finetuning.recipe",
     "TaskModel": "finetuning.predict", "classify": "finetuning.predict", "tag": "finetuning.predict", "answer": "finetuning.predict",

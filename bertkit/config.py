@@ -62,6 +62,10 @@ class EncoderConfig:
     """"modern" with a local_window: every n-th layer (from the first) attends globally."""
     local_rope_theta: float = 10_000.0
     """"modern": base of the rotary frequencies in the local-attention layers."""
+    embedding_size: int | None = None
+    """Width of the embeddings where it differs from hidden_size, a projection to hidden_size
+    after them (ELECTRA's generator, narrower than the discriminator whose embeddings it
+    shares: Hugging Face `ElectraConfig.embedding_size`); None: hidden_size."""
     extra: dict = field(default_factory=dict, repr=False, compare=False)
     """Keys of config.json that bertkit does not model (labels, task), kept on a round trip."""
 
@@ -78,6 +82,10 @@ class EncoderConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.embedding_size is not None and (not isinstance(self.embedding_size, int)
+                                                or self.embedding_size <= 0):
+            raise ConfigError(f"embedding_size must be a positive integer, got "
+                              f"{self.embedding_size!r}")
         if self.hidden_size % self.num_heads:
             raise ConfigError(f"hidden_size {self.hidden_size} is not divisible by num_heads "
                               f"{self.num_heads}")
@@ -99,6 +107,11 @@ class EncoderConfig:
     def is_global(self, layer: int) -> bool:
         """Whether block `layer` attends to the whole sequence (always, for "bert")."""
         return self.local_window == 0 or layer % self.global_every == 0
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of the embedding vectors (embedding_size, or hidden_size when None)."""
+        return self.embedding_size or self.hidden_size
 
     @property
     def head_dim(self) -> int:
@@ -140,6 +153,8 @@ class EncoderConfig:
             "pad_token_id": self.pad_token_id,
             "position_embedding_type": "absolute",
         })
+        if self.embedding_size is not None:  # only ELECTRA's config reads it
+            hf["embedding_size"] = self.embedding_size
         return hf
 
     def _to_modernbert(self) -> dict:
@@ -171,6 +186,8 @@ class EncoderConfig:
             "global_rope_theta": self.rope_theta,
             "local_rope_theta": self.local_rope_theta,
         })
+        if self.embedding_size is not None:  # bertkit's own key: ModernBERT has no projection
+            hf["embedding_size"] = self.embedding_size
         for name in ("cls_token_id", "sep_token_id", "bos_token_id", "eos_token_id"):
             hf.setdefault(name, None)  # ModernBertConfig's defaults are ids of its own vocabulary
         return hf
@@ -182,8 +199,9 @@ class EncoderConfig:
         if hf.get("model_type") == "modernbert":
             _require_sizes(hf)
             return cls._from_modernbert(hf)
-        if hf.get("model_type", "bert") != "bert":
-            raise ConfigError(f"model_type {hf.get('model_type')!r} is neither bert nor modernbert")
+        if hf.get("model_type", "bert") not in ("bert", "electra"):
+            raise ConfigError(f"model_type {hf.get('model_type')!r} is neither bert nor "
+                              f"modernbert (nor electra)")
         if hf.get("position_embedding_type", "absolute") != "absolute":
             raise ConfigError("only absolute position embeddings are supported, got "
                               f"{hf['position_embedding_type']!r}")
@@ -195,9 +213,11 @@ class EncoderConfig:
             "type_vocab_size": "type_vocab_size", "hidden_dropout_prob": "hidden_dropout",
             "attention_probs_dropout_prob": "attention_dropout", "layer_norm_eps": "layer_norm_eps",
             "hidden_act": "activation", "initializer_range": "initializer_range",
-            "pad_token_id": "pad_token_id",
+            "pad_token_id": "pad_token_id", "embedding_size": "embedding_size",
         }
         kwargs = {ours: hf[theirs] for theirs, ours in names.items() if hf.get(theirs) is not None}
+        if kwargs.get("embedding_size") == kwargs.get("hidden_size"):
+            kwargs.pop("embedding_size")  # ELECTRA's discriminator spells the default out
         known = set(names) | {"model_type", "position_embedding_type"}
         kwargs["extra"] = {k: v for k, v in hf.items() if k not in known}
         return cls(**kwargs)
@@ -245,14 +265,17 @@ class EncoderConfig:
             activation=hf.get("hidden_activation", "gelu"),
             initializer_range=hf.get("initializer_range", 0.02),
             pad_token_id=hf.get("pad_token_id", 0), rope_theta=float(full),
-            local_rope_theta=float(local), local_window=window, global_every=every)
+            local_rope_theta=float(local), local_window=window, global_every=every,
+            embedding_size=(None if hf.get("embedding_size") in (None, hf["hidden_size"])
+                            else hf["embedding_size"]))
         known = {"model_type", "vocab_size", "hidden_size", "num_hidden_layers",
                  "num_attention_heads", "intermediate_size", "max_position_embeddings",
                  "hidden_activation", "classifier_activation", "initializer_range", "norm_eps",
                  "pad_token_id", "norm_bias", "attention_bias", "mlp_bias", "classifier_bias",
                  "decoder_bias", "tie_word_embeddings", "embedding_dropout", "mlp_dropout",
                  "attention_dropout", "layer_types", "local_attention", "rope_parameters",
-                 "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta"}
+                 "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta",
+                 "embedding_size"}
         kwargs["extra"] = {k: v for k, v in hf.items() if k not in known}
         return cls(**kwargs)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,8 +74,12 @@ def _untrained_mlm_head(model: Path) -> list[str]:
 
 def run_fill_mask(opts: FillMaskOptions) -> int:
     from bertkit.model.fill_mask import FillMask
+    from bertkit.model.hub import GENERATOR_DIR
 
-    if not opts.allow_untrained_head and (untrained := _untrained_mlm_head(opts.model)):
+    if FillMask.uses_generator(opts.model):  # the discriminator has no masked-LM head
+        print(f"note: {opts.model} is an ELECTRA discriminator; fill-mask guesses with its "
+              f"generator ({opts.model / GENERATOR_DIR})", file=sys.stderr)
+    elif not opts.allow_untrained_head and (untrained := _untrained_mlm_head(opts.model)):
         raise UserError(f"{opts.model} has no trained masked-LM head (no {', '.join(untrained)}"
                         f" in its weights); fill-mask needs one (--allow-untrained-head "
                         f"guesses with a random one)")

@@ -24,7 +24,7 @@ def attention_weights(encoder: Encoder, input_ids: torch.Tensor,
                       attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The attention probabilities of every block: [L, B, A, T, T], row = query, column = key,
     each row of a real token summing to 1 (padded keys get 0), in fp32."""
-    x = encoder.embeddings(input_ids, token_type_ids)  # [B, T, H]
+    x = encoder.embed(input_ids, token_type_ids)  # [B, T, H]
     B, T, H = x.shape
     inputs = encoder.layer_inputs(attention_mask, T, False, x.device)
     weights = []

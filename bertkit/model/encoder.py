@@ -59,11 +59,12 @@ class Embeddings(nn.Module):
     def __init__(self, cfg: EncoderConfig, fast: bool = False):
         super().__init__()
         bert = cfg.architecture == "bert"
+        E = cfg.embedding_width
         self.max_positions = cfg.max_positions
-        self.word = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
-        self.position = nn.Embedding(cfg.max_positions, cfg.hidden_size) if bert else None
-        self.segment = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size) if bert else None
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=bert)
+        self.word = nn.Embedding(cfg.vocab_size, E, padding_idx=cfg.pad_token_id)
+        self.position = nn.Embedding(cfg.max_positions, E) if bert else None
+        self.segment = nn.Embedding(cfg.type_vocab_size, E) if bert else None
+        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps, bias=bert)
         self.dropout = make_dropout(cfg.hidden_dropout, fast)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
@@ -229,12 +230,17 @@ class Encoder(nn.Module):
     faster on the CPU); `fast=False` is the reference, exactly this file.
     """
 
-    def __init__(self, cfg: EncoderConfig, fast: bool = True):
+    def __init__(self, cfg: EncoderConfig, fast: bool = True,
+                 embeddings: Embeddings | None = None):
         super().__init__()
         self.config = cfg
         self.fast = fast
         modern = cfg.architecture == "modern"
-        self.embeddings = Embeddings(cfg, fast)
+        # ELECTRA's generator is given its discriminator's embeddings: one module, two owners
+        self.embeddings = embeddings if embeddings is not None else Embeddings(cfg, fast)
+        # embeddings narrower or wider than the blocks (ELECTRA's generator) are projected
+        self.project = (nn.Linear(cfg.embedding_width, cfg.hidden_size, bias=not modern)
+                        if cfg.embedding_width != cfg.hidden_size else None)
         self.blocks = nn.ModuleList(Block(cfg, fast, i) for i in range(cfg.num_layers))
         self.pooler = None if modern else nn.Linear(cfg.hidden_size, cfg.hidden_size)
         # pre-LN leaves the residual stream unnormalised: one LN after the last block
@@ -243,6 +249,13 @@ class Encoder(nn.Module):
         self.rotary = nn.ModuleList(
             [Rotary(cfg.head_dim, cfg.rope_theta), Rotary(cfg.head_dim, cfg.local_rope_theta)]
         ) if modern else None  # [global, local]
+
+    def embed(self, input_ids: torch.Tensor,
+              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The first block's input [B, T, H]: the embeddings, projected where their width
+        differs from the blocks'."""
+        x = self.embeddings(input_ids, token_type_ids)  # [B, T, E]
+        return x if self.project is None else self.project(x)
 
     def layer_inputs(self, attention_mask: torch.Tensor | None, T: int, causal: bool,
                      device: torch.device) -> list[tuple]:
@@ -265,7 +278,7 @@ class Encoder(nn.Module):
         see only itself and the tokens to its left (the left-to-right variant).
         `extra_embeddings` [B, T, H] is added to the embeddings before the first block: an
         input a task brings of its own (the tagging tasks' word-case embedding)."""
-        x = self.embeddings(input_ids, token_type_ids)  # [B, T, H]
+        x = self.embed(input_ids, token_type_ids)  # [B, T, H]
         if extra_embeddings is not None:
             x = x + extra_embeddings.to(x.dtype)
         inputs = self.layer_inputs(attention_mask, input_ids.shape[1], causal, x.device)
@@ -292,7 +305,7 @@ class Encoder(nn.Module):
         only (`fast.block_at_rows`).
         """
         wanted = rows[0] if len(rows) == 1 else torch.cat(rows)  # [N]
-        x = self.embeddings(input_ids, token_type_ids)  # [B, T, H]
+        x = self.embed(input_ids, token_type_ids)  # [B, T, H]
         inputs = self.layer_inputs(attention_mask, input_ids.shape[1], False, x.device)
         for block, (mask, rope) in zip(self.blocks[:-1], inputs[:-1]):
             x = block(x, mask, False, rope)

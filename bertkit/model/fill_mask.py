@@ -18,7 +18,7 @@ import torch
 
 from bertkit.files import UserError
 from bertkit.model.heads import PretrainingModel
-from bertkit.model.hub import load_pretraining_model
+from bertkit.model.hub import is_electra_dir, load_electra, load_pretraining_model, resolve_model
 from bertkit.model.kind import ModelKind, require_kind
 from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
@@ -42,10 +42,21 @@ class FillMask:
              batch_size: int = 32) -> "FillMask":
         """From a model directory holding both the weights and the tokenizer files, or a
         model's name in the local Hugging Face cache; another kind of model directory is a
-        one-line UserError saying what it holds."""
+        one-line UserError saying what it holds. An ELECTRA directory guesses with its
+        generator (`uses_generator`): the discriminator has no masked-LM head."""
         path = require_kind(path, ModelKind.ENCODER)
         tokenizer, device = Tokenizer.load(path), resolve_device(device)
+        if is_electra_dir(path):
+            return cls(load_electra(path, device).generator, tokenizer, device, batch_size)
         return cls(load_pretraining_model(path, device), tokenizer, device, batch_size)
+
+    @staticmethod
+    def uses_generator(path: str | Path) -> bool:
+        """Whether `load` guesses with an ELECTRA generator (in GENERATOR_DIR) for `path`."""
+        try:
+            return is_electra_dir(resolve_model(path))
+        except UserError:  # no such model: `load` says so
+            return False
 
     @torch.inference_mode()
     def __call__(self, texts: str | Sequence[str], top_k: int = 5,

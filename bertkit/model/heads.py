@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import EncoderConfig
-from bertkit.model.encoder import Encoder, EncoderOutput, activation_fn, cls_rows
+from bertkit.model.encoder import Embeddings, Encoder, EncoderOutput, activation_fn, cls_rows
 
 IGNORE_INDEX = -100
 
@@ -33,9 +33,10 @@ class MaskedLMHead(nn.Module):
     def __init__(self, cfg: EncoderConfig, word_embeddings: nn.Embedding):
         super().__init__()
         bias = cfg.architecture == "bert"  # "modern" keeps only the vocabulary bias
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
+        E = word_embeddings.embedding_dim  # ELECTRA's generator: the blocks' width -> E
+        self.dense = nn.Linear(cfg.hidden_size, E, bias=bias)
         self.act = activation_fn(cfg.activation)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=bias)
+        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps, bias=bias)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self._tied = (word_embeddings,)  # a tuple: not a submodule, no second state_dict key
 
@@ -96,11 +97,11 @@ class PretrainingModel(nn.Module):
     """
 
     def __init__(self, cfg: EncoderConfig, sbo: SpanBoundaryHead | None = None,
-                 fast: bool = True):
+                 fast: bool = True, embeddings: Embeddings | None = None):
         super().__init__()
         self.config = cfg
         self.fast = fast
-        self.encoder = Encoder(cfg, fast)
+        self.encoder = Encoder(cfg, fast, embeddings)  # `embeddings`: shared (ELECTRA)
         self.mlm = MaskedLMHead(cfg, self.encoder.embeddings.word)
         # transformers' ModernBERT has no next-sentence head (RoBERTa showed it does not help)
         self.nsp = NextSentenceHead(cfg) if cfg.architecture == "bert" else None
@@ -129,5 +130,72 @@ class PretrainingModel(nn.Module):
         return self.mlm(out.last_hidden_state), nsp, out
 
 
+class ReplacedTokenHead(nn.Module):
+    """ELECTRA's discriminator head: states [..., H] -> one logit per token [...], > 0 for
+    "replaced" (Hugging Face `ElectraDiscriminatorPredictions`: dense, activation, a
+    projection to one number)."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = activation_fn(cfg.activation)
+        self.prediction = nn.Linear(cfg.hidden_size, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.prediction(self.act(self.dense(h))).squeeze(-1)
+
+
+def generator_config(cfg: EncoderConfig, fraction: float) -> EncoderConfig:
+    """ELECTRA's generator for a discriminator of `cfg`: as deep, its hidden size, heads and
+    feed-forward width `fraction` of the discriminator's (Clark et al. 2020 scale all three
+    and found 1/4 to 1/2 best). It keeps the head width: round(fraction x heads) heads, at
+    least one. Its embeddings are the discriminator's (their width, `embedding_size`), projected
+    to its own width."""
+    heads = max(1, round(cfg.num_heads * fraction))
+    hidden = heads * cfg.head_dim
+    intermediate = max(1, round(cfg.intermediate_size * hidden / cfg.hidden_size))
+    return cfg.replace(hidden_size=hidden, num_heads=heads, intermediate_size=intermediate,
+                       embedding_size=cfg.embedding_width if hidden != cfg.embedding_width
+                       else None, extra={})
+
+
+class ElectraModel(nn.Module):
+    """ELECTRA (Clark et al. 2020): a small masked-LM generator and the discriminator, which
+    tells each token of the generator's output as original or replaced; both read the same
+    embeddings (token, and for "bert" position and segment, with their LayerNorm: one module).
+
+    `encoder` + `detector` are the discriminator (Hugging Face `ElectraForPreTraining`: no
+    pooler), `generator` a PretrainingModel with neither pooler nor next-sentence head
+    (`ElectraForMaskedLM`); None for a discriminator alone (`generator_cfg` None), which
+    judges text but cannot train. The discriminator is the model to fine-tune.
+    """
+
+    def __init__(self, cfg: EncoderConfig, generator_cfg: EncoderConfig | None,
+                 fast: bool = True):
+        super().__init__()
+        if generator_cfg is not None and (
+                generator_cfg.embedding_width != cfg.embedding_width
+                or generator_cfg.architecture != cfg.architecture):
+            raise ValueError("the generator must share the discriminator's embeddings: the "
+                             "same architecture and embedding width")
+        self.config = cfg
+        self.fast = fast
+        self.encoder = Encoder(cfg, fast)
+        self.encoder.pooler = None  # detection reads every token, [CLS] no more than others
+        self.detector = ReplacedTokenHead(cfg)
+        self.generator = None
+        if generator_cfg is not None:
+            self.generator = PretrainingModel(generator_cfg, fast=fast,
+                                              embeddings=self.encoder.embeddings)
+            self.generator.nsp = None
+            self.generator.encoder.pooler = None
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The discriminator's logits [B, T], > 0 where it judges a token replaced."""
+        h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+        return self.detector(h)
+
+
 __all__ = ["IGNORE_INDEX", "MaskedLMHead", "NextSentenceHead", "SpanBoundaryHead",
-           "PretrainingModel"]
+           "PretrainingModel", "ReplacedTokenHead", "ElectraModel", "generator_config"]

@@ -1,4 +1,4 @@
-"""Hugging Face BERT and ModernBERT directories in and out.
+"""Hugging Face BERT, ModernBERT and ELECTRA directories in and out.
 
 A bertkit model directory *is* a Hugging Face directory: config.json, model.safetensors,
 vocab.txt and the tokenizer files. Reading accepts BertModel, BertForMaskedLM,
@@ -6,6 +6,11 @@ BertForPreTraining and the task models (BertForSequenceClassification, ...), Mod
 and ModernBertForMaskedLM, `.safetensors` or `pytorch_model.bin` (read with
 weights_only=True, never unpickling code), and the old `gamma`/`beta` LayerNorm names. Writing
 produces weight names that `transformers` loads with no missing or unexpected keys.
+
+ELECTRA's pair (`save_electra`, `load_electra`) is a discriminator directory with its generator
+in GENERATOR_DIR/: ElectraForPreTraining and ElectraForMaskedLM for "bert" (a discriminator
+alone loads as any BERT encoder), a ModernBertModel with its detection head beside it for
+"modern".
 
 A model is given as a directory or, offline, as its name in the local Hugging Face cache
 (`resolve_model`), which every loader here accepts.
@@ -29,7 +34,7 @@ from torch import nn
 from bertkit.config import ConfigError, EncoderConfig
 from bertkit.files import UserError, atomic_dir, read_json
 from bertkit.model.encoder import Encoder, init_weights
-from bertkit.model.heads import PretrainingModel
+from bertkit.model.heads import ElectraModel, PretrainingModel
 
 # Encoder-internal name prefixes, ours -> Hugging Face BertModel; {i} is the layer (q/k/v apart).
 _ENCODER_NAMES = [
@@ -43,6 +48,7 @@ _ENCODER_NAMES = [
     ("blocks.{i}.down.", "encoder.layer.{i}.output.dense."),
     ("blocks.{i}.ffn_norm.", "encoder.layer.{i}.output.LayerNorm."),
     ("pooler.", "pooler.dense."),
+    ("project.", "embeddings_project."),  # ELECTRA's only: embeddings narrower than the blocks
 ]
 # Pretraining heads, ours -> Hugging Face BertForPreTraining (a name without a final dot is whole).
 _HEAD_NAMES = [
@@ -62,6 +68,16 @@ _MODERN_ENCODER_NAMES = [
     ("blocks.{i}.up.", "layers.{i}.mlp.Wi."),
     ("blocks.{i}.down.", "layers.{i}.mlp.Wo."),
     ("final_norm.", "final_norm."),
+    ("project.", "embeddings_project."),  # bertkit's ELECTRA generator; ModernBERT has none
+]
+# ELECTRA's heads, ours -> Hugging Face ElectraForPreTraining and ElectraForMaskedLM (the
+# discriminator's head sits on an ElectraModel, the generator is a PretrainingModel).
+_ELECTRA_HEAD_NAMES = [
+    ("detector.dense.", "discriminator_predictions.dense."),
+    ("detector.prediction.", "discriminator_predictions.dense_prediction."),
+    ("mlm.dense.", "generator_predictions.dense."),
+    ("mlm.norm.", "generator_predictions.LayerNorm."),
+    ("mlm.bias", "generator_lm_head.bias"),
 ]
 _MODERN_HEAD_NAMES = [
     ("mlm.dense.", "head.dense."),
@@ -87,6 +103,7 @@ class _Names:
     task or pretraining model, and the keys its checkpoints carry that hold nothing to load."""
 
     def __init__(self, encoder: list, heads: list, prefix: str, ignored: str):
+        self.split_qkv = prefix != "model."  # BERT and ELECTRA keep q, k and v apart
         self.encoder, self.encoder_back = _table(encoder), _table(encoder, backward=True)
         self.heads, self.heads_back = _table(heads), _table(heads, backward=True)
         self.prefix = prefix
@@ -98,7 +115,17 @@ NAMES = {
                    r"(embeddings\.position_ids|cls\.predictions\.decoder\.(weight|bias))$"),
     # the decoder weight is the tied word embeddings
     "modern": _Names(_MODERN_ENCODER_NAMES, _MODERN_HEAD_NAMES, "model.", r"^decoder\.weight$"),
+    # the "bert" architecture in ELECTRA's names; the generator's decoder is the tied embeddings
+    "electra": _Names(_ENCODER_NAMES, _ELECTRA_HEAD_NAMES, "electra.",
+                      r"(embeddings\.(position_ids|token_type_ids)|generator_lm_head\.weight)$"),
 }
+
+
+def names_for(architecture: str, names: list[str]) -> str:
+    """The NAMES key of a checkpoint: "electra" for "bert" weights under ELECTRA's prefix."""
+    if architecture == "bert" and any(n.startswith("electra.") for n in names):
+        return "electra"
+    return architecture
 # BERT checkpoints keep q, k and v apart; bertkit fuses them.
 _QKV = re.compile(r"blocks\.(\d+)\.attn\.qkv\.(weight|bias)$")
 _HF_QKV = re.compile(r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)$")
@@ -126,10 +153,10 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], encoder_prefix: str = "bert
     for name, tensor in state.items():
         inner = name[len("encoder."):] if name.startswith("encoder.") else None
         if inner is None and not any(re.match(p, name) for p, _ in names.heads) \
-                and re.match(r"(embeddings|blocks|pooler|final_norm)\.", name):
+                and re.match(r"(embeddings|blocks|pooler|final_norm|project)\.", name):
             inner = name  # a bare Encoder's own state dict
         if inner is not None:
-            if architecture == "bert" and (m := _QKV.match(inner)):
+            if names.split_qkv and (m := _QKV.match(inner)):
                 layer, kind = m.groups()
                 for part, chunk in zip(("query", "key", "value"), tensor.chunk(3, dim=0)):
                     out[f"{encoder_prefix}encoder.layer.{layer}.attention.self.{part}.{kind}"] = \
@@ -153,9 +180,10 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor],
     """Split HF weights into (encoder state dict in our names, everything else in our names).
 
     Accepts both the bare BertModel / ModernBertModel names and the prefixed ones (`bert.`,
-    `model.`), and the old TF-era `gamma`/`beta` LayerNorm names.
+    `model.`), ELECTRA's (`electra.`, its heads), and the old TF-era `gamma`/`beta`
+    LayerNorm names.
     """
-    names = NAMES[architecture]
+    names = NAMES[names_for(architecture, list(hf))]
     encoder, rest, qkv = {}, {}, {}
     for name, tensor in hf.items():
         name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
@@ -163,7 +191,7 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor],
         if names.ignored.search(name):
             continue
         inner = name[len(names.prefix):] if name.startswith(names.prefix) else name
-        if architecture == "bert" and (m := _HF_QKV.match(inner)):
+        if names.split_qkv and (m := _HF_QKV.match(inner)):
             layer, part, kind = m.groups()
             qkv.setdefault((int(layer), kind), {})[part] = tensor
         elif (ours := _rename(inner, names.encoder_back)) is not None:
@@ -183,11 +211,11 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor],
 def our_name(name: str, architecture: str = "bert") -> str | None:
     """bertkit's name of one Hugging Face weight name (q, k and v all name the fused qkv), or
     None for a key that holds nothing to load."""
-    names = NAMES[architecture]
+    names = NAMES[names_for(architecture, [name])]
     if names.ignored.search(name):
         return None
     inner = name[len(names.prefix):] if name.startswith(names.prefix) else name
-    if architecture == "bert" and (m := _HF_QKV.match(inner)):
+    if names.split_qkv and (m := _HF_QKV.match(inner)):
         return f"blocks.{m.group(1)}.attn.qkv.{m.group(3)}"
     return (_rename(inner, names.encoder_back) or _rename(name, names.heads_back) or name)
 
@@ -339,6 +367,33 @@ def load_pretraining_model(path: str | Path,
     return model.to(device).eval()
 
 
+def _hf_config(cfg: EncoderConfig, architectures: list[str], extra_config: dict | None,
+               tokenizer) -> dict:
+    config = cfg.to_hf()
+    config["architectures"] = architectures
+    config.update(extra_config or {})
+    if cfg.architecture == "modern" and tokenizer is not None:
+        # ModernBertConfig's defaults are the ids of its own vocabulary: give ours
+        config.update(cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id,
+                      bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
+    return config
+
+
+def _cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A module's weights as they are saved: on the CPU, floating point ones in fp32."""
+    return {k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
+            for k, v in module.state_dict().items()}
+
+
+def _write_model(where: Path, hf: dict, config: dict, tokenizer) -> None:
+    """model.safetensors, config.json and the tokenizer files into directory `where`."""
+    where.mkdir(parents=True, exist_ok=True)
+    save_file(hf, str(where / "model.safetensors"), metadata={"format": "pt"})
+    (where / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    if tokenizer is not None:
+        tokenizer.save(where)
+
+
 def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
                architectures: list[str] | None = None, extra_config: dict | None = None,
                extra_files: dict[str, bytes] | None = None) -> Path:
@@ -354,27 +409,127 @@ def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
     else:
         prefix = NAMES[cfg.architecture].prefix
         default_arch = ["ModernBertForMaskedLM" if modern else "BertForPreTraining"]
-    config = cfg.to_hf()
-    config["architectures"] = architectures or default_arch
-    config.update(extra_config or {})
-    if modern and tokenizer is not None:
-        # ModernBertConfig's defaults are the ids of its own vocabulary: give ours
-        config.update(cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id,
-                      bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
-    state = {k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
-             for k, v in module.state_dict().items()}
-    hf = to_hf_state_dict(state, prefix, cfg.architecture)
+    config = _hf_config(cfg, architectures or default_arch, extra_config, tokenizer)
+    hf = to_hf_state_dict(_cpu_state(module), prefix, cfg.architecture)
     if config["architectures"] == ["BertForMaskedLM"]:
         # transformers' BertForMaskedLM has neither pooler nor NSP head: leave them out so it
         # loads with no unexpected keys (an MLM-only run never trains them anyway).
         hf = {k: v for k, v in hf.items()
               if not k.startswith(("bert.pooler.", "cls.seq_relationship."))}
     with atomic_dir(path) as tmp:
-        save_file(hf, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        if tokenizer is not None:
-            tokenizer.save(tmp)
+        _write_model(tmp, hf, config, tokenizer)
         for name, data in (extra_files or {}).items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)  # "1_Pooling/config.json"
             (tmp / name).write_bytes(data)
     return Path(path)
+
+
+# ELECTRA -----------------------------------------------------------------------------------------
+
+GENERATOR_DIR = "generator"
+"""Where an ELECTRA directory keeps its generator: a model directory inside the
+discriminator's."""
+DETECTOR_FILE = "detector.safetensors"
+"""A "modern" ELECTRA discriminator's detection head, beside its ModernBertModel weights."""
+
+
+def _electra_parts(model: ElectraModel, tokenizer) -> tuple[tuple, tuple]:
+    """((weights, config) of the discriminator, the same of the generator), in Hugging Face
+    names, and the modern discriminator's head in bertkit's (or None)."""
+    cfg = model.config
+    disc = {"encoder." + k: v for k, v in _cpu_state(model.encoder).items()}
+    head = {"detector." + k: v for k, v in _cpu_state(model.detector).items()}
+    gen, gcfg = model.generator, getattr(model.generator, "config", None)
+    if cfg.architecture == "bert":
+        electra = {"model_type": "electra"}
+        return ((to_hf_state_dict({**disc, **head}, "electra.", "electra"),
+                 _hf_config(cfg, ["ElectraForPreTraining"],
+                            {**electra, "embedding_size": cfg.embedding_width}, tokenizer),
+                 None),
+                None if gen is None else
+                (to_hf_state_dict(_cpu_state(gen), "electra.", "electra"),
+                 _hf_config(gcfg, ["ElectraForMaskedLM"],
+                            {**electra, "embedding_size": gcfg.embedding_width}, tokenizer)))
+    return ((to_hf_state_dict(_cpu_state(model.encoder), "", "modern"),
+             _hf_config(cfg, ["ModernBertModel"], None, tokenizer), head),
+            None if gen is None else
+            (to_hf_state_dict(_cpu_state(gen), "model.", "modern"),
+             _hf_config(gcfg, ["ModernBertForMaskedLM"], None, tokenizer)))
+
+
+def save_electra(model: ElectraModel, path: str | Path, *, tokenizer=None) -> Path:
+    """An ELECTRA directory, whole or not at all: the discriminator at the top and the
+    generator in GENERATOR_DIR/, each with the tokenizer files.
+
+    "bert": `ElectraForPreTraining` and `ElectraForMaskedLM` (config.json model_type
+    "electra"; the generator's embedding_size is the discriminator's width, projected by its
+    `embeddings_project`), which transformers loads as they are. "modern": the discriminator's
+    body as `ModernBertModel` (what every encoder command and transformers read) with its
+    detection head beside it in DETECTOR_FILE; the generator in ModernBERT's names with an
+    `embeddings_project` and `embedding_size`, which ModernBERT lacks: bertkit reads it."""
+    (disc, config, head), generator = _electra_parts(model, tokenizer)
+    with atomic_dir(path) as tmp:
+        _write_model(tmp, disc, config, tokenizer)
+        if head is not None:
+            save_file({k[len("detector."):]: v for k, v in head.items()},
+                      str(tmp / DETECTOR_FILE), metadata={"format": "pt"})
+        if generator is not None:
+            _write_model(tmp / GENERATOR_DIR, *generator, tokenizer)
+    return Path(path)
+
+
+def is_electra_dir(path: str | Path) -> bool:
+    """Whether `path` holds an ELECTRA pair: a discriminator with its GENERATOR_DIR/."""
+    return is_model_dir(path) and is_model_dir(Path(path) / GENERATOR_DIR)
+
+
+def has_detector(path: str | Path) -> bool:
+    """Whether `path` holds an ELECTRA discriminator with its detection head, its generator
+    beside it or not: transformers' ElectraForPreTraining, or bertkit's modern layout."""
+    p = Path(path)
+    if not is_model_dir(p):
+        return False
+    if (p / DETECTOR_FILE).is_file():
+        return True
+    config = read_json(p / "config.json", "config.json")
+    return isinstance(config, dict) and config.get("architectures") == ["ElectraForPreTraining"]
+
+
+def _electra_state(path: Path, cfg: EncoderConfig, gcfg: EncoderConfig | None) -> dict:
+    """The ElectraModel state dict of an ELECTRA directory; the generator's embeddings are
+    the discriminator's (saved twice, one module)."""
+    encoder, rest = from_hf_state_dict(load_weights(path), cfg.architecture)
+    if (path / DETECTOR_FILE).is_file():
+        rest.update({"detector." + k: v for k, v in load_file(str(path / DETECTOR_FILE)).items()})
+    state = {"encoder." + k: v for k, v in encoder.items() if not k.startswith("pooler.")}
+    state.update({k: v for k, v in rest.items() if k.startswith("detector.")})
+    if gcfg is None:
+        return state
+    gen_encoder, gen_rest = from_hf_state_dict(load_weights(path / GENERATOR_DIR),
+                                               gcfg.architecture)
+    state.update({"generator.encoder." + k: v for k, v in gen_encoder.items()
+                  if not k.startswith(("embeddings.", "pooler."))})
+    state.update({"generator.encoder." + k: v for k, v in encoder.items()
+                  if k.startswith("embeddings.")})
+    state.update({"generator." + k: v for k, v in gen_rest.items() if k.startswith("mlm.")})
+    return state
+
+
+def load_electra(path: str | Path, device: str | torch.device = "cpu") -> ElectraModel:
+    """An ELECTRA directory (`save_electra`'s, or transformers' ElectraForPreTraining with an
+    ElectraForMaskedLM in GENERATOR_DIR/ or alone: then `generator` is None) as an
+    ElectraModel, every weight from the files."""
+    path = resolve_model(path)
+    if not has_detector(path):
+        raise UserError(f"{path}: not an ELECTRA directory (a discriminator with its detection "
+                        f"head, its generator in {GENERATOR_DIR}/)")
+    cfg = load_config(path)
+    gcfg = load_config(path / GENERATOR_DIR) if is_electra_dir(path) else None
+    try:
+        with torch.random.fork_rng(devices=[]):  # every weight is then loaded
+            model = ElectraModel(cfg, gcfg)
+        model.load_state_dict(_electra_state(path, cfg, gcfg), strict=True)
+    except (ValueError, RuntimeError) as e:
+        first = " ".join(str(e).split())[:300]
+        raise UserError(f"{path}: not an ELECTRA pair bertkit reads ({first})") from None
+    return model.to(device).eval()

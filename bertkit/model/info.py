@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 from bertkit.files import UserError
 from bertkit.config import EncoderConfig
-from bertkit.model.hub import NAMES, load_config, our_name, to_hf_state_dict
+from bertkit.model.hub import NAMES, load_config, names_for, our_name, to_hf_state_dict
 from bertkit.model.heads import PretrainingModel
 from bertkit.model.kind import ModelKind, require_kind
 from bertkit.text.tokenizer import Tokenizer
@@ -23,6 +23,7 @@ from bertkit.text.tokenizer import Tokenizer
 # bertkit weight name -> the part of the model it belongs to.
 _PARTS = [
     (r"embeddings\.(word|position|segment|norm)\.", r"embeddings.\1"),
+    (r"project\.", "embeddings.project"),
     (r"blocks\.(\d+)\.(attn|attn_norm)\.", r"block.\1.attention"),
     (r"blocks\.(\d+)\.(up|down|ffn_norm)\.", r"block.\1.feed_forward"),
     (r"pooler\.", "pooler"),
@@ -31,6 +32,7 @@ _PARTS = [
     (r"nsp\.", "head.nsp"),
 ]
 _ORDER = ["embeddings.word", "embeddings.position", "embeddings.segment", "embeddings.norm",
+          "embeddings.project",
           "pooler", "final_norm", "head.mlm", "head.nsp"]
 
 _SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
@@ -154,7 +156,7 @@ def info(path: str | Path) -> ModelInfo:
     path = require_kind(path, ModelKind.TASK, ModelKind.ENCODER)
     config = load_config(path)
     shapes, dtype = _weight_shapes(path)
-    arch = config.architecture
+    arch = names_for(config.architecture, list(shapes))  # "electra": BERT in ELECTRA's names
     prefix = NAMES[arch].prefix
     with torch.device("meta"):  # shapes only: no memory, no initialisation
         expected = {_hf_name(k, prefix): tuple(v.shape) for k, v in to_hf_state_dict(

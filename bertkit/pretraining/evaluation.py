@@ -49,8 +49,8 @@ from torch import nn
 
 from bertkit.files import UserError, read_jsonl, read_lines
 from bertkit.model.generate import CAUSAL_FLAG, log_likelihoods, next_token_scores
-from bertkit.model.heads import SpanBoundaryHead
-from bertkit.model.hub import load_pretraining_model, resolve_model
+from bertkit.model.heads import ElectraModel, SpanBoundaryHead
+from bertkit.model.hub import has_detector, load_electra, load_pretraining_model, resolve_model
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest, word_starts
 from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
@@ -97,7 +97,8 @@ class LMEvalOptions:
     al. 2020: each piece masked alone) or "word-l2r" (Kauf & Ivanova 2023: the later pieces
     of its word masked too)."""
     objective: str = field(default="mlm", metadata={"choices": OBJECTIVES})
-    """Prepared directory: the objective pretraining ran with."""
+    """Prepared directory: the objective pretraining ran with (an ELECTRA directory is judged
+    as electra whatever this says)."""
     whole_word: bool = False
     """Mask whole words. Prepared directory: as pretraining's --whole-word. Text file: the
     sample is --mask-rate of each line's words, and word_accuracy counts a word right when
@@ -386,6 +387,9 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
                    device: str | torch.device = "cpu") -> dict[str, float]:
     """`objectives.evaluate_lm` over `heldout_batches`: accuracy, loss, perplexity, tokens
     (and nsp_accuracy for mlm+nsp, sbo_loss for span when the model has the span head)."""
+    if (objective == "electra") != isinstance(model, ElectraModel):
+        raise UserError("held-out figures of an ELECTRA directory (a discriminator with its "
+                        "generator/) are the electra objective's, and only theirs")
     if objective == "span" and getattr(model, "sbo", None) is None:
         raise UserError("the span objective's held-out figures need the span-boundary head "
                         "(sbo.safetensors); evaluate with --objective mlm")
@@ -601,7 +605,10 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
     elif group_by and not any(group_by in p for p in pairs):
         raise UserError(f"no pair has the field {group_by!r} to group by")
     sentences = [p[GOOD] for p in pairs] + [p[BAD] for p in pairs]
-    if model.config.extra.get(CAUSAL_FLAG):
+    if isinstance(model, ElectraModel):
+        scores = np.asarray(detection_log_likelihood(model, tokenizer, sentences, batch_size,
+                                                     device))
+    elif model.config.extra.get(CAUSAL_FLAG):
         scores = np.asarray(log_likelihoods(model, tokenizer, sentences, batch_size, device))
     else:
         scores, _, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device,
@@ -616,6 +623,66 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
     mean_group = float(np.mean([g["accuracy"] for g in groups.values()])) if groups else None
     return {**_pair_figures(good, bad), "mean_group_accuracy": mean_group,
             "group_by": group_by or None, "groups": groups}
+
+
+def detection_log_likelihood(model: ElectraModel, tokenizer, sentences: Sequence[str],
+                             batch_size: int = 256,
+                             device: str | torch.device = "cpu") -> list[float]:
+    """ELECTRA's discriminator as a scorer: per sentence, the sum over its non-special pieces
+    of log P(original) = log sigmoid(-logit), natural log, from one pass over the sentence as
+    it is (no copies, no [MASK]). Each distinct sentence is scored once; a sentence longer
+    than the model's positions is a UserError naming it."""
+    distinct = list(dict.fromkeys(sentences))
+    flat, lengths, special = _encode(tokenizer, distinct, _max_length(model, tokenizer), False,
+                                     names=[f"sentence {s[:60]!r}" for s in distinct])
+    starts = np.concatenate(([0], lengths.cumsum()[:-1])).astype(np.int64)
+    scores = np.zeros(len(distinct))
+    order = np.argsort(lengths, kind="stable")
+    device = torch.device(device)
+    with _eval_mode(model):
+        for i in range(0, len(order), batch_size):
+            chunk = order[i:i + batch_size]
+            pick = np.concatenate([np.arange(starts[c], starts[c] + lengths[c]) for c in chunk])
+            rows = _padded(flat[pick], lengths[chunk], tokenizer.pad_id)
+            keep = _padded(~special[pick], lengths[chunk], 0).astype(bool)
+            ids = torch.from_numpy(rows).to(device)
+            attention = (torch.arange(rows.shape[1])[None, :]
+                         < torch.from_numpy(lengths[chunk])[:, None]).long().to(device)
+            logits = model(ids, torch.zeros_like(ids), attention).float()  # [C, T]
+            original = F.logsigmoid(-logits) * torch.from_numpy(keep).to(device)
+            scores[chunk] = original.sum(-1).double().cpu().numpy()
+    index = {s: i for i, s in enumerate(distinct)}
+    return [float(scores[index[s]]) for s in sentences]
+
+
+DETECTION_SCORING = "replaced-token detection"
+"""How `evaluate` names the ELECTRA discriminator's sentence score (`detection_log_likelihood`)."""
+
+
+def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: LMEvalOptions,
+                      batch_size: int, device) -> dict:
+    """`evaluate_pretrained` of an ELECTRA directory: held-out figures of both networks
+    (the generator's masked tokens, the discriminator's detection accuracy and AUC); minimal
+    pairs scored by the discriminator; a text file's masked-token scores by the generator. A
+    discriminator alone (transformers' ElectraForPreTraining) judges minimal pairs only."""
+    model = load_electra(model_dir, device)
+    if model.generator is None and not pairs:
+        raise UserError(f"{model_dir}: an ELECTRA discriminator without its generator "
+                        f"(generator/): it judges minimal pairs, not masked tokens")
+    if inp.is_dir() and not pairs:
+        return {"kind": "heldout", **heldout_scores(
+            model, inp, objective="electra", seq_len=opts.seq_len,
+            batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches, seed=opts.seed,
+            whole_word=opts.whole_word, mask_rate=opts.mask_rate, row_ends=opts.row_ends,
+            mask_frac=opts.mask_frac, random_frac=opts.random_frac, device=device)}
+    if pairs:
+        report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
+                               batch_size=4 * batch_size, device=device)
+        return {"kind": "minimal_pairs", "scored_by": DETECTION_SCORING,
+                "score": "sum of log P(original) over the pieces", **report}
+    generator = dataclasses.replace(opts, objective="mlm")
+    return {**_text_figures(model.generator, tokenizer, inp, generator, batch_size, device),
+            "scored_by": "generator"}
 
 
 # What `bertkit evaluate` runs on a pretrained model --------------------------------------------
@@ -656,6 +723,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                             f"minimal-pair .jsonl files")
         load_manifest(inp)
         check_tokenizer(inp, tokenizer)
+    if has_detector(model_dir):
+        return _evaluate_electra(model_dir, inp, pairs, tokenizer, opts, batch_size, device)
     model = load_pretraining_model(model_dir, device)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise UserError(f"{model_dir}: the tokenizer's {tokenizer.vocab_size} pieces do not fit "
@@ -671,6 +740,13 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
         scored_by = ({"scored_by": "log-likelihood"} if causal else
                      {"scored_by": "pseudo-log-likelihood", "pll": opts.pll})
         return {"kind": "minimal_pairs", **scored_by, **report}
+    return _text_figures(model, tokenizer, inp, opts, batch_size, device, causal)
+
+
+def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
+                  batch_size: int, device, causal: bool = False) -> dict:
+    """A text file's non-blank lines: masked-token scores and pseudo-perplexity (kind "text"),
+    or for a left-to-right model next-token figures (kind "next_token")."""
     lines = []
     for _, line in read_lines(inp):
         if line.strip():

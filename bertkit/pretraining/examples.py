@@ -13,6 +13,8 @@ Examples, rebuilt for every epoch from (seed, epoch):
   a fifth of it at 64 tokens a row, a different part each epoch as the first end shifts). With "anywhere" the rows tile the stream back to back. Either way
   the rows shift by a random offset each epoch.
 - "clm": the same packed rows, with next-token labels and no masking (left-to-right baseline).
+- "electra": the rows and masks of "mlm", and one uniform number per prediction with which
+  ELECTRA's generator samples its replacement (`pretraining/electra.py`).
 - "mlm+nsp" (BERT): [CLS] A [SEP] B [SEP] pairs made by the original create_instances_from_
   document: per document a target length (seq_len - 3, or with `short_seq_prob` a random one
   in [2, seq_len - 3]); sentences gathered until the target; A = the first 1..n-1 of them;
@@ -47,6 +49,7 @@ Each batch is a dict of CPU tensors:
     span_left, span_right, span_offset [N]      span: flat indices of the boundary tokens
         x_{s-1}, x_{e+1} of the span of each target and its 0-based offset in the span
     clm_labels [B, T]                           clm: next token, -100 after the last one
+    sample_uniform [N]                          electra: uniform in [0, 1), the sample's draw
     num_tokens int                              non-padding tokens (for tokens/s)
 """
 from __future__ import annotations
@@ -67,6 +70,7 @@ from bertkit.files import UserError
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, mlm_prob_at, sampling_probs,
                                          span_mask, special_tokens_mask, whole_word_mask)
+from bertkit.pretraining.electra import draw_uniform
 from bertkit.pretraining.objectives import OBJECTIVES
 
 ROW_ENDS = ("sentence", "anywhere")
@@ -176,7 +180,7 @@ class PretrainingBatches:
     def _plan(self, epoch: int) -> _Plan:
         rng = self._rng(epoch)
         L = self.seq_len - 2
-        if self.objective in ("mlm", "clm"):
+        if self.objective in ("mlm", "clm", "electra"):
             total = int(self.doc_stream[-1])
             shift = int(rng.integers(0, L)) if total >= 2 * L else 0
             if self.row_ends == "sentence":
@@ -351,6 +355,11 @@ class PretrainingBatches:
             targets = torch.full((self.num_predictions,), IGNORE_INDEX, dtype=torch.long)
             targets[:n] = labels.reshape(-1)[flat]
             batch["mlm_positions"], batch["mlm_labels"] = positions, targets
+            if self.objective == "electra":
+                # drawn for the global batch, as the masks are: any number of ranks samples alike
+                uniform = draw_uniform(tuple(ids.shape), g)[mine].reshape(-1)
+                batch["sample_uniform"] = torch.zeros(self.num_predictions)
+                batch["sample_uniform"][:n] = uniform[flat]
             if span is not None:
                 row_base = (flat // T) * T
                 for name, values in (("span_left", span.span_left[mine]),

@@ -13,7 +13,8 @@ global batch (gloo on the CPU, NCCL on GPUs) and rank 0 writes.
 The final directory at the top of `out` is a Hugging Face BERT directory (BertForPreTraining
 weights, config.json, tokenizer files). The span objective's boundary head has no Hugging Face
 counterpart: it is saved beside the model as `sbo.safetensors` (transformers ignores that file),
-and `--init` of such a directory with `--objective span` picks it up again.
+and `--init` of such a directory with `--objective span` picks it up again. An electra run
+saves the discriminator at the top and its generator in OUT/generator (`hub.save_electra`).
 """
 from __future__ import annotations
 
@@ -33,14 +34,16 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, PRESETS, Precision,
-                            Schedule, TrainConfig, preset)
+from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
+                            Precision, Schedule, TrainConfig, preset)
 from bertkit.files import UserError, check_not_input
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
-from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
-from bertkit.model.hub import load_pretraining_model, save_model
+from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
+from bertkit.model.hub import (GENERATOR_DIR, is_model_dir, load_electra, load_pretraining_model,
+                               save_electra, save_model)
 from bertkit.pretraining import objectives
+from bertkit.pretraining.electra import ElectraSettings
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest, prepare_text
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture
@@ -133,7 +136,10 @@ class PretrainOptions:
     "modern", 0.1 for "bert")."""
     objective: str = field(default="mlm", metadata={"choices": objectives.OBJECTIVES})
     """"mlm" (RoBERTa: packed, no NSP), "mlm+nsp" (BERT; "bert" only), "span" (SpanBERT),
-    "clm"."""
+    "clm", "electra" (replaced-token detection: a small generator and the discriminator, saved
+    at the top, with the generator in OUT/generator)."""
+    electra: ElectraSettings = field(default_factory=ElectraSettings)
+    """--objective electra: the generator's size and the weight of the detection loss."""
     masking: PretrainMasking = field(default_factory=PretrainMasking)
     """Masking rate, the [MASK] / random / unchanged split, whole words, spans."""
     seq_len: int = 128
@@ -276,31 +282,47 @@ def peer_failure(e: BaseException, rank: int, timeout: float) -> str | None:
     return None
 
 
-def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> PretrainingModel:
-    """The PretrainingModel to train: a fresh preset initialised from `seed` or a loaded
-    directory, plus the SBO head for the span objective. torch's global generator is left
-    where it was."""
+def _electra_to_pretrain(opts: PretrainOptions, cfg: EncoderConfig | None,
+                         seed: int) -> ElectraModel:
+    """ELECTRA's generator and discriminator: fresh, the discriminator of `cfg`, or loaded
+    from an --init run directory of the electra objective (with its generator/)."""
+    if opts.init is not None:
+        if not is_model_dir(opts.init / GENERATOR_DIR):
+            raise UserError(f"{opts.init}: --objective electra continues an ELECTRA run "
+                            f"directory, which holds its generator in {GENERATOR_DIR}/")
+        with torch.random.fork_rng(devices=[]):
+            return load_electra(opts.init).train()
+    with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
+        model = ElectraModel(cfg, generator_config(cfg, opts.electra.generator_fraction))
+    init_weights(model, cfg, torch.Generator().manual_seed(seed))
+    return model
+
+
+def model_to_pretrain(opts: PretrainOptions, vocab_size: int,
+                      seed: int) -> PretrainingModel | ElectraModel:
+    """The model to train: a fresh preset initialised from `seed` or a loaded directory, plus
+    the SBO head for the span objective; ELECTRA's pair for electra. torch's global generator
+    is left where it was."""
     generator = torch.Generator().manual_seed(seed)
     if opts.init is not None:
         check_tokenizer(opts.data, opts.init)
+    if opts.objective == "electra":
+        model = _electra_to_pretrain(
+            opts, None if opts.init is not None else _fresh_config(opts, vocab_size), seed)
+    elif opts.init is not None:
         with torch.random.fork_rng(devices=[]):  # heads the directory lacks draw globally
             model = load_pretraining_model(opts.init)
-        cfg = model.config
     else:
-        dropout = {} if opts.dropout is None else dict(hidden_dropout=opts.dropout,
-                                                       attention_dropout=opts.dropout)
-        try:
-            cfg = preset(opts.preset, vocab_size=vocab_size, architecture=opts.architecture,
-                         max_positions=max(512, opts.seq_len), **dropout)
-        except ConfigError as e:
-            raise UserError(str(e)) from None
-        model = new_pretraining_model(cfg, seed)
-    if opts.objective == "mlm+nsp" and model.nsp is None:
-        raise UserError(f"--objective mlm+nsp needs a next-sentence head, which the "
-                        f"{cfg.architecture} architecture has not; use --architecture bert")
+        model = new_pretraining_model(_fresh_config(opts, vocab_size), seed)
+    cfg = model.config
     if opts.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
                         f"{cfg.max_positions} positions")
+    if opts.objective == "electra":
+        return model
+    if opts.objective == "mlm+nsp" and model.nsp is None:
+        raise UserError(f"--objective mlm+nsp needs a next-sentence head, which the "
+                        f"{cfg.architecture} architecture has not; use --architecture bert")
     if opts.objective == "span":
         with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
             model.sbo = SpanBoundaryHead(cfg)
@@ -315,9 +337,25 @@ def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> Pret
     return model
 
 
-def save_pretrained(model: PretrainingModel, path: Path, tokenizer, causal: bool = False) -> None:
+def _fresh_config(opts: PretrainOptions, vocab_size: int) -> EncoderConfig:
+    """The config of a fresh --preset of --architecture, sized to the vocabulary."""
+    dropout = {} if opts.dropout is None else dict(hidden_dropout=opts.dropout,
+                                                   attention_dropout=opts.dropout)
+    try:
+        return preset(opts.preset, vocab_size=vocab_size, architecture=opts.architecture,
+                      max_positions=max(512, opts.seq_len), **dropout)
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+
+
+def save_pretrained(model: PretrainingModel | ElectraModel, path: Path, tokenizer,
+                    causal: bool = False) -> None:
     """A Hugging Face directory; the SBO head, if any, beside it in sbo.safetensors. `causal`
-    (a clm run) writes `"is_decoder": true` in config.json, what `bertkit generate` asks for."""
+    (a clm run) writes `"is_decoder": true` in config.json, what `bertkit generate` asks for.
+    An ElectraModel: the discriminator, and its generator in GENERATOR_DIR (`hub.save_electra`)."""
+    if isinstance(model, ElectraModel):
+        save_electra(model, path, tokenizer=tokenizer)
+        return
     sbo, extra = model.sbo, {}
     if sbo is not None:
         extra[SBO_FILE] = safetensors_bytes(
@@ -492,7 +530,8 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
         def evaluate(m):
             return objectives.evaluate_lm(m, held, opts.objective, device)
 
-        return train(model, objectives.loss_for(opts.objective), batches, cfg, opts.out,
+        return train(model, objectives.loss_for(opts.objective, opts.electra.detection_weight),
+                     batches, cfg, opts.out,
                      evaluate=evaluate if held else None,
                      save=lambda m, path: save_pretrained(m, path, tokenizer,
                                                           opts.objective == "clm"),
@@ -541,6 +580,12 @@ def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[
           f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
           f", precision {cfg.precision}, {world} rank(s) on {device}, "
           f"{torch.get_num_threads()} threads", file=sys.stderr)
+    if isinstance(model, ElectraModel):
+        g = model.generator.config
+        blocks = num_parameters(model.generator.encoder.blocks) / 1e6
+        print(f"electra: generator of hidden size {g.hidden_size}, {g.num_heads} head(s), "
+              f"feed-forward {g.intermediate_size} ({blocks:.1f}M block parameters), "
+              f"detection loss weight {opts.electra.detection_weight:g}", file=sys.stderr)
     if len(parts) > 1:
         print("data: a mixture of " + ", ".join(f"{d} ({w:.0%})" for d, w in parts)
               + ", each batch from one corpus", file=sys.stderr)
@@ -563,6 +608,8 @@ def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]]) -> dict
             "masking": {k: v for k, v in dataclasses.asdict(opts.masking).items()
                         if k != "mlm_prob_final" or v is not None},
             "grad_accum": cfg.grad_accum,
+            **({"electra": dataclasses.asdict(opts.electra)} if opts.objective == "electra"
+               else {}),
             # only when set: checkpoints written before batch growth still resume
             **({"grad_accum_final": cfg.grad_accum_final}
                if cfg.grad_accum_final is not None else {})}

@@ -64,7 +64,8 @@ class ServedModel:
     name: str
     path: Path
     kind: str
-    """"pretrained" (encoder and masked-LM head), "encoder" (no trained head: MiniLM,
+    """"pretrained" (encoder and masked-LM head), "ELECTRA (fill-mask by its generator)",
+    "encoder" (no trained head: MiniLM,
     a sentence-transformers or ELMo directory; "encoder, untrained head" when fill-mask was
     allowed a random one) or the fine-tuned task ("classify", "tag", "qa", ...)."""
     embedder: Any = None
@@ -139,6 +140,11 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
         return ServedModel(name, path, task_model.task.name, embedder=embedder,
                            task_model=task_model,
                            no_fill_mask="a fine-tuned model's masked-LM head is gone")
+    if kind is ModelKind.ENCODER and FillMask.uses_generator(path):
+        # ELECTRA: the discriminator for the encoder's views, its generator guesses
+        return ServedModel(name, path, "ELECTRA (fill-mask by its generator)",
+                           embedder=Embedder.load(path, device),
+                           filler=FillMask.load(path, device))
     sentence = read_sentence_model(path) if kind is ModelKind.ENCODER else None
     if kind is ModelKind.ENCODER and (path / "config.json").is_file():
         untrained = [n for n in info(path).missing if n.startswith("mlm.")]

@@ -216,3 +216,14 @@ def test_a_bertkit_error_on_every_rank_is_one_line_under_bertkit_torchrun(tmp_pa
     assert len(lines) == 2 and "missing.txt: does not exist" in lines[0], done.stderr[-3000:]
     assert ("ChildFailedError" in done.stderr) is wall
     assert ("Traceback" in done.stderr) is wall
+
+
+def test_electra_on_two_ranks_equals_one_process(prepared, tmp_path):
+    """ELECTRA's samples are drawn with the global batch's masks: two ranks replace the same
+    tokens as one process, and end with its weights (the discriminator and the generator)."""
+    _one_process(prepared, tmp_path / "one", "--objective", "electra")
+    _standalone(prepared, tmp_path / "two", "--objective", "electra")
+    _assert_equal(_weights(tmp_path / "two"), _weights(tmp_path / "one"), atol=TOLERANCE)
+    for name in ("model.safetensors", "generator/model.safetensors"):
+        _assert_equal(load_file(str(tmp_path / "two" / name)),
+                      load_file(str(tmp_path / "one" / name)), atol=TOLERANCE)

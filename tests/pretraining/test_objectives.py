@@ -174,5 +174,5 @@ def test_evaluate_weights_by_tokens_and_reports_perplexity(tiny):
 
 
 def test_unknown_objective():
-    with pytest.raises(ValueError, match="choose one of mlm, mlm\\+nsp, span, clm"):
-        objectives.loss_for("electra")
+    with pytest.raises(ValueError, match="choose one of mlm, mlm\\+nsp, span, clm, electra"):
+        objectives.loss_for("xlnet")

@@ -104,7 +104,7 @@ TINY = ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8", "--lr", "1e-
 
 STEPS = [("bert", "mlm+nsp", []), ("bert", "span", []), ("modern", "mlm", ["--grad-accum", "2"]),
          ("modern", "mlm", ["--whole-word", "--early-seq-len", "16"]), ("modern", "span", []),
-         ("modern", "clm", [])]
+         ("modern", "clm", []), ("bert", "electra", []), ("modern", "electra", [])]
 
 
 def _steps(prepared, out, architecture, objective, *more) -> int:
@@ -150,11 +150,39 @@ def test_pretrain_cli_writes_a_hugging_face_directory_with_the_sbo_head_beside(
     assert len(evals) == 2 and "eval_sbo_loss" in evals[-1]
 
 
-def test_kill_9_then_resume_equals_an_uninterrupted_run(prepared, tmp_path):
+def test_pretrain_cli_electra_writes_the_discriminator_and_its_generator_for_transformers(
+        prepared, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "electra"
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(out), "--objective",
+                 "electra", "--architecture", "bert", "--max-steps", "4", "--eval-every", "2",
+                 "--generator-fraction", "0.5", "--detection-weight", "20", *TINY]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "electra" and config["architectures"] == [
+        "ElectraForPreTraining"]
+    generator = json.loads((out / "generator" / "config.json").read_text())
+    assert generator["architectures"] == ["ElectraForMaskedLM"]
+    assert (generator["hidden_size"], generator["embedding_size"]) == (64, 128)  # tiny: 128
+    for cls, where in (("ElectraForPreTraining", out), ("ElectraForMaskedLM", out / "generator")):
+        _, info = getattr(transformers, cls).from_pretrained(where, output_loading_info=True)
+        assert not any(info[k] for k in ("missing_keys", "unexpected_keys",
+                                         "mismatched_keys")), (cls, info)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r.get("split") == "eval"]
+    assert len(evals) == 2 and 0.0 <= evals[-1]["eval_detection_auc"] <= 1.0
+    assert "eval_detection_accuracy" in evals[-1] and "eval_accuracy" in evals[-1]
+    train = [r for r in records if r.get("split") == "train"]
+    assert "detection_loss" in json.dumps(train[-1]) and "mlm_loss" in json.dumps(train[-1])
+    recorded = json.loads((out / "training_args.json").read_text())
+    assert "--detection-weight 20" in json.dumps(recorded)
+
+
+@pytest.mark.parametrize("objective", ["mlm+nsp", "electra"])
+def test_kill_9_then_resume_equals_an_uninterrupted_run(prepared, tmp_path, objective):
     import signal
     import time
 
-    args = ["pretrain", "--data", str(prepared), "--objective", "mlm+nsp",
+    args = ["pretrain", "--data", str(prepared), "--objective", objective,
             "--architecture", "bert", "--max-steps", "12",
             "--save-every", "3", "--eval-every", "6", *TINY]
     bertkit = [str(Path(PYTHON).parent / "bertkit")]
@@ -178,11 +206,13 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(prepared, tmp_path):
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr
-    a = load_file(str(tmp_path / "full/model.safetensors"))
-    b = load_file(str(cut / "model.safetensors"))
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    weights = ["model.safetensors"] + (["generator/model.safetensors"]
+                                       if objective == "electra" else [])
+    for name in weights:
+        a, b = load_file(str(tmp_path / "full" / name)), load_file(str(cut / name))
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), (name, k)
     steps = [json.loads(line)["step"] for line in (cut / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] == 12  # no duplicated records after the resume
 
