@@ -44,6 +44,17 @@ def make_dropout(p: float, fast: bool) -> nn.Module:
     return fast_paths.PackedDropout(p) if fast else nn.Dropout(p)
 
 
+def set_dropout(encoder: nn.Module, p: float) -> nn.Module:
+    """Every dropout of `encoder` (hidden and attention) at rate `p`, for this run only: its
+    config, and so a model saved from it, keeps the rates it was made with."""
+    for module in encoder.modules():
+        if isinstance(module, (nn.Dropout, fast_paths.PackedDropout)):
+            module.p = p
+        if isinstance(module, SelfAttention):
+            module.dropout_p = p
+    return encoder
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
            causal: bool, dropout_p: float) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) + mask) v with dropout on the weights; q, k, v: [B, A, T, D]."""
@@ -369,6 +380,6 @@ def num_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-__all__ = ["Embeddings", "Rotary", "rotate", "SelfAttention", "Block", "Encoder", "EncoderOutput", "attend",
+__all__ = ["Embeddings", "Rotary", "rotate", "SelfAttention", "Block", "Encoder", "EncoderOutput", "attend", "set_dropout",
            "build_attention_mask", "cls_rows", "init_weights", "num_parameters",
            "activation_fn"]

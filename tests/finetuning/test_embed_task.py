@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -131,15 +132,17 @@ def test_batches_of_in_batch_negatives_hold_no_text_twice(tiny_bert, tmp_path):
 def test_simcse_encodes_the_batch_twice_with_dropout(tiny_bert_dropout, tiny_bert, tmp_path):
     train = make_file(tmp_path, "sentences", 16)
     task = dataclasses.replace(Embed().configure(train), max_length=32)
-    for model_dir, differs in ((tiny_bert_dropout, True), (tiny_bert, False)):
-        model = task.make_model(hub.load_encoder(model_dir)).train()
+    for model_dir in (tiny_bert_dropout, tiny_bert):  # the second without dropout: given 0.1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = task.make_model(hub.load_encoder(model_dir)).train()
         items = task.encode(Tokenizer.load(model_dir), task.read(train), training=True)
         batch = task.collate(items)
         torch.manual_seed(0)
         loss = task.loss(model, batch)
         torch.manual_seed(0)
         one, two = task.columns(model, batch)[0], task.columns(model, batch)[0]
-        assert (not torch.equal(one, two)) == differs
+        assert not torch.equal(one, two)
         assert float(loss.detach()) == pytest.approx(float(simcse_loss(one, two).detach()), rel=1e-5)
 
 
@@ -260,3 +263,29 @@ def test_a_queries_file_trains_with_its_relevant_passages_as_positives(tiny_bert
     result = finetune(Embed(), tiny_bert, train, train, tmp_path / "out",
                       FinetuneConfig(epochs=1, **QUICK))
     assert "ndcg@10" in result.dev_metrics and result.dev_metrics["queries"] == 64
+
+
+def test_simcse_brings_dropout_to_a_model_without_any(tmp_path):
+    """SimCSE's positives differ only by dropout: a model made without it (the modern recipe)
+    trains with 0.1, said once; --dropout sets the rate; the saved config keeps its own."""
+    from bertkit.config import EncoderConfig
+    from bertkit.model.encoder import Encoder
+
+    cfg = EncoderConfig(vocab_size=40, hidden_size=16, num_layers=1, num_heads=2,
+                        intermediate_size=32, max_positions=32, hidden_dropout=0.0,
+                        attention_dropout=0.0)
+    train = _write(tmp_path / "s.txt", ["a b c", "d e f"])
+    task = Embed().configure(train)
+    with pytest.warns(UserWarning, match="no dropout.*0.1"):
+        model = task.make_model(Encoder(cfg)).train()
+    ids = torch.randint(5, 40, (2, 8))
+    assert not torch.equal(model(ids, None, torch.ones_like(ids)),
+                           model(ids, None, torch.ones_like(ids)))
+    assert model.encoder.config.hidden_dropout == 0.0
+    rates = {m.p for m in model.modules() if hasattr(m, "p")}
+    assert rates == {0.1}
+    chosen = dataclasses.replace(task, dropout=0.3).make_model(Encoder(cfg))
+    assert {m.p for m in chosen.modules() if hasattr(m, "p")} == {0.3}
+    assert {m.dropout_p for m in chosen.modules() if hasattr(m, "dropout_p")} == {0.3}
+    with pytest.raises(Exception, match="--dropout must be in"):
+        dataclasses.replace(Embed(), dropout=1.5).configure(train)

@@ -22,6 +22,7 @@ among every dev passage. Dev texts are encoded once each, however many rows name
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal, Sequence
@@ -40,8 +41,11 @@ from bertkit.finetuning import sentence_pairs as sp
 from bertkit.finetuning.inputs import Item, length_batches, pad_inputs
 from bertkit.finetuning.task import Defaults, Task, fitted
 from bertkit.model import hub
+from bertkit.model.encoder import set_dropout
 
 LOSSES = ("mnrl", "simcse", "cosent", "cosine-mse")
+SIMCSE_DROPOUT = 0.1
+"""SimCSE's dropout (Gao et al. 2021: BERT's own 0.1 was best) for a model that has none."""
 _IN_BATCH = ("mnrl", "simcse")
 
 
@@ -100,6 +104,10 @@ class Embed(Task):
     matryoshka_dims: tuple[int, ...] = ()
     """Also train these prefixes of the vector (Matryoshka), e.g. 64 128; the loss is summed
     over them and the whole vector."""
+    dropout: float | None = None
+    """Dropout on the encoder while training (hidden and attention); None: the model's own
+    rates, except that simcse on a model made without dropout (the modern recipe) uses 0.1:
+    dropout is SimCSE's only noise, and with none its two views are the same vector."""
     score_range: tuple[float, ...] = ()
     """LOW HIGH of scored pairs' scores, brought to 0..1 (cosine-mse needs cosine-scale
     scores; STS-B: 0 5)."""
@@ -118,6 +126,8 @@ class Embed(Task):
         if kind not in needs:
             raise UserError(f"{train_path}: --loss {objective} trains on {' or '.join(needs)}, "
                             f"this file holds {kind}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
         if any(d < 1 for d in self.matryoshka_dims):
             raise UserError("--matryoshka-dims must be positive")
         return dataclasses.replace(self, objective=objective, kind=kind)
@@ -212,6 +222,15 @@ class Embed(Task):
 
     # Model --------------------------------------------------------------------------------------
     def make_model(self, encoder) -> SentenceEncoder:
+        rate = self.dropout
+        config = encoder.config
+        if rate is None and self.objective == "simcse" and \
+                not (config.hidden_dropout or config.attention_dropout):
+            rate = SIMCSE_DROPOUT
+            warnings.warn(f"the model has no dropout, SimCSE's only noise: training with "
+                          f"dropout {rate} (--dropout sets another)", stacklevel=2)
+        if rate is not None:
+            set_dropout(encoder, rate)
         return SentenceEncoder(encoder, self.pooling, self.normalize)
 
     def columns(self, model, batch) -> list[torch.Tensor]:
