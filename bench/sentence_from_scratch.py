@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import re
-import subprocess
 import sys
 import time
 import zlib
@@ -37,15 +35,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]*[A-Z])")
 
 
 def cpu_name() -> str:
-    import torch
+    from bertkit.runtime import describe
 
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in out.splitlines()
-                    if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {torch.get_num_threads()} threads"
+    return describe()
 
 
 def write_sentences(corpus: Path, out: Path, limit: int, seed: int) -> int:
