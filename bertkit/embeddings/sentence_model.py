@@ -16,6 +16,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
+
+import torch
 
 from bertkit.files import UserError, read_json
 
@@ -125,6 +128,32 @@ def sentence_model_files(pool: tuple[str, ...], normalize: bool, max_seq_length:
             for name, obj in files.items()}
 
 
+def pool_tokens(states: torch.Tensor, mask: torch.Tensor, modes: Sequence[str]) -> torch.Tensor:
+    """[B, T, H] token vectors and their [B, T] mask (1 = a real token, padding at the end) ->
+    [B, H * len(modes)]: each of sentence-transformers' pooling modes over the real tokens,
+    [CLS] and [SEP] included, side by side."""
+    keep = mask.unsqueeze(-1).to(states.dtype)  # [B, T, 1]
+    out = []
+    for mode in modes:
+        if mode == "cls":
+            out.append(states[:, 0])
+        elif mode == "lasttoken":
+            last = (mask.sum(1) - 1).clamp(min=0)[:, None, None]  # [B, 1, 1]
+            out.append(states.gather(1, last.expand(-1, 1, states.shape[-1])).squeeze(1))
+        elif mode == "max":
+            out.append(states.masked_fill(keep == 0, float("-inf")).amax(1))
+        elif mode == "weightedmean":  # the i-th real token weighs i (from 1)
+            weights = (mask.cumsum(1) * mask).unsqueeze(-1).to(states.dtype)
+            out.append((states * weights).sum(1) / weights.sum(1))
+        elif mode == "mean":
+            out.append((states * keep).sum(1) / keep.sum(1))
+        elif mode == "mean_sqrt_len_tokens":
+            out.append((states * keep).sum(1) / keep.sum(1).sqrt())
+        else:
+            raise ValueError(f"pooling mode {mode!r} is not one of sentence-transformers'")
+    return out[0] if len(out) == 1 else torch.cat(out, dim=-1)
+
+
 def _positive_int(value, where: Path, key: str) -> int | None:
     if value is None:
         return None
@@ -134,4 +163,5 @@ def _positive_int(value, where: Path, key: str) -> int | None:
 
 
 __all__ = ["SentenceModel", "read_sentence_model", "read_pooling", "sentence_model_files",
+           "pool_tokens",
            "POOLING_MODES", "MODULES_FILE", "CONFIG_FILE"]

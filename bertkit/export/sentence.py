@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from bertkit.embeddings.embedder import Embedder, Encoded, Text, plan_batches, tokenize_texts
-from bertkit.embeddings.sentence_model import read_sentence_model
+from bertkit.embeddings.sentence_model import pool_tokens, read_sentence_model
 from bertkit.export.graph import (OPSET, ExportResult, onnx_modules, onnx_session,
                                   quantize_model, run_session, write_graph)
 from bertkit.files import UserError
@@ -50,32 +50,6 @@ _TRACE_TEXTS = ("Hi.", "Two dogs run across a wide green field while a child wat
 _CHECK_TEXTS = ("The cat sleeps.", "Nobody is riding the bicycle on the road near the lake.",
                 "A woman slices an onion in the kitchen, and then she fries it in a pan with "
                 "some oil, salt and a little pepper for the soup she is making tonight.")
-
-
-def pool_tokens(states: torch.Tensor, mask: torch.Tensor, modes: Sequence[str]) -> torch.Tensor:
-    """[B, T, H] token vectors and their [B, T] mask (1 = a real token, padding at the end) ->
-    [B, H * len(modes)]: each of sentence-transformers' pooling modes over the real tokens,
-    [CLS] and [SEP] included, side by side."""
-    keep = mask.unsqueeze(-1).to(states.dtype)  # [B, T, 1]
-    out = []
-    for mode in modes:
-        if mode == "cls":
-            out.append(states[:, 0])
-        elif mode == "lasttoken":
-            last = (mask.sum(1) - 1).clamp(min=0)[:, None, None]  # [B, 1, 1]
-            out.append(states.gather(1, last.expand(-1, 1, states.shape[-1])).squeeze(1))
-        elif mode == "max":
-            out.append(states.masked_fill(keep == 0, float("-inf")).amax(1))
-        elif mode == "weightedmean":  # the i-th real token weighs i (from 1)
-            weights = (mask.cumsum(1) * mask).unsqueeze(-1).to(states.dtype)
-            out.append((states * weights).sum(1) / weights.sum(1))
-        elif mode == "mean":
-            out.append((states * keep).sum(1) / keep.sum(1))
-        elif mode == "mean_sqrt_len_tokens":
-            out.append((states * keep).sum(1) / keep.sum(1).sqrt())
-        else:
-            raise ValueError(f"pooling mode {mode!r} is not one of sentence-transformers'")
-    return out[0] if len(out) == 1 else torch.cat(out, dim=-1)
 
 
 class SentenceGraph(nn.Module):
@@ -235,5 +209,5 @@ def export_sentence(model: str | Path, out: str | Path, *, quantize: bool = Fals
     return result
 
 
-__all__ = ["export_sentence", "OnnxEmbedder", "SentenceGraph", "pool_tokens", "padded_batch",
+__all__ = ["export_sentence", "OnnxEmbedder", "SentenceGraph", "padded_batch",
            "is_sentence_model", "METADATA_KEY"]

@@ -35,7 +35,7 @@ from bertkit.embeddings import losses
 from bertkit.embeddings.batches import unique_batches
 from bertkit.embeddings.evaluation import search_figures, sts_figures
 from bertkit.embeddings.matryoshka import matryoshka_loss
-from bertkit.embeddings.sentence_model import sentence_model_files
+from bertkit.embeddings.sentence_model import pool_tokens, sentence_model_files
 from bertkit.files import UserError
 from bertkit.finetuning import sentence_pairs as sp
 from bertkit.finetuning.inputs import Item, length_batches, pad_inputs
@@ -71,13 +71,7 @@ class SentenceEncoder(nn.Module):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
         h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
-        keep = attention_mask[..., None].to(h.dtype)  # [B, T, 1]
-        if self.pooling == "cls":
-            v = h[:, 0]
-        elif self.pooling == "max":
-            v = h.masked_fill(keep == 0, float("-inf")).amax(1)
-        else:
-            v = (h * keep).sum(1) / keep.sum(1).clamp(min=1)
+        v = pool_tokens(h, attention_mask, (self.pooling,))  # as the ONNX graph pools
         return nn.functional.normalize(v, dim=-1) if self.normalize else v
 
 
