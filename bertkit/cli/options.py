@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import shlex
@@ -65,6 +66,11 @@ _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", Path: "a p
 def field_docs(cls: type) -> dict[str, str]:
     """The string literal right under each field of `cls` (and of the dataclasses it derives
     from), as one line; {} for a class whose source cannot be read."""
+    return dict(_field_docs(cls))
+
+
+@functools.cache  # reading a class's source parses its whole module: a second a command line
+def _field_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
