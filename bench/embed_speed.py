@@ -115,10 +115,10 @@ def main() -> int:
           f"({len(planned)} batches instead of {-(-len(texts) // args.batch_size)})")
     cfg = probe.encoder.config
     useful = sum(encoder_flops_per_token(cfg, int(n)) * int(n) for n in lengths)  # all texts
-    limits = {"fp32": matmul_limit(torch.float32, device),
-              "bf16": matmul_limit(torch.bfloat16, device)}
-    print(f"matmul limit: fp32 {limits['fp32']:.0f} GFLOP/s, bf16 {limits['bf16']:.0f} GFLOP/s; "
-          f"the encoder's useful work: {useful / len(texts) / 1e6:.0f} MFLOP per sentence")
+    limits = {p: matmul_limit({"fp32": torch.float32, "bf16": torch.bfloat16}[p], device)
+              for p in args.precision}  # bf16 emulated in software takes seconds a product
+    print("matmul limit: " + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in limits.items())
+          + f"; the encoder's useful work: {useful / len(texts) / 1e6:.0f} MFLOP per sentence")
 
     for precision in args.precision:
         ours = Embedder.load(model_dir, device=device, precision=precision)

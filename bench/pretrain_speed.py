@@ -196,9 +196,9 @@ def main() -> None:
     device = torch.device(args.device)
     print(f"environment: {describe(freed_memory_kept=kept)}, oneDNN fp32 matmul precision "
           f"{torch.backends.mkldnn.matmul.fp32_precision}")
-    limits = {"fp32": matmul_limit(torch.float32, device),
-              "bf16": matmul_limit(torch.bfloat16, device)}
-    print(f"matmul limit: fp32 {limits['fp32']:.0f} GFLOP/s, bf16 {limits['bf16']:.0f} GFLOP/s")
+    limits = {p: matmul_limit({"fp32": torch.float32, "bf16": torch.bfloat16}[p], device)
+              for p in args.precisions.split(",")}  # bf16 emulated takes seconds a product
+    print("matmul limit: " + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in limits.items()))
     flops = model_flops_per_token(cfg, T, mask_rate(cfg))
     print(f"model: {args.preset} ({args.architecture}) L{cfg.num_layers}/H{cfg.hidden_size}, "
           f"seq {T}, batch {B}, "
