@@ -129,6 +129,21 @@ def test_batches_of_in_batch_negatives_hold_no_text_twice(tiny_bert, tmp_path):
         assert len(set(anchors)) == len(anchors)
 
 
+def test_scored_pairs_are_batched_by_their_longest_column(tiny_bert, tmp_path):
+    # the first texts all alike long, the second of two lengths: the batches must not mix
+    # them, since a batch's columns are padded to one length (`Embed.columns`)
+    rng = random.Random(0)
+    rows = [{"sentence1": " ".join(_words(rng)), "sentence2": " ".join(_words(rng, n)),
+             "score": 1.0} for n in [1, 8] * 64]
+    train = _write(tmp_path / "scored.jsonl", rows)
+    task = dataclasses.replace(Embed().configure(train), max_length=32)
+    items = task.encode(Tokenizer.load(tiny_bert), task.read(train), training=True)
+    order = task.batch_order(items, 16, torch.Generator().manual_seed(0))
+    assert sorted(i for b in order for i in b) == list(range(len(items)))
+    for b in order:
+        assert len({len(items[i].extra[0][0]) for i in b}) == 1
+
+
 def test_simcse_encodes_the_batch_twice_with_dropout(tiny_bert_dropout, tiny_bert, tmp_path):
     train = make_file(tmp_path, "sentences", 16)
     task = dataclasses.replace(Embed().configure(train), max_length=32)

@@ -193,8 +193,9 @@ class Embed(Task):
         return sorted(items, key=lambda it: it.example)
 
     def batch_order(self, items, batch_size, generator) -> list[list[int]]:
-        if self.objective not in _IN_BATCH:
-            return length_batches([len(it.ids) for it in items], batch_size, generator)
+        if self.objective not in _IN_BATCH:  # by the longest column: all pad to it
+            return length_batches([max(len(it.ids), *(len(ids) for ids, _ in it.extra))
+                                   for it in items], batch_size, generator)
         # in-batch negatives: no text twice in a batch, one column count per batch
         texts = [(tuple(it.ids), *(tuple(ids) for ids, _ in it.extra)) for it in items]
         batches = []
