@@ -165,6 +165,9 @@ def test_two_pretrain_runs_on_one_out(tmp_path):
         assert err.strip().splitlines()[-1].startswith(
             f"error: {run} is in use by pid {first.pid} on {socket.gethostname()} (started ")
         assert "Traceback" not in err
+        # training, not still setting up (a SIGTERM then exits 143 with nothing to save)
+        while not (run / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=120) == 130, first.stderr.read()  # stopped, checkpoint saved
     finally:
