@@ -19,12 +19,16 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(VENV)/bin/bertkit demo --out runs/demo
 
+# A worker a core (at most 4: each holds torch), a test file to one worker (its fixtures built
+# once); the conftest gives each worker its share of the threads.
+XDIST = -n auto --maxprocesses 4 --dist loadfile
+
 test: $(STAMP)
-	$(PY) -m pytest -q -x --durations=15
+	$(PY) -m pytest -q -x $(XDIST) --durations=15
 
 # Everything but the integration runs marked `slow`: about 2 minutes on 2 cores.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -x -m 'not slow'
+	$(PY) -m pytest -q -x $(XDIST) -m 'not slow'
 
 # The documentation site into site/, warnings as errors (as tests/test_docs.py builds it).
 docs: $(STAMP)

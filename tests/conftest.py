@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -32,6 +33,18 @@ from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs a worker a core), each worker and the processes
+    its tests start get their share of the cores: threads beyond it only fight each other."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+        share = max(1, cores // workers)
+        os.environ["OMP_NUM_THREADS"] = str(share)
+        torch.set_num_threads(share)
 
 
 @pytest.fixture(scope="session")
