@@ -4,6 +4,7 @@ defaults under several seeds, the dev scores' mean, spread and range beside the 
     .venv/bin/python bench/finetune_seeds.py --model runs/d60                       # 4 tasks, 3 seeds
     .venv/bin/python bench/finetune_seeds.py --model $M --tasks wnut --seeds 0 1 2 --jobs 2
     .venv/bin/python bench/finetune_seeds.py --model $M --tasks wnut --set crf=false --set lr=1e-4
+    .venv/bin/python bench/finetune_seeds.py --model mlm=runs/m25 electra=runs/e25   # compared
 
 The seed moves the head's initialisation, the dev split (POS has no dev file), the batch order
 and dropout; nothing else changes. Each run is `finetune()` with only the seed set, as
@@ -11,8 +12,9 @@ and dropout; nothing else changes. Each run is `finetune()` with only the seed s
 fp32 or bf16 sets that too, to compare them; `--set FIELD=VALUE` any other FinetuneConfig
 field, to compare a setting against the defaults). `--jobs 2` runs two
 fine-tunes at once, one torch thread each (on 2 cores, faster than one at a time with two
-threads). Needs ../shared/data; prints the CPU beside the figures and writes every run's dev
-metrics to --out.
+threads). Several `--model NAME=DIR` are compared: every model under the same seeds, each
+task's rows side by side with each model's mean difference to the first. Needs ../shared/data;
+prints the CPU beside the figures and writes every run's dev metrics to --out.
 """
 from __future__ import annotations
 
@@ -98,9 +100,32 @@ def parse_settings(pairs: list[str]) -> dict:
     return settings
 
 
+def print_table(runs: list[dict], tasks: list[str], models: list[str]) -> None:
+    """A Markdown row per task and model: the seeds' scores, mean, spread and range, and the
+    mean's difference to the first model's."""
+    print("| task | figure | model | per seed | mean | std | range | vs first | baseline |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in tasks:
+        first = None
+        for model in models:
+            mine = [r for r in runs if r["task"] == name and r["model"] == model]
+            scores = [r["score"] for r in mine]
+            mean = statistics.mean(scores)
+            first = mean if first is None else first
+            std = statistics.stdev(scores) if len(scores) > 1 else 0.0
+            base = mine[0]["baseline"]
+            print(f"| {name} | {mine[0]['figure']} | {model} | "
+                  f"{' '.join(f'{s:.3f}' for s in scores)} | {mean:.3f} | {std:.3f} | "
+                  f"{min(scores):.3f}-{max(scores):.3f} | "
+                  f"{'' if model == models[0] else f'{mean - first:+.3f}'} | "
+                  f"{'' if base is None else f'{base:.3f}'} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="model directory to fine-tune")
+    parser.add_argument("--model", nargs="+", required=True, metavar="[NAME=]DIR",
+                        help="model directories to fine-tune (several: compared, the first "
+                             "the reference)")
     parser.add_argument("--tasks", nargs="+", default=["pos", "wnut", "movie", "sick"],
                         choices=list(TASKS), help="the shared tasks (wnut-spans: WNUT-16 by "
                         "the span head; sick-rel: SICK relatedness by regression; squad: the "
@@ -132,29 +157,22 @@ def main() -> int:
     torch.set_num_threads(threads)
     precision = args.precision if args.precision != "auto" else choose_precision("cpu")[0]
     print(f"# {describe(precision)}; {args.jobs} run(s) at once", file=sys.stderr)
+    models = dict(m.partition("=")[::2] if "=" in m else (Path(m).name, m) for m in args.model)
     runs = []
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(one_run, args.model, t, s, threads, tmp, precision, settings)
-                   for t in args.tasks for s in args.seeds]
-        for f in futures:
-            r = f.result()
+        futures = {pool.submit(one_run, path, t, s, threads, str(Path(tmp) / name), precision,
+                               settings): name
+                   for name, path in models.items() for t in args.tasks for s in args.seeds}
+        for f, name in futures.items():
+            r = {"model": name, **f.result()}
             runs.append(r)
-            print(f"{r['task']} seed {r['seed']}: {r['figure']} {r['score']:.3f} "
+            print(f"{name} {r['task']} seed {r['seed']}: {r['figure']} {r['score']:.3f} "
                   f"({r['steps']} steps, {r['stopped_by']}, {r['seconds']:.0f} s)", file=sys.stderr)
     changed = "".join(f", {k}={v}" for k, v in settings.items())
-    print(f"model {args.model}, seeds {' '.join(map(str, args.seeds))}, precision {precision}"
-          f"{changed}")
-    print("| task | figure | per seed | mean | std | range | baseline |")
-    print("|---|---|---|---|---|---|---|")
-    for name in args.tasks:
-        mine = [r for r in runs if r["task"] == name]
-        scores = [r["score"] for r in mine]
-        std = statistics.stdev(scores) if len(scores) > 1 else 0.0
-        base = mine[0]["baseline"]
-        print(f"| {name} | {mine[0]['figure']} | {' '.join(f'{s:.3f}' for s in scores)} | "
-              f"{statistics.mean(scores):.3f} | {std:.3f} | {min(scores):.3f}-{max(scores):.3f} | "
-              f"{'' if base is None else f'{base:.3f}'} |")
-    record = {"model": args.model, "precision": precision, "settings": settings, "runs": runs}
+    print(f"models {', '.join(f'{k}={v}' for k, v in models.items())}, seeds "
+          f"{' '.join(map(str, args.seeds))}, precision {precision}{changed}")
+    print_table(runs, args.tasks, list(models))
+    record = {"models": models, "precision": precision, "settings": settings, "runs": runs}
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
