@@ -3,7 +3,8 @@
 Four kinds of graph, each with dynamic batch and sequence axes:
 
 - "encoder": input_ids, [token_type_ids,] attention_mask -> last_hidden_state [B, T, H];
-- "fill-mask": the same inputs -> logits [B, T, V] (the masked-LM head at every position);
+- "fill-mask": the same inputs -> logits [B, T, V] (the masked-LM head at every position;
+  of an ELECTRA pair, its generator's, as `fill-mask` guesses with it);
 - a fine-tuned task model (a directory written by `bertkit finetune`): its logits, as
   `TaskModel` reads them (classify/pair/regress [B, K], tag [B, T, K] (a CRF's emissions),
   qa start_logits and end_logits [B, T]). A spans model's graph takes two more inputs, each
@@ -115,6 +116,8 @@ def load_for_export(path: str | Path, kind: Kind = "auto") -> tuple[nn.Module, s
             model = load_task_weights(task.make_model(Encoder(cfg, fast=False)), path)
             return model.eval(), task.name, task
         kind = "fill-mask" if _has_mlm_head(path, cfg.architecture) else "encoder"
+    if kind == "fill-mask" and hub.is_electra_dir(path):  # the discriminator has no
+        return hub.load_electra(path, fast=False).generator.eval(), kind, None  # MLM head
     if kind == "fill-mask":
         model = PretrainingModel(cfg, fast=False)
         init_weights(model, cfg, torch.Generator().manual_seed(0))

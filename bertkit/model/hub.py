@@ -515,10 +515,11 @@ def _electra_state(path: Path, cfg: EncoderConfig, gcfg: EncoderConfig | None) -
     return state
 
 
-def load_electra(path: str | Path, device: str | torch.device = "cpu") -> ElectraModel:
+def load_electra(path: str | Path, device: str | torch.device = "cpu",
+                 fast: bool = True) -> ElectraModel:
     """An ELECTRA directory (`save_electra`'s, or transformers' ElectraForPreTraining with an
     ElectraForMaskedLM in GENERATOR_DIR/ or alone: then `generator` is None) as an
-    ElectraModel, every weight from the files."""
+    ElectraModel, every weight from the files (`fast`: as for `Encoder`)."""
     path = resolve_model(path)
     if not has_detector(path):
         raise UserError(f"{path}: not an ELECTRA directory (a discriminator with its detection "
@@ -527,7 +528,7 @@ def load_electra(path: str | Path, device: str | torch.device = "cpu") -> Electr
     gcfg = load_config(path / GENERATOR_DIR) if is_electra_dir(path) else None
     try:
         with torch.random.fork_rng(devices=[]):  # every weight is then loaded
-            model = ElectraModel(cfg, gcfg)
+            model = ElectraModel(cfg, gcfg, fast=fast)
         model.load_state_dict(_electra_state(path, cfg, gcfg), strict=True)
     except (ValueError, RuntimeError) as e:
         first = " ".join(str(e).split())[:300]

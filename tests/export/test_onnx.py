@@ -18,7 +18,7 @@ from bertkit.model import hub
 from bertkit.model.encoder import Encoder, init_weights
 from bertkit.export.onnx import (example_inputs, example_word_ids, export_onnx, onnx_session,
                                   run_session, word_inputs)
-from bertkit.model.heads import PretrainingModel
+from bertkit.model.heads import ElectraModel, PretrainingModel, generator_config
 from bertkit.text.tokenizer import Tokenizer
 
 pytest.importorskip("onnxruntime")
@@ -76,6 +76,29 @@ def test_encoder_and_fill_mask_graphs_equal_pytorch(tmp_path, tokenizer, archite
         assert got_logits.shape == (batch, length, cfg.vocab_size)
         np.testing.assert_allclose(got_logits, logits.numpy(), atol=1e-4, rtol=0)
         np.testing.assert_allclose(got_states, out.last_hidden_state.numpy(), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
+def test_fill_mask_of_an_electra_pair_is_its_generator(tmp_path, tokenizer, architecture):
+    cfg = _config(architecture)
+    with torch.random.fork_rng():
+        model = ElectraModel(cfg, generator_config(cfg, 0.5), fast=False)
+    init_weights(model, cfg, torch.Generator().manual_seed(2))
+    hub.save_electra(model, tmp_path / "e", tokenizer=tokenizer)
+    fill = export_onnx(tmp_path / "e", tmp_path / "fill.onnx", "fill-mask")
+    enc = export_onnx(tmp_path / "e", tmp_path / "enc.onnx")  # auto: the discriminator
+    assert (fill.kind, enc.kind) == ("fill-mask", "encoder")
+    assert fill.max_abs_diff < 1e-4 and enc.max_abs_diff < 1e-4
+    inputs = _inputs(cfg, 3, 20)
+    with torch.inference_mode():
+        logits = model.generator(inputs["input_ids"], inputs.get("token_type_ids"),
+                                 inputs["attention_mask"])[0]
+        states = model.encoder(inputs["input_ids"], inputs.get("token_type_ids"),
+                               inputs["attention_mask"]).last_hidden_state
+    got_logits, = run_session(onnx_session(fill.path), inputs)
+    got_states, = run_session(onnx_session(enc.path), inputs)
+    np.testing.assert_allclose(got_logits, logits.numpy(), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got_states, states.numpy(), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("architecture", ["bert", "modern"])
