@@ -26,7 +26,7 @@ XDIST = -n auto --maxprocesses 4 --dist loadfile
 test: $(STAMP)
 	$(PY) -m pytest -q -x $(XDIST) --durations=15
 
-# Everything but the integration runs marked `slow`: about 2 minutes on 2 cores.
+# Everything but the integration runs marked `slow`: about 3 minutes on 2 cores.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x $(XDIST) -m 'not slow'
 

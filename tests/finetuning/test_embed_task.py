@@ -116,14 +116,19 @@ def test_sentence_transformers_reads_the_directory_as_embedder_does(tiny_bert, t
         assert np.allclose(np.linalg.norm(ours, axis=1), 1, atol=1e-5) == normalize
 
 
+def _batches(train: Path, model_dir: Path, size: int) -> tuple[list, list[list[int]]]:
+    """The training items of `train` and the task's batches of them, each item in one."""
+    task = dataclasses.replace(Embed().configure(train), max_length=32)
+    items = task.encode(Tokenizer.load(model_dir), task.read(train), training=True)
+    order = task.batch_order(items, size, torch.Generator().manual_seed(0))
+    assert sorted(i for b in order for i in b) == list(range(len(items)))
+    return items, order
+
+
 def test_batches_of_in_batch_negatives_hold_no_text_twice(tiny_bert, tmp_path):
     rows = [{"premise": f"the {w} film", "hypothesis": f"a {w} movie {i}",
              "label": "entailment"} for i, w in enumerate(CONTENT * 3)]
-    train = _write(tmp_path / "nli.jsonl", rows)
-    task = dataclasses.replace(Embed().configure(train), max_length=32)
-    items = task.encode(Tokenizer.load(tiny_bert), task.read(train), training=True)
-    order = task.batch_order(items, 8, torch.Generator().manual_seed(0))
-    assert sorted(i for b in order for i in b) == list(range(len(items)))
+    items, order = _batches(_write(tmp_path / "nli.jsonl", rows), tiny_bert, 8)
     for b in order:
         anchors = [tuple(items[i].ids) for i in b]
         assert len(set(anchors)) == len(anchors)
@@ -135,11 +140,7 @@ def test_scored_pairs_are_batched_by_their_longest_column(tiny_bert, tmp_path):
     rng = random.Random(0)
     rows = [{"sentence1": " ".join(_words(rng)), "sentence2": " ".join(_words(rng, n)),
              "score": 1.0} for n in [1, 8] * 64]
-    train = _write(tmp_path / "scored.jsonl", rows)
-    task = dataclasses.replace(Embed().configure(train), max_length=32)
-    items = task.encode(Tokenizer.load(tiny_bert), task.read(train), training=True)
-    order = task.batch_order(items, 16, torch.Generator().manual_seed(0))
-    assert sorted(i for b in order for i in b) == list(range(len(items)))
+    items, order = _batches(_write(tmp_path / "scored.jsonl", rows), tiny_bert, 16)
     for b in order:
         assert len({len(items[i].extra[0][0]) for i in b}) == 1
 
