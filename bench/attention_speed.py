@@ -21,9 +21,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bertkit.model.encoder import attend as sdpa  # noqa: E402
 from bertkit.model.fast import Attend, attend_in_matmuls  # noqa: E402
-from bertkit.runtime import describe  # noqa: E402
+from bertkit.runtime import DTYPES, describe  # noqa: E402
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def shape(text: str) -> tuple[int, int, int, int]:

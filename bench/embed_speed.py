@@ -95,7 +95,7 @@ def main() -> int:
         return 0
     from bertkit.embeddings.embedder import Embedder, plan_batches
     from bertkit.model.flops import encoder_flops_per_token
-    from bertkit.runtime import matmul_limit
+    from bertkit.runtime import DTYPES, matmul_limit
 
     torch.set_num_threads(args.threads)
     model_dir, device = args.model, torch.device(args.device)
@@ -115,7 +115,7 @@ def main() -> int:
           f"({len(planned)} batches instead of {-(-len(texts) // args.batch_size)})")
     cfg = probe.encoder.config
     useful = sum(encoder_flops_per_token(cfg, int(n)) * int(n) for n in lengths)  # all texts
-    limits = {p: matmul_limit({"fp32": torch.float32, "bf16": torch.bfloat16}[p], device)
+    limits = {p: matmul_limit(DTYPES[p], device)
               for p in args.precision}  # bf16 emulated in software takes seconds a product
     print("matmul limit: " + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in limits.items())
           + f"; the encoder's useful work: {useful / len(texts) / 1e6:.0f} MFLOP per sentence")

@@ -36,7 +36,7 @@ from bertkit.config import TrainConfig, preset  # noqa: E402
 from bertkit.model.encoder import init_weights  # noqa: E402
 from bertkit.model.flops import model_flops_per_token  # noqa: E402
 from bertkit.model.heads import PretrainingModel  # noqa: E402
-from bertkit.runtime import describe, keep_freed_memory, matmul_limit  # noqa: E402
+from bertkit.runtime import DTYPES, describe, keep_freed_memory, matmul_limit  # noqa: E402
 from bertkit.training.loop import autocast, train  # noqa: E402
 from bertkit.training.optimizer import make_optimizer  # noqa: E402
 
@@ -196,7 +196,7 @@ def main() -> None:
     device = torch.device(args.device)
     print(f"environment: {describe(freed_memory_kept=kept)}, oneDNN fp32 matmul precision "
           f"{torch.backends.mkldnn.matmul.fp32_precision}")
-    limits = {p: matmul_limit({"fp32": torch.float32, "bf16": torch.bfloat16}[p], device)
+    limits = {p: matmul_limit(DTYPES[p], device)
               for p in args.precisions.split(",")}  # bf16 emulated takes seconds a product
     print("matmul limit: " + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in limits.items()))
     flops = model_flops_per_token(cfg, T, mask_rate(cfg))

@@ -30,14 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bertkit.runtime import describe  # noqa: E402
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]*[A-Z])")
-
-
-def cpu_name() -> str:
-    from bertkit.runtime import describe
-
-    return describe()
 
 
 def write_sentences(corpus: Path, out: Path, limit: int, seed: int) -> int:
@@ -99,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     out, dev = args.out, args.data / "nli" / "sick.dev.jsonl"
     out.mkdir(parents=True, exist_ok=True)
-    print(f"CPU: {cpu_name()}", flush=True)
+    print(f"CPU: {describe()}", flush=True)
     n = write_sentences(args.data / "corpus" / "english_books.txt", out / "sentences.txt",
                         args.sentences, args.seed)
     fit, select = out / "sick.fit.jsonl", out / "sick.select.jsonl"
@@ -115,7 +111,7 @@ def main() -> None:
                                             seed=args.seed)
     rows = {"mean pooling, no sentence training": sick_dev(args.model, dev)}
     rows.update({name: sick_dev(out / name, dev) for name in runs})
-    print(f"\nCPU: {cpu_name()}\n\n| model | SICK dev Spearman | Pearson | training |")
+    print(f"\nCPU: {describe()}\n\n| model | SICK dev Spearman | Pearson | training |")
     print("|---|---|---|---|")
     base = rows["mean pooling, no sentence training"]["spearman"]
     for name, figures in rows.items():
@@ -123,7 +119,7 @@ def main() -> None:
         spent = f"{run['steps']} steps, {run['seconds'] / 60:.1f} min" if run else ""
         print(f"| {name} | {figures['spearman']:.4f} ({figures['spearman'] - base:+.4f}) | "
               f"{figures['pearson']:.4f} | {spent} |")
-    (out / "table.json").write_text(json.dumps({"cpu": cpu_name(), "rows": rows, "runs": runs},
+    (out / "table.json").write_text(json.dumps({"cpu": describe(), "rows": rows, "runs": runs},
                                                indent=2, default=str))
 
 

@@ -125,6 +125,10 @@ def describe(precision: str | None = None, freed_memory_kept: bool = False) -> s
     return ", ".join(parts)
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+"""The tensor type of each precision name that runs in it (fp16 only autocasts)."""
+
+
 def matmul_limit(dtype: torch.dtype, device: torch.device | str = "cpu",
                  seconds: float = 2.0) -> float:
     """The best dense matmul rate in GFLOP/s (square 1024 on a CPU, 8192 on a GPU): the
@@ -254,5 +258,5 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     return parse_device(name)
 
 
-__all__ = ["parse_device", "resolve_device", "reads_are_free", "physical_cores", "allocator",
+__all__ = ["DTYPES", "parse_device", "resolve_device", "reads_are_free", "physical_cores", "allocator",
            "keep_freed_memory", "describe", "cpu_name", "matmul_limit", "choose_precision"]
