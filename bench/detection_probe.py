@@ -16,10 +16,11 @@ The replacements, at 15% of each held-out row's pieces (the masking of `--mlm-pr
 chance a replaced piece scores above an original one), accuracy, and "always original"'s
 accuracy beside it. An ELECTRA run is judged by its discriminator; a masked-LM model by how
 unlikely it finds each piece where it stands, -log P(piece | the row as it is, unmasked), the
-detector a masked LM carries in it (its accuracy is not given: that score has no threshold). `learn` trains a fresh discriminator of --preset alone
-(no generator) on one kind of replacement with bertkit's training loop for --steps, evaluating
-every --eval-every steps: --out/metrics.jsonl holds the held-out AUC curve
-(`bertkit plot runs --run DIR --key eval_detection_auc --split eval`).
+detector a masked LM carries in it (its accuracy is not given: that score has no threshold).
+`learn` trains a fresh discriminator of --preset alone (no generator) on one kind of
+replacement with bertkit's training loop for --steps, evaluating every --eval-every steps:
+--out/metrics.jsonl holds the held-out AUC curve (`bertkit plot runs --run DIR --key
+eval_detection_auc --split eval`).
 Prints the CPU beside the figures.
 """
 from __future__ import annotations
@@ -87,17 +88,14 @@ def surprise(model, batch: dict) -> torch.Tensor:
 @torch.no_grad()
 def judged(model, batches: list[dict]) -> dict:
     """AUC, accuracy and "always original"'s accuracy of a discriminator (or a masked LM's
-    surprise) on the batches (corrupted, or with a generator: sampled by it)."""
+    surprise) on corrupted batches."""
     model.eval()
     scores, labels = [], []
     for batch in batches:
-        if "replaced" not in batch:
-            _, _, logits, replaced = objectives._electra_forward(model, batch)
-        else:
-            replaced = batch["replaced"]
-            logits = (model(batch["input_ids"], batch.get("token_type_ids"),
-                            batch.get("attention_mask"))
-                      if isinstance(model, ElectraModel) else surprise(model, batch))
+        replaced = batch["replaced"]
+        logits = (model(batch["input_ids"], batch.get("token_type_ids"),
+                        batch.get("attention_mask"))
+                  if isinstance(model, ElectraModel) else surprise(model, batch))
         mask = batch.get("attention_mask")
         real = mask.bool() if mask is not None else torch.ones_like(replaced)
         scores.append(logits[real].float())
@@ -105,6 +103,13 @@ def judged(model, batches: list[dict]) -> dict:
     s, y = torch.cat(scores), torch.cat(labels)
     return {"auc": electra.auc(s, y), "accuracy": ((s > 0) == y).float().mean().item(),
             "always_original": 1.0 - y.float().mean().item()}
+
+
+def own_generator(model: ElectraModel, batches: list[dict]) -> dict:
+    """judged's figures on the samples of the model's own generator, as training makes them."""
+    f = objectives.evaluate_lm(model, batches, "electra")
+    return {"auc": f["eval_detection_auc"], "accuracy": f["eval_detection_accuracy"],
+            "always_original": 1.0 - f["eval_replaced_share"]}
 
 
 def held_out(data: Path, n: int) -> list[dict]:
@@ -118,17 +123,19 @@ def judge(args) -> None:
     print(f"# {describe()}")
     print("| model | replacements | AUC | accuracy | always original |")
     print("|---|---|---|---|---|")
+    fixed = {}  # every model judged on the same draws
+    for kind in KINDS[:2]:
+        draw, g = Replacements(args.data, kind), torch.Generator().manual_seed(0)
+        fixed[kind] = [draw(b, g) for b in held]
     for path in args.model:
         model = load_electra(path) if has_detector(path) else load_pretraining_model(path)
         for kind in KINDS:
-            if kind == "generator":
-                if getattr(model, "generator", None) is None:
-                    continue
-                batches = held
+            if kind != "generator":
+                f = judged(model, fixed[kind])
+            elif getattr(model, "generator", None) is not None:
+                f = own_generator(model, held)
             else:
-                draw, g = Replacements(args.data, kind), torch.Generator().manual_seed(0)
-                batches = [draw(b, g) for b in held]
-            f = judged(model, batches)
+                continue
             accuracy = f"{f['accuracy']:.3f}" if isinstance(model, ElectraModel) else ""
             print(f"| {path} | {kind} | {f['auc']:.3f} | {accuracy} | "
                   f"{f['always_original']:.3f} |", flush=True)
