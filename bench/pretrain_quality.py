@@ -194,7 +194,8 @@ def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device,
                 objective: str = "mlm", side: str = "bertkit") -> dict:
     result = pretrain(PretrainOptions(data=args.data, out=args.out / side, preset=args.preset,
                                       device=str(device), objective=objective,
-                                      train=PretrainSchedule(max_time=args.minutes)))
+                                      train=PretrainSchedule(max_time=args.minutes,
+                                                             seed=args.seed)))
     return {"steps": result.step, "tokens": result.tokens,
             "train_seconds": result.train_seconds,
             "precision": "auto",  # its log line says which it chose
@@ -295,7 +296,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: one per physical core)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the transformers sides")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of every side: its initial weights, data order and masks")
     p.add_argument("--reference-batch-size", type=int, default=32,
                    help="sequences per step of the transformers sides (bertkit: its default)")
     p.add_argument("--log-every", type=int, default=10,
