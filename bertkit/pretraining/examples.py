@@ -11,7 +11,9 @@ Examples, rebuilt for every epoch from (seed, epoch):
   first sentence end at least seq_len - 2 tokens past row k-1's end (or, with none in the
   next seq_len - 2 tokens, just there), so the text between is left out of that epoch (about
   a fifth of it at 64 tokens a row, a different part each epoch as the first end shifts). With "anywhere" the rows tile the stream back to back. Either way
-  the rows shift by a random offset each epoch.
+  the rows shift by a random offset each epoch. With "whole-sentences" (RoBERTa's
+  FULL-SENTENCES) each row also starts where a sentence starts: as many whole sentences as fit,
+  then padding (about a sixth of a 64-token row on books), and no text left out.
 - "clm": the same packed rows, with next-token labels and no masking (left-to-right baseline).
 - "electra": the rows and masks of "mlm", and one uniform number per prediction with which
   ELECTRA's generator samples its replacement (`pretraining/electra.py`).
@@ -73,8 +75,9 @@ from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, mlm_prob_at
 from bertkit.pretraining.electra import draw_uniform
 from bertkit.pretraining.objectives import OBJECTIVES
 
-ROW_ENDS = ("sentence", "anywhere")
-"""Where the text of a packed mlm / clm row ends: at a sentence end, or anywhere."""
+ROW_ENDS = ("sentence", "anywhere", "whole-sentences")
+"""Where the text of a packed mlm / clm row ends: at a sentence end, anywhere, or at a sentence
+end of a row that also starts at a sentence start (padded)."""
 
 
 @dataclass
@@ -183,12 +186,16 @@ class PretrainingBatches:
         if self.objective in ("mlm", "clm", "electra"):
             total = int(self.doc_stream[-1])
             shift = int(rng.integers(0, L)) if total >= 2 * L else 0
-            if self.row_ends == "sentence":
+            if self.row_ends == "whole-sentences":
+                starts, lengths = self._whole_sentence_rows(L)
+            elif self.row_ends == "sentence":
                 starts = self._sentence_end_rows(shift + L, L, total) - L
             else:
                 starts = shift + L * np.arange((total - shift) // L, dtype=np.int64)
             n = len(starts)
-            plan = _Plan(np.zeros(0, np.int64), starts, np.full(n, L, dtype=np.int64))
+            if self.row_ends != "whole-sentences":
+                lengths = np.full(n, L, dtype=np.int64)
+            plan = _Plan(np.zeros(0, np.int64), starts, lengths)
             if n == 0 and total > 0:  # less text than one row: one padded row
                 plan = _Plan(np.zeros(0, np.int64), np.zeros(1, np.int64),
                              np.full(1, total, dtype=np.int64))
@@ -221,6 +228,27 @@ class PretrainingBatches:
             chosen.append(end)
             e = end + L
         return np.asarray(chosen, dtype=np.int64)
+
+    def _whole_sentence_rows(self, L: int) -> tuple[np.ndarray, np.ndarray]:
+        """(start, length) in the stream of rows of whole sentences: from a sentence start as
+        many as fit in L tokens (RoBERTa's FULL-SENTENCES, fairseq's break mode "complete"),
+        the rest of the row padded; a sentence longer than a row is cut into rows of L. The
+        same rows every epoch (nothing is left out to vary), in another order."""
+        starts = self.sentence_stream.tolist()
+        ends = (self.sentence_stream + self.sentence_length).tolist()
+        rows, lengths, p = [], [], starts[0] if starts else 0
+        while starts:
+            j = bisect.bisect_right(ends, p + L) - 1  # the last sentence that ends in the row
+            whole = j >= 0 and ends[j] > p
+            rows.append(p)
+            lengths.append(ends[j] - p if whole else L)
+            if not whole:
+                p += L
+            elif j + 1 < len(starts):
+                p = starts[j + 1]  # past the document's [SEP] where one ends here
+            else:
+                break
+        return np.asarray(rows, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
 
     def _nsp_plan(self, rng: np.random.Generator) -> _Plan:
         """BERT's create_instances_from_document over all documents, then truncate_seq_pair

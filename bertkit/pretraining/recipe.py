@@ -147,7 +147,9 @@ class PretrainOptions:
     row_ends: str = field(default="sentence", metadata={"choices": ROW_ENDS})
     """Where the text of an mlm / clm row ends before its [SEP]: "sentence" (at a sentence end,
     as the texts of evaluation and fine-tuning do; 2.2 points more held-out accuracy in 12
-    minutes, docs/pretraining.md) or "anywhere" (the corpus cut into back-to-back rows)."""
+    minutes, docs/pretraining.md), "anywhere" (the corpus cut into back-to-back rows) or
+    "whole-sentences" (each row also starts at a sentence start, as RoBERTa's FULL-SENTENCES:
+    the sentences that fit, then padding)."""
     early_seq_len: int = 64
     """Sequence length of the first early_fraction of the run, with as many more sequences per
     batch (about the same tokens per step); then seq_len (BERT: 128 for 90% of its steps, then

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -128,6 +129,58 @@ def test_a_sentence_longer_than_a_row_is_cut_into_rows_not_skipped(data):
     # some rows end at a sentence end, some inside a long sentence, and most text is read
     assert any(set(b) & ends for b in bodies) and any(not set(b) & ends for b in bodies)
     assert len(rows) * (T - 2) > 0.6 * len(s)
+
+
+def whole_sentence_rows_by_hand(data, L: int) -> list[tuple]:
+    """RoBERTa's FULL-SENTENCES as a plain loop over the sentences: a row takes sentences while
+    they fit in L tokens; a sentence longer than L is cut into rows of L, its rest opening
+    the next row."""
+    s, ends = stream(data), sentence_ends(data)
+    split = load_split(data, "train")
+    starts = ends - split.sentence_length
+    rows, open_at, end = [], None, None
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        if open_at is not None and b - open_at <= L:
+            end = b
+            continue
+        if open_at is not None:
+            rows.append((open_at, end))
+        while b - a > L:
+            rows.append((a, a + L))
+            a += L
+        open_at, end = a, b
+    rows.append((open_at, end))
+    return [tuple(s[a:b]) for a, b in rows]
+
+
+@pytest.mark.parametrize("T", [64, 8])
+def test_whole_sentence_rows_start_and_end_at_sentences_and_pad_the_rest(data, T):
+    pb = PretrainingBatches(data, objective="mlm", seq_len=T, batch_size=8, seed=3,
+                            row_ends="whole-sentences")
+    batches = take(pb, len(pb))
+    assert sum("attention_mask" in b for b in batches) > len(batches) // 2  # padded rows
+    bodies = []
+    for b in batches:
+        ids = original(b)
+        attention = b.get("attention_mask", torch.ones_like(ids))
+        length = attention.sum(1)
+        assert (ids[attention == 0] == PAD).all()
+        assert (ids[:, 0] == CLS).all() and (ids[torch.arange(len(ids)), length - 1] == SEP).all()
+        assert (b["mlm_labels"] != IGNORE_INDEX).sum() > 0
+        picked = b["mlm_positions"][b["mlm_labels"] != IGNORE_INDEX]
+        assert (attention.reshape(-1)[picked] == 1).all()  # no padding is ever masked
+        bodies += [tuple(row[1:n - 1].tolist()) for row, n in zip(ids, length.tolist())]
+    expected = whole_sentence_rows_by_hand(data, T - 2)
+    assert len(bodies) >= len(expected) - 8
+    assert not Counter(bodies) - Counter(expected)  # each row one of the loop's, once
+    assert sum(map(len, expected)) == len(stream(data)) - load_split(data, "train").num_documents \
+        + sum(t.count(SEP) for t in expected)  # every token of text in some row
+    first, second = pb._plan(0), pb._plan(1)  # the same rows every epoch, in another order
+    assert np.array_equal(first.a_start, second.a_start)
+    assert not np.array_equal(first.order, second.order)
+    again = take(PretrainingBatches(data, objective="mlm", seq_len=T, batch_size=8, seed=3,
+                                    row_ends="whole-sentences"), 2)
+    assert torch.equal(again[1]["input_ids"], batches[1]["input_ids"])
 
 
 def test_nsp_pairs_structure_balance_and_random_documents(data):
