@@ -13,7 +13,7 @@ Examples, rebuilt for every epoch from (seed, epoch):
   a fifth of it at 64 tokens a row, a different part each epoch as the first end shifts). With "anywhere" the rows tile the stream back to back. Either way
   the rows shift by a random offset each epoch. With "whole-sentences" (RoBERTa's
   FULL-SENTENCES) each row also starts where a sentence starts: as many whole sentences as fit,
-  then padding (about a sixth of a 64-token row on books), and no text left out.
+  then padding (about a fifth of a 64-token row on books), and no text left out.
 - "clm": the same packed rows, with next-token labels and no masking (left-to-right baseline).
 - "electra": the rows and masks of "mlm", and one uniform number per prediction with which
   ELECTRA's generator samples its replacement (`pretraining/electra.py`).
@@ -188,13 +188,12 @@ class PretrainingBatches:
             shift = int(rng.integers(0, L)) if total >= 2 * L else 0
             if self.row_ends == "whole-sentences":
                 starts, lengths = self._whole_sentence_rows(L)
-            elif self.row_ends == "sentence":
-                starts = self._sentence_end_rows(shift + L, L, total) - L
             else:
-                starts = shift + L * np.arange((total - shift) // L, dtype=np.int64)
+                starts = (self._sentence_end_rows(shift + L, L, total) - L
+                          if self.row_ends == "sentence"
+                          else shift + L * np.arange((total - shift) // L, dtype=np.int64))
+                lengths = np.full(len(starts), L, dtype=np.int64)
             n = len(starts)
-            if self.row_ends != "whole-sentences":
-                lengths = np.full(n, L, dtype=np.int64)
             plan = _Plan(np.zeros(0, np.int64), starts, lengths)
             if n == 0 and total > 0:  # less text than one row: one padded row
                 plan = _Plan(np.zeros(0, np.int64), np.zeros(1, np.int64),
