@@ -81,6 +81,10 @@ class PretrainSchedule(TrainConfig):
     """"auto": bf16 where this device multiplies it natively (a GPU that has it, a CPU
     measured at start to multiply bf16 faster than fp32), else fp32; or "fp32", "bf16",
     "fp16" (GPU, loss scaling)."""
+    compile: bool | None = None
+    """Run the model through torch.compile. Unset: on a CUDA GPU, where it fuses the
+    memory-bound kernels between the matmuls (docs/gpu.md), and off on the CPU, where it was
+    measured slower. Its first steps compile (a minute or so)."""
 
 
 def _shape(opts: PretrainOptions) -> str:
@@ -469,12 +473,15 @@ def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
 
 def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
             ) -> tuple[PretrainOptions, str]:
-    """`opts` with what the run decides spelled out: the device of a single process and the
-    precision "auto" picks; and why that precision."""
+    """`opts` with what the run decides spelled out: the device of a single process, the
+    precision "auto" picks and whether to compile; and why that precision."""
     why = "given"
     if opts.train.precision == "auto":
         precision, why = choose_precision(device)
         opts = dataclasses.replace(opts, train=opts.train.replace(precision=precision))
+    if opts.train.compile is None:
+        opts = dataclasses.replace(opts, train=opts.train.replace(
+            compile=device.type == "cuda"))
     if opts.device is None and world == 1:  # under torchrun each rank takes its LOCAL_RANK GPU
         opts = dataclasses.replace(opts, device=str(device))
     return opts, why

@@ -379,6 +379,7 @@ def test_the_run_records_its_settings_and_its_command_reproduces_it(prepared, tm
     assert argv[:2] == ["bertkit", "pretrain"]
     assert argv[argv.index("--precision") + 1] == precision
     assert argv[argv.index("--warmup-fraction") + 1] == "0.05"  # defaults spelled out too
+    assert record["options"]["train"]["compile"] is False and "--no-compile" in argv  # CPU
 
     again = tmp_path / "again"
     argv[argv.index("--out") + 1] = str(again)
@@ -386,6 +387,19 @@ def test_the_run_records_its_settings_and_its_command_reproduces_it(prepared, tm
     a, b = load_file(str(out / "model.safetensors")), load_file(str(again / "model.safetensors"))
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_compile_unset_is_on_for_a_cuda_device_only_and_a_given_choice_stays(tmp_path):
+    from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, resolve
+
+    def compiles(device: str, given: bool | None) -> bool:
+        opts = PretrainOptions(data=tmp_path, out=tmp_path / "o", preset="tiny",
+                               train=PretrainSchedule(max_steps=1, precision="fp32",
+                                                        compile=given))
+        return resolve(opts, torch.device(device))[0].train.compile
+
+    assert (compiles("cuda", None), compiles("cpu", None)) == (True, False)
+    assert (compiles("cuda", False), compiles("cpu", True)) == (False, True)
 
 
 def test_a_finished_run_is_extended_by_resume_with_more_steps(prepared, tmp_path, capsys):
