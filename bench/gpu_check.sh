@@ -11,6 +11,9 @@
 #   pretrain-bert    bench/pretrain_speed.py: `base`, seq 128, bf16, masked LM, bertkit against
 #                    transformers' BertForMaskedLM in the same process, tokens/s and MFU
 #   pretrain-modern  the same for the modern architecture against ModernBertForMaskedLM
+#   pretrain-bert-compiled, pretrain-modern-compiled
+#                    the same two with torch.compile on both sides (what `pretrain` runs on a
+#                    GPU); skipped in a dry run, where compiling takes minutes on the CPU
 #   recipe           `bertkit pretrain` with every default for --minutes on the books corpus
 #   heldout          `bertkit evaluate` of that model: held-out review lines and minimal pairs
 #   finetune         bench/finetune_speed.py: fine-tuning and prediction against Trainer/pipeline
@@ -31,10 +34,11 @@
 #   --minutes N      minutes of the default recipe (default: 3)
 #   --budget S       seconds for all the steps together (default: 480): a step gets at most
 #                    what is left, and one that would start with under 20 s left is skipped
+#   --only A,B       run only these steps (the names above); the others are listed as skipped
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-OUT=gpu-check DRY=0 DATA="$REPO/../shared/data" MINILM="" MINUTES=3 BUDGET=480
+OUT=gpu-check DRY=0 DATA="$REPO/../shared/data" MINILM="" MINUTES=3 BUDGET=480 ONLY=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT=$2; shift 2 ;;
@@ -43,6 +47,7 @@ while [ $# -gt 0 ]; do
         --minilm) MINILM=$2; shift 2 ;;
         --minutes) MINUTES=$2; shift 2 ;;
         --budget) BUDGET=$2; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set /p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: bench/gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -111,6 +116,7 @@ n=0 failed=0
 
 step() {  # name, seconds allowed, command...
     local name=$1 limit=$2; shift 2
+    if ! asked "$name"; then skip "$name" "not in --only"; return; fi
     local left=$(( DEADLINE - $(date +%s) ))
     if [ "$left" -lt 20 ]; then skip "$name" "out of time (--budget $BUDGET)"; return; fi
     [ "$limit" -gt "$left" ] && limit=$left
@@ -129,8 +135,10 @@ step() {  # name, seconds allowed, command...
     tail -n 25 "$log"
     echo "== $name: $status in ${took}s"
 }
+asked() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 skip() {  # name, why
-    n=$((n + 1)); echo "| $1 | skipped: $2 | 0 | |" >> "$SUMMARY"; echo "== $1: skipped: $2"
+    local why=$2; asked "$1" || why="not in --only"
+    n=$((n + 1)); echo "| $1 | skipped: $why | 0 | |" >> "$SUMMARY"; echo "== $1: skipped: $why"
 }
 
 if [ "$DRY" = 1 ]; then
@@ -150,9 +158,16 @@ print(describe()); print(\"transformers\", transformers.__version__, \"cuda\", t
 step tests 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors \
     $COLLECT tests
 for arch in bert modern; do
-    step "pretrain-$arch" 100 "$PY" bench/pretrain_speed.py --device "$DEV" --preset "$PRESET" \
-        --architecture "$arch" --seq-len 128 --batch-size "$BATCH" --precisions "$PREC" \
-        --objectives mlm --steps "$STEPS" --repeats "$REPEATS"
+    for compiled in "" -compiled; do
+        if [ -n "$compiled" ] && [ "$DRY" = 1 ]; then
+            skip "pretrain-$arch$compiled" "dry run (compiling takes minutes on the CPU)"
+            continue
+        fi
+        step "pretrain-$arch$compiled" $([ -n "$compiled" ] && echo 240 || echo 100) \
+            "$PY" bench/pretrain_speed.py --device "$DEV" --preset "$PRESET" \
+            --architecture "$arch" --seq-len 128 --batch-size "$BATCH" --precisions "$PREC" \
+            --objectives mlm --steps "$STEPS" --repeats "$REPEATS" ${compiled:+--compile}
+    done
 done
 if [ -n "$CORPUS" ]; then
     rm -rf "$OUT/recipe"  # this script's own run of an earlier check

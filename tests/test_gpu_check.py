@@ -22,8 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "gpu_check.sh"
 WORDS = ("the a film story was good bad long short we they saw read it and but very quite "
          "river bank money water light dark house garden night morning").split()
-STEPS = ["env", "tests", "pretrain-bert", "pretrain-modern", "recipe", "heldout", "finetune",
-         "embed"]
+STEPS = ["env", "tests", "pretrain-bert", "pretrain-bert-compiled", "pretrain-modern",
+         "pretrain-modern-compiled", "recipe", "heldout", "finetune", "embed"]
+COMPILED = {"pretrain-bert-compiled", "pretrain-modern-compiled"}  # not in a dry run
 
 
 def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -69,14 +70,29 @@ def test_the_dry_run_runs_every_step_and_writes_one_folder(tmp_path):
     summary = (out / "summary.md").read_text()
     assert result.returncode == 0, summary + result.stderr[-2000:]
     for n, step in enumerate(STEPS, 1):
-        assert f"| {step} | ok |" in summary
-        assert (out / f"{n:02d}-{step}.log").is_file()
+        if step in COMPILED:
+            assert f"| {step} | skipped: dry run" in summary
+        else:
+            assert f"| {step} | ok |" in summary
+            assert (out / f"{n:02d}-{step}.log").is_file()
     assert "dry run on the CPU" in summary and "0 step(s) not ok" in summary
     speed = (out / "03-pretrain-bert.log").read_text()
     assert "bertkit" in speed and "transformers" in speed and "MFU" in speed
     assert (out / "recipe" / "model.safetensors").is_file()
-    heldout = (out / "06-heldout.log").read_text()
+    heldout = (out / "08-heldout.log").read_text()
     assert "accuracy" in heldout and heldout.count("bertkit.cli evaluate") == 2
+
+
+def test_only_runs_the_steps_it_names(tmp_path):
+    out = tmp_path / "check"
+    result = _run("--dry-run", "--out", str(out), "--data", str(tmp_path / "none"),
+                  "--only", "env,recipe", timeout=120)
+    summary = (out / "summary.md").read_text()
+    assert result.returncode == 0, summary + result.stderr[-2000:]
+    assert "| env | ok |" in summary and (out / "01-env.log").is_file()
+    assert "| recipe | skipped: no corpus" in summary  # asked for, but --data has none
+    for step in set(STEPS) - {"env", "recipe"}:
+        assert f"| {step} | skipped: not in --only |" in summary, step
 
 
 @pytest.mark.parametrize("args,message", [

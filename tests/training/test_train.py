@@ -269,11 +269,11 @@ def test_finite_batches_are_iterated_again_as_epochs(tmp_path, tiny):
 
 # Speed options give the plain path's results ---------------------------------------------------
 
-def _run(tiny, tmp_path, name, **cfg_changes):
+def _run(tiny, tmp_path, name, device="cpu", **cfg_changes):
     model = tiny.model()
     cfg = TrainConfig(max_steps=4, lr=1e-3, warmup_steps=0, log_every=4).replace(**cfg_changes)
     result = train(model, objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / name,
-                   save=tiny.no_save, show_progress=False)
+                   save=tiny.no_save, show_progress=False, device=device)
     return tiny.params(model), result
 
 
@@ -309,6 +309,18 @@ def test_bf16_autocast_tracks_fp32(tmp_path, tiny):
 def test_compile_equals_eager(tmp_path, tiny):
     eager, _ = _run(tiny, tmp_path, "eager")
     compiled, _ = _run(tiny, tmp_path, "compiled", compile=True)
+    for k in eager:
+        torch.testing.assert_close(eager[k], compiled[k], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_compile_equals_eager(tmp_path, tiny):
+    """What `pretrain` runs on a GPU by default (compiled) trains as the eager model does."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    cuda = torch.device("cuda")
+    eager, _ = _run(tiny, tmp_path, "eager", device=cuda)
+    compiled, _ = _run(tiny, tmp_path, "compiled", device=cuda, compile=True)
     for k in eager:
         torch.testing.assert_close(eager[k], compiled[k], atol=1e-5, rtol=1e-4)
 
