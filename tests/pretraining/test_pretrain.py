@@ -132,6 +132,23 @@ def test_on_a_gpu_the_step_never_syncs(prepared, tmp_path, cuda_sync_errors, arc
                   "--no-compile", *extra) == 0
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
+def test_on_a_gpu_the_compiled_step_never_syncs_once_compiled(prepared, tmp_path, monkeypatch,
+                                                               sync_debug_errors, architecture):
+    """`pretrain`'s default on a GPU: compiling waits for the device (Triton times its kernel
+    configurations on first use), the steps after it must not."""
+    import contextlib
+
+    from tests.conftest import _around_steps
+
+    calls = iter(range(1_000_000))  # two calls a step: gradients, then the update
+    _around_steps(monkeypatch, lambda: (sync_debug_errors() if next(calls) >= 6
+                                        else contextlib.nullcontext()))
+    assert _steps(prepared, tmp_path / "o", architecture, "mlm", "--device", "cuda",
+                  "--max-steps", "8", "--early-fraction", "0", "--compile") == 0  # one shape
+
+
 @pytest.mark.parametrize("architecture,hf_class", [("bert", "BertForPreTraining"),
                                                   ("modern", "ModernBertForMaskedLM")])
 def test_pretrain_cli_writes_a_hugging_face_directory_with_the_sbo_head_beside(
