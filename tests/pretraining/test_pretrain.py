@@ -136,8 +136,8 @@ def test_on_a_gpu_the_step_never_syncs(prepared, tmp_path, cuda_sync_errors, arc
 @pytest.mark.parametrize("architecture", ["bert", "modern"])
 def test_on_a_gpu_the_compiled_step_never_syncs_once_compiled(prepared, tmp_path, monkeypatch,
                                                                sync_debug_errors, architecture):
-    """`pretrain`'s default on a GPU: compiling waits for the device (Triton times its kernel
-    configurations on first use), the steps after it must not."""
+    """`pretrain`'s default on a GPU. Compiling may wait for the device (Triton times a
+    kernel's configurations on its first use); the steps after it must not."""
     import contextlib
 
     from tests.conftest import _around_steps
