@@ -161,7 +161,7 @@ step env 60 bash -c "nvidia-smi 2>/dev/null || echo 'no nvidia-smi'; $PY -c 'imp
 from bertkit.runtime import describe
 print(describe()); print(\"transformers\", transformers.__version__, \"cuda\", torch.version.cuda)'"
 # shellcheck disable=SC2086
-step tests 180 "$PY" -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors \
+step tests 180 "$PY" -m pytest -v --tb=line -m gpu -p no:cacheprovider --continue-on-collection-errors \
     $COLLECT tests
 for arch in bert modern; do
     step "pretrain-$arch" 150 "$PY" bench/pretrain_speed.py --device "$DEV" \
