@@ -250,6 +250,14 @@ def reads_are_free(t: torch.Tensor) -> bool:
     return t.device.type == "cpu"
 
 
+def compiles_for(device: torch.device) -> bool:
+    """Whether torch.compile can build kernels for `device` here: a GPU needs Triton, which
+    torch's Linux CUDA wheels bring and its Windows ones do not."""
+    import importlib.util
+
+    return device.type != "cuda" or importlib.util.find_spec("triton") is not None
+
+
 def resolve_device(name: str | torch.device = "auto") -> torch.device:
     """"auto": the CUDA device when there is one, else the CPU; any other name as
     `parse_device` reads it (a one-line UserError for a device this machine lacks)."""
@@ -258,5 +266,5 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     return parse_device(name)
 
 
-__all__ = ["DTYPES", "parse_device", "resolve_device", "reads_are_free", "physical_cores", "allocator",
+__all__ = ["DTYPES", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
            "keep_freed_memory", "describe", "cpu_name", "matmul_limit", "choose_precision"]

@@ -49,7 +49,7 @@ from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBa
 from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runlock import RunLock
-from bertkit.runtime import allocator, choose_precision, parse_device
+from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.loop import TrainResult, check_config, train
 from bertkit.training.settings import run_settings, settings_block
@@ -82,9 +82,9 @@ class PretrainSchedule(TrainConfig):
     measured at start to multiply bf16 faster than fp32), else fp32; or "fp32", "bf16",
     "fp16" (GPU, loss scaling)."""
     compile: bool | None = None
-    """Run the model through torch.compile. Unset: on a CUDA GPU, where it fuses the
-    memory-bound kernels between the matmuls (docs/gpu.md), and off on the CPU, where it was
-    measured slower. Its first steps compile (a minute or so)."""
+    """Run the model through torch.compile. Unset: on a CUDA GPU with Triton, where it fuses
+    the memory-bound kernels between the matmuls (docs/gpu.md), and off on the CPU, where it
+    was measured slower. Its first steps compile (a minute or so)."""
 
 
 def _shape(opts: PretrainOptions) -> str:
@@ -481,7 +481,7 @@ def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
         opts = dataclasses.replace(opts, train=opts.train.replace(precision=precision))
     if opts.train.compile is None:
         opts = dataclasses.replace(opts, train=opts.train.replace(
-            compile=device.type == "cuda"))
+            compile=device.type == "cuda" and compiles_for(device)))
     if opts.device is None and world == 1:  # under torchrun each rank takes its LOCAL_RANK GPU
         opts = dataclasses.replace(opts, device=str(device))
     return opts, why

@@ -74,7 +74,7 @@ from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
 from bertkit.progress import Progress
 from bertkit.runlock import LOCK_FILE, RunLock
-from bertkit.runtime import bf16_warning, choose_precision, resolve_device
+from bertkit.runtime import bf16_warning, choose_precision, compiles_for, resolve_device
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
@@ -364,6 +364,9 @@ def check_config(cfg: TrainConfig, device: torch.device) -> None:
     UserError: callers run it before they print or measure anything."""
     if cfg.precision == "fp16" and device.type != "cuda":
         raise UserError("fp16 needs a GPU; use bf16 on the CPU")
+    if cfg.compile and not compiles_for(device):
+        raise UserError("--compile on a GPU needs Triton (pip install triton), or train with "
+                        "--no-compile")
     if dist.is_available() and dist.is_initialized() and cfg.grad_accum_final is not None \
             and cfg.max_steps is None:
         # each rank's clock differs: the ranks would disagree on the micro-batches per step

@@ -2,6 +2,7 @@
 run killed with kill -9 and resumed equals an uninterrupted one, the CLI and its bad input."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -408,17 +409,31 @@ def test_the_run_records_its_settings_and_its_command_reproduces_it(prepared, tm
         assert torch.equal(a[k], b[k]), k
 
 
-def test_compile_unset_is_on_for_a_cuda_device_only_and_a_given_choice_stays(tmp_path):
+@pytest.mark.parametrize("triton", [True, False])
+def test_compile_unset_is_on_for_a_cuda_device_with_triton_and_a_given_choice_stays(
+        tmp_path, monkeypatch, triton):
+    from bertkit.files import UserError
     from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, resolve
+    from bertkit.training.loop import check_config
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        (object() if triton else None) if name == "triton" else real(name, *a)))
 
     def compiles(device: str, given: bool | None) -> bool:
         opts = PretrainOptions(data=tmp_path, out=tmp_path / "o", preset="tiny",
                                train=PretrainSchedule(max_steps=1, precision="fp32",
-                                                        compile=given))
+                                                      compile=given))
         return resolve(opts, torch.device(device))[0].train.compile
 
-    assert (compiles("cuda", None), compiles("cpu", None)) == (True, False)
-    assert (compiles("cuda", False), compiles("cpu", True)) == (False, True)
+    assert compiles("cuda", None) is triton
+    assert (compiles("cuda", False), compiles("cpu", True), compiles("cpu", None)) == (
+        False, True, False)
+    asked = PretrainSchedule(max_steps=1, compile=True)
+    check_config(asked, torch.device("cpu"))  # inductor's C++ backend
+    if not triton:
+        with pytest.raises(UserError, match="needs Triton"):
+            check_config(asked, torch.device("cuda"))
 
 
 def test_a_finished_run_is_extended_by_resume_with_more_steps(prepared, tmp_path, capsys):
