@@ -18,7 +18,8 @@ paths in tests/model/test_model.py, the fused loss in tests/pretraining/test_obj
 * `vocab_cross_entropy`: the vocabulary projection and the cross-entropy fused, the gradient
   made in the forward pass (`objectives.vocab_terms` uses it when gradients are wanted).
 
-On a GPU the first two fall back to the fused kernels (F.dropout, SDPA), which are already fast.
+On a GPU the first two fall back to the fused kernels (F.dropout, SDPA), which are already fast,
+and so does the dropout under torch.compile, which fuses F.dropout's mask itself.
 This module imports nothing from the model: the modules reach it, not the other way round.
 """
 from __future__ import annotations

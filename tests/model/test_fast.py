@@ -126,6 +126,17 @@ def test_dropout_keeps_each_value_with_probability_1_minus_p(p):
     assert abs(agree - ((1 - p) ** 2 + p ** 2)) < 0.02
 
 
+def test_under_compile_dropout_is_f_dropout(monkeypatch):
+    """torch.compile cannot trace the packed mask's in-place draw (a graph break); inductor
+    fuses F.dropout's own, so compiled code gets F.dropout: the same mask for the same seed."""
+    x = torch.randn(8, 33)
+    torch.manual_seed(1)
+    expected = F.dropout(x, 0.1, True)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    torch.manual_seed(1)
+    torch.testing.assert_close(packed_dropout(x, 0.1, True), expected)
+
+
 @pytest.mark.parametrize("causal,padded", [(False, False), (False, True), (True, False),
                                            (True, True)])
 def test_attention_with_dropout_is_sdpa_math(causal, padded):
