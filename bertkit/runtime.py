@@ -252,10 +252,14 @@ def reads_are_free(t: torch.Tensor) -> bool:
 
 def compiles_for(device: torch.device) -> bool:
     """Whether torch.compile can build kernels for `device` here: a GPU needs Triton, which
-    torch's Linux CUDA wheels bring and its Windows ones do not."""
+    torch's Linux CUDA wheels bring and its Windows ones do not; the CPU a C++ compiler."""
     import importlib.util
+    import shutil
 
-    return device.type != "cuda" or importlib.util.find_spec("triton") is not None
+    if device.type == "cuda":
+        return importlib.util.find_spec("triton") is not None
+    compilers = [os.environ.get("CXX", ""), "c++", "g++", "clang++", "cl"]
+    return any(name and shutil.which(name) for name in compilers)
 
 
 def resolve_device(name: str | torch.device = "auto") -> torch.device:

@@ -366,7 +366,9 @@ def check_config(cfg: TrainConfig, device: torch.device) -> None:
         raise UserError("fp16 needs a GPU; use bf16 on the CPU")
     if cfg.compile and not compiles_for(device):
         raise UserError("--compile on a GPU needs Triton (pip install triton), or train with "
-                        "--no-compile")
+                        "--no-compile" if device.type == "cuda" else
+                        "--compile on the CPU needs a C++ compiler (g++ or clang++ on the PATH, "
+                        "or $CXX), or train with --no-compile")
     if dist.is_available() and dist.is_initialized() and cfg.grad_accum_final is not None \
             and cfg.max_steps is None:
         # each rank's clock differs: the ranks would disagree on the micro-batches per step

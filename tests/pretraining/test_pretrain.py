@@ -430,10 +430,25 @@ def test_compile_unset_is_on_for_a_cuda_device_with_triton_and_a_given_choice_st
     assert (compiles("cuda", False), compiles("cpu", True), compiles("cpu", None)) == (
         False, True, False)
     asked = PretrainSchedule(max_steps=1, compile=True)
-    check_config(asked, torch.device("cpu"))  # inductor's C++ backend
     if not triton:
         with pytest.raises(UserError, match="needs Triton"):
             check_config(asked, torch.device("cuda"))
+
+
+def test_compile_on_a_cpu_without_a_cpp_compiler_is_one_line(monkeypatch):
+    import shutil
+
+    from bertkit.files import UserError
+    from bertkit.config import TrainConfig
+    from bertkit.training.loop import check_config
+
+    asked = TrainConfig(max_steps=1, compile=True)
+    check_config(asked, torch.device("cpu"))  # this machine has one
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(UserError, match="needs a C\\+\\+ compiler"):
+        check_config(asked, torch.device("cpu"))
+    check_config(TrainConfig(max_steps=1), torch.device("cpu"))  # not asked: no check
 
 
 def test_a_finished_run_is_extended_by_resume_with_more_steps(prepared, tmp_path, capsys):
