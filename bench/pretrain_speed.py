@@ -239,10 +239,9 @@ def main() -> None:
                     continue
                 rates = run(cfg, objective, precision, B, T, args.steps, args.repeats, device,
                             args.compile in ("both", name))
-                if name == "transformers":  # as it runs, then its model alone
-                    rates = {"transformers": rates["inline"], "collated ahead": rates["ahead"]}
-                for label, values in (rates.items() if isinstance(rates, dict)
-                                      else [(name, rates)]):
+                rows = ({"transformers": rates["inline"], "collated ahead": rates["ahead"]}
+                        if name == "transformers" else {name: rates})  # as run, model alone
+                for label, values in rows.items():
                     medians[label] = statistics.median(values)
                     mfu = medians[label] * flops / 1e9 / limits[precision]
                     ratio = (f"{medians['bertkit'] / medians[label]:.2f}x"

@@ -365,10 +365,10 @@ def check_config(cfg: TrainConfig, device: torch.device) -> None:
     if cfg.precision == "fp16" and device.type != "cuda":
         raise UserError("fp16 needs a GPU; use bf16 on the CPU")
     if cfg.compile and not compiles_for(device):
-        raise UserError("--compile on a GPU needs Triton (pip install triton), or train with "
-                        "--no-compile" if device.type == "cuda" else
-                        "--compile on the CPU needs a C++ compiler (g++ or clang++ on the PATH, "
-                        "or $CXX), or train with --no-compile")
+        needs = ("Triton (pip install triton)" if device.type == "cuda" else
+                 "a C++ compiler (g++ or clang++ on the PATH, or $CXX)")
+        where = "a GPU" if device.type == "cuda" else "the CPU"
+        raise UserError(f"--compile on {where} needs {needs}, or train with --no-compile")
     if dist.is_available() and dist.is_initialized() and cfg.grad_accum_final is not None \
             and cfg.max_steps is None:
         # each rank's clock differs: the ranks would disagree on the micro-batches per step

@@ -127,8 +127,8 @@ def test_the_step_never_makes_the_host_wait(prepared, tmp_path, step_syncs, arch
 @pytest.mark.parametrize("architecture,objective,extra", STEPS)
 def test_on_a_gpu_the_step_never_syncs(prepared, tmp_path, cuda_sync_errors, architecture,
                                        objective, extra):
-    """The eager step (--no-compile); the compiled step, a GPU's default, is not held to
-    this yet (docs/gpu.md, "Not reached, and why")."""
+    """The eager step (--no-compile); the compiled step, a GPU's default, has its own test
+    below (docs/gpu.md, "The goals, and what is left")."""
     assert _steps(prepared, tmp_path / "o", architecture, objective, "--device", "cuda",
                   "--no-compile", *extra) == 0
 
