@@ -7,7 +7,9 @@ Both sides train the same configuration on the same random token ids with 15% ma
 afresh every step (80/10/10):
 - bertkit: `bertkit.training.loop.train` (the real loop: fused AdamW, clipping, logging) with the MLM
   or MLM+NSP objective, predicting only the masked positions; masking is done per step inside
-  the timed loop by a vectorised function (the data side's job).
+  the timed loop by a vectorised function (the data side's job), shaped as the data side's
+  batches: the same count in every row, a prediction buffer of one size (so a compiled step
+  compiles once, as in `pretrain`).
 - transformers: `BertForMaskedLM` / `BertForPreTraining` (attn_implementation="sdpa") fed by
   `DataCollatorForLanguageModeling`, a plain loop with the same fused AdamW and clipping. Its
   repeats alternate two ways: the collator in the loop, as a script or `Trainer` (no loader
@@ -62,18 +64,31 @@ def token_stream(vocab: int, B: int, T: int, seed: int):
         yield ids, segments, g
 
 
+def predictions_per_row(T: int, rate: float) -> int:
+    """Targets in each row, counted as the data side does: `rate` of its non-special tokens
+    (all but [CLS] and two [SEP])."""
+    return max(1, round((T - 3) * rate))
+
+
 def bertkit_batches(vocab: int, B: int, T: int, seed: int, rate: float = 0.15):
-    """Dynamic 80/10/10 masking of `rate` of the non-special tokens, vectorised."""
+    """Dynamic 80/10/10 masking, vectorised, shaped as the data side's batches: an exact count
+    per row and a prediction buffer of one size all run (a multiple of 8, the rest -100), so
+    that a compiled step compiles once, as it does in `pretrain`."""
+    k = predictions_per_row(T, rate)
+    size = 8 * -(-B * k // 8)
     for ids, segments, g in token_stream(vocab, B, T, seed):
         special = (ids == CLS) | (ids == SEP)
-        chosen = (torch.rand(B, T, generator=g) < rate) & ~special
-        positions = chosen.flatten().nonzero().squeeze(1)  # [N]
-        labels = ids.flatten()[positions]
+        scores = torch.rand(B, T, generator=g).masked_fill(special, -1.0)
+        chosen = scores.topk(k, dim=1).indices + T * torch.arange(B)[:, None]
+        chosen = chosen.flatten().sort().values  # [B*k], in order as the data side's
         inputs = ids.flatten().clone()
-        r = torch.rand(positions.numel(), generator=g)
-        inputs[positions[r < 0.8]] = MASK
-        swap = positions[(r >= 0.8) & (r < 0.9)]
+        r = torch.rand(chosen.numel(), generator=g)
+        inputs[chosen[r < 0.8]] = MASK
+        swap = chosen[(r >= 0.8) & (r < 0.9)]
         inputs[swap] = torch.randint(1000, vocab, (swap.numel(),), generator=g)
+        positions = torch.zeros(size, dtype=torch.long)
+        labels = torch.full((size,), -100, dtype=torch.long)
+        positions[:chosen.numel()], labels[:chosen.numel()] = chosen, ids.flatten()[chosen]
         # no attention_mask: every row is full, and the data side leaves the mask out of full
         # batches (on a GPU a given mask is used, which keeps SDPA off FlashAttention)
         yield {"input_ids": inputs.view(B, T), "token_type_ids": segments,
@@ -224,7 +239,7 @@ def main() -> None:
     limits = {p: matmul_limit(DTYPES[p], device)
               for p in args.precisions.split(",")}  # bf16 emulated takes seconds a product
     print("matmul limit: " + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in limits.items()))
-    flops = model_flops_per_token(cfg, T, mask_rate(cfg))
+    flops = model_flops_per_token(cfg, T, predictions_per_row(T, mask_rate(cfg)) / T)
     print(f"model: {args.preset} ({args.architecture}) L{cfg.num_layers}/H{cfg.hidden_size}, "
           f"seq {T}, batch {B}, "
           f"{flops / 1e6:.1f} MFLOP per token (training, sparse head)"
