@@ -6,8 +6,8 @@
 #
 # Steps (each with its own time limit and log, DIR/NN-name.log; DIR/summary.md lists them all):
 #   env              the machine: GPU, driver, torch, CPU
-#   tests            the tests marked `gpu` (`pytest -m gpu`): no host sync in a training step or
-#                    an embedding batch, on CUDA
+#   tests            the tests marked `gpu` (`pytest -m gpu`, four workers with pytest-xdist): no
+#                    host sync in a training step or an embedding batch, on CUDA
 #   pretrain-bert    bench/pretrain_speed.py: `base`, seq 128, bf16, masked LM, bertkit against
 #                    transformers' BertForMaskedLM in the same process, tokens/s and MFU, each
 #                    side as it runs by default: bertkit compiled, as `pretrain` is on a GPU,
@@ -149,12 +149,14 @@ if [ "$DRY" = 1 ]; then
     DEV=cpu PRESET=tiny BATCH=8 STEPS=1 REPEATS=1 PREC=fp32 COMPILE=none
     RECIPE="--max-steps 5 --preset tiny"
     FT="--steps 1 --repeats 1 --sentences 32" EMB="--sentences 64 --repeats 1 --precision fp32"
-    COLLECT=--collect-only  # the suite runs these tests itself; here: that they are found
+    PYTEST_ARGS=--collect-only  # the suite runs these tests itself; here: that they are found
 else
     DEV=cuda PRESET=base BATCH=256 STEPS=10 REPEATS=3 PREC=bf16 COMPILE=bertkit
     RECIPE="--max-time $MINUTES"
     FT="--steps 20 --repeats 2 --sentences 1024" EMB="--sentences 4000 --repeats 3"
-    COLLECT=
+    PYTEST_ARGS=
+    # four workers share the GPU: the three compiling tests and the CUDA start-ups overlap
+    "$PY" -c "import xdist" 2>/dev/null && PYTEST_ARGS="-n 4"
 fi
 
 step env 60 bash -c "nvidia-smi 2>/dev/null || echo 'no nvidia-smi'; $PY -c 'import torch, transformers
@@ -162,7 +164,7 @@ from bertkit.runtime import describe
 print(describe()); print(\"transformers\", transformers.__version__, \"cuda\", torch.version.cuda)'"
 # shellcheck disable=SC2086
 step tests 180 "$PY" -m pytest -v --tb=line -m gpu -p no:cacheprovider --continue-on-collection-errors \
-    $COLLECT tests
+    $PYTEST_ARGS tests
 for arch in bert modern; do
     step "pretrain-$arch" 150 "$PY" bench/pretrain_speed.py --device "$DEV" \
         --preset "$PRESET" --architecture "$arch" --seq-len 128 --batch-size "$BATCH" \
