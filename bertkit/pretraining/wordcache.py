@@ -22,7 +22,7 @@ import numpy as np
 import tokenizers
 
 from bertkit.text.sentences import sentence_ends, word_flags
-from bertkit.text.tokenizer import PLAIN_QUOTES
+from bertkit.text.quotes import PLAIN_QUOTES
 
 CACHED_WORD_CHARS = 48
 

@@ -10,8 +10,8 @@ Two kinds of vocabulary, one interface:
   `##` marks a piece that continues a word.
 - SentencePiece-Unigram, XLM-R style: NFKC, whitespace becomes part of the piece (`▁`).
 
-A vocabulary bertkit trains reads typographic quotes as plain ones (`PLAIN_QUOTES`: ‘ ’ as
-', “ ” as "), as a step of its normalizer that tokenizer.json carries: the same apostrophe
+A vocabulary bertkit trains reads typographic quotes as plain ones (`bertkit.text.quotes`: ‘ ’
+as ', “ ” as "), as a step of its normalizer that tokenizer.json carries: the same apostrophe
 typed two ways is one piece, so "don’t" and "don't" are the same pieces.
 
 Both use BERT's special-token names [PAD] [UNK] [CLS] [SEP] [MASK] so the rest of bertkit
@@ -34,14 +34,11 @@ import torch
 from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors
 
 from bertkit.files import UserError, atomic_dir, read_json, read_lines
+from bertkit.text.quotes import has_plain_quotes, quote_steps
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 """In this order they take ids 0..4 in a trained vocabulary ([PAD] = 0 = config pad_token_id)."""
-PLAIN_QUOTES = (("[\u2018\u2019\u201a\u201b]", "'"),
-                ("[\u201c\u201d\u201e\u201f]", '"'))
-"""(pattern, replacement) of the normalizer steps that read typographic quotes as plain ones:
-‘ ’ ‚ ‛ as ', “ ” „ ‟ as " (one character for one, so offsets still point into the text)."""
 TRUNCATION = ("longest_first", "only_first", "only_second")
 PADDING = ("longest", "max_length")
 
@@ -174,20 +171,6 @@ def bert_pipeline(backend: tokenizers.Tokenizer, *, lowercase: bool = True,
     backend.decoder = decoders.WordPiece(prefix="##")
 
 
-def quote_steps() -> list[normalizers.Normalizer]:
-    """The normalizer steps of `PLAIN_QUOTES`."""
-    return [normalizers.Replace(tokenizers.Regex(pattern), plain)
-            for pattern, plain in PLAIN_QUOTES]
-
-
-def _has_plain_quotes(normalizer: dict) -> bool:
-    """Whether a tokenizer.json normalizer holds the steps of `PLAIN_QUOTES`."""
-    steps = normalizer.get("normalizers", [normalizer])
-    patterns = {(step.get("pattern", {}).get("Regex"), step.get("content"))
-                for step in steps if step.get("type") == "Replace"}
-    return set(PLAIN_QUOTES) <= patterns
-
-
 def add_special_tokens(backend: tokenizers.Tokenizer, *, mask_lstrip: bool = False) -> None:
     """Make the specials atomic in raw text: "[MASK]" is one token, never normalized or split.
 
@@ -273,7 +256,7 @@ class Tokenizer:
                 # BertTokenizerFast rebuilds its normalizer from these flags when present;
                 # the quote steps, where the file has them, stay in front of it.
                 bert_pipeline(backend, **_bert_flags(config),
-                              plain_quotes=_has_plain_quotes(spec.get("normalizer") or {}))
+                              plain_quotes=has_plain_quotes(spec.get("normalizer") or {}))
             return cls(backend, model_max_length=max_length, source=str(p / "tokenizer.json"))
         if (p / "vocab.txt").is_file():
             if not str(config.get("tokenizer_class", "BertTokenizer")).startswith("Bert"):
@@ -354,8 +337,8 @@ class Tokenizer:
 
     @property
     def plain_quotes(self) -> bool:
-        """Whether typographic quotes are read as plain ones (`PLAIN_QUOTES`)."""
-        return _has_plain_quotes(self._normalizer)
+        """Whether typographic quotes are read as plain ones (`bertkit.text.quotes`)."""
+        return has_plain_quotes(self._normalizer)
 
     def id_to_token(self, id: int) -> str | None:
         return self._backend.id_to_token(id)

@@ -42,8 +42,9 @@ from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
 from bertkit.files import UserError, check_not_input
 from bertkit.progress import Progress
 from bertkit.text.sources import Source, expand_one, paragraphs
+from bertkit.text.quotes import quote_steps
 from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_tokens,
-                                    bert_pipeline, bert_template, quote_steps)
+                                    bert_pipeline, bert_template)
 
 KINDS = ("wordpiece", "unigram")
 
