@@ -38,7 +38,7 @@ class PrepareOptions:
     heldout: float = 0.01
     """Share of documents held out for evaluation."""
     workers: int | None = None
-    """Tokenizing processes; none: all cores for 16 MB of text or more, else 1."""
+    """Tokenizing processes; none: all cores for 8 MB of text or more, else 1."""
     shard_tokens: int = 1 << 22
     """Tokens per shard; memory grows with it, not with the corpus."""
     quiet: bool = False

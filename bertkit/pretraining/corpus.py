@@ -91,7 +91,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     heldout_fraction: share of documents kept out of training, scattered through the corpus
     (see `_plan_documents`); a corpus of one document gives the last lines of it.
     shard_tokens: a shard is closed once it holds at least this many tokens. workers:
-    tokenizing processes; 1 = in this process; default: all cores from 16 MB of text on
+    tokenizing processes; 1 = in this process; default: all cores from 8 MB of text on
     (below that, starting processes and filling their word caches costs more than it saves). chunk_bytes: text sent to
     a worker at a time. cache_words: distinct words cached per worker.
     """
@@ -283,7 +283,7 @@ def _prepare(sources, text_bytes, tokenizer, out: Path, plan: dict, fingerprint:
     writer = ShardWriter(out / "shards", len(shards), dtype, plan["shard_tokens"], heldout,
                           tokenizer.vocab_size)
     if workers is None:
-        workers = os.cpu_count() or 1 if meter.total - meter.done >= 16_000_000 else 1
+        workers = os.cpu_count() or 1 if meter.total - meter.done >= 8_000_000 else 1
     for chunk_result, end in tokenize_chunks(reader, tokenizer_json, fast, dtype, workers,
                                              cache_words, local=probe if fast else None):
         meter.update(bytes_before(end), tokens=len(chunk_result[0]))
