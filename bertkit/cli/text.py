@@ -22,7 +22,11 @@ class TokenizerExtendOptions:
     model: Path
     """Model directory (bertkit or Hugging Face BERT / ModernBERT, with its tokenizer)."""
     input: list[Path]
-    """The domain's text files (plain text): the words are counted there."""
+    """The domain's text, where the words are counted: files, folders, globs (quoted) or
+    `datasets` directories, in any format `prepare` reads (plain text, JSONL, Parquet, Arrow;
+    compressed or not)."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row that holds the text."""
     add: int
     """Words to add: those that save the most pieces, count x (pieces - 1)."""
     out: Path = field(metadata={"output": "directory"})
@@ -38,7 +42,8 @@ def run_tokenizer_extend(opts: TokenizerExtendOptions) -> int:
     from bertkit.text.extend import describe
 
     result = extend_vocabulary(opts.model, opts.input, opts.add, opts.out,
-                               min_count=opts.min_count, progress=not opts.quiet)
+                               min_count=opts.min_count, text_field=opts.text_field,
+                               progress=not opts.quiet)
     (before, after), (was, now) = result.vocab_size, result.pieces
     print(f"{opts.out}: {len(result.words):,} words added to the {result.tokenizer.kind} "
           f"vocabulary (ids {result.first_id:,}-{result.first_id + len(result.words) - 1:,}; "

@@ -22,10 +22,11 @@ from typing import Sequence
 import torch
 from safetensors.torch import save_file
 
-from bertkit.files import UserError, atomic_dir, check_not_input, read_json, require_file
+from bertkit.files import UserError, atomic_dir, check_not_input, read_json
 from bertkit.model.hub import load_config, load_weights, resolve_model
 from bertkit.text.extend import (NewWord, check_extendable, check_request, choose_words,
                                  count_words, domain_pieces, extend_tokenizer)
+from bertkit.text.sources import expand
 from bertkit.text.tokenizer import Tokenizer, check_fits
 
 VOCABULARY_ROWS = re.compile(r"(word_embeddings|tok_embeddings)\.weight$"
@@ -75,10 +76,12 @@ def grow_rows(weights: dict[str, torch.Tensor], names: Sequence[str], size: int,
 
 
 def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
-                      out: str | Path, *, min_count: int = 2,
+                      out: str | Path, *, min_count: int = 2, text_field: str = "text",
                       progress: bool = True) -> Extension:
-    """Add to the model directory `model` the `add` words of the text `files` that save the
+    """Add to the model directory `model` the `add` words of the domain text that save the
     most pieces (seen at least `min_count` times), with their rows, and save it to `out`.
+    `files`: files, folders, globs or `datasets` directories in any format `prepare` reads
+    (`bertkit.text.sources`); `text_field` names the text of a JSON line or a table row.
 
     Every input is checked before the text is read; `out` appears whole or not at all.
     """
@@ -90,15 +93,16 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
     check_extendable(tokenizer, path)
     if not files:
         raise UserError("no domain text given (--input)")
-    files = [require_file(f, "domain text") for f in files]
-    check_not_input(out, [path, *files], names=["--model"] + ["--input"] * len(files))
+    sources = expand(files, text_field, "domain text")
+    check_not_input(out, [path, *(s.path for s in sources)],
+                    names=["--model"] + ["--input"] * len(sources))
     weights = load_weights(path)
     names = vocabulary_weights(weights, config.vocab_size, path)
-    counts = count_words(tokenizer, files, progress)
+    counts = count_words(tokenizer, sources, progress)
     words = choose_words(tokenizer, counts, add, min_count)
     if not words:
-        raise UserError(f"{files[0]}: no word seen {min_count}+ times is split into several "
-                        f"pieces by the tokenizer: nothing to add")
+        raise UserError(f"{sources[0].path}: no word seen {min_count}+ times is split into "
+                        f"several pieces by the tokenizer: nothing to add")
     grown = extend_tokenizer(tokenizer, words)
     size = max(config.vocab_size, grown.vocab_size)
     weights = grow_rows(weights, names, size, [w.pieces for w in words], tokenizer.vocab_size)

@@ -35,8 +35,9 @@ from typing import Sequence
 
 import tokenizers
 
-from bertkit.files import UserError, read_lines
+from bertkit.files import UserError
 from bertkit.progress import Progress
+from bertkit.text.sources import Source, paragraphs
 from bertkit.text.tokenizer import UNK, Tokenizer
 
 MARGIN = 1.0
@@ -61,20 +62,22 @@ class NewWord:
         return self.count * (len(self.pieces) - 1)
 
 
-def count_words(tokenizer: Tokenizer, files: Sequence[str | Path],
+def count_words(tokenizer: Tokenizer, sources: Sequence[Source],
                 progress: bool = True) -> Counter:
-    """How often each word (as the vocabulary reads it) occurs in the text files."""
+    """How often each word (as the vocabulary reads it) occurs in the domain text: `sources`
+    as `bertkit.text.sources.expand` gives them, in any format `prepare` reads (of JSON lines
+    and tables, the text field alone)."""
     backend = tokenizer.backend
     normalize = backend.normalizer.normalize_str if backend.normalizer else (lambda s: s)
     split = backend.pre_tokenizer.pre_tokenize_str if backend.pre_tokenizer \
         else (lambda s: [(w, None) for w in s.split()])
     counts: Counter = Counter()
-    report = Progress("counting words", None, "lines", counts=("words",), enabled=progress)
-    for path in files:
-        for _, line in read_lines(path, "domain text"):
-            words = [w for w, _ in split(normalize(line))]
-            counts.update(words)
-            report.update(add=1, words=len(words))
+    report = Progress("counting words", None, "paragraphs", counts=("words",),
+                      enabled=progress)
+    for paragraph in paragraphs(sources):
+        words = [w for w, _ in split(normalize(paragraph))]
+        counts.update(words)
+        report.update(add=1, words=len(words))
     report.finish()
     return counts
 

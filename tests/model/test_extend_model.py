@@ -147,6 +147,36 @@ def test_command_line_end_to_end(tmp_path, capsys):
         .shape[0] == hub.load_config(out).vocab_size == 93
 
 
+def test_the_domain_text_comes_in_any_shape_prepare_reads(tmp_path, capsys):
+    """Gzipped JSON lines by a glob, the text in --text-field: the words counted are those of
+    the field alone (the other fields' numbers and names are no words of the domain), the
+    same as from the text as a plain file."""
+    import gzip
+    import json
+
+    source = _model_dir(tmp_path, "bert", "wordpiece")
+    lines = _domain(tmp_path / "d.txt").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "j").mkdir()
+    for part in (0, 1):
+        with gzip.open(tmp_path / "j" / f"part{part}.jsonl.gz", "wt", encoding="utf-8") as f:
+            for i, line in enumerate(lines[part::2]):
+                f.write(json.dumps({"body": line, "score": 0.557894737 + i,
+                                    "kalomérian": "tsubezoqué"}) + "\n")
+    printed = []
+    for out, given in (("plain", [str(tmp_path / "d.txt")]),
+                       ("json", [str(tmp_path / "j" / "*.jsonl.gz"), "--text-field", "body"])):
+        assert main(["tokenizer", "extend", "--model", str(source), "--input", *given,
+                     "--add", "4", "--out", str(tmp_path / out), "--quiet"]) == 0
+        printed.append(capsys.readouterr().out.split(": ", 1)[1])
+    assert printed[0] == printed[1]
+    assert "557894737" not in printed[1] and "score" not in printed[1]
+    assert main(["tokenizer", "extend", "--model", str(source), "--input",
+                 str(tmp_path / "j"), "--add", "4", "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert 'part0.jsonl.gz:1: no field "text"' in err and "--text-field" in err
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize("args,message", [
     (["--input", "missing.txt"], "missing.txt: domain text does not exist"),
     (["--add", "0"], "--add must be at least 1"),

@@ -9,6 +9,7 @@ import pytest
 
 from bertkit.files import UserError
 from bertkit.text.extend import choose_words, count_words, domain_pieces, extend_tokenizer
+from bertkit.text.sources import expand
 from bertkit.text.tokenizer import SPECIAL_TOKENS, Tokenizer
 from bertkit.text.vocab import train_tokenizer
 
@@ -28,7 +29,7 @@ def by_hand(tmp_path):
 
 def test_choice_equals_the_count_by_hand(by_hand):
     tok, domain = by_hand
-    counts = count_words(tok, [domain], progress=False)
+    counts = count_words(tok, expand([domain]), progress=False)
     assert counts == {"the": 1, "filmgoer": 2, "liked": 1, "films": 2, ".": 1, ",": 1,
                       "filmgoers": 1, "and": 1, "zzz": 2}
     # pieces: filmgoer = film ##goer (2), films = film ##s (2), zzz = z ##z ##z (3),
@@ -47,7 +48,7 @@ def test_choice_equals_the_count_by_hand(by_hand):
 
 def test_new_words_are_one_token_and_old_pieces_stay(by_hand):
     tok, domain = by_hand
-    words = choose_words(tok, count_words(tok, [domain], progress=False), add=3)
+    words = choose_words(tok, count_words(tok, expand([domain]), progress=False), add=3)
     grown = extend_tokenizer(tok, words)
     V = tok.vocab_size
     assert grown.vocab_size == V + 3
@@ -85,7 +86,7 @@ def test_trained_vocabulary_grows_by_whole_words(tmp_path, kind):
     tok = train_tokenizer([_corpus(tmp_path / "c.txt")], vocab_size=90 if kind == "unigram"
                           else 80, kind=kind, progress=False)
     domain = _domain(tmp_path / "d.txt")
-    counts = count_words(tok, [domain], progress=False)
+    counts = count_words(tok, expand([domain]), progress=False)
     words = choose_words(tok, counts, add=5)
     assert len(words) == 5 and all(len(w.pieces) > 1 for w in words)
     assert all(words[i].saving >= words[i + 1].saving for i in range(4))
@@ -106,7 +107,7 @@ def test_unigram_words_gather_the_punctuation_they_carry(tmp_path):
     tok = train_tokenizer([_corpus(tmp_path / "c.txt")], vocab_size=90, kind="unigram",
                           progress=False)
     domain = _write_lines(tmp_path / "d.txt", ["Kalomérian. kalomérian, kalomérian", "(ka☃"])
-    counts = count_words(tok, [domain], progress=False)
+    counts = count_words(tok, expand([domain]), progress=False)
     assert counts == {"\u2581kalomerian.": 1, "\u2581kalomerian,": 1, "\u2581kalomerian": 1,
                       "\u2581(ka☃": 1}
     words = choose_words(tok, counts, add=5, min_count=3)
@@ -129,7 +130,7 @@ def test_extended_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, by_hand):
         tok = train_tokenizer([_corpus(tmp_path / "c.txt")], vocab_size=90, kind=kind,
                               progress=False)
         domain = _domain(tmp_path / "d.txt")
-    words = choose_words(tok, count_words(tok, [domain], progress=False), add=4)
+    words = choose_words(tok, count_words(tok, expand([domain]), progress=False), add=4)
     grown = extend_tokenizer(tok, words)
     grown.save(tmp_path / "tok")
     hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
@@ -144,14 +145,14 @@ def test_extended_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, by_hand):
 
 def test_bad_requests(by_hand, tmp_path):
     tok, domain = by_hand
-    counts = count_words(tok, [domain], progress=False)
+    counts = count_words(tok, expand([domain]), progress=False)
     with pytest.raises(UserError, match="--add must be at least 1"):
         choose_words(tok, counts, add=0)
     with pytest.raises(UserError, match="--min-count must be at least 1"):
         choose_words(tok, counts, add=3, min_count=0)
     (tmp_path / "bad.txt").write_bytes(b"films\n\xff zzz\n")
     with pytest.raises(UserError, match=r"bad.txt:2: not UTF-8"):
-        count_words(tok, [tmp_path / "bad.txt"], progress=False)
+        count_words(tok, expand([tmp_path / "bad.txt"]), progress=False)
     (tmp_path / "twice.txt").write_text("\n".join(PIECES + ["the"]) + "\n", encoding="utf-8")
     twice = Tokenizer.from_vocab(tmp_path / "twice.txt")  # "the" keeps its last id
     with pytest.raises(UserError, match="ids have gaps"):
