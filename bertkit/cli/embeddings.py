@@ -28,7 +28,8 @@ def _standardizer(path: Path | None):
 @dataclass(kw_only=True)
 class EmbedFiles:
     input: Path
-    """UTF-8 text file, one text per line (a tab separates a pair); "-": standard input."""
+    """UTF-8 text file, one text per line (a tab separates a pair); or JSON lines, Parquet or
+    Arrow, one text per record (its --text-field); compressed or not; "-": standard input."""
     out: Path
     """Output .npy file; its index goes to OUT.index.jsonl."""
 
@@ -65,7 +66,10 @@ def run_sentence_model(files: SentenceModelFiles, pooling, encoder) -> int:
 @dataclass(kw_only=True)
 class AnisotropyOptions:
     input: Path
-    """UTF-8 text, one sentence or paragraph a line."""
+    """UTF-8 text, one sentence or paragraph a line; or JSON lines, Parquet or Arrow, one
+    text per record (its --text-field); compressed or not."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row that holds the text."""
     layers: str = "all"
     """"all", "last4" or e.g. 0,3,6."""
     sentences: int = 1000
@@ -102,7 +106,7 @@ def run_anisotropy(opts: AnisotropyOptions, encoder) -> int:
         raise UserError("--fit-standardizer fits a new standardizer; --standardizer applies an "
                         "existing one: give one of them")
     embedder = encoder.load()
-    texts = sample_lines(opts.input, opts.sentences, seed=opts.seed)
+    texts = sample_lines(opts.input, opts.sentences, seed=opts.seed, text_field=opts.text_field)
     try:
         report, standardizer = anisotropy_report(
             embedder, texts, layers=opts.layers, standardizer=_standardizer(opts.standardizer),

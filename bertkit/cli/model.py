@@ -46,7 +46,10 @@ class FillMaskOptions:
     text: list[str] = field(default_factory=list, metadata={"positional": True})
     """Texts with one or more [MASK]."""
     input: Path | None = None
-    """A file instead: one text per line; "-": standard input."""
+    """A file instead: one text per line, or JSON lines, Parquet or Arrow, one text per
+    record (its --text-field); "-": standard input."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row that holds the text."""
     top_k: int = 5
     """Guesses per [MASK]."""
     json: bool = False
@@ -84,7 +87,8 @@ def run_fill_mask(opts: FillMaskOptions) -> int:
                         f" in its weights); fill-mask needs one (--allow-untrained-head "
                         f"guesses with a random one)")
     filler = FillMask.load(opts.model, device=opts.device, batch_size=opts.batch_size)
-    for names, texts, _ in text_batches(opts.text, opts.input, size=256, pairs=False):
+    for names, texts, _ in text_batches(opts.text, opts.input, size=256, pairs=False,
+                                        text_field=opts.text_field):
         for result in filler(texts, top_k=opts.top_k, names=names):
             if opts.json:
                 print(json.dumps(result, ensure_ascii=False))

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 from bertkit.cli.options import Command
-from bertkit.files import UserError, read_lines
+from bertkit.files import UserError
+from bertkit.text.sources import numbered_texts
 
 
 def run_tokenizer_train(opts) -> int:
@@ -60,8 +61,10 @@ def _split_pair(line: str) -> tuple[str, str | None]:
 
 
 def text_batches(texts: list[str], input: Path | None, size: int = 1024,
-                 pairs: bool = True) -> Iterator[tuple[list, list, list]]:
-    """(names, firsts, seconds) chunks from TEXT arguments or the lines of --input."""
+                 pairs: bool = True, text_field: str = "text"
+                 ) -> Iterator[tuple[list, list, list]]:
+    """(names, firsts, seconds) chunks from TEXT arguments or the texts of --input: its lines,
+    or the `text_field` of its records (`numbered_texts`)."""
     split = _split_pair if pairs else (lambda line: (line, None))
     if input is not None:
         from bertkit.finetuning.readers import STDIN, input_file
@@ -71,7 +74,7 @@ def text_batches(texts: list[str], input: Path | None, size: int = 1024,
         chunk = []
         name = "<stdin>" if str(input) == STDIN else input
         with input_file(input) as path:  # "-": standard input
-            for number, line in read_lines(path):
+            for number, line in numbered_texts(path, text_field):
                 chunk.append((f"{name}:{number}", *split(line)))
                 if len(chunk) == size:
                     yield tuple(map(list, zip(*chunk)))
@@ -92,7 +95,10 @@ class TokenizeOptions:
     text: list[str] = field(default_factory=list, metadata={"positional": True})
     """Texts to tokenize; a tab separates a pair."""
     input: Path | None = None
-    """A file instead: one text per line, a tab separates a pair."""
+    """A file instead: one text per line, a tab separates a pair; or JSON lines, Parquet or
+    Arrow, one text per record (its --text-field); "-": standard input."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row that holds the text."""
     max_length: int | None = None
     """Longest input in tokens; none: the model's positions (512 for a bare tokenizer)."""
     truncation: Literal["longest_first", "only_first", "only_second", "off"] = "longest_first"
@@ -114,7 +120,8 @@ def run_tokenize(opts: TokenizeOptions) -> int:
             else tok.model_max_length
     truncation = False if opts.truncation == "off" else opts.truncation
     cut = total = 0
-    for names, firsts, seconds in text_batches(opts.text, opts.input):
+    for names, firsts, seconds in text_batches(opts.text, opts.input,
+                                               text_field=opts.text_field):
         pairs = seconds if any(s is not None for s in seconds) else None
         batch = tok.encode_batch(firsts, pairs, max_length=max_length, truncation=truncation,
                                  names=names)

@@ -28,7 +28,8 @@ import numpy as np
 
 from bertkit.embeddings.embedder import Embedder, resolve_layers
 from bertkit.embeddings.standardize import Standardizer, unit_rows
-from bertkit.files import UserError, read_lines
+from bertkit.files import UserError
+from bertkit.text.sources import numbered_texts
 
 
 def _group_sums(u: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -126,13 +127,14 @@ def intra_sentence_similarity(x: np.ndarray, groups: np.ndarray) -> float:
 
 # Over a corpus --------------------------------------------------------------------------------
 
-def sample_lines(path: str | Path, n: int, seed: int = 0) -> list[str]:
-    """Up to n non-blank lines drawn uniformly from a text file of any size (reservoir
-    sampling, one pass), in file order."""
+def sample_lines(path: str | Path, n: int, seed: int = 0,
+                 text_field: str = "text") -> list[str]:
+    """Up to n non-blank texts drawn uniformly from a file of any size (reservoir sampling,
+    one pass), in file order: its lines, or the `text_field` of its JSON lines or table rows."""
     rng = np.random.default_rng(seed)
     keep: list[tuple[int, str]] = []
     seen = 0
-    for number, line in read_lines(path, "corpus"):
+    for number, line in numbered_texts(path, text_field, "corpus"):
         if not line.strip():
             continue
         seen += 1

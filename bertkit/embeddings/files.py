@@ -1,7 +1,8 @@
 """A text file of any size embedded into a float32 `.npy` matrix plus an index of its rows.
 
-One row per line (a sentence vector; a tab separates a pair) or one per word, with
-`out.index.jsonl` beside the matrix saying which line, word and characters each row is. The
+One row per line (a sentence vector; a tab separates a pair), or per JSON line or table row
+(its text field), or one per word, with `out.index.jsonl` beside the matrix saying which line,
+word and characters each row is. The
 file is streamed in chunks into a memory-mapped `.npy`, so memory does not grow with its size;
 both files appear complete or not at all. The vectors themselves come from
 `bertkit.embeddings.embedder.Embedder`.
@@ -20,9 +21,9 @@ import numpy as np
 
 from bertkit.embeddings.embedder import Embedder, LayerSpec, Text, resolve_layers, word_groups
 from bertkit.embeddings.standardize import Standardizer, unit_rows
-from bertkit.files import (UserError, atomic_file, atomic_path, check_not_input, read_lines,
-                           require_file)
+from bertkit.files import UserError, atomic_file, atomic_path, check_not_input, require_file
 from bertkit.progress import Progress
+from bertkit.text.sources import numbered_texts
 from bertkit.text.tokenizer import cut_warning
 
 
@@ -44,24 +45,27 @@ def index_path_for(out: str | Path) -> Path:
                          else out.name + ".index.jsonl")
 
 
-def text_chunks(path: Path, chunk_lines: int) -> Iterator[tuple[int, list[Text]]]:
-    """The texts of a file (a tab separates a pair) `chunk_lines` at a time, each chunk with
-    the number of its first line."""
-    first, texts = 1, []
-    for number, line in read_lines(path):
-        texts.append(tuple(line.split("\t", 1)) if "\t" in line else line)
+def text_chunks(path: Path, chunk_lines: int, text_field: str = "text"
+                ) -> Iterator[tuple[list[int], list[Text]]]:
+    """The texts of a file `chunk_lines` at a time, each with its line or row number: its
+    lines, or the `text_field` of its JSON lines or table rows (`numbered_texts`); a tab
+    separates a pair."""
+    numbers, texts = [], []
+    for number, text in numbered_texts(path, text_field):
+        numbers.append(number)
+        texts.append(tuple(text.split("\t", 1)) if "\t" in text else text)
         if len(texts) == chunk_lines:
-            yield first, texts
-            first, texts = number + 1, []
+            yield numbers, texts
+            numbers, texts = [], []
     if texts:
-        yield first, texts
+        yield numbers, texts
 
 
-def count_rows(embedder: Embedder, path: Path, words: bool,
-               chunk_lines: int) -> tuple[int, int, int]:
-    """(lines, rows, tokens) of a file: the rows are its lines, or with `words` its words."""
+def count_rows(embedder: Embedder, path: Path, words: bool, chunk_lines: int,
+               text_field: str = "text") -> tuple[int, int, int]:
+    """(texts, rows, tokens) of a file: the rows are its texts, or with `words` its words."""
     lines = rows = tokens = 0
-    for _, texts in text_chunks(path, chunk_lines):
+    for _, texts in text_chunks(path, chunk_lines, text_field):
         encoded = embedder.tokenize(texts)
         lines += len(texts)
         tokens += sum(len(e.ids) for e in encoded)
@@ -74,11 +78,14 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                pool: str | None = None, subword_pool: str = "mean",
                normalize: bool | None = None,
                standardize: bool = False, batch_size: int = 32, chunk_lines: int = 10000,
-               progress: bool = True) -> EmbedFileResult:
-    """Embed every line of a UTF-8 file (a tab separates a pair) into a float32 `.npy` file.
+               text_field: str = "text", progress: bool = True) -> EmbedFileResult:
+    """Embed every text of a file into a float32 `.npy` file: each line of a UTF-8 text file
+    (a tab separates a pair), or the `text_field` of each JSON line or Parquet / Arrow row
+    (`bertkit.text.sources`; compressed or not).
 
-    One row per line (sentence vectors), or with `words=True` one row per word; the index
-    (JSON lines beside the output: `out.index.jsonl`) says which line / word each row is.
+    One row per text (sentence vectors), or with `words=True` one row per word; the index
+    (JSON lines beside the output: `out.index.jsonl`) says which line (or row) and word each
+    row is.
     Streams the file in chunks, so memory does not grow with its size: a first pass checks
     the text and counts rows, the second embeds into a memory-mapped file. Lines longer than
     the model are cut (counted and warned about). Both files appear complete or not at all.
@@ -95,7 +102,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
         raise UserError("--standardize: no standardizer is fitted for this model (run "
                         "`bertkit anisotropy --fit-standardizer` first)")
     # Pass 1: decode and count (tokenizing is cheap next to the model).
-    lines, rows, tokens = count_rows(embedder, input_path, words, chunk_lines)
+    lines, rows, tokens = count_rows(embedder, input_path, words, chunk_lines, text_field)
     if rows == 0:
         raise UserError(f"{input_path}: no words to embed")
 
@@ -103,7 +110,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     truncated = done = 0
     bar = Progress("embed", tokens, "tokens", counts={"lines": lines}, enabled=progress)
     with _atomic_npy(out, (rows, width)) as matrix, atomic_file(index) as f_index:
-        for first_line, texts in text_chunks(input_path, chunk_lines):
+        for numbers, texts in text_chunks(input_path, chunk_lines, text_field):
             encoded = embedder.tokenize(texts)
             truncated += sum(e.truncated for e in encoded)
             if words:
@@ -115,7 +122,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                     if normalize:  # None: word vectors are left as they are
                         block[:] = unit_rows(block)
                 for k, r in enumerate(refs):
-                    f_index.write(json.dumps({"row": done + k, "line": first_line + r.item,
+                    f_index.write(json.dumps({"row": done + k, "line": numbers[r.item],
                                               "word": r.word, "segment": r.segment,
                                               "start": r.start, "end": r.end, "text": r.text},
                                              ensure_ascii=False) + "\n")
@@ -126,7 +133,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                                         normalize=normalize, standardize=standardize,
                                         batch_size=batch_size, out=block)
                 for k, e in enumerate(encoded):
-                    f_index.write(json.dumps({"row": done + k, "line": first_line + k,
+                    f_index.write(json.dumps({"row": done + k, "line": numbers[k],
                                               "truncated": e.truncated}) + "\n")
                 done += len(block)
             bar.update(add=sum(len(e.ids) for e in encoded), lines=len(texts))
@@ -195,6 +202,8 @@ class EmbedSettings:
     """Standardizer file (implies --standardize)."""
     batch_size: int = 32
     """Texts per forward pass."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row that holds the text."""
     quiet: bool = False
     """No progress on stderr."""
 
@@ -208,7 +217,8 @@ class EmbedSettings:
                           combine=self.combine, pool=self.pool, subword_pool=self.subword_pool,
                           normalize=self.normalize,
                           standardize=self.standardize or bool(self.standardizer),
-                          batch_size=self.batch_size, progress=not self.quiet)
+                          batch_size=self.batch_size, text_field=self.text_field,
+                          progress=not self.quiet)
 
 
 __all__ = ["EmbedFileResult", "EmbedSettings", "embed_file", "index_path_for"]

@@ -56,6 +56,7 @@ from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
 from bertkit.pretraining.recipe import SBO_FILE
+from bertkit.text.sources import numbered_texts
 from bertkit.text.tokenizer import Tokenizer, cut_warning
 
 GOOD, BAD = "sentence_good", "sentence_bad"
@@ -73,6 +74,9 @@ class LMEvalOptions:
 
     max_lines: int | None = None
     """Text file: score at most this many non-blank lines; none: all."""
+    text_field: str = "text"
+    """JSON lines (not minimal pairs), Parquet or Arrow given as the text to score: the field
+    of each record that holds it."""
     mask_rate: float = 0.15
     """Share of the pieces masked for masked-token accuracy: of each line of a text file (at
     least one), or of the held-out rows of a prepared directory (pretraining logs its own
@@ -745,10 +749,11 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
 
 def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
                   batch_size: int, device, causal: bool = False) -> dict:
-    """A text file's non-blank lines: masked-token scores and pseudo-perplexity (kind "text"),
-    or for a left-to-right model next-token figures (kind "next_token")."""
+    """A text file's non-blank lines (or the texts of its records, `numbered_texts`):
+    masked-token scores and pseudo-perplexity (kind "text"), or for a left-to-right model
+    next-token figures (kind "next_token")."""
     lines = []
-    for _, line in read_lines(inp):
+    for _, line in numbered_texts(inp, opts.text_field):
         if line.strip():
             lines.append(line)
             if opts.max_lines is not None and len(lines) >= opts.max_lines:

@@ -236,9 +236,11 @@ class ServeOptions:
     """Run directories (of pretrain or finetune) whose curves are drawn, live while they
     train, as DIR or NAME=DIR."""
     input: Path | None = None
-    """A corpus: text file, one text per line, where the embeddings view finds a word's
-    occurrences, and what its standardizer and anisotropy figures are fitted on; the search
-    view ranks its lines."""
+    """A corpus: text file, one text per line (or JSON lines, Parquet or Arrow, one text per
+    record: its --text-field), where the embeddings view finds a word's occurrences, and what
+    its standardizer and anisotropy figures are fitted on; the search view ranks its texts."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row of --input that holds the text."""
     sentences: int = 400
     """Lines sampled from --input for the embeddings view."""
     search_lines: int = 10_000
@@ -290,7 +292,7 @@ class ServeOptions:
                                corpus_lines=self.sentences, senses=self.senses,
                                device=self.device, limits=limits,
                                allow_untrained_head=self.allow_untrained_head,
-                               search_lines=self.search_lines)
+                               search_lines=self.search_lines, text_field=self.text_field)
         bench.progress = True
         return bench
 

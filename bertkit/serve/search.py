@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.embeddings.standardize import unit_rows
-from bertkit.files import UserError, read_lines
+from bertkit.files import UserError
+from bertkit.text.sources import numbered_texts
 
 
 @dataclass
@@ -36,12 +37,13 @@ class LineIndex:
     """Model name -> [N, D] float32 unit rows, made on the model's first use."""
 
     @classmethod
-    def read(cls, path: str | Path, limit: int) -> "LineIndex":
-        """The first `limit` non-blank lines of a text file, with their line numbers."""
+    def read(cls, path: str | Path, limit: int, text_field: str = "text") -> "LineIndex":
+        """The first `limit` non-blank texts of a file, with their line (or row) numbers: its
+        lines, or the `text_field` of its records (`numbered_texts`)."""
         lines: list[str] = []
         numbers: list[int] = []
         more = False
-        for number, line in read_lines(path, "corpus"):
+        for number, line in numbered_texts(path, text_field, "corpus"):
             if not line.strip():
                 continue
             if len(lines) == limit:

@@ -200,11 +200,13 @@ class Workbench:
              corpus: str | Path | None = None, corpus_lines: int = 400,
              senses: str | Path | None = None, device: str | torch.device = "cpu",
              limits: Limits = Limits(), allow_untrained_head: bool = False,
-             seed: int = 0, search_lines: int = 10_000) -> "Workbench":
+             seed: int = 0, search_lines: int = 10_000,
+             text_field: str = "text") -> "Workbench":
         """`models`: directories or names in the local Hugging Face cache, named by their
         last part; `runs`: run directories as DIR or NAME=DIR; `corpus`: a text file whose
-        lines are sampled, and whose first `search_lines` lines are searched (0: no search);
-        `senses`: a sense-labelled JSON-lines file."""
+        lines are sampled, and whose first `search_lines` lines are searched (0: no search),
+        or a file of records whose `text_field` is the text (`numbered_texts`); `senses`: a
+        sense-labelled JSON-lines file."""
         from bertkit.embeddings.anisotropy import sample_lines
         from bertkit.senses.data import read_examples
 
@@ -220,9 +222,10 @@ class Workbench:
             if name in run_dirs:
                 raise UserError(f"two runs are named {name!r}: give them as NAME=DIR")
             run_dirs[name] = Path(path)
-        lines = sample_lines(corpus, corpus_lines, seed=seed) if corpus is not None else []
+        lines = sample_lines(corpus, corpus_lines, seed=seed, text_field=text_field) \
+            if corpus is not None else []
         sense_rows = read_examples(senses) if senses is not None else []
-        index = LineIndex.read(corpus, search_lines) \
+        index = LineIndex.read(corpus, search_lines, text_field) \
             if corpus is not None and search_lines > 0 else None
         return cls(loaded, run_dirs, lines, str(corpus or ""), sense_rows, str(senses or ""),
                    limits, index)

@@ -15,7 +15,8 @@ arrow files) its arrow files in the order state.json lists them. Each source has
 Compression (gzip, zstd, bzip2) is recognised by the file's first bytes, under any name.
 
 `read_units` is the one reader every command uses (`prepare`, `pretrain --data`, `tokenizer
-train`, `tokenizer extend`): units (lines of a text file, documents of the other formats) with their number in
+train`, `tokenizer extend`, and through `numbered_texts` those that take texts one by one):
+units (lines of a text file, documents of the other formats) with their number in
 the file and how far the file has been read. It holds one line or one record batch at a time,
 so memory is constant however large the corpus; it resumes after a unit (`after`) by seeking
 in a plain file and by reading past the units in the others.
@@ -211,6 +212,18 @@ def read_units(source: Source, after: tuple[int, int] = (0, 0)) -> Iterator[Unit
                 yield number, _json_field(line, source, number), end
     else:
         yield from _lines(source, after)
+
+
+def numbered_texts(path: str | os.PathLike, field: str = "text",
+                   what: str = "input file") -> Iterator[tuple[int, str]]:
+    """(number, text) of each text of one file, for the commands that take texts one by one
+    (`embed`, `evaluate`, `anisotropy`, `tokenize`, `fill-mask`, `serve --input`): each line of
+    a text file without its line break, blank ones too, or the `field` of each JSON line or
+    table row, with its line or row number. The file is recognised (and a record format
+    checked for `field`) now, before anything is read from it."""
+    source = _sniff(require_file(path, what), field)
+    return ((number, text if source.records else text.rstrip("\r\n"))
+            for number, text, _ in read_units(source))
 
 
 def paragraphs(sources: Sequence[Source]) -> Iterator[str]:

@@ -1,0 +1,124 @@
+"""Every command that takes texts one by one reads them in any shape `prepare` reads: from
+gzipped JSON lines with --text-field, each gives what it gives for the same texts as lines of a
+plain file (the other fields' names and numbers are no part of any text), and a record without
+the field is one line naming the file, the line and --text-field, before anything is written."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli.main import main
+from bertkit.config import EncoderConfig
+from bertkit.model.encoder import init_weights
+from bertkit.model.heads import PretrainingModel
+from bertkit.model.hub import save_model
+from bertkit.text.sources import numbered_texts
+from bertkit.text.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny) -> dict:
+    """A tiny model on a tokenizer of its corpus; its first texts as a plain file and as
+    gzipped JSON lines (a blank line between records, the text in "body")."""
+    from bertkit.text.vocab import train_tokenizer
+
+    root = tmp_path_factory.mktemp("texts")
+    corpus = tiny.write_corpus(root / "corpus.txt")
+    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
+    tokenizer = Tokenizer.load(root / "tok")
+    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2,
+                        num_heads=2, intermediate_size=64, max_positions=64)
+    model = PretrainingModel(cfg)
+    init_weights(model, cfg, torch.Generator().manual_seed(0))
+    save_model(model, root / "model", tokenizer=tokenizer)
+    texts = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line][:40]
+    for prefix, some in (("", texts), ("masked-", ["[MASK] " + t.split(" ", 1)[1]
+                                                    for t in texts])):  # for fill-mask
+        (root / f"{prefix}texts.txt").write_text("".join(t + "\n" for t in some),
+                                                 encoding="utf-8")
+        with gzip.open(root / f"{prefix}texts.jsonl.gz", "wt", encoding="utf-8") as f:
+            for i, text in enumerate(some):
+                f.write(json.dumps({"id": 7_000_000 + i, "body": text, "label": "positive"})
+                        + "\n\n")
+    return {"root": root, "model": root / "model", "texts": texts}
+
+
+def test_numbered_texts_gives_each_text_with_its_line(setup):
+    root = setup["root"]
+    assert [t for _, t in numbered_texts(root / "texts.txt")] == setup["texts"]
+    got = list(numbered_texts(root / "texts.jsonl.gz", "body"))
+    assert [t for _, t in got] == setup["texts"]
+    assert [n for n, _ in got] == list(range(1, 2 * len(setup["texts"]), 2))  # blanks between
+
+
+COMMANDS = {  # each command's arguments around --input
+    "tokenize": ["tokenize", "--model", "{model}", "--json"],
+    "fill-mask": ["fill-mask", "--model", "{model}", "--json", "--allow-untrained-head"],
+    "evaluate": ["evaluate", "--model", "{model}", "--json"],
+    "anisotropy": ["anisotropy", "--model", "{model}", "--json", "--min-count", "1",
+                   "--quiet"],
+}
+
+
+def _run(capsys, setup, command: str, inp: str, *more: str) -> tuple[int, str, str]:
+    args = [a.format(model=setup["model"]) for a in COMMANDS[command]]
+    code = main([*args, "--input", str(setup["root"] / inp), *more])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_reads_the_text_field_of_json_lines(setup, capsys, command):
+    prefix = "masked-" if command == "fill-mask" else ""
+    code, plain, _ = _run(capsys, setup, command, prefix + "texts.txt")
+    assert code == 0
+    code, records, _ = _run(capsys, setup, command, prefix + "texts.jsonl.gz",
+                            "--text-field", "body")
+    assert code == 0
+    if command == "tokenize":  # the names say where each text was: its line
+        plain = [{k: v for k, v in json.loads(r).items() if k != "name"}
+                 for r in plain.splitlines()]
+        records = [{k: v for k, v in json.loads(r).items() if k != "name"}
+                   for r in records.splitlines()]
+    else:  # the input's name, where the report gives it
+        records = records.replace(f"{prefix}texts.jsonl.gz", f"{prefix}texts.txt")
+    assert records == plain and "7000000" not in str(records)
+    code, _, err = _run(capsys, setup, command, prefix + "texts.jsonl.gz")
+    assert code == 2 and err.count("\n") == 1
+    assert 'texts.jsonl.gz:1: no field "text"' in err and "--text-field" in err
+
+
+def test_embed_indexes_each_row_by_its_record_line(setup, capsys, tmp_path):
+    root = setup["root"]
+    assert main(["embed", "--model", str(setup["model"]), "--input", str(root / "texts.txt"),
+                 "--out", str(tmp_path / "plain.npy"), "--quiet"]) == 0
+    assert main(["embed", "--model", str(setup["model"]), "--input",
+                 str(root / "texts.jsonl.gz"), "--text-field", "body",
+                 "--out", str(tmp_path / "records.npy"), "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "plain.npy"),
+                                  np.load(tmp_path / "records.npy"))
+    index = [json.loads(r) for r in (tmp_path / "records.index.jsonl").read_text().splitlines()]
+    assert [r["line"] for r in index] == list(range(1, 2 * len(setup["texts"]), 2))
+    capsys.readouterr()
+    assert main(["embed", "--model", str(setup["model"]), "--input",
+                 str(root / "texts.jsonl.gz"), "--out", str(tmp_path / "x.npy")]) == 2
+    assert 'no field "text"' in capsys.readouterr().err
+    assert not list(tmp_path.glob("x*"))
+
+
+def test_serve_searches_and_samples_the_text_field(setup):
+    pytest.importorskip("fastapi")
+    from bertkit.serve.workbench import Workbench
+
+    root = setup["root"]
+    plain = Workbench.load([setup["model"]], corpus=root / "texts.txt", corpus_lines=10)
+    records = Workbench.load([setup["model"]], corpus=root / "texts.jsonl.gz", corpus_lines=10,
+                             text_field="body")
+    assert records.corpus == plain.corpus and records.line_index.lines == plain.line_index.lines
+    assert records.line_index.numbers == list(range(1, 2 * len(setup["texts"]), 2))
