@@ -142,7 +142,10 @@ def run_wsd_evaluate(opts: WsdEvaluateOptions, run) -> int:
 @dataclass(kw_only=True)
 class StaticTrainFiles:
     input: list[Path]
-    """UTF-8 text files, a paragraph a line."""
+    """UTF-8 text files, a paragraph a line; or JSONL, Parquet, `datasets` directories (their
+    --text-field), compressed or not; folders and globs (quoted)."""
+    text_field: str = "text"
+    """The field of a JSONL object or a table row that holds the text."""
     out: Path = field(metadata={"output": "directory"})
     """Output directory."""
     tokenizer: Path | None = None
@@ -159,7 +162,8 @@ def run_static_train(files: StaticTrainFiles, config) -> int:
     if files.tokenizer:
         from bertkit.text.tokenizer import Tokenizer
         tokenizer = Tokenizer.load(files.tokenizer)
-    model = train_static_vectors(files.input, config, tokenizer, progress=not files.quiet)
+    model = train_static_vectors(files.input, config, tokenizer, progress=not files.quiet,
+                                 text_field=files.text_field)
     static_train = next(c for c in COMMANDS if c.name == "static train")
     model.save(files.out, run_settings({"files": files, "config": config}, device="cpu",
                                        precision="fp32",

@@ -39,8 +39,9 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.embeddings.static import StaticVectors, Tokenization
-from bertkit.files import UserError, read_lines
+from bertkit.files import UserError
 from bertkit.progress import Progress
+from bertkit.text.sources import expand, paragraphs
 
 SOFTMAX_MAX_VOCAB = 10_000
 """Largest vocabulary `loss="softmax"` trains: each prediction costs V dot products, which
@@ -115,19 +116,20 @@ class Corpus:
 
 
 def read_corpus(paths: Sequence[str | Path], tokenization: Tokenization, min_count: int = 5,
-                chunk_lines: int = 5000) -> Corpus:
-    """Tokenize text files (one paragraph per line) and keep tokens seen `min_count` times."""
+                chunk_lines: int = 5000, text_field: str = "text") -> Corpus:
+    """Tokenize a corpus (text files, one paragraph per line, or any other shape of
+    `bertkit.text.sources`: JSONL and tables by `text_field`) and keep tokens seen `min_count`
+    times. A context window never crosses a paragraph's end."""
     if not paths:
         raise UserError("no corpus files given")
     per_line: list[list[str]] = []
-    for path in paths:
-        chunk: list[str] = []
-        for _, line in read_lines(path, "corpus"):
-            chunk.append(line)
-            if len(chunk) == chunk_lines:
-                per_line.extend(tokenization.tokens(chunk))
-                chunk = []
-        per_line.extend(tokenization.tokens(chunk))
+    chunk: list[str] = []
+    for paragraph in paragraphs(expand(paths, text_field, "corpus")):
+        chunk.append(paragraph)
+        if len(chunk) == chunk_lines:
+            per_line.extend(tokenization.tokens(chunk))
+            chunk = []
+    per_line.extend(tokenization.tokens(chunk))
     total: dict[str, int] = {}
     for toks in per_line:
         for t in toks:
@@ -371,10 +373,11 @@ def _train(corpus: Corpus, config: SkipGramConfig,
 
 
 def train_static_vectors(paths: Sequence[str | Path], config: SkipGramConfig, tokenizer=None,
-                         progress: bool = True) -> StaticVectors:
-    """Train on text files: whole words, or the pieces of `tokenizer` (a bertkit Tokenizer)."""
+                         progress: bool = True, text_field: str = "text") -> StaticVectors:
+    """Train on a corpus (`read_corpus`): whole words, or the pieces of `tokenizer` (a bertkit
+    Tokenizer)."""
     tokenization = Tokenization(tokenizer)
-    corpus = read_corpus(paths, tokenization, config.min_count)
+    corpus = read_corpus(paths, tokenization, config.min_count, text_field=text_field)
     if progress:
         print(f"{len(corpus.ids):,} tokens, vocabulary {len(corpus.tokens):,} "
               f"({tokenization.kind})", file=sys.stderr)

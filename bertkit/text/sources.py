@@ -15,7 +15,8 @@ arrow files) its arrow files in the order state.json lists them. Each source has
 Compression (gzip, zstd, bzip2) is recognised by the file's first bytes, under any name.
 
 `read_units` is the one reader every command uses (`prepare`, `pretrain --data`, `tokenizer
-train`, `tokenizer extend`, and through `numbered_texts` those that take texts one by one):
+train`, `tokenizer extend`, `static train`, and through `numbered_texts` those that take texts
+one by one):
 units (lines of a text file, documents of the other formats) with their number in
 the file and how far the file has been read. It holds one line or one record batch at a time,
 so memory is constant however large the corpus; it resumes after a unit (`after`) by seeking

@@ -176,6 +176,25 @@ def test_bad_input(tmp_path):
         StaticVectors.load(tmp_path)
 
 
+def test_the_corpus_comes_in_any_shape_prepare_reads(planted, tmp_path):
+    """Gzipped JSON lines, the text in a field of their own: the corpus of the plain file,
+    window boundaries included; the other fields are no words of it."""
+    import gzip
+    import json
+
+    corpus = planted[0]
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    with gzip.open(tmp_path / "c.jsonl.gz", "wt", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps({"body": line, "note": "zzyzx"}) + "\n")
+    plain = read_corpus([corpus], Tokenization(), min_count=1)
+    records = read_corpus([tmp_path / "c.jsonl.gz"], Tokenization(), min_count=1,
+                          text_field="body")
+    assert records.tokens == plain.tokens and "zzyzx" not in records.tokens
+    np.testing.assert_array_equal(records.ids, plain.ids)
+    np.testing.assert_array_equal(np.diff(records.lines) != 0, np.diff(plain.lines) != 0)
+
+
 def test_cli(planted, tmp_path, capsys):
     corpus, groups, _ = planted
     out = tmp_path / "vec"
