@@ -1,5 +1,9 @@
 """Reading user files with errors that name the file and line, and writing outputs atomically.
 
+Every reader opens a gzip, zstd or bzip2 file, known by its first bytes, as the text it holds
+(`read_lines`, `read_json`, `open_bytes`); data cut short or corrupt is a one-line error at the
+line where it stops.
+
 Every command that fails on bad input raises `UserError`; the CLI prints its one line and exits
 non-zero without a traceback. Outputs are written to a temporary sibling and renamed into place,
 so an interrupted or failed run never leaves a half-written file or directory behind; an
@@ -14,10 +18,13 @@ with -9 are recognised and swept by the next run that writes the same output
 """
 from __future__ import annotations
 
+import bz2
 import contextlib
 import ctypes
 import errno
+import gzip
 import hashlib
+import io
 import json
 import os
 import re
@@ -26,8 +33,9 @@ import socket
 import stat
 import sys
 import tempfile
+import zlib
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 
 class UserError(Exception):
@@ -188,20 +196,121 @@ def require_file(path: str | os.PathLike, what: str = "input file") -> Path:
     return p
 
 
-def read_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[tuple[int, str]]:
-    """Yield (line number from 1, line without its newline), streaming.
+# Compressed input: every reader opens a gzip, zstd or bzip2 file as the text it holds ----------
 
-    Bytes that are not UTF-8 raise UserError naming the file and line.
+COMPRESSIONS = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bzip2"))
+"""(first bytes, name) of the compressed formats, recognised by content under any name."""
+COMPRESSED_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd",
+                       ".bz2": "bzip2"}
+
+
+def compression_of(path: Path) -> str | None:
+    """"gzip", "zstd" or "bzip2" by the file's first bytes; None for anything else."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return next((name for magic, name in COMPRESSIONS if head.startswith(magic)), None)
+
+
+def need_package(module: str, path: str | os.PathLike, what: str):
+    """The optional `module` (of the `data` extra), or a one-line error naming the file."""
+    try:
+        return __import__(module)
+    except ImportError:
+        raise UserError(f"{path}: reading {what} needs the {module} package: pip install "
+                        f"'bertkit[data]'") from None
+
+
+def open_bytes(path: Path, compression: str | None) -> BinaryIO:
+    """The file's bytes, decompressed (`compression_of`)."""
+    if compression is None:
+        return open(path, "rb")
+    if compression == "gzip":
+        return gzip.open(path, "rb")
+    if compression == "bzip2":
+        return bz2.open(path, "rb")
+    return io.BufferedReader(_ZstdFrames(path, need_package("zstandard", path, "zstd data")),
+                             1 << 20)
+
+
+class _ZstdFrames(io.RawIOBase):
+    """zstd frames back to back, decompressed. A file that ends inside a frame raises
+    ZstdError, where python-zstandard's stream reader ends there without a word."""
+
+    def __init__(self, path: Path, zstandard):
+        self.file, self.zstandard = open(path, "rb"), zstandard
+        self.frame = zstandard.ZstdDecompressor().decompressobj()
+        self.started, self.out, self.at = False, b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self.at == len(self.out):
+            data = self.file.read(1 << 20)
+            if not data:
+                if self.started:
+                    raise self.zstandard.ZstdError("the file ends inside a frame")
+                return 0
+            self.out, self.at = b"", 0
+            self._feed(data)
+        n = min(len(buffer), len(self.out) - self.at)
+        buffer[:n] = self.out[self.at:self.at + n]
+        self.at += n
+        return n
+
+    def _feed(self, data: bytes) -> None:
+        while data:
+            self.started = True
+            self.out += self.frame.decompress(data)
+            if not self.frame.eof:
+                return
+            data = self.frame.unused_data  # the next frame begins here
+            self.frame = self.zstandard.ZstdDecompressor().decompressobj()
+            self.started = False
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+
+def corrupt_data_errors(path: Path, compression: str | None) -> tuple[type[BaseException], ...]:
+    """What a decompressor raises on bad data (none for a plain file: its OSError is the
+    machine's, reported as such)."""
+    if compression is None:
+        return ()
+    errors: tuple = (OSError, EOFError, zlib.error, ValueError)
+    if compression == "zstd":
+        errors += (need_package("zstandard", path, "zstd data").ZstdError,)
+    return errors
+
+
+def first_line_of(e: BaseException) -> str:
+    """An exception's message in one line (its type when it has none)."""
+    return (str(e).splitlines() or [""])[0] or type(e).__name__
+
+
+def read_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[tuple[int, str]]:
+    """Yield (line number from 1, line without its newline), streaming; a compressed file
+    (gzip, zstd, bzip2) as the lines it holds.
+
+    Bytes that are not UTF-8, or corrupt compressed data, raise UserError naming the file and
+    line.
     """
     p = require_file(path, what)
-    with open(p, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise UserError(f"{p}:{number}: not UTF-8 text (byte {raw[e.start]:#04x} at "
-                                f"column {e.start + 1})") from None
-            yield number, line.rstrip("\r\n")
+    compression = compression_of(p)
+    number = 0
+    with open_bytes(p, compression) as f:
+        try:
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise UserError(f"{p}:{number}: not UTF-8 text (byte {raw[e.start]:#04x} "
+                                    f"at column {e.start + 1})") from None
+                yield number, line.rstrip("\r\n")
+        except corrupt_data_errors(p, compression) as e:
+            raise UserError(f"{p}:{number + 1}: corrupt {compression} data "
+                            f"({first_line_of(e)})") from None
 
 
 def read_jsonl(path: str | os.PathLike, what: str = "input file") -> Iterator[tuple[int, dict]]:
@@ -222,7 +331,12 @@ def read_json(path: str | os.PathLike, what: str = "JSON file", format: str | No
     """The parsed file; with `format`, it must be a JSON object whose "format" is that name
     (the files bertkit writes say what they are)."""
     p = require_file(path, what)
-    raw = p.read_bytes()
+    compression = compression_of(p)
+    try:
+        with open_bytes(p, compression) as f:
+            raw = f.read()
+    except corrupt_data_errors(p, compression) as e:
+        raise UserError(f"{p}: corrupt {compression} data ({first_line_of(e)})") from None
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:

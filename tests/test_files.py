@@ -336,3 +336,30 @@ def test_a_directory_is_flushed_to_the_disk_before_it_is_published(tmp_path, mon
     names = {os.path.basename(p) for p in published[0]}
     assert {"weights.bin", "config.json", "sub"} <= names
     assert (tmp_path / "model" / "weights.bin").read_bytes() == b"w" * 10
+
+
+@pytest.mark.parametrize("compression", ["gzip", "bzip2", "zstd"])
+def test_every_reader_opens_a_compressed_file_as_what_it_holds(tmp_path, compression):
+    """read_lines and read_json, under every reader: a file compressed by any name, known by
+    its first bytes; its lines numbered as in the plain file; corrupt data one line."""
+    import bz2
+    import gzip
+
+    if compression == "zstd":
+        zstandard = pytest.importorskip("zstandard")
+        pack = zstandard.ZstdCompressor().compress
+    else:
+        pack = gzip.compress if compression == "gzip" else bz2.compress
+    text = "one\n\ntwo ü\r\nthree\n"
+    (tmp_path / "lines.data").write_bytes(pack(text.encode()))
+    assert files.compression_of(tmp_path / "lines.data") == compression
+    assert list(files.read_lines(tmp_path / "lines.data")) == [(1, "one"), (2, ""), (3, "two ü"),
+                                                               (4, "three")]
+    (tmp_path / "c.json").write_bytes(pack(b'{"a": [1, 2]}'))
+    assert files.read_json(tmp_path / "c.json") == {"a": [1, 2]}
+    (tmp_path / "cut").write_bytes(pack("".join(f"line {i}\n" for i in range(20000)).encode())[:-30])
+    with pytest.raises(UserError, match=rf"cut:\d+: corrupt {compression} data \(.+\)$"):
+        list(files.read_lines(tmp_path / "cut"))
+    (tmp_path / "bad").write_bytes(pack(b"fine\n\xff\n"))
+    with pytest.raises(UserError, match=r"bad:2: not UTF-8 text"):
+        list(files.read_lines(tmp_path / "bad"))

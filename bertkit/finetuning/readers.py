@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from bertkit.files import UserError, read_json, read_jsonl, read_lines, require_file
+from bertkit.files import (COMPRESSED_SUFFIXES, UserError, read_json, read_jsonl, read_lines,
+                           require_file)
 from bertkit.finetuning.tagging import tag_label_set
 
 MULTI_LABEL_SEPARATOR = "|"  # between labels of one example in a CSV/TSV cell or a JSON string
@@ -101,9 +102,13 @@ def _is_tagged_line(line: str) -> bool:
 
 
 def detect_format(path: str | Path) -> str:
-    """One of jsonl, csv, tsv, conll, conllu, squad: from the extension, else the content."""
+    """One of jsonl, csv, tsv, conll, conllu, squad: from the extension (before a .gz, .zst or
+    .bz2: every reader decompresses), else the content."""
     p = require_file(path)
-    by_ext = _EXTENSIONS.get(p.suffix.lower())
+    suffixes = [s.lower() for s in p.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSED_SUFFIXES:
+        suffixes.pop()
+    by_ext = _EXTENSIONS.get(suffixes[-1]) if suffixes else None
     if by_ext:
         return by_ext
     sample = []
@@ -422,7 +427,7 @@ class _LineFinder:
 
     def __call__(self, qid: str) -> str:
         if self.raw is None:
-            self.raw = self.path.read_bytes().decode("utf-8")
+            self.raw = "\n".join(line for _, line in read_lines(self.path))
         # the id as the value of "id" (a string, or a number), not the same text in a context
         found = re.search(r'"id"\s*:\s*(?:' + re.escape(json.dumps(qid, ensure_ascii=False))
                           + "|" + re.escape(qid) + r"(?![\w.]))", self.raw)

@@ -27,25 +27,19 @@ them those files are a one-line error and everything else reads as before.
 """
 from __future__ import annotations
 
-import bz2
 import contextlib
 import glob
-import gzip
-import io
 import json
 import os
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Sequence
+from typing import Iterator, Sequence
 
-from bertkit.files import UserError, require_file
+from bertkit.files import (COMPRESSED_SUFFIXES, UserError, compression_of, corrupt_data_errors,
+                           first_line_of, need_package, open_bytes, require_file)
 
 FORMATS = ("text", "jsonl", "parquet", "arrow")
 TABLES = ("parquet", "arrow")
-_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bzip2"))
-_COMPRESSED_SUFFIX = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd",
-                      ".bz2": "bzip2"}
 _GLOB = frozenset("*?[")
 _TABLE_ROWS = 1024
 """Rows of a Parquet file decoded at a time."""
@@ -157,9 +151,9 @@ def _sniff(path: Path, field: str) -> Source:
     format is checked to hold `field` before anything is read."""
     with open(path, "rb") as f:
         head = f.read(8)
-    compression = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+    compression = compression_of(path)
     suffixes = [s.lower() for s in path.suffixes]
-    named = _COMPRESSED_SUFFIX.get(suffixes[-1]) if suffixes else None
+    named = COMPRESSED_SUFFIXES.get(suffixes[-1]) if suffixes else None
     if named is not None and compression != named:
         raise UserError(f"{path}: not {named} data (the name says {suffixes[-1]}, the first "
                         f"bytes do not)")
@@ -243,7 +237,7 @@ def paragraphs(sources: Sequence[Source]) -> Iterator[str]:
 def _lines(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
     number, end = after
     skip = 0
-    with _open(source) as f:
+    with open_bytes(source.path, source.compression) as f:
         if source.seekable:
             f.seek(end)
         else:
@@ -260,40 +254,9 @@ def _lines(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
                     raise UserError(f"{source.path}:{number}: not UTF-8 text (byte "
                                     f"{raw[e.start]:#04x} at column {e.start + 1})") from None
                 yield number, line, end
-        except _corrupt_errors(source) as e:
+        except corrupt_data_errors(source.path, source.compression) as e:
             raise UserError(f"{source.path}:{number + 1}: corrupt {source.compression} data "
-                            f"({_reason(e)})") from None
-
-
-def _open(source: Source) -> BinaryIO:
-    """The file's bytes, decompressed."""
-    if source.compression is None:
-        return open(source.path, "rb")
-    if source.compression == "gzip":
-        return gzip.open(source.path, "rb")
-    if source.compression == "bzip2":
-        return bz2.open(source.path, "rb")
-    zstandard = _need("zstandard", source.path, "zstd data")
-    raw = open(source.path, "rb")
-    reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True,
-                                                          closefd=True)
-    return io.BufferedReader(reader, 1 << 20)
-
-
-def _corrupt_errors(source: Source) -> tuple[type[BaseException], ...]:
-    """What a decompressor raises on bad data (none for a plain file: its OSError is the
-    machine's, reported as such)."""
-    if source.compression is None:
-        return ()
-    errors: tuple = (OSError, EOFError, zlib.error, ValueError)
-    if source.compression == "zstd":
-        errors += (_need("zstandard", source.path, "zstd data").ZstdError,)
-    return errors
-
-
-def _reason(e: BaseException) -> str:
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return text or type(e).__name__
+                            f"({first_line_of(e)})") from None
 
 
 def _json_field(line: str, source: Source, number: int) -> str:
@@ -322,18 +285,10 @@ _MISSING = object()
 
 # Tables --------------------------------------------------------------------------------------
 
-def _need(module: str, path: Path, what: str):
-    try:
-        return __import__(module)
-    except ImportError:
-        raise UserError(f"{path}: reading {what} needs the {module} package: pip install "
-                        f"'bertkit[data]'") from None
-
-
 def _table_columns(source: Source) -> None:
     """Check now that the table opens and has a text column `field`."""
     schema = _open_table(source)[0]
-    pa = _need("pyarrow", source.path, "Parquet and Arrow files")
+    pa = need_package("pyarrow", source.path, "Parquet and Arrow files")
     if source.field not in schema.names:
         raise UserError(f"{source.path}: no field \"{source.field}\" in the table (it has "
                         f"{', '.join(map(repr, schema.names)) or 'none'}; choose one with "
@@ -345,7 +300,7 @@ def _table_columns(source: Source) -> None:
 
 def _open_table(source: Source):
     """(schema, iterator of record batches), or a one-line UserError."""
-    pa = _need("pyarrow", source.path, "Parquet and Arrow files")
+    pa = need_package("pyarrow", source.path, "Parquet and Arrow files")
     try:
         if source.format == "parquet":
             import pyarrow.parquet as pq
@@ -362,11 +317,11 @@ def _open_table(source: Source):
             return reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches))
     except (pa.ArrowException, OSError) as e:
         raise UserError(f"{source.path}: not a readable {source.format} file "
-                        f"({_reason(e)})") from None
+                        f"({first_line_of(e)})") from None
 
 
 def _table_units(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
-    pa = _need("pyarrow", source.path, "Parquet and Arrow files")
+    pa = need_package("pyarrow", source.path, "Parquet and Arrow files")
     import pyarrow.compute as pc
     schema, batches = _open_table(source)
     column = schema.names.index(source.field) if source.format == "arrow" else 0
@@ -385,4 +340,4 @@ def _table_units(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
                     yield number, text or "", end
     except (pa.ArrowException, OSError) as e:
         raise UserError(f"{source.path}:{number + 1}: corrupt {source.format} data "
-                        f"({_reason(e)})") from None
+                        f"({first_line_of(e)})") from None

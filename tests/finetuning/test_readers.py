@@ -55,6 +55,33 @@ def test_jsonl_csv_tsv_give_the_same_examples(tmp_path):
         assert ex[1].source.endswith(f"{name}:3" if name != "d.jsonl" else f"{name}:2")
 
 
+@pytest.mark.parametrize("compress", ["gzip", "bz2"])
+def test_compressed_files_read_as_what_they_hold(tmp_path, compress):
+    """Every reader opens a compressed file as the text inside (by its first bytes); the
+    extension before .gz/.bz2 still names the format, and the lines keep their numbers."""
+    import bz2
+    import gzip
+
+    pack = gzip.compress if compress == "gzip" else bz2.compress
+    suffix = ".gz" if compress == "gzip" else ".bz2"
+    rows = '{"text": "a fine film", "label": "positive"}\n\n{"text": "dull", "label": "negative"}\n'
+    plain = readers.read_text_examples(_write(tmp_path, "d.jsonl", rows))
+    packed = _write(tmp_path, "d.jsonl" + suffix, pack(rows.encode()))
+    assert readers.detect_format(packed) == "jsonl"
+    got = readers.read_text_examples(packed)
+    assert [(e.text, e.label) for e in got] == [(e.text, e.label) for e in plain]
+    assert got[1].source.endswith(f"d.jsonl{suffix}:3")
+    conll = _write(tmp_path, "t.conll" + suffix, pack(b"Paris\tB-LOC\nis\tO\n\n"))
+    assert readers.detect_format(conll) == "conll"
+    squad = _write(tmp_path, "s.json" + suffix, pack(_squad(
+        [{"id": "q1", "question": "Where?", "answers": [{"text": "France",
+                                                          "answer_start": 24}]}]).encode()))
+    assert [e.id for e in readers.read_squad(squad)] == ["q1"]
+    cut = _write(tmp_path, "cut.jsonl" + suffix, pack(rows.encode() * 50)[:-20])
+    with pytest.raises(UserError, match=rf"cut.jsonl{suffix}:\d+: corrupt (gzip|bzip2) data"):
+        readers.read_text_examples(cut)
+
+
 def test_label_kinds(tmp_path):
     p = _write(tmp_path, "r.jsonl", '{"text": "a", "score": "3.5"}\n{"text": "b", "score": 2}\n')
     assert [e.label for e in readers.read_text_examples(p, label_column="score",
