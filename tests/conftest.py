@@ -299,12 +299,28 @@ def write_corpus(path: Path, documents: int = 60, seed: int = 0) -> Path:
     return path
 
 
+def model_dir(root: Path, corpus: Path) -> Path:
+    """ROOT/model: an untrained two-layer model on a 120-piece vocabulary of `corpus`
+    (trained into ROOT/tok), saved with its tokenizer."""
+    from bertkit.model.hub import save_model
+    from bertkit.text.tokenizer import Tokenizer
+    from bertkit.text.vocab import train_tokenizer
+
+    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
+    tokenizer = Tokenizer.load(root / "tok")
+    cfg = tiny_config(vocab_size=tokenizer.vocab_size, max_positions=64, hidden_dropout=0.1,
+                      attention_dropout=0.1)
+    model = PretrainingModel(cfg)
+    init_weights(model, cfg, torch.Generator().manual_seed(0))
+    return save_model(model, root / "model", tokenizer=tokenizer)
+
+
 @pytest.fixture(scope="session")
 def tiny() -> SimpleNamespace:
     """The tiny model, its learnable batches and the helpers around them."""
     return SimpleNamespace(V=V, T=T, config=tiny_config, model=tiny_model, batch=make_batch,
                            concat=concat, FakeBatches=FakeBatches, params=params,
-                           no_save=no_save, write_corpus=write_corpus)
+                           no_save=no_save, write_corpus=write_corpus, model_dir=model_dir)
 
 
 # Fuzzing the readers ------------------------------------------------------------------------------

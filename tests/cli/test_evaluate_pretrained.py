@@ -29,19 +29,12 @@ PAIRS = [("the dog runs .", "the dog run .", "sv"), ("the dogs run .", "the dogs
 def setup(tmp_path_factory, tiny) -> dict:
     """A prepared corpus, a tiny pretrained model on its tokenizer, a pair file, a text file."""
     from bertkit.pretraining.corpus import prepare
-    from bertkit.text.vocab import train_tokenizer
 
     root = tmp_path_factory.mktemp("lm")
     corpus = tiny.write_corpus(root / "corpus.txt")
-    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
+    tiny.model_dir(root, corpus)
     prepare([corpus], root / "tok", root / "data", heldout_fraction=0.2, workers=1,
             progress=False)
-    tokenizer = Tokenizer.load(root / "tok")
-    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2,
-                        num_heads=2, intermediate_size=64, max_positions=64)
-    model = PretrainingModel(cfg)
-    init_weights(model, cfg, torch.Generator().manual_seed(0))
-    save_model(model, root / "model", tokenizer=tokenizer)
     pairs = root / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"sentence_good": g, "sentence_bad": b, "UID": u}) + "\n"
                              for g, b, u in PAIRS), encoding="utf-8")

@@ -9,15 +9,9 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from bertkit.cli.main import main
-from bertkit.config import EncoderConfig
-from bertkit.model.encoder import init_weights
-from bertkit.model.heads import PretrainingModel
-from bertkit.model.hub import save_model
 from bertkit.text.sources import numbered_texts
-from bertkit.text.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -26,17 +20,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def setup(tmp_path_factory, tiny) -> dict:
     """A tiny model on a tokenizer of its corpus; its first texts as a plain file and as
     gzipped JSON lines (a blank line between records, the text in "body")."""
-    from bertkit.text.vocab import train_tokenizer
-
     root = tmp_path_factory.mktemp("texts")
     corpus = tiny.write_corpus(root / "corpus.txt")
-    train_tokenizer([corpus], vocab_size=120, out=root / "tok", progress=False)
-    tokenizer = Tokenizer.load(root / "tok")
-    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2,
-                        num_heads=2, intermediate_size=64, max_positions=64)
-    model = PretrainingModel(cfg)
-    init_weights(model, cfg, torch.Generator().manual_seed(0))
-    save_model(model, root / "model", tokenizer=tokenizer)
+    tiny.model_dir(root, corpus)
     texts = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line][:40]
     for prefix, some in (("", texts), ("masked-", ["[MASK] " + t.split(" ", 1)[1]
                                                     for t in texts])):  # for fill-mask
