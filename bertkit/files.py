@@ -204,6 +204,15 @@ COMPRESSED_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": 
                        ".bz2": "bzip2"}
 
 
+def format_suffix(path: str | os.PathLike) -> str:
+    """The lower-case extension that names a file's format, before a compression suffix:
+    ".jsonl" for data.jsonl.gz, "" for none."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes and suffixes[-1] in COMPRESSED_SUFFIXES:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
 def compression_of(path: Path) -> str | None:
     """"gzip", "zstd" or "bzip2" by the file's first bytes; None for anything else."""
     with open(path, "rb") as f:

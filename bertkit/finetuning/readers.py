@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from bertkit.files import (COMPRESSED_SUFFIXES, UserError, read_json, read_jsonl, read_lines,
+from bertkit.files import (UserError, format_suffix, read_json, read_jsonl, read_lines,
                            require_file)
 from bertkit.finetuning.tagging import tag_label_set
 
@@ -105,10 +105,7 @@ def detect_format(path: str | Path) -> str:
     """One of jsonl, csv, tsv, conll, conllu, squad: from the extension (before a .gz, .zst or
     .bz2: every reader decompresses), else the content."""
     p = require_file(path)
-    suffixes = [s.lower() for s in p.suffixes]
-    if suffixes and suffixes[-1] in COMPRESSED_SUFFIXES:
-        suffixes.pop()
-    by_ext = _EXTENSIONS.get(suffixes[-1]) if suffixes else None
+    by_ext = _EXTENSIONS.get(format_suffix(p))
     if by_ext:
         return by_ext
     sample = []

@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Protocol, Sequence
 import torch
 from torch import nn
 
-from bertkit.files import UserError, read_jsonl, read_lines
+from bertkit.files import UserError, format_suffix, read_jsonl, read_lines
 from bertkit.finetuning.inputs import Item, length_batches, pad_inputs
 from bertkit.finetuning.readers import detect_format
 
@@ -309,7 +309,7 @@ def pick_column(given: str | None, columns: list[str], candidates: Sequence[str]
 def text_lines(path: Path) -> tuple[list[str], list[str]] | None:
     """(texts, FILE:LINE keys) of a .txt prediction file, one text per non-blank line; None for
     other files."""
-    if path.suffix.lower() != ".txt":
+    if format_suffix(path) != ".txt":
         return None
     lines = [(n, line) for n, line in read_lines(path) if line.strip()]
     if not lines:

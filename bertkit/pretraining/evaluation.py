@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
-from bertkit.files import UserError, read_jsonl, read_lines
+from bertkit.files import UserError, format_suffix, read_jsonl, read_lines
 from bertkit.model.generate import CAUSAL_FLAG, log_likelihoods, next_token_scores
 from bertkit.model.heads import ElectraModel, SpanBoundaryHead
 from bertkit.model.hub import has_detector, load_electra, load_pretraining_model, resolve_model
@@ -559,7 +559,7 @@ def _read_pair_file(path: Path) -> list[dict]:
 
 
 def _jsonl_files(directory: Path) -> list[Path]:
-    return sorted(f for f in directory.iterdir() if f.suffix.lower() == ".jsonl" and f.is_file())
+    return sorted(f for f in directory.iterdir() if format_suffix(f) == ".jsonl" and f.is_file())
 
 
 def is_pairs_file(path: str | os.PathLike) -> bool:
@@ -570,7 +570,7 @@ def is_pairs_file(path: str | os.PathLike) -> bool:
     if p.is_dir():
         files = [] if (p / "manifest.json").exists() else _jsonl_files(p)
         return bool(files) and is_pairs_file(files[0])
-    if p.suffix.lower() != ".jsonl" or not p.is_file():
+    if format_suffix(p) != ".jsonl" or not p.is_file():
         return False
     for _, line in read_lines(p):
         if line.strip():

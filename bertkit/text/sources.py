@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from bertkit.files import (COMPRESSED_SUFFIXES, UserError, compression_of, corrupt_data_errors,
-                           first_line_of, need_package, open_bytes, require_file)
+                           first_line_of, format_suffix, need_package, open_bytes,
+                           require_file)
 
 FORMATS = ("text", "jsonl", "parquet", "arrow")
 TABLES = ("parquet", "arrow")
@@ -157,8 +158,7 @@ def _sniff(path: Path, field: str) -> Source:
     if named is not None and compression != named:
         raise UserError(f"{path}: not {named} data (the name says {suffixes[-1]}, the first "
                         f"bytes do not)")
-    stem = suffixes[-2] if named is not None and len(suffixes) > 1 else \
-        (suffixes[-1] if suffixes and named is None else "")
+    stem = format_suffix(path)
     if compression is None and (stem == ".parquet" or head.startswith(b"PAR1")):
         source = Source(path, "parquet", None, field)
         _table_columns(source)  # the schema says now whether the field is there

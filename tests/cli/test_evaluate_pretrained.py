@@ -3,6 +3,7 @@ masked tokens of a prepared directory, minimal pairs of a .jsonl or of a directo
 masked tokens and pseudo-perplexity of a text file's lines; the figures are the library's."""
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -61,6 +62,9 @@ def test_minimal_pairs_of_a_jsonl(setup, capsys):
     assert "accuracy" in table and "mean_pll_difference" in table
     assert "good > bad by pseudo-log-likelihood" in table
     assert "UID" in table and "order" in table and "sv" in table
+    packed = setup["root"] / "pairs.jsonl.gz"  # known as pairs by the name before the .gz
+    packed.write_bytes(gzip.compress(setup["pairs"].read_bytes()))
+    assert _json(capsys, ["--model", setup["model"], "--input", packed]) == got
 
 
 def test_a_text_file_gives_masked_tokens_and_pseudo_perplexity(setup, capsys):

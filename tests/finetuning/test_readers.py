@@ -77,6 +77,9 @@ def test_compressed_files_read_as_what_they_hold(tmp_path, compress):
         [{"id": "q1", "question": "Where?", "answers": [{"text": "France",
                                                           "answer_start": 24}]}]).encode()))
     assert [e.id for e in readers.read_squad(squad)] == ["q1"]
+    from bertkit.finetuning.task import text_lines
+    assert text_lines(_write(tmp_path, "t.txt" + suffix, pack(b"one\n\ntwo\n"))) == (
+        ["one", "two"], [f"{tmp_path}/t.txt{suffix}:1", f"{tmp_path}/t.txt{suffix}:3"])
     cut = _write(tmp_path, "cut.jsonl" + suffix, pack(rows.encode() * 50)[:-20])
     with pytest.raises(UserError, match=rf"cut.jsonl{suffix}:\d+: corrupt (gzip|bzip2) data"):
         readers.read_text_examples(cut)
