@@ -14,8 +14,9 @@
 #                    transformers eager (--compile bertkit)
 #   pretrain-modern  the same for the modern architecture against ModernBertForMaskedLM
 #   pretrain-bert-compiled, pretrain-modern-compiled
-#                    the same two with torch.compile on both sides; only when --only names
-#                    them (each compiles twice: 2-3 minutes)
+#                    the same two with torch.compile on both sides, and bertkit with each
+#                    encoder block compiled apart (--per-block: its compile time and speed);
+#                    only when --only names them (each compiles three times: 2-4 minutes)
 #   recipe           `bertkit pretrain` with every default for --minutes on the books corpus
 #   heldout          `bertkit evaluate` of that model: held-out review lines and minimal pairs
 #   finetune         bench/finetune_speed.py: fine-tuning and prediction against Trainer/pipeline
@@ -175,7 +176,7 @@ for arch in bert modern; do
     step "pretrain-$arch-compiled" 240 "$PY" bench/pretrain_speed.py --device "$DEV" \
         --preset "$PRESET" --architecture "$arch" --seq-len 128 --batch-size "$BATCH" \
         --precisions "$PREC" --objectives mlm --steps "$STEPS" --repeats "$REPEATS" \
-        --compile both
+        --compile both --per-block
 done
 if [ -n "$CORPUS" ]; then
     rm -rf "$OUT/recipe"  # this script's own run of an earlier check

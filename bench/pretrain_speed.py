@@ -17,6 +17,10 @@ afresh every step (80/10/10):
   times the model alone (the collator costs tens of ms of host time a batch of 256).
 Dropout is on (0.1) on both sides, as in real pretraining.
 
+`--per-block` (with bertkit compiled) adds a row: bertkit with each encoder block compiled apart
+(regional compilation), an experiment beside what `pretrain` compiles (the whole objective);
+each compiled bertkit run prints how long its warm-up repeat, the compiling, took.
+
 Reports tokens/s as min / median / max over repeats (each repeat = --steps steps after one
 discarded warm-up repeat), the ratio of medians, and MFU: model FLOPs per token (matmuls,
 forward + backward; the vocabulary projection counted on the predicted positions only) times
@@ -26,6 +30,7 @@ comparison runs there (`--device cuda`, the default then) and reports the GPU MF
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
@@ -98,7 +103,13 @@ def bertkit_batches(vocab: int, B: int, T: int, seed: int, rate: float = 0.15):
 
 
 def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
-                repeats: int, device: torch.device, compile: bool = False) -> list[float]:
+                repeats: int, device: torch.device, compile: bool = False,
+                per_block: bool = False) -> list[float]:
+    """Tokens/s of each repeat of `train`, compiled as `pretrain` compiles (the objective
+    whole) or, with `per_block`, each encoder block apart (regional compilation: a block's
+    code compiled once for all of them; the last block and the head then run eagerly), an
+    experiment that `pretrain` does not offer. A compiled run prints its warm-up repeat's
+    seconds, the compiling in it."""
     torch.manual_seed(0)
     model = PretrainingModel(cfg)
     init_weights(model, cfg)
@@ -106,14 +117,21 @@ def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
         for head in (model.nsp, model.encoder.pooler):
             if head is not None:
                 head.requires_grad_(False)
+    if per_block:
+        for block in model.encoder.blocks:
+            block.compile()
     with tempfile.TemporaryDirectory() as out:
         train(model, objectives.loss_for(objective),
               bertkit_batches(cfg.vocab_size, B, T, 0, mask_rate(cfg)),
               TrainConfig(max_steps=steps * (repeats + 1), lr=1e-4, warmup_steps=0,
-                          log_every=steps, precision=precision, compile=compile), out,
+                          log_every=steps, precision=precision,
+                          compile=compile and not per_block), out,
               save=lambda m, p: None, show_progress=False, device=device)
         from bertkit.training.runlog import read_metrics
         records = [r for r in read_metrics(Path(out) / "metrics.jsonl") if r["split"] == "train"]
+    if compile:
+        print(f"  bertkit{' per block' if per_block else ''}: the warm-up repeat, compiling, "
+              f"took {B * T * steps / records[0]['tokens_per_second']:.1f} s", flush=True)
     return [r["tokens_per_second"] for r in records[1:]]
 
 
@@ -224,6 +242,10 @@ def main() -> None:
                     help="torch.compile both sides (--compile alone), or bertkit's alone: each "
                     "side as it runs by default on a GPU (the warm-up repeat absorbs "
                     "compilation)")
+    ap.add_argument("--per-block", action="store_true",
+                    help="with bertkit compiled: one more row, bertkit with each encoder block "
+                    "compiled apart (regional compilation), for its compile time and speed "
+                    "against the whole objective compiled")
     ap.add_argument("--malloc", choices=("keep", "default"), default="keep",
                     help="keep: glibc keeps freed memory, as bertkit's training commands set it "
                     "(both sides share the process, so both get it); default: glibc as it comes")
@@ -244,16 +266,20 @@ def main() -> None:
           f"seq {T}, batch {B}, "
           f"{flops / 1e6:.1f} MFLOP per token (training, sparse head)"
           f"{COMPILED[args.compile]}\n")
-    print(f"{'objective':9} {'dtype':5} {'implementation':14} {'tokens/s min/median/max':>28} "
+    print(f"{'objective':9} {'dtype':5} {'implementation':17} {'tokens/s min/median/max':>28} "
           f"{'MFU':>6}  ratio  (4x transformers would need)")
     for objective in args.objectives.split(","):
         for precision in args.precisions.split(","):
             medians = {}
-            for name, run in (("bertkit", run_bertkit), ("transformers", run_transformers)):
-                if args.only and args.only != name:
+            sides = [("bertkit", run_bertkit), ("transformers", run_transformers)]
+            if args.per_block and args.compile in ("both", "bertkit"):
+                sides.insert(1, ("bertkit per block",
+                                 functools.partial(run_bertkit, per_block=True)))
+            for name, run in sides:
+                if args.only and not name.startswith(args.only):
                     continue
                 rates = run(cfg, objective, precision, B, T, args.steps, args.repeats, device,
-                            args.compile in ("both", name))
+                            args.compile in ("both", name.split()[0]))
                 rows = ({"transformers": rates["inline"], "collated ahead": rates["ahead"]}
                         if name == "transformers" else {name: rates})  # as run, model alone
                 for label, values in rows.items():
@@ -263,7 +289,7 @@ def main() -> None:
                              if label != "bertkit" and "bertkit" in medians else "")
                     if label == "transformers":
                         ratio += f"  ({4 * mfu:.0%} MFU)"
-                    print(f"{objective:9} {precision:5} {label:14} {min(values):8,.0f} / "
+                    print(f"{objective:9} {precision:5} {label:17} {min(values):8,.0f} / "
                           f"{medians[label]:8,.0f} / {max(values):8,.0f} {mfu:6.1%}  {ratio}",
                           flush=True)
 
