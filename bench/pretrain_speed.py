@@ -18,8 +18,9 @@ afresh every step (80/10/10):
 Dropout is on (0.1) on both sides, as in real pretraining.
 
 `--per-block` (with bertkit compiled) adds a row: bertkit with each encoder block compiled apart
-(regional compilation), an experiment beside what `pretrain` compiles (the whole objective);
-each compiled bertkit run prints how long its warm-up repeat, the compiling, took.
+(regional compilation), an experiment beside what `pretrain` compiles (the whole objective).
+Each compiled bertkit run compiles cold (no inductor caches, as on a fresh machine) and prints
+how long its warm-up repeat, the compiling, took.
 
 Reports tokens/s as min / median / max over repeats (each repeat = --steps steps after one
 discarded warm-up repeat), the ratio of medians, and MFU: model FLOPs per token (matmuls,
@@ -30,11 +31,13 @@ comparison runs there (`--device cuda`, the default then) and reports the GPU MF
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -120,7 +123,13 @@ def run_bertkit(cfg, objective: str, precision: str, B: int, T: int, steps: int,
     if per_block:
         for block in model.encoder.blocks:
             block.compile()
-    with tempfile.TemporaryDirectory() as out:
+    if compile:  # compiled cold, as on a fresh machine: no kernels from an earlier run
+        import torch._inductor.config as inductor_config
+        warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+        cold = inductor_config.patch(force_disable_caches=True)
+    else:
+        cold = contextlib.nullcontext()
+    with tempfile.TemporaryDirectory() as out, cold:
         train(model, objectives.loss_for(objective),
               bertkit_batches(cfg.vocab_size, B, T, 0, mask_rate(cfg)),
               TrainConfig(max_steps=steps * (repeats + 1), lr=1e-4, warmup_steps=0,
@@ -272,9 +281,9 @@ def main() -> None:
         for precision in args.precisions.split(","):
             medians = {}
             sides = [("bertkit", run_bertkit), ("transformers", run_transformers)]
-            if args.per_block and args.compile in ("both", "bertkit"):
-                sides.insert(1, ("bertkit per block",
-                                 functools.partial(run_bertkit, per_block=True)))
+            if args.per_block and args.compile in ("both", "bertkit"):  # last: an experiment
+                sides.append(("bertkit per block",
+                              functools.partial(run_bertkit, per_block=True)))
             for name, run in sides:
                 if args.only and not name.startswith(args.only):
                     continue
