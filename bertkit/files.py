@@ -298,6 +298,15 @@ def first_line_of(e: BaseException) -> str:
     return (str(e).splitlines() or [""])[0] or type(e).__name__
 
 
+def decode_line(raw: bytes, path: str | os.PathLike, number: int) -> str:
+    """Line `number` of `path` as UTF-8 text, or a one-line error naming the byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}:{number}: not UTF-8 text (byte {raw[e.start]:#04x} at column "
+                        f"{e.start + 1})") from None
+
+
 def read_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[tuple[int, str]]:
     """Yield (line number from 1, line without its newline), streaming; a compressed file
     (gzip, zstd, bzip2) as the lines it holds.
@@ -311,12 +320,7 @@ def read_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[tu
     with open_bytes(p, compression) as f:
         try:
             for number, raw in enumerate(f, 1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise UserError(f"{p}:{number}: not UTF-8 text (byte {raw[e.start]:#04x} "
-                                    f"at column {e.start + 1})") from None
-                yield number, line.rstrip("\r\n")
+                yield number, decode_line(raw, p, number).rstrip("\r\n")
         except corrupt_data_errors(p, compression) as e:
             raise UserError(f"{p}:{number + 1}: corrupt {compression} data "
                             f"({first_line_of(e)})") from None

@@ -16,9 +16,8 @@ Compression (gzip, zstd, bzip2) is recognised by the file's first bytes, under a
 
 `read_units` is the one reader every command uses (`prepare`, `pretrain --data`, `tokenizer
 train`, `tokenizer extend`, `static train`, and through `numbered_texts` those that take texts
-one by one):
-units (lines of a text file, documents of the other formats) with their number in
-the file and how far the file has been read. It holds one line or one record batch at a time,
+one by one): units (lines of a text file, documents of the other formats) with their number
+in the file and how far the file has been read. It holds one line or one record batch at a time,
 so memory is constant however large the corpus; it resumes after a unit (`after`) by seeking
 in a plain file and by reading past the units in the others.
 
@@ -36,8 +35,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from bertkit.files import (COMPRESSED_SUFFIXES, UserError, compression_of, corrupt_data_errors,
-                           first_line_of, format_suffix, need_package, open_bytes,
-                           require_file)
+                           decode_line, first_line_of, format_suffix, need_package,
+                           open_bytes, require_file)
 
 FORMATS = ("text", "jsonl", "parquet", "arrow")
 TABLES = ("parquet", "arrow")
@@ -248,12 +247,7 @@ def _lines(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
                 end += len(raw)
                 if number <= skip:
                     continue
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise UserError(f"{source.path}:{number}: not UTF-8 text (byte "
-                                    f"{raw[e.start]:#04x} at column {e.start + 1})") from None
-                yield number, line, end
+                yield number, decode_line(raw, source.path, number), end
         except corrupt_data_errors(source.path, source.compression) as e:
             raise UserError(f"{source.path}:{number + 1}: corrupt {source.compression} data "
                             f"({first_line_of(e)})") from None
