@@ -9,12 +9,14 @@ transformers' `resize_token_embeddings` users, and of Hewitt 2021's argument aga
 rows, here per word).
 
 The result is the same kind of directory as the input (its config.json kept, `vocab_size`
-changed; every other weight byte for byte), which bertkit and `transformers` load.
+changed; every other weight byte for byte; a sentence-transformers pipeline copied), which
+bertkit, `transformers` and sentence-transformers load.
 """
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -32,6 +34,9 @@ from bertkit.text.tokenizer import Tokenizer, check_fits
 VOCABULARY_ROWS = re.compile(r"(word_embeddings|tok_embeddings)\.weight$"
                              r"|(^|\.)(predictions\.bias|decoder\.weight|decoder\.bias)$")
 """Hugging Face names of the weights with one row per vocabulary entry (BERT, ModernBERT)."""
+SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+"""sentence-transformers' description of a sentence model, which the vocabulary leaves as it was
+(with the folders of the modules that modules.json names: 1_Pooling, 2_Normalize, ...)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,16 @@ def vocabulary_weights(weights: dict[str, torch.Tensor], vocab_size: int,
         raise UserError(f"{where}: no word embeddings of {vocab_size} rows among its weights "
                         f"(not a BERT or ModernBERT checkpoint?)")
     return names
+
+
+def sentence_pipeline(path: Path) -> list[str]:
+    """The sentence-transformers files and module folders of the model directory `path`."""
+    names = [n for n in SENTENCE_FILES if (path / n).is_file()]
+    modules = read_json(path / SENTENCE_FILES[0], "sentence-transformers modules file") \
+        if SENTENCE_FILES[0] in names else []
+    folders = [str(m.get("path")) for m in modules if isinstance(m, dict)] \
+        if isinstance(modules, list) else []
+    return names + [f for f in folders if f and Path(f).name == f != ".." and (path / f).is_dir()]
 
 
 def grow_rows(weights: dict[str, torch.Tensor], names: Sequence[str], size: int,
@@ -96,6 +111,7 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
     sources = expand(files, text_field, "domain text")
     check_not_input(out, [path, *(s.path for s in sources)],
                     names=["--model"] + ["--input"] * len(sources))
+    pipeline = sentence_pipeline(path)
     weights = load_weights(path)
     names = vocabulary_weights(weights, config.vocab_size, path)
     counts = count_words(tokenizer, sources, progress)
@@ -114,5 +130,7 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n",
                                          encoding="utf-8")
         grown.save(tmp)
+        for name in pipeline:
+            (shutil.copytree if (path / name).is_dir() else shutil.copy)(path / name, tmp / name)
     return Extension(words, tokenizer.vocab_size, (config.vocab_size, size),
                      (domain_pieces(tokenizer, counts), domain_pieces(grown, counts)), grown)

@@ -127,6 +127,23 @@ def test_unused_rows_of_a_padded_vocabulary_are_taken_first(tmp_path):
     torch.testing.assert_close(new[name][V + 1], old[name][list(result.words[1].pieces)].mean(0))
 
 
+def test_a_sentence_transformers_directory_stays_one(tmp_path):
+    """all-MiniLM-L6-v2 extended still pools, normalizes and cuts as it did: its pipeline
+    (modules.json, sentence_bert_config.json, the module folders) comes along as it was."""
+    from bertkit.embeddings.embedder import Embedder
+    from bertkit.embeddings.sentence_model import sentence_model_files
+
+    source = _model_dir(tmp_path, "bert", "wordpiece")
+    files = sentence_model_files(("cls",), True, 16, 32, lowercase=True)
+    for name, data in files.items():
+        (source / name).parent.mkdir(exist_ok=True)
+        (source / name).write_bytes(data)
+    extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 3, tmp_path / "out", progress=False)
+    assert {n: (tmp_path / "out" / n).read_bytes() for n in files} == files
+    embedder = Embedder.load(tmp_path / "out")
+    assert (embedder.pool, embedder.normalize, embedder.max_length) == (("cls",), True, 16)
+
+
 def test_command_line_end_to_end(tmp_path, capsys):
     source = _model_dir(tmp_path, "bert", "wordpiece")
     domain = _domain(tmp_path / "d.txt")
