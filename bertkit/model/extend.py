@@ -25,7 +25,8 @@ import torch
 from safetensors.torch import save_file
 
 from bertkit.files import UserError, atomic_dir, check_not_input, read_json
-from bertkit.model.hub import load_config, load_weights, resolve_model
+from bertkit.model.hub import load_config, load_weights
+from bertkit.model.kind import ModelKind, require_kind
 from bertkit.text.extend import (NewWord, check_extendable, check_request, choose_words,
                                  count_words, domain_pieces, extend_tokenizer)
 from bertkit.text.sources import expand
@@ -101,7 +102,7 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
     Every input is checked before the text is read; `out` appears whole or not at all.
     """
     check_request(add, min_count)
-    path = resolve_model(model)
+    path = require_kind(model, ModelKind.ENCODER)  # a task model's head would not come along
     config = load_config(path)
     tokenizer = Tokenizer.load(path)
     check_fits(tokenizer, config, path)

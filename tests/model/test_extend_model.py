@@ -218,6 +218,17 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch,
         "bad.txt", "corpus.txt", "d.txt", "model", "nothing.txt"]
 
 
+def test_a_fine_tuned_model_is_refused(tmp_path):
+    """Its task head and bertkit_task.json would not come along: the result would be a bare
+    encoder (or a classifier with [CLS] pooling where it was trained with the mean)."""
+    source = _model_dir(tmp_path, "bert", "wordpiece")
+    (source / "bertkit_task.json").write_text('{"task": "classify"}', encoding="utf-8")
+    with pytest.raises(UserError, match="model: a fine-tuned task model, not a BERT encoder"):
+        extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 3, tmp_path / "out",
+                          progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_encoder_without_embeddings_is_refused(tmp_path):
     source = _model_dir(tmp_path, "modern", "wordpiece")
     weights = hub.load_weights(source)
