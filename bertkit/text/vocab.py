@@ -279,6 +279,9 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
         raise UserError("no input files given")
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise UserError(f"vocab_size {vocab_size} is too small")
+    if out is not None and (Path(out) / "config.json").is_file():
+        raise UserError(f"{out}: holds a model (config.json), whose embeddings a new vocabulary "
+                        f"would not fit; choose another --out (then `bertkit init --tokenizer`)")
     if sample_bytes is not None and sample_bytes < 1:
         raise UserError(f"sample_bytes must be positive, got {sample_bytes}")
     parts = [_sources(f, text_field) for f in files]

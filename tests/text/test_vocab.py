@@ -106,6 +106,18 @@ def test_training_rejects_bad_files_before_writing(tmp_path):
         train_tokenizer([good], kind="bpe", progress=False)
 
 
+def test_a_model_directory_is_refused_as_out(tmp_path):
+    """`tokenizer train --out runs/mini` would replace the model's tokenizer with one that
+    its embeddings do not fit, keeping config.json and the weights beside it."""
+    good = _tagged_files(tmp_path, [30])[0]
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(UserError, match="model: holds a model .config.json."):
+        train_tokenizer([good], vocab_size=100, out=model, progress=False)
+    assert [p.name for p in model.iterdir()] == ["config.json"]
+
+
 def test_training_several_files_writes_a_loadable_directory(tmp_path, capsys):
     files = _tagged_files(tmp_path, [300, 30])
     tok = train_tokenizer(files, vocab_size=120, alpha=0.3, out=tmp_path / "tok", progress=True)
