@@ -125,7 +125,7 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
     weights = grow_rows(weights, names, size, [w.pieces for w in words], tokenizer.vocab_size)
     hf_config = read_json(path / "config.json", "config.json")
     hf_config["vocab_size"] = size
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, replaces=SENTENCE_FILES) as tmp:  # an earlier run's, if not copied
         save_file({k: v.contiguous() for k, v in weights.items()},
                   str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n",

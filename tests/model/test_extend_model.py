@@ -142,6 +142,10 @@ def test_a_sentence_transformers_directory_stays_one(tmp_path):
     assert {n: (tmp_path / "out" / n).read_bytes() for n in files} == files
     embedder = Embedder.load(tmp_path / "out")
     assert (embedder.pool, embedder.normalize, embedder.max_length) == (("cls",), True, 16)
+    for name in files:  # the plain model extended into the same --out is a plain model again
+        (source / name).unlink()
+    extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 3, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out" / "modules.json").exists()
 
 
 def test_command_line_end_to_end(tmp_path, capsys):
