@@ -118,6 +118,14 @@ def test_a_model_directory_is_refused_as_out(tmp_path):
     assert [p.name for p in model.iterdir()] == ["config.json"]
 
 
+def test_an_out_that_is_an_input_is_refused_before_the_corpus_is_read(tmp_path):
+    """The cheap check first: the whole corpus is not read (here: to its bad byte) before."""
+    bad = tmp_path / "corpus.txt"
+    bad.write_bytes(b"a line of text\n" * 1000 + b"\xff\n")
+    with pytest.raises(UserError, match="is the input"):
+        train_tokenizer([bad], vocab_size=100, out=bad, progress=False)
+
+
 def test_training_several_files_writes_a_loadable_directory(tmp_path, capsys):
     files = _tagged_files(tmp_path, [300, 30])
     tok = train_tokenizer(files, vocab_size=120, alpha=0.3, out=tmp_path / "tok", progress=True)
