@@ -285,8 +285,8 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
     if sample_bytes is not None and sample_bytes < 1:
         raise UserError(f"sample_bytes must be positive, got {sample_bytes}")
     parts = [_sources(f, text_field) for f in files]
-    check_not_input(out, [s.path for part in parts for s in part])
     chars = set() if kind == "wordpiece" else None  # only WordPiece needs its characters
+    check_not_input(out, [s.path for part in parts for s in part])
     counted = [count_text(part, chars) for part in parts]
     sizes = [lines for lines, _ in counted]
     keep = sample_share(sum(size for _, size in counted), sample_bytes)
