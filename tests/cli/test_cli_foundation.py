@@ -193,20 +193,6 @@ def test_real_subprocess(model_dir):
     assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
 
 
-def test_a_reader_that_stops_early_ends_the_command_quietly(model_dir, tmp_path):
-    """`bertkit tokenize --input big.txt | head -1`: the closed pipe is an exit as the shell's
-    own tools make it (128 + SIGPIPE), not a traceback."""
-    texts = tmp_path / "texts.txt"
-    texts.write_text("the river ran past the old mill\n" * 20000, encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, "-m", "bertkit.cli", "tokenize", "--model",
-                             str(model_dir), "--input", str(texts)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout.readline().startswith(b"9\t[CLS] the river")
-    proc.stdout.close()
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == 141 and err == "", err
-
-
 def test_fill_mask_refuses_a_model_without_a_trained_mlm_head(model_dir, tmp_path, capsys):
     """An encoder-only directory (BertModel, a sentence-transformers checkpoint): the MLM head
     would be initialised at random and its guesses noise."""
