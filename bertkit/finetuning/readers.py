@@ -458,6 +458,9 @@ def read_squad(path: str | Path, strict: bool = False) -> list[QAExample]:
     answers is dropped, with one warning counting them; strict=True raises instead.
     """
     p = require_file(path)
+    if detect_format(p) == "jsonl":
+        raise UserError(f"{p}: JSON lines, not SQuAD JSON (one object with a 'data' list of "
+                        f"articles)")
     data = read_json(p)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise UserError(f"{p}: not SQuAD JSON (expected an object with a 'data' list)")

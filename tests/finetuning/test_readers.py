@@ -307,6 +307,9 @@ def test_squad_answer_not_at_offset(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ('[1, 2]', "not SQuAD JSON"),
+    # JSON lines (what `predict` takes for QA) would fail as "line 2: not valid JSON"
+    ('{"question": "?", "context": "c"}\n{"question": "?", "context": "c"}\n',
+     r"s.json: JSON lines, not SQuAD JSON \(one object with a 'data' list"),
     ('{"data": [{"paragraphs": [{"qas": []}]}]}', "article 0 paragraph 0: missing 'context'"),
     (_squad([{"id": "q", "answers": []}]), r"s.json:\d+: question q: missing 'question'"),
     (_squad([{"id": "q", "question": "?", "answers": [{"text": "x", "answer_start": "0"}]}]),
