@@ -14,7 +14,7 @@ from bertkit.files import UserError
 from bertkit.finetuning import heads
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.tasks import (QA, TASK_NAMES, TASKS, Classify, Regress, Spans, Tag,
-                                      task_type)
+                                      load_task, task_type)
 from bertkit.model import hub
 from bertkit.text.tokenizer import Tokenizer
 
@@ -60,6 +60,17 @@ def test_one_tuple_names_the_tasks_and_the_command_line_offers_them():
     assert task_type("spans") is Spans
     with pytest.raises(UserError, match="unknown task 'nope'; choose one of classify, pair"):
         task_type("nope")
+
+
+def test_a_model_not_fine_tuned_is_refused_with_what_to_do_instead(tiny_bert, minilm_dir):
+    # `predict` / `evaluate` on a pretrained encoder, or on a sentence model (which `embed` reads)
+    with pytest.raises(UserError, match=r"not a fine-tuned model \(no bertkit_task.json, "
+                                        r"architecture BertModel\): fine-tune it first, "
+                                        r"`bertkit finetune TASK --model "):
+        load_task(tiny_bert)
+    with pytest.raises(UserError, match=r"architecture BertModel\): a sentence model, whose "
+                                        r"vectors `bertkit embed` gives"):
+        load_task(minilm_dir)
 
 
 @pytest.mark.parametrize("name", list(OLD_FILES))
