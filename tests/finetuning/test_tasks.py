@@ -62,6 +62,17 @@ def test_one_tuple_names_the_tasks_and_the_command_line_offers_them():
         task_type("nope")
 
 
+def test_texts_in_a_file_without_the_txt_suffix_are_told_to_take_it(tmp_path):
+    texts = tmp_path / "reviews"  # "a gem of a film" reads as a CoNLL token and its tags
+    texts.write_text("a gem of a film\nan utter mess\n")
+    with pytest.raises(UserError, match=r"reviews: a classify model reads .txt, JSONL, CSV or "
+                                        r"TSV here, not conll \(one text a line: name the "
+                                        r"file .txt\)"):
+        Classify().read_inputs(texts)
+    assert [ex.text for ex in Classify().read_inputs(texts.rename(tmp_path / "r.txt"))] == \
+        ["a gem of a film", "an utter mess"]
+
+
 def test_a_model_not_fine_tuned_is_refused_with_what_to_do_instead(tiny_bert, minilm_dir):
     # `predict` / `evaluate` on a pretrained encoder, or on a sentence model (which `embed` reads)
     with pytest.raises(UserError, match=r"not a fine-tuned model \(no bertkit_task.json, "

@@ -106,8 +106,9 @@ class TextTask(Task):
             return [TextExample(text, source=key) for text, key in zip(*lines)]
         fmt = detect_format(p)
         if fmt not in ("jsonl", "csv", "tsv"):
+            # short texts split by spaces look like CoNLL: only the suffix tells them apart
             raise UserError(f"{p}: a {self.name} model reads .txt, JSONL, CSV or TSV here, "
-                            f"not {fmt}")
+                            f"not {fmt} (one text a line: name the file .txt)")
         return read_text_examples(p, text_column=self.text_column or "text",
                                   pair_column=self.pair_column, label_column=None, fmt=fmt)
 
