@@ -13,8 +13,8 @@ from bertkit.cli.finetuning import COMMANDS
 from bertkit.files import UserError
 from bertkit.finetuning import heads
 from bertkit.finetuning.predict import TaskModel
-from bertkit.finetuning.tasks import (QA, TASK_NAMES, TASKS, Classify, Regress, Spans, Tag,
-                                      load_task, task_type)
+from bertkit.finetuning.tasks import (QA, TASK_NAMES, TASKS, Classify, Pair, Regress, Spans,
+                                      Tag, load_task, task_type)
 from bertkit.model import hub
 from bertkit.text.tokenizer import Tokenizer
 
@@ -71,6 +71,20 @@ def test_texts_in_a_file_without_the_txt_suffix_are_told_to_take_it(tmp_path):
         Classify().read_inputs(texts)
     assert [ex.text for ex in Classify().read_inputs(texts.rename(tmp_path / "r.txt"))] == \
         ["a gem of a film", "an utter mess"]
+
+
+def test_a_text_file_for_a_model_of_pairs_holds_a_pair_a_line(tmp_path):
+    # as `embed` reads it: a tab separates the pair (it was one text, and no "pair" came out)
+    texts = tmp_path / "pairs.txt"
+    texts.write_text("a man sings\tsomeone sings\n\nit rains\tthe sun\tshines\n")
+    pair = Pair(text_column="premise", pair_column="hypothesis")
+    assert [(ex.text, ex.pair, ex.source) for ex in pair.read_inputs(texts)] == [
+        ("a man sings", "someone sings", f"{texts}:1"), ("it rains", "the sun\tshines", f"{texts}:3")]
+    assert [ex.text for ex in Classify().read_inputs(texts)][0] == "a man sings\tsomeone sings"
+    texts.write_text("a man sings\tsomeone sings\nno second text\n")
+    with pytest.raises(UserError, match=r"pairs.txt:2: a pair model reads a pair a line, "
+                                        r"TEXT<TAB>PAIR: this line has no tab"):
+        pair.read_inputs(texts)
 
 
 def test_a_model_not_fine_tuned_is_refused_with_what_to_do_instead(tiny_bert, minilm_dir):
