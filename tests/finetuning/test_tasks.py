@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bertkit.cli.finetuning import COMMANDS
+from bertkit.cli.main import main
 from bertkit.files import UserError
 from bertkit.finetuning import heads
 from bertkit.finetuning.predict import TaskModel
@@ -85,6 +86,18 @@ def test_a_text_file_for_a_model_of_pairs_holds_a_pair_a_line(tmp_path):
     with pytest.raises(UserError, match=r"pairs.txt:2: a pair model reads a pair a line, "
                                         r"TEXT<TAB>PAIR: this line has no tab"):
         pair.read_inputs(texts)
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_a_batch_size_of_0_is_one_line(tiny_bert, tmp_path, capsys, command):
+    model, task = tmp_path / "m", Classify(labels=("a", "b"))
+    heads.save_task_model(task.make_model(hub.load_encoder(tiny_bert)), model,
+                          task=task.to_json(), tokenizer=Tokenizer.load(tiny_bert),
+                          labels=["a", "b"])
+    (tmp_path / "in.jsonl").write_text('{"text": "x", "label": "a"}\n')
+    assert main([command, "--model", str(model), "--input", str(tmp_path / "in.jsonl"),
+                 "--batch-size", "0"]) == 2  # was: ValueError, range() arg 3 must not be zero
+    assert capsys.readouterr().err == "error: --batch-size must be at least 1, got 0\n"
 
 
 def test_a_model_not_fine_tuned_is_refused_with_what_to_do_instead(tiny_bert, minilm_dir):
