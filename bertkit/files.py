@@ -19,6 +19,7 @@ with -9 are recognised and swept by the next run that writes the same output
 from __future__ import annotations
 
 import bz2
+import codecs
 import contextlib
 import ctypes
 import errno
@@ -320,6 +321,8 @@ def read_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[tu
     with open_bytes(p, compression) as f:
         try:
             for number, raw in enumerate(f, 1):
+                if number == 1:  # a byte order mark (Notepad's, PowerShell's) is not text
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
                 yield number, decode_line(raw, p, number).rstrip("\r\n")
         except corrupt_data_errors(p, compression) as e:
             raise UserError(f"{p}:{number + 1}: corrupt {compression} data "
@@ -347,7 +350,7 @@ def read_json(path: str | os.PathLike, what: str = "JSON file", format: str | No
     compression = compression_of(p)
     try:
         with open_bytes(p, compression) as f:
-            raw = f.read()
+            raw = f.read().removeprefix(codecs.BOM_UTF8)
     except corrupt_data_errors(p, compression) as e:
         raise UserError(f"{p}: corrupt {compression} data ({first_line_of(e)})") from None
     try:

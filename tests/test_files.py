@@ -363,3 +363,16 @@ def test_every_reader_opens_a_compressed_file_as_what_it_holds(tmp_path, compres
     (tmp_path / "bad").write_bytes(pack(b"fine\n\xff\n"))
     with pytest.raises(UserError, match=r"bad:2: not UTF-8 text"):
         list(files.read_lines(tmp_path / "bad"))
+
+
+def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path):
+    # what Notepad and PowerShell write first: every reader leaves it out, as CSV's did
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "a.jsonl").write_bytes(bom + b'{"text": "a"}\r\n{"text": "b"}\r\n')
+    assert list(files.read_jsonl(tmp_path / "a.jsonl")) == [(1, {"text": "a"}), (2, {"text": "b"})]
+    assert list(files.read_lines(tmp_path / "a.jsonl"))[0] == (1, '{"text": "a"}')
+    (tmp_path / "s.json").write_bytes(bom + b'{"data": []}')
+    assert files.read_json(tmp_path / "s.json") == {"data": []}
+    (tmp_path / "bad.json").write_bytes(bom + b'{"a":\n"\xff"}')
+    with pytest.raises(UserError, match=r"bad.json:2: not UTF-8 text \(byte 0xff\)"):
+        files.read_json(tmp_path / "bad.json")

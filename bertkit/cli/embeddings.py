@@ -96,6 +96,10 @@ class AnisotropyOptions:
     quiet: bool = False
     """No progress on stderr."""
 
+    def __post_init__(self) -> None:
+        if self.sentences < 1:
+            raise UserError(f"--sentences must be at least 1, got {self.sentences}")
+
 
 def run_anisotropy(opts: AnisotropyOptions, encoder) -> int:
     from bertkit.embeddings.anisotropy import anisotropy_report, sample_lines

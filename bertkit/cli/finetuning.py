@@ -229,9 +229,9 @@ class PredictOptions:
     model: Path
     """Directory written by `bertkit finetune`."""
     input: Path
-    """Texts: .txt (one per line), JSONL/CSV/TSV; tag: also CoNLL; qa: SQuAD JSON or JSONL
-    with question/context. "-": standard input (JSON lines, CoNLL or SQuAD JSON by their
-    content, else one text a line)."""
+    """Texts: .txt (one per line; pair models: TEXT<TAB>PAIR), JSONL/CSV/TSV; tag: also CoNLL;
+    qa: SQuAD JSON or JSONL with question/context. "-": standard input (JSON lines, CoNLL or
+    SQuAD JSON by their content, else one text a line)."""
     out: Path | None = None
     """Output file; none: stdout."""
     format: Literal["jsonl", "conll"] = "jsonl"

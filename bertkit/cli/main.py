@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import signal
 import sys
 import threading
@@ -148,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:  # the reader of stdout has gone (`| head`): stop, as cat does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush too
+            return 141  # 128 + SIGPIPE, what the shell says of cat
         except Exception as e:  # noqa: BLE001 - re-raised unless it is the machine's
             # A full disk, a read-only directory, no memory. An error that names no file
             # (a write to an open file) is about the command's output.

@@ -532,6 +532,12 @@ class EncoderOptions:
     """Batches computed at once, one core each; none: torch's thread count; 1 = one batch at a
     time on all threads."""
 
+    def __post_init__(self) -> None:
+        for name in ("max_length", "workers"):  # 0 would read as "none" further on
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got "
+                                f"{getattr(self, name)}")
+
     def load(self) -> Embedder:
         """The Embedder these settings describe, on its device and precision."""
         device, precision = resolve_device(self.device), self.precision

@@ -52,9 +52,11 @@ def most_frequent_tag(train: Sequence, test: Sequence) -> dict:
 
 
 def no_answer(test: Sequence) -> dict:
-    """QA: always "no answer" (exact on unanswerable questions only)."""
+    """QA: always "no answer" (exact on unanswerable questions only); with unanswerable
+    questions also the best null thresholds, which the QA task selects by."""
+    nulls = {ex.id: 0.0 for ex in test} if any(ex.is_impossible for ex in test) else None
     return metrics.squad_scores({ex.id: "" for ex in test},
-                                {ex.id: [a.text for a in ex.answers] for ex in test})
+                                {ex.id: [a.text for a in ex.answers] for ex in test}, nulls)
 
 
 def baseline_comparison(scores: dict, baseline: dict | None,

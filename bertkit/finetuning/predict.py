@@ -73,6 +73,10 @@ class TaskModel:
     source: str = "the model"
     """The model's name (its directory) in messages."""
 
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1, got {self.batch_size}")
+
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64,
              task_types: Sequence[type[Task]] = TASKS) -> "TaskModel":

@@ -458,6 +458,9 @@ def read_squad(path: str | Path, strict: bool = False) -> list[QAExample]:
     answers is dropped, with one warning counting them; strict=True raises instead.
     """
     p = require_file(path)
+    if detect_format(p) == "jsonl":
+        raise UserError(f"{p}: JSON lines, not SQuAD JSON (one object with a 'data' list of "
+                        f"articles)")
     data = read_json(p)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise UserError(f"{p}: not SQuAD JSON (expected an object with a 'data' list)")
@@ -550,21 +553,30 @@ def input_file(source, stdin=None) -> Iterator[Path | None]:
                 fmt = "text"
             suffix = {"jsonl": ".jsonl", "squad": ".json", "conll": ".conll",
                       "conllu": ".conllu"}.get(fmt, ".txt")
-            yield staged.rename(staged.with_suffix(suffix))
-            return
-        rows = list(source.to_list() if hasattr(source, "to_list") else source)
-        if not rows:
-            raise UserError("no rows given")
-        if all(isinstance(r, str) for r in rows):
-            if any("\n" in r for r in rows):
-                raise UserError("a text holds a line break; give texts of one line each")
-            staged = Path(tmp) / "rows.txt"
-            staged.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
-        elif all(isinstance(r, dict) for r in rows):
-            staged = Path(tmp) / "rows.jsonl"
-            staged.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
-                              encoding="utf-8")
+            staged, name = staged.rename(staged.with_suffix(suffix)), "<stdin>"
         else:
-            kinds = sorted({type(r).__name__ for r in rows})
-            raise UserError(f"rows must be all strings or all dicts, got {', '.join(kinds)}")
-        yield staged
+            staged, name = _staged_rows(source, Path(tmp)), "<rows>"
+        try:
+            yield staged
+        except UserError as e:  # the input as the user gave it, not the staged file
+            raise UserError(str(e).replace(str(staged), name)) from None
+
+
+def _staged_rows(source, tmp: Path) -> Path:
+    """Rows in memory written to `tmp` as a file the readers read."""
+    rows = list(source.to_list() if hasattr(source, "to_list") else source)
+    if not rows:
+        raise UserError("no rows given")
+    if all(isinstance(r, str) for r in rows):
+        if any("\n" in r for r in rows):
+            raise UserError("a text holds a line break; give texts of one line each")
+        staged = tmp / "rows.txt"
+        staged.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    elif all(isinstance(r, dict) for r in rows):
+        staged = tmp / "rows.jsonl"
+        staged.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                          encoding="utf-8")
+    else:
+        kinds = sorted({type(r).__name__ for r in rows})
+        raise UserError(f"rows must be all strings or all dicts, got {', '.join(kinds)}")
+    return staged

@@ -110,6 +110,26 @@ class FinetuneConfig:
     show_progress: bool = True
     """Progress lines on stderr."""
 
+    def __post_init__(self) -> None:
+        def bad(name: str, wanted: str):
+            return UserError(f"--{name.replace('_', '-')} must be {wanted}, got "
+                             f"{getattr(self, name)}")
+
+        for name in ("epochs", "batch_size", "max_length", "evals_per_epoch", "patience",
+                     "save_every"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise bad(name, "at least 1")
+        for name in ("lr", "head_lr", "max_time"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise bad(name, "positive")
+        for name in ("weight_decay", "train_layers"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                raise bad(name, "at least 0")
+        if not 0 <= self.warmup <= 1:
+            raise bad("warmup", "in [0, 1]")
+        if not 0 < self.dev_fraction < 1:
+            raise bad("dev_fraction", "in (0, 1)")
+
 
 # How a run is driven, not what it learns: free to differ between a run and its resume.
 _RUN_CONTROL = ("save_every", "resume", "device", "tensorboard", "show_progress")
@@ -277,8 +297,6 @@ def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path
     device = resolve_device(cfg.device)
     cfg = dataclasses.replace(cfg, device=str(device))
     out_dir = Path(out_dir)
-    if cfg.save_every is not None and cfg.save_every < 1:
-        raise UserError(f"--save-every must be at least 1, got {cfg.save_every}")
     check_not_input(out_dir, [model_dir, train_path, dev_path],
                     names=["model", "training file", "dev file"])
     task = task.configure(Path(train_path))

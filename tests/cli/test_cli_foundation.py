@@ -193,6 +193,16 @@ def test_real_subprocess(model_dir):
     assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_reader_that_stops_early_ends_the_command_quietly(model_dir):
+    # `bertkit evaluate --json | head -c 100`: stdout closed before the command writes
+    proc = subprocess.Popen([str(BIN), "fill-mask", "--model", str(model_dir), "--json",
+                             "the [MASK] ran"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err  # as the shell reports `cat` killed by SIGPIPE
+    assert err == ""
+
+
 def test_fill_mask_refuses_a_model_without_a_trained_mlm_head(model_dir, tmp_path, capsys):
     """An encoder-only directory (BertModel, a sentence-transformers checkpoint): the MLM head
     would be initialised at random and its guesses noise."""

@@ -172,6 +172,9 @@ def test_anisotropy_command_fits_a_standardizer_for_embed(make_tiny_bert, senten
     assert main(["anisotropy", "--model", str(model_dir), "--input",
                  str(tmp_path / "empty.txt")]) == 2
     assert "is empty" in capsys.readouterr().err
+    assert main(["anisotropy", "--model", str(model_dir), "--input", str(corpus),
+                 "--sentences", "0"]) == 2  # was: "no text in the corpus (only blank lines)"
+    assert capsys.readouterr().err == "error: --sentences must be at least 1, got 0\n"
 
 
 def test_a_standardizer_of_another_width_or_shape_names_its_file(tmp_path, embedder, sentences):

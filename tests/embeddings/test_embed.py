@@ -257,6 +257,15 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tiny_bert_dir, tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == (["in.txt"] if content is not None else [])
 
 
+@pytest.mark.parametrize("flag, message", [("--max-length", "--max-length must be at least 1"),
+                                           ("--workers", "--workers must be at least 1")])
+def test_cli_a_count_of_0_is_refused_not_read_as_the_default(tmp_path, capsys, flag, message):
+    # no model there: the options are checked first
+    assert main(["embed", "--model", str(tmp_path / "none"), "--input", str(tmp_path / "in.txt"),
+                 "--out", str(tmp_path / "v.npy"), flag, "0"]) == 2
+    assert capsys.readouterr().err == f"error: {message}, got 0\n"
+
+
 def test_cli_embed_options(tiny_bert_dir, tmp_path, capsys):
     source = tmp_path / "in.txt"
     source.write_text("we sat on the river bank .\nunbelievable\n")

@@ -1,7 +1,11 @@
 """The model's dev figure beside the trivial baseline's, and the warning when it is not beaten."""
 from __future__ import annotations
 
-from bertkit.finetuning.baselines import baseline_comparison, baseline_report
+import pytest
+
+from bertkit.finetuning.baselines import baseline_comparison, baseline_report, no_answer
+from bertkit.finetuning.readers import Answer, QAExample
+from bertkit.finetuning.tasks.qa import QA
 
 
 def test_the_comparison_names_the_selected_figure():
@@ -12,6 +16,18 @@ def test_the_comparison_names_the_selected_figure():
     qa = baseline_comparison({"best_f1": 0.5, "has_ans_f1": 0.3}, {"best_f1": 0.2},
                              lambda s: (s["best_f1"] + s.get("has_ans_f1", 0.0)) / 2)
     assert qa == ("selection", 0.4, 0.1)
+
+
+def test_the_no_answer_baseline_is_selected_by_the_figure_qa_models_are():
+    # SQuAD 2.0: a model is chosen by (best F1 + HasAns F1) / 2; the trivial "no answer"
+    # predictor must be measured the same way, not by its plain F1 (twice as large)
+    dev = [QAExample("a", "q?", "Paris is big.", [Answer("Paris", 0)]),
+           QAExample("b", "q?", "Paris is big.", []), QAExample("c", "q?", "It is.", [])]
+    trivial = no_answer(dev)
+    assert QA().selection(trivial) == (2 / 3 + 0.0) / 2
+    model = {"f1": 2 / 3, "best_f1": 2 / 3, "has_ans_f1": 0.5}
+    _, ours, theirs = baseline_comparison(model, trivial, QA().selection)
+    assert (ours, theirs) == (pytest.approx(7 / 12), pytest.approx(1 / 3))
 
 
 def test_no_baseline_or_a_baseline_without_the_figure_gives_no_comparison():

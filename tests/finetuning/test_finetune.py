@@ -5,6 +5,7 @@ line."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -569,3 +570,29 @@ def test_sentence_heads_pool_by_mean_for_a_modern_encoder_and_by_cls_for_bert(
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: --pooling is a setting of classify, pair, regress, embed, not of tag"]
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--epochs", "0", "--epochs must be at least 1, got 0"),  # was: the default 3 epochs
+    ("--batch-size", "0", "--batch-size must be at least 1, got 0"),
+    ("--max-length", "0", "--max-length must be at least 1, got 0"),
+    ("--evals-per-epoch", "0", "--evals-per-epoch must be at least 1, got 0"),
+    ("--patience", "0", "--patience must be at least 1, got 0"),  # was: a traceback, late
+    ("--save-every", "0", "--save-every must be at least 1, got 0"),
+    ("--lr", "-1", "--lr must be positive, got -1.0"),
+    ("--head-lr", "0", "--head-lr must be positive, got 0.0"),
+    ("--max-time", "0", "--max-time must be positive, got 0.0"),
+    ("--warmup", "2", r"--warmup must be in \[0, 1\], got 2.0"),  # was: no warm-up at all
+    ("--weight-decay", "-0.1", "--weight-decay must be at least 0, got -0.1"),
+    ("--dev-fraction", "1.5", r"--dev-fraction must be in \(0, 1\), got 1.5"),  # IndexError
+    ("--train-layers", "-1", "--train-layers must be at least 0, got -1"),
+])
+def test_training_settings_out_of_range_are_one_line_before_anything_is_read(
+        flag, value, message, tmp_path, capsys):
+    # neither the model nor the data exist: the settings are refused first
+    argv = ["finetune", "classify", "--model", str(tmp_path / "no-model"), "--train",
+            str(tmp_path / "no.jsonl"), "--out", str(tmp_path / "out"), flag, value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.match(f"error: {message}$", err), err
+    assert not (tmp_path / "out").exists()

@@ -307,6 +307,9 @@ def test_squad_answer_not_at_offset(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ('[1, 2]', "not SQuAD JSON"),
+    # JSON lines (what `predict` takes for QA) would fail as "line 2: not valid JSON"
+    ('{"question": "?", "context": "c"}\n{"question": "?", "context": "c"}\n',
+     r"s.json: JSON lines, not SQuAD JSON \(one object with a 'data' list"),
     ('{"data": [{"paragraphs": [{"qas": []}]}]}', "article 0 paragraph 0: missing 'context'"),
     (_squad([{"id": "q", "answers": []}]), r"s.json:\d+: question q: missing 'question'"),
     (_squad([{"id": "q", "question": "?", "answers": [{"text": "x", "answer_start": "0"}]}]),
@@ -435,6 +438,17 @@ def test_input_file_stages_stdin_and_rows_for_the_readers(tmp_path):
             assert path.suffix == suffix and path.read_text() == text
     with input_file("-", stdin=io.StringIO("mary\tB-PER\n\nrome\tB-LOC\n")) as path:
         assert [s.tokens for s in read_tagged(path)] == [["mary"], ["rome"]]
+    # errors name the input as given, not the staged file (gone when the message is read)
+    with pytest.raises(UserError, match=r"^<stdin>:2: no column 'label' \(columns: text\)"):
+        with input_file("-", stdin=io.StringIO('{"text": "a", "label": "x"}\n{"text": "b"}\n')) \
+                as path:
+            read_text_examples(path)
+    with pytest.raises(UserError, match=r"^<stdin>: input file is empty"):
+        with input_file("-", stdin=io.StringIO("")) as path:
+            read_text_examples(path)
+    with pytest.raises(UserError, match=r"^<rows>:2: no label \(null in column 'label'\)"):
+        with input_file([rows[0], {"text": "c", "label": None}]) as path:
+            read_text_examples(path)
     with pytest.raises(UserError, match="all strings or all dicts, got dict, str"):
         with input_file(["a", {"text": "b"}]):
             pass

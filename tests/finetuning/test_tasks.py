@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from bertkit.cli.finetuning import COMMANDS
+from bertkit.cli.main import main
 from bertkit.files import UserError
 from bertkit.finetuning import heads
 from bertkit.finetuning.predict import TaskModel
-from bertkit.finetuning.tasks import (QA, TASK_NAMES, TASKS, Classify, Regress, Spans, Tag,
-                                      task_type)
+from bertkit.finetuning.tasks import (QA, TASK_NAMES, TASKS, Classify, Pair, Regress, Spans,
+                                      Tag, load_task, task_type)
 from bertkit.model import hub
 from bertkit.text.tokenizer import Tokenizer
 
@@ -60,6 +61,54 @@ def test_one_tuple_names_the_tasks_and_the_command_line_offers_them():
     assert task_type("spans") is Spans
     with pytest.raises(UserError, match="unknown task 'nope'; choose one of classify, pair"):
         task_type("nope")
+
+
+def test_texts_in_a_file_without_the_txt_suffix_are_told_to_take_it(tmp_path):
+    texts = tmp_path / "reviews"  # "a gem of a film" reads as a CoNLL token and its tags
+    texts.write_text("a gem of a film\nan utter mess\n")
+    with pytest.raises(UserError, match=r"reviews: a classify model reads .txt, JSONL, CSV or "
+                                        r"TSV here, not conll \(one text a line: name the "
+                                        r"file .txt\)"):
+        Classify().read_inputs(texts)
+    assert [ex.text for ex in Classify().read_inputs(texts.rename(tmp_path / "r.txt"))] == \
+        ["a gem of a film", "an utter mess"]
+
+
+def test_a_text_file_for_a_model_of_pairs_holds_a_pair_a_line(tmp_path):
+    # as `embed` reads it: a tab separates the pair (it was one text, and no "pair" came out)
+    texts = tmp_path / "pairs.txt"
+    texts.write_text("a man sings\tsomeone sings\n\nit rains\tthe sun\tshines\n")
+    pair = Pair(text_column="premise", pair_column="hypothesis")
+    assert [(ex.text, ex.pair, ex.source) for ex in pair.read_inputs(texts)] == [
+        ("a man sings", "someone sings", f"{texts}:1"), ("it rains", "the sun\tshines", f"{texts}:3")]
+    assert [ex.text for ex in Classify().read_inputs(texts)][0] == "a man sings\tsomeone sings"
+    texts.write_text("a man sings\tsomeone sings\nno second text\n")
+    with pytest.raises(UserError, match=r"pairs.txt:2: a pair model reads a pair a line, "
+                                        r"TEXT<TAB>PAIR: this line has no tab"):
+        pair.read_inputs(texts)
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_a_batch_size_of_0_is_one_line(tiny_bert, tmp_path, capsys, command):
+    model, task = tmp_path / "m", Classify(labels=("a", "b"))
+    heads.save_task_model(task.make_model(hub.load_encoder(tiny_bert)), model,
+                          task=task.to_json(), tokenizer=Tokenizer.load(tiny_bert),
+                          labels=["a", "b"])
+    (tmp_path / "in.jsonl").write_text('{"text": "x", "label": "a"}\n')
+    assert main([command, "--model", str(model), "--input", str(tmp_path / "in.jsonl"),
+                 "--batch-size", "0"]) == 2  # was: ValueError, range() arg 3 must not be zero
+    assert capsys.readouterr().err == "error: --batch-size must be at least 1, got 0\n"
+
+
+def test_a_model_not_fine_tuned_is_refused_with_what_to_do_instead(tiny_bert, minilm_dir):
+    # `predict` / `evaluate` on a pretrained encoder, or on a sentence model (which `embed` reads)
+    with pytest.raises(UserError, match=r"not a fine-tuned model \(no bertkit_task.json, "
+                                        r"architecture BertModel\): fine-tune it first, "
+                                        r"`bertkit finetune TASK --model "):
+        load_task(tiny_bert)
+    with pytest.raises(UserError, match=r"architecture BertModel\): a sentence model, whose "
+                                        r"vectors `bertkit embed` gives"):
+        load_task(minilm_dir)
 
 
 @pytest.mark.parametrize("name", list(OLD_FILES))

@@ -20,6 +20,7 @@ from bertkit.finetuning.tasks.regress import Regress
 from bertkit.finetuning.tasks.spans import Spans
 from bertkit.finetuning.tasks.tag import Tag
 from bertkit.model import hub
+from bertkit.model.kind import SENTENCE_MODULES_FILE
 
 TASKS: tuple[type[Task], ...] = (Classify, Pair, Regress, Tag, QA, Spans, Embed)
 TASK_NAMES = tuple(t.name for t in TASKS)
@@ -48,8 +49,11 @@ def load_task(path: str | Path, task_types: Sequence[type[Task]] = TASKS) -> Tas
         task = next((t for t in found if t is not None), None)
         if task is None:
             arch = (config.extra.get("architectures") or [""])[0]
+            instead = ("a sentence model, whose vectors `bertkit embed` gives"
+                       if (p / SENTENCE_MODULES_FILE).is_file() else
+                       f"fine-tune it first, `bertkit finetune TASK --model {p} ...`")
             raise UserError(f"{p}: not a fine-tuned model (no bertkit_task.json, architecture "
-                            f"{arch or 'none'})")
+                            f"{arch or 'none'}): {instead}")
     if data is None or "max_length" not in data:
         task = task.with_overrides(max_length=min(512, config.max_positions))
     return task

@@ -102,12 +102,17 @@ class TextTask(Task):
     def read_inputs(self, path) -> list[TextExample]:
         p = Path(path)
         lines = text_lines(p)
-        if lines is not None:
-            return [TextExample(text, source=key) for text, key in zip(*lines)]
+        if lines is not None:  # a model of pairs: TEXT<TAB>PAIR, as `embed` reads a pair
+            if self.pairs and (bad := next((k for t, k in zip(*lines) if "\t" not in t), None)):
+                raise UserError(f"{bad}: a {self.name} model reads a pair a line, TEXT<TAB>PAIR: "
+                                f"this line has no tab")
+            return [TextExample(*(text.split("\t", 1) if self.pairs else [text]), source=key)
+                    for text, key in zip(*lines)]
         fmt = detect_format(p)
         if fmt not in ("jsonl", "csv", "tsv"):
+            # short texts split by spaces look like CoNLL: only the suffix tells them apart
             raise UserError(f"{p}: a {self.name} model reads .txt, JSONL, CSV or TSV here, "
-                            f"not {fmt}")
+                            f"not {fmt} (one text a line: name the file .txt)")
         return read_text_examples(p, text_column=self.text_column or "text",
                                   pair_column=self.pair_column, label_column=None, fmt=fmt)
 
