@@ -33,6 +33,10 @@ class EmbedFiles:
     out: Path
     """Output .npy file; its index goes to OUT.index.jsonl."""
 
+    def __post_init__(self) -> None:
+        from bertkit.embeddings.files import check_npy_out
+        check_npy_out(self.out)  # before the model loads
+
 
 def run_embed(files: EmbedFiles, settings, encoder) -> int:
     from bertkit.finetuning.readers import input_file

@@ -38,11 +38,20 @@ class EmbedFileResult:
     index_path: Path
 
 
+def check_npy_out(out: str | Path) -> Path:
+    """`out` if it names a `.npy` file; else a one-line UserError: the matrix is NumPy's
+    format whatever the name, and `vectors.csv` holding it would mislead every reader."""
+    out = Path(out)
+    if out.suffix.lower() != ".npy":
+        raise UserError(f"--out {out}: the vectors are written as a NumPy .npy matrix "
+                        f"(numpy.load reads it); name it {out.with_suffix('.npy').name}")
+    return out
+
+
 def index_path_for(out: str | Path) -> Path:
     """Where the row index of `out.npy` goes: `out.index.jsonl` beside it."""
     out = Path(out)
-    return out.with_name(out.name[:-4] + ".index.jsonl" if out.name.endswith(".npy")
-                         else out.name + ".index.jsonl")
+    return out.with_name(out.name[:-4] + ".index.jsonl")
 
 
 def text_chunks(path: Path, chunk_lines: int, text_field: str = "text"
@@ -92,8 +101,8 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     `pool` and `normalize` None: the embedder's defaults for sentence vectors (a
     sentence-transformers directory's Pooling and Normalize), no normalising for words.
     """
+    out = check_npy_out(out)
     input_path = require_file(input_path)
-    out = Path(out)
     check_not_input(out, [input_path])
     layers_list = resolve_layers(layers, embedder.config.num_layers)
     width = embedder.config.hidden_size * (len(layers_list) if combine == "concat" else 1) \
@@ -221,4 +230,4 @@ class EmbedSettings:
                           progress=not self.quiet)
 
 
-__all__ = ["EmbedFileResult", "EmbedSettings", "embed_file", "index_path_for"]
+__all__ = ["EmbedFileResult", "EmbedSettings", "check_npy_out", "embed_file", "index_path_for"]

@@ -266,6 +266,17 @@ def test_cli_a_count_of_0_is_refused_not_read_as_the_default(tmp_path, capsys, f
     assert capsys.readouterr().err == f"error: {message}, got 0\n"
 
 
+@pytest.mark.parametrize("name, fix", [("v.csv", "v.npy"), ("vectors", "vectors.npy")])
+def test_cli_an_out_not_named_npy_is_refused_before_the_model_loads(tmp_path, capsys, name,
+                                                                    fix):
+    # the matrix is .npy whatever the name: under v.csv it would mislead every reader
+    assert main(["embed", "--model", str(tmp_path / "none"), "--input", str(tmp_path / "in.txt"),
+                 "--out", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {tmp_path / name}: ") and err.endswith(f"name it {fix}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_embed_options(tiny_bert_dir, tmp_path, capsys):
     source = tmp_path / "in.txt"
     source.write_text("we sat on the river bank .\nunbelievable\n")
