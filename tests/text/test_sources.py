@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.files import UserError
-from bertkit.text.sources import expand, expand_one, paragraphs, read_units
+from bertkit.text.sources import expand, expand_one, numbered_texts, paragraphs, read_units
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -140,6 +140,24 @@ def test_folders_and_globs_expand_in_name_order(tmp_path):
                                                                                    "three"]
     # one argument is one part of a tokenizer's mixture, however many files it holds
     assert len(expand_one(root)) == 4
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.data"])
+def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
+    """What Notepad and PowerShell put before line 1: JSON still parses, text does not start
+    with it, and a file named for neither is still recognised as JSON lines."""
+    text = _plain() if name.startswith("c.txt") else "".join(
+        json.dumps({"text": "\n".join(d)}) + "\n" for d in DOCS)
+    path = write_text(tmp_path / name, "\ufeff" + text)
+    [source] = expand([path])
+    assert source.format == ("text" if name.startswith("c.txt") else "jsonl")
+    assert list(paragraphs([source])) == _paragraphs(DOCS)
+    assert next(numbered_texts(path))[1] == ("The first document." if source.format == "text"
+                                             else "\n".join(DOCS[0]))
+    bad = write_text(tmp_path / "bad.txt", "\ufeffab\n")
+    bad.write_bytes(bad.read_bytes()[:-1] + b"\xff\n")
+    assert "bad.txt:1: not UTF-8 text (byte 0xff at column 3)" in _error(
+        lambda: list(read_units(expand([bad])[0])))
 
 
 @pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.jsonl.zst", "c.parquet",
