@@ -51,7 +51,7 @@ from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
-from bertkit.training.loop import TrainResult, check_config, train
+from bertkit.training.loop import TrainResult, check_config, check_fresh_start, train
 from bertkit.training.settings import run_settings, settings_block
 
 SBO_FILE = "sbo.safetensors"
@@ -512,6 +512,7 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
+        check_fresh_start(opts.out, opts.train.resume)
         parts = data_parts(opts, rank)
         data = parts[0][0]
         load_manifest(data)
