@@ -177,6 +177,11 @@ def _sniff(path: Path, field: str) -> Source:
         if stem not in (".jsonl", ".json") and not isinstance(obj, dict):
             return source  # text that happens to begin with a brace
         source = Source(path, "jsonl", compression, field)
+        if first is not None and not isinstance(obj, dict) and (
+                isinstance(obj, list) or first[1].strip() in ("[", "{")):
+            raise UserError(f"{path}:{first[0]}: not JSON lines (one object a line): a JSON "
+                            f"array or an object across lines is not read; jq -c '.[]' writes "
+                            f"an array as lines")
         if first is not None:
             _json_field(first[1], source, first[0])
     return source

@@ -218,6 +218,14 @@ def test_bad_input_names_the_file_and_line(tmp_path):
     mixed = write_text(tmp_path / "mixed.jsonl", '{"text": "ok"}\n{"text": 3}\n[1]\n')
     assert _error(lambda: list(read_units(expand([mixed])[0]))).endswith(
         "mixed.jsonl:2: field \"text\" is a int, not text")
+    # a whole JSON document (an array, or an object across lines) is not JSON lines
+    rows = [{"text": "one"}, {"text": "two"}]
+    for name, text in [("array.json", json.dumps(rows)),
+                       ("pretty.json", json.dumps(rows, indent=2)),
+                       ("object.json", json.dumps({"data": rows}, indent=2))]:
+        assert _error(lambda: expand([write_text(tmp_path / name, text)])).endswith(
+            f"{name}:1: not JSON lines (one object a line): a JSON array or an object across "
+            f"lines is not read; jq -c '.[]' writes an array as lines")
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(parquet.read_bytes()[:100])
     assert _error(lambda: expand([broken])).startswith(f"{broken}: not a readable parquet file")
