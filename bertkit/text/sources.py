@@ -91,7 +91,8 @@ def expand_one(argument: str | os.PathLike, field: str = "text",
         matches = sorted(glob.glob(str(argument), recursive=True))
         if not matches:
             raise UserError(f"{argument}: no files match")
-        files = [p for m in matches for p in _files_under(Path(m))]
+        seen: set[Path] = set()  # `**` matches folders and the files in them: each file once
+        files = list(dict.fromkeys(p for m in matches for p in _files_under(Path(m), seen)))
         if not files:
             raise UserError(f"{argument}: the matching folders hold no files")
     elif path.is_dir():
@@ -103,11 +104,16 @@ def expand_one(argument: str | os.PathLike, field: str = "text",
     return [_sniff(f, field) for f in files]
 
 
-def _files_under(path: Path) -> list[Path]:
+def _files_under(path: Path, seen: set[Path] | None = None) -> list[Path]:
     """A file itself; a `datasets` directory's arrow files; every visible non-empty file under
-    a folder (hidden names, such as a prepare's build folder, left out), in name order."""
+    a folder (hidden names, such as a prepare's build folder, left out), in name order. A
+    folder in `seen` (reached again through a link) gives nothing."""
     if not path.is_dir():
         return [path]
+    seen = set() if seen is None else seen
+    if path.resolve() in seen:
+        return []
+    seen.add(path.resolve())
     if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
         return _dataset_files(path)
     if (path / "dataset_dict.json").is_file():
@@ -119,7 +125,7 @@ def _files_under(path: Path) -> list[Path]:
         if entry.name.startswith("."):
             continue
         if entry.is_dir():
-            found += _files_under(entry)
+            found += _files_under(entry, seen)
         elif entry.is_file() and entry.stat().st_size > 0:
             found.append(entry)
     return found

@@ -142,6 +142,20 @@ def test_folders_and_globs_expand_in_name_order(tmp_path):
     assert len(expand_one(root)) == 4
 
 
+def test_a_file_is_read_once_however_often_a_glob_or_a_link_reaches_it(tmp_path):
+    root = tmp_path / "corpus"
+    (root / "b").mkdir(parents=True)
+    write_text(root / "a.txt", "one\n")
+    write_text(root / "b" / "2.txt", "two\n")
+    # `**` matches the folders too, and each file again under them
+    assert list(paragraphs(expand([str(root / "**")]))) == ["one", "two"]
+    assert list(paragraphs(expand([str(root / "**" / "*")]))) == ["one", "two"]
+    # links back up the tree: each folder is read once, not once per way into it
+    (root / "b" / "up").symlink_to("..")
+    (root / "b" / "again").symlink_to("..")
+    assert list(paragraphs(expand([root]))) == ["one", "two"]
+
+
 @pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.data"])
 def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
     """What Notepad and PowerShell put before line 1: JSON still parses, text does not start
