@@ -460,7 +460,8 @@ def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
         opts.out.mkdir(parents=True, exist_ok=True)
         try:
             prepare_text(opts.data, data, tokenizer=opts.tokenizer or opts.init,
-                         vocab_size=opts.vocab_size, text_field=opts.text_field)
+                         vocab_size=opts.vocab_size, text_field=opts.text_field,
+                         leave_out=[opts.out])
         except BaseException:
             if created:  # bad input leaves no empty run directory behind
                 with contextlib.suppress(OSError):

@@ -76,27 +76,32 @@ size of the texts so far. A text line keeps its line break; a document is its fi
 # Arguments -> sources ------------------------------------------------------------------------
 
 def expand(arguments: Sequence[str | os.PathLike], field: str = "text",
-           what: str = "corpus file") -> list[Source]:
+           what: str = "corpus file", leave_out: Sequence[str | os.PathLike] = ()
+           ) -> list[Source]:
     """Every file the arguments name, each checked, in order (see the module docstring)."""
     if not arguments:
         raise UserError(f"no {what}s given")
-    return [source for argument in arguments for source in expand_one(argument, field, what)]
+    return [source for argument in arguments
+            for source in expand_one(argument, field, what, leave_out)]
 
 
-def expand_one(argument: str | os.PathLike, field: str = "text",
-               what: str = "corpus file") -> list[Source]:
-    """The sources of one argument: a file, a folder, a `datasets` directory or a glob."""
+def expand_one(argument: str | os.PathLike, field: str = "text", what: str = "corpus file",
+               leave_out: Sequence[str | os.PathLike] = ()) -> list[Source]:
+    """The sources of one argument: a file, a folder, a `datasets` directory or a glob. The
+    folders `leave_out` (the command's outputs, which a re-run would find inside a corpus
+    folder) give no files."""
     path = Path(argument)
+    seen = {Path(p).resolve() for p in leave_out} - {path.resolve()}
     if not path.exists() and _GLOB & set(str(argument)):
         matches = sorted(glob.glob(str(argument), recursive=True))
         if not matches:
             raise UserError(f"{argument}: no files match")
-        seen: set[Path] = set()  # `**` matches folders and the files in them: each file once
+        # `**` matches folders and the files in them: each file once
         files = list(dict.fromkeys(p for m in matches for p in _files_under(Path(m), seen)))
         if not files:
             raise UserError(f"{argument}: the matching folders hold no files")
     elif path.is_dir():
-        files = _files_under(path)
+        files = _files_under(path, seen)
         if not files:
             raise UserError(f"{path}: no files in the folder")
     else:

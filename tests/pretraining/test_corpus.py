@@ -129,6 +129,23 @@ def test_rerun_skips_finished_shards_and_resumes_identically(tmp_path, tok_dir):
     assert len(again["shards"]) == 1
 
 
+def test_an_output_inside_the_corpus_folder_is_not_read_by_the_next_run(tmp_path, tok_dir):
+    from bertkit.pretraining.corpus import prepare_text
+
+    corpus, texts = tmp_path / "corpus", tmp_path / "texts"
+    for folder in (corpus, texts):
+        folder.mkdir()
+        write_corpus(folder / "c.txt", docs=40, seed=3)
+    first = prepare([corpus], tok_dir, corpus / "data", workers=1, progress=False)
+    assert prepare([corpus], tok_dir, corpus / "data", workers=1, progress=False) == first
+    # `pretrain --data texts/ --out texts/run`: the run's own files are not corpus either
+    run = texts / "run"
+    made = prepare_text(texts, run / "data", tokenizer=tok_dir, leave_out=[run], progress=False)
+    (run / "training_args.json").write_text(json.dumps({"lr": 0.001}, indent=2))
+    assert prepare_text(texts, run / "data", tokenizer=tok_dir, leave_out=[run],
+                        progress=False) == made
+
+
 def test_worker_processes_give_the_same_shards(tmp_path, tok_dir):
     write_corpus(tmp_path / "c.txt", docs=120, seed=4)
     kwargs = dict(chunk_bytes=3000, progress=False)

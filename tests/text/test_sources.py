@@ -156,6 +156,16 @@ def test_a_file_is_read_once_however_often_a_glob_or_a_link_reaches_it(tmp_path)
     assert list(paragraphs(expand([root]))) == ["one", "two"]
 
 
+def test_an_output_folder_inside_a_corpus_folder_is_not_read(tmp_path):
+    root = tmp_path / "corpus"
+    (root / "out").mkdir(parents=True)
+    write_text(root / "out" / "vocab.txt", "[PAD]\n")  # what a first run wrote there
+    write_text(root / "a.txt", "one\n")
+    assert list(paragraphs(expand([root], leave_out=[root / "out"]))) == ["one"]
+    assert list(paragraphs(expand([str(root / "*")], leave_out=[root / "out"]))) == ["one"]
+    assert list(paragraphs(expand([root / "out"], leave_out=[root / "out"]))) == ["[PAD]"]
+
+
 @pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.data"])
 def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
     """What Notepad and PowerShell put before line 1: JSON still parses, text does not start
