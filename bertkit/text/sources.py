@@ -177,8 +177,14 @@ def _sniff(path: Path, field: str) -> Source:
         source = Source(path, "arrow", None, field)
         _table_columns(source)
         return source
+    archive = "zip" if head.startswith(b"PK\x03\x04") else None
     source = Source(path, "text", compression, field)
-    first = _first_line(source)
+    first = None if archive else _first_line(source)
+    if first is not None and first[1][257:262] == "ustar":  # a tar header's magic
+        archive = "tar"
+    if archive:
+        raise UserError(f"{path}: a {archive} archive, which is not read: unpack it "
+                        f"({'tar xf' if archive == 'tar' else 'unzip'}) and give the folder")
     looks_json = first is not None and first[1].lstrip().startswith("{")
     if stem in (".jsonl", ".json") or looks_json:
         obj = None

@@ -253,6 +253,18 @@ def test_bad_input_names_the_file_and_line(tmp_path):
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(parquet.read_bytes()[:100])
     assert _error(lambda: expand([broken])).startswith(f"{broken}: not a readable parquet file")
+    # an archive is not text: its headers would be read as words
+    import tarfile
+    import zipfile
+    write_text(tmp_path / "a.txt", _plain())
+    with tarfile.open(tmp_path / "docs.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "a.txt", "a.txt")
+    with zipfile.ZipFile(tmp_path / "docs.zip", "w") as z:
+        z.write(tmp_path / "a.txt", "a.txt")
+    assert _error(lambda: expand([tmp_path / "docs.tar.gz"])).endswith(
+        "docs.tar.gz: a tar archive, which is not read: unpack it (tar xf) and give the folder")
+    assert _error(lambda: expand([tmp_path / "docs.zip"])).endswith(
+        "docs.zip: a zip archive, which is not read: unpack it (unzip) and give the folder")
     # a DatasetDict asks for one split
     (tmp_path / "dd").mkdir()
     (tmp_path / "dd" / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
