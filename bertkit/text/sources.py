@@ -291,8 +291,10 @@ def _json_field(line: str, source: Source, number: int) -> str:
     if text is None:
         return ""
     if not isinstance(text, str):
-        raise UserError(f"{source.path}:{number}: field \"{source.field}\" is a "
-                        f"{type(text).__name__}, not text")
+        kind = {bool: "true or false", int: "a number", float: "a number", list: "a list",
+                dict: "an object"}[type(text)]  # JSON's names, not Python's ("a int")
+        raise UserError(f"{source.path}:{number}: field \"{source.field}\" holds {kind}, "
+                        f"not text")
     return text
 
 

@@ -241,7 +241,10 @@ def test_bad_input_names_the_file_and_line(tmp_path):
     assert "holds int64, not text" in _error(lambda: expand([parquet], field="id"))
     mixed = write_text(tmp_path / "mixed.jsonl", '{"text": "ok"}\n{"text": 3}\n[1]\n')
     assert _error(lambda: list(read_units(expand([mixed])[0]))).endswith(
-        "mixed.jsonl:2: field \"text\" is a int, not text")
+        "mixed.jsonl:2: field \"text\" holds a number, not text")
+    listed = write_text(tmp_path / "listed.jsonl", '{"text": ["a", "b"]}\n')
+    assert _error(lambda: expand([listed])).endswith(
+        "listed.jsonl:1: field \"text\" holds a list, not text")
     # a whole JSON document (an array, or an object across lines) is not JSON lines
     rows = [{"text": "one"}, {"text": "two"}]
     for name, text in [("array.json", json.dumps(rows)),
