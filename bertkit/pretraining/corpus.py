@@ -46,7 +46,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from bertkit.files import (UserError, check_not_input, environment_error, publish_dir, read_json,
-                           write_json)
+                           sha256_file, write_json)
 from bertkit.pretraining.shards import (FORMAT, SPLITS, ShardWriter, load_manifest,
                                         verify_shards)
 from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
@@ -175,7 +175,13 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                "tokenizer": ({"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
                              if tokenizer is not None
                              else {"trained": "wordpiece", "vocab_size": vocab_size})}
-    if _json_or_none(out / SOURCE_FILE) == request and (out / "manifest.json").is_file():
+    saved = _json_or_none(out / SOURCE_FILE)
+    digests = saved.pop("sha256", None) if isinstance(saved, dict) else None
+    if (out / "manifest.json").is_file() and (saved == request or (
+            digests is not None and _sizes(saved) == _sizes(request)
+            and digests == [sha256_file(s.path) for s in sources])):
+        if saved != request:  # the same bytes touched, copied or moved: known at once next time
+            write_json(out / SOURCE_FILE, {**request, "sha256": digests})
         if progress:
             print(f"prepare: {out} is already prepared from {text}", file=sys.stderr)
         return load_manifest(out)
@@ -190,8 +196,16 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                             say=_note if progress else None, progress=progress)
         manifest = prepare(arguments, tokenizer, out, text_field=text_field, progress=progress,
                            leave_out=leave_out)
-    write_json(out / SOURCE_FILE, request)
+    write_json(out / SOURCE_FILE, {**request, "sha256": [sha256_file(s.path) for s in sources]})
     return manifest
+
+
+def _sizes(request: dict) -> dict:
+    """A `prepare_text` request with only the sizes of its files, not their paths and times:
+    what it shares with the same bytes touched, copied or moved."""
+    files = request.get("files", [request.get("file")])
+    return {**{k: v for k, v in request.items() if k not in ("file", "files")},
+            "bytes": [f.get("bytes") if isinstance(f, dict) else None for f in files]}
 
 
 def _note(line: str) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -407,9 +408,19 @@ def test_prepare_text_trains_a_vocabulary_once_and_finds_its_output_done(tmp_pat
     assert corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150) == manifest
     assert "already prepared from" in capsys.readouterr().err
 
+    # the same bytes with another modification time (touched, copied, checked out again):
+    # still done, and the manifest a checkpoint's fingerprint hashes stays as it was
+    hashed = (tmp_path / "data" / "manifest.json").read_bytes()
+    stamp = text.stat().st_mtime_ns + 10**9
+    os.utime(text, ns=(stamp, stamp))
+    assert corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150) == manifest
+    assert (tmp_path / "data" / "manifest.json").read_bytes() == hashed
     # another request, or another file behind the same name, is prepared afresh
     with pytest.raises(AssertionError, match="trained again"):
         corpus_module.prepare_text(text, tmp_path / "data", vocab_size=140, progress=False)
+    text.write_text(text.read_text().replace("a", "b"))  # same size, other bytes
+    with pytest.raises(AssertionError, match="trained again"):
+        corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150, progress=False)
     text.write_text(text.read_text() + "One more line at the end.\n")
     with pytest.raises(AssertionError, match="trained again"):
         corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150, progress=False)
