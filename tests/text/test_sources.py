@@ -178,6 +178,10 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
     assert list(paragraphs([source])) == _paragraphs(DOCS)
     assert next(numbered_texts(path))[1] == ("The first document." if source.format == "text"
                                              else "\n".join(DOCS[0]))
+    utf16 = tmp_path / "utf16.txt"  # Notepad's "Unicode"
+    utf16.write_bytes(_plain().encode("utf-16"))
+    assert _error(lambda: expand([utf16])).endswith(
+        "utf16.txt:1: UTF-16 text, not UTF-8: convert it (iconv -f UTF-16 -t UTF-8)")
     bad = write_text(tmp_path / "bad.txt", "\ufeffab\n")
     bad.write_bytes(bad.read_bytes()[:-1] + b"\xff\n")
     assert "bad.txt:1: not UTF-8 text (byte 0xff at column 3)" in _error(
