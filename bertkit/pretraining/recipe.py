@@ -433,9 +433,8 @@ def _is_corpus(path: Path) -> bool:
     directory), not a `bertkit prepare` output (finished or not)."""
     if path.is_file():
         return True
-    if path.is_dir():
-        return not any((path / name).exists() for name in ("manifest.json", "plan.json",
-                                                           "shards"))
+    if path.is_dir():  # prepare writes plan.json first: a folder `shards/` of text is a corpus
+        return not any((path / name).exists() for name in ("manifest.json", "plan.json"))
     return bool(set("*?[") & set(str(path)))
 
 

@@ -352,6 +352,15 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
         == (out / "vocab.txt").read_text()
 
 
+def test_a_folder_of_text_with_a_shards_folder_in_it_is_a_corpus(tmp_path, tiny, capsys):
+    corpus = tmp_path / "corpus"
+    (corpus / "shards").mkdir(parents=True)
+    tiny.write_corpus(corpus / "shards" / "part-1.txt")
+    assert _cli(["pretrain", "--data", str(corpus), "--out", str(tmp_path / "run"),
+                 "--vocab-size", "120", *TINY, "--max-steps", "1"]) == 0
+    assert "WordPiece vocabulary of 120 pieces" in capsys.readouterr().err
+
+
 def test_a_text_file_as_data_and_its_bad_input(prepared, tmp_path, capsys):
     out = tmp_path / "run"
     line = _error(capsys, ["pretrain", "--data", str(tmp_path / "missing.txt"), "--out", str(out),
