@@ -112,9 +112,10 @@ def expand_one(argument: str | os.PathLike, field: str = "text", what: str = "co
 def _files_under(path: Path, seen: set[Path] | None = None) -> list[Path]:
     """A file itself; a `datasets` directory's arrow files; every visible non-empty file under
     a folder (hidden names, such as a prepare's build folder, left out), in name order. A
-    folder in `seen` (reached again through a link) gives nothing."""
+    folder in `seen` (reached again through a link) gives nothing, and so does a file in one
+    (a glob's match that the folder gave already, or left out: a `datasets` directory's)."""
     if not path.is_dir():
-        return [path]
+        return [] if path.parent.resolve() in seen else [path]
     seen = set() if seen is None else seen
     if path.resolve() in seen:
         return []

@@ -150,10 +150,13 @@ def test_a_file_is_read_once_however_often_a_glob_or_a_link_reaches_it(tmp_path)
     # `**` matches the folders too, and each file again under them
     assert list(paragraphs(expand([str(root / "**")]))) == ["one", "two"]
     assert list(paragraphs(expand([str(root / "**" / "*")]))) == ["one", "two"]
+    # nor the files of a `datasets` directory it reaches, besides its arrow files
+    write_dataset_dir(root / "ds", docs=[["three"]], files=1)
+    assert list(paragraphs(expand([str(root / "**")]))) == ["one", "two", "three"]
     # links back up the tree: each folder is read once, not once per way into it
     (root / "b" / "up").symlink_to("..")
     (root / "b" / "again").symlink_to("..")
-    assert list(paragraphs(expand([root]))) == ["one", "two"]
+    assert list(paragraphs(expand([root]))) == ["one", "two", "three"]
 
 
 def test_an_output_folder_inside_a_corpus_folder_is_not_read(tmp_path):
