@@ -304,7 +304,8 @@ def decode_line(raw: bytes, path: str | os.PathLike, number: int) -> str:
     try:
         return raw.decode("utf-8-sig" if number == 1 else "utf-8")
     except UnicodeDecodeError as e:
-        if number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16's byte order mark
+        if number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff") and b"\0" in raw[2:6]:
+            # UTF-16's byte order mark, then the zero byte of an ASCII character
             raise UserError(f"{path}:1: UTF-16 text, not UTF-8: convert it (iconv -f UTF-16 -t "
                             f"UTF-8)") from None
         raise UserError(f"{path}:{number}: not UTF-8 text (byte {e.object[e.start]:#04x} at "
