@@ -159,8 +159,8 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
     `bertkit.text.sources`) into `out_dir` with `tokenizer` (a tokenizer or model
     directory), or with an uncased WordPiece vocabulary of `vocab_size` trained on it
     first; return the manifest. A later call with the same files (path, size, modification
-    time) and the same tokenizer request finds the directory done and returns at once, without
-    training the vocabulary again. The vocabulary is trained into a temporary directory, so
+    time; or the same bytes by sha256, touched, copied or moved) and the same tokenizer request
+    finds the directory done and returns at once, without training the vocabulary again. The vocabulary is trained into a temporary directory, so
     nothing but the finished output is left behind. `leave_out`: as for `prepare`."""
     from bertkit.text.vocab import train_tokenizer
 

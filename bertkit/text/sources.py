@@ -115,7 +115,7 @@ def _files_under(path: Path, seen: set[Path] | None = None) -> list[Path]:
     folder in `seen` (reached again through a link) gives nothing, and so does a file in one
     (a glob's match that the folder gave already, or left out: a `datasets` directory's)."""
     if not path.is_dir():
-        return [] if path.parent.resolve() in seen else [path]
+        return [] if seen and path.parent.resolve() in seen else [path]
     seen = set() if seen is None else seen
     if path.resolve() in seen:
         return []
