@@ -300,12 +300,17 @@ def first_line_of(e: BaseException) -> str:
 
 
 def decode_line(raw: bytes, path: str | os.PathLike, number: int) -> str:
-    """Line `number` of `path` as UTF-8 text, or a one-line error naming the byte."""
+    """Line `number` of `path` as UTF-8 text, or a one-line error naming the byte. Line 1 loses
+    the byte order mark that Windows tools write first (it is no text, and breaks JSON)."""
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig" if number == 1 else "utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}:{number}: not UTF-8 text (byte {raw[e.start]:#04x} at column "
-                        f"{e.start + 1})") from None
+        if number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff") and b"\0" in raw[2:6]:
+            # UTF-16's byte order mark, then the zero byte of an ASCII character
+            raise UserError(f"{path}:1: UTF-16 text, not UTF-8: convert it (iconv -f UTF-16 -t "
+                            f"UTF-8)") from None
+        raise UserError(f"{path}:{number}: not UTF-8 text (byte {e.object[e.start]:#04x} at "
+                        f"column {e.start + 1})") from None
 
 
 def read_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[tuple[int, str]]:

@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import warnings
+from pathlib import Path
 
 from bertkit import __version__, signals
 from bertkit.cli import (embeddings, export, finetuning, model, pretraining, road, senses, serve,
@@ -62,6 +63,13 @@ class _Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         self._complete()
         return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):
+        extra = message.partition("unrecognized arguments: ")[2].split()
+        if extra and all(Path(a).exists() for a in extra):  # `--data dir/*.txt`, unquoted
+            message += (" (several files where one is taken: quote a glob, 'dir/*.txt', for "
+                        "bertkit to expand it)")
+        super().error(message)
 
     def format_usage(self) -> str:
         self._complete()

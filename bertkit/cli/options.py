@@ -516,8 +516,8 @@ def _scalar(opt: Option, value, fail):
     kind = opt.kind
     if opt.weighted and isinstance(value, dict):  # {PATH = W, ...}: the PATH=W,... spelling
         if not value or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
-                                for w in value.values()):
-            raise fail("a table of paths with numbers (their weights)")
+                                and w > 0 for w in value.values()):
+            raise fail("a table of paths with positive numbers (their weights)")
         return Path(",".join(f"{k}={w!r}" for k, w in value.items()))
     if kind is bool:
         ok = isinstance(value, bool)

@@ -109,7 +109,7 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
     check_extendable(tokenizer, path)
     if not files:
         raise UserError("no domain text given (--input)")
-    sources = expand(files, text_field, "domain text")
+    sources = expand(files, text_field, "domain text", [out])
     check_not_input(out, [path, *(s.path for s in sources)],
                     names=["--model"] + ["--input"] * len(sources))
     pipeline = sentence_pipeline(path)

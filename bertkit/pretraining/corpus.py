@@ -46,7 +46,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from bertkit.files import (UserError, check_not_input, environment_error, publish_dir, read_json,
-                           write_json)
+                           sha256_file, write_json)
 from bertkit.pretraining.shards import (FORMAT, SPLITS, ShardWriter, load_manifest,
                                         verify_shards)
 from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
@@ -82,12 +82,14 @@ class _Position:
 def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.PathLike,
             out_dir: str | os.PathLike, *, heldout_fraction: float = 0.01,
             shard_tokens: int = 1 << 22, workers: int | None = None, chunk_bytes: int = 1 << 20,
-            cache_words: int = 300_000, text_field: str = "text", progress: bool = True) -> dict:
+            cache_words: int = 300_000, text_field: str = "text", progress: bool = True,
+            leave_out: Sequence[str | os.PathLike] = ()) -> dict:
     """Tokenize `corpus_files` into shards under `out_dir`; return the manifest.
 
     corpus_files: files, folders, globs or `datasets` directories, in any format of
     `bertkit.text.sources` (text, JSONL, Parquet, Arrow; gzip, zstd, bzip2); text_field: the
-    field of a JSONL object or table row that holds the text.
+    field of a JSONL object or table row that holds the text. `out_dir` and the folders
+    `leave_out` (a run's directory around it) are never read as corpus, even inside a folder.
     heldout_fraction: share of documents kept out of training, scattered through the corpus
     (see `_plan_documents`); a corpus of one document gives the last lines of it.
     shard_tokens: a shard is closed once it holds at least this many tokens. workers:
@@ -101,7 +103,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
         raise UserError(f"heldout fraction must be in [0, 1), got {heldout_fraction}")
     if shard_tokens < 1 or chunk_bytes < 1:
         raise UserError("shard_tokens and chunk_bytes must be positive")
-    sources = expand(corpus_files, text_field, "corpus file")
+    sources = expand(corpus_files, text_field, "corpus file", [out_dir, *leave_out])
     files = [s.path for s in sources]
     tokenizer = Tokenizer.load(tokenizer_dir)
     out = Path(out_dir)
@@ -152,18 +154,18 @@ prepare's own files: a later call that asks the same finds it done."""
 def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                  out_dir: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None,
                  vocab_size: int = 16000, text_field: str = "text",
-                 progress: bool = True) -> dict:
+                 progress: bool = True, leave_out: Sequence[str | os.PathLike] = ()) -> dict:
     """Prepare a corpus (a file, or files, folders and globs in any format of
     `bertkit.text.sources`) into `out_dir` with `tokenizer` (a tokenizer or model
     directory), or with an uncased WordPiece vocabulary of `vocab_size` trained on it
     first; return the manifest. A later call with the same files (path, size, modification
-    time) and the same tokenizer request finds the directory done and returns at once, without
-    training the vocabulary again. The vocabulary is trained into a temporary directory, so
-    nothing but the finished output is left behind."""
+    time; or the same bytes by sha256, touched, copied or moved) and the same tokenizer request
+    finds the directory done and returns at once, without training the vocabulary again. The vocabulary is trained into a temporary directory, so
+    nothing but the finished output is left behind. `leave_out`: as for `prepare`."""
     from bertkit.text.vocab import train_tokenizer
 
     arguments = [text_file] if isinstance(text_file, (str, os.PathLike)) else list(text_file)
-    sources = expand(arguments, text_field, "corpus file")
+    sources = expand(arguments, text_field, "corpus file", [out_dir, *leave_out])
     text = sources[0].path
     out = Path(out_dir)
     files = [{"path": str(s.path.resolve()), "bytes": s.path.stat().st_size,
@@ -173,7 +175,13 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                "tokenizer": ({"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
                              if tokenizer is not None
                              else {"trained": "wordpiece", "vocab_size": vocab_size})}
-    if _json_or_none(out / SOURCE_FILE) == request and (out / "manifest.json").is_file():
+    saved = _json_or_none(out / SOURCE_FILE)
+    digests = saved.pop("sha256", None) if isinstance(saved, dict) else None
+    if (out / "manifest.json").is_file() and (saved == request or (
+            digests is not None and _sizes(saved) == _sizes(request)
+            and digests == [sha256_file(s.path) for s in sources])):
+        if saved != request:  # the same bytes touched, copied or moved: known at once next time
+            write_json(out / SOURCE_FILE, {**request, "sha256": digests})
         if progress:
             print(f"prepare: {out} is already prepared from {text}", file=sys.stderr)
         return load_manifest(out)
@@ -186,9 +194,18 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
             tokenizer = Path(scratch) / "tokenizer"
             train_tokenizer([sources], vocab_size=vocab_size, out=tokenizer,
                             say=_note if progress else None, progress=progress)
-        manifest = prepare(arguments, tokenizer, out, text_field=text_field, progress=progress)
-    write_json(out / SOURCE_FILE, request)
+        manifest = prepare(arguments, tokenizer, out, text_field=text_field, progress=progress,
+                           leave_out=leave_out)
+    write_json(out / SOURCE_FILE, {**request, "sha256": [sha256_file(s.path) for s in sources]})
     return manifest
+
+
+def _sizes(request: dict) -> dict:
+    """A `prepare_text` request with only the sizes of its files, not their paths and times:
+    what it shares with the same bytes touched, copied or moved."""
+    files = request.get("files", [request.get("file")])
+    return {**{k: v for k, v in request.items() if k not in ("file", "files")},
+            "bytes": [f.get("bytes") if isinstance(f, dict) else None for f in files]}
 
 
 def _note(line: str) -> None:

@@ -51,7 +51,7 @@ from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
-from bertkit.training.loop import TrainResult, check_config, train
+from bertkit.training.loop import TrainResult, check_config, check_fresh_start, train
 from bertkit.training.settings import run_settings, settings_block
 
 SBO_FILE = "sbo.safetensors"
@@ -433,9 +433,8 @@ def _is_corpus(path: Path) -> bool:
     directory), not a `bertkit prepare` output (finished or not)."""
     if path.is_file():
         return True
-    if path.is_dir():
-        return not any((path / name).exists() for name in ("manifest.json", "plan.json",
-                                                           "shards"))
+    if path.is_dir():  # prepare writes plan.json first: a folder `shards/` of text is a corpus
+        return not any((path / name).exists() for name in ("manifest.json", "plan.json"))
     return bool(set("*?[") & set(str(path)))
 
 
@@ -460,7 +459,8 @@ def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
         opts.out.mkdir(parents=True, exist_ok=True)
         try:
             prepare_text(opts.data, data, tokenizer=opts.tokenizer or opts.init,
-                         vocab_size=opts.vocab_size, text_field=opts.text_field)
+                         vocab_size=opts.vocab_size, text_field=opts.text_field,
+                         leave_out=[opts.out])
         except BaseException:
             if created:  # bad input leaves no empty run directory behind
                 with contextlib.suppress(OSError):
@@ -512,6 +512,7 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
+        check_fresh_start(opts.out, opts.train.resume)
         parts = data_parts(opts, rank)
         data = parts[0][0]
         load_manifest(data)

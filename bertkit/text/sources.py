@@ -76,26 +76,32 @@ size of the texts so far. A text line keeps its line break; a document is its fi
 # Arguments -> sources ------------------------------------------------------------------------
 
 def expand(arguments: Sequence[str | os.PathLike], field: str = "text",
-           what: str = "corpus file") -> list[Source]:
+           what: str = "corpus file", leave_out: Sequence[str | os.PathLike] = ()
+           ) -> list[Source]:
     """Every file the arguments name, each checked, in order (see the module docstring)."""
     if not arguments:
         raise UserError(f"no {what}s given")
-    return [source for argument in arguments for source in expand_one(argument, field, what)]
+    return [source for argument in arguments
+            for source in expand_one(argument, field, what, leave_out)]
 
 
-def expand_one(argument: str | os.PathLike, field: str = "text",
-               what: str = "corpus file") -> list[Source]:
-    """The sources of one argument: a file, a folder, a `datasets` directory or a glob."""
+def expand_one(argument: str | os.PathLike, field: str = "text", what: str = "corpus file",
+               leave_out: Sequence[str | os.PathLike] = ()) -> list[Source]:
+    """The sources of one argument: a file, a folder, a `datasets` directory or a glob. The
+    folders `leave_out` (the command's outputs, which a re-run would find inside a corpus
+    folder) give no files."""
     path = Path(argument)
+    seen = {Path(p).resolve() for p in leave_out} - {path.resolve()}
     if not path.exists() and _GLOB & set(str(argument)):
         matches = sorted(glob.glob(str(argument), recursive=True))
         if not matches:
             raise UserError(f"{argument}: no files match")
-        files = [p for m in matches for p in _files_under(Path(m))]
+        # `**` matches folders and the files in them: each file once
+        files = list(dict.fromkeys(p for m in matches for p in _files_under(Path(m), seen)))
         if not files:
             raise UserError(f"{argument}: the matching folders hold no files")
     elif path.is_dir():
-        files = _files_under(path)
+        files = _files_under(path, seen)
         if not files:
             raise UserError(f"{path}: no files in the folder")
     else:
@@ -103,11 +109,17 @@ def expand_one(argument: str | os.PathLike, field: str = "text",
     return [_sniff(f, field) for f in files]
 
 
-def _files_under(path: Path) -> list[Path]:
+def _files_under(path: Path, seen: set[Path] | None = None) -> list[Path]:
     """A file itself; a `datasets` directory's arrow files; every visible non-empty file under
-    a folder (hidden names, such as a prepare's build folder, left out), in name order."""
+    a folder (hidden names, such as a prepare's build folder, left out), in name order. A
+    folder in `seen` (reached again through a link) gives nothing, and so does a file in one
+    (a glob's match that the folder gave already, or left out: a `datasets` directory's)."""
     if not path.is_dir():
-        return [path]
+        return [] if seen and path.parent.resolve() in seen else [path]
+    seen = set() if seen is None else seen
+    if path.resolve() in seen:
+        return []
+    seen.add(path.resolve())
     if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
         return _dataset_files(path)
     if (path / "dataset_dict.json").is_file():
@@ -119,7 +131,7 @@ def _files_under(path: Path) -> list[Path]:
         if entry.name.startswith("."):
             continue
         if entry.is_dir():
-            found += _files_under(entry)
+            found += _files_under(entry, seen)
         elif entry.is_file() and entry.stat().st_size > 0:
             found.append(entry)
     return found
@@ -166,8 +178,14 @@ def _sniff(path: Path, field: str) -> Source:
         source = Source(path, "arrow", None, field)
         _table_columns(source)
         return source
+    archive = "zip" if head.startswith(b"PK\x03\x04") else None
     source = Source(path, "text", compression, field)
-    first = _first_line(source)
+    first = None if archive else _first_line(source)
+    if first is not None and first[1][257:262] == "ustar":  # a tar header's magic
+        archive = "tar"
+    if archive:
+        raise UserError(f"{path}: a {archive} archive, which is not read: unpack it "
+                        f"({'tar xf' if archive == 'tar' else 'unzip'}) and give the folder")
     looks_json = first is not None and first[1].lstrip().startswith("{")
     if stem in (".jsonl", ".json") or looks_json:
         obj = None
@@ -177,6 +195,11 @@ def _sniff(path: Path, field: str) -> Source:
         if stem not in (".jsonl", ".json") and not isinstance(obj, dict):
             return source  # text that happens to begin with a brace
         source = Source(path, "jsonl", compression, field)
+        if first is not None and not isinstance(obj, dict) and (
+                isinstance(obj, list) or first[1].strip() in ("[", "{")):
+            raise UserError(f"{path}:{first[0]}: not JSON lines (one object a line): a JSON "
+                            f"array or an object across lines is not read; jq -c '.[]' writes "
+                            f"an array as lines")
         if first is not None:
             _json_field(first[1], source, first[0])
     return source
@@ -269,8 +292,10 @@ def _json_field(line: str, source: Source, number: int) -> str:
     if text is None:
         return ""
     if not isinstance(text, str):
-        raise UserError(f"{source.path}:{number}: field \"{source.field}\" is a "
-                        f"{type(text).__name__}, not text")
+        kind = {bool: "true or false", int: "a number", float: "a number", list: "a list",
+                dict: "an object"}[type(text)]  # JSON's names, not Python's ("a int")
+        raise UserError(f"{source.path}:{number}: field \"{source.field}\" holds {kind}, "
+                        f"not text")
     return text
 
 

@@ -55,11 +55,12 @@ distinct word it sees, which grows with the text, so a larger corpus is sampled 
 (SentencePiece's own default, input_sentence_size, is 10M sentences: about as much)."""
 
 
-def _sources(component, text_field: str = "text") -> list[Source]:
+def _sources(component, text_field: str = "text", out=None) -> list[Source]:
     """The sources of one part of the mixture: a file, folder, glob or `datasets` directory
-    (any format of `bertkit.text.sources`), or the sources it expands to."""
+    (any format of `bertkit.text.sources`; the output folder `out` left out), or the sources
+    it expands to."""
     if isinstance(component, (str, os.PathLike)):
-        return expand_one(component, text_field, "input file")
+        return expand_one(component, text_field, "input file", [out] if out else [])
     return list(component)
 
 
@@ -284,7 +285,7 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
                         f"would not fit; choose another --out (then `bertkit init --tokenizer`)")
     if sample_bytes is not None and sample_bytes < 1:
         raise UserError(f"sample_bytes must be positive, got {sample_bytes}")
-    parts = [_sources(f, text_field) for f in files]
+    parts = [_sources(f, text_field, out) for f in files]
     chars = set() if kind == "wordpiece" else None  # only WordPiece needs its characters
     check_not_input(out, [s.path for part in parts for s in part])
     counted = [count_text(part, chars) for part in parts]

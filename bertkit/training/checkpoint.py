@@ -128,8 +128,10 @@ def check_fingerprint(where: Path, saved: dict, current: dict, ignore: tuple = (
                         f"was made for a different model")
     for key in sorted(set(saved) | set(current)):
         if key != "model" and saved.get(key) != current.get(key):
+            why = (": other data (another corpus, a changed one or other mixture weights)"
+                   if key == "data" else "")  # its value is a digest, which says nothing
             raise UserError(f"{where}: checkpoint was made with {key} = {saved.get(key)!r}, this "
-                            f"run has {current.get(key)!r}")
+                            f"run has {current.get(key)!r}{why}")
 
 
 # Directories ---------------------------------------------------------------------------------

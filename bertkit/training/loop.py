@@ -419,14 +419,21 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
                 show_progress=show_progress, distributed=distributed, rank=rank, world=world)
 
 
+def check_fresh_start(out_dir: Path, resume: bool) -> Path | None:
+    """The latest checkpoint under `out_dir`; without `resume`, having one is refused (a
+    command that prepares its data calls this first, so that it is refused before that)."""
+    latest = latest_checkpoint(Path(out_dir) / "checkpoints")
+    if latest is not None and not resume:
+        raise UserError(f"{out_dir}: holds checkpoints of an earlier run: resume it "
+                        f"(--resume) or choose another output directory (a finished run is "
+                        f"extended by --resume with a larger --max-steps)")
+    return latest
+
+
 def _resume_or_seed(run: _Run) -> _State:
     """The state of the latest checkpoint with --resume, else a fresh one (and the seed)."""
     cfg, root, state = run.cfg, run.checkpoints, _State()
-    latest = latest_checkpoint(root)
-    if latest is not None and not cfg.resume:
-        raise UserError(f"{run.out_dir}: holds checkpoints of an earlier run: resume it "
-                        f"(--resume) or choose another output directory (a finished run is "
-                        f"extended by --resume with a larger --max-steps)")
+    latest = check_fresh_start(run.out_dir, cfg.resume)
     if latest is not None:
         saved = load_checkpoint(latest, model=run.model, optimizer=run.optimizer,
                                 fingerprint=run.fingerprint, ignore=("world_size",))

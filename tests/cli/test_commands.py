@@ -76,6 +76,18 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"bertkit {__version__}"
 
 
+def test_a_glob_the_shell_expanded_into_several_files_says_to_quote_it(tmp_path, capsys):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("text\n")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["pretrain", "--data", str(tmp_path / "a.txt"), str(tmp_path / "b.txt"),
+                  "--out", str(tmp_path / "run"), "--max-steps", "1"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "b.txt (several files where one is taken: quote a glob, 'dir/*.txt', for bertkit to "
+        "expand it)")
+
+
 def test_one_spelling_per_concept():
     seen: dict[str, tuple] = {}
     for name in NAMES:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,23 @@ def test_rerun_skips_finished_shards_and_resumes_identically(tmp_path, tok_dir):
     # other settings: started afresh
     again = prepare([tmp_path / "c.txt"], tok_dir, part, **{**kwargs, "shard_tokens": 10**6})
     assert len(again["shards"]) == 1
+
+
+def test_an_output_inside_the_corpus_folder_is_not_read_by_the_next_run(tmp_path, tok_dir):
+    from bertkit.pretraining.corpus import prepare_text
+
+    corpus, texts = tmp_path / "corpus", tmp_path / "texts"
+    for folder in (corpus, texts):
+        folder.mkdir()
+        write_corpus(folder / "c.txt", docs=40, seed=3)
+    first = prepare([corpus], tok_dir, corpus / "data", workers=1, progress=False)
+    assert prepare([corpus], tok_dir, corpus / "data", workers=1, progress=False) == first
+    # `pretrain --data texts/ --out texts/run`: the run's own files are not corpus either
+    run = texts / "run"
+    made = prepare_text(texts, run / "data", tokenizer=tok_dir, leave_out=[run], progress=False)
+    (run / "training_args.json").write_text(json.dumps({"lr": 0.001}, indent=2))
+    assert prepare_text(texts, run / "data", tokenizer=tok_dir, leave_out=[run],
+                        progress=False) == made
 
 
 def test_worker_processes_give_the_same_shards(tmp_path, tok_dir):
@@ -390,9 +408,19 @@ def test_prepare_text_trains_a_vocabulary_once_and_finds_its_output_done(tmp_pat
     assert corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150) == manifest
     assert "already prepared from" in capsys.readouterr().err
 
+    # the same bytes with another modification time (touched, copied, checked out again):
+    # still done, and the manifest a checkpoint's fingerprint hashes stays as it was
+    hashed = (tmp_path / "data" / "manifest.json").read_bytes()
+    stamp = text.stat().st_mtime_ns + 10**9
+    os.utime(text, ns=(stamp, stamp))
+    assert corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150) == manifest
+    assert (tmp_path / "data" / "manifest.json").read_bytes() == hashed
     # another request, or another file behind the same name, is prepared afresh
     with pytest.raises(AssertionError, match="trained again"):
         corpus_module.prepare_text(text, tmp_path / "data", vocab_size=140, progress=False)
+    text.write_text(text.read_text().replace("a", "b"))  # same size, other bytes
+    with pytest.raises(AssertionError, match="trained again"):
+        corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150, progress=False)
     text.write_text(text.read_text() + "One more line at the end.\n")
     with pytest.raises(AssertionError, match="trained again"):
         corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150, progress=False)

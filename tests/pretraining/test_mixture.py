@@ -141,7 +141,8 @@ def test_pretrain_on_a_mixture_resumes_to_the_weights_of_an_uninterrupted_run(
     capsys.readouterr()
     assert main(["pretrain", "--data", f"{books}=0.5,{web}=0.5", "--max-steps", "8",
                  "--save-every", "2", *TINY, "--out", str(cut), "--resume"]) == 2
-    assert "error: " in capsys.readouterr().err
+    assert "other data (another corpus, a changed one or other mixture weights)" in \
+        capsys.readouterr().err
 
 
 def test_a_mixture_of_other_tokenizers_or_of_text_files_is_refused(corpora, tmp_path, capsys):
@@ -169,3 +170,15 @@ def test_a_mixture_of_other_tokenizers_or_of_text_files_is_refused(corpora, tmp_
     assert main(["pretrain", "--data", f"{books}=0.5,{web}=0.5", "--out", str(web),
                  "--max-steps", "1", *TINY]) == 2
     assert "--out is the corpus of --data" in capsys.readouterr().err
+
+
+def test_a_weight_of_a_mixture_table_not_above_zero_names_the_file(corpora, tmp_path, capsys):
+    books, web, _ = corpora
+    config = tmp_path / "mix.toml"
+    for weight in ("-1", "0"):
+        config.write_text(f'[data]\n"{books}" = {weight}\n"{web}" = 3\n', encoding="utf-8")
+        assert main(["pretrain", "--config", str(config), "--out", str(tmp_path / "run"),
+                     "--max-steps", "1", *TINY]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+            f"error: {config}: data: expected a table of paths with positive numbers (their "
+            f"weights), got {{")

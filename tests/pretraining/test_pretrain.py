@@ -330,6 +330,13 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
     argv = shlex.split(json.loads((out / "training_args.json").read_text())["command"])
     assert argv[argv.index("--data") + 1] == str(corpus)  # what was typed, not OUT/data
 
+    # another corpus into this run without --resume: refused before a vocabulary is trained
+    # and OUT/data is prepared again (the run's own data stays)
+    other = tiny.write_corpus(tmp_path / "other.txt", seed=7)
+    assert _cli(["pretrain", "--data", str(other), *args[3:], "--max-steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "holds checkpoints of an earlier run" in err and "WordPiece" not in err
+
     assert _cli(args + ["--max-steps", "4", "--resume"]) == 0  # the same data, not made again
     captured = capsys.readouterr()
     assert "already prepared from" in captured.err and "WordPiece" not in captured.err
@@ -343,6 +350,15 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
     assert "WordPiece" not in capsys.readouterr().err
     assert (further / "data" / "tokenizer" / "vocab.txt").read_text() \
         == (out / "vocab.txt").read_text()
+
+
+def test_a_folder_of_text_with_a_shards_folder_in_it_is_a_corpus(tmp_path, tiny, capsys):
+    corpus = tmp_path / "corpus"
+    (corpus / "shards").mkdir(parents=True)
+    tiny.write_corpus(corpus / "shards" / "part-1.txt")
+    assert _cli(["pretrain", "--data", str(corpus), "--out", str(tmp_path / "run"),
+                 "--vocab-size", "120", *TINY, "--max-steps", "1"]) == 0
+    assert "WordPiece vocabulary of 120 pieces" in capsys.readouterr().err
 
 
 def test_a_text_file_as_data_and_its_bad_input(prepared, tmp_path, capsys):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.files import UserError
-from bertkit.text.sources import expand, expand_one, paragraphs, read_units
+from bertkit.text.sources import expand, expand_one, numbered_texts, paragraphs, read_units
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -142,6 +142,55 @@ def test_folders_and_globs_expand_in_name_order(tmp_path):
     assert len(expand_one(root)) == 4
 
 
+def test_a_file_is_read_once_however_often_a_glob_or_a_link_reaches_it(tmp_path):
+    root = tmp_path / "corpus"
+    (root / "b").mkdir(parents=True)
+    write_text(root / "a.txt", "one\n")
+    write_text(root / "b" / "2.txt", "two\n")
+    # `**` matches the folders too, and each file again under them
+    assert list(paragraphs(expand([str(root / "**")]))) == ["one", "two"]
+    assert list(paragraphs(expand([str(root / "**" / "*")]))) == ["one", "two"]
+    # nor the files of a `datasets` directory it reaches, besides its arrow files
+    write_dataset_dir(root / "ds", docs=[["three"]], files=1)
+    assert list(paragraphs(expand([str(root / "**")]))) == ["one", "two", "three"]
+    # links back up the tree: each folder is read once, not once per way into it
+    (root / "b" / "up").symlink_to("..")
+    (root / "b" / "again").symlink_to("..")
+    assert list(paragraphs(expand([root]))) == ["one", "two", "three"]
+
+
+def test_an_output_folder_inside_a_corpus_folder_is_not_read(tmp_path):
+    root = tmp_path / "corpus"
+    (root / "out").mkdir(parents=True)
+    write_text(root / "out" / "vocab.txt", "[PAD]\n")  # what a first run wrote there
+    write_text(root / "a.txt", "one\n")
+    assert list(paragraphs(expand([root], leave_out=[root / "out"]))) == ["one"]
+    assert list(paragraphs(expand([str(root / "*")], leave_out=[root / "out"]))) == ["one"]
+    assert list(paragraphs(expand([root / "out"], leave_out=[root / "out"]))) == ["[PAD]"]
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.data"])
+def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
+    """What Notepad and PowerShell put before line 1: JSON still parses, text does not start
+    with it, and a file named for neither is still recognised as JSON lines."""
+    text = _plain() if name.startswith("c.txt") else "".join(
+        json.dumps({"text": "\n".join(d)}) + "\n" for d in DOCS)
+    path = write_text(tmp_path / name, "\ufeff" + text)
+    [source] = expand([path])
+    assert source.format == ("text" if name.startswith("c.txt") else "jsonl")
+    assert list(paragraphs([source])) == _paragraphs(DOCS)
+    assert next(numbered_texts(path))[1] == ("The first document." if source.format == "text"
+                                             else "\n".join(DOCS[0]))
+    utf16 = tmp_path / "utf16.txt"  # Notepad's "Unicode"
+    utf16.write_bytes(_plain().encode("utf-16"))
+    assert _error(lambda: expand([utf16])).endswith(
+        "utf16.txt:1: UTF-16 text, not UTF-8: convert it (iconv -f UTF-16 -t UTF-8)")
+    bad = write_text(tmp_path / "bad.txt", "\ufeffab\n")
+    bad.write_bytes(bad.read_bytes()[:-1] + b"\xff\n")
+    assert "bad.txt:1: not UTF-8 text (byte 0xff at column 3)" in _error(
+        lambda: list(read_units(expand([bad])[0])))
+
+
 @pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.jsonl.zst", "c.parquet",
                                   "ds"])
 def test_resuming_after_any_unit_reads_exactly_the_rest(tmp_path, name):
@@ -199,10 +248,33 @@ def test_bad_input_names_the_file_and_line(tmp_path):
     assert "holds int64, not text" in _error(lambda: expand([parquet], field="id"))
     mixed = write_text(tmp_path / "mixed.jsonl", '{"text": "ok"}\n{"text": 3}\n[1]\n')
     assert _error(lambda: list(read_units(expand([mixed])[0]))).endswith(
-        "mixed.jsonl:2: field \"text\" is a int, not text")
+        "mixed.jsonl:2: field \"text\" holds a number, not text")
+    listed = write_text(tmp_path / "listed.jsonl", '{"text": ["a", "b"]}\n')
+    assert _error(lambda: expand([listed])).endswith(
+        "listed.jsonl:1: field \"text\" holds a list, not text")
+    # a whole JSON document (an array, or an object across lines) is not JSON lines
+    rows = [{"text": "one"}, {"text": "two"}]
+    for name, text in [("array.json", json.dumps(rows)),
+                       ("pretty.json", json.dumps(rows, indent=2)),
+                       ("object.json", json.dumps({"data": rows}, indent=2))]:
+        assert _error(lambda: expand([write_text(tmp_path / name, text)])).endswith(
+            f"{name}:1: not JSON lines (one object a line): a JSON array or an object across "
+            f"lines is not read; jq -c '.[]' writes an array as lines")
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(parquet.read_bytes()[:100])
     assert _error(lambda: expand([broken])).startswith(f"{broken}: not a readable parquet file")
+    # an archive is not text: its headers would be read as words
+    import tarfile
+    import zipfile
+    write_text(tmp_path / "a.txt", _plain())
+    with tarfile.open(tmp_path / "docs.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "a.txt", "a.txt")
+    with zipfile.ZipFile(tmp_path / "docs.zip", "w") as z:
+        z.write(tmp_path / "a.txt", "a.txt")
+    assert _error(lambda: expand([tmp_path / "docs.tar.gz"])).endswith(
+        "docs.tar.gz: a tar archive, which is not read: unpack it (tar xf) and give the folder")
+    assert _error(lambda: expand([tmp_path / "docs.zip"])).endswith(
+        "docs.zip: a zip archive, which is not read: unpack it (unzip) and give the folder")
     # a DatasetDict asks for one split
     (tmp_path / "dd").mkdir()
     (tmp_path / "dd" / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')

@@ -120,7 +120,7 @@ def test_mismatched_model_or_data_is_refused(tmp_path, tiny):
     with pytest.raises(UserError, match="has shape .* this model has .*different model"):
         load_checkpoint(path, model=wider, optimizer=wider_opt,
                         fingerprint={"model": model_fingerprint(wider), "data": "a"})
-    with pytest.raises(UserError, match="made with data = 'a', this run has 'b'"):
+    with pytest.raises(UserError, match="made with data = 'a', this run has 'b': other data"):
         load_checkpoint(path, model=model, optimizer=opt,
                         fingerprint={"model": model_fingerprint(model), "data": "b"})
 
