@@ -326,8 +326,6 @@ def read_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[tu
     with open_bytes(p, compression) as f:
         try:
             for number, raw in enumerate(f, 1):
-                if number == 1:  # a byte order mark (Notepad's, PowerShell's) is not text
-                    raw = raw.removeprefix(codecs.BOM_UTF8)
                 yield number, decode_line(raw, p, number).rstrip("\r\n")
         except corrupt_data_errors(p, compression) as e:
             raise UserError(f"{p}:{number + 1}: corrupt {compression} data "
