@@ -154,14 +154,17 @@ prepare's own files: a later call that asks the same finds it done."""
 def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                  out_dir: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None,
                  vocab_size: int = 16000, text_field: str = "text",
-                 progress: bool = True, leave_out: Sequence[str | os.PathLike] = ()) -> dict:
+                 progress: bool = True, leave_out: Sequence[str | os.PathLike] = (),
+                 keep: bool = False) -> dict:
     """Prepare a corpus (a file, or files, folders and globs in any format of
     `bertkit.text.sources`) into `out_dir` with `tokenizer` (a tokenizer or model
     directory), or with an uncased WordPiece vocabulary of `vocab_size` trained on it
     first; return the manifest. A later call with the same files (path, size, modification
     time; or the same bytes by sha256, touched, copied or moved) and the same tokenizer request
-    finds the directory done and returns at once, without training the vocabulary again. The vocabulary is trained into a temporary directory, so
-    nothing but the finished output is left behind. `leave_out`: as for `prepare`."""
+    finds the directory done and returns at once, without training the vocabulary again. The
+    vocabulary is trained into a temporary directory, so nothing but the finished output is
+    left behind. `leave_out`: as for `prepare`. `keep`: a directory prepared from other text
+    is refused, not replaced (a resumed run's data: its checkpoints fit no other)."""
     from bertkit.text.vocab import train_tokenizer
 
     arguments = [text_file] if isinstance(text_file, (str, os.PathLike)) else list(text_file)
@@ -185,6 +188,11 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
         if progress:
             print(f"prepare: {out} is already prepared from {text}", file=sys.stderr)
         return load_manifest(out)
+    if keep and (out / "manifest.json").is_file():
+        raise UserError(f"{out}: this run's data was prepared from other text or with another "
+                        f"tokenizer than it is given now ({text}{' ...' if len(sources) > 1 else ''}"
+                        f"); resume with the --data it started with, or start a new run in "
+                        f"another --out")
     with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
         if tokenizer is None:
             if progress:

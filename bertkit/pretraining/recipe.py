@@ -51,6 +51,7 @@ from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
+from bertkit.training.checkpoint import latest_checkpoint
 from bertkit.training.loop import TrainResult, check_config, check_fresh_start, train
 from bertkit.training.settings import run_settings, settings_block
 
@@ -460,7 +461,8 @@ def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
         try:
             prepare_text(opts.data, data, tokenizer=opts.tokenizer or opts.init,
                          vocab_size=opts.vocab_size, text_field=opts.text_field,
-                         leave_out=[opts.out])
+                         leave_out=[opts.out],
+                         keep=latest_checkpoint(opts.out / "checkpoints") is not None)
         except BaseException:
             if created:  # bad input leaves no empty run directory behind
                 with contextlib.suppress(OSError):

@@ -336,6 +336,14 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
     assert _cli(["pretrain", "--data", str(other), *args[3:], "--max-steps", "2"]) == 2
     err = capsys.readouterr().err
     assert "holds checkpoints of an earlier run" in err and "WordPiece" not in err
+    # ... and with --resume: refused before OUT/data is replaced by the other text's
+    before = (out / "data" / "manifest.json").read_bytes()
+    assert _cli(["pretrain", "--data", str(other), *args[3:], "--max-steps", "2",
+                 "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "this run's data was prepared from other text" in err and "WordPiece" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert (out / "data" / "manifest.json").read_bytes() == before
 
     assert _cli(args + ["--max-steps", "4", "--resume"]) == 0  # the same data, not made again
     captured = capsys.readouterr()
