@@ -65,7 +65,7 @@ def run_finetune(files: FinetuneFiles, task, cfg, cnn=None) -> int:
                  else f"stopped by {result.stopped_by}")
               + f", best step {result.best_step}", file=sys.stderr)
     if result.comparison is not None:
-        line, warning = baseline_report(result.comparison)
+        line, warning = baseline_report(result.comparison, result.baseline.get("predictor"))
         if not files.quiet:
             print(line, file=sys.stderr)
         if warning:

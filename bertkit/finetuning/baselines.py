@@ -77,16 +77,19 @@ def baseline_comparison(scores: dict, baseline: dict | None,
     return name, model, trivial
 
 
-def baseline_report(comparison: tuple[str, float, float]) -> tuple[str, str | None]:
-    """The line that sets the model's dev figure beside the baseline's, and a warning line
-    when the model does not beat it (None when it does)."""
+def baseline_report(comparison: tuple[str, float, float],
+                    predictor: str | None = None) -> tuple[str, str | None]:
+    """The line that sets the model's dev figure beside the baseline's (`predictor`: what the
+    baseline is, its "predictor" entry; None: a trivial predictor), and a warning line when
+    the model does not beat it (None when it does)."""
     name, model, trivial = comparison
-    line = f"dev {name} {model:.4f}, baseline {trivial:.4f} (a trivial predictor)"
+    predictor = predictor or "a trivial predictor"
+    line = f"dev {name} {model:.4f}, baseline {trivial:.4f} ({predictor})"
     if model > trivial:
         return line, None
     return line, (f"warning: the model does not beat the baseline on dev ({name} {model:.4f} "
-                  f"<= {trivial:.4f}): train longer (--epochs), on more data, or check the "
-                  f"labels")
+                  f"<= {trivial:.4f}, {predictor}): train longer (--epochs) or at another "
+                  f"--lr, on more data, or check the labels")
 
 
 __all__ = ["baseline_comparison", "baseline_report", "majority_class", "majority_label_set", "mean_value", "most_frequent_tag",

@@ -369,11 +369,18 @@ class DevScores:
         out["dev_selection"] = float(self.runner.task.selection(scores))
         return out
 
+    def _score_the_start(self) -> dict:
+        """Dev scores of the model before fine-tuning, built again from the backbone (a
+        resumed run never held it)."""
+        start = self.plan.backbone.build(self.runner.task, self.plan.cfg.seed)
+        return dataclasses.replace(self.runner, model=start.to(self.runner.device)
+                                   ).evaluate(self.dev)
+
     def save(self, model: nn.Module, path: Path) -> None:
         self.runner = self.runner.with_task(self.runner.task.tune(self.runner, self.dev))
         task, final = self.runner.task, self.final
         final.update(self.runner.evaluate(self.dev))
-        baseline = task.baseline(self.train_examples, self.dev)
+        baseline = task.baseline(self.train_examples, self.dev, self._score_the_start)
         if baseline is not None:
             final["baseline"] = baseline
         mix = getattr(model, "layer_mix", None)  # a module of the model, not of the task

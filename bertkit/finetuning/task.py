@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -250,8 +250,11 @@ class Task:
         """The figure (from `score`) the best dev checkpoint is kept by; higher is better."""
         raise NotImplementedError
 
-    def baseline(self, train: Sequence, test: Sequence) -> dict | None:
-        """Scores on `test` of a trivial predictor fitted on `train` (None: no such baseline)."""
+    def baseline(self, train: Sequence, test: Sequence, start: Callable[[], dict]
+                 ) -> dict | None:
+        """Scores on `test` of a trivial predictor fitted on `train` (None: no such baseline).
+        `start()` scores the model before fine-tuning on `test`: the baseline of a task that
+        adds no new head, whose untrained model already predicts."""
         return None
 
     def tune(self, runner: Runner, dev: Sequence) -> "Task":

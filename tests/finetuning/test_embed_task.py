@@ -198,6 +198,30 @@ def test_the_command_trains_and_refuses_bad_input_in_one_line(tiny_bert, tmp_pat
         assert not (tmp_path / "never").exists()
 
 
+def test_the_baseline_is_the_model_before_fine_tuning(tiny_bert, tmp_path, capsys):
+    # a rate too small to move the weights: the saved model scores as its start did, so it
+    # does not beat its baseline, and the warning names what the baseline is
+    train, dev = make_file(tmp_path, "scored"), make_file(tmp_path, "scored", 40, seed=1)
+    out = tmp_path / "out"
+    assert main(["finetune", "embed", "--model", str(tiny_bert), "--train", str(train),
+                 "--dev", str(dev), "--out", str(out), "--epochs", "1", "--batch-size", "16",
+                 "--lr", "1e-12"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    metrics = json.loads((out / "dev_metrics.json").read_text())
+    start = metrics["baseline"]
+    assert start["predictor"] == "the model before fine-tuning"
+    assert start["spearman"] == pytest.approx(metrics["spearman"], abs=1e-6)
+    assert summary["baseline_spearman"] == start["spearman"]
+    assert (", the model before fine-tuning): train longer (--epochs) or at another --lr"
+            in captured.err)
+    # a run that trains scores the same start, not its own weights
+    trained = finetune(Embed(), tiny_bert, train, dev, tmp_path / "trained",
+                       FinetuneConfig(epochs=2, **QUICK))
+    assert trained.baseline["spearman"] == pytest.approx(start["spearman"], abs=1e-6)
+    assert trained.dev_metrics["spearman"] != pytest.approx(start["spearman"], abs=1e-4)
+
+
 def test_evaluate_gives_the_sts_figures_of_a_sentence_model(tiny_bert, tmp_path, capsys):
     st = pytest.importorskip("sentence_transformers")
     from scipy.stats import pearsonr, spearmanr

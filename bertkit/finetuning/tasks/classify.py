@@ -169,7 +169,7 @@ class TextTask(Task):
     def selection(self, scores: dict) -> float:
         return scores["accuracy"]
 
-    def baseline(self, train, test) -> dict:
+    def baseline(self, train, test, start) -> dict:
         return baselines.majority_class(train, test, self.labels)
 
     # Use ----------------------------------------------------------------------------------------
@@ -262,10 +262,10 @@ class Classify(TextTask):
         return metrics.multilabel_scores([ex.label for ex in examples],
                                          [p for p, _ in predictions], self.labels)
 
-    def baseline(self, train, test) -> dict:
+    def baseline(self, train, test, start) -> dict:
         if self.multi_label:
             return baselines.majority_label_set(train, test, self.labels)
-        return super().baseline(train, test)
+        return super().baseline(train, test, start)
 
     def answer_row(self, label, score) -> dict:
         if self.multi_label:

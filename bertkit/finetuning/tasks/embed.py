@@ -312,6 +312,12 @@ class Embed(Task):
     def selection(self, scores: dict) -> float:
         return scores["spearman"] if "spearman" in scores else scores["ndcg@10"]
 
+    def baseline(self, train, test, start) -> dict:
+        """The encoder before fine-tuning, pooled the same way: what training must improve
+        on (a pretrained sentence model may already score well, and a few steps at too high
+        a rate score below it)."""
+        return {**start(), "predictor": "the model before fine-tuning"}
+
     def save_model(self, backbone, model, path: Path, **_) -> Path:
         """A sentence-transformers directory: the encoder, its tokenizer, the pooling and
         normalisation (no bertkit_task.json: it is an encoder, as `Embedder.load` reads it)."""

@@ -333,7 +333,7 @@ class QA(Task):
         # Models are chosen by best F1 and the span quality (HasAns F1) alike.
         return (scores["best_f1"] + scores.get("has_ans_f1", 0.0)) / 2
 
-    def baseline(self, train, test) -> dict:
+    def baseline(self, train, test, start) -> dict:
         return baselines.no_answer(test)
 
     def tune(self, runner, dev) -> "QA":

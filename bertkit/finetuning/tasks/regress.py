@@ -55,7 +55,7 @@ class Regress(TextTask):
     def selection(self, scores: dict) -> float:
         return scores["pearson"]
 
-    def baseline(self, train, test) -> dict:
+    def baseline(self, train, test, start) -> dict:
         return baselines.mean_value(train, test)
 
     def answer_row(self, value, _) -> dict:

@@ -363,10 +363,10 @@ class Spans(WordTask):
     def selection(self, scores: dict) -> float:
         return scores["f1"]
 
-    def baseline(self, train, test) -> dict | None:
+    def baseline(self, train, test, start) -> dict | None:
         if not all(s.tags for s in train):
             return None  # span data has no tags to count
-        return super().baseline(train, test)
+        return super().baseline(train, test, start)
 
     def tune(self, runner, dev) -> "Spans":
         """The NULL margin that maximises dev F1 (the model runs once; each margin decodes)."""

@@ -81,7 +81,7 @@ class WordTask(Task):
         return [ex.text for ex in read_text_examples(p, text_column=self.text_column or "text",
                                                      label_column=None, fmt=fmt)]
 
-    def baseline(self, train, test) -> dict | None:
+    def baseline(self, train, test, start) -> dict | None:
         return baselines.most_frequent_tag(train, test)
 
     def case_ids(self, sentence, word_ids: Sequence[int]) -> list[int] | None:
