@@ -19,6 +19,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -123,6 +124,69 @@ def describe(precision: str | None = None, freed_memory_kept: bool = False) -> s
     if torch.cuda.is_available():
         parts.append(f"GPU {torch.cuda.get_device_name()}")
     return ", ".join(parts)
+
+
+def busy_cpu_seconds(cpus: set[int] | None = None) -> float | None:
+    """Seconds the CPUs `cpus` (none: those this process may run on) have spent busy since
+    boot, by every process (/proc/stat); None where there is no /proc/stat."""
+    cpus = set(os.sched_getaffinity(0)) if cpus is None else cpus
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    ticks = 0
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+            ticks += user + nice + system + irq + softirq + steal
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class SharedCores:
+    """Whether other processes compute on this one's cores. An op that torch splits over N
+    threads ends when its slowest part does, so a core that another process also wants
+    slows every op by far more than that core's share: on a 2-core AMD EPYC, 30 steps of
+    `pretrain` (mini) trained 1,227 tokens/s on 2 threads beside one busy process and 1,679
+    on 1 thread (3,150 alone); beside two, 465 against 899. bertkit does not change the thread count itself
+    (a run's numbers are reproducible only at a fixed count): it says so, once."""
+    threads: int
+    """The threads this process computes with."""
+    every: float = 10.0
+    """Seconds a measurement spans at the least."""
+    _since: tuple[float, float, float] | None = None
+
+    def __post_init__(self) -> None:
+        self._since = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        busy = busy_cpu_seconds()
+        return None if busy is None else (time.monotonic(), time.process_time(), busy)
+
+    def others(self) -> tuple[float, float] | None:
+        """(cores the other processes kept busy on average, over how many seconds) since the
+        last measurement, which this one ends; None before `every` seconds or off Linux."""
+        now = self._sample()
+        if now is None or self._since is None or now[0] - self._since[0] < self.every:
+            return None
+        (wall0, own0, busy0), (wall1, own1, busy1) = self._since, now
+        self._since = now
+        return max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall1 - wall0), wall1 - wall0
+
+    def warning(self) -> str | None:
+        """A line when other processes kept half a core or more busy over the last
+        measurement and this one computes with more than one thread, else None."""
+        measured = self.others() if self.threads > 1 else None
+        if measured is None or measured[0] < 0.5:
+            return None
+        busy, seconds = measured
+        fewer = max(1, self.threads - math.ceil(busy - 0.25))
+        return (f"warning: other processes kept {busy:.1f} of the {len(os.sched_getaffinity(0))} "
+                f"CPUs this run computes on busy over the last {seconds:.0f} s: each op waits "
+                f"for its slowest of {self.threads} threads, so while they run this trains "
+                f"faster with OMP_NUM_THREADS={fewer} (or with the other work stopped)")
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -270,5 +334,5 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     return parse_device(name)
 
 
-__all__ = ["DTYPES", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
+__all__ = ["DTYPES", "SharedCores", "busy_cpu_seconds", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
            "keep_freed_memory", "describe", "cpu_name", "matmul_limit", "choose_precision"]

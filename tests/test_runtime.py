@@ -172,3 +172,32 @@ def test_one_product_of_a_starved_process_is_not_read_as_emulation():
     product still finds the 2x the other products show."""
     timings = _Timings(fp32=0.002, bf16=0.001, burst_calls=(4,), burst=0.15)
     assert runtime.speedup_from_timings(timings) == pytest.approx(2.0)
+
+
+@pytest.fixture
+def busy_process():
+    """Another process that keeps a core busy while a test runs."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    yield child
+    child.kill()
+    child.wait()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads /proc/stat")
+def test_a_busy_process_on_the_cores_is_seen_and_said_once_a_measurement(busy_process):
+    import time
+
+    cores = runtime.SharedCores(threads=2, every=0.5)
+    assert cores.warning() is None  # not yet `every` seconds
+    time.sleep(1.0)  # this process idles: what is busy is the other one
+    warning = cores.warning()
+    assert warning.startswith("warning: other processes kept ") and \
+        "OMP_NUM_THREADS=1" in warning, warning
+    time.sleep(0.6)
+    busy, seconds = cores.others()
+    assert busy >= 0.5 and 0.5 <= seconds < 5
+    # one thread waits for no other: nothing to say
+    one = runtime.SharedCores(threads=1, every=0.1)
+    time.sleep(0.3)
+    assert one.warning() is None
+

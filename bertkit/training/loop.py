@@ -74,7 +74,8 @@ from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
 from bertkit.progress import Progress
 from bertkit.runlock import LOCK_FILE, RunLock
-from bertkit.runtime import bf16_warning, choose_precision, compiles_for, resolve_device
+from bertkit.runtime import (SharedCores, bf16_warning, choose_precision, compiles_for,
+                             resolve_device)
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
 from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
@@ -249,6 +250,8 @@ class _Run:
     """Opened once the step to resume from is known."""
     progress: Progress | None = None
     """The live bar or periodic lines on stderr; the log's lines go through it."""
+    cores: SharedCores | None = None
+    """A run of one process on the CPU: watches for other processes on its cores."""
 
     @property
     def main(self) -> bool:
@@ -416,7 +419,9 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
                 feed=_Feed(batches), evaluate=evaluate, target_count=target_count,
                 # not the world size: a run resumes on any number of ranks (_rank_state)
                 fingerprint={"model": model_fingerprint(model), **(fingerprint or {})},
-                show_progress=show_progress, distributed=distributed, rank=rank, world=world)
+                show_progress=show_progress, distributed=distributed, rank=rank, world=world,
+                cores=SharedCores(torch.get_num_threads())
+                if device.type == "cpu" and not distributed else None)
 
 
 def check_fresh_start(out_dir: Path, resume: bool) -> Path | None:
@@ -567,6 +572,9 @@ def _optimisation_step(run: _Run, state: _State) -> None:
             state.window_seconds + waited, 1e-9)
         _write_training_record(run, state)
         note = progress_note(state.train_metrics, state.tokens)
+        if run.cores is not None and (warning := run.cores.warning()):
+            run.progress.say(warning)
+            run.cores = None  # said once
     # every step moves the bar; the figures (a host sync) change at log steps only, and a
     # plain line waits for them
     if note is not None or run.progress.note or run.progress.drawing():

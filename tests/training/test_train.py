@@ -430,3 +430,38 @@ def test_a_run_asked_for_bf16_on_a_cpu_that_emulates_it_warns_first(tmp_path, ti
     monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": 2.0)
     _run(tiny, tmp_path, "fast", precision="bf16", max_steps=1)
     assert "crawl" not in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads /proc/stat")
+def test_a_run_on_cores_another_process_keeps_busy_says_so_once(tmp_path, tiny, capsys,
+                                                                  monkeypatch):
+    import functools
+    import subprocess
+    import sys
+    import time
+
+    from bertkit.training import loop
+    from bertkit.runtime import SharedCores
+
+    class SlowBatches(tiny.FakeBatches):  # steps that leave the cores to the other process
+        def __iter__(self):
+            for batch in super().__iter__():
+                time.sleep(0.03)
+                yield batch
+
+    monkeypatch.setattr(loop, "SharedCores", functools.partial(SharedCores, every=0.3))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        train(tiny.model(), objectives.mlm_loss, SlowBatches(),
+              TrainConfig(max_steps=40, lr=1e-3, log_every=2), tmp_path / "run",
+              save=tiny.no_save, show_progress=False)
+    finally:
+        child.kill()
+        child.wait()
+        torch.set_num_threads(threads)
+    warnings = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("warning: other processes kept")]
+    assert len(warnings) == 1 and "OMP_NUM_THREADS=1" in warnings[0], warnings
+
