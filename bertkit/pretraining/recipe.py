@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
+import json
 import itertools
 import os
 import sys
@@ -51,7 +52,7 @@ from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
-from bertkit.training.checkpoint import latest_checkpoint
+from bertkit.training.checkpoint import latest_checkpoint, saved_fingerprint
 from bertkit.training.loop import TrainResult, check_config, check_fresh_start, train
 from bertkit.training.settings import run_settings, settings_block
 
@@ -393,13 +394,24 @@ def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int,
     return batches
 
 
-def _data_fingerprint(parts: list[tuple[Path, float]]) -> str:
-    digests = [hashlib.sha256((data / "manifest.json").read_bytes()).hexdigest()[:16]
-               for data, _ in parts]
-    if len(parts) == 1:  # as before mixtures: earlier checkpoints still resume
-        return digests[0]
-    spelled = ",".join(f"{d}={w!r}" for d, (_, w) in zip(digests, parts))
-    return hashlib.sha256(spelled.encode()).hexdigest()[:16]
+def _data_fingerprint(parts: list[tuple[Path, float]], resumed: str | None = None) -> str:
+    """A digest of what the run trains on: each corpus's manifest but its "sources" (the
+    files it was read from, with their times: the same text touched or copied and prepared
+    again is the same data) and the mixture's shares. `resumed`: the data digest of the
+    checkpoint to resume; one made before sources were left out (of the manifest's bytes)
+    is matched as it was made."""
+    def digest(contents: list[bytes]) -> str:
+        digests = [hashlib.sha256(c).hexdigest()[:16] for c in contents]
+        if len(parts) == 1:  # as before mixtures: earlier checkpoints still resume
+            return digests[0]
+        spelled = ",".join(f"{d}={w!r}" for d, (_, w) in zip(digests, parts))
+        return hashlib.sha256(spelled.encode()).hexdigest()[:16]
+
+    raw = [(data / "manifest.json").read_bytes() for data, _ in parts]
+    if resumed is not None and digest(raw) == resumed:
+        return resumed
+    return digest([json.dumps({k: v for k, v in json.loads(r).items() if k != "sources"},
+                              sort_keys=True).encode() for r in raw])
 
 
 def data_parts(opts: PretrainOptions, rank: int = 0) -> list[tuple[Path, float]]:
@@ -514,7 +526,7 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
-        check_fresh_start(opts.out, opts.train.resume)
+        latest = check_fresh_start(opts.out, opts.train.resume)
         parts = data_parts(opts, rank)
         data = parts[0][0]
         load_manifest(data)
@@ -548,7 +560,8 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
                      save=lambda m, path: save_pretrained(m, path, tokenizer,
                                                           opts.objective == "clm"),
                      target_count=objectives.target_count(opts.objective),
-                     fingerprint=_fingerprint(opts, parts), device=device, settings=settings,
+                     fingerprint=_fingerprint(opts, parts, latest), device=device,
+                     settings=settings,
                      find_unused_parameters=False)  # model_to_pretrain froze the unused heads
 
 
@@ -607,10 +620,13 @@ def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[
               f"bertkit pretrain ...", file=sys.stderr)
 
 
-def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]]) -> dict:
-    """What a checkpoint must have been trained on to be resumed by this run."""
+def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]],
+                 latest: Path | None = None) -> dict:
+    """What a checkpoint must have been trained on to be resumed by this run (`latest`: the
+    checkpoint it resumes)."""
     cfg = opts.train
-    return {"data": _data_fingerprint(parts), "objective": opts.objective,
+    resumed = saved_fingerprint(latest).get("data") if latest is not None else None
+    return {"data": _data_fingerprint(parts, resumed), "objective": opts.objective,
             "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             # only when not "anywhere": checkpoints of rows cut anywhere resume
             **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),

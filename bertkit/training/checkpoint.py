@@ -110,6 +110,17 @@ def model_fingerprint(model: nn.Module) -> dict[str, list[int]]:
     return {name: list(t.shape) for name, t in model.state_dict().items()}
 
 
+def saved_fingerprint(path: str | Path) -> dict:
+    """The fingerprint a checkpoint directory was saved with ({} where it has none or its
+    state cannot be read: loading it says why)."""
+    try:
+        doc = json.loads((Path(path) / "state.json").read_text(encoding="utf-8"))
+        found = _unflatten(doc["state"]["__dict__"]["fingerprint"], {})  # holds no tensors
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def check_fingerprint(where: Path, saved: dict, current: dict, ignore: tuple = ()) -> None:
     """Refuse a checkpoint made for another model shape, other data or another objective.
     Keys in `ignore` are not compared (the world size, which checkpoints before elastic
@@ -246,4 +257,5 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
 
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
-           "rng_state", "set_rng_state", "model_fingerprint", "check_fingerprint"]
+           "rng_state", "set_rng_state", "model_fingerprint", "check_fingerprint",
+           "saved_fingerprint"]

@@ -360,6 +360,49 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
         == (out / "vocab.txt").read_text()
 
 
+def test_a_corpus_touched_and_prepared_again_resumes_and_other_text_does_not(tmp_path, tiny,
+                                                                            prepared, capsys):
+    import os
+    import shutil
+
+    root = prepared.parent
+    corpus = tiny.write_corpus(tmp_path / "corpus.txt")
+    assert corpus.read_bytes() == (root / "corpus.txt").read_bytes()
+    shutil.copytree(root / "tok", tmp_path / "tok")
+    data, out = tmp_path / "data", tmp_path / "run"
+    prepare = ["prepare", "--input", str(corpus), "--tokenizer", str(tmp_path / "tok"),
+               "--out", str(data), "--heldout", "0.1", "--workers", "1", "--quiet"]
+    assert _cli(prepare) == 0
+    run = ["pretrain", "--data", str(data), "--out", str(out), *TINY]
+    assert _cli(run + ["--max-steps", "2"]) == 0
+    # the same bytes with a new time, prepared again: its manifest names the new time
+    before = json.loads((data / "manifest.json").read_text())["sources"]
+    os.utime(corpus, ns=(before[0]["mtime_ns"] + 10**9,) * 2)
+    assert _cli(prepare) == 0
+    assert json.loads((data / "manifest.json").read_text())["sources"] != before
+    capsys.readouterr()
+    assert _cli(run + ["--max-steps", "4", "--resume"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 4
+    # other text prepared in its place is other data
+    tiny.write_corpus(corpus, seed=3)
+    assert _cli(prepare) == 0
+    assert _cli(run + ["--max-steps", "6", "--resume"]) == 2
+    assert "other data" in capsys.readouterr().err
+
+
+def test_a_checkpoint_of_the_manifests_bytes_resumes_as_it_was_made(prepared):
+    # before the data digest left the manifest's sources out, it was of the manifest's bytes
+    import hashlib
+
+    from bertkit.pretraining.recipe import _data_fingerprint
+
+    parts = [(prepared, 1.0)]
+    legacy = hashlib.sha256((prepared / "manifest.json").read_bytes()).hexdigest()[:16]
+    now = _data_fingerprint(parts)
+    assert now != legacy and _data_fingerprint(parts, resumed=legacy) == legacy
+    assert _data_fingerprint(parts, resumed="0" * 16) == now
+
+
 def test_a_folder_of_text_with_a_shards_folder_in_it_is_a_corpus(tmp_path, tiny, capsys):
     corpus = tmp_path / "corpus"
     (corpus / "shards").mkdir(parents=True)
