@@ -27,7 +27,7 @@ MODEL_COMMANDS = {
     "finetune tag": ["--model", "m", "--train", "t", "--out", "o"],
     "evaluate": ["--model", "m", "--input", "i"],
     "predict": ["--model", "m", "--input", "i"],
-    "embed": ["--model", "m", "--input", "i", "--out", "o"],
+    "embed": ["--model", "m", "--input", "i", "--out", "o.npy"],
     "anisotropy": ["--model", "m", "--input", "i"],
     "plot senses": ["--model", "m", "--input", "i", "--lemma", "w", "--out", "o"],
     "plot attention": ["--model", "m", "--text", "t", "--out", "o"],
@@ -160,7 +160,7 @@ def test_the_default_device_is_auto(name, reached, capsys):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="has a GPU")),
 ])
 def test_a_bad_device_is_one_line(device, message, capsys):
-    assert cli.main(["embed", "--model", "m", "--input", "i", "--out", "o",
+    assert cli.main(["embed", "--model", "m", "--input", "i", "--out", "o.npy",
                      "--device", device]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and len(err.strip().splitlines()) == 1, err
