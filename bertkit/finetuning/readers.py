@@ -387,14 +387,59 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[TaggedSentence]:
 
 
 def read_tagged(path: str | Path, column: str = "upos") -> list[TaggedSentence]:
-    """CoNLL or CoNLL-U, recognised from the file; `column` applies to CoNLL-U."""
+    """CoNLL, CoNLL-U or JSON lines of tokens and tags, recognised from the file; `column`
+    applies to CoNLL-U."""
     fmt = detect_format(path)
     if fmt == "conllu":
         return read_conllu(path, column)
     if fmt == "conll":
         return read_conll(path)
-    raise UserError(f"{path}: expected CoNLL (token TAB tag) or CoNLL-U, but this looks like "
-                    f"{fmt}")
+    if fmt == "jsonl":
+        return read_tagged_jsonl(path)
+    raise UserError(f"{path}: expected CoNLL (token TAB tag), CoNLL-U or JSON lines of "
+                    f"tokens and tags, but this looks like {fmt}")
+
+
+def holds_tokens(path: str | Path) -> bool:
+    """Whether the first JSON line of `path` has "tokens": words with their tags, not a text."""
+    first = next(iter(read_jsonl(path)), (0, {}))[1]
+    return "tokens" in first
+
+
+TAG_FIELDS = ("tags", "ner_tags", "pos_tags", "upos")
+"""The field of a JSON line that holds its tokens' tags: the first of these it has."""
+
+
+def read_tagged_jsonl(path: str | Path) -> list[TaggedSentence]:
+    """Sentences of JSON lines, one a line, as `datasets` writes them: `{"tokens": [...],
+    "ner_tags": [...]}` (or "tags", "pos_tags", "upos"), a tag a string per token. Tags as
+    numbers (a `datasets` ClassLabel) are refused: their names are not in the file."""
+    p = require_file(path)
+    sentences = []
+    for number, row in read_jsonl(p):
+        where = f"{p}:{number}"
+        tokens = row.get("tokens")
+        field = next((f for f in TAG_FIELDS if f in row), None)
+        if not isinstance(tokens, list) or field is None:
+            raise UserError(f"{where}: a tagged JSON line has \"tokens\" and one of "
+                            f"{', '.join(TAG_FIELDS)}, each a list")
+        tags = row[field]
+        if not isinstance(tags, list) or len(tags) != len(tokens):
+            raise UserError(f"{where}: \"{field}\" must be a list of one tag per token "
+                            f"({len(tokens)} tokens)")
+        if any(not isinstance(t, str) or not t.strip() for t in tokens):
+            raise UserError(f"{where}: every token must be a non-empty string")
+        if any(not isinstance(t, str) or not t for t in tags):
+            numbers = any(isinstance(t, int) for t in tags)
+            raise UserError(f"{where}: \"{field}\" holds " + (
+                "numbers: write each tag's name (with `datasets`: "
+                "features[...].feature.int2str)" if numbers else "a tag that is no string"))
+        if tokens:
+            sentences.append(TaggedSentence(list(tokens), list(tags), " ".join(tokens), where,
+                                            [number] * len(tokens)))
+    if not sentences:
+        raise UserError(f"{p}: no sentences")
+    return sentences
 
 
 def tagging_labels(sentences: Iterable[TaggedSentence], scheme: str | None = None) -> list[str]:

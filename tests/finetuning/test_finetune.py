@@ -519,6 +519,34 @@ def test_the_case_feature_sees_the_capitals_a_lowercasing_tokenizer_drops(
     assert len(rows) == 40
 
 
+def test_tag_trains_evaluates_and_predicts_from_json_lines_of_tokens_and_tags(
+        tiny_bert, task_files, tmp_path, capsys):
+    from bertkit.finetuning.readers import read_conll
+
+    def as_json_lines(conll: Path, name: str) -> Path:  # the shape `datasets` writes
+        rows = [{"tokens": s.tokens, "ner_tags": s.tags} for s in read_conll(conll)]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return tmp_path / name
+
+    train = as_json_lines(task_files["ner_train"], "train.jsonl")
+    dev = as_json_lines(task_files["ner_dev"], "dev.jsonl")
+    out = tmp_path / "ner"
+    assert main(["finetune", "tag", "--model", str(tiny_bert), "--train", str(train),
+                 "--dev", str(dev), "--out", str(out), "--epochs", "1", "--quiet"]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    scores = []
+    for data in (dev, task_files["ner_dev"]):  # the same sentences: the same figures
+        assert main(["evaluate", "--model", str(out), "--input", str(data), "--json"]) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+    assert scores[0] == scores[1] and scores[0]["f1"] == pytest.approx(trained["dev_f1"])
+    assert main(["predict", "--model", str(out), "--input", str(dev),
+                 "--out", str(tmp_path / "p.jsonl")]) == 0
+    rows = [row for _, row in read_jsonl(tmp_path / "p.jsonl")]
+    sentences = read_conll(task_files["ner_dev"])
+    assert [r["tokens"] for r in rows] == [s.tokens for s in sentences]
+    assert [r["gold"] for r in rows] == [s.tags for s in sentences]
+
+
 def _predict_file(tmp_path: Path, data: Path, model: str) -> Path:
     out = tmp_path / f"{model}.pred.jsonl"
     assert main(["predict", "--model", str(tmp_path / model), "--input", str(data),

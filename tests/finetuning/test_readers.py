@@ -219,6 +219,35 @@ def test_unknown_dev_tag_names_its_line(tmp_path):
         readers.check_tags(dev, labels)
 
 
+def test_json_lines_of_tokens_and_tags_read_as_conll_does(tmp_path):
+    rows = [{"id": "0", "tokens": ["EU", "rejects", "German", "#call"],
+             "ner_tags": ["B-ORG", "O", "B-MISC", "O"]},
+            {"tokens": [], "ner_tags": []},  # an empty sentence, as datasets may hold
+            {"tokens": ["Peter", "Blackburn"], "ner_tags": ["B-PER", "I-PER"]}]
+    path = _write(tmp_path, "a.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    from_json = readers.read_tagged(path)
+    from_conll = readers.read_conll(_write(tmp_path, "a.conll", CONLL))
+    assert [(x.tokens, x.tags, x.text) for x in from_json] == \
+        [(x.tokens, x.tags, x.text) for x in from_conll]
+    assert from_json[1].source == f"{path}:3" and from_json[1].lines == [3, 3]
+    labels = readers.tagging_labels(from_json)
+    dev = readers.read_tagged(_write(tmp_path, "d.jsonl", '{"tokens": ["Bob"], "tags": ["B-XX"]}\n'))
+    with pytest.raises(UserError, match=r"d.jsonl:1: unknown label 'B-XX'"):
+        readers.check_tags(dev, labels)
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"tokens": ["a", "b"], "ner_tags": [3, 0]},
+     r"a.jsonl:1: \"ner_tags\" holds numbers: write each tag's name"),
+    ({"tokens": ["a", "b"], "tags": ["O"]}, r"a.jsonl:1: \"tags\" must be a list of one tag"),
+    ({"tokens": ["a", ""], "tags": ["O", "O"]}, r"a.jsonl:1: every token must be a non-empty"),
+    ({"text": "a b", "label": "pos"}, r"a.jsonl:1: a tagged JSON line has \"tokens\""),
+])
+def test_bad_json_lines_of_tags(tmp_path, row, message):
+    with pytest.raises(UserError, match=message):
+        readers.read_tagged(_write(tmp_path, "a.jsonl", json.dumps(row) + "\n"))
+
+
 CONLLU = """# sent_id = 1
 # text = I don't know.
 1\tI\tI\tPRON\tPRP\t_\t3\tnsubj\t_\t_

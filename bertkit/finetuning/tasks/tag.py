@@ -22,8 +22,8 @@ from bertkit.finetuning.crf import CRF, allowed_transitions
 from bertkit.finetuning.heads import TokenClassifier
 from bertkit.finetuning.inputs import (WORD_CASES, Item, encode_words, pad_inputs, piece_cases,
                                       words_cut)
-from bertkit.finetuning.readers import (TaggedSentence, check_tags, detect_format, read_tagged,
-                                        read_text_examples, tagging_labels)
+from bertkit.finetuning.readers import (TaggedSentence, check_tags, detect_format, holds_tokens,
+                                        read_tagged, read_text_examples, tagging_labels)
 from bertkit.finetuning.task import (Defaults, ModelFacts, Task, fitted, model_inputs,
                                      text_lines)
 from bertkit.finetuning.tagging import (SCHEMES, align_labels, convert_tags, detect_scheme,
@@ -67,13 +67,14 @@ class WordTask(Task):
         return self.labels
 
     def read_inputs(self, path) -> list:
-        """Sentences of a CoNLL / CoNLL-U file; for other files, their texts."""
+        """Sentences of a CoNLL / CoNLL-U file or of JSON lines of tokens and tags; for other
+        files, their texts."""
         p = Path(path)
         lines = text_lines(p)
         if lines is not None:
             return lines[0]
         fmt = detect_format(p)
-        if fmt in ("conll", "conllu"):
+        if fmt in ("conll", "conllu") or (fmt == "jsonl" and holds_tokens(p)):
             return read_tagged(p, self.conllu_column)
         if fmt not in ("jsonl", "csv", "tsv"):
             raise UserError(f"{p}: a {self.name} model reads .txt, JSONL, CSV or TSV here, "
