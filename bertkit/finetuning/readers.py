@@ -400,14 +400,22 @@ def read_tagged(path: str | Path, column: str = "upos") -> list[TaggedSentence]:
                     f"tokens and tags, but this looks like {fmt}")
 
 
-def holds_tokens(path: str | Path) -> bool:
-    """Whether the first JSON line of `path` has "tokens": words with their tags, not a text."""
-    first = next(iter(read_jsonl(path)), (0, {}))[1]
-    return "tokens" in first
-
-
 TAG_FIELDS = ("tags", "ner_tags", "pos_tags", "upos")
 """The field of a JSON line that holds its tokens' tags: the first of these it has."""
+
+
+def _first_json_line(path: str | Path) -> dict:
+    return next(iter(read_jsonl(path)), (0, {}))[1]
+
+
+def holds_tokens(path: str | Path) -> bool:
+    """Whether the first JSON line of `path` has "tokens": words with their tags, not a text."""
+    return "tokens" in _first_json_line(path)
+
+
+def holds_tags(path: str | Path) -> bool:
+    """Whether the first JSON line of `path` has a field of `TAG_FIELDS`."""
+    return any(field in _first_json_line(path) for field in TAG_FIELDS)
 
 
 def read_tagged_jsonl(path: str | Path) -> list[TaggedSentence]:
@@ -422,7 +430,8 @@ def read_tagged_jsonl(path: str | Path) -> list[TaggedSentence]:
         field = next((f for f in TAG_FIELDS if f in row), None)
         if not isinstance(tokens, list) or field is None:
             raise UserError(f"{where}: a tagged JSON line has \"tokens\" and one of "
-                            f"{', '.join(TAG_FIELDS)}, each a list")
+                            f"{', '.join(TAG_FIELDS)}, each a list (or give CoNLL: token TAB "
+                            f"tag)")
         tags = row[field]
         if not isinstance(tags, list) or len(tags) != len(tokens):
             raise UserError(f"{where}: \"{field}\" must be a list of one tag per token "

@@ -545,6 +545,9 @@ def test_tag_trains_evaluates_and_predicts_from_json_lines_of_tokens_and_tags(
     sentences = read_conll(task_files["ner_dev"])
     assert [r["tokens"] for r in rows] == [s.tokens for s in sentences]
     assert [r["gold"] for r in rows] == [s.tags for s in sentences]
+    # the span task reads BIO tags from the same lines as from CoNLL
+    spans = [Spans().read(path) for path in (train, task_files["ner_train"])]
+    assert [(s.tokens, s.tags) for s in spans[0]] == [(s.tokens, s.tags) for s in spans[1]]
 
 
 def _predict_file(tmp_path: Path, data: Path, model: str) -> Path:

@@ -286,7 +286,7 @@ def test_bad_conllu(tmp_path):
     p = _write(tmp_path, "d.conllu", "# sent_id = 0\n# text = \n\n" + CONLLU)
     with pytest.warns(UserWarning, match=r"skipped 1 empty sentences .*d.conllu:1"):
         assert len(readers.read_conllu(p)) == 2
-    with pytest.raises(UserError, match="expected CoNLL"):
+    with pytest.raises(UserError, match=r"e.jsonl:1: a tagged JSON line .* \(or give CoNLL"):
         readers.read_tagged(_write(tmp_path, "e.jsonl", '{"text": "x"}\n'))
 
 

@@ -28,7 +28,7 @@ from bertkit.files import UserError, read_jsonl
 from bertkit.finetuning import metrics
 from bertkit.finetuning.heads import TaskHead, first_subword_index, head_dropout
 from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
-from bertkit.finetuning.readers import detect_format, read_tagged
+from bertkit.finetuning.readers import detect_format, holds_tags, read_tagged
 from bertkit.finetuning.task import fitted, model_inputs
 from bertkit.finetuning.tagging import spans_to_tags, tags_to_spans
 from bertkit.finetuning.tasks.tag import WordTask
@@ -283,9 +283,9 @@ class Spans(WordTask):
 
     # Data ---------------------------------------------------------------------------------------
     def read(self, path) -> list:
-        if detect_format(path) == "jsonl":
+        if detect_format(path) == "jsonl" and not holds_tags(path):
             return read_span_jsonl(path)
-        return read_tagged(path, self.conllu_column)
+        return read_tagged(path, self.conllu_column)  # JSON lines of BIO tags too
 
     def with_labels(self, train, dev) -> "Spans":
         labels = sorted({t for s in train for _, _, t in gold_spans(s)})
