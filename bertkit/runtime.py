@@ -129,11 +129,11 @@ def describe(precision: str | None = None, freed_memory_kept: bool = False) -> s
 def busy_cpu_seconds(cpus: set[int] | None = None) -> float | None:
     """Seconds the CPUs `cpus` (none: those this process may run on) have spent busy since
     boot, by every process (/proc/stat); None where there is no /proc/stat."""
-    cpus = set(os.sched_getaffinity(0)) if cpus is None else cpus
     try:
         lines = Path("/proc/stat").read_text().splitlines()
     except OSError:
         return None
+    cpus = set(os.sched_getaffinity(0)) if cpus is None else cpus  # Linux, as /proc/stat is
     ticks = 0
     for line in lines:
         name, *fields = line.split()
@@ -149,8 +149,9 @@ class SharedCores:
     threads ends when its slowest part does, so a core that another process also wants
     slows every op by far more than that core's share: on a 2-core AMD EPYC, 30 steps of
     `pretrain` (mini) trained 1,227 tokens/s on 2 threads beside one busy process and 1,679
-    on 1 thread (3,150 alone); beside two, 465 against 899. bertkit does not change the thread count itself
-    (a run's numbers are reproducible only at a fixed count): it says so, once."""
+    on 1 thread (3,150 alone); beside two, 465 against 899. bertkit does not change the
+    thread count itself (a run's numbers are reproducible only at a fixed count): it says
+    so, once."""
     threads: int
     """The threads this process computes with."""
     every: float = 10.0
@@ -168,8 +169,10 @@ class SharedCores:
     def others(self) -> tuple[float, float] | None:
         """(cores the other processes kept busy on average, over how many seconds) since the
         last measurement, which this one ends; None before `every` seconds or off Linux."""
+        if self._since is None or time.monotonic() - self._since[0] < self.every:
+            return None  # /proc/stat is read at most once a measurement
         now = self._sample()
-        if now is None or self._since is None or now[0] - self._since[0] < self.every:
+        if now is None:
             return None
         (wall0, own0, busy0), (wall1, own1, busy1) = self._since, now
         self._since = now

@@ -22,8 +22,8 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
-import json
 import itertools
+import json
 import os
 import sys
 from dataclasses import dataclass, field
