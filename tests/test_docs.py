@@ -44,8 +44,8 @@ def site(tmp_path_factory) -> Path:
 
 
 def test_the_site_builds_strictly_with_every_page(site):
-    for page in ["index", "tokenizer", "model", "pretraining", "embeddings", "finetuning",
-                 "road", "serve", "gpu", "architecture", "performance"]:
+    for page in ["index", "tokenizer", "model", "pretraining", "recipe", "embeddings",
+                 "finetuning", "road", "serve", "gpu", "architecture", "performance"]:
         assert (site / page / "index.html").exists() if page != "index" else \
             (site / "index.html").exists(), page
 

@@ -100,14 +100,14 @@ class Defaults:
     """Peak learning rate of the encoder (BERT's fine-tuning range is 2e-5 to 5e-5)."""
     small_model_lr: float | None = 2e-4
     """The encoder's rate under SMALL_MODEL_WEIGHTS block weights; None: `lr`. With the
-    60-minute `mini` of docs/pretraining.md, three seeds each, 2e-4 gave every task more than
+    60-minute `mini` of docs/recipe.md, three seeds each, 2e-4 gave every task more than
     5e-5: POS 0.920 against 0.898, SICK 0.698 against 0.669, movie reviews above on every
     seed, SICK relatedness Pearson 0.685 against 0.530, WNUT-16 by the span head F1 0.279
     against 0.246. QA sets None: the same model learned no usable spans at either rate."""
     small_model_epochs: int | None = None
     """Epochs for an encoder under SMALL_MODEL_WEIGHTS block weights; None: `epochs`. A model
     of a few million weights is still fitting a sentence task when 3 epochs end (the 60-minute
-    `mini` of docs/pretraining.md: SICK 0.618 after 3 epochs, 0.669 given 10 with early
+    `mini` of docs/recipe.md: SICK 0.618 after 3 epochs, 0.669 given 10 with early
     stopping), while larger ones have peaked by then."""
 
     def epochs_for(self, block_weights: int | None) -> int:

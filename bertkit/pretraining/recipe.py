@@ -59,12 +59,12 @@ from bertkit.training.settings import run_settings, settings_block
 SBO_FILE = "sbo.safetensors"
 DEFAULT_PRESET = "mini"
 """The size a fresh model gets without --preset: the best held-out quality for an afternoon
-on a laptop CPU (docs/pretraining.md, "Choosing the recipe")."""
+on a laptop CPU (docs/recipe.md, "Choosing the recipe")."""
 
 
 @dataclass
 class PretrainMasking(MaskingConfig):
-    """MaskingConfig with pretraining's measured default rate (docs/pretraining.md)."""
+    """MaskingConfig with pretraining's measured default rate (docs/recipe.md)."""
     mlm_prob: float = 0.4
     """Share of the non-special tokens of each sequence that are predicted (BERT 0.15; a
     higher rate learns more per step: Wettig et al. 2023, ModernBERT)."""
@@ -72,7 +72,7 @@ class PretrainMasking(MaskingConfig):
 
 @dataclass
 class PretrainSchedule(TrainConfig):
-    """TrainConfig with pretraining's measured defaults (docs/pretraining.md)."""
+    """TrainConfig with pretraining's measured defaults (docs/recipe.md)."""
     lr: float = 1e-3
     """Peak learning rate, reached at the end of warm-up (1e-3 beat 2e-3 for "modern" mini;
     the 2018 "bert" recipe wants about 1e-4 to 5e-4)."""
@@ -153,20 +153,20 @@ class PretrainOptions:
     row_ends: str = field(default="sentence", metadata={"choices": ROW_ENDS})
     """Where the text of an mlm / clm row ends before its [SEP]: "sentence" (at a sentence end,
     as the texts of evaluation and fine-tuning do; 2.2 points more held-out accuracy in 12
-    minutes, docs/pretraining.md), "anywhere" (the corpus cut into back-to-back rows) or
+    minutes, docs/recipe.md), "anywhere" (the corpus cut into back-to-back rows) or
     "whole-sentences" (each row also starts at a sentence start, as RoBERTa's FULL-SENTENCES:
     the sentences that fit, then padding)."""
     early_seq_len: int = 64
     """Sequence length of the first early_fraction of the run, with as many more sequences per
     batch (about the same tokens per step); then seq_len (BERT: 128 for 90% of its steps, then
-    512). 64 then 128 learned more in 12 and 60 minutes than 128 throughout (docs/pretraining.md).
+    512). 64 then 128 learned more in 12 and 60 minutes than 128 throughout (docs/recipe.md).
     Only where shorter than seq_len."""
     early_fraction: float = 0.9
     """Share of the run (steps, or the clock for a time budget) at early_seq_len; 0: seq_len
     throughout."""
     batch_size: int = 16
     """Sequences per micro-batch, all ranks together (each rank takes batch_size / ranks).
-    16 learns more per minute than 32 on a 2-core CPU (docs/pretraining.md); on a GPU, raise
+    16 learns more per minute than 32 on a 2-core CPU (docs/recipe.md); on a GPU, raise
     it until the device is busy."""
     eval_batches: int = 40
     """Held-out batches per evaluation (the same masks every time, so curves compare)."""

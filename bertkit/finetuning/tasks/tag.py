@@ -50,7 +50,7 @@ class WordTask(Task):
     """Add each word's letter case (lower, Capitalised, UPPER, ...) to the encoder's input as a
     learned embedding; none: on when the model's tokenizer lowercases, which loses the
     capitals that mark names (WNUT-16 F1 with the 60- and 120-minute `mini` of
-    docs/pretraining.md, three seeds each: 0.295 and 0.271 with it, 0.280 and 0.232 without;
+    docs/recipe.md, three seeds each: 0.295 and 0.271 with it, 0.280 and 0.232 without;
     MiniLM 0.564 against 0.542). Such a model is saved as a BertModel / ModernBertModel with
     its head beside."""
 
@@ -182,7 +182,7 @@ class Tag(WordTask):
     crf: bool | None = None
     """A linear-chain CRF over the labels, with the scheme's invalid transitions barred;
     none: a CRF unless --decode mean (as flair's tagger; the 60-minute `mini` of
-    docs/pretraining.md gets WNUT-16 F1 0.318 with it against 0.224 without, POS 0.926
+    docs/recipe.md gets WNUT-16 F1 0.318 with it against 0.224 without, POS 0.926
     against 0.924)."""
 
     def configure(self, train_path: Path) -> "Tag":
