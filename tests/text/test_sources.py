@@ -4,14 +4,17 @@ gives the rest exactly; bad input is one line naming the file and line."""
 from __future__ import annotations
 
 import bz2
+import csv
 import gzip
+import io
 import json
 from pathlib import Path
 
 import pytest
 
 from bertkit.files import UserError
-from bertkit.text.sources import expand, expand_one, numbered_texts, paragraphs, read_units
+from bertkit.text.sources import (CSV_FIELD_LIMIT, expand, expand_one, numbered_texts, paragraphs,
+                                  read_units)
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -41,6 +44,17 @@ def write_text(path: Path, text: str) -> Path:
 def write_jsonl(path: Path, docs=DOCS, field: str = "body") -> Path:
     return write_text(path, "".join(json.dumps({"id": i, field: "\n".join(d)}) + "\n"
                                     for i, d in enumerate(docs)))
+
+
+def write_csv(path: Path, docs=DOCS, field: str = "body") -> Path:
+    """A header, then a row per document as Python's csv writes it (the text quoted: it holds
+    line breaks, commas and quotes); tab-separated for a .tsv name."""
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter="\t" if ".tsv" in path.name else ",",
+                        lineterminator="\n")
+    writer.writerow(["id", field])
+    writer.writerows((i, "\n".join(d)) for i, d in enumerate(docs))
+    return write_text(path, out.getvalue())
 
 
 def write_parquet(path: Path, docs=DOCS, field: str = "body", row_group_size: int = 2) -> Path:
@@ -100,12 +114,15 @@ def test_compression_is_read_from_the_bytes_under_any_name(tmp_path):
     assert list(paragraphs([source])) == _paragraphs(DOCS)
 
 
-@pytest.mark.parametrize("make", ["jsonl", "jsonl.gz", "jsonl.zst", "parquet", "dataset"])
+@pytest.mark.parametrize("make", ["jsonl", "jsonl.gz", "jsonl.zst", "parquet", "dataset", "csv",
+                                  "csv.gz", "tsv", "tsv.zst", "tsv.bz2"])
 def test_records_read_their_text_field(tmp_path, make):
     if make == "parquet":
         path = write_parquet(tmp_path / "c.parquet")
     elif make == "dataset":
         path = write_dataset_dir(tmp_path / "ds", field="body")
+    elif "sv" in make:
+        path = write_csv(tmp_path / f"c.{make}")
     else:
         path = write_jsonl(tmp_path / f"c.{make}")
     sources = expand([path], field="body")
@@ -192,10 +209,12 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.jsonl.zst", "c.parquet",
-                                  "ds"])
+                                  "ds", "c.csv", "c.tsv.gz"])
 def test_resuming_after_any_unit_reads_exactly_the_rest(tmp_path, name):
     docs = [[f"document {i} line {j}" for j in range(i % 3 + 1)] for i in range(40)]
-    if name == "c.parquet":
+    if "sv" in name:  # rows of one to three lines: a row's number is not its last line's
+        path = write_csv(tmp_path / name, docs, field="text")
+    elif name == "c.parquet":
         path = write_parquet(tmp_path / name, docs, field="text", row_group_size=7)
     elif name == "ds":
         path = write_dataset_dir(tmp_path / name, docs)
@@ -314,3 +333,79 @@ def test_what_datasets_itself_saves_is_read_in_its_order(tmp_path):
             for _, t, _ in read_units(s)] == list(picked["content"])
     assert "give one split's directory, such as" in _error(lambda: expand([tmp_path / "dd"]))
     assert len(list(paragraphs(expand([tmp_path / "dd" / "train"], field="content")))) == 600
+
+
+def test_a_csv_row_is_numbered_by_the_line_it_starts_on(tmp_path):
+    """Quoted fields hold commas, quotes, tabs and line breaks; a blank line is no row; the
+    byte order mark is dropped; the bytes read are the file's, through the row's last line."""
+    text = ('\ufeffid,text,note\r\n1,"one, with ""quotes""",x\r\n\r\n'
+            '2,"two\r\nlines\tand a tab",y\r\n3,three,\r\n')
+    path = write_text(tmp_path / "c.csv", text)
+    [source] = expand([path])
+    assert source.format == "csv" and source.records
+    units = list(read_units(source))
+    assert [(n, t) for n, t, _ in units] == [(2, 'one, with "quotes"'),
+                                              (4, "two\r\nlines\tand a tab"), (6, "three")]
+    assert units[-1][2] == len(text.encode())
+    assert list(paragraphs([source])) == ['one, with "quotes"', "two", "lines\tand a tab",
+                                          "three"]
+    assert list(numbered_texts(path)) == [(n, t) for n, t, _ in units]
+    # a TSV's fields are cut at tabs, quoted the same way; the other columns are no text
+    tsv = write_text(tmp_path / "c.tsv", 'text\tid\n"a\tb"\t1\nc, d\t2\n')
+    assert [t for _, t, _ in read_units(expand([tsv])[0])] == ["a\tb", "c, d"]
+
+
+def test_csv_is_known_by_its_name_only(tmp_path):
+    """Prose has commas: a file not named .csv is lines of text, its first line no header."""
+    path = write_text(tmp_path / "c.data", "Well, then.\nYes, indeed.\n")
+    [source] = expand([path])
+    assert source.format == "text"
+    assert list(paragraphs([source])) == ["Well, then.", "Yes, indeed."]
+
+
+def test_a_csv_field_may_be_longer_than_csv_allows_by_default(tmp_path, monkeypatch):
+    long = "word " * 60_000  # 300,000 characters: past csv's own 131,072
+    path = write_text(tmp_path / "long.csv", f'text\n"{long}"\nshort\n')
+    assert [t for _, t, _ in read_units(expand([path])[0])] == [long, "short"]
+    # past bertkit's limit: most likely a quote left open, said at the row's first line
+    monkeypatch.setattr("bertkit.text.sources.CSV_FIELD_LIMIT", 1000)
+    previous = csv.field_size_limit(1000)
+    try:
+        assert _error(lambda: list(read_units(expand([path])[0]))) == (
+            f"{path}:2: a field of more than 1,000 characters: a quote left open? (a quote "
+            f'inside a quoted field is written twice: "")')
+    finally:
+        csv.field_size_limit(previous)
+    assert csv.field_size_limit() >= CSV_FIELD_LIMIT
+
+
+@pytest.mark.parametrize("name", ["c.csv", "c.tsv.gz"])
+def test_bad_csv_is_one_line_naming_the_file_and_line(tmp_path, name):
+    sep = "\t" if ".tsv" in name else ","
+
+    def error(text: str, field: str = "text") -> str:
+        path = write_text(tmp_path / name, text.replace(",", sep))
+        return _error(lambda: list(read_units(expand([path], field=field)[0])))
+
+    path = tmp_path / name
+    assert error("id,body\n1,x\n") == (f"{path}:1: no column \"text\" in the header (it has "
+                                       f"'id', 'body'; choose one with --text-field)")
+    assert error("\n\nid,text,text\n1,x,y\n") == (
+        f'{path}:3: the header names the column "text" 2 times')
+    assert error("id,text\n1,x\n2,y,z\n") == f"{path}:3: 3 fields but the header (line 1) has 2"
+    assert error("id,text\n1,x\n2\n") == f"{path}:3: 1 fields but the header (line 1) has 2"
+    assert error('id,text\n1,"x\n2,y\n3,z\n') == (
+        f'{path}:2: a quote opened in this row is never closed (a quote inside a quoted field '
+        f'is written twice: "")')
+    assert error('id,text\n1,x\n2,"y"z\n') == (
+        f'{path}:3: text after the closing quote of a field (a quote inside a quoted field is '
+        f'written twice: "")')
+    assert error("\n \n") == f"{path}: no header row (only blank lines)"
+    kind = "TSV" if ".tsv" in name else "CSV"
+    assert error("id,text\n1,a\rb\n").startswith(  # an old Mac's line break
+        f"{path}:2: not valid {kind} (new-line character seen in unquoted field")
+    bad = write_text(tmp_path / name, f"id{sep}text\n1{sep}x\n")
+    bad.write_bytes((gzip.compress if name.endswith(".gz") else bytes)(
+        f"id{sep}text\n1{sep}caf".encode() + b"\xe9\n"))
+    assert _error(lambda: list(read_units(expand([bad])[0]))) == (
+        f"{bad}:2: not UTF-8 text (byte 0xe9 at column 6)")
