@@ -52,7 +52,7 @@ from bertkit.pretraining.shards import (FORMAT, SPLITS, ShardWriter, load_manife
 from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
 from bertkit.progress import Progress
 from bertkit.runlock import RunLock
-from bertkit.text.sources import Source, expand, read_units
+from bertkit.text.sources import Source, expand, read_units, why_empty
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -116,7 +116,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     fingerprint = tokenizer_fingerprint(tokenizer)
     layout, text_bytes = _plan_documents(sources, heldout_fraction)
     if layout["documents"] == 0:
-        raise UserError(f"{files[0]}: no documents in the corpus (only blank lines)")
+        raise UserError(f"{files[0]}: no documents in the corpus ({why_empty(sources)})")
     plan = {"format": FORMAT, "tokenizer": fingerprint, "dtype": dtype.name,
             "heldout_fraction": heldout_fraction, "shard_tokens": shard_tokens,
             "chunk_bytes": chunk_bytes,

@@ -258,10 +258,34 @@ def numbered_texts(path: str | os.PathLike, field: str = "text",
     (`embed`, `evaluate`, `anisotropy`, `tokenize`, `fill-mask`, `serve --input`): each line of
     a text file without its line break, blank ones too, or the `field` of each JSON line, CSV
     row or table row, with its line or row number. The file is recognised (and a record format
-    checked for `field`) now, before anything is read from it."""
+    checked for `field`) now, before anything is read from it; one with no text at all (a table
+    with no rows, a CSV header alone) is a one-line UserError once read."""
     source = _sniff(require_file(path, what), field)
-    return ((number, text if source.records else text.rstrip("\r\n"))
-            for number, text, _ in read_units(source))
+
+    def texts() -> Iterator[tuple[int, str]]:
+        empty = True
+        for number, text, _ in read_units(source):
+            empty = False
+            yield number, text if source.records else text.rstrip("\r\n")
+        if empty:
+            raise UserError(f"{path}: no text ({why_empty([source])})")
+
+    return texts()
+
+
+def why_empty(sources: Sequence[Source]) -> str:
+    """Why sources that gave no text gave none, in words for an error: a text file's blank
+    lines, a table with no rows, or records whose field is blank (read again to tell, on the
+    way to that error only)."""
+    if not any(s.records for s in sources):
+        return "only blank lines"
+    if any(True for s in sources if s.records for _ in read_units(s)):
+        return f"the field \"{sources[0].field}\" is blank in every record"
+    if all(s.format in TABLES for s in sources):
+        return "the table has no rows" if len(sources) == 1 else "the tables have no rows"
+    if all(s.format in DELIMITERS for s in sources):
+        return "a header and no rows"
+    return "only blank lines"
 
 
 def paragraphs(sources: Sequence[Source]) -> Iterator[str]:
@@ -420,7 +444,9 @@ def _table_columns(source: Source) -> None:
                         f"{', '.join(map(repr, schema.names)) or 'none'}; choose one with "
                         f"--text-field)")
     kind = schema.field(source.field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    # null: a column with no value in it, such as pandas writes for a table with no rows
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or pa.types.is_null(kind)):
         raise UserError(f"{source.path}: field \"{source.field}\" holds {kind}, not text")
 
 
@@ -455,6 +481,8 @@ def _table_units(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
     try:
         for batch in batches:
             texts = batch.column(column)
+            if pa.types.is_null(texts.type):
+                texts = texts.cast(pa.string())
             sizes = pc.binary_length(texts).fill_null(0).to_numpy(zero_copy_only=False)
             if number + len(texts) <= after[0]:  # before the resume point: its sizes only
                 number, end = number + len(texts), end + int(sizes.sum())

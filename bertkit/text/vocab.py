@@ -41,7 +41,7 @@ from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
 
 from bertkit.files import UserError, check_not_input
 from bertkit.progress import Progress
-from bertkit.text.sources import Source, expand_one, paragraphs
+from bertkit.text.sources import Source, expand_one, paragraphs, why_empty
 from bertkit.text.quotes import quote_steps
 from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_tokens,
                                     bert_pipeline, bert_template)
@@ -75,7 +75,7 @@ def count_text(sources: Sequence[Source], chars: set[str] | None = None) -> tupl
         if chars is not None:
             chars.update(paragraph)
     if n == 0:
-        raise UserError(f"{sources[0].path}: no text (only blank lines)")
+        raise UserError(f"{sources[0].path}: no text ({why_empty(sources)})")
     return n, size
 
 

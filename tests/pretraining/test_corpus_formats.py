@@ -133,7 +133,7 @@ def test_cli_prepare_reads_a_glob_with_a_text_field(tmp_path, tok_dir, documents
 
 
 @pytest.mark.parametrize("case", ["missing", "empty glob", "unknown field", "corrupt gzip",
-                                  "parquet field"])
+                                  "parquet field", "parquet of no rows", "csv header only"])
 def test_bad_input_is_one_line_exit_2_before_anything_is_written(tmp_path, tok_dir, capsys,
                                                                  case, documents):
     if case == "missing":
@@ -148,6 +148,13 @@ def test_bad_input_is_one_line_exit_2_before_anything_is_written(tmp_path, tok_d
         data = gzip.compress(("Kalo mine su. Tari po!\n" * 5000).encode())
         path.write_bytes(data[:len(data) // 2])
         args, expected = [str(path)], "corrupt gzip data"
+    elif case == "parquet of no rows":
+        path = writers.write_parquet(tmp_path / "c.parquet", [], field="text")
+        args = [str(path)]
+        expected = "c.parquet: no documents in the corpus (the table has no rows)"
+    elif case == "csv header only":
+        path = writers.write_text(tmp_path / "c.csv", "id,text\n")
+        args, expected = [str(path)], "c.csv: no documents in the corpus (a header and no rows)"
     else:
         path = writers.write_parquet(tmp_path / "c.parquet", documents)
         args, expected = [str(path)], "c.parquet: no field \"text\" in the table"

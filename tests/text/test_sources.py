@@ -72,7 +72,8 @@ def write_dataset_dir(path: Path, docs=DOCS, field: str = "text", files: int = 2
     for k in range(files):
         part = texts[k::files]
         name = f"data-{k:05d}-of-{files:05d}.arrow"
-        table = pa.table({field: part, "label": list(range(len(part)))})
+        table = pa.table({field: pa.array(part, pa.string()),
+                          "label": pa.array(range(len(part)), pa.int64())})
         with pa.OSFile(str(path / name), "wb") as sink:
             with pa.ipc.new_stream(sink, table.schema) as writer:
                 for batch in table.to_batches(max_chunksize=1):
@@ -409,3 +410,36 @@ def test_bad_csv_is_one_line_naming_the_file_and_line(tmp_path, name):
         f"id{sep}text\n1{sep}caf".encode() + b"\xe9\n"))
     assert _error(lambda: list(read_units(expand([bad])[0]))) == (
         f"{bad}:2: not UTF-8 text (byte 0xe9 at column 6)")
+
+
+def _empty_tables(tmp_path: Path) -> dict[str, Path]:
+    """A Parquet file, an Arrow file, a `datasets` directory and a CSV file with no rows."""
+    table = pa.table({"text": pa.array([], pa.string())})
+    pq.write_table(table, tmp_path / "e.parquet")
+    with pa.OSFile(str(tmp_path / "e.arrow"), "wb") as sink:
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    write_dataset_dir(tmp_path / "ds", docs=[], files=1)
+    return {"e.parquet": tmp_path / "e.parquet", "e.arrow": tmp_path / "e.arrow",
+            "ds": tmp_path / "ds", "e.csv": write_text(tmp_path / "e.csv", "id,text\n\n")}
+
+
+def test_a_table_with_no_rows_says_so(tmp_path):
+    from bertkit.text.vocab import count_lines
+
+    for name, path in _empty_tables(tmp_path).items():
+        reason = "a header and no rows" if name == "e.csv" else "the table has no rows"
+        if name != "ds":  # a directory: numbered_texts reads one file
+            assert _error(lambda: list(numbered_texts(path))) == f"{path}: no text ({reason})"
+        assert _error(lambda: count_lines(path)).endswith(f": no text ({reason})")
+    blank = write_text(tmp_path / "blank.csv", 'text\n""\n" "\n')  # rows, but no text
+    assert _error(lambda: count_lines(blank)) == (
+        f'{blank}: no text (the field "text" is blank in every record)')
+    assert len(list(numbered_texts(blank))) == 2  # each row is a text, blank or not
+
+
+def test_a_column_of_nulls_is_text_of_none(tmp_path):
+    """pandas writes the text column of a table with no rows (or of None only) as type null."""
+    path = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"text": pa.array([None, None])}), path)
+    assert [t for _, t, _ in read_units(expand([path])[0])] == ["", ""]
