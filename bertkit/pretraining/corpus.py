@@ -4,8 +4,8 @@
 
 Input (read by `bertkit.text.sources`: files, folders, globs, `datasets` directories; gzip,
 zstd or bzip2): plain text (one sentence or paragraph per line, a blank line between
-documents, a new file starts a new document), or JSONL, Parquet or Arrow with a text field
-(one document per object or row; newlines in the text separate paragraphs).
+documents, a new file starts a new document), or JSONL, CSV, TSV, Parquet or Arrow with a
+text field (one document per object or row; newlines in the text separate paragraphs).
 
 Output directory:
     manifest.json      written last: tokenizer fingerprint, shard list with sha256, counts,
@@ -87,9 +87,10 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     """Tokenize `corpus_files` into shards under `out_dir`; return the manifest.
 
     corpus_files: files, folders, globs or `datasets` directories, in any format of
-    `bertkit.text.sources` (text, JSONL, Parquet, Arrow; gzip, zstd, bzip2); text_field: the
-    field of a JSONL object or table row that holds the text. `out_dir` and the folders
-    `leave_out` (a run's directory around it) are never read as corpus, even inside a folder.
+    `bertkit.text.sources` (text, JSONL, CSV, TSV, Parquet, Arrow; gzip, zstd, bzip2);
+    text_field: the field of a JSONL object, or the column of a CSV or table row, that holds
+    the text. `out_dir` and the folders `leave_out` (a run's directory around it) are never
+    read as corpus, even inside a folder.
     heldout_fraction: share of documents kept out of training, scattered through the corpus
     (see `_plan_documents`); a corpus of one document gives the last lines of it.
     shard_tokens: a shard is closed once it holds at least this many tokens. workers:

@@ -27,6 +27,10 @@ one line, one CSV row or one record batch at a time, so memory is constant howev
 corpus; it resumes after a unit (`after`) by seeking in a plain text file and by reading past
 the units in the others.
 
+`numbered_texts` gives the texts of one argument (a file, folder, glob or `datasets`
+directory), each with its source and its number in that source's file: FILE:LINE names a
+text, and an error in it, in the file it is in, however many files the argument holds.
+
 Parquet and Arrow need pyarrow, zstd needs zstandard (`pip install 'bertkit[data]'`); without
 them those files are a one-line error and everything else reads as before.
 """
@@ -132,7 +136,7 @@ def _files_under(path: Path, seen: set[Path] | None = None) -> list[Path]:
     if path.resolve() in seen:
         return []
     seen.add(path.resolve())
-    if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
+    if is_dataset_dir(path):
         return _dataset_files(path)
     if (path / "dataset_dict.json").is_file():
         splits = _dataset_splits(path)
@@ -147,6 +151,12 @@ def _files_under(path: Path, seen: set[Path] | None = None) -> list[Path]:
         elif entry.is_file() and entry.stat().st_size > 0:
             found.append(entry)
     return found
+
+
+def is_dataset_dir(path: str | os.PathLike) -> bool:
+    """A `Dataset.save_to_disk` directory: state.json and dataset_info.json in it."""
+    path = Path(path)
+    return (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
 
 
 def _dataset_files(path: Path) -> list[Path]:
@@ -253,22 +263,25 @@ def read_units(source: Source, after: tuple[int, int] = (0, 0)) -> Iterator[Unit
 
 
 def numbered_texts(path: str | os.PathLike, field: str = "text",
-                   what: str = "input file") -> Iterator[tuple[int, str]]:
-    """(number, text) of each text of one file, for the commands that take texts one by one
-    (`embed`, `evaluate`, `anisotropy`, `tokenize`, `fill-mask`, `serve --input`): each line of
-    a text file without its line break, blank ones too, or the `field` of each JSON line, CSV
-    row or table row, with its line or row number. The file is recognised (and a record format
-    checked for `field`) now, before anything is read from it; one with no text at all (a table
-    with no rows, a CSV header alone) is a one-line UserError once read."""
-    source = _sniff(require_file(path, what), field)
+                   what: str = "input file") -> Iterator[tuple[Source, int, str]]:
+    """(source, number, text) of each text of a file, folder, glob or `datasets` directory
+    (`expand_one`; its files in order), for the commands that take texts one by one (`embed`,
+    `evaluate`, `anisotropy`, `tokenize`, `fill-mask`, `serve --input`): each line of a text
+    file without its line break, blank ones too, or the `field` of each JSON line, CSV row or
+    table row. The number is the line or row in the source's own file, so that `source.path`
+    and it name the text wherever it came from (FILE:LINE). The files are recognised (and a
+    record format checked for `field`) now, before anything is read; input with no text at
+    all (a table with no rows, a CSV header alone) is a one-line UserError once read."""
+    sources = expand_one(path, field, what)
 
-    def texts() -> Iterator[tuple[int, str]]:
+    def texts() -> Iterator[tuple[Source, int, str]]:
         empty = True
-        for number, text, _ in read_units(source):
-            empty = False
-            yield number, text if source.records else text.rstrip("\r\n")
+        for source in sources:
+            for number, text, _ in read_units(source):
+                empty = False
+                yield source, number, text if source.records else text.rstrip("\r\n")
         if empty:
-            raise UserError(f"{path}: no text ({why_empty([source])})")
+            raise UserError(f"{path}: no text ({why_empty(sources)})")
 
     return texts()
 

@@ -197,7 +197,7 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
     [source] = expand([path])
     assert source.format == ("text" if name.startswith("c.txt") else "jsonl")
     assert list(paragraphs([source])) == _paragraphs(DOCS)
-    assert next(numbered_texts(path))[1] == ("The first document." if source.format == "text"
+    assert next(numbered_texts(path))[2] == ("The first document." if source.format == "text"
                                              else "\n".join(DOCS[0]))
     utf16 = tmp_path / "utf16.txt"  # Notepad's "Unicode"
     utf16.write_bytes(_plain().encode("utf-16"))
@@ -350,7 +350,7 @@ def test_a_csv_row_is_numbered_by_the_line_it_starts_on(tmp_path):
     assert units[-1][2] == len(text.encode())
     assert list(paragraphs([source])) == ['one, with "quotes"', "two", "lines\tand a tab",
                                           "three"]
-    assert list(numbered_texts(path)) == [(n, t) for n, t, _ in units]
+    assert [(n, t) for _, n, t in numbered_texts(path)] == [(n, t) for n, t, _ in units]
     # a TSV's fields are cut at tabs, quoted the same way; the other columns are no text
     tsv = write_text(tmp_path / "c.tsv", 'text\tid\n"a\tb"\t1\nc, d\t2\n')
     assert [t for _, t, _ in read_units(expand([tsv])[0])] == ["a\tb", "c, d"]
@@ -429,8 +429,7 @@ def test_a_table_with_no_rows_says_so(tmp_path):
 
     for name, path in _empty_tables(tmp_path).items():
         reason = "a header and no rows" if name == "e.csv" else "the table has no rows"
-        if name != "ds":  # a directory: numbered_texts reads one file
-            assert _error(lambda: list(numbered_texts(path))) == f"{path}: no text ({reason})"
+        assert _error(lambda: list(numbered_texts(path))) == f"{path}: no text ({reason})"
         assert _error(lambda: count_lines(path)).endswith(f": no text ({reason})")
     blank = write_text(tmp_path / "blank.csv", 'text\n""\n" "\n')  # rows, but no text
     assert _error(lambda: count_lines(blank)) == (
@@ -443,3 +442,22 @@ def test_a_column_of_nulls_is_text_of_none(tmp_path):
     path = tmp_path / "nulls.parquet"
     pq.write_table(pa.table({"text": pa.array([None, None])}), path)
     assert [t for _, t, _ in read_units(expand([path])[0])] == ["", ""]
+
+
+def test_numbered_texts_reads_a_dataset_directory_or_a_folder_file_by_file(tmp_path):
+    """Each text with its source: its number is its row or line in that source's file."""
+    ds = write_dataset_dir(tmp_path / "ds", docs=[["a"], ["b"], ["c"]], files=2)
+    got = [(s.path.name, n, t) for s, n, t in numbered_texts(ds)]
+    assert got == [("data-00000-of-00002.arrow", 1, "a"), ("data-00000-of-00002.arrow", 2, "c"),
+                   ("data-00001-of-00002.arrow", 1, "b")]
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    write_text(folder / "a.txt", "one\n\ntwo\tpair\n")
+    write_csv(folder / "b.csv", [["three"]], field="text")
+    got = [(s.path.name, n, t) for s, n, t in numbered_texts(folder)]
+    assert got == [("a.txt", 1, "one"), ("a.txt", 2, ""), ("a.txt", 3, "two\tpair"),
+                   ("b.csv", 2, "three")]
+    assert got == [(s.path.name, n, t) for s, n, t in numbered_texts(str(folder / "*"))]
+    bad = write_text(folder / "c.jsonl", '{"text": "four"}\n{"text": 5}\n')
+    assert _error(lambda: list(numbered_texts(folder))) == (
+        f'{bad}:2: field "text" holds a number, not text')
