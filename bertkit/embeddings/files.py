@@ -23,7 +23,7 @@ from bertkit.embeddings.embedder import Embedder, LayerSpec, Text, resolve_layer
 from bertkit.embeddings.standardize import Standardizer, unit_rows
 from bertkit.files import UserError, atomic_file, atomic_path, check_not_input
 from bertkit.progress import Progress
-from bertkit.text.sources import numbered_texts
+from bertkit.text.sources import is_dataset_dir, numbered_texts
 from bertkit.text.tokenizer import cut_warning
 
 
@@ -108,6 +108,11 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     out = check_npy_out(out)
     input_path = Path(input_path)
     check_not_input(out, [input_path])
+    if input_path.is_dir() and not is_dataset_dir(input_path) \
+            and input_path.resolve() in out.resolve().parents:
+        raise UserError(f"--out {out}: inside the input folder {input_path}, every file of which "
+                        f"is read: a later run would read the vectors as text; write them "
+                        f"elsewhere")
     layers_list = resolve_layers(layers, embedder.config.num_layers)
     width = embedder.config.hidden_size * (len(layers_list) if combine == "concat" else 1) \
         if words else embedder.sentence_width(layers_list, combine, pool)

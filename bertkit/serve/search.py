@@ -84,7 +84,8 @@ class LineIndex:
     def nearest(self, name: str, embedder, query: str, k: int,
                 max_chars: int | None = None) -> list[dict]:
         """The k lines nearest to `query` by cosine, best first (ties: the earlier line), each
-        as {"line": its number, "text", "cosine"}; texts cut to `max_chars` for showing."""
+        as {"line": its number, "text", "cosine"} ("file" first, its file's name, when the
+        source is several files); texts cut to `max_chars` for showing."""
         matrix = self.encode(name, embedder)
         q = unit_rows(np.asarray(embedder.encode([query]), dtype=np.float32))[0]
         scores = matrix @ q

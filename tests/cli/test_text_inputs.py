@@ -175,3 +175,14 @@ def test_a_tab_makes_a_pair_in_a_line_of_text_not_in_a_record(setup, tmp_path):
         vectors[name] = np.load(tmp_path / f"{name}.npy")
     np.testing.assert_array_equal(vectors["row.tsv"], vectors["one.txt"])
     assert not np.array_equal(vectors["pair.txt"], vectors["one.txt"])
+
+
+def test_embed_refuses_to_write_into_the_folder_it_reads(setup, capsys, tmp_path):
+    """Every file of a folder is input: vectors written there would be read as text next."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("one text\n", encoding="utf-8")
+    assert main(["embed", "--model", str(setup["model"]), "--input", str(folder),
+                 "--out", str(folder / "v.npy"), "--quiet"]) == 2
+    assert "inside the input folder" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == ["a.txt"]
