@@ -169,8 +169,9 @@ def _dataset_files(path: Path) -> list[Path]:
     files = [path / name for name in names]
     for f in files:
         require_file(f, "datasets arrow file")
-    if not files:
-        raise UserError(f"{path / 'state.json'}: the dataset lists no arrow files")
+    if not files:  # what `datasets` saves of a dataset with no rows
+        raise UserError(f"{path}: the dataset has no rows (its state.json lists no arrow "
+                        f"files)")
     return files
 
 
@@ -370,6 +371,7 @@ def csv_rows(source: Source) -> Iterator[tuple[int, list[str], int]]:
     the header first, parsed by Python's csv module from the decoded lines (a quoted field may
     span lines). A blank line is no row; a row whose fields the header does not count, a
     quote never closed, a field over `CSV_FIELD_LIMIT`: a one-line UserError."""
+    # csv's limit is the whole process's: raised, never lowered (a caller may need more)
     csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
     last, end = "", 0
 

@@ -334,6 +334,10 @@ def test_what_datasets_itself_saves_is_read_in_its_order(tmp_path):
             for _, t, _ in read_units(s)] == list(picked["content"])
     assert "give one split's directory, such as" in _error(lambda: expand([tmp_path / "dd"]))
     assert len(list(paragraphs(expand([tmp_path / "dd" / "train"], field="content")))) == 600
+    # a dataset with no rows is saved with no arrow file at all
+    datasets.Dataset.from_dict({"content": []}).save_to_disk(str(tmp_path / "empty"))
+    assert _error(lambda: expand([tmp_path / "empty"])) == (
+        f"{tmp_path / 'empty'}: the dataset has no rows (its state.json lists no arrow files)")
 
 
 def test_a_csv_row_is_numbered_by_the_line_it_starts_on(tmp_path):
