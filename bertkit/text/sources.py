@@ -384,7 +384,7 @@ def csv_rows(source: Source) -> Iterator[tuple[int, list[str], int]]:
         # strict: a quote open at the end of the file is an error, not one last field that
         # swallowed every row after it
         reader = csv.reader(feed, delimiter=DELIMITERS[source.format], strict=True)
-        header: tuple[int, int] | None = None  # (its line, its fields)
+        header: tuple[int, int] | None = None  # (its line, how many fields it has)
         while True:
             number = reader.line_num + 1
             try:
