@@ -28,8 +28,10 @@ def _standardizer(path: Path | None):
 @dataclass(kw_only=True)
 class EmbedFiles:
     input: Path
-    """UTF-8 text file, one text per line (a tab separates a pair); or JSON lines, Parquet or
-    Arrow, one text per record (its --text-field); compressed or not; "-": standard input."""
+    """UTF-8 text file, one text per line (a tab separates a pair); or JSON lines, CSV, TSV,
+    Parquet or Arrow, one text per record (its --text-field); compressed or not; a folder,
+    glob or `datasets` directory of them (the index names each row's file); "-": standard
+    input."""
     out: Path
     """Output .npy file; its index goes to OUT.index.jsonl."""
 
@@ -70,10 +72,12 @@ def run_sentence_model(files: SentenceModelFiles, pooling, encoder) -> int:
 @dataclass(kw_only=True)
 class AnisotropyOptions:
     input: Path
-    """UTF-8 text, one sentence or paragraph a line; or JSON lines, Parquet or Arrow, one
-    text per record (its --text-field); compressed or not."""
+    """UTF-8 text, one sentence or paragraph a line; or JSON lines, CSV, TSV, Parquet or
+    Arrow, one text per record (its --text-field); compressed or not; a folder, glob or
+    `datasets` directory of them."""
     text_field: str = "text"
-    """The field of a JSONL object or a table row that holds the text."""
+    """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
+    text."""
     layers: str = "all"
     """"all", "last4" or e.g. 0,3,6."""
     sentences: int = 1000

@@ -46,10 +46,12 @@ class FillMaskOptions:
     text: list[str] = field(default_factory=list, metadata={"positional": True})
     """Texts with one or more [MASK]."""
     input: Path | None = None
-    """A file instead: one text per line, or JSON lines, Parquet or Arrow, one text per
-    record (its --text-field); "-": standard input."""
+    """A file instead: one text per line, or JSON lines, CSV, TSV, Parquet or Arrow, one text
+    per record (its --text-field); a folder, glob or `datasets` directory of them; "-":
+    standard input."""
     text_field: str = "text"
-    """The field of a JSONL object or a table row that holds the text."""
+    """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
+    text."""
     top_k: int = 5
     """Guesses per [MASK]."""
     json: bool = False

@@ -27,10 +27,12 @@ def tune_runtime(world_size: int = 1) -> None:
 class PrepareOptions:
     input: list[Path]
     """Files, folders, globs (quoted) or `datasets` directories: plain text (one sentence or
-    paragraph per line, a blank line between documents), JSONL, Parquet or Arrow (one
-    document per object or row, its --text-field); gzip, zstd or bzip2 compressed or not."""
+    paragraph per line, a blank line between documents), JSONL, CSV, TSV, Parquet or Arrow
+    (one document per object or row, its --text-field); gzip, zstd or bzip2 compressed or
+    not."""
     text_field: str = "text"
-    """The field of a JSONL object or a table row that holds the text."""
+    """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
+    text."""
     tokenizer: Path
     """Tokenizer or model directory."""
     out: Path = field(metadata={"output": "directory"})

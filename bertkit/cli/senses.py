@@ -142,10 +142,11 @@ def run_wsd_evaluate(opts: WsdEvaluateOptions, run) -> int:
 @dataclass(kw_only=True)
 class StaticTrainFiles:
     input: list[Path]
-    """UTF-8 text files, a paragraph a line; or JSONL, Parquet, `datasets` directories (their
-    --text-field), compressed or not; folders and globs (quoted)."""
+    """UTF-8 text files, a paragraph a line; or JSONL, CSV, TSV, Parquet, `datasets`
+    directories (their --text-field), compressed or not; folders and globs (quoted)."""
     text_field: str = "text"
-    """The field of a JSONL object or a table row that holds the text."""
+    """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
+    text."""
     out: Path = field(metadata={"output": "directory"})
     """Output directory."""
     tokenizer: Path | None = None

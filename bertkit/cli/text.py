@@ -24,10 +24,11 @@ class TokenizerExtendOptions:
     """Model directory (bertkit or Hugging Face BERT / ModernBERT, with its tokenizer)."""
     input: list[Path]
     """The domain's text, where the words are counted: files, folders, globs (quoted) or
-    `datasets` directories, in any format `prepare` reads (plain text, JSONL, Parquet, Arrow;
-    compressed or not)."""
+    `datasets` directories, in any format `prepare` reads (plain text, JSONL, CSV, TSV,
+    Parquet, Arrow; compressed or not)."""
     text_field: str = "text"
-    """The field of a JSONL object or a table row that holds the text."""
+    """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
+    text."""
     add: int
     """Words to add: those that save the most pieces, count x (pieces - 1)."""
     out: Path = field(metadata={"output": "directory"})
@@ -63,8 +64,10 @@ def _split_pair(line: str) -> tuple[str, str | None]:
 def text_batches(texts: list[str], input: Path | None, size: int = 1024,
                  pairs: bool = True, text_field: str = "text"
                  ) -> Iterator[tuple[list, list, list]]:
-    """(names, firsts, seconds) chunks from TEXT arguments or the texts of --input: its lines,
-    or the `text_field` of its records (`numbered_texts`)."""
+    """(names, firsts, seconds) chunks from TEXT arguments or the texts of --input (a file,
+    folder, glob or `datasets` directory): its lines, or the `text_field` of its records
+    (`numbered_texts`), each named FILE:LINE by the file it is in. A tab separates a pair in
+    a line of text, not in a record (a TSV row's text is one text)."""
     split = _split_pair if pairs else (lambda line: (line, None))
     if input is not None:
         from bertkit.finetuning.readers import STDIN, input_file
@@ -74,8 +77,10 @@ def text_batches(texts: list[str], input: Path | None, size: int = 1024,
         chunk = []
         name = "<stdin>" if str(input) == STDIN else input
         with input_file(input) as path:  # "-": standard input
-            for number, line in numbered_texts(path, text_field):
-                chunk.append((f"{name}:{number}", *split(line)))
+            for source, number, line in numbered_texts(path, text_field):
+                where = name if source.path == path else source.path
+                chunk.append((f"{where}:{number}",
+                              *(split(line) if source.format == "text" else (line, None))))
                 if len(chunk) == size:
                     yield tuple(map(list, zip(*chunk)))
                     chunk = []
@@ -95,10 +100,12 @@ class TokenizeOptions:
     text: list[str] = field(default_factory=list, metadata={"positional": True})
     """Texts to tokenize; a tab separates a pair."""
     input: Path | None = None
-    """A file instead: one text per line, a tab separates a pair; or JSON lines, Parquet or
-    Arrow, one text per record (its --text-field); "-": standard input."""
+    """A file instead: one text per line, a tab separates a pair; or JSON lines, CSV, TSV,
+    Parquet or Arrow, one text per record (its --text-field); a folder, glob or `datasets`
+    directory of them; "-": standard input."""
     text_field: str = "text"
-    """The field of a JSONL object or a table row that holds the text."""
+    """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
+    text."""
     max_length: int | None = None
     """Longest input in tokens; none: the model's positions (512 for a bare tokenizer)."""
     truncation: Literal["longest_first", "only_first", "only_second", "off"] = "longest_first"

@@ -129,21 +129,22 @@ def intra_sentence_similarity(x: np.ndarray, groups: np.ndarray) -> float:
 
 def sample_lines(path: str | Path, n: int, seed: int = 0,
                  text_field: str = "text") -> list[str]:
-    """Up to n non-blank texts drawn uniformly from a file of any size (reservoir sampling,
-    one pass), in file order: its lines, or the `text_field` of its JSON lines or table rows."""
+    """Up to n non-blank texts drawn uniformly from a file of any size, or a folder, glob or
+    `datasets` directory (reservoir sampling, one pass), in input order: its lines, or the
+    `text_field` of its JSON lines, CSV rows or table rows."""
     rng = np.random.default_rng(seed)
-    keep: list[tuple[int, str]] = []
+    keep: list[tuple[int, str]] = []  # (place in the input, text)
     seen = 0
-    for number, line in numbered_texts(path, text_field, "corpus"):
+    for _, _, line in numbered_texts(path, text_field, "corpus"):
         if not line.strip():
             continue
         seen += 1
         if len(keep) < n:
-            keep.append((number, line))
+            keep.append((seen, line))
         else:
             j = int(rng.integers(seen))
             if j < n:
-                keep[j] = (number, line)
+                keep[j] = (seen, line)
     if not keep:
         raise UserError(f"{path}: no text in the corpus (only blank lines)")
     return [line for _, line in sorted(keep)]

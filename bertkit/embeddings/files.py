@@ -21,9 +21,9 @@ import numpy as np
 
 from bertkit.embeddings.embedder import Embedder, LayerSpec, Text, resolve_layers, word_groups
 from bertkit.embeddings.standardize import Standardizer, unit_rows
-from bertkit.files import UserError, atomic_file, atomic_path, check_not_input, require_file
+from bertkit.files import UserError, atomic_file, atomic_path, check_not_input
 from bertkit.progress import Progress
-from bertkit.text.sources import numbered_texts
+from bertkit.text.sources import is_dataset_dir, numbered_texts
 from bertkit.text.tokenizer import cut_warning
 
 
@@ -55,19 +55,22 @@ def index_path_for(out: str | Path) -> Path:
 
 
 def text_chunks(path: Path, chunk_lines: int, text_field: str = "text"
-                ) -> Iterator[tuple[list[int], list[Text]]]:
-    """The texts of a file `chunk_lines` at a time, each with its line or row number: its
-    lines, or the `text_field` of its JSON lines or table rows (`numbered_texts`); a tab
-    separates a pair."""
-    numbers, texts = [], []
-    for number, text in numbered_texts(path, text_field):
-        numbers.append(number)
-        texts.append(tuple(text.split("\t", 1)) if "\t" in text else text)
+                ) -> Iterator[tuple[list[dict], list[Text]]]:
+    """The texts of a file, folder, glob or `datasets` directory `chunk_lines` at a time, each
+    with where it is ({"line": number}, and {"file": path} first when the input is several
+    files): its lines, or the `text_field` of its records (`numbered_texts`); a tab separates
+    a pair in a line of text (not in a record: a TSV row's text is one text)."""
+    places, texts = [], []
+    for source, number, text in numbered_texts(path, text_field):
+        places.append({"line": number} if source.path == path else
+                      {"file": str(source.path), "line": number})
+        texts.append(tuple(text.split("\t", 1)) if "\t" in text and source.format == "text"
+                     else text)
         if len(texts) == chunk_lines:
-            yield numbers, texts
-            numbers, texts = [], []
+            yield places, texts
+            places, texts = [], []
     if texts:
-        yield numbers, texts
+        yield places, texts
 
 
 def count_rows(embedder: Embedder, path: Path, words: bool, chunk_lines: int,
@@ -89,12 +92,13 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                standardize: bool = False, batch_size: int = 32, chunk_lines: int = 10000,
                text_field: str = "text", progress: bool = True) -> EmbedFileResult:
     """Embed every text of a file into a float32 `.npy` file: each line of a UTF-8 text file
-    (a tab separates a pair), or the `text_field` of each JSON line or Parquet / Arrow row
-    (`bertkit.text.sources`; compressed or not).
+    (a tab separates a pair), or the `text_field` of each JSON line or CSV, TSV, Parquet or
+    Arrow row (`bertkit.text.sources`; compressed or not). A folder, glob or `datasets`
+    directory is its files in order.
 
     One row per text (sentence vectors), or with `words=True` one row per word; the index
     (JSON lines beside the output: `out.index.jsonl`) says which line (or row) and word each
-    row is.
+    row is, and which file when the input is several.
     Streams the file in chunks, so memory does not grow with its size: a first pass checks
     the text and counts rows, the second embeds into a memory-mapped file. Lines longer than
     the model are cut (counted and warned about). Both files appear complete or not at all.
@@ -102,8 +106,13 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     sentence-transformers directory's Pooling and Normalize), no normalising for words.
     """
     out = check_npy_out(out)
-    input_path = require_file(input_path)
+    input_path = Path(input_path)
     check_not_input(out, [input_path])
+    if input_path.is_dir() and not is_dataset_dir(input_path) \
+            and input_path.resolve() in out.resolve().parents:
+        raise UserError(f"--out {out}: inside the input folder {input_path}, every file of which "
+                        f"is read: a later run would read the vectors as text; write them "
+                        f"elsewhere")
     layers_list = resolve_layers(layers, embedder.config.num_layers)
     width = embedder.config.hidden_size * (len(layers_list) if combine == "concat" else 1) \
         if words else embedder.sentence_width(layers_list, combine, pool)
@@ -119,7 +128,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     truncated = done = 0
     bar = Progress("embed", tokens, "tokens", counts={"lines": lines}, enabled=progress)
     with _atomic_npy(out, (rows, width)) as matrix, atomic_file(index) as f_index:
-        for numbers, texts in text_chunks(input_path, chunk_lines, text_field):
+        for places, texts in text_chunks(input_path, chunk_lines, text_field):
             encoded = embedder.tokenize(texts)
             truncated += sum(e.truncated for e in encoded)
             if words:
@@ -131,7 +140,7 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                     if normalize:  # None: word vectors are left as they are
                         block[:] = unit_rows(block)
                 for k, r in enumerate(refs):
-                    f_index.write(json.dumps({"row": done + k, "line": numbers[r.item],
+                    f_index.write(json.dumps({"row": done + k, **places[r.item],
                                               "word": r.word, "segment": r.segment,
                                               "start": r.start, "end": r.end, "text": r.text},
                                              ensure_ascii=False) + "\n")
@@ -142,8 +151,9 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
                                         normalize=normalize, standardize=standardize,
                                         batch_size=batch_size, out=block)
                 for k, e in enumerate(encoded):
-                    f_index.write(json.dumps({"row": done + k, "line": numbers[k],
-                                              "truncated": e.truncated}) + "\n")
+                    f_index.write(json.dumps({"row": done + k, **places[k],
+                                              "truncated": e.truncated},
+                                             ensure_ascii=False) + "\n")
                 done += len(block)
             bar.update(add=sum(len(e.ids) for e in encoded), lines=len(texts))
     bar.finish()
@@ -212,7 +222,8 @@ class EmbedSettings:
     batch_size: int = 32
     """Texts per forward pass."""
     text_field: str = "text"
-    """The field of a JSONL object or a table row that holds the text."""
+    """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
+    text."""
     quiet: bool = False
     """No progress on stderr."""
 

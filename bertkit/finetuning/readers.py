@@ -14,7 +14,6 @@ words) is skipped the same way. A file with nothing left is an error.
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import math
 import re
@@ -25,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from bertkit.files import (UserError, format_suffix, read_json, read_jsonl, read_lines,
-                           require_file)
+from bertkit.files import (UserError, compression_of, format_suffix, read_json, read_jsonl,
+                           read_lines, require_file)
 from bertkit.finetuning.tagging import tag_label_set
+from bertkit.text.sources import Source, csv_rows
 
 MULTI_LABEL_SEPARATOR = "|"  # between labels of one example in a CSV/TSV cell or a JSON string
 
@@ -148,33 +148,18 @@ def _records(path: Path, fmt: str):
         for number, obj in read_jsonl(path):
             yield number, obj, list(obj)
         return
-    # csv joins quoted multi-line cells, so it gets the newlines back; its line_num is then
-    # the file's line number of a record's last line. strict: a quote still open at the end of
-    # the file is an error, not one last cell that swallowed every row after it.
-    reader = csv.reader((line + "\n" for _, line in read_lines(path)),
-                        delimiter="\t" if fmt == "tsv" else ",", strict=True)
-    header, header_line = None, 0
-    while True:
-        number = reader.line_num + 1
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as e:
-            if "end of data" in str(e):
-                raise UserError(f"{path}:{number}: a quote opened on this line is never closed "
-                                f"(a quote inside a cell is written twice: \"\")") from None
-            raise UserError(f"{path}:{reader.line_num}: not valid {fmt.upper()} ({e})") from None
+    # the one CSV reader (bertkit.text.sources.csv_rows): a quoted cell may span lines, a row is
+    # numbered by the line it starts on; a quote never closed, a row of another length than
+    # the header's, a cell past csv's limit are one line each
+    header = None
+    for number, row, _ in csv_rows(Source(path, fmt, compression_of(path))):
         if not any(cell.strip() for cell in row):
             continue
         if header is None:
-            header, header_line = [h.strip().lstrip("\ufeff") for h in row], number
+            header = [h.strip().lstrip("\ufeff") for h in row]
             if len(set(header)) != len(header):
                 raise UserError(f"{path}:{number}: repeated column names in the header")
             continue
-        if len(row) != len(header):
-            raise UserError(f"{path}:{number}: {len(row)} fields but the header (line "
-                            f"{header_line}) has {len(header)}")
         yield number, dict(zip(header, row)), header
 
 

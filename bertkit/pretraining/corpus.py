@@ -4,8 +4,8 @@
 
 Input (read by `bertkit.text.sources`: files, folders, globs, `datasets` directories; gzip,
 zstd or bzip2): plain text (one sentence or paragraph per line, a blank line between
-documents, a new file starts a new document), or JSONL, Parquet or Arrow with a text field
-(one document per object or row; newlines in the text separate paragraphs).
+documents, a new file starts a new document), or JSONL, CSV, TSV, Parquet or Arrow with a
+text field (one document per object or row; newlines in the text separate paragraphs).
 
 Output directory:
     manifest.json      written last: tokenizer fingerprint, shard list with sha256, counts,
@@ -52,7 +52,7 @@ from bertkit.pretraining.shards import (FORMAT, SPLITS, ShardWriter, load_manife
 from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
 from bertkit.progress import Progress
 from bertkit.runlock import RunLock
-from bertkit.text.sources import Source, expand, read_units
+from bertkit.text.sources import Source, expand, read_units, why_empty
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -87,9 +87,10 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     """Tokenize `corpus_files` into shards under `out_dir`; return the manifest.
 
     corpus_files: files, folders, globs or `datasets` directories, in any format of
-    `bertkit.text.sources` (text, JSONL, Parquet, Arrow; gzip, zstd, bzip2); text_field: the
-    field of a JSONL object or table row that holds the text. `out_dir` and the folders
-    `leave_out` (a run's directory around it) are never read as corpus, even inside a folder.
+    `bertkit.text.sources` (text, JSONL, CSV, TSV, Parquet, Arrow; gzip, zstd, bzip2);
+    text_field: the field of a JSONL object, or the column of a CSV or table row, that holds
+    the text. `out_dir` and the folders `leave_out` (a run's directory around it) are never
+    read as corpus, even inside a folder.
     heldout_fraction: share of documents kept out of training, scattered through the corpus
     (see `_plan_documents`); a corpus of one document gives the last lines of it.
     shard_tokens: a shard is closed once it holds at least this many tokens. workers:
@@ -116,7 +117,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     fingerprint = tokenizer_fingerprint(tokenizer)
     layout, text_bytes = _plan_documents(sources, heldout_fraction)
     if layout["documents"] == 0:
-        raise UserError(f"{files[0]}: no documents in the corpus (only blank lines)")
+        raise UserError(f"{files[0]}: no documents in the corpus ({why_empty(sources)})")
     plan = {"format": FORMAT, "tokenizer": fingerprint, "dtype": dtype.name,
             "heldout_fraction": heldout_fraction, "shard_tokens": shard_tokens,
             "chunk_bytes": chunk_bytes,

@@ -56,7 +56,7 @@ from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
 from bertkit.pretraining.recipe import SBO_FILE
-from bertkit.text.sources import numbered_texts
+from bertkit.text.sources import is_dataset_dir, numbered_texts
 from bertkit.text.tokenizer import Tokenizer, cut_warning
 
 GOOD, BAD = "sentence_good", "sentence_bad"
@@ -75,8 +75,8 @@ class LMEvalOptions:
     max_lines: int | None = None
     """Text file: score at most this many non-blank lines; none: all."""
     text_field: str = "text"
-    """JSON lines (not minimal pairs), Parquet or Arrow given as the text to score: the field
-    of each record that holds it."""
+    """JSON lines (not minimal pairs), CSV, TSV, Parquet, Arrow or a `datasets` directory
+    given as the text to score: the field (column) of each record that holds it."""
     mask_rate: float = 0.15
     """Share of the pieces masked for masked-token accuracy: of each line of a text file (at
     least one), or of the held-out rows of a prepared directory (pretraining logs its own
@@ -673,7 +673,7 @@ def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: 
     if model.generator is None and not pairs:
         raise UserError(f"{model_dir}: an ELECTRA discriminator without its generator "
                         f"(generator/): it judges minimal pairs, not masked tokens")
-    if inp.is_dir() and not pairs:
+    if inp.is_dir() and not pairs and not is_dataset_dir(inp):
         return {"kind": "heldout", **heldout_scores(
             model, inp, objective="electra", seq_len=opts.seq_len,
             batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches, seed=opts.seed,
@@ -720,11 +720,11 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     model_dir = resolve_model(model_dir)  # a directory, or a name in the local HF cache
     tokenizer = Tokenizer.load(model_dir)
     pairs = is_pairs_file(inp)
-    if inp.is_dir() and not pairs:
+    if inp.is_dir() and not pairs and not is_dataset_dir(inp):  # texts: `numbered_texts`
         if not (inp / "manifest.json").is_file():
             raise UserError(f"{inp}: neither a finished `bertkit prepare` output (no "
                             f"manifest.json: re-run prepare to finish it) nor a directory of "
-                            f"minimal-pair .jsonl files")
+                            f"minimal-pair .jsonl files nor a `datasets` directory of texts")
         load_manifest(inp)
         check_tokenizer(inp, tokenizer)
     if has_detector(model_dir):
@@ -735,7 +735,7 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                         f"the model's vocabulary of {model.config.vocab_size}")
     # A left-to-right model is judged as one: next-token figures, whatever --objective says.
     causal = bool(model.config.extra.get(CAUSAL_FLAG))
-    if inp.is_dir() and not pairs:
+    if inp.is_dir() and not pairs and not is_dataset_dir(inp):
         return {"kind": "heldout", **_heldout_figures(model, model_dir, inp, opts, causal,
                                                       device)}
     if pairs:
@@ -753,7 +753,7 @@ def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
     masked-token scores and pseudo-perplexity (kind "text"), or for a left-to-right model
     next-token figures (kind "next_token")."""
     lines = []
-    for _, line in numbered_texts(inp, opts.text_field):
+    for _, _, line in numbered_texts(inp, opts.text_field):
         if line.strip():
             lines.append(line)
             if opts.max_lines is not None and len(lines) >= opts.max_lines:

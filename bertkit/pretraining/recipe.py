@@ -119,7 +119,8 @@ class PretrainOptions:
     mixed by proportion, DIR=0.7,DIR=0.3 (a table in --config; see
     `bertkit.pretraining.mixture`); or a corpus to prepare into OUT/data first, found there
     by later runs: a text file (one sentence or paragraph per line, a blank line between
-    documents), JSONL, Parquet, a `datasets` directory, a folder or a glob, compressed or not."""
+    documents), JSONL, CSV, TSV, Parquet, a `datasets` directory, a folder or a glob,
+    compressed or not."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
     tokenizer: Path | None = None

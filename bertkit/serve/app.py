@@ -236,11 +236,13 @@ class ServeOptions:
     """Run directories (of pretrain or finetune) whose curves are drawn, live while they
     train, as DIR or NAME=DIR."""
     input: Path | None = None
-    """A corpus: text file, one text per line (or JSON lines, Parquet or Arrow, one text per
-    record: its --text-field), where the embeddings view finds a word's occurrences, and what
-    its standardizer and anisotropy figures are fitted on; the search view ranks its texts."""
+    """A corpus: text file, one text per line (or JSON lines, CSV, TSV, Parquet or Arrow, one
+    text per record: its --text-field; or a folder, glob or `datasets` directory of them),
+    where the embeddings view finds a word's occurrences, and what its standardizer and
+    anisotropy figures are fitted on; the search view ranks its texts."""
     text_field: str = "text"
-    """The field of a JSONL object or a table row of --input that holds the text."""
+    """The field of a JSONL object, or the column of a CSV, TSV or table, of --input that holds
+    the text."""
     sentences: int = 400
     """Lines sampled from --input for the embeddings view."""
     search_lines: int = 10_000

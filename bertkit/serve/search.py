@@ -33,17 +33,22 @@ class LineIndex:
     """The file the lines were read from."""
     more: bool = False
     """The file goes on past the lines read (the limit stopped the reading)."""
+    files: list[str] | None = None
+    """Each line's file name, when the source is several files (a folder, a glob, a
+    `datasets` directory); its number is then the line or row in that file."""
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
     """Model name -> [N, D] float32 unit rows, made on the model's first use."""
 
     @classmethod
     def read(cls, path: str | Path, limit: int, text_field: str = "text") -> "LineIndex":
-        """The first `limit` non-blank texts of a file, with their line (or row) numbers: its
-        lines, or the `text_field` of its records (`numbered_texts`)."""
+        """The first `limit` non-blank texts of a file, folder, glob or `datasets` directory,
+        with their line (or row) numbers: its lines, or the `text_field` of its records
+        (`numbered_texts`)."""
         lines: list[str] = []
         numbers: list[int] = []
+        files: list[str] = []
         more = False
-        for number, line in numbered_texts(path, text_field, "corpus"):
+        for source, number, line in numbered_texts(path, text_field, "corpus"):
             if not line.strip():
                 continue
             if len(lines) == limit:
@@ -51,9 +56,10 @@ class LineIndex:
                 break
             lines.append(line)
             numbers.append(number)
+            files.append("" if source.path == Path(path) else source.path.name)
         if not lines:
             raise UserError(f"{path}: no text to search (only blank lines)")
-        return cls(lines, numbers, str(path), more)
+        return cls(lines, numbers, str(path), more, files if any(files) else None)
 
     def describe(self) -> dict:
         return {"source": Path(self.source).name, "lines": len(self.lines), "more": self.more,
@@ -78,14 +84,16 @@ class LineIndex:
     def nearest(self, name: str, embedder, query: str, k: int,
                 max_chars: int | None = None) -> list[dict]:
         """The k lines nearest to `query` by cosine, best first (ties: the earlier line), each
-        as {"line": its number, "text", "cosine"}; texts cut to `max_chars` for showing."""
+        as {"line": its number, "text", "cosine"} ("file" first, its file's name, when the
+        source is several files); texts cut to `max_chars` for showing."""
         matrix = self.encode(name, embedder)
         q = unit_rows(np.asarray(embedder.encode([query]), dtype=np.float32))[0]
         scores = matrix @ q
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.lexsort((top, -scores[top]))]
-        return [{"line": self.numbers[i], "text": _cut(self.lines[i], max_chars),
+        return [{**({"file": self.files[i]} if self.files else {}),
+                 "line": self.numbers[i], "text": _cut(self.lines[i], max_chars),
                  "cosine": round(float(scores[i]), 6)} for i in top]
 
 

@@ -1,7 +1,8 @@
 """Where the text of a corpus comes from: files, folders and globs; plain, gzip, zstd or bzip2;
-lines of text, JSON lines, Parquet and Arrow tables (Hugging Face `datasets` directories).
+lines of text, JSON lines, CSV and TSV, Parquet and Arrow tables (Hugging Face `datasets`
+directories).
 
-    sources = expand(["books/", "web/*.jsonl.zst", "wiki.parquet"], field="text")
+    sources = expand(["books/", "web/*.jsonl.zst", "wiki.parquet", "news.csv"], field="text")
     for number, text, end in read_units(sources[0]): ...
 
 `expand` turns the user's arguments into `Source`s, one per file, and checks each before
@@ -11,15 +12,24 @@ arrow files) its arrow files in the order state.json lists them. Each source has
 - "text": lines; a blank line ends a document (`prepare`), each line a paragraph;
 - "jsonl": one JSON object per line, whose `field` is one document (its newlines separate
   paragraphs); recognised by the name (.jsonl, .json) or by a first line that is an object;
+- "csv", "tsv": a header row, then one row per document, the column `field` likewise
+  (Python's csv module: a field in double quotes may hold commas, tabs and line breaks, a
+  quote in it written twice); recognised by the name only (.csv, .tsv, also under a
+  compression suffix), since no content tells a CSV file from prose with commas;
 - "parquet", "arrow": one row per document, the column `field` likewise.
 Compression (gzip, zstd, bzip2) is recognised by the file's first bytes, under any name.
 
 `read_units` is the one reader every command uses (`prepare`, `pretrain --data`, `tokenizer
 train`, `tokenizer extend`, `static train`, and through `numbered_texts` those that take texts
 one by one): units (lines of a text file, documents of the other formats) with their number
-in the file and how far the file has been read. It holds one line or one record batch at a time,
-so memory is constant however large the corpus; it resumes after a unit (`after`) by seeking
-in a plain file and by reading past the units in the others.
+in the file (a CSV row's is the line it starts on) and how far the file has been read. It holds
+one line, one CSV row or one record batch at a time, so memory is constant however large the
+corpus; it resumes after a unit (`after`) by seeking in a plain text file and by reading past
+the units in the others.
+
+`numbered_texts` gives the texts of one argument (a file, folder, glob or `datasets`
+directory), each with its source and its number in that source's file: FILE:LINE names a
+text, and an error in it, in the file it is in, however many files the argument holds.
 
 Parquet and Arrow need pyarrow, zstd needs zstandard (`pip install 'bertkit[data]'`); without
 them those files are a one-line error and everything else reads as before.
@@ -27,6 +37,7 @@ them those files are a one-line error and everything else reads as before.
 from __future__ import annotations
 
 import contextlib
+import csv
 import glob
 import json
 import os
@@ -38,8 +49,13 @@ from bertkit.files import (COMPRESSED_SUFFIXES, UserError, compression_of, corru
                            decode_line, first_line_of, format_suffix, need_package,
                            open_bytes, require_file)
 
-FORMATS = ("text", "jsonl", "parquet", "arrow")
+FORMATS = ("text", "jsonl", "csv", "tsv", "parquet", "arrow")
 TABLES = ("parquet", "arrow")
+DELIMITERS = {"csv": ",", "tsv": "\t"}
+"""The formats of delimited text with a header row, and the character between their fields."""
+CSV_FIELD_LIMIT = 1 << 25
+"""Characters a CSV field may hold (csv's own limit, 128 Ki, is a long article): 32 Mi is ten
+times a long novel, and bounds the memory that a quote left open takes before it is reported."""
 _GLOB = frozenset("*?[")
 _TABLE_ROWS = 1024
 """Rows of a Parquet file decoded at a time."""
@@ -52,13 +68,13 @@ class Source:
     format: str
     """One of FORMATS."""
     compression: str | None = None
-    """"gzip", "zstd", "bzip2" or None (text and JSONL only)."""
+    """"gzip", "zstd", "bzip2" or None (not for Parquet and Arrow)."""
     field: str = "text"
-    """The text field of a JSONL object or a table row."""
+    """The text field of a JSONL object, a CSV row or a table row."""
 
     @property
     def records(self) -> bool:
-        """Each unit is a whole document (JSONL, Parquet, Arrow), not a line of text."""
+        """Each unit is a whole document (JSONL, CSV, Parquet, Arrow), not a line of text."""
         return self.format != "text"
 
     @property
@@ -120,7 +136,7 @@ def _files_under(path: Path, seen: set[Path] | None = None) -> list[Path]:
     if path.resolve() in seen:
         return []
     seen.add(path.resolve())
-    if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
+    if is_dataset_dir(path):
         return _dataset_files(path)
     if (path / "dataset_dict.json").is_file():
         splits = _dataset_splits(path)
@@ -137,6 +153,12 @@ def _files_under(path: Path, seen: set[Path] | None = None) -> list[Path]:
     return found
 
 
+def is_dataset_dir(path: str | os.PathLike) -> bool:
+    """A `Dataset.save_to_disk` directory: state.json and dataset_info.json in it."""
+    path = Path(path)
+    return (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+
+
 def _dataset_files(path: Path) -> list[Path]:
     """The arrow files of a `Dataset.save_to_disk` directory, in state.json's order."""
     try:
@@ -147,8 +169,9 @@ def _dataset_files(path: Path) -> list[Path]:
     files = [path / name for name in names]
     for f in files:
         require_file(f, "datasets arrow file")
-    if not files:
-        raise UserError(f"{path / 'state.json'}: the dataset lists no arrow files")
+    if not files:  # what `datasets` saves of a dataset with no rows
+        raise UserError(f"{path}: the dataset has no rows (its state.json lists no arrow "
+                        f"files)")
     return files
 
 
@@ -186,6 +209,13 @@ def _sniff(path: Path, field: str) -> Source:
     if archive:
         raise UserError(f"{path}: a {archive} archive, which is not read: unpack it "
                         f"({'tar xf' if archive == 'tar' else 'unzip'}) and give the folder")
+    # CSV and TSV by their name only: prose has commas and the odd tab, so no look at the
+    # content tells a CSV file from lines of text, and a wrong guess would make a corpus's
+    # first line a header and cut every line at its commas.
+    if stem in (".csv", ".tsv"):
+        source = Source(path, stem[1:], compression, field)
+        _csv_header(source)  # the header says now whether the column is there
+        return source
     looks_json = first is not None and first[1].lstrip().startswith("{")
     if stem in (".jsonl", ".json") or looks_json:
         obj = None
@@ -223,6 +253,8 @@ def read_units(source: Source, after: tuple[int, int] = (0, 0)) -> Iterator[Unit
     table: a one-line UserError naming the file and the line or row."""
     if source.format in TABLES:
         yield from _table_units(source, after)
+    elif source.format in DELIMITERS:
+        yield from _csv_units(source, after)
     elif source.format == "jsonl":
         for number, line, end in _lines(source, after):
             if line.strip():
@@ -232,15 +264,42 @@ def read_units(source: Source, after: tuple[int, int] = (0, 0)) -> Iterator[Unit
 
 
 def numbered_texts(path: str | os.PathLike, field: str = "text",
-                   what: str = "input file") -> Iterator[tuple[int, str]]:
-    """(number, text) of each text of one file, for the commands that take texts one by one
-    (`embed`, `evaluate`, `anisotropy`, `tokenize`, `fill-mask`, `serve --input`): each line of
-    a text file without its line break, blank ones too, or the `field` of each JSON line or
-    table row, with its line or row number. The file is recognised (and a record format
-    checked for `field`) now, before anything is read from it."""
-    source = _sniff(require_file(path, what), field)
-    return ((number, text if source.records else text.rstrip("\r\n"))
-            for number, text, _ in read_units(source))
+                   what: str = "input file") -> Iterator[tuple[Source, int, str]]:
+    """(source, number, text) of each text of a file, folder, glob or `datasets` directory
+    (`expand_one`; its files in order), for the commands that take texts one by one (`embed`,
+    `evaluate`, `anisotropy`, `tokenize`, `fill-mask`, `serve --input`): each line of a text
+    file without its line break, blank ones too, or the `field` of each JSON line, CSV row or
+    table row. The number is the line or row in the source's own file, so that `source.path`
+    and it name the text wherever it came from (FILE:LINE). The files are recognised (and a
+    record format checked for `field`) now, before anything is read; input with no text at
+    all (a table with no rows, a CSV header alone) is a one-line UserError once read."""
+    sources = expand_one(path, field, what)
+
+    def texts() -> Iterator[tuple[Source, int, str]]:
+        empty = True
+        for source in sources:
+            for number, text, _ in read_units(source):
+                empty = False
+                yield source, number, text if source.records else text.rstrip("\r\n")
+        if empty:
+            raise UserError(f"{path}: no text ({why_empty(sources)})")
+
+    return texts()
+
+
+def why_empty(sources: Sequence[Source]) -> str:
+    """Why sources that gave no text gave none, in words for an error: a text file's blank
+    lines, a table with no rows, or records whose field is blank (read again to tell, on the
+    way to that error only)."""
+    if not any(s.records for s in sources):
+        return "only blank lines"
+    if any(True for s in sources if s.records for _ in read_units(s)):
+        return f"the field \"{sources[0].field}\" is blank in every record"
+    if all(s.format in TABLES for s in sources):
+        return "the table has no rows" if len(sources) == 1 else "the tables have no rows"
+    if all(s.format in DELIMITERS for s in sources):
+        return "a header and no rows"
+    return "only blank lines"
 
 
 def paragraphs(sources: Sequence[Source]) -> Iterator[str]:
@@ -302,6 +361,93 @@ def _json_field(line: str, source: Source, number: int) -> str:
 _MISSING = object()
 
 
+# CSV and TSV ---------------------------------------------------------------------------------
+
+_DOUBLED = 'a quote inside a quoted field is written twice: ""'
+
+
+def csv_rows(source: Source) -> Iterator[tuple[int, list[str], int]]:
+    """(line where it starts, fields, bytes read through it) of each row of a CSV or TSV file,
+    the header first, parsed by Python's csv module from the decoded lines (a quoted field may
+    span lines). A blank line is no row; a row whose fields the header does not count, a
+    quote never closed, a field over `CSV_FIELD_LIMIT`: a one-line UserError."""
+    # csv's limit is the whole process's: raised, never lowered (a caller may need more)
+    csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
+    last, end = "", 0
+
+    def lines() -> Iterator[str]:
+        nonlocal last, end
+        for _, last, end in _lines(source, (0, 0)):
+            yield last
+
+    with contextlib.closing(lines()) as feed:
+        # strict: a quote open at the end of the file is an error, not one last field that
+        # swallowed every row after it
+        reader = csv.reader(feed, delimiter=DELIMITERS[source.format], strict=True)
+        header: tuple[int, int] | None = None  # (its line, how many fields it has)
+        while True:
+            number = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                raise _csv_error(source, number, reader.line_num, e) from None
+            if reader.line_num == number and not last.strip():
+                continue  # a blank line (spaces only too, as in JSON lines)
+            if header is None:
+                header = number, len(row)
+            elif len(row) != header[1]:
+                raise UserError(f"{source.path}:{number}: {len(row)} fields but the header "
+                                f"(line {header[0]}) has {header[1]}")
+            yield number, row, end
+
+
+def _csv_error(source: Source, number: int, at: int, e: csv.Error) -> UserError:
+    """csv's complaint about the row that starts at line `number` (found at line `at`)."""
+    message, path = str(e), source.path
+    if "end of data" in message:
+        return UserError(f"{path}:{number}: a quote opened in this row is never closed "
+                         f"({_DOUBLED})")
+    if "field limit" in message:
+        return UserError(f"{path}:{number}: a field of more than "
+                         f"{csv.field_size_limit():,} characters: a quote left open? "
+                         f"({_DOUBLED})")
+    if "expected after" in message:
+        return UserError(f"{path}:{at}: text after the closing quote of a field ({_DOUBLED})")
+    return UserError(f"{path}:{at}: not valid {source.format.upper()} ({first_line_of(e)})")
+
+
+def _csv_header(source: Source) -> None:
+    """Check now that the file has a header row with the column `field`."""
+    with contextlib.closing(csv_rows(source)) as rows:
+        _csv_column(source, next(rows, None))
+
+
+def _csv_column(source: Source, header: tuple[int, list[str], int] | None) -> int:
+    """The index of the column `field` in the header row (`csv_rows`' first)."""
+    if header is None:
+        raise UserError(f"{source.path}: no header row (only blank lines)")
+    number, names = header[0], [name.strip() for name in header[1]]
+    if source.field not in names:
+        raise UserError(f"{source.path}:{number}: no column \"{source.field}\" in the header "
+                        f"(it has {', '.join(map(repr, names))}; choose one with --text-field)")
+    if names.count(source.field) > 1:
+        raise UserError(f"{source.path}:{number}: the header names the column "
+                        f"\"{source.field}\" {names.count(source.field)} times")
+    return names.index(source.field)
+
+
+def _csv_units(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
+    """The `field` of each row after the header; a resume reads past the rows before it
+    (the lines of a row that spans several are not known from its number)."""
+    with contextlib.closing(csv_rows(source)) as rows:
+        column = _csv_column(source, next(rows, None))
+        for number, row, end in rows:
+            if number > after[0]:
+                yield number, row[column], end
+
+
 # Tables --------------------------------------------------------------------------------------
 
 def _table_columns(source: Source) -> None:
@@ -313,7 +459,9 @@ def _table_columns(source: Source) -> None:
                         f"{', '.join(map(repr, schema.names)) or 'none'}; choose one with "
                         f"--text-field)")
     kind = schema.field(source.field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    # null: a column with no value in it, such as pandas writes for a table with no rows
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or pa.types.is_null(kind)):
         raise UserError(f"{source.path}: field \"{source.field}\" holds {kind}, not text")
 
 
@@ -348,6 +496,8 @@ def _table_units(source: Source, after: tuple[int, int]) -> Iterator[Unit]:
     try:
         for batch in batches:
             texts = batch.column(column)
+            if pa.types.is_null(texts.type):
+                texts = texts.cast(pa.string())
             sizes = pc.binary_length(texts).fill_null(0).to_numpy(zero_copy_only=False)
             if number + len(texts) <= after[0]:  # before the resume point: its sizes only
                 number, end = number + len(texts), end + int(sizes.sum())

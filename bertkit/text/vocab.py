@@ -9,11 +9,12 @@ of the training lines (alpha = 1 keeps the natural mixture, alpha -> 0 makes it 
 0.3 as in XLM-R). The sampled stream is as long as the corpus: a small file is read several
 times over, a large one is thinned, each line kept independently so the whole file is
 represented. Lines come from open files one at a time (any format of `bertkit.text.sources`:
-text, JSONL, Parquet, Arrow, compressed or not), so reading takes constant memory however large
-the corpus. The `tokenizers` trainer keeps a count of every distinct word, which grows with the
-text: a corpus of more than `sample_bytes` (1 GB by default) is sampled, each line kept
-independently with probability sample_bytes / text bytes (every stream's rate above scaled by
-it), so the vocabulary sees about 1 GB drawn evenly from the whole corpus; the command says so.
+text, JSONL, CSV, TSV, Parquet, Arrow, compressed or not), so reading takes constant memory
+however large the corpus. The `tokenizers` trainer keeps a count of every distinct word, which
+grows with the text: a corpus of more than `sample_bytes` (1 GB by default) is sampled, each
+line kept independently with probability sample_bytes / text bytes (every stream's rate above
+scaled by it), so the vocabulary sees about 1 GB drawn evenly from the whole corpus; the
+command says so.
 
 The same files and seed give the same vocabulary, byte for byte. The `tokenizers` trainers do
 not on their own: they keep the word counts in a hash map seeded at random in every call, and
@@ -41,7 +42,7 @@ from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
 
 from bertkit.files import UserError, check_not_input
 from bertkit.progress import Progress
-from bertkit.text.sources import Source, expand_one, paragraphs
+from bertkit.text.sources import Source, expand_one, paragraphs, why_empty
 from bertkit.text.quotes import quote_steps
 from bertkit.text.tokenizer import (SPECIAL_TOKENS, UNK, Tokenizer, add_special_tokens,
                                     bert_pipeline, bert_template)
@@ -75,7 +76,7 @@ def count_text(sources: Sequence[Source], chars: set[str] | None = None) -> tupl
         if chars is not None:
             chars.update(paragraph)
     if n == 0:
-        raise UserError(f"{sources[0].path}: no text (only blank lines)")
+        raise UserError(f"{sources[0].path}: no text ({why_empty(sources)})")
     return n, size
 
 
@@ -343,11 +344,12 @@ class TokenizerTrainOptions:
     """The settings of `train_tokenizer` (`bertkit tokenizer train`)."""
 
     input: list[Path]
-    """Text files, one paragraph or sentence per line, or JSONL, Parquet, `datasets`
+    """Text files, one paragraph or sentence per line, or JSONL, CSV, TSV, Parquet, `datasets`
     directories (their --text-field), compressed or not; a folder or a glob (quoted) is one
     input. Several inputs (one per language) are mixed with exponent --alpha."""
     text_field: str = "text"
-    """The field of a JSONL object or a table row that holds the text."""
+    """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
+    text."""
     out: Path = field(metadata={"output": "directory"})
     """Directory for the tokenizer files."""
     vocab_size: int = 30000

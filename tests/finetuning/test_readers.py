@@ -101,6 +101,15 @@ def test_label_kinds(tmp_path):
     assert readers.read_text_examples(p, label_column=None)[0].label is None
 
 
+def test_a_csv_cell_may_be_longer_than_csv_allows_by_default(tmp_path):
+    """A long document to classify (csv's own limit is 131,072 characters): read as the corpus
+    reader reads it (`bertkit.text.sources.csv_rows`), not 'field larger than field limit'."""
+    long = "word " * 40_000
+    p = _write(tmp_path, "long.csv", f'text,label\n"{long}",pos\nshort,neg\n')
+    assert [(e.text, e.label) for e in readers.read_text_examples(p)] == [(long, "pos"),
+                                                                         ("short", "neg")]
+
+
 @pytest.mark.parametrize("name, text, message", [
     ("a.jsonl", '{"text": "x", "label": "y"}\n{"text": "z"}\n', "a.jsonl:2: no column 'label'"),
     ("b.csv", "text,score\nx,1\n", "b.csv:2: no column 'label' (columns: text, score)"),
@@ -115,10 +124,10 @@ def test_label_kinds(tmp_path):
     ("i.jsonl", '{"text": "  ", "label": "y"}\n', "i.jsonl: no examples"),
     ("j.jsonl", "", "j.jsonl: input file is empty"),
     # a quote left open swallows the rows after it: caught at the line that opened it
-    ("l.csv", 'text,label\nhi,"pos\nbye,neg\n', 'l.csv:2: a quote opened on this line is '
+    ("l.csv", 'text,label\nhi,"pos\nbye,neg\n', 'l.csv:2: a quote opened in this row is '
                                                   'never closed'),
-    ("m.tsv", 'text\tlabel\n"hi\tpos\nbye\tneg\n', "m.tsv:2: a quote opened on this line"),
-    ("n.csv", 'text,label\n"hi"x,pos\n', "n.csv:2: not valid CSV"),
+    ("m.tsv", 'text\tlabel\n"hi\tpos\nbye\tneg\n', "m.tsv:2: a quote opened in this row"),
+    ("n.csv", 'text,label\n"hi"x,pos\n', "n.csv:2: text after the closing quote of a field"),
     # ... or closed again by a later stray quote: the label then spans lines
     ("o.csv", 'text,label\nhi,"pos\nbye,neg\nok,x"\n', "o.csv:2: column 'label' spans "
                                                        "several lines"),
@@ -397,7 +406,7 @@ def test_real_files(shared_data):
 
 @pytest.mark.parametrize("name, body, task, line", [
     ("q.csv", 'text,label\nhi,"pos\nbye,neg\nok,neg\n', "classify",
-     "q.csv:2: a quote opened on this line is never closed"),
+     "q.csv:2: a quote opened in this row is never closed"),
     ("c.conll", "EU\tB-ORG\nrejects\tO\textra\n", "tag", "c.conll:2: 3 columns but line 1 has 2"),
     ("s.json", _squad([{"id": "q", "question": "Who?", "is_impossible": "false",
                         "answers": [{"text": "Rollo", "answer_start": 32}]}]), "qa",

@@ -1,7 +1,7 @@
 """`prepare` (and the vocabulary behind `pretrain --data CORPUS`) on every input shape: the same
-documents compressed, as JSONL or Parquet fields, as a `datasets` directory, split over a folder
-or a glob give exactly the shards of the plain file; an interrupted run on compressed input
-resumes to the same shards; bad input is one line and writes nothing."""
+documents compressed, as JSONL, CSV or Parquet fields, as a `datasets` directory, split over a
+folder or a glob give exactly the shards of the plain file; an interrupted run on compressed
+input or CSV resumes to the same shards; bad input is one line and writes nothing."""
 from __future__ import annotations
 
 import gzip
@@ -64,6 +64,8 @@ def _shapes(tmp_path: Path, documents) -> dict[str, tuple[list, str]]:
         "parquet": ([writers.write_parquet(tmp_path / "c.parquet", documents,
                                            row_group_size=16)], "body"),
         "datasets": ([writers.write_dataset_dir(tmp_path / "ds", documents, files=1)], "text"),
+        "csv": ([writers.write_csv(tmp_path / "c.csv", documents)], "body"),
+        "tsv zstd": ([writers.write_csv(tmp_path / "c.tsv.zst", documents)], "body"),
         "folder": ([folder], "text"),
         "glob": ([str(tmp_path / "folder" / "**" / "*.txt.*")], "text"),
     }
@@ -90,10 +92,16 @@ def test_every_input_shape_gives_the_shards_of_the_plain_file(tmp_path, tok_dir,
         assert results[name][1]["heldout"] == plain["heldout"], name
 
 
-def test_an_interrupted_run_on_compressed_input_resumes_to_the_same_shards(tmp_path, tok_dir):
-    write_corpus(tmp_path / "c.txt", docs=200, seed=3)
-    gz = tmp_path / "c.txt.gz"
-    gz.write_bytes(gzip.compress((tmp_path / "c.txt").read_bytes()))
+@pytest.mark.parametrize("name", ["c.txt.gz", "c.csv"])
+def test_an_interrupted_run_on_compressed_input_resumes_to_the_same_shards(tmp_path, tok_dir,
+                                                                           name):
+    """A CSV row spans lines: the resume is after the row, whose number is its first line."""
+    docs = write_corpus(tmp_path / "c.txt", docs=200, seed=3)
+    gz = tmp_path / name
+    if name == "c.csv":
+        writers.write_csv(gz, docs, field="text")
+    else:
+        gz.write_bytes(gzip.compress((tmp_path / "c.txt").read_bytes()))
     kwargs = dict(shard_tokens=2000, chunk_bytes=4000, workers=1, progress=False)
     full = prepare([gz], tok_dir, tmp_path / "full", **kwargs)
     assert len(full["shards"]) >= 4
@@ -107,7 +115,8 @@ def test_an_interrupted_run_on_compressed_input_resumes_to_the_same_shards(tmp_p
     assert resumed["shards"] == full["shards"]
     plain = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "plain", **kwargs)
     assert np.array_equal(_tokens(part), _tokens(tmp_path / "plain"))
-    assert [s["tokens"] for s in plain["shards"]] == [s["tokens"] for s in full["shards"]]
+    if name != "c.csv":  # the same bytes of text: the same chunks, the same shards
+        assert [s["tokens"] for s in plain["shards"]] == [s["tokens"] for s in full["shards"]]
 
 
 def test_cli_prepare_reads_a_glob_with_a_text_field(tmp_path, tok_dir, documents, capsys):
@@ -124,7 +133,7 @@ def test_cli_prepare_reads_a_glob_with_a_text_field(tmp_path, tok_dir, documents
 
 
 @pytest.mark.parametrize("case", ["missing", "empty glob", "unknown field", "corrupt gzip",
-                                  "parquet field"])
+                                  "parquet field", "parquet of no rows", "csv header only"])
 def test_bad_input_is_one_line_exit_2_before_anything_is_written(tmp_path, tok_dir, capsys,
                                                                  case, documents):
     if case == "missing":
@@ -139,6 +148,13 @@ def test_bad_input_is_one_line_exit_2_before_anything_is_written(tmp_path, tok_d
         data = gzip.compress(("Kalo mine su. Tari po!\n" * 5000).encode())
         path.write_bytes(data[:len(data) // 2])
         args, expected = [str(path)], "corrupt gzip data"
+    elif case == "parquet of no rows":
+        path = writers.write_parquet(tmp_path / "c.parquet", [], field="text")
+        args = [str(path)]
+        expected = "c.parquet: no documents in the corpus (the table has no rows)"
+    elif case == "csv header only":
+        path = writers.write_text(tmp_path / "c.csv", "id,text\n")
+        args, expected = [str(path)], "c.csv: no documents in the corpus (a header and no rows)"
     else:
         path = writers.write_parquet(tmp_path / "c.parquet", documents)
         args, expected = [str(path)], "c.parquet: no field \"text\" in the table"

@@ -1,5 +1,5 @@
-"""Property test of `prepare`'s text reading: a mutated plain-text or JSON-lines corpus gives
-shards or a one-line UserError naming the file, and then leaves no output behind."""
+"""Property test of `prepare`'s text reading: a mutated plain-text, JSON-lines, CSV or TSV
+corpus gives shards or a one-line UserError naming the file, and then leaves no output behind."""
 from __future__ import annotations
 
 import json
@@ -17,6 +17,9 @@ VALID = {
     "c.jsonl": "".join(json.dumps(r) + "\n" for r in [
         {"text": "Kalo mine su. Tari po!\nDean elor."}, {"text": "Anel kaka.", "id": 2},
         {"text": "Ritasu ne. Mimi lolo."}]).encode(),
+    "c.csv": ('id,text\n1,"Kalo mine su. Tari po!\nDean elor."\n2,"Anel ""kaka"", ne."\n'
+              '3,Ritasu ne. Mimi lolo.\n').encode(),
+    "c.tsv": 'text\tid\n"Kalo mine su.\tTari po!"\t1\nAnel kaka.\t2\n'.encode(),
 }
 
 

@@ -4,14 +4,17 @@ gives the rest exactly; bad input is one line naming the file and line."""
 from __future__ import annotations
 
 import bz2
+import csv
 import gzip
+import io
 import json
 from pathlib import Path
 
 import pytest
 
 from bertkit.files import UserError
-from bertkit.text.sources import expand, expand_one, numbered_texts, paragraphs, read_units
+from bertkit.text.sources import (CSV_FIELD_LIMIT, expand, expand_one, numbered_texts, paragraphs,
+                                  read_units)
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -43,6 +46,17 @@ def write_jsonl(path: Path, docs=DOCS, field: str = "body") -> Path:
                                     for i, d in enumerate(docs)))
 
 
+def write_csv(path: Path, docs=DOCS, field: str = "body") -> Path:
+    """A header, then a row per document as Python's csv writes it (the text quoted: it holds
+    line breaks, commas and quotes); tab-separated for a .tsv name."""
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter="\t" if ".tsv" in path.name else ",",
+                        lineterminator="\n")
+    writer.writerow(["id", field])
+    writer.writerows((i, "\n".join(d)) for i, d in enumerate(docs))
+    return write_text(path, out.getvalue())
+
+
 def write_parquet(path: Path, docs=DOCS, field: str = "body", row_group_size: int = 2) -> Path:
     table = pa.table({"id": list(range(len(docs))), field: ["\n".join(d) for d in docs]})
     pq.write_table(table, path, row_group_size=row_group_size)
@@ -58,7 +72,8 @@ def write_dataset_dir(path: Path, docs=DOCS, field: str = "text", files: int = 2
     for k in range(files):
         part = texts[k::files]
         name = f"data-{k:05d}-of-{files:05d}.arrow"
-        table = pa.table({field: part, "label": list(range(len(part)))})
+        table = pa.table({field: pa.array(part, pa.string()),
+                          "label": pa.array(range(len(part)), pa.int64())})
         with pa.OSFile(str(path / name), "wb") as sink:
             with pa.ipc.new_stream(sink, table.schema) as writer:
                 for batch in table.to_batches(max_chunksize=1):
@@ -100,12 +115,15 @@ def test_compression_is_read_from_the_bytes_under_any_name(tmp_path):
     assert list(paragraphs([source])) == _paragraphs(DOCS)
 
 
-@pytest.mark.parametrize("make", ["jsonl", "jsonl.gz", "jsonl.zst", "parquet", "dataset"])
+@pytest.mark.parametrize("make", ["jsonl", "jsonl.gz", "jsonl.zst", "parquet", "dataset", "csv",
+                                  "csv.gz", "tsv", "tsv.zst", "tsv.bz2"])
 def test_records_read_their_text_field(tmp_path, make):
     if make == "parquet":
         path = write_parquet(tmp_path / "c.parquet")
     elif make == "dataset":
         path = write_dataset_dir(tmp_path / "ds", field="body")
+    elif "sv" in make:
+        path = write_csv(tmp_path / f"c.{make}")
     else:
         path = write_jsonl(tmp_path / f"c.{make}")
     sources = expand([path], field="body")
@@ -179,7 +197,7 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
     [source] = expand([path])
     assert source.format == ("text" if name.startswith("c.txt") else "jsonl")
     assert list(paragraphs([source])) == _paragraphs(DOCS)
-    assert next(numbered_texts(path))[1] == ("The first document." if source.format == "text"
+    assert next(numbered_texts(path))[2] == ("The first document." if source.format == "text"
                                              else "\n".join(DOCS[0]))
     utf16 = tmp_path / "utf16.txt"  # Notepad's "Unicode"
     utf16.write_bytes(_plain().encode("utf-16"))
@@ -192,10 +210,12 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.jsonl.zst", "c.parquet",
-                                  "ds"])
+                                  "ds", "c.csv", "c.tsv.gz"])
 def test_resuming_after_any_unit_reads_exactly_the_rest(tmp_path, name):
     docs = [[f"document {i} line {j}" for j in range(i % 3 + 1)] for i in range(40)]
-    if name == "c.parquet":
+    if "sv" in name:  # rows of one to three lines: a row's number is not its last line's
+        path = write_csv(tmp_path / name, docs, field="text")
+    elif name == "c.parquet":
         path = write_parquet(tmp_path / name, docs, field="text", row_group_size=7)
     elif name == "ds":
         path = write_dataset_dir(tmp_path / name, docs)
@@ -314,3 +334,134 @@ def test_what_datasets_itself_saves_is_read_in_its_order(tmp_path):
             for _, t, _ in read_units(s)] == list(picked["content"])
     assert "give one split's directory, such as" in _error(lambda: expand([tmp_path / "dd"]))
     assert len(list(paragraphs(expand([tmp_path / "dd" / "train"], field="content")))) == 600
+    # a dataset with no rows is saved with no arrow file at all
+    datasets.Dataset.from_dict({"content": []}).save_to_disk(str(tmp_path / "empty"))
+    assert _error(lambda: expand([tmp_path / "empty"])) == (
+        f"{tmp_path / 'empty'}: the dataset has no rows (its state.json lists no arrow files)")
+
+
+def test_a_csv_row_is_numbered_by_the_line_it_starts_on(tmp_path):
+    """Quoted fields hold commas, quotes, tabs and line breaks; a blank line is no row; the
+    byte order mark is dropped; the bytes read are the file's, through the row's last line."""
+    text = ('\ufeffid,text,note\r\n1,"one, with ""quotes""",x\r\n\r\n'
+            '2,"two\r\nlines\tand a tab",y\r\n3,three,\r\n')
+    path = write_text(tmp_path / "c.csv", text)
+    [source] = expand([path])
+    assert source.format == "csv" and source.records
+    units = list(read_units(source))
+    assert [(n, t) for n, t, _ in units] == [(2, 'one, with "quotes"'),
+                                              (4, "two\r\nlines\tand a tab"), (6, "three")]
+    assert units[-1][2] == len(text.encode())
+    assert list(paragraphs([source])) == ['one, with "quotes"', "two", "lines\tand a tab",
+                                          "three"]
+    assert [(n, t) for _, n, t in numbered_texts(path)] == [(n, t) for n, t, _ in units]
+    # a TSV's fields are cut at tabs, quoted the same way; the other columns are no text
+    tsv = write_text(tmp_path / "c.tsv", 'text\tid\n"a\tb"\t1\nc, d\t2\n')
+    assert [t for _, t, _ in read_units(expand([tsv])[0])] == ["a\tb", "c, d"]
+
+
+def test_csv_is_known_by_its_name_only(tmp_path):
+    """Prose has commas: a file not named .csv is lines of text, its first line no header."""
+    path = write_text(tmp_path / "c.data", "Well, then.\nYes, indeed.\n")
+    [source] = expand([path])
+    assert source.format == "text"
+    assert list(paragraphs([source])) == ["Well, then.", "Yes, indeed."]
+
+
+def test_a_csv_field_may_be_longer_than_csv_allows_by_default(tmp_path, monkeypatch):
+    long = "word " * 60_000  # 300,000 characters: past csv's own 131,072
+    path = write_text(tmp_path / "long.csv", f'text\n"{long}"\nshort\n')
+    assert [t for _, t, _ in read_units(expand([path])[0])] == [long, "short"]
+    # past bertkit's limit: most likely a quote left open, said at the row's first line
+    monkeypatch.setattr("bertkit.text.sources.CSV_FIELD_LIMIT", 1000)
+    previous = csv.field_size_limit(1000)
+    try:
+        assert _error(lambda: list(read_units(expand([path])[0]))) == (
+            f"{path}:2: a field of more than 1,000 characters: a quote left open? (a quote "
+            f'inside a quoted field is written twice: "")')
+    finally:
+        csv.field_size_limit(previous)
+    assert csv.field_size_limit() >= CSV_FIELD_LIMIT
+
+
+@pytest.mark.parametrize("name", ["c.csv", "c.tsv.gz"])
+def test_bad_csv_is_one_line_naming_the_file_and_line(tmp_path, name):
+    sep = "\t" if ".tsv" in name else ","
+
+    def error(text: str, field: str = "text") -> str:
+        path = write_text(tmp_path / name, text.replace(",", sep))
+        return _error(lambda: list(read_units(expand([path], field=field)[0])))
+
+    path = tmp_path / name
+    assert error("id,body\n1,x\n") == (f"{path}:1: no column \"text\" in the header (it has "
+                                       f"'id', 'body'; choose one with --text-field)")
+    assert error("\n\nid,text,text\n1,x,y\n") == (
+        f'{path}:3: the header names the column "text" 2 times')
+    assert error("id,text\n1,x\n2,y,z\n") == f"{path}:3: 3 fields but the header (line 1) has 2"
+    assert error("id,text\n1,x\n2\n") == f"{path}:3: 1 fields but the header (line 1) has 2"
+    assert error('id,text\n1,"x\n2,y\n3,z\n') == (
+        f'{path}:2: a quote opened in this row is never closed (a quote inside a quoted field '
+        f'is written twice: "")')
+    assert error('id,text\n1,x\n2,"y"z\n') == (
+        f'{path}:3: text after the closing quote of a field (a quote inside a quoted field is '
+        f'written twice: "")')
+    assert error("\n \n") == f"{path}: no header row (only blank lines)"
+    kind = "TSV" if ".tsv" in name else "CSV"
+    assert error("id,text\n1,a\rb\n").startswith(  # an old Mac's line break
+        f"{path}:2: not valid {kind} (new-line character seen in unquoted field")
+    bad = write_text(tmp_path / name, f"id{sep}text\n1{sep}x\n")
+    bad.write_bytes((gzip.compress if name.endswith(".gz") else bytes)(
+        f"id{sep}text\n1{sep}caf".encode() + b"\xe9\n"))
+    assert _error(lambda: list(read_units(expand([bad])[0]))) == (
+        f"{bad}:2: not UTF-8 text (byte 0xe9 at column 6)")
+
+
+def _empty_tables(tmp_path: Path) -> dict[str, Path]:
+    """A Parquet file, an Arrow file, a `datasets` directory and a CSV file with no rows."""
+    table = pa.table({"text": pa.array([], pa.string())})
+    pq.write_table(table, tmp_path / "e.parquet")
+    with pa.OSFile(str(tmp_path / "e.arrow"), "wb") as sink:
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    write_dataset_dir(tmp_path / "ds", docs=[], files=1)
+    return {"e.parquet": tmp_path / "e.parquet", "e.arrow": tmp_path / "e.arrow",
+            "ds": tmp_path / "ds", "e.csv": write_text(tmp_path / "e.csv", "id,text\n\n")}
+
+
+def test_a_table_with_no_rows_says_so(tmp_path):
+    from bertkit.text.vocab import count_lines
+
+    for name, path in _empty_tables(tmp_path).items():
+        reason = "a header and no rows" if name == "e.csv" else "the table has no rows"
+        assert _error(lambda: list(numbered_texts(path))) == f"{path}: no text ({reason})"
+        assert _error(lambda: count_lines(path)).endswith(f": no text ({reason})")
+    blank = write_text(tmp_path / "blank.csv", 'text\n""\n" "\n')  # rows, but no text
+    assert _error(lambda: count_lines(blank)) == (
+        f'{blank}: no text (the field "text" is blank in every record)')
+    assert len(list(numbered_texts(blank))) == 2  # each row is a text, blank or not
+
+
+def test_a_column_of_nulls_is_text_of_none(tmp_path):
+    """pandas writes the text column of a table with no rows (or of None only) as type null."""
+    path = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"text": pa.array([None, None])}), path)
+    assert [t for _, t, _ in read_units(expand([path])[0])] == ["", ""]
+
+
+def test_numbered_texts_reads_a_dataset_directory_or_a_folder_file_by_file(tmp_path):
+    """Each text with its source: its number is its row or line in that source's file."""
+    ds = write_dataset_dir(tmp_path / "ds", docs=[["a"], ["b"], ["c"]], files=2)
+    got = [(s.path.name, n, t) for s, n, t in numbered_texts(ds)]
+    assert got == [("data-00000-of-00002.arrow", 1, "a"), ("data-00000-of-00002.arrow", 2, "c"),
+                   ("data-00001-of-00002.arrow", 1, "b")]
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    write_text(folder / "a.txt", "one\n\ntwo\tpair\n")
+    write_csv(folder / "b.csv", [["three"]], field="text")
+    got = [(s.path.name, n, t) for s, n, t in numbered_texts(folder)]
+    assert got == [("a.txt", 1, "one"), ("a.txt", 2, ""), ("a.txt", 3, "two\tpair"),
+                   ("b.csv", 2, "three")]
+    assert got == [(s.path.name, n, t) for s, n, t in numbered_texts(str(folder / "*"))]
+    bad = write_text(folder / "c.jsonl", '{"text": "four"}\n{"text": 5}\n')
+    assert _error(lambda: list(numbered_texts(folder))) == (
+        f'{bad}:2: field "text" holds a number, not text')

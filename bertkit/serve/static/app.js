@@ -476,7 +476,7 @@ function searchLines() {
         list.append(el("li", { class: "hit", "data-line": hit.line, "data-cosine": hit.cosine },
           el("span", { class: "score", text: hit.cosine.toFixed(3) }),
           el("div", { class: "barbox" }, el("div", { class: "bar", style: `width:${(100 * Math.max(0, hit.cosine)).toFixed(1)}%` })),
-          el("span", { class: "lineno", text: `line ${hit.line}` }),
+          el("span", { class: "lineno", text: hit.file ? `${hit.file}:${hit.line}` : `line ${hit.line}` }),
           el("span", { class: "text", text: hit.text, title: "search for this line", onclick: () => {
             $("se-query").value = hit.text;
             searchLines();
