@@ -165,8 +165,6 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
     vocabulary is trained into a temporary directory, so nothing but the finished output is
     left behind. `leave_out`: as for `prepare`. `keep`: a directory prepared from other text
     is refused, not replaced (a resumed run's data: its checkpoints fit no other)."""
-    from bertkit.text.vocab import train_tokenizer
-
     arguments = [text_file] if isinstance(text_file, (str, os.PathLike)) else list(text_file)
     sources = expand(arguments, text_field, "corpus file", [out_dir, *leave_out])
     text = sources[0].path
@@ -195,17 +193,24 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                         f"another --out")
     with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
         if tokenizer is None:
-            if progress:
-                print(f"prepare: a WordPiece vocabulary of {vocab_size:,} pieces from {text}"
-                      f"{f' and {len(sources) - 1} more file(s)' if len(sources) > 1 else ''}",
-                      file=sys.stderr)
             tokenizer = Path(scratch) / "tokenizer"
-            train_tokenizer([sources], vocab_size=vocab_size, out=tokenizer,
-                            say=_note if progress else None, progress=progress)
+            _train_vocabulary(sources, vocab_size, tokenizer, progress)
         manifest = prepare(arguments, tokenizer, out, text_field=text_field, progress=progress,
                            leave_out=leave_out)
     write_json(out / SOURCE_FILE, {**request, "sha256": [sha256_file(s.path) for s in sources]})
     return manifest
+
+
+def _train_vocabulary(sources: list[Source], vocab_size: int, out: Path, progress: bool) -> None:
+    """An uncased WordPiece vocabulary of `vocab_size` trained on the text of `sources`
+    together, saved in `out`. The line saying so comes once every file is checked, so that
+    bad input is the only thing printed."""
+    from bertkit.text.vocab import train_tokenizer
+
+    more = f" and {len(sources) - 1} more file(s)" if len(sources) > 1 else ""
+    train_tokenizer([sources], vocab_size=vocab_size, out=out, say=_note if progress else None,
+                    progress=progress, announce=f"a WordPiece vocabulary of {vocab_size:,} "
+                                                f"pieces from {sources[0].path}{more}")
 
 
 def _sizes(request: dict) -> dict:

@@ -420,10 +420,17 @@ def test_a_text_file_as_data_and_its_bad_input(prepared, tmp_path, capsys):
     line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out),
                            "--tokenizer", str(prepared / "tokenizer"), "--max-steps", "2"])
     assert "--tokenizer is for a text file as --data" in line
+    # bad input found by reading the whole file is the only line: no "vocabulary ..." before it
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
-    line = _error(capsys, ["pretrain", "--data", str(empty), "--out", str(out), "--max-steps", "2"])
-    assert "empty.txt: no text (only blank lines)" in line
+    assert _cli(["pretrain", "--data", str(empty), "--out", str(out), "--max-steps", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {empty}: no text (only blank lines)"]
+    late = tmp_path / "late.txt"  # its first line is UTF-8, as the format's sniffing reads
+    late.write_bytes(b"Hello world.\n" * 3 + b"bad \xff here\n")
+    assert _cli(["pretrain", "--data", str(late), "--out", str(out), "--max-steps", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {late}:4: not UTF-8 text (byte 0xff at column 5)"]
     assert not out.exists()
 
 
