@@ -414,12 +414,14 @@ def _data_fingerprint(parts: list[tuple[Path, float]], resumed: str | None = Non
                               sort_keys=True).encode() for r in raw])
 
 
-def data_parts(opts: PretrainOptions, rank: int = 0) -> list[tuple[Path, float]]:
+def data_parts(opts: PretrainOptions, rank: int = 0,
+               keep: bool | None = None) -> list[tuple[Path, float]]:
     """The prepared directories --data names with their shares: one (`prepared_data`), or
-    the corpora of a mixture, which must all be prepared with the same tokenizer."""
+    the corpora of a mixture, which must all be prepared with the same tokenizer. `keep`: as
+    for `prepared_data`."""
     mixture = parse_mixture(opts.data)
     if mixture is None:
-        return [(prepared_data(opts, rank), 1.0)]
+        return [(prepared_data(opts, rank, keep), 1.0)]
     if opts.tokenizer is not None:
         raise UserError("--tokenizer is for a corpus to prepare as --data; the corpora of a "
                         "mixture are prepared data, each with its own tokenizer")
@@ -455,9 +457,11 @@ TEXT_DATA = "data"
 """Where a text file given as --data is prepared: this directory inside the run's."""
 
 
-def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
+def prepared_data(opts: PretrainOptions, rank: int = 0, keep: bool | None = None) -> Path:
     """The prepared directory `opts.data` names: itself, or for a text file OUT/data, which
-    rank 0 prepares (`corpus.prepare_text`) while the other ranks wait."""
+    rank 0 prepares (`corpus.prepare_text`) while the other ranks wait. `keep`: the run
+    resumes a checkpoint, so OUT/data prepared from other text is refused, not replaced
+    (None: whether OUT holds one; `pretrain` knows it already)."""
     if not opts.data.exists() and not _is_corpus(opts.data):
         raise UserError(f"{opts.data}: does not exist (give a corpus: a file, folder or glob; "
                         f"a directory made by `bertkit prepare`; or DIR=W,DIR=W to mix several)")
@@ -473,8 +477,7 @@ def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
         try:
             prepare_text(opts.data, data, tokenizer=opts.tokenizer or opts.init,
                          vocab_size=opts.vocab_size, text_field=opts.text_field,
-                         leave_out=[opts.out],
-                         keep=latest_checkpoint(opts.out / "checkpoints") is not None)
+                         leave_out=[opts.out], keep=_resumes(opts, keep))
         except BaseException:
             if created:  # bad input leaves no empty run directory behind
                 with contextlib.suppress(OSError):
@@ -483,6 +486,11 @@ def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
     if dist.is_initialized():
         dist.barrier()
     return data
+
+
+def _resumes(opts: PretrainOptions, keep: bool | None) -> bool:
+    """`keep` as given, or whether the run has a checkpoint to resume."""
+    return latest_checkpoint(opts.out / "checkpoints") is not None if keep is None else keep
 
 
 def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
@@ -527,7 +535,7 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
         latest = check_fresh_start(opts.out, opts.train.resume)
-        parts = data_parts(opts, rank)
+        parts = data_parts(opts, rank, keep=latest is not None)
         data = parts[0][0]
         load_manifest(data)
         tokenizer = Tokenizer.load(data / "tokenizer")

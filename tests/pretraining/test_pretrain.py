@@ -314,9 +314,15 @@ def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, mo
 
 
 def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_path, tiny,
-                                                                            capsys):
+                                                                            capsys, monkeypatch):
     import shlex
 
+    from bertkit.pretraining import recipe
+
+    def looked_up_again(root):
+        raise AssertionError("pretrain looks up the latest checkpoint once, before the data")
+
+    monkeypatch.setattr(recipe, "latest_checkpoint", looked_up_again)
     corpus = tiny.write_corpus(tmp_path / "corpus.txt")
     out = tmp_path / "run"
     args = ["pretrain", "--data", str(corpus), "--out", str(out), "--vocab-size", "120", *TINY]
