@@ -8,6 +8,8 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -326,3 +328,23 @@ def test_a_weight_of_a_mixture_table_not_above_zero_names_the_file(corpora, tmp_
         assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
             f"error: {config}: data: expected a table of paths with positive numbers (their "
             f"weights), got {{")
+
+
+@pytest.mark.slow
+def test_a_mixed_run_relaunched_under_torchrun_finds_its_prepared_corpora(tmp_path):
+    books, tweets = _raw_corpora(tmp_path)
+    out = tmp_path / "run"
+    args = ["pretrain", "--data", f"{books}=0.7,{tweets}=0.3", "--vocab-size", "120",
+            "--save-every", "2", *TINY, "--out", str(out)]
+    assert main(args + ["--max-steps", "2"]) == 0
+    prepared = {p: p.stat().st_mtime_ns for p in (out / "data").rglob("*") if p.is_file()}
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node", "2", "-m", "bertkit.cli", *args,
+                           "--max-steps", "4", "--resume"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 rank(s)" in done.stderr and "resumed from" in done.stderr
+    assert done.stderr.count("already prepared from") == 2 and "WordPiece" not in done.stderr
+    assert {p: p.stat().st_mtime_ns for p in (out / "data").rglob("*") if p.is_file()} == prepared
