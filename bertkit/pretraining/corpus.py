@@ -149,6 +149,8 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
 SOURCE_FILE = "source.json"
 """What `prepare_text` made the directory from (the file and the tokenizer asked for), beside
 prepare's own files: a later call that asks the same finds it done."""
+_OTHER_DATA = "data was prepared from other text or with another tokenizer"
+"""What a resumed run's data directory that other text would replace is refused for."""
 
 
 def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
@@ -177,8 +179,7 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
             print(f"prepare: {out} is already prepared from {sources[0].path}", file=sys.stderr)
         return load_manifest(out)
     if keep and (out / "manifest.json").is_file():
-        raise _refused(out, sources, "data was prepared from other text or with another "
-                                     "tokenizer")
+        raise _refused(out, sources, _OTHER_DATA)
     with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
         if tokenizer is None:
             tokenizer = Path(scratch) / "tokenizer"
@@ -257,7 +258,7 @@ def prepare_corpora(corpora: Sequence[str | os.PathLike | Sequence[str | os.Path
                                            progress, keep and any((d / f).is_file()
                                                                   for d, f in made))
         else:
-            _check_text_to_prepare(sources, outs, tokenizer, text_field)
+            _check_before_preparing(sources, outs, tokenizer, text_field, keep)
         return [prepare_text(c, d, tokenizer=tokenizer, text_field=text_field,
                              progress=progress, leave_out=skip, keep=keep)
                 for c, d in zip(corpora, outs)]
@@ -267,18 +268,22 @@ def prepare_corpora(corpora: Sequence[str | os.PathLike | Sequence[str | os.Path
         raise
 
 
-def _check_text_to_prepare(sources: list[list[Source]], outs: list[Path],
-                           tokenizer: str | os.PathLike, text_field: str) -> None:
-    """With a tokenizer given, the text of every corpus still to prepare read through (checked:
-    UTF-8, JSON, fields, compressed data) before the first is prepared, where there are
-    several: bad input in the last is found at once, not after the others are prepared."""
+def _check_before_preparing(sources: list[list[Source]], outs: list[Path],
+                            tokenizer: str | os.PathLike, text_field: str, keep: bool) -> None:
+    """With a tokenizer given: a directory made from other text refused (`keep`), and the text
+    of every corpus still to prepare read through (checked: UTF-8, JSON, fields, compressed
+    data), before the first is prepared, where there are several: bad input in the last is
+    found at once, not after the others are prepared."""
     from bertkit.text.vocab import count_text
 
     asked = {"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
-    todo = [part for part, out in zip(sources, outs)
+    todo = [(part, out) for part, out in zip(sources, outs)
             if not _found_done(out, "manifest.json", _request(part, text_field, asked), part)]
+    for part, out in todo:
+        if keep and (out / "manifest.json").is_file():
+            raise _refused(out, part, _OTHER_DATA)
     if len(todo) > 1:  # one alone is checked by prepare's first pass
-        for part in todo:
+        for part, _ in todo:
             count_text(part)
 
 

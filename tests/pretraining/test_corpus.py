@@ -512,3 +512,26 @@ def test_prepare_corpora_that_fails_leaves_nothing_it_made(tmp_path, tok_dir, mo
             prepare_corpora([a, b], [run / "data" / "1-a", run / "data" / "2-b"],
                             vocab_size=150, progress=False, **given)
         assert len(calls) == 2 and list(run.iterdir()) == []
+
+
+def test_prepare_corpora_resuming_on_other_text_is_refused_before_reading_it(tmp_path, tok_dir,
+                                                                            monkeypatch):
+    from bertkit.pretraining.corpus import prepare_corpora
+    from bertkit.text import vocab
+
+    texts = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    for seed, text in enumerate(texts):
+        write_corpus(text, docs=30, seed=seed)
+    outs = [tmp_path / "data" / "1-a", tmp_path / "data" / "2-b"]
+    prepare_corpora(texts, outs, tokenizer=tok_dir, progress=False)
+    before = _files(tmp_path / "data")
+    for text in texts:
+        text.write_text(text.read_text() + "One more sentence.\n")
+
+    def read(*args, **kwargs):
+        raise AssertionError("the text was read through first")
+
+    monkeypatch.setattr(vocab, "count_text", read)
+    with pytest.raises(UserError, match=r"1-a: this run's data was prepared from other text"):
+        prepare_corpora(texts, outs, tokenizer=tok_dir, progress=False, keep=True)
+    assert _files(tmp_path / "data") == before
