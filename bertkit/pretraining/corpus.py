@@ -233,15 +233,15 @@ def prepare_corpora(corpora: Sequence[str | os.PathLike | Sequence[str | os.Path
     """Prepare each corpus (what `prepare_text` takes) into its own directory of `out_dirs`,
     all with one tokenizer, so that they can be mixed; return their manifests. The tokenizer:
     `tokenizer`, or an uncased WordPiece vocabulary of `vocab_size` trained on the text of all
-    the corpora together (as one corpus: not by the mixture's weights) and kept in the directory `vocabulary`
-    with what it was trained from, where a later call finds it as it finds each directory
-    done (`prepare_text`): nothing is trained or prepared again.
+    the corpora together (as one corpus, not by a mixture's weights) and kept in the directory
+    `vocabulary` with what it was trained from, where a later call finds it as it finds each
+    directory done (`prepare_text`): nothing is trained or prepared again.
 
     Every corpus is found and its format sniffed, then all the text still to prepare read
     through (checked: the vocabulary's first pass, or one of its own), before anything is
     written. On an error the directories this call made are deleted again (an interrupt keeps
-    them: a re-run resumes). `keep`: a directory or the
-    vocabulary made from other text is refused before anything is replaced."""
+    them: a re-run resumes). `keep`: a directory or the vocabulary made from other text is
+    refused before anything is replaced (a resumed run's data)."""
     outs = [Path(d) for d in out_dirs]
     if len(outs) != len(corpora) or not outs or (tokenizer is None and vocabulary is None):
         raise ValueError("one output directory per corpus, and a tokenizer or a vocabulary "
