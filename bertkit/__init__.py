@@ -27,6 +27,7 @@ _EXPORTS = {
     "mask_tokens": "pretraining.masking", "whole_word_mask": "pretraining.masking", "span_mask": "pretraining.masking",
     "PretrainOptions": "pretraining.recipe", "PretrainSchedule": "pretraining.recipe",
     "pretrain": "pretraining.recipe", "prepare_text": "pretraining.corpus",
+    "prepare_corpora": "pretraining.corpus",
     "masked_token_scores": "pretraining.evaluation", "pseudo_log_likelihood": "pretraining.evaluation",
     "pseudo_perplexity": "pretraining.evaluation", "minimal_pairs": "pretraining.evaluation",
     "read_pairs": "pretraining.evaluation",

@@ -83,8 +83,9 @@ def run_demo(opts: DemoOptions) -> int:
 PRETRAIN = Command(
     "pretrain", run_pretrain, ("bertkit.pretraining.recipe:PretrainOptions",),
     help="pretrain a BERT-style encoder on a corpus or prepared shards (mixed by proportion)",
-    description="Pretrain a fresh --preset or continue an --init model on a text file "
-                "(prepared into OUT/data first) or the shards of `bertkit prepare`; give "
+    description="Pretrain a fresh --preset or continue an --init model on a corpus "
+                "(prepared into OUT/data first) or the shards of `bertkit prepare`, or on "
+                "several mixed by proportion (PATH=W,PATH=W); give "
                 "--max-steps or --max-time (a larger --max-steps with "
                 "--resume extends a finished run). Run under torchrun for data-parallel "
                 "training.")

@@ -568,6 +568,15 @@ def is_source(value) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], dict)
 
 
+def input_name(source) -> str | None:
+    """How an input is named to the user, in messages and in what a run records: a path as
+    given, "<stdin>" for "-", "<rows>" for rows in memory (never the file `input_file`
+    stages them in); None stays None."""
+    if source is None or not isinstance(source, (str, Path)):
+        return None if source is None else "<rows>"
+    return "<stdin>" if str(source) == STDIN else str(source)
+
+
 @contextlib.contextmanager
 def input_file(source, stdin=None) -> Iterator[Path | None]:
     """The file the readers read for `source`, staged in a temporary directory when it is not
@@ -592,13 +601,13 @@ def input_file(source, stdin=None) -> Iterator[Path | None]:
                 fmt = "text"
             suffix = {"jsonl": ".jsonl", "squad": ".json", "conll": ".conll",
                       "conllu": ".conllu"}.get(fmt, ".txt")
-            staged, name = staged.rename(staged.with_suffix(suffix)), "<stdin>"
+            staged = staged.rename(staged.with_suffix(suffix))
         else:
-            staged, name = _staged_rows(source, Path(tmp)), "<rows>"
+            staged = _staged_rows(source, Path(tmp))
         try:
             yield staged
         except UserError as e:  # the input as the user gave it, not the staged file
-            raise UserError(str(e).replace(str(staged), name)) from None
+            raise UserError(str(e).replace(str(staged), input_name(source))) from None
 
 
 def _staged_rows(source, tmp: Path) -> Path:

@@ -45,7 +45,7 @@ from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, fre
 from bertkit.finetuning.baselines import baseline_comparison
 from bertkit.finetuning.inputs import Item, warn_cut
 from bertkit.finetuning.predict import TaskModel
-from bertkit.finetuning.readers import input_file
+from bertkit.finetuning.readers import input_file, input_name
 from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
@@ -261,7 +261,8 @@ def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, d
     (`bertkit.finetuning.backbone.Backbone`, e.g. bertkit.finetuning.cnn.CnnBackbone); none:
     the pretrained encoder of `model_dir`."""
     with input_file(train_path) as train, input_file(dev_path) as dev:
-        return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line, backbone)
+        return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line, backbone,
+                         (input_name(train_path), input_name(dev_path)))
 
 
 def task_of(task: str | type[Task] | Task) -> Task:
@@ -425,7 +426,9 @@ def fingerprint(plan: RunPlan) -> dict:
 def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: Path,
               dev_path: Path | None, out_dir: str | Path, cfg: FinetuneConfig | None,
               command_line: Callable[[FinetuneConfig, Task], str] | None,
-              backbone: Backbone | None) -> FinetuneResult:
+              backbone: Backbone | None, names: tuple[str, str | None]) -> FinetuneResult:
+    """`finetune` on the files `input_file` gives; `names`: the training and dev data as the
+    user gave them (recorded: "<stdin>", not the file it was staged in)."""
     plan = plan_run(task_of(task), model_dir, train_path, dev_path, out_dir,
                     cfg or FinetuneConfig(), backbone)
     task, train_examples, dev = read_data(plan)  # bad input refused before anything is said
@@ -434,7 +437,7 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
         plan = dataclasses.replace(plan, cfg=dataclasses.replace(plan.cfg, precision=precision))
     cfg = plan.cfg
     settings = run_settings({"task": plan.task.name, "model": plan.model_dir,
-                             "train": train_path, "dev": dev_path, "out": plan.out_dir,
+                             "train": names[0], "dev": names[1], "out": plan.out_dir,
                              "options": run_options(plan)},
                             device=cfg.device, precision=cfg.precision,
                             command=command_line(cfg, plan.task) if command_line else None)

@@ -150,6 +150,8 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
 SOURCE_FILE = "source.json"
 """What `prepare_text` made the directory from (the file and the tokenizer asked for), beside
 prepare's own files: a later call that asks the same finds it done."""
+_OTHER_DATA = "data was prepared from other text or with another tokenizer"
+"""What a resumed run's data directory that other text would replace is refused for."""
 
 
 def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
@@ -166,47 +168,169 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
     vocabulary is trained into a temporary directory, so nothing but the finished output is
     left behind. `leave_out`: as for `prepare`. `keep`: a directory prepared from other text
     is refused, not replaced (a resumed run's data: its checkpoints fit no other)."""
-    from bertkit.text.vocab import train_tokenizer
-
     arguments = [text_file] if isinstance(text_file, (str, os.PathLike)) else list(text_file)
     sources = expand(arguments, text_field, "corpus file", [out_dir, *leave_out])
-    text = sources[0].path
     out = Path(out_dir)
-    files = [{"path": str(s.path.resolve()), "bytes": s.path.stat().st_size,
-              "mtime_ns": s.path.stat().st_mtime_ns} for s in sources]
-    request = {**({"file": files[0]} if len(files) == 1 else {"files": files}),
-               **({"text_field": text_field} if text_field != "text" else {}),
-               "tokenizer": ({"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
-                             if tokenizer is not None
-                             else {"trained": "wordpiece", "vocab_size": vocab_size})}
-    saved = _json_or_none(out / SOURCE_FILE)
-    digests = saved.pop("sha256", None) if isinstance(saved, dict) else None
-    if (out / "manifest.json").is_file() and (saved == request or (
-            digests is not None and _sizes(saved) == _sizes(request)
-            and digests == [sha256_file(s.path) for s in sources])):
-        if saved != request:  # the same bytes touched, copied or moved: known at once next time
-            write_json(out / SOURCE_FILE, {**request, "sha256": digests})
+    request = _request(sources, text_field,
+                       {"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
+                       if tokenizer is not None
+                       else {"trained": "wordpiece", "vocab_size": vocab_size})
+    if _found_done(out, "manifest.json", request, sources):
         if progress:
-            print(f"prepare: {out} is already prepared from {text}", file=sys.stderr)
+            print(f"prepare: {out} is already prepared from {sources[0].path}", file=sys.stderr)
         return load_manifest(out)
     if keep and (out / "manifest.json").is_file():
-        raise UserError(f"{out}: this run's data was prepared from other text or with another "
-                        f"tokenizer than it is given now ({text}{' ...' if len(sources) > 1 else ''}"
-                        f"); resume with the --data it started with, or start a new run in "
-                        f"another --out")
+        raise _refused(out, sources, _OTHER_DATA)
     with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
         if tokenizer is None:
-            if progress:
-                print(f"prepare: a WordPiece vocabulary of {vocab_size:,} pieces from {text}"
-                      f"{f' and {len(sources) - 1} more file(s)' if len(sources) > 1 else ''}",
-                      file=sys.stderr)
             tokenizer = Path(scratch) / "tokenizer"
-            train_tokenizer([sources], vocab_size=vocab_size, out=tokenizer,
-                            say=_note if progress else None, progress=progress)
+            _train_vocabulary([sources], vocab_size, tokenizer, progress)
         manifest = prepare(arguments, tokenizer, out, text_field=text_field, progress=progress,
                            leave_out=leave_out)
     write_json(out / SOURCE_FILE, {**request, "sha256": [sha256_file(s.path) for s in sources]})
     return manifest
+
+
+def _request(sources: list[Source], text_field: str, tokenizer: dict) -> dict:
+    """What a directory is asked to be made from (SOURCE_FILE): the files (path, size,
+    modification time), the text field and the tokenizer asked for."""
+    files = [{"path": str(s.path.resolve()), "bytes": s.path.stat().st_size,
+              "mtime_ns": s.path.stat().st_mtime_ns} for s in sources]
+    return {**({"file": files[0]} if len(files) == 1 else {"files": files}),
+            **({"text_field": text_field} if text_field != "text" else {}),
+            "tokenizer": tokenizer}
+
+
+def _found_done(out: Path, marker: str, request: dict, sources: list[Source]) -> bool:
+    """Whether `out` (finished: its file `marker` is there) was made as `request` asks, from
+    these files or the same bytes touched, copied or moved (by sha256; then SOURCE_FILE is
+    brought up to date, so that the next call knows at once)."""
+    saved = _json_or_none(out / SOURCE_FILE)
+    digests = saved.pop("sha256", None) if isinstance(saved, dict) else None
+    if not (out / marker).is_file() or not (saved == request or (
+            digests is not None and _sizes(saved) == _sizes(request)
+            and digests == [sha256_file(s.path) for s in sources])):
+        return False
+    if saved != request:
+        write_json(out / SOURCE_FILE, {**request, "sha256": digests})
+    return True
+
+
+def _refused(out: Path, sources: list[Source], what: str) -> UserError:
+    """A resumed run's data that the text given now would replace."""
+    more = " ..." if len(sources) > 1 else ""
+    return UserError(f"{out}: this run's {what} than it is given now ({sources[0].path}{more}); "
+                     f"resume with the --data it started with, or start a new run in another "
+                     f"--out")
+
+
+def prepare_corpora(corpora: Sequence[str | os.PathLike | Sequence[str | os.PathLike]],
+                    out_dirs: Sequence[str | os.PathLike], *,
+                    tokenizer: str | os.PathLike | None = None,
+                    vocabulary: str | os.PathLike | None = None, vocab_size: int = 16000,
+                    text_field: str = "text", progress: bool = True,
+                    leave_out: Sequence[str | os.PathLike] = (), keep: bool = False
+                    ) -> list[dict]:
+    """Prepare each corpus (what `prepare_text` takes) into its own directory of `out_dirs`,
+    all with one tokenizer, so that they can be mixed; return their manifests. The tokenizer:
+    `tokenizer`, or an uncased WordPiece vocabulary of `vocab_size` trained on the text of all
+    the corpora together (as one corpus, not by a mixture's weights) and kept in the directory
+    `vocabulary` with what it was trained from, where a later call finds it as it finds each
+    directory done (`prepare_text`): nothing is trained or prepared again.
+
+    Every corpus is found and its format sniffed, then all the text still to prepare read
+    through (checked: the vocabulary's first pass, or one of its own), before anything is
+    written. On an error the directories this call made are deleted again (an interrupt keeps
+    them: a re-run resumes). `keep`: a directory or the vocabulary made from other text is
+    refused before anything is replaced (a resumed run's data)."""
+    outs = [Path(d) for d in out_dirs]
+    if len(outs) != len(corpora) or not outs or (tokenizer is None and vocabulary is None):
+        raise ValueError("one output directory per corpus, and a tokenizer or a vocabulary "
+                         "directory to train one in")
+    places = outs + ([Path(vocabulary)] if tokenizer is None else [])
+    skip = [*places, *leave_out]
+    sources = [expand([c] if isinstance(c, (str, os.PathLike)) else list(c), text_field,
+                      "corpus file", skip) for c in corpora]
+    fresh = [p for p in dict.fromkeys([*(p.parent for p in places), *places]) if not p.exists()]
+    try:
+        if tokenizer is None:
+            made = [(Path(vocabulary), "tokenizer.json"), *((d, "manifest.json") for d in outs)]
+            tokenizer = _shared_vocabulary(sources, Path(vocabulary), vocab_size, text_field,
+                                           progress, keep and any((d / f).is_file()
+                                                                  for d, f in made))
+        else:
+            _check_before_preparing(sources, outs, tokenizer, text_field, keep)
+        return [prepare_text(c, d, tokenizer=tokenizer, text_field=text_field,
+                             progress=progress, leave_out=skip, keep=keep)
+                for c, d in zip(corpora, outs)]
+    except Exception:
+        for place in fresh:  # parents first: what this call made, with all it holds
+            shutil.rmtree(place, ignore_errors=True)
+        raise
+
+
+def _check_before_preparing(sources: list[list[Source]], outs: list[Path],
+                            tokenizer: str | os.PathLike, text_field: str, keep: bool) -> None:
+    """With a tokenizer given: a directory made from other text refused (`keep`), and the text
+    of every corpus still to prepare read through (checked: UTF-8, JSON, fields, compressed
+    data), before the first is prepared, where there are several: bad input in the last is
+    found at once, not after the others are prepared."""
+    from bertkit.text.vocab import count_text
+
+    asked = {"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
+    todo = [(part, out) for part, out in zip(sources, outs)
+            if not _found_done(out, "manifest.json", _request(part, text_field, asked), part)]
+    for part, out in todo:
+        if keep and (out / "manifest.json").is_file():
+            raise _refused(out, part, _OTHER_DATA)
+    if len(todo) > 1:  # one alone is checked by prepare's first pass
+        for part, _ in todo:
+            count_text(part)
+
+
+def _shared_vocabulary(sources: list[list[Source]], out: Path, vocab_size: int,
+                       text_field: str, progress: bool, keep: bool) -> Path:
+    """`prepare_corpora`'s vocabulary: `out` when it was trained there from these files, else
+    trained on their text together and swapped in whole (`keep`: refused instead)."""
+    every = [s for part in sources for s in part]
+    request = _request(every, text_field, {"trained": "wordpiece", "vocab_size": vocab_size})
+    if _found_done(out, "tokenizer.json", request, every):
+        if progress:
+            print(f"prepare: {out} is already trained on {every[0].path}"
+                  f"{f' and {len(every) - 1} more file(s)' if len(every) > 1 else ''}",
+                  file=sys.stderr)
+        return out
+    if keep:
+        raise _refused(out, every, "vocabulary was trained on other text")
+    with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
+        _train_vocabulary(sources, vocab_size, Path(scratch) / "tokenizer", progress)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        build = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            shutil.copytree(Path(scratch) / "tokenizer", build, dirs_exist_ok=True)
+            write_json(build / SOURCE_FILE,
+                       {**request, "sha256": [sha256_file(s.path) for s in every]})
+            publish_dir(build, out, replaces=[p.name for p in out.iterdir()]
+                        if out.is_dir() else ())
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
+    return out
+
+
+def _train_vocabulary(parts: list[list[Source]], vocab_size: int, out: Path,
+                      progress: bool) -> None:
+    """An uncased WordPiece vocabulary of `vocab_size` trained on the text of the corpora
+    `parts` together, in their natural proportions (alpha 1: each line once, as one corpus),
+    saved in `out`. Each part is checked to hold text, and the line saying what is trained
+    comes once every file is checked, so that bad input is the only thing printed."""
+    from bertkit.text.vocab import train_tokenizer
+
+    every = [s for part in parts for s in part]
+    more = f" and {len(every) - 1} more file(s)" if len(every) > 1 else ""
+    train_tokenizer(parts, vocab_size=vocab_size, alpha=1.0, out=out,
+                    say=_note if progress else None, progress=progress,
+                    announce=f"a WordPiece vocabulary of {vocab_size:,} pieces from "
+                             f"{every[0].path}{more}")
 
 
 def _sizes(request: dict) -> dict:

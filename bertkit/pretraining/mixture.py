@@ -1,4 +1,4 @@
-"""Several prepared corpora mixed by proportion: `pretrain --data books=0.7,web=0.3`.
+"""Several corpora mixed by proportion: `pretrain --data books=0.7,web=0.3`.
 
     parts = parse_mixture("books=0.7,web=0.3")      # [(Path("books"), 0.7), (Path("web"), 0.3)]
     batches = MixedBatches([books_batches, web_batches], [0.7, 0.3])
@@ -17,6 +17,8 @@ exactly as they are alone; at 16 or more sequences a batch and a few corpora the
 sees every corpus within a handful of steps.
 
 In a --config file the mixture is a table: `[data]` with `"books" = 0.7` and `"web" = 0.3`.
+A corpus is a directory made by `bertkit prepare`, or text (a file, folder or glob) that
+`pretrain` prepares into the run first (`recipe.mixture_parts`), all with one tokenizer.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from bertkit.files import UserError
 
 
 def parse_mixture(spec: str | os.PathLike) -> list[tuple[Path, float]] | None:
-    """[(directory, weight)] with weights summing to 1 for "DIR=W,DIR=W,...", or None when
+    """[(corpus, weight)] with weights summing to 1 for "PATH=W,PATH=W,...", or None when
     `spec` names one path (an existing one, or any without "=")."""
     text = str(spec)
     if "=" not in text or Path(text).exists():
@@ -36,8 +38,8 @@ def parse_mixture(spec: str | os.PathLike) -> list[tuple[Path, float]] | None:
     for item in text.split(","):
         name, eq, weight = item.strip().rpartition("=")
         if not eq or not name:
-            raise UserError(f"--data {text}: expected DIR=WEIGHT,DIR=WEIGHT (a mixture of "
-                            f"prepared corpora), got {item.strip()!r}")
+            raise UserError(f"--data {text}: expected PATH=WEIGHT,PATH=WEIGHT (a mixture of "
+                            f"corpora), got {item.strip()!r}")
         try:
             value = float(weight)
         except ValueError:
@@ -55,7 +57,7 @@ def parse_mixture(spec: str | os.PathLike) -> list[tuple[Path, float]] | None:
 
 
 def mixture_spec(parts: list[tuple[Path, float]]) -> str:
-    """The --data spelling of a mixture: "DIR=W,DIR=W"."""
+    """The --data spelling of a mixture: "PATH=W,PATH=W"."""
     return ",".join(f"{p}={w:g}" for p, w in parts)
 
 

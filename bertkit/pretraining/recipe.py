@@ -25,6 +25,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,8 @@ from bertkit.model.hub import (GENERATOR_DIR, is_model_dir, load_electra, load_p
                                save_electra, save_model)
 from bertkit.pretraining import objectives
 from bertkit.pretraining.electra import ElectraSettings
-from bertkit.pretraining.corpus import check_tokenizer, load_manifest, prepare_text
+from bertkit.pretraining.corpus import (check_tokenizer, load_manifest, prepare_corpora,
+                                        prepare_text)
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture
 from bertkit.pretraining.masking import MaskingConfig
@@ -115,22 +117,25 @@ def _accumulation(cfg: TrainConfig) -> str:
 @dataclass
 class PretrainOptions:
     data: Path = field(metadata={"weighted": True})
-    """Directory written by `bertkit prepare` (shards, manifest.json, tokenizer/); or several
-    mixed by proportion, DIR=0.7,DIR=0.3 (a table in --config; see
-    `bertkit.pretraining.mixture`); or a corpus to prepare into OUT/data first, found there
-    by later runs: a text file (one sentence or paragraph per line, a blank line between
-    documents), JSONL, CSV, TSV, Parquet, a `datasets` directory, a folder or a glob,
-    compressed or not."""
+    """Directory written by `bertkit prepare` (shards, manifest.json, tokenizer/); or a corpus
+    to prepare into OUT/data first, found there by later runs: a text file (one sentence or
+    paragraph per line, a blank line between documents), JSONL, CSV, TSV, Parquet, a
+    `datasets` directory, a folder or a glob, compressed or not; or several of either mixed by
+    proportion, PATH=0.7,PATH=0.3 (a table in --config; see `bertkit.pretraining.mixture`),
+    each corpus to prepare into OUT/data/K-NAME (K its place in the mixture), all with one
+    tokenizer (`mixture_parts`)."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
     tokenizer: Path | None = None
-    """Text-file --data only: the tokenizer (or model) directory to prepare it with; none:
-    --init's, or a WordPiece vocabulary of vocab_size trained on the file."""
+    """A corpus to prepare as --data (or in a mixture) only: the tokenizer (or model)
+    directory to prepare it with; none: --init's, a mixture's prepared directories', or a
+    WordPiece vocabulary of vocab_size trained on the text (of all the corpora to prepare)."""
     vocab_size: int = 16000
-    """Text-file --data only, without --tokenizer or --init: size of the uncased WordPiece
-    vocabulary trained on it (16,000 for the measured english_books runs)."""
+    """A corpus to prepare as --data only, without --tokenizer or --init: size of the uncased
+    WordPiece vocabulary trained on it (16,000 for the measured english_books runs)."""
     text_field: str = "text"
-    """Corpus --data only: the field of a JSONL object or a table row that holds the text."""
+    """A corpus to prepare as --data only: the field of a JSONL object, a CSV row or a table
+    row that holds the text."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
     """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
     init: Path | None = None
@@ -415,31 +420,14 @@ def _data_fingerprint(parts: list[tuple[Path, float]], resumed: str | None = Non
                               sort_keys=True).encode() for r in raw])
 
 
-def data_parts(opts: PretrainOptions, rank: int = 0) -> list[tuple[Path, float]]:
+def data_parts(opts: PretrainOptions, rank: int = 0,
+               keep: bool | None = None) -> list[tuple[Path, float]]:
     """The prepared directories --data names with their shares: one (`prepared_data`), or
-    the corpora of a mixture, which must all be prepared with the same tokenizer."""
+    the corpora of a mixture (`mixture_parts`). `keep`: as for `prepared_data`."""
     mixture = parse_mixture(opts.data)
     if mixture is None:
-        return [(prepared_data(opts, rank), 1.0)]
-    if opts.tokenizer is not None:
-        raise UserError("--tokenizer is for a corpus to prepare as --data; the corpora of a "
-                        "mixture are prepared data, each with its own tokenizer")
-    first = None
-    for data, _ in mixture:
-        if not data.is_dir():
-            raise UserError(f"{data}: a corpus of a mixture must be a directory made by "
-                            f"`bertkit prepare`" + ("" if data.exists() else " (it does not "
-                                                    "exist)"))
-        fingerprint = load_manifest(data)["tokenizer"]["fingerprint"]
-        if first is None:
-            first = (data, fingerprint)
-        elif fingerprint != first[1]:
-            raise UserError(f"{data}: prepared with another tokenizer than {first[0]}: the "
-                            f"corpora of a mixture must share one (bertkit prepare "
-                            f"--tokenizer {first[0] / 'tokenizer'})")
-    check_not_input(opts.out, [data for data, _ in mixture], what="--out",
-                    names=["corpus of --data"] * len(mixture))
-    return mixture
+        return [(prepared_data(opts, rank, keep), 1.0)]
+    return mixture_parts(opts, mixture, rank, keep)
 
 
 def _is_corpus(path: Path) -> bool:
@@ -453,15 +441,24 @@ def _is_corpus(path: Path) -> bool:
 
 
 TEXT_DATA = "data"
-"""Where a text file given as --data is prepared: this directory inside the run's."""
+"""Where a corpus given as --data is prepared: this directory inside the run's (for the
+corpora of a mixture, one directory each inside it: `mixture_dir`)."""
+MIXTURE_VOCABULARY = "vocabulary"
+"""Where the vocabulary shared by the corpora of a mixture is trained, inside TEXT_DATA."""
 
 
-def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
+def _not_there(path: Path) -> UserError:
+    return UserError(f"{path}: does not exist (give a corpus: a file, folder or glob; a "
+                     f"directory made by `bertkit prepare`; or PATH=W,PATH=W to mix several)")
+
+
+def prepared_data(opts: PretrainOptions, rank: int = 0, keep: bool | None = None) -> Path:
     """The prepared directory `opts.data` names: itself, or for a text file OUT/data, which
-    rank 0 prepares (`corpus.prepare_text`) while the other ranks wait."""
+    rank 0 prepares (`corpus.prepare_text`) while the other ranks wait. `keep`: the run
+    resumes a checkpoint, so OUT/data prepared from other text is refused, not replaced
+    (None: whether OUT holds one; `pretrain` knows it already)."""
     if not opts.data.exists() and not _is_corpus(opts.data):
-        raise UserError(f"{opts.data}: does not exist (give a corpus: a file, folder or glob; "
-                        f"a directory made by `bertkit prepare`; or DIR=W,DIR=W to mix several)")
+        raise _not_there(opts.data)
     if not _is_corpus(opts.data):
         if opts.tokenizer is not None:
             raise UserError(f"--tokenizer is for a text file as --data; {opts.data} is prepared "
@@ -469,21 +466,93 @@ def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
         return opts.data
     data = opts.out / TEXT_DATA
     if rank == 0:
-        created = not opts.out.exists()
-        opts.out.mkdir(parents=True, exist_ok=True)
-        try:
+        with _run_dir(opts.out):
             prepare_text(opts.data, data, tokenizer=opts.tokenizer or opts.init,
                          vocab_size=opts.vocab_size, text_field=opts.text_field,
-                         leave_out=[opts.out],
-                         keep=latest_checkpoint(opts.out / "checkpoints") is not None)
-        except BaseException:
-            if created:  # bad input leaves no empty run directory behind
-                with contextlib.suppress(OSError):
-                    opts.out.rmdir()
-            raise
+                         leave_out=[opts.out], keep=_resumes(opts, keep))
     if dist.is_initialized():
         dist.barrier()
     return data
+
+
+@contextlib.contextmanager
+def _run_dir(out: Path):
+    """OUT made (if need be) for its data; when making the data fails, an OUT made here is
+    removed again if empty: bad input leaves no empty run directory behind."""
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+
+
+def mixture_dir(out: Path, index: int, corpus: Path) -> Path:
+    """Where the corpus at `index` (from 0) of a mixture is prepared: OUT/data/K-NAME, K its
+    place from 1, NAME that of its file or folder (a glob's: the last folder without
+    wildcards) up to the first dot, in letters, digits, - and _ ("corpus" if none is left)."""
+    name = next((part for part in reversed(corpus.parts) if not set("*?[") & set(part)), "")
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", name.split(".")[0]).strip("_")[:40] or "corpus"
+    return out / TEXT_DATA / f"{index + 1}-{name}"
+
+
+def mixture_parts(opts: PretrainOptions, mixture: list[tuple[Path, float]], rank: int = 0,
+                  keep: bool | None = None) -> list[tuple[Path, float]]:
+    """The corpora of a mixture with their shares, prepared: a directory made by `bertkit
+    prepare` as it is, a corpus to prepare (`_is_corpus`) in its `mixture_dir`, which rank 0
+    prepares (`corpus.prepare_corpora`) while the other ranks wait. They share one tokenizer:
+    --tokenizer, --init's or that of the prepared directories (which must all have the same,
+    and --tokenizer's or --init's if given: checked before anything is prepared); else a
+    WordPiece vocabulary of --vocab-size trained on the text of all the corpora to prepare,
+    together, in OUT/data/vocabulary. `keep`: as for `prepared_data`."""
+    to_prepare = {i for i, (data, _) in enumerate(mixture) if _is_corpus(data)}
+    prepared = [data for i, (data, _) in enumerate(mixture) if i not in to_prepare]
+    if opts.tokenizer is not None and not to_prepare:
+        raise UserError("--tokenizer is for corpora to prepare as --data; the corpora of this "
+                        "mixture are all prepared data, each with its own tokenizer")
+    first = _one_tokenizer(prepared)
+    given = opts.tokenizer or opts.init
+    if first is not None and given is not None and to_prepare:
+        check_tokenizer(first, given)
+    check_not_input(opts.out, prepared, what="--out", names=["corpus of --data"] * len(prepared))
+    dirs = {i: mixture_dir(opts.out, i, mixture[i][0]) for i in sorted(to_prepare)}
+    if dirs and rank == 0:
+        with _run_dir(opts.out):
+            prepare_corpora([mixture[i][0] for i in dirs], list(dirs.values()),
+                            tokenizer=given or (first / "tokenizer" if first else None),
+                            vocabulary=opts.out / TEXT_DATA / MIXTURE_VOCABULARY,
+                            vocab_size=opts.vocab_size, text_field=opts.text_field,
+                            leave_out=[opts.out], keep=_resumes(opts, keep))
+    if dirs and dist.is_initialized():
+        dist.barrier()
+    return [(dirs.get(i, data), weight) for i, (data, weight) in enumerate(mixture)]
+
+
+def _one_tokenizer(prepared: list[Path]) -> Path | None:
+    """The first of these prepared directories, once all are found prepared with its
+    tokenizer; None for none."""
+    first = None
+    for data in prepared:
+        if not data.is_dir():
+            raise (_not_there(data) if not data.exists() else UserError(
+                f"{data}: a corpus of a mixture is a file, folder or glob of text, or a "
+                f"directory made by `bertkit prepare`"))
+        fingerprint = load_manifest(data)["tokenizer"]["fingerprint"]
+        if first is None:
+            first = (data, fingerprint)
+        elif fingerprint != first[1]:
+            raise UserError(f"{data}: prepared with another tokenizer than {first[0]}: the "
+                            f"corpora of a mixture must share one (bertkit prepare "
+                            f"--tokenizer {first[0] / 'tokenizer'})")
+    return None if first is None else first[0]
+
+
+def _resumes(opts: PretrainOptions, keep: bool | None) -> bool:
+    """`keep` as given, or whether the run has a checkpoint to resume."""
+    return latest_checkpoint(opts.out / "checkpoints") is not None if keep is None else keep
 
 
 def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
@@ -528,7 +597,7 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
         latest = check_fresh_start(opts.out, opts.train.resume)
-        parts = data_parts(opts, rank)
+        parts = data_parts(opts, rank, keep=latest is not None)
         data = parts[0][0]
         load_manifest(data)
         tokenizer = Tokenizer.load(data / "tokenizer")
@@ -645,6 +714,7 @@ def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]],
 
 
 __all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",
-           "prepared_data", "data_parts", "resolve", "model_to_pretrain", "save_pretrained",
-           "start_distributed", "restart_store", "peer_failure", "SBO_FILE", "TEXT_DATA"]
+           "prepared_data", "data_parts", "mixture_parts", "mixture_dir", "resolve",
+           "model_to_pretrain", "save_pretrained", "start_distributed", "restart_store",
+           "peer_failure", "SBO_FILE", "TEXT_DATA", "MIXTURE_VOCABULARY"]
 

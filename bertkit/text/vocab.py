@@ -261,7 +261,7 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
                     model_max_length: int = 512, seed: int = 0, plain_quotes: bool = True,
                     text_field: str = "text", sample_bytes: int | None = DEFAULT_SAMPLE_BYTES,
                     say: Callable[[str], object] | None = print,
-                    progress: bool = True) -> Tokenizer:
+                    progress: bool = True, announce: str | None = None) -> Tokenizer:
     """Train a WordPiece (BERT) or Unigram (XLM-R style) vocabulary from text.
 
     `files`: the parts of the mixture, each a file, folder, glob or `datasets` directory in
@@ -275,7 +275,8 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
     sampled down to about that much, each line kept independently with the same probability
     (seeded; None: never), and `say` (print: stdout) is given the line saying so. Every file is checked
     (exists, not empty, UTF-8, fields, compressed data) before training starts, and `out`, if
-    given, is written only when training succeeded.
+    given, is written only when training succeeded. `announce`: a line for `say` once the
+    files are checked (what is being trained): bad input is then the only thing said.
     """
     if not files:
         raise UserError("no input files given")
@@ -292,6 +293,8 @@ def train_tokenizer(files: Sequence, vocab_size: int = 30000,
     counted = [count_text(part, chars) for part in parts]
     sizes = [lines for lines, _ in counted]
     keep = sample_share(sum(size for _, size in counted), sample_bytes)
+    if announce is not None and say is not None:
+        say(announce)
     if keep < 1 and say is not None:
         total = sum(size for _, size in counted)
         say(f"tokenizer: the corpus holds {_amount(total)} of text, more than the "

@@ -364,6 +364,25 @@ def test_cli_records_settings_reports_the_baseline_and_its_command_reproduces_th
     assert json.loads((tmp_path / "again" / "dev_metrics.json").read_text()) == first
 
 
+def test_a_run_from_stdin_or_rows_records_them_not_the_file_they_were_staged_in(
+        tiny_bert, task_files, quick_config, tmp_path, monkeypatch):
+    import io
+    import shlex
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(task_files["train"].read_text()))
+    out = tmp_path / "stdin"
+    assert main(["finetune", "classify", "--model", str(tiny_bert), "--train", "-", "--dev",
+                 str(task_files["dev"]), "--out", str(out), "--epochs", "1", "--quiet"]) == 0
+    record = json.loads((out / "training_args.json").read_text())
+    assert (record["train"], record["dev"]) == ("<stdin>", str(task_files["dev"]))
+    argv = shlex.split(record["command"])
+    assert argv[argv.index("--train") + 1] == "-"
+    rows = [obj for _, obj in read_jsonl(task_files["train"])]
+    finetune("classify", tiny_bert, rows, None, tmp_path / "rows", quick_config(epochs=1))
+    record = json.loads((tmp_path / "rows" / "training_args.json").read_text())
+    assert (record["train"], record["dev"]) == ("<rows>", None)
+
+
 # A new task is one class ----------------------------------------------------------------------
 
 @dataclass(frozen=True)

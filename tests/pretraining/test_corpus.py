@@ -446,3 +446,92 @@ def test_prepare_text_with_a_given_tokenizer_and_its_bad_input(tmp_path, tok_dir
     with pytest.raises(UserError, match=r"missing.txt: corpus file does not exist"):
         prepare_text(tmp_path / "missing.txt", tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+# Several corpora into their own directories, one tokenizer ------------------------------------
+
+def _files(root: Path) -> dict:
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_prepare_corpora_shares_one_vocabulary_and_finds_everything_done(tmp_path, monkeypatch):
+    from bertkit.pretraining import corpus as corpus_module
+    from bertkit.pretraining.corpus import prepare_corpora, tokenizer_fingerprint
+    from bertkit.text import vocab
+
+    texts, other = tmp_path / "texts", tmp_path / "b.txt"
+    texts.mkdir()
+    write_corpus(texts / "a.txt", docs=40, seed=1)
+    write_corpus(other, docs=40, seed=2)
+    run = texts / "run"  # a run inside a corpus folder: what it writes is never corpus
+    outs = [run / "data" / "1-texts", run / "data" / "2-b"]
+    kwargs = dict(vocabulary=run / "data" / "vocabulary", vocab_size=150, leave_out=[run],
+                  progress=False)
+    made = prepare_corpora([texts, other], outs, **kwargs)
+    shared = tokenizer_fingerprint(Tokenizer.load(run / "data" / "vocabulary"))
+    assert [m["tokenizer"]["fingerprint"] for m in made] == [shared, shared]
+    assert [[s["path"] for s in m["sources"]] for m in made] == [
+        [str((texts / "a.txt").resolve())], [str(other.resolve())]]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained or prepared again")
+
+    monkeypatch.setattr(vocab, "train_tokenizer", no_training)
+    monkeypatch.setattr(corpus_module, "prepare", no_training)
+    assert prepare_corpora([texts, other], outs, **kwargs, keep=True) == made
+    # other text, resuming: refused before anything is trained or replaced
+    before = _files(run)
+    other.write_text(other.read_text() + "One more sentence.\n")
+    with pytest.raises(UserError, match=r"vocabulary: this run's vocabulary was trained on "
+                                        r"other text than it is given now"):
+        prepare_corpora([texts, other], outs, **kwargs, keep=True)
+    assert _files(run) == before
+
+
+def test_prepare_corpora_that_fails_leaves_nothing_it_made(tmp_path, tok_dir, monkeypatch):
+    from bertkit.pretraining import corpus as corpus_module
+    from bertkit.pretraining.corpus import prepare_corpora
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    write_corpus(a, docs=30, seed=1)
+    write_corpus(b, docs=30, seed=2)
+    real, calls = corpus_module.prepare, []
+
+    def second_fails(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise UserError("no space left on the device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(corpus_module, "prepare", second_fails)
+    run = tmp_path / "run"
+    run.mkdir()
+    for given in ({"tokenizer": tok_dir}, {"vocabulary": run / "data" / "vocabulary"}):
+        calls.clear()
+        with pytest.raises(UserError, match="no space left"):
+            prepare_corpora([a, b], [run / "data" / "1-a", run / "data" / "2-b"],
+                            vocab_size=150, progress=False, **given)
+        assert len(calls) == 2 and list(run.iterdir()) == []
+
+
+def test_prepare_corpora_resuming_on_other_text_is_refused_before_reading_it(tmp_path, tok_dir,
+                                                                            monkeypatch):
+    from bertkit.pretraining.corpus import prepare_corpora
+    from bertkit.text import vocab
+
+    texts = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    for seed, text in enumerate(texts):
+        write_corpus(text, docs=30, seed=seed)
+    outs = [tmp_path / "data" / "1-a", tmp_path / "data" / "2-b"]
+    prepare_corpora(texts, outs, tokenizer=tok_dir, progress=False)
+    before = _files(tmp_path / "data")
+    for text in texts:
+        text.write_text(text.read_text() + "One more sentence.\n")
+
+    def read(*args, **kwargs):
+        raise AssertionError("the text was read through first")
+
+    monkeypatch.setattr(vocab, "count_text", read)
+    with pytest.raises(UserError, match=r"1-a: this run's data was prepared from other text"):
+        prepare_corpora(texts, outs, tokenizer=tok_dir, progress=False, keep=True)
+    assert _files(tmp_path / "data") == before

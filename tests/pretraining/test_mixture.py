@@ -3,7 +3,13 @@ with exactly the batches of an uninterrupted run, and `pretrain --data a=W,b=W` 
 table) killed at a checkpoint and resumed to the weights of an uninterrupted run."""
 from __future__ import annotations
 
+import gzip
+import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +18,10 @@ from safetensors.torch import load_file
 
 from bertkit.cli.main import main
 from bertkit.files import UserError
-from bertkit.pretraining.corpus import prepare
+from bertkit.pretraining.corpus import prepare, tokenizer_fingerprint
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture, schedule
+from bertkit.text.tokenizer import Tokenizer
 from synthetic_corpus import make_tokenizer, write_corpus
 
 
@@ -40,7 +47,7 @@ def test_the_spelling_of_a_mixture(tmp_path):
     odd = tmp_path / "odd=1"
     odd.mkdir()
     assert parse_mixture(odd) is None  # a path that exists is that path
-    for bad, message in (("a=0.7,b", "expected DIR=WEIGHT"), ("a=x,b=1", "not a number"),
+    for bad, message in (("a=0.7,b", "expected PATH=WEIGHT"), ("a=x,b=1", "not a number"),
                          ("a=0,b=1", "must be positive"), ("a=1,a=2", "named twice"),
                          ("a=-1,b=2", "must be positive")):
         with pytest.raises(UserError, match=message):
@@ -145,31 +152,170 @@ def test_pretrain_on_a_mixture_resumes_to_the_weights_of_an_uninterrupted_run(
         capsys.readouterr().err
 
 
-def test_a_mixture_of_other_tokenizers_or_of_text_files_is_refused(corpora, tmp_path, capsys):
-    books, web, _ = corpora
+def test_a_mixture_of_other_tokenizers_is_refused_before_anything_is_prepared(
+        corpora, tmp_path, capsys):
+    books, web, tok = corpora
     other_tok = make_tokenizer(tmp_path / "tok2")
     # a vocabulary with one piece more: another fingerprint
     vocab = (other_tok.parent / "vocab.txt").read_text().splitlines() + ["zzz"]
     (tmp_path / "v.txt").write_text("\n".join(vocab) + "\n")
-    from bertkit.text.tokenizer import Tokenizer
     Tokenizer.from_vocab(tmp_path / "v.txt").save(tmp_path / "tok3")
     write_corpus(tmp_path / "c.txt", docs=30, seed=9)
     prepare([tmp_path / "c.txt"], tmp_path / "tok3", tmp_path / "odd", workers=1,
             progress=False)
-    cases = [(f"{books}=0.5,{tmp_path / 'odd'}=0.5", "prepared with another tokenizer"),
-             (f"{books}=0.5,{tmp_path / 'c.txt'}=0.5", "must be a directory made by"),
-             (f"{books}=0.5,{tmp_path / 'none'}=0.5", "(it does not exist)")]
-    for spec, message in cases:
+    text = tmp_path / "c.txt"
+    cases = [([f"{books}=0.5,{tmp_path / 'odd'}=0.5"], "prepared with another tokenizer"),
+             ([f"{books}=0.5,{tmp_path / 'none'}=0.5"], "none: does not exist (give a corpus"),
+             # text to prepare with a tokenizer other than the prepared corpus'
+             ([f"{books}=0.5,{text}=0.5", "--tokenizer", str(tmp_path / "tok3")],
+              "tokenizer does not match the data in"),
+             ([f"{books}=0.5,{web}=0.5", "--tokenizer", str(tok)],
+              "--tokenizer is for corpora to prepare as --data")]
+    capsys.readouterr()
+    for data, message in cases:
         out = tmp_path / "run"
-        assert main(["pretrain", "--data", spec, "--out", str(out), "--max-steps", "1",
+        assert main(["pretrain", "--data", *data, "--out", str(out), "--max-steps", "1",
                      *TINY]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1].startswith("error: ") and message in err[-1], err
+        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
         assert not out.exists()
     # the run's output may not be one of the corpora
     assert main(["pretrain", "--data", f"{books}=0.5,{web}=0.5", "--out", str(web),
                  "--max-steps", "1", *TINY]) == 2
     assert "--out is the corpus of --data" in capsys.readouterr().err
+
+
+# Corpora to prepare, mixed ---------------------------------------------------------------------
+
+def _raw_corpora(root: Path) -> tuple[Path, str]:
+    """A text file and a glob of two gzipped JSONL files: (the file, the glob)."""
+    books = root / "books.txt"
+    write_corpus(books, docs=60, seed=1)
+    tweets = root / "tweets"
+    tweets.mkdir()
+    documents = write_corpus(root / "scratch.txt", docs=60, seed=2)
+    for k in range(2):
+        with gzip.open(tweets / f"part-{k}.jsonl.gz", "wt", encoding="utf-8") as f:
+            f.writelines(json.dumps({"text": "\n".join(d)}) + "\n" for d in documents[k::2])
+    (root / "scratch.txt").unlink()
+    return books, str(tweets / "*.jsonl.gz")
+
+
+def _taken(run: Path, step: int) -> list:
+    """The batches each corpus gave by `step`, as its checkpoint holds them (the "taken" of
+    MixedBatches.state_dict, wherever the loop's state puts it)."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            found.extend(v for k, v in node.items() if k == "taken")
+            node = list(node.values())
+        for child in node if isinstance(node, list) else ():
+            walk(child)
+
+    walk(json.loads((run / "checkpoints" / f"step-{step:08d}" / "state.json").read_text()))
+    assert len(found) == 1
+    return found[0]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_raw_corpora_mixed_are_prepared_into_the_run_and_resume_exactly(tmp_path, capsys):
+    books, tweets = _raw_corpora(tmp_path)
+    spec = f"{books}=0.7,{tweets}=0.3"
+    args = ["pretrain", "--data", spec, "--vocab-size", "120", "--max-steps", "6",
+            "--save-every", "2", "--keep-checkpoints", "3", *TINY]
+    whole = tmp_path / "whole"
+    assert main(args + ["--out", str(whole)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("WordPiece vocabulary of 120 pieces") == 1  # one, on both corpora
+    data = whole / "data"
+    assert sorted(p.name for p in data.iterdir()) == ["1-books", "2-tweets", "vocabulary"]
+    fingerprint = tokenizer_fingerprint(Tokenizer.load(data / "vocabulary"))
+    for part, files in (("1-books", 1), ("2-tweets", 2)):
+        manifest = json.loads((data / part / "manifest.json").read_text())
+        assert manifest["tokenizer"]["fingerprint"] == fingerprint
+        assert len(manifest["sources"]) == files
+    assert f"a mixture of {data / '1-books'} (70%), {data / '2-tweets'} (30%)" in err
+    # the shares asked, and the command line as typed
+    assert _taken(whole, 6) == allocate(6, [0.7, 0.3]) == [4, 2]
+    argv = shlex.split(json.loads((whole / "training_args.json").read_text())["command"])
+    assert argv[argv.index("--data") + 1] == spec
+
+    # cut at step 2 and resumed: nothing trained or prepared again, the same weights
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    for late in (cut / "checkpoints").glob("step-*"):
+        if late.name != "step-00000002":
+            shutil.rmtree(late)
+    (cut / "model.safetensors").unlink()
+    os.utime(books)  # the same bytes touched: the same data
+    assert main(args + ["--out", str(cut), "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "WordPiece" not in err and err.count("already prepared from") == 2
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    # the same mixture from a TOML table of file names: the same run
+    config = tmp_path / "mix.toml"
+    config.write_text(f'[data]\n"{books}" = 7\n"{tweets}" = 3\n', encoding="utf-8")
+    table = tmp_path / "table"
+    assert main(["pretrain", "--config", str(config), *args[3:], "--out", str(table)]) == 0
+    c = load_file(str(table / "model.safetensors"))
+    assert all(torch.equal(a[k], c[k]) for k in a)
+
+    # other text under the same name: refused before anything is trained or replaced
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in sorted(data.rglob("*")) if p.is_file()}
+    books.write_text(books.read_text() + "One more sentence at the end.\n", encoding="utf-8")
+    assert main(args[:-len(TINY)] + ["--max-steps", "8", *TINY, "--out", str(whole),
+                                     "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "this run's vocabulary was trained on other text" in err[0], err
+    assert {p: p.read_bytes() for p in sorted(data.rglob("*")) if p.is_file()} == before
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_text_mixed_with_prepared_corpora_takes_their_tokenizer(corpora, tmp_path, capsys):
+    books, web, tok = corpora
+    text = tmp_path / "more.txt"
+    write_corpus(text, docs=40, seed=5)
+    out = tmp_path / "run"
+    assert main(["pretrain", "--data", f"{books}=0.5,{text}=0.25,{web}=0.25", "--out", str(out),
+                 "--max-steps", "2", *TINY]) == 0
+    assert "WordPiece" not in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "data").iterdir()) == ["2-more"]
+    assert (out / "data" / "2-more" / "tokenizer" / "vocab.txt").read_text() \
+        == (books / "tokenizer" / "vocab.txt").read_text()
+
+
+def test_bad_text_in_a_mixture_is_one_line_before_anything_is_written(tmp_path, capsys,
+                                                                        monkeypatch):
+    from bertkit.pretraining import corpus
+
+    books, tweets = _raw_corpora(tmp_path)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"Hello world.\n" * 3 + b"bad \xff here\n")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n")
+    tok = make_tokenizer(tmp_path / "tok")
+
+    def nothing_written(*args, **kwargs):
+        raise AssertionError("a corpus was prepared before the bad one was found")
+
+    monkeypatch.setattr(corpus, "prepare", nothing_written)
+    out = tmp_path / "run"
+    for spec, more, message in (
+            (f"{books}=1,{tweets}=1,{bad}=1", [], f"{bad}:4: not UTF-8 text"),
+            (f"{books}=1,{bad}=1", ["--tokenizer", str(tok)], f"{bad}:4: not UTF-8 text"),
+            (f"{books}=1,{blank}=1", [], f"{blank}: no text (only blank lines)"),
+            (f"{books}=1,{tmp_path / 'none' / '*.txt'}=1", [], "none/*.txt: no files match")):
+        assert main(["pretrain", "--data", spec, *more, "--out", str(out), "--max-steps", "1",
+                     *TINY]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+        assert not out.exists()
 
 
 def test_a_weight_of_a_mixture_table_not_above_zero_names_the_file(corpora, tmp_path, capsys):
@@ -182,3 +328,23 @@ def test_a_weight_of_a_mixture_table_not_above_zero_names_the_file(corpora, tmp_
         assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
             f"error: {config}: data: expected a table of paths with positive numbers (their "
             f"weights), got {{")
+
+
+@pytest.mark.slow
+def test_a_mixed_run_relaunched_under_torchrun_finds_its_prepared_corpora(tmp_path):
+    books, tweets = _raw_corpora(tmp_path)
+    out = tmp_path / "run"
+    args = ["pretrain", "--data", f"{books}=0.7,{tweets}=0.3", "--vocab-size", "120",
+            "--save-every", "2", *TINY, "--out", str(out)]
+    assert main(args + ["--max-steps", "2"]) == 0
+    prepared = {p: p.stat().st_mtime_ns for p in (out / "data").rglob("*") if p.is_file()}
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node", "2", "-m", "bertkit.cli", *args,
+                           "--max-steps", "4", "--resume"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 rank(s)" in done.stderr and "resumed from" in done.stderr
+    assert done.stderr.count("already prepared from") == 2 and "WordPiece" not in done.stderr
+    assert {p: p.stat().st_mtime_ns for p in (out / "data").rglob("*") if p.is_file()} == prepared

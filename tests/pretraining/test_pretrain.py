@@ -314,9 +314,15 @@ def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, mo
 
 
 def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_path, tiny,
-                                                                            capsys):
+                                                                            capsys, monkeypatch):
     import shlex
 
+    from bertkit.pretraining import recipe
+
+    def looked_up_again(root):
+        raise AssertionError("pretrain looks up the latest checkpoint once, before the data")
+
+    monkeypatch.setattr(recipe, "latest_checkpoint", looked_up_again)
     corpus = tiny.write_corpus(tmp_path / "corpus.txt")
     out = tmp_path / "run"
     args = ["pretrain", "--data", str(corpus), "--out", str(out), "--vocab-size", "120", *TINY]
@@ -420,10 +426,17 @@ def test_a_text_file_as_data_and_its_bad_input(prepared, tmp_path, capsys):
     line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out),
                            "--tokenizer", str(prepared / "tokenizer"), "--max-steps", "2"])
     assert "--tokenizer is for a text file as --data" in line
+    # bad input found by reading the whole file is the only line: no "vocabulary ..." before it
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
-    line = _error(capsys, ["pretrain", "--data", str(empty), "--out", str(out), "--max-steps", "2"])
-    assert "empty.txt: no text (only blank lines)" in line
+    assert _cli(["pretrain", "--data", str(empty), "--out", str(out), "--max-steps", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {empty}: no text (only blank lines)"]
+    late = tmp_path / "late.txt"  # its first line is UTF-8, as the format's sniffing reads
+    late.write_bytes(b"Hello world.\n" * 3 + b"bad \xff here\n")
+    assert _cli(["pretrain", "--data", str(late), "--out", str(out), "--max-steps", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {late}:4: not UTF-8 text (byte 0xff at column 5)"]
     assert not out.exists()
 
 
