@@ -69,8 +69,11 @@ def test_new_rows_are_the_mean_of_their_old_pieces(tmp_path, architecture, kind)
                                progress=False)
     old, new = hub.load_weights(source), hub.load_weights(tmp_path / "out")
     V = result.first_id
-    assert result.vocab_size == (V, V + 4) and len(result.words) == 4
-    assert result.pieces[1] < result.pieces[0]
+    # the corpus has no apostrophe: "zoqué’an" held an [UNK], now the piece "'" (no "##'":
+    # punctuation is a word of its own), whose rows are [UNK]'s
+    assert [(c.char, c.count, c.pieces) for c in result.chars] == [("'", 29, ("'",))]
+    assert result.vocab_size == (V, V + 5) and len(result.words) == 4
+    assert result.pieces[1] < result.pieces[0] and result.unknown == (29, 0)
     rows = [k for k in old if "word" in k or "tok_embeddings" in k or k.endswith("bias")
             and old[k].shape == (V,)]
     assert len(rows) == 2  # the embeddings and the decoder bias (its weight is tied)
@@ -78,14 +81,16 @@ def test_new_rows_are_the_mean_of_their_old_pieces(tmp_path, architecture, kind)
         if name not in rows:
             assert torch.equal(new[name], old[name]), name
             continue
-        assert new[name].shape[0] == V + 4
+        assert new[name].shape[0] == V + 5
         assert torch.equal(new[name][:V], old[name])
+        assert torch.equal(new[name][V], old[name][1])  # [UNK]'s
         for i, w in enumerate(result.words):
-            torch.testing.assert_close(new[name][V + i], old[name][list(w.pieces)].mean(0))
+            torch.testing.assert_close(new[name][V + 1 + i], new[name][list(w.pieces)].mean(0))
     tok = Tokenizer.load(tmp_path / "out")
     for i, w in enumerate(result.words):
-        assert tok.encode(w.word.lstrip("\u2581")).ids[1:-1] == [V + i]
-    assert hub.load_config(tmp_path / "out").vocab_size == V + 4
+        assert tok.encode(w.word.lstrip("\u2581")).ids[1:-1] == [V + 1 + i]
+    assert tok.token_to_id("'") == V
+    assert hub.load_config(tmp_path / "out").vocab_size == V + 5
 
 
 @pytest.mark.parametrize("architecture,kind", CASES)
@@ -121,10 +126,11 @@ def test_unused_rows_of_a_padded_vocabulary_are_taken_first(tmp_path):
     result = extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 5, tmp_path / "out",
                                progress=False)
     V = result.first_id
-    assert result.vocab_size == (V + 3, V + 5)
+    assert result.vocab_size == (V + 3, V + 6)  # the piece "'" and 5 words
     old, new = hub.load_weights(source), hub.load_weights(tmp_path / "out")
     name = "model.embeddings.tok_embeddings.weight"
-    torch.testing.assert_close(new[name][V + 1], old[name][list(result.words[1].pieces)].mean(0))
+    torch.testing.assert_close(new[name][V], old[name][1])
+    torch.testing.assert_close(new[name][V + 2], old[name][list(result.words[1].pieces)].mean(0))
 
 
 def test_a_sentence_transformers_directory_stays_one(tmp_path):
@@ -155,17 +161,18 @@ def test_command_line_end_to_end(tmp_path, capsys):
     assert main(["tokenizer", "extend", "--model", str(source), "--input", str(domain),
                  "--add", "3", "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
-    assert f"{out}: 3 words added to the wordpiece vocabulary (ids 90-92; model rows 90 -> 93)" \
-        in printed and "% fewer)" in printed
-    first = Tokenizer.load(out).id_to_token(90)
-    assert f"added: {first} (" in printed
+    assert f"{out}: 1 character and 3 words added to the wordpiece vocabulary (4 pieces, ids " \
+        f"90-93; model rows 90 -> 94)" in printed and "% fewer), 0 of them [UNK] instead of 29" \
+        in printed and "\n  characters: ' (29 x: ')\n" in printed
+    first = Tokenizer.load(out).id_to_token(91)
+    assert f"\n  words: {first} (" in printed
     assert main(["tokenize", "--model", str(out), f"{first.upper()} ka"]) == 0
     count, tokens, ids = capsys.readouterr().out.strip().split("\t")
-    assert tokens.split()[1] == first and ids.split()[1] == "90"
+    assert tokens.split()[1] == first and ids.split()[1] == "91"
     assert main(["tokenize", "--model", str(source), first]) == 0
     assert int(capsys.readouterr().out.split("\t")[0]) > 3  # several pieces before
     assert load_file(str(out / "model.safetensors"))["bert.embeddings.word_embeddings.weight"] \
-        .shape[0] == hub.load_config(out).vocab_size == 93
+        .shape[0] == hub.load_config(out).vocab_size == 94
 
 
 def test_the_domain_text_comes_in_any_shape_prepare_reads(tmp_path, capsys):
