@@ -249,3 +249,46 @@ def test_encoder_without_embeddings_is_refused(tmp_path):
     with pytest.raises(UserError, match="no word embeddings of 90 rows"):
         extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 3, tmp_path / "out",
                           progress=False)
+
+
+def test_max_chars_zero_adds_words_alone(tmp_path, capsys):
+    source = _model_dir(tmp_path, "bert", "wordpiece")
+    assert main(["tokenizer", "extend", "--model", str(source), "--input",
+                 str(_domain(tmp_path / "d.txt")), "--add", "3", "--max-chars", "0",
+                 "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "0 characters and 3 words added to the wordpiece vocabulary (3 pieces, ids 90-92" \
+        in printed and "29 of them [UNK] instead of 29" in printed
+    assert "characters:" not in printed
+    assert main(["tokenizer", "extend", "--model", str(source), "--input",
+                 str(_domain(tmp_path / "d.txt")), "--add", "3", "--max-chars", "-1",
+                 "--out", str(tmp_path / "bad"), "--quiet"]) == 2
+    assert "--max-chars must be 0 or more" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_minilm_reads_the_emoji_it_lacked(tmp_path, minilm_dir):
+    """all-MiniLM-L6-v2 (uncased BERT vocabulary) reads an emoji, and any word holding one,
+    as [UNK]; extended, it reads them as pieces whose rows start as [UNK]'s, every old id and
+    row kept, and transformers reads the directory with bertkit's ids."""
+    transformers = pytest.importorskip("transformers")
+    domain = _write(tmp_path / "d.txt", ["great moviegoers 😀", "loved it😀😀", "so sad 😢",
+                                         "😢 boring", "paid 5₿ for it", "₿ is up"] * 2)
+    result = extend_vocabulary(minilm_dir, [domain], 1, tmp_path / "out", progress=False)
+    V = result.first_id
+    assert [(c.char, c.pieces) for c in result.chars] == [
+        ("😀", ("😀", "##😀")), ("₿", ("₿", "##₿")), ("😢", ("😢", "##😢"))]
+    assert result.unknown == (12, 0) and [w.word for w in result.words] == ["moviegoers"]
+    old, new = hub.load_weights(minilm_dir), hub.load_weights(tmp_path / "out")
+    name = "embeddings.word_embeddings.weight"
+    assert torch.equal(new[name][:V], old[name])
+    assert torch.equal(new[name][V:V + 6], old[name][[100] * 6])  # [UNK]'s row
+    hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    ours, before = Tokenizer.load(tmp_path / "out"), Tokenizer.load(minilm_dir)
+    texts = ["Great movie😀!", "😢😀 ₿5 5₿", "A plain sentence, [MASK] nothing new."]
+    assert [hf(t)["input_ids"] for t in texts] == [ours.encode(t).ids for t in texts]
+    assert ours.encode(texts[0]).tokens == ["[CLS]", "great", "movie", "##😀", "!", "[SEP]"]
+    assert ours.encode(texts[2]).ids == before.encode(texts[2]).ids
+    model, info = transformers.AutoModel.from_pretrained(tmp_path / "out",
+                                                         output_loading_info=True)
+    assert not info["missing_keys"] and model.config.vocab_size == V + 7
