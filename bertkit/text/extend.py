@@ -67,7 +67,8 @@ class NewWord:
     count: int
     """Occurrences in the domain text."""
     pieces: tuple[int, ...]
-    """The ids of the old pieces the word was split into."""
+    """The ids of the pieces the word was split into: old pieces, or new characters' (the
+    words are chosen against the vocabulary with its new characters)."""
 
     @property
     def saving(self) -> int:
