@@ -30,7 +30,8 @@ class TokenizerExtendOptions:
     """The field of a JSONL object or a table row that holds the text."""
     add: int
     """Words to add: those that save the most pieces, count x (pieces - 1). The characters
-    the vocabulary lacks come first, on top of these (see --max-chars)."""
+    the vocabulary lacks come first, on top of these (see --max-chars); 0: characters
+    alone."""
     out: Path = field(metadata={"output": "directory"})
     """Directory for the extended model and tokenizer."""
     min_count: int = 2
@@ -54,11 +55,11 @@ def run_tokenizer_extend(opts: TokenizerExtendOptions) -> int:
     change = f"{abs(100 * (was - now) / max(was, 1)):.1f}% {'fewer' if now <= was else 'more'}"
     chars, words = len(result.chars), len(result.words)
     print(f"{opts.out}: {chars:,} character{'s' * (chars != 1)} and {words:,} "
-          f"word{'s' * (words != 1)} added "
-          f"to the {result.tokenizer.kind} vocabulary ({pieces:,} pieces, ids "
-          f"{result.first_id:,}-{result.first_id + pieces - 1:,}; model rows {before:,} -> "
-          f"{after:,}); the domain text takes {now:,} pieces instead of {was:,} ({change}), "
-          f"{result.unknown[1]:,} of them [UNK] instead of {result.unknown[0]:,}")
+          f"word{'s' * (words != 1)} added to the {result.tokenizer.kind} vocabulary "
+          f"({pieces:,} piece{'s' * (pieces != 1)}, ids {result.first_id:,}-"
+          f"{result.first_id + pieces - 1:,}; model rows {before:,} -> {after:,}); the domain "
+          f"text takes {now:,} pieces instead of {was:,} ({change}), {result.unknown[1]:,} of "
+          f"them [UNK] instead of {result.unknown[0]:,}")
     if result.chars:
         print(f"  characters: {describe_chars(result.chars)}")
     if result.words:

@@ -105,14 +105,16 @@ def count_words(tokenizer: Tokenizer, sources: Sequence[Source],
 
 
 def check_request(add: int, min_count: int, max_chars: int | None = None) -> None:
-    """UserError unless at least one word is asked for, seen at least once, and the limit on
-    characters, if any, is not negative."""
-    if add < 1:
-        raise UserError(f"--add must be at least 1, got {add}")
+    """UserError unless something is asked for (words, or characters: `max_chars` None is
+    all of them), seen at least once, and neither number is negative."""
+    if add < 0:
+        raise UserError(f"--add must be 0 or more, got {add}")
     if min_count < 1:
         raise UserError(f"--min-count must be at least 1, got {min_count}")
     if max_chars is not None and max_chars < 0:
         raise UserError(f"--max-chars must be 0 or more, got {max_chars}")
+    if add == 0 and max_chars == 0:
+        raise UserError("--add 0 and --max-chars 0: nothing asked for")
 
 
 def missing_chars(tokenizer: Tokenizer, counts: Counter, min_count: int = 2,

@@ -207,7 +207,9 @@ def test_the_domain_text_comes_in_any_shape_prepare_reads(tmp_path, capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["--input", "missing.txt"], "missing.txt: domain text does not exist"),
-    (["--add", "0"], "--add must be at least 1"),
+    (["--add", "-1"], "--add must be 0 or more"),
+    (["--add", "0", "--max-chars", "0"], "--add 0 and --max-chars 0: nothing asked for"),
+    (["--add", "0", "--input", "nothing.txt"], "nothing.txt: no word seen 2+ times"),
     (["--input", "bad.txt"], "bad.txt:2: not UTF-8"),
     (["--input", "nothing.txt"], "nothing.txt: no word seen 2+ times"),
     (["--out", "model"], "is the --model"),
@@ -260,6 +262,12 @@ def test_max_chars_zero_adds_words_alone(tmp_path, capsys):
     assert "0 characters and 3 words added to the wordpiece vocabulary (3 pieces, ids 90-92" \
         in printed and "29 of them [UNK] instead of 29" in printed
     assert "characters:" not in printed
+    assert main(["tokenizer", "extend", "--model", str(source), "--input",
+                 str(_domain(tmp_path / "d.txt")), "--add", "0", "--out", str(tmp_path / "c"),
+                 "--quiet"]) == 0  # characters alone
+    assert "1 character and 0 words added to the wordpiece vocabulary (1 piece, ids 90-90" \
+        in capsys.readouterr().out
+    assert Tokenizer.load(tmp_path / "c").vocab_size == 91
     assert main(["tokenizer", "extend", "--model", str(source), "--input",
                  str(_domain(tmp_path / "d.txt")), "--add", "3", "--max-chars", "-1",
                  "--out", str(tmp_path / "bad"), "--quiet"]) == 2

@@ -224,8 +224,9 @@ def test_extended_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, by_hand):
 def test_bad_requests(by_hand, tmp_path):
     tok, domain = by_hand
     counts = count_words(tok, expand([domain]), progress=False)
-    with pytest.raises(UserError, match="--add must be at least 1"):
-        choose_words(tok, counts, add=0)
+    with pytest.raises(UserError, match="--add must be 0 or more"):
+        choose_words(tok, counts, add=-1)
+    assert choose_words(tok, counts, add=0) == []
     with pytest.raises(UserError, match="--min-count must be at least 1"):
         choose_words(tok, counts, add=3, min_count=0)
     (tmp_path / "bad.txt").write_bytes(b"films\n\xff zzz\n")
