@@ -109,7 +109,8 @@ def test_extended_model_equals_transformers(tmp_path, architecture, kind):
         " ".join(w.word.lstrip("\u2581") for w in result.words) + " [MASK] ka"]
     batch = hf_tok(texts, padding=True, return_tensors="pt")
     assert batch["input_ids"].tolist() == ours_tok(texts).input_ids.tolist()
-    assert (batch["input_ids"] >= result.first_id).any()  # the new words are read
+    assert (batch["input_ids"] >= result.first_id + 1).any()  # the new words are read
+    assert (batch["input_ids"] == result.first_id).any()  # and the new character "'"
     ours = hub.load_pretraining_model(tmp_path / "out")
     theirs.eval()
     with torch.no_grad():
