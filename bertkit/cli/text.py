@@ -30,28 +30,41 @@ class TokenizerExtendOptions:
     """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
     text."""
     add: int
-    """Words to add: those that save the most pieces, count x (pieces - 1)."""
+    """Words to add: those that save the most pieces, count x (pieces - 1). The characters
+    the vocabulary lacks come first, on top of these (see --max-chars); 0: characters
+    alone."""
     out: Path = field(metadata={"output": "directory"})
     """Directory for the extended model and tokenizer."""
     min_count: int = 2
-    """Only words seen at least this many times."""
+    """Only words, and characters, seen at least this many times."""
+    max_chars: int | None = None
+    """Characters to add at most, the most frequent of those the vocabulary lacks and the
+    domain's [UNK]s hold (WordPiece: "c" and "##c" each). Default: all of them; 0: none."""
     quiet: bool = False
     """No progress on stderr."""
 
 
 def run_tokenizer_extend(opts: TokenizerExtendOptions) -> int:
     from bertkit.model.extend import extend_vocabulary
-    from bertkit.text.extend import describe
+    from bertkit.text.extend import describe, describe_chars
 
     result = extend_vocabulary(opts.model, opts.input, opts.add, opts.out,
-                               min_count=opts.min_count, text_field=opts.text_field,
-                               progress=not opts.quiet)
+                               min_count=opts.min_count, max_chars=opts.max_chars,
+                               text_field=opts.text_field, progress=not opts.quiet)
     (before, after), (was, now) = result.vocab_size, result.pieces
-    print(f"{opts.out}: {len(result.words):,} words added to the {result.tokenizer.kind} "
-          f"vocabulary (ids {result.first_id:,}-{result.first_id + len(result.words) - 1:,}; "
-          f"model rows {before:,} -> {after:,}); the domain text takes {now:,} pieces instead "
-          f"of {was:,} ({100 * (was - now) / max(was, 1):.1f}% fewer)")
-    print(f"  added: {describe(result.words, result.tokenizer)}")
+    pieces = result.tokenizer.vocab_size - result.first_id
+    change = f"{abs(100 * (was - now) / max(was, 1)):.1f}% {'fewer' if now <= was else 'more'}"
+    chars, words = len(result.chars), len(result.words)
+    print(f"{opts.out}: {chars:,} character{'s' * (chars != 1)} and {words:,} "
+          f"word{'s' * (words != 1)} added to the {result.tokenizer.kind} vocabulary "
+          f"({pieces:,} piece{'s' * (pieces != 1)}, ids {result.first_id:,}-"
+          f"{result.first_id + pieces - 1:,}; model rows {before:,} -> {after:,}); the domain "
+          f"text takes {now:,} pieces instead of {was:,} ({change}), {result.unknown[1]:,} of "
+          f"them [UNK] instead of {result.unknown[0]:,}")
+    if result.chars:
+        print(f"  characters: {describe_chars(result.chars)}")
+    if result.words:
+        print(f"  words: {describe(result.words, result.tokenizer)}")
     return 0
 
 

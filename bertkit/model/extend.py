@@ -8,6 +8,14 @@ training the model reads "moviegoer" about as it read "movie ##go ##er" (the ini
 transformers' `resize_token_embeddings` users, and of Hewitt 2021's argument against random
 rows, here per word).
 
+A new character (one the vocabulary lacked, `bertkit.text.extend.missing_chars`) has no old
+pieces but one: the model read it as [UNK], so its rows start as the [UNK] rows. It is what
+the model has learned for "a character I do not know", the closest meaning it has, so before
+any training the model reads "great😀" (now `great ##😀`) much as it read `[UNK]`. Each new
+piece's logit is then [UNK]'s, so none is more likely than [UNK] was (rare, in a model that
+met these characters only as [UNK]), where the mean of all rows (Hewitt 2021's choice for a
+word without pieces) would make each as likely as an average piece, on every masked position.
+
 The result is the same kind of directory as the input (its config.json kept, `vocab_size`
 changed; every other weight byte for byte; a sentence-transformers pipeline copied), which
 bertkit, `transformers` and sentence-transformers load.
@@ -27,8 +35,9 @@ from safetensors.torch import save_file
 from bertkit.files import UserError, atomic_dir, check_not_input, read_json
 from bertkit.model.hub import load_config, load_weights
 from bertkit.model.kind import ModelKind, require_kind
-from bertkit.text.extend import (NewWord, check_extendable, check_request, choose_words,
-                                 count_words, domain_pieces, extend_tokenizer)
+from bertkit.text.extend import (NewChar, NewWord, add_chars, check_extendable,
+                                 check_request, choose_words, count_words, domain_pieces,
+                                 domain_unknown, extend_tokenizer, missing_chars)
 from bertkit.text.sources import expand
 from bertkit.text.tokenizer import Tokenizer, check_fits
 
@@ -43,14 +52,19 @@ SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_
 @dataclass(frozen=True)
 class Extension:
     """What `extend_vocabulary` added and what it saves on the domain text."""
+    chars: list[NewChar]
+    """The added characters, most frequent first; their pieces take the ids from `first_id`
+    on."""
     words: list[NewWord]
-    """The added words, most useful first; ids from `first_id` on."""
+    """The added words, most useful first; ids after the characters' pieces."""
     first_id: int
     vocab_size: tuple[int, int]
     """The model's vocabulary before and after."""
     pieces: tuple[int, int]
     """Pieces of the domain text before and after (the new tokenizer also splits some other
     words differently: "gorey" as "gore ##y" once "gore" is a word)."""
+    unknown: tuple[int, int]
+    """[UNK] pieces of the domain text before and after."""
     tokenizer: Tokenizer
 
 
@@ -92,16 +106,18 @@ def grow_rows(weights: dict[str, torch.Tensor], names: Sequence[str], size: int,
 
 
 def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
-                      out: str | Path, *, min_count: int = 2, text_field: str = "text",
-                      progress: bool = True) -> Extension:
-    """Add to the model directory `model` the `add` words of the domain text that save the
-    most pieces (seen at least `min_count` times), with their rows, and save it to `out`.
+                      out: str | Path, *, min_count: int = 2, max_chars: int | None = None,
+                      text_field: str = "text", progress: bool = True) -> Extension:
+    """Add to the model directory `model` the characters of the domain text that it lacks
+    (those of its [UNK]s, seen at least `min_count` times, at most `max_chars`: None, all),
+    then the `add` words that save the most pieces (seen at least `min_count` times), with
+    their rows, and save it to `out`.
     `files`: files, folders, globs or `datasets` directories in any format `prepare` reads
     (`bertkit.text.sources`); `text_field` names the text of a JSON line or a table row.
 
     Every input is checked before the text is read; `out` appears whole or not at all.
     """
-    check_request(add, min_count)
+    check_request(add, min_count, max_chars)
     path = require_kind(model, ModelKind.ENCODER)  # a task model's head would not come along
     config = load_config(path)
     tokenizer = Tokenizer.load(path)
@@ -116,13 +132,19 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
     weights = load_weights(path)
     names = vocabulary_weights(weights, config.vocab_size, path)
     counts = count_words(tokenizer, sources, progress)
-    words = choose_words(tokenizer, counts, add, min_count)
-    if not words:
+    chars = missing_chars(tokenizer, counts, min_count, max_chars)
+    lettered = add_chars(tokenizer, chars)
+    words = choose_words(lettered, counts, add, min_count)
+    if not words and not chars:
         raise UserError(f"{sources[0].path}: no word seen {min_count}+ times is split into "
-                        f"several pieces by the tokenizer: nothing to add")
-    grown = extend_tokenizer(tokenizer, words)
+                        f"several pieces by the tokenizer, and no character it lacks is seen "
+                        f"{min_count}+ times: nothing to add")
+    grown = extend_tokenizer(lettered, words)
     size = max(config.vocab_size, grown.vocab_size)
-    weights = grow_rows(weights, names, size, [w.pieces for w in words], tokenizer.vocab_size)
+    weights = grow_rows(weights, names, max(config.vocab_size, lettered.vocab_size),
+                        [(tokenizer.unk_id,)] * (lettered.vocab_size - tokenizer.vocab_size),
+                        tokenizer.vocab_size)  # a new character's rows: see the docstring
+    weights = grow_rows(weights, names, size, [w.pieces for w in words], lettered.vocab_size)
     hf_config = read_json(path / "config.json", "config.json")
     hf_config["vocab_size"] = size
     with atomic_dir(out, replaces=SENTENCE_FILES) as tmp:  # an earlier run's, if not copied
@@ -133,5 +155,6 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
         grown.save(tmp)
         for name in pipeline:
             (shutil.copytree if (path / name).is_dir() else shutil.copy)(path / name, tmp / name)
-    return Extension(words, tokenizer.vocab_size, (config.vocab_size, size),
-                     (domain_pieces(tokenizer, counts), domain_pieces(grown, counts)), grown)
+    return Extension(chars, words, tokenizer.vocab_size, (config.vocab_size, size),
+                     (domain_pieces(tokenizer, counts), domain_pieces(grown, counts)),
+                     (domain_unknown(tokenizer, counts), domain_unknown(grown, counts)), grown)

@@ -23,6 +23,18 @@ old pieces gave it: it beats every split into old pieces, and a split that start
 shorter new word (the only other kind: new pieces start a word) scores at most the old best +
 `MARGIN` + 0.01 x that shorter length. Either way each new word is one token, which
 `extend_tokenizer` checks.
+
+A character that the vocabulary lacks makes a WordPiece word one [UNK] (it has no piece to
+start or continue the word with) and is one [UNK] in a Unigram word (with the unknown
+characters next to it: `tokenizers` fuses them, and this Unigram has no byte fallback). Such a
+word saves nothing as a count of pieces, and the text loses what it said. So the characters
+of the domain's [UNK]s, seen at least `min_count` times there, come first (`missing_chars`,
+`add_chars`): each a piece of its own, for WordPiece both "c" at the start of a word and "##c"
+inside one (only "c" where the pre-tokenizer always cuts c off as a word of its own: CJK,
+punctuation), for Unigram "c" with the score `tokenizers` gave the unknown character, so that
+every segmentation stays what it was with the character in place of the [UNK]. The words are
+then chosen against the vocabulary with those characters, so a word that was [UNK] ("café"
+in a cased vocabulary without "é") is a candidate like any other, with its true saving.
 """
 from __future__ import annotations
 
@@ -39,6 +51,7 @@ from bertkit.files import UserError
 from bertkit.progress import Progress
 from bertkit.text.sources import Source, paragraphs
 from bertkit.text.tokenizer import UNK, Tokenizer
+from bertkit.text.vocab import continuation_pieces, words_of
 
 MARGIN = 1.0
 """How much more likely (in nats) a new Unigram piece is than its word's best old split."""
@@ -54,7 +67,8 @@ class NewWord:
     count: int
     """Occurrences in the domain text."""
     pieces: tuple[int, ...]
-    """The ids of the old pieces the word was split into."""
+    """The ids of the pieces the word was split into: old pieces, or new characters' (the
+    words are chosen against the vocabulary with its new characters)."""
 
     @property
     def saving(self) -> int:
@@ -62,32 +76,72 @@ class NewWord:
         return self.count * (len(self.pieces) - 1)
 
 
+@dataclass(frozen=True)
+class NewChar:
+    """A character of the domain that the vocabulary lacks, and the pieces that add it."""
+    char: str
+    count: int
+    """Its occurrences in the domain's words that the vocabulary read with an [UNK]."""
+    pieces: tuple[str, ...]
+    """The pieces it adds: WordPiece "c" and "##c", those of them the vocabulary lacks and the
+    pre-tokenizer lets occur; Unigram "c"."""
+
+
 def count_words(tokenizer: Tokenizer, sources: Sequence[Source],
                 progress: bool = True) -> Counter:
     """How often each word (as the vocabulary reads it) occurs in the domain text: `sources`
     as `bertkit.text.sources.expand` gives them, in any format `prepare` reads (of JSON lines
     and tables, the text field alone)."""
-    backend = tokenizer.backend
-    normalize = backend.normalizer.normalize_str if backend.normalizer else (lambda s: s)
-    split = backend.pre_tokenizer.pre_tokenize_str if backend.pre_tokenizer \
-        else (lambda s: [(w, None) for w in s.split()])
+    split = words_of(tokenizer.backend)
     counts: Counter = Counter()
     report = Progress("counting words", None, "paragraphs", counts=("words",),
                       enabled=progress)
     for paragraph in paragraphs(sources):
-        words = [w for w, _ in split(normalize(paragraph))]
+        words = split(paragraph)
         counts.update(words)
         report.update(add=1, words=len(words))
     report.finish()
     return counts
 
 
-def check_request(add: int, min_count: int) -> None:
-    """UserError unless at least one word is asked for, seen at least once."""
-    if add < 1:
-        raise UserError(f"--add must be at least 1, got {add}")
+def check_request(add: int, min_count: int, max_chars: int | None = None) -> None:
+    """UserError unless something is asked for (words, or characters: `max_chars` None is
+    all of them), seen at least once, and neither number is negative."""
+    if add < 0:
+        raise UserError(f"--add must be 0 or more, got {add}")
     if min_count < 1:
         raise UserError(f"--min-count must be at least 1, got {min_count}")
+    if max_chars is not None and max_chars < 0:
+        raise UserError(f"--max-chars must be 0 or more, got {max_chars}")
+    if add == 0 and max_chars == 0:
+        raise UserError("--add 0 and --max-chars 0: nothing asked for")
+
+
+def missing_chars(tokenizer: Tokenizer, counts: Counter, min_count: int = 2,
+                  limit: int | None = None) -> list[NewChar]:
+    """The characters of the domain's [UNK]s that the vocabulary lacks, seen at least
+    `min_count` times there, most frequent first (ties by the character), at most `limit`.
+    Only printable characters: a space or control character never reaches a word."""
+    check_request(1, min_count, limit)
+    model, vocab, unk = tokenizer.backend.model, tokenizer.get_vocab(), tokenizer.unk_id
+    found: Counter = Counter()
+    for word, n in counts.items():
+        raw = word.encode("utf-8")  # the model's offsets count bytes
+        for token in model.tokenize(word):
+            if token.id == unk:
+                found.update({c: n * k for c, k in
+                              Counter(raw[slice(*token.offsets)].decode("utf-8")).items()})
+    chars = [c for c in found if c.isprintable() and not c.isspace()]
+    inside = set(continuation_pieces(tokenizer.backend, set(chars))) \
+        if tokenizer.kind == "wordpiece" else set()
+    new = []
+    for c in chars:
+        pieces = tuple(p for p in (c, "##" + c) if p not in vocab
+                       and (p == c or p in inside))
+        if pieces and found[c] >= min_count:
+            new.append(NewChar(c, found[c], pieces))
+    new.sort(key=lambda c: (-c.count, c.char))
+    return new[:limit]
 
 
 def choose_words(tokenizer: Tokenizer, counts: Counter, add: int,
@@ -124,6 +178,12 @@ def domain_pieces(tokenizer: Tokenizer, counts: Counter) -> int:
     return sum(n * len(model.tokenize(word)) for word, n in counts.items())
 
 
+def domain_unknown(tokenizer: Tokenizer, counts: Counter) -> int:
+    """[UNK]s of the whole text whose words are `counts`."""
+    model, unk = tokenizer.backend.model, tokenizer.unk_id
+    return sum(n * sum(t.id == unk for t in model.tokenize(word)) for word, n in counts.items())
+
+
 def check_extendable(tokenizer: Tokenizer, where: str | Path = "tokenizer") -> None:
     """UserError unless the tokenizer's ids are exactly 0 .. vocab_size - 1, its pieces: the
     new words' ids follow them."""
@@ -136,24 +196,53 @@ def check_extendable(tokenizer: Tokenizer, where: str | Path = "tokenizer") -> N
                         f"vocabulary whose ids are 0 to its size - 1")
 
 
-def extend_tokenizer(tokenizer: Tokenizer, words: Sequence[NewWord]) -> Tokenizer:
-    """A copy of `tokenizer` with each word a piece of its own, at ids vocab_size,
+def _scores(tokenizer: Tokenizer) -> tuple[list[float], float]:
+    """A Unigram vocabulary's scores by id, and the score `tokenizers` gives an unknown
+    character."""
+    scores = [score for _, score in json.loads(tokenizer.backend.to_str())["model"]["vocab"]]
+    return scores, min(scores) - _UNK_PENALTY
+
+
+def _grown(tokenizer: Tokenizer, pieces: Sequence[tuple[str, float | None]]) -> Tokenizer:
+    """A copy of `tokenizer` with `pieces` (piece, Unigram score) at ids vocab_size,
     vocab_size + 1, ... in order; the normalizer, pre-tokenizer, specials and template stay."""
     check_extendable(tokenizer)
     spec = json.loads(tokenizer.backend.to_str())
     first = tokenizer.vocab_size
+    for i, (piece, score) in enumerate(pieces):
+        if tokenizer.kind == "wordpiece":
+            spec["model"]["vocab"][piece] = first + i
+        else:
+            spec["model"]["vocab"].append([piece, score])
+    return Tokenizer(tokenizers.Tokenizer.from_str(json.dumps(spec)),
+                     model_max_length=tokenizer.model_max_length, source="extended tokenizer")
+
+
+def add_chars(tokenizer: Tokenizer, chars: Sequence[NewChar]) -> Tokenizer:
+    """A copy of `tokenizer` with the pieces of each character (`NewChar.pieces`) at the ids
+    after its last, in order; a Unigram piece scored as the unknown character was (see the
+    module docstring). Each character is then read without [UNK], which is checked."""
+    score = _scores(tokenizer)[1] if tokenizer.kind == "unigram" else None
+    grown = _grown(tokenizer, [(p, score) for c in chars for p in c.pieces])
+    model, vocab = grown.backend.model, grown.get_vocab()
+    for c in chars:  # twice: at the start of a word and inside it, where it may be
+        text = c.char * (2 if grown.kind == "unigram" or "##" + c.char in vocab else 1)
+        if any(t.id == grown.unk_id for t in model.tokenize(text)):
+            raise AssertionError(f"{text!r} is still [UNK] after adding {c.pieces}")
+    return grown
+
+
+def extend_tokenizer(tokenizer: Tokenizer, words: Sequence[NewWord]) -> Tokenizer:
+    """A copy of `tokenizer` with each word a piece of its own, at ids vocab_size,
+    vocab_size + 1, ... in order; the normalizer, pre-tokenizer, specials and template stay."""
+    first = tokenizer.vocab_size
     if tokenizer.kind == "wordpiece":
-        for i, w in enumerate(words):
-            spec["model"]["vocab"][w.word] = first + i
+        grown = _grown(tokenizer, [(w.word, None) for w in words])
     else:
-        scores = [score for _, score in spec["model"]["vocab"]]
-        unk = min(scores) - _UNK_PENALTY
-        unk_id = tokenizer.unk_id
-        for w in words:
-            best = sum(unk if p == unk_id else scores[p] for p in w.pieces)
-            spec["model"]["vocab"].append([w.word, best + MARGIN + 0.01 * len(w.word)])
-    grown = Tokenizer(tokenizers.Tokenizer.from_str(json.dumps(spec)),
-                      model_max_length=tokenizer.model_max_length, source="extended tokenizer")
+        scores, unk = _scores(tokenizer)
+        grown = _grown(tokenizer, [
+            (w.word, sum(unk if p == tokenizer.unk_id else scores[p] for p in w.pieces)
+             + MARGIN + 0.01 * len(w.word)) for w in words])
     model = grown.backend.model
     for i, w in enumerate(words):
         ids = [t.id for t in model.tokenize(w.word)]
@@ -167,3 +256,9 @@ def describe(words: Sequence[NewWord], tokenizer: Tokenizer, limit: int = 20) ->
     shown = [f"{w.word} ({w.count} x {' '.join(tokenizer.id_to_token(p) or UNK for p in w.pieces)})"
              for w in words[:limit]]
     return ", ".join(shown) + (f", ... ({len(words) - limit} more)" if len(words) > limit else "")
+
+
+def describe_chars(chars: Sequence[NewChar], limit: int = 20) -> str:
+    """`c (count x: pieces)` for the first `limit` characters, for a summary line."""
+    shown = [f"{c.char} ({c.count} x: {' '.join(c.pieces)})" for c in chars[:limit]]
+    return ", ".join(shown) + (f", ... ({len(chars) - limit} more)" if len(chars) > limit else "")

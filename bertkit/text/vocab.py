@@ -160,13 +160,22 @@ def _unigram_normalizer(cased: bool, plain_quotes: bool) -> normalizers.Normaliz
     return normalizers.Sequence(steps)
 
 
-def _continuation_pieces(backend: tokenizers.Tokenizer, chars: set[str]) -> list[str]:
+def words_of(backend: tokenizers.Tokenizer) -> Callable[[str], list[str]]:
+    """The words a text is to the tokenizer's model: normalized and pre-tokenized as the
+    tokenizer does (cut at spaces where it has no pre-tokenizer)."""
+    normalize = backend.normalizer.normalize_str if backend.normalizer else (lambda s: s)
+    if backend.pre_tokenizer is None:
+        return lambda text: normalize(text).split()
+    split = backend.pre_tokenizer.pre_tokenize_str
+    return lambda text: [word for word, _ in split(normalize(text))]
+
+
+def continuation_pieces(backend: tokenizers.Tokenizer, chars: set[str]) -> list[str]:
     """`##c` for every character c that the normalizer and pre-tokenizer can leave inside a
     word (not punctuation, spaces or CJK characters, which stand alone), sorted."""
-    pieces = set()
+    words, pieces = words_of(backend), set()
     for c in chars:
-        for word, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(
-                "a" + c)):
+        for word in words("a" + c):
             pieces.update("##" + d for d in word[1:])
     return sorted(pieces)
 
@@ -184,7 +193,7 @@ def _untrained(kind: str, vocab_size: int, cased: bool, plain_quotes: bool, min_
         # made ordinary pieces again in `_canonical`.
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency,
-            special_tokens=list(SPECIAL_TOKENS) + _continuation_pieces(backend, chars or set()),
+            special_tokens=list(SPECIAL_TOKENS) + continuation_pieces(backend, chars or set()),
             continuing_subword_prefix="##", show_progress=show_progress)
     elif kind == "unigram":
         backend = tokenizers.Tokenizer(tokenizers.models.Unigram())

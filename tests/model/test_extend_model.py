@@ -69,8 +69,11 @@ def test_new_rows_are_the_mean_of_their_old_pieces(tmp_path, architecture, kind)
                                progress=False)
     old, new = hub.load_weights(source), hub.load_weights(tmp_path / "out")
     V = result.first_id
-    assert result.vocab_size == (V, V + 4) and len(result.words) == 4
-    assert result.pieces[1] < result.pieces[0]
+    # the corpus has no apostrophe: "zoqué’an" held an [UNK], now the piece "'" (no "##'":
+    # punctuation is a word of its own), whose rows are [UNK]'s
+    assert [(c.char, c.count, c.pieces) for c in result.chars] == [("'", 29, ("'",))]
+    assert result.vocab_size == (V, V + 5) and len(result.words) == 4
+    assert result.pieces[1] < result.pieces[0] and result.unknown == (29, 0)
     rows = [k for k in old if "word" in k or "tok_embeddings" in k or k.endswith("bias")
             and old[k].shape == (V,)]
     assert len(rows) == 2  # the embeddings and the decoder bias (its weight is tied)
@@ -78,14 +81,16 @@ def test_new_rows_are_the_mean_of_their_old_pieces(tmp_path, architecture, kind)
         if name not in rows:
             assert torch.equal(new[name], old[name]), name
             continue
-        assert new[name].shape[0] == V + 4
+        assert new[name].shape[0] == V + 5
         assert torch.equal(new[name][:V], old[name])
+        assert torch.equal(new[name][V], old[name][1])  # [UNK]'s
         for i, w in enumerate(result.words):
-            torch.testing.assert_close(new[name][V + i], old[name][list(w.pieces)].mean(0))
+            torch.testing.assert_close(new[name][V + 1 + i], new[name][list(w.pieces)].mean(0))
     tok = Tokenizer.load(tmp_path / "out")
     for i, w in enumerate(result.words):
-        assert tok.encode(w.word.lstrip("\u2581")).ids[1:-1] == [V + i]
-    assert hub.load_config(tmp_path / "out").vocab_size == V + 4
+        assert tok.encode(w.word.lstrip("\u2581")).ids[1:-1] == [V + 1 + i]
+    assert tok.token_to_id("'") == V
+    assert hub.load_config(tmp_path / "out").vocab_size == V + 5
 
 
 @pytest.mark.parametrize("architecture,kind", CASES)
@@ -104,7 +109,8 @@ def test_extended_model_equals_transformers(tmp_path, architecture, kind):
         " ".join(w.word.lstrip("\u2581") for w in result.words) + " [MASK] ka"]
     batch = hf_tok(texts, padding=True, return_tensors="pt")
     assert batch["input_ids"].tolist() == ours_tok(texts).input_ids.tolist()
-    assert (batch["input_ids"] >= result.first_id).any()  # the new words are read
+    assert (batch["input_ids"] >= result.first_id + 1).any()  # the new words are read
+    assert (batch["input_ids"] == result.first_id).any()  # and the new character "'"
     ours = hub.load_pretraining_model(tmp_path / "out")
     theirs.eval()
     with torch.no_grad():
@@ -121,10 +127,11 @@ def test_unused_rows_of_a_padded_vocabulary_are_taken_first(tmp_path):
     result = extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 5, tmp_path / "out",
                                progress=False)
     V = result.first_id
-    assert result.vocab_size == (V + 3, V + 5)
+    assert result.vocab_size == (V + 3, V + 6)  # the piece "'" and 5 words
     old, new = hub.load_weights(source), hub.load_weights(tmp_path / "out")
     name = "model.embeddings.tok_embeddings.weight"
-    torch.testing.assert_close(new[name][V + 1], old[name][list(result.words[1].pieces)].mean(0))
+    torch.testing.assert_close(new[name][V], old[name][1])
+    torch.testing.assert_close(new[name][V + 2], old[name][list(result.words[1].pieces)].mean(0))
 
 
 def test_a_sentence_transformers_directory_stays_one(tmp_path):
@@ -155,17 +162,18 @@ def test_command_line_end_to_end(tmp_path, capsys):
     assert main(["tokenizer", "extend", "--model", str(source), "--input", str(domain),
                  "--add", "3", "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
-    assert f"{out}: 3 words added to the wordpiece vocabulary (ids 90-92; model rows 90 -> 93)" \
-        in printed and "% fewer)" in printed
-    first = Tokenizer.load(out).id_to_token(90)
-    assert f"added: {first} (" in printed
+    assert f"{out}: 1 character and 3 words added to the wordpiece vocabulary (4 pieces, ids " \
+        f"90-93; model rows 90 -> 94)" in printed and "% fewer), 0 of them [UNK] instead of 29" \
+        in printed and "\n  characters: ' (29 x: ')\n" in printed
+    first = Tokenizer.load(out).id_to_token(91)
+    assert f"\n  words: {first} (" in printed
     assert main(["tokenize", "--model", str(out), f"{first.upper()} ka"]) == 0
     count, tokens, ids = capsys.readouterr().out.strip().split("\t")
-    assert tokens.split()[1] == first and ids.split()[1] == "90"
+    assert tokens.split()[1] == first and ids.split()[1] == "91"
     assert main(["tokenize", "--model", str(source), first]) == 0
     assert int(capsys.readouterr().out.split("\t")[0]) > 3  # several pieces before
     assert load_file(str(out / "model.safetensors"))["bert.embeddings.word_embeddings.weight"] \
-        .shape[0] == hub.load_config(out).vocab_size == 93
+        .shape[0] == hub.load_config(out).vocab_size == 94
 
 
 def test_the_domain_text_comes_in_any_shape_prepare_reads(tmp_path, capsys):
@@ -200,7 +208,9 @@ def test_the_domain_text_comes_in_any_shape_prepare_reads(tmp_path, capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["--input", "missing.txt"], "missing.txt: domain text does not exist"),
-    (["--add", "0"], "--add must be at least 1"),
+    (["--add", "-1"], "--add must be 0 or more"),
+    (["--add", "0", "--max-chars", "0"], "--add 0 and --max-chars 0: nothing asked for"),
+    (["--add", "0", "--input", "nothing.txt"], "nothing.txt: no word seen 2+ times"),
     (["--input", "bad.txt"], "bad.txt:2: not UTF-8"),
     (["--input", "nothing.txt"], "nothing.txt: no word seen 2+ times"),
     (["--out", "model"], "is the --model"),
@@ -242,3 +252,52 @@ def test_encoder_without_embeddings_is_refused(tmp_path):
     with pytest.raises(UserError, match="no word embeddings of 90 rows"):
         extend_vocabulary(source, [_domain(tmp_path / "d.txt")], 3, tmp_path / "out",
                           progress=False)
+
+
+def test_max_chars_zero_adds_words_alone(tmp_path, capsys):
+    source = _model_dir(tmp_path, "bert", "wordpiece")
+    assert main(["tokenizer", "extend", "--model", str(source), "--input",
+                 str(_domain(tmp_path / "d.txt")), "--add", "3", "--max-chars", "0",
+                 "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "0 characters and 3 words added to the wordpiece vocabulary (3 pieces, ids 90-92" \
+        in printed and "29 of them [UNK] instead of 29" in printed
+    assert "characters:" not in printed
+    assert main(["tokenizer", "extend", "--model", str(source), "--input",
+                 str(_domain(tmp_path / "d.txt")), "--add", "0", "--out", str(tmp_path / "c"),
+                 "--quiet"]) == 0  # characters alone
+    assert "1 character and 0 words added to the wordpiece vocabulary (1 piece, ids 90-90" \
+        in capsys.readouterr().out
+    assert Tokenizer.load(tmp_path / "c").vocab_size == 91
+    assert main(["tokenizer", "extend", "--model", str(source), "--input",
+                 str(_domain(tmp_path / "d.txt")), "--add", "3", "--max-chars", "-1",
+                 "--out", str(tmp_path / "bad"), "--quiet"]) == 2
+    assert "--max-chars must be 0 or more" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_minilm_reads_the_emoji_it_lacked(tmp_path, minilm_dir):
+    """all-MiniLM-L6-v2 (uncased BERT vocabulary) reads an emoji, and any word holding one,
+    as [UNK]; extended, it reads them as pieces whose rows start as [UNK]'s, every old id and
+    row kept, and transformers reads the directory with bertkit's ids."""
+    transformers = pytest.importorskip("transformers")
+    domain = _write(tmp_path / "d.txt", ["great moviegoers 😀", "loved it😀😀", "so sad 😢",
+                                         "😢 boring", "paid 5₿ for it", "₿ is up"] * 2)
+    result = extend_vocabulary(minilm_dir, [domain], 1, tmp_path / "out", progress=False)
+    V = result.first_id
+    assert [(c.char, c.pieces) for c in result.chars] == [
+        ("😀", ("😀", "##😀")), ("₿", ("₿", "##₿")), ("😢", ("😢", "##😢"))]
+    assert result.unknown == (12, 0) and [w.word for w in result.words] == ["moviegoers"]
+    old, new = hub.load_weights(minilm_dir), hub.load_weights(tmp_path / "out")
+    name = "embeddings.word_embeddings.weight"
+    assert torch.equal(new[name][:V], old[name])
+    assert torch.equal(new[name][V:V + 6], old[name][[100] * 6])  # [UNK]'s row
+    hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    ours, before = Tokenizer.load(tmp_path / "out"), Tokenizer.load(minilm_dir)
+    texts = ["Great movie😀!", "😢😀 ₿5 5₿", "A plain sentence, [MASK] nothing new."]
+    assert [hf(t)["input_ids"] for t in texts] == [ours.encode(t).ids for t in texts]
+    assert ours.encode(texts[0]).tokens == ["[CLS]", "great", "movie", "##😀", "!", "[SEP]"]
+    assert ours.encode(texts[2]).ids == before.encode(texts[2]).ids
+    model, info = transformers.AutoModel.from_pretrained(tmp_path / "out",
+                                                         output_loading_info=True)
+    assert not info["missing_keys"] and model.config.vocab_size == V + 7

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from bertkit.files import UserError
-from bertkit.text.extend import choose_words, count_words, domain_pieces, extend_tokenizer
+from bertkit.text.extend import (add_chars, choose_words, count_words, domain_pieces,
+                                 domain_unknown, extend_tokenizer, missing_chars)
 from bertkit.text.sources import expand
 from bertkit.text.tokenizer import SPECIAL_TOKENS, Tokenizer
 from bertkit.text.vocab import train_tokenizer
@@ -60,6 +61,75 @@ def test_new_words_are_one_token_and_old_pieces_stay(by_hand):
     assert grown.encode("filmgoers").tokens[1:-1] == ["filmgoer", "##s"]
     assert grown.encode("the film [MASK].").ids == tok.encode("the film [MASK].").ids
     assert grown.do_lower_case and grown.kind == "wordpiece"
+
+
+def test_missing_characters_are_added_in_both_forms(by_hand, tmp_path):
+    """Uncased BERT keeps an emoji inside a word ("film😀": one [UNK]) and cuts CJK off
+    character by character: the emoji comes as "😀" and "##😀", the CJK character as "水"
+    alone; a character seen once is left as it was."""
+    tok, _ = by_hand
+    domain = _write_lines(tmp_path / "d.txt", ["film😀 FILM😀 😀", "水 水水 ☃ the"])
+    counts = count_words(tok, expand([domain]), progress=False)
+    assert counts == {"film😀": 2, "😀": 1, "水": 3, "☃": 1, "the": 1}
+    assert domain_unknown(tok, counts) == 7
+    chars = missing_chars(tok, counts)
+    assert [(c.char, c.count, c.pieces) for c in chars] == [  # ties by the character
+        ("水", 3, ("水",)), ("😀", 3, ("😀", "##😀"))]
+    assert missing_chars(tok, counts, min_count=1)[-1].char == "☃"
+    assert [c.char for c in missing_chars(tok, counts, limit=1)] == ["水"]
+    assert missing_chars(tok, counts, limit=0) == []
+    grown = add_chars(tok, chars)
+    V = tok.vocab_size
+    assert [grown.id_to_token(V + i) for i in range(3)] == ["水", "😀", "##😀"]
+    assert all(grown.id_to_token(i) == tok.id_to_token(i) for i in range(V))
+    assert grown.encode("Film😀 水水 ☃ 😀😀").tokens[1:-1] == [
+        "film", "##😀", "水", "水", "[UNK]", "😀", "##😀"]
+    assert domain_unknown(grown, counts) == 1
+    plain = "The filmgoer liked films, zzz [MASK]."
+    assert grown.encode(plain).ids == tok.encode(plain).ids
+    with pytest.raises(UserError, match="--max-chars must be 0 or more"):
+        missing_chars(tok, counts, limit=-1)
+
+
+def test_a_word_that_was_unknown_is_chosen_once_its_character_is_there(by_hand, tmp_path):
+    """A cased vocabulary without "é" reads "café" as one [UNK], which saves nothing: with "é"
+    and "##é" added, it is c ##a ##f ##é, four pieces, and the word is chosen for them."""
+    (tmp_path / "vocab.txt").write_text("\n".join(PIECES) + "\n", encoding="utf-8")
+    tok = Tokenizer.from_vocab(tmp_path / "vocab.txt", lowercase=False)
+    domain = _write_lines(tmp_path / "d.txt", ["café café cafés films films"])
+    counts = count_words(tok, expand([domain]), progress=False)
+    assert [w.word for w in choose_words(tok, counts, add=5)] == ["films"]  # café: [UNK]
+    chars = missing_chars(tok, counts)
+    assert [(c.char, c.count, c.pieces) for c in chars] == [("é", 3, ("é", "##é"))]
+    lettered = add_chars(tok, chars)
+    words = choose_words(lettered, counts, add=5)
+    assert [(w.word, w.saving) for w in words] == [("café", 6), ("films", 2)]
+    assert words[0].pieces[-1] == lettered.token_to_id("##é") == tok.vocab_size + 1
+    grown = extend_tokenizer(lettered, words)
+    assert grown.encode("café cafés é").tokens[1:-1] == ["café", "café", "##s", "é"]
+    assert domain_unknown(tok, counts) == 3 and domain_unknown(grown, counts) == 0
+
+
+def test_unigram_reads_a_new_character_where_it_read_unk(tmp_path):
+    """bertkit's Unigram has no byte fallback: an unknown character is [UNK], and a run of
+    them one fused [UNK]. Each is a piece once added, scored as the unknown character was,
+    so the rest of the segmentation stays as it was."""
+    tok = train_tokenizer([_corpus(tmp_path / "c.txt")], vocab_size=90, kind="unigram",
+                          progress=False)
+    domain = _write_lines(tmp_path / "d.txt", ["kalo😀 ka☃☃lo 😀 水"])
+    counts = count_words(tok, expand([domain]), progress=False)
+    chars = missing_chars(tok, counts)
+    assert [(c.char, c.count, c.pieces) for c in chars] == [("☃", 2, ("☃",)),
+                                                           ("😀", 2, ("😀",))]
+    grown = add_chars(tok, chars)
+    old, new = tok.encode("ka☃☃lo kalo😀 水"), grown.encode("ka☃☃lo kalo😀 水")
+    unk, V = tok.unk_id, tok.vocab_size
+    assert old.ids.count(unk) == 3 and new.ids.count(unk) == 1  # 水, seen once
+    assert [i for i in old.ids if i != unk] == [i for i in new.ids if i < V and i != unk]
+    assert new.tokens[new.ids.index(V):][:3] == ["☃", "☃", "lo"]
+    assert new.tokens.count("😀") == 1
+    plain = "kalo tsube ka [MASK]"
+    assert grown.encode(plain).ids == tok.encode(plain).ids
 
 
 def _corpus(path, seed=0):
@@ -130,13 +200,21 @@ def test_extended_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, by_hand):
         tok = train_tokenizer([_corpus(tmp_path / "c.txt")], vocab_size=90, kind=kind,
                               progress=False)
         domain = _domain(tmp_path / "d.txt")
-    words = choose_words(tok, count_words(tok, expand([domain]), progress=False), add=4)
-    grown = extend_tokenizer(tok, words)
+    with domain.open("a", encoding="utf-8") as f:  # characters the vocabulary lacks
+        f.write("ribe☃ 😀😀 水水 film😀\n" * 2)
+    counts = count_words(tok, expand([domain]), progress=False)
+    chars = missing_chars(tok, counts)
+    assert {"☃", "😀", "水"} <= {c.char for c in chars}
+    lettered = add_chars(tok, chars)
+    words = choose_words(lettered, counts, add=4)
+    grown = extend_tokenizer(lettered, words)
     grown.save(tmp_path / "tok")
     hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
     texts = domain.read_text(encoding="utf-8").splitlines() + [
         "“Kalomérian’s” filmgoers [MASK] zzz", "", " ".join(w.word.lstrip("\u2581")
-                                                           for w in words)]
+                                                           for w in words),
+        "☃😀水 ka😀lo 水ka ☃ .😀. bekalo😀"]
+    assert grown.encode(texts[-1]).ids.count(tok.unk_id) == 0
     for text in texts:
         assert hf(text)["input_ids"] == grown.encode(text).ids, text
     assert len(hf) == grown.vocab_size
@@ -146,8 +224,9 @@ def test_extended_tokenizer_loads_in_auto_tokenizer(tmp_path, kind, by_hand):
 def test_bad_requests(by_hand, tmp_path):
     tok, domain = by_hand
     counts = count_words(tok, expand([domain]), progress=False)
-    with pytest.raises(UserError, match="--add must be at least 1"):
-        choose_words(tok, counts, add=0)
+    with pytest.raises(UserError, match="--add must be 0 or more"):
+        choose_words(tok, counts, add=-1)
+    assert choose_words(tok, counts, add=0) == []
     with pytest.raises(UserError, match="--min-count must be at least 1"):
         choose_words(tok, counts, add=3, min_count=0)
     (tmp_path / "bad.txt").write_bytes(b"films\n\xff zzz\n")
