@@ -641,14 +641,17 @@ def _check_stop(run: _Run, state: _State, stop: _StopSignal) -> None:
     logged = state.step % run.cfg.log_every == 0 or _final_step(run, state)
     if run.distributed and not logged:
         return
-    wanted = (run.cfg.max_time is not None and state.train_seconds >= 60 * run.cfg.max_time) \
-        or stop.signum is not None
+    # 2: a signal, 1: out of time; the ranks take the largest, so a signal that reached one
+    # rank alone stops every rank as interrupted (a rank that stopped for time would evaluate
+    # while the others checkpoint: each waiting in its own collective)
+    reason = 2.0 if stop.signum is not None else float(
+        run.cfg.max_time is not None and state.train_seconds >= 60 * run.cfg.max_time)
     if run.distributed:
-        flag = torch.tensor([float(wanted)])
+        flag = torch.tensor([reason])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        wanted = bool(flag.item())
-    if wanted:
-        state.stopped_by = "interrupted" if stop.signum is not None else "max_time"
+        reason = flag.item()
+    if reason:
+        state.stopped_by = "interrupted" if reason == 2 else "max_time"
 
 
 def _evaluation_due(run: _Run, state: _State) -> bool:
