@@ -501,10 +501,19 @@ def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
     return opts, why
 
 
+def check_split(opts: PretrainOptions, world: int) -> None:
+    """Refuse batches that do not split over the ranks: before a text --data is prepared and
+    before the ranks meet, so the refusal comes at once."""
+    for size in {opts.batch_size, opts.early_batch_size}:
+        if size % world:
+            raise UserError(f"a batch of {size} sequences does not split over {world} ranks")
+
+
 def pretrain(opts: PretrainOptions,
              command_line: Callable[[PretrainOptions], str] | None = None) -> TrainResult:
     """Pretrain per `opts`; see the module docstring. `command_line(resolved options)` gives
     the shell line recorded in OUT/training_args.json (the CLI's; none from a library call)."""
+    check_split(opts, int(os.environ.get("WORLD_SIZE", "1")))
     device = _device(opts.device)
     joined = start_distributed(device, opts.dist_timeout)
     try:
@@ -531,10 +540,6 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
         data = parts[0][0]
         load_manifest(data)
         tokenizer = Tokenizer.load(data / "tokenizer")
-        for size in {opts.batch_size, opts.early_batch_size}:
-            if size % world:
-                raise UserError(f"a batch of {size} sequences does not split over {world} "
-                                f"ranks")
         # the command line keeps the text file; what follows reads its prepared directory
         prepared = dataclasses.replace(opts, data=data)
         batches = _train_batches(prepared, parts, rank, world)  # checks the shards' sums
