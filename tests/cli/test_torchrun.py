@@ -2,14 +2,28 @@
 own report for anything else (the runs themselves: tests/pretraining/test_elastic.py)."""
 from __future__ import annotations
 
-import pytest
+import signal
 
-from bertkit.cli.torchrun import bertkit_errors_only
+import pytest
+from torch.distributed.elastic.multiprocessing import api
+
+from bertkit.cli import torchrun
+from bertkit.cli.torchrun import quiet_status
 
 
 @pytest.mark.parametrize("codes,quiet", [
-    ([2], True), ([2, 2], True), ([2, -15], True), ([2, 143], True), ([2, 130], True),
-    ([1], False), ([-9], False), ([2, 1], False), ([-9, 2], False), ([-15, 2], False), ([], False),
+    ([2], 2), ([2, 2], 2), ([2, -15], 2), ([2, 143], 2), ([2, 130], 2),
+    ([130, 130], 130), ([130, -15], 130), ([130, 2], None),
+    ([1], None), ([-9], None), ([2, 1], None), ([-9, 2], None), ([-15, 2], None), ([], None),
 ])
-def test_only_bertkit_errors_are_left_quiet(codes, quiet):
-    assert bertkit_errors_only(codes) is quiet
+def test_only_bertkit_errors_and_interruptions_are_left_quiet(codes, quiet):
+    assert quiet_status(codes) == quiet
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_launcher_ends_it_with_its_status_and_no_traceback(monkeypatch, signum):
+    def stopped(args):  # torchrun's handler, once the workers are stopped
+        raise api.SignalException(f"Process 1 got signal: {signum}", sigval=signum)
+
+    monkeypatch.setattr("torch.distributed.run.run", stopped)
+    assert torchrun.main(["--standalone", "-m", "bertkit.cli", "pretrain"]) == 128 + signum
