@@ -35,6 +35,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
+from bertkit import signals
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
                             Precision, Schedule, TrainConfig, preset)
 from bertkit.files import UserError, check_not_input
@@ -480,8 +481,8 @@ def prepared_data(opts: PretrainOptions, rank: int = 0) -> Path:
                 with contextlib.suppress(OSError):
                     opts.out.rmdir()
             raise
-    if dist.is_initialized():
-        dist.barrier()
+    if dist.is_initialized():  # the others wait in Python, where a SIGTERM still stops them
+        signals.wait(dist.barrier(async_op=True))
     return data
 
 

@@ -669,6 +669,7 @@ def _evaluate(run: _Run, state: _State) -> None:
             result[0] = {k: float(v) for k, v in run.evaluate(run.model).items()}
         run.model.train()
     if run.distributed:
+        signals.wait(dist.barrier(async_op=True))  # the others wait for rank 0 in Python
         dist.broadcast_object_list(result, src=0)
     state.eval_metrics, state.last_eval_step = result[0], state.step
     run.log.record({"step": state.step, "split": "eval",
@@ -714,6 +715,8 @@ def _checkpoint(run: _Run, state: _State) -> None:
                         keep=run.cfg.keep_checkpoints,
                         state={**state.saved(), "scaler": run.scaler.state_dict(),
                                "ranks": ranks, "fingerprint": run.fingerprint})
+    if run.distributed:  # the others wait for the save in Python, not in the next all-reduce
+        signals.wait(dist.barrier(async_op=True))
     if state.stopped_by == "interrupted":
         run.log.say(f"saved a checkpoint at step {state.step}; continue with --resume")
 
@@ -742,7 +745,7 @@ def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] 
         # Ranks leave together once rank 0 has written, and drop DDP (its communication
         # hooks) before anyone tears the process group down.
         run.objective = None
-        dist.barrier()
+        signals.wait(dist.barrier(async_op=True))
 
 
 def _save_best(root: Path, model: nn.Module, value: float, step: int) -> None:
