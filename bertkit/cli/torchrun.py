@@ -2,9 +2,11 @@
 
     bertkit-torchrun --standalone --nproc_per_node 2 -m bertkit.cli pretrain --data D ...
 
-takes every argument torchrun takes and runs torchrun's own launcher. Two things differ. Each
+takes every argument torchrun takes and runs torchrun's own launcher. Three things differ. Each
 restart of the workers meets in a store of its own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, unless
-set): torch 2.13's shared store hands restarted workers the dead round's addresses. And when
+set): torch 2.13's shared store hands restarted workers the dead round's addresses. Unless
+OMP_NUM_THREADS is set, the ranks of a machine share its physical cores, where torchrun gives
+each one thread. And when
 the ranks failed with bertkit's error exit (2: bad input, a peer that left, a collective past
 --dist-timeout; each rank has printed its `error: ...` line) and no rank crashed, it exits 2
 quietly, where torchrun prints its ChildFailedError wall (a traceback of the launcher and a
@@ -53,12 +55,20 @@ class _NoBertkitErrorLine(logging.Filter):
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.run import determine_local_world_size, parse_args, run
+
+    from bertkit.runtime import physical_cores
 
     # torch 2.13's torchrun keeps one TCPStore across restarts, where restarted workers of
     # several nodes read the addresses of the dead round (bertkit.pretraining.recipe.restart_store)
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     args = parse_args(argv)
+    if "OMP_NUM_THREADS" not in os.environ:
+        # torchrun gives every rank 1 thread when it starts several, and a rank cannot tell
+        # that 1 from the user's: the physical cores shared among the local ranks, as one
+        # process takes them all (bertkit.cli.pretraining.tune_runtime)
+        local = determine_local_world_size(args.nproc_per_node)
+        os.environ["OMP_NUM_THREADS"] = str(max(1, physical_cores() // local))
     api.logger.addFilter(_NoBertkitErrorLine())
     try:
         run(args)

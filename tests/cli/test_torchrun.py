@@ -2,6 +2,7 @@
 own report for anything else (the runs themselves: tests/pretraining/test_elastic.py)."""
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -27,3 +28,21 @@ def test_a_signal_to_the_launcher_ends_it_with_its_status_and_no_traceback(monke
 
     monkeypatch.setattr("torch.distributed.run.run", stopped)
     assert torchrun.main(["--standalone", "-m", "bertkit.cli", "pretrain"]) == 128 + signum
+
+
+@pytest.mark.parametrize("given,threads", [(None, "8"), ("3", "3")])
+def test_the_ranks_of_a_machine_share_its_cores_unless_omp_num_threads_says(monkeypatch, given,
+                                                                            threads):
+    """torchrun gives every rank of several 1 thread, which a rank cannot tell from the user's."""
+    seen = []
+    monkeypatch.setenv("OMP_NUM_THREADS", "x")  # put back after the test
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    if given is None:
+        monkeypatch.delenv("OMP_NUM_THREADS")
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", given)
+    monkeypatch.setattr("bertkit.runtime.physical_cores", lambda: 16)
+    monkeypatch.setattr("torch.distributed.run.run",
+                        lambda args: seen.append(os.environ["OMP_NUM_THREADS"]))
+    assert torchrun.main(["--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli"]) == 0
+    assert seen == [threads]
