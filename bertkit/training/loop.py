@@ -202,7 +202,9 @@ class _StopSignal:
             signals.restore(sig, handler)
 
     def _handle(self, signum, frame):
-        if self.signum is not None and signum == signal.SIGINT:
+        # a second Ctrl-C aborts; so does any signal after one: torchrun passes its launcher's
+        # second Ctrl-C on as SIGTERM (two SIGTERMs, the launcher's and the scheduler's, do not)
+        if self.signum is not None and signal.SIGINT in (signum, self.signum):
             raise KeyboardInterrupt
         self.signum = signum
         if self.announce:

@@ -230,6 +230,21 @@ def test_ranks_agree_on_why_they_stop(monkeypatch, mine, peers, stopped_by):
     assert stopped == stopped_by
 
 
+@pytest.mark.parametrize("first,second,aborts", [
+    (signal.SIGINT, signal.SIGINT, True), (signal.SIGTERM, signal.SIGINT, True),
+    (signal.SIGINT, signal.SIGTERM, True),  # torchrun's launcher passes a second Ctrl-C so
+    (signal.SIGTERM, signal.SIGTERM, False)])  # the scheduler's and the launcher's SIGTERM
+def test_a_second_ctrl_c_aborts(first, second, aborts):
+    stop = loop._StopSignal(announce=False)
+    stop._handle(first, None)
+    if aborts:
+        with pytest.raises(KeyboardInterrupt):
+            stop._handle(second, None)
+    else:
+        stop._handle(second, None)
+        assert stop.signum == second
+
+
 def test_early_stopping_keeps_the_best_weights(tmp_path, tiny):
     scores = iter([0.1, 0.5, 0.4, 0.3, 0.2, 0.1])
     snapshots = {}
