@@ -20,6 +20,7 @@ asyncio loop that holds it keeps its own).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -146,9 +147,24 @@ def wait(work) -> None:
     work.wait()
 
 
+def end_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Have the kernel send `signum` to this process when its parent ends (Linux; elsewhere
+    nothing). torchrun starts its workers in sessions of their own: a launcher killed with -9
+    (the OOM killer) left them training, holding the run's lock, beyond the reach of Ctrl-C.
+    With SIGTERM they save a checkpoint and stop, as when the launcher stops them. Only for a
+    parent that forked from its main thread (torchrun's agent): the signal comes when the
+    forking thread ends."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signum), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before the call
+        os.kill(os.getpid(), signum)
+
+
 def restore(signum: int, previous) -> None:
     """Give back the handler `handle` replaced."""
     signal.signal(signum, previous)
 
 
-__all__ = ["GRACE", "handle", "restore", "wait"]
+__all__ = ["GRACE", "end_with_parent", "handle", "restore", "wait"]

@@ -3,6 +3,7 @@ native code past the grace period exits with the signal's status (the stuck case
 rank in a gloo collective, is tests/pretraining/test_elastic.py)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -124,3 +125,42 @@ def test_a_rank_waiting_for_rank_0_alone_runs_its_handlers_and_keeps_the_timeout
     finally:
         signals.restore(signal.SIGUSR1, previous)
     assert len(seen) == 1 and seen[0] - sent < 1.5
+
+
+ORPHAN = """
+import os, signal, subprocess, sys, time
+from bertkit import signals
+if sys.argv[1] == "parent":
+    subprocess.Popen([sys.executable, __file__, "child"], start_new_session=True)
+    time.sleep(60)
+else:
+    signal.signal(signal.SIGTERM, lambda *a: (print("SIGTERM", flush=True), sys.exit(0)))
+    signals.end_with_parent()
+    print(os.getpid(), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_whose_launcher_is_killed_gets_sigterm(tmp_path):
+    """torchrun's workers run in sessions of their own: a launcher killed with -9 left them
+    training on (an orphan holding the run's lock)."""
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN)
+    out = open(tmp_path / "child.out", "w")
+    parent = subprocess.Popen([sys.executable, str(script), "parent"], stdout=out,
+                              env=dict(os.environ))
+    child_output = tmp_path / "child.out"
+    deadline = time.time() + 30
+    while not child_output.read_text().strip() and time.time() < deadline:
+        time.sleep(0.1)
+    child = int(child_output.read_text().split()[0])
+    parent.kill()
+    parent.wait()
+    while time.time() < deadline and "SIGTERM" not in child_output.read_text():
+        time.sleep(0.1)
+    try:
+        assert "SIGTERM" in child_output.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)

@@ -242,6 +242,8 @@ def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
     watchdog ends the process, with the TORCH_NCCL_ASYNC_ERROR_HANDLING=1 torchrun sets)."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return False
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's worker: stop when its agent dies
+        signals.end_with_parent()
     if device.type == "cuda":
         torch.cuda.set_device(device)
     wait = datetime.timedelta(seconds=timeout)
