@@ -6,7 +6,8 @@
 The lock is the file DIR/.bertkit.lock holding the owner's pid, host and start time, created
 with O_EXCL (exactly one process creates it). A second process gets one line,
 "DIR is in use by pid N on HOST (started ...)". The lock of a process that no longer runs on
-this host (killed with -9, the machine's power cut) is taken over with a notice. The lock is
+this host (killed with -9, the machine's power cut) is taken over with a notice; so is one of a
+worker of the same torchrun job on any host (rank 0 of an earlier round of restarts). The lock is
 released when the block ends, by an exception too; the CLI turns SIGTERM into an exit that
 runs it. A directory the lock made is removed with it if nothing was written there. A process
 that already holds the lock may take it again (nested calls). Once it holds the lock, a process
@@ -26,6 +27,16 @@ from pathlib import Path
 from bertkit.files import UserError, announce_swept, sweep_leftovers
 
 LOCK_FILE = ".bertkit.lock"
+
+
+def _earlier_round(holder: dict, me: dict) -> bool:
+    """Whether the lock is another process's of the same torchrun job (TORCHELASTIC_RUN_ID,
+    its --rdzv-id; not torchrun's default "none", which jobs share):
+    a worker of an earlier round, since torchrun stops every worker of a round before it
+    starts the next. Its host may be another node (ranks are dealt anew at each round), where
+    whether it runs cannot be asked."""
+    return (me["job"] not in (None, "none") and holder.get("job") == me["job"]
+            and (holder.get("pid"), holder.get("host")) != (me["pid"], me["host"]))
 
 
 class RunLock:
@@ -53,7 +64,7 @@ class RunLock:
         self.directory.mkdir(parents=True, exist_ok=True)
         me = {"pid": os.getpid(), "host": socket.gethostname(),
               "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-              "command": " ".join(sys.argv)}
+              "command": " ".join(sys.argv), "job": os.environ.get("TORCHELASTIC_RUN_ID")}
         for _ in range(2):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -61,10 +72,15 @@ class RunLock:
                 holder = self._holder()
                 if holder.get("pid") == me["pid"] and holder.get("host") == me["host"]:
                     return  # this process holds it already; the outer holder releases it
-                if not self._stale(holder, me["host"]):
+                if _earlier_round(holder, me):
+                    print(f"note: {self.directory}: taking over the lock of pid "
+                          f"{holder['pid']} on {holder.get('host')}, a worker of this torchrun "
+                          f"job's earlier round", file=sys.stderr)
+                elif self._stale(holder, me["host"]):
+                    print(f"note: {self.directory}: taking over the lock of pid "
+                          f"{holder['pid']}, which no longer runs", file=sys.stderr)
+                else:
                     raise UserError(self._in_use(holder)) from None
-                print(f"note: {self.directory}: taking over the lock of pid {holder['pid']}, "
-                      f"which no longer runs", file=sys.stderr)
                 self.path.unlink(missing_ok=True)
                 continue
             try:

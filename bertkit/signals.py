@@ -11,6 +11,7 @@ when the handler has not run within its grace (`GRACE`, 10 s), the main thread i
 exits at once with 128 + the signal's number, as the signal's default action would (the run's
 lock is then taken over and its temporaries swept by the next run, as after `kill -9`). A
 handler that runs in time decides alone (the training loop's: finish the step, checkpoint).
+So a rank that waits for rank 0 alone (its evaluation, its save) waits in Python (`wait`).
 
 Signal dispositions belong to the whole process; so does this watch (one thread, started by
 the first `handle()` in the main thread, and only while the wakeup descriptor is free: an
@@ -19,6 +20,7 @@ asyncio loop that holds it keeps its own).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -133,9 +135,36 @@ def handle(signum: int, handler: Handler, grace: float = GRACE):
     return previous
 
 
+def wait(work) -> None:
+    """Wait for an asynchronous collective (`dist.barrier(async_op=True)`) in Python, a few
+    times a second, so that a signal's handler runs meanwhile. A rank that waits for rank 0's
+    work alone (preparing the data, evaluating, saving) is not stuck: blocked in native code
+    it would be taken for stuck by the watch and end without its checkpoint. The collective's
+    own timeout (--dist-timeout) still bounds the wait: `work` then completes with its error,
+    which `wait` raises."""
+    while not work.is_completed():
+        time.sleep(0.05)
+    work.wait()
+
+
+def end_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Have the kernel send `signum` to this process when its parent ends (Linux; elsewhere
+    nothing). torchrun starts its workers in sessions of their own: a launcher killed with -9
+    (the OOM killer) left them training, holding the run's lock, beyond the reach of Ctrl-C.
+    With SIGTERM they save a checkpoint and stop, as when the launcher stops them. Only for a
+    parent that forked from its main thread (torchrun's agent): the signal comes when the
+    forking thread ends."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signum), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before the call
+        os.kill(os.getpid(), signum)
+
+
 def restore(signum: int, previous) -> None:
     """Give back the handler `handle` replaced."""
     signal.signal(signum, previous)
 
 
-__all__ = ["GRACE", "handle", "restore"]
+__all__ = ["GRACE", "end_with_parent", "handle", "restore", "wait"]

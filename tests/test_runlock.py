@@ -192,3 +192,25 @@ def test_every_command_that_writes_a_directory_locks_it(tmp_path, holder, capsys
         assert err == f"error: {run} is in use by pid {holder.pid} on {socket.gethostname()}" \
                       f" (started {err.split('(started ')[1]}", err
     assert os.listdir(run) == [LOCK_FILE]
+
+
+def test_the_lock_of_an_earlier_round_of_the_same_torchrun_job_is_taken_on_any_host(
+        tmp_path, monkeypatch, capsys):
+    """After a restart rank 0 may be on another node: the lock of the earlier round's rank 0,
+    killed there, is taken over; another job's lock from elsewhere is not, nor one of
+    torchrun's default --rdzv-id "none", which names no job."""
+    (tmp_path / "run").mkdir()
+    lock = tmp_path / "run" / LOCK_FILE
+    for mine, theirs, taken in (("mini-0427", "base-0427", False), ("mini-0427", None, False),
+                                ("none", "none", False), ("mini-0427", "mini-0427", True)):
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", mine)
+        lock.write_text(json.dumps({"pid": 4242, "host": "node1.example", "started": "then",
+                                    "job": theirs}), encoding="utf-8")
+        if not taken:
+            with pytest.raises(UserError, match="in use by pid 4242 on node1.example"):
+                RunLock(tmp_path / "run").acquire()
+            continue
+        with RunLock(tmp_path / "run"):
+            assert json.loads(lock.read_text(encoding="utf-8"))["job"] == "mini-0427"
+    assert ("taking over the lock of pid 4242 on node1.example, a worker of this torchrun "
+            "job's earlier round") in capsys.readouterr().err

@@ -3,6 +3,7 @@ native code past the grace period exits with the signal's status (the stuck case
 rank in a gloo collective, is tests/pretraining/test_elastic.py)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -85,3 +86,81 @@ def test_a_signal_to_a_forked_child_is_not_the_parents(tmp_path):
                           timeout=60)
     assert done.returncode == 0 and "parent alive" in done.stdout, done.stderr
     assert "parent handled" not in done.stdout
+
+
+def _two_gloo_ranks(timeout: float):
+    """Two gloo process groups of one process (threads make both: each waits for the other)."""
+    import datetime
+    import threading
+
+    import torch.distributed as dist
+
+    store, groups = dist.HashStore(), {}
+
+    def join(rank):
+        groups[rank] = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=timeout))
+
+    threads = [threading.Thread(target=join, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return groups
+
+
+def test_a_rank_waiting_for_rank_0_alone_runs_its_handlers_and_keeps_the_timeout():
+    """A barrier waited for in Python: the handler of a signal that comes meanwhile runs at once
+    (blocked in native code it would not until the wait ended, and the watch would end the
+    process), and a peer that never comes still fails the wait at the group's timeout."""
+    groups = _two_gloo_ranks(timeout=3)
+    seen = []
+    previous = signals.handle(signal.SIGUSR1, lambda signum, frame: seen.append(time.time()),
+                              grace=5)
+    try:
+        sent = time.time()
+        subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -USR1 {os.getpid()}"])
+        with pytest.raises(RuntimeError, match="Timed out waiting"):
+            signals.wait(groups[0].barrier())  # rank 1 is busy: it never comes
+        assert 2.5 < time.time() - sent < 10
+    finally:
+        signals.restore(signal.SIGUSR1, previous)
+    assert len(seen) == 1 and seen[0] - sent < 1.5
+
+
+ORPHAN = """
+import os, signal, subprocess, sys, time
+from bertkit import signals
+if sys.argv[1] == "parent":
+    subprocess.Popen([sys.executable, __file__, "child"], start_new_session=True)
+    time.sleep(60)
+else:
+    signal.signal(signal.SIGTERM, lambda *a: (print("SIGTERM", flush=True), sys.exit(0)))
+    signals.end_with_parent()
+    print(os.getpid(), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_whose_launcher_is_killed_gets_sigterm(tmp_path):
+    """torchrun's workers run in sessions of their own: a launcher killed with -9 left them
+    training on (an orphan holding the run's lock)."""
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN)
+    out = open(tmp_path / "child.out", "w")
+    parent = subprocess.Popen([sys.executable, str(script), "parent"], stdout=out,
+                              env=dict(os.environ))
+    child_output = tmp_path / "child.out"
+    deadline = time.time() + 30
+    while not child_output.read_text().strip() and time.time() < deadline:
+        time.sleep(0.1)
+    child = int(child_output.read_text().split()[0])
+    parent.kill()
+    parent.wait()
+    while time.time() < deadline and "SIGTERM" not in child_output.read_text():
+        time.sleep(0.1)
+    try:
+        assert "SIGTERM" in child_output.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)

@@ -2,13 +2,17 @@
 
     bertkit-torchrun --standalone --nproc_per_node 2 -m bertkit.cli pretrain --data D ...
 
-takes every argument torchrun takes and runs torchrun's own launcher. Two things differ. Each
+takes every argument torchrun takes and runs torchrun's own launcher. Three things differ. Each
 restart of the workers meets in a store of its own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, unless
-set): torch 2.13's shared store hands restarted workers the dead round's addresses. And when
+set): torch 2.13's shared store hands restarted workers the dead round's addresses. Unless
+OMP_NUM_THREADS is set, the ranks of a machine share its physical cores, where torchrun gives
+each one thread. And when
 the ranks failed with bertkit's error exit (2: bad input, a peer that left, a collective past
 --dist-timeout; each rank has printed its `error: ...` line) and no rank crashed, it exits 2
 quietly, where torchrun prints its ChildFailedError wall (a traceback of the launcher and a
-table of the failures) under the error. Any other failure (a traceback, a kill) is reported as
+table of the failures) under the error. A run stopped by Ctrl-C or SIGTERM ends quietly too,
+where torchrun adds its traceback or wall: sent to the launcher, it exits 128 + the signal's
+number; sent to one worker, every rank saves, stops and exits 130, and so does it. Any other failure (a traceback, a kill) is reported as
 torchrun reports it. torchrun itself cannot be told: it raises the wall for any non-zero exit.
 
 torchrun --max-restarts N restarts the workers after any failure, bertkit's errors too: bad
@@ -22,41 +26,61 @@ import sys
 
 USER_ERROR = 2
 """The exit status of a bertkit command that printed one `error: ...` line."""
+INTERRUPTED = 130
+"""The exit status of a run stopped by Ctrl-C or SIGTERM after it saved a checkpoint."""
 STOPPED = {130, 128 + 15, -15}
 """A rank that torchrun stopped after another failed: interrupted, or SIGTERM's status."""
 
 
-def bertkit_errors_only(exitcodes: list[int]) -> bool:
-    """Whether the failures of a run are bertkit's errors: the first to fail exited 2, the
-    others exited 2 or were stopped by torchrun when the first failed."""
-    return bool(exitcodes) and exitcodes[0] == USER_ERROR and all(
-        code == USER_ERROR or code in STOPPED for code in exitcodes[1:])
+def quiet_status(exitcodes: list[int]) -> int | None:
+    """The status to exit with, quietly, when the failures of a run are bertkit's own: the
+    first to fail printed its error line (2) or saved and stopped (130), the others did the
+    same or were stopped by torchrun when the first failed. None: torchrun's report."""
+    if not exitcodes or exitcodes[0] not in (USER_ERROR, INTERRUPTED):
+        return None
+    first = exitcodes[0]
+    if all(code == first or code in STOPPED for code in exitcodes[1:]):
+        return first
+    return None
 
 
 class _NoBertkitErrorLine(logging.Filter):
-    """Drops torchrun's "failed (exitcode: 2)" log line, the start of its wall."""
+    """Drops torchrun's "failed (exitcode: 2)" log line (and 130's), the start of its wall."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.msg.startswith("failed (exitcode: %s)")
-                    and record.args and record.args[0] == USER_ERROR)
+                    and record.args and record.args[0] in (USER_ERROR, INTERRUPTED))
 
 
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.run import determine_local_world_size, parse_args, run
+
+    from bertkit.runtime import physical_cores
 
     # torch 2.13's torchrun keeps one TCPStore across restarts, where restarted workers of
     # several nodes read the addresses of the dead round (bertkit.pretraining.recipe.restart_store)
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     args = parse_args(argv)
+    if "OMP_NUM_THREADS" not in os.environ:
+        # torchrun gives every rank 1 thread when it starts several, and a rank cannot tell
+        # that 1 from the user's: the physical cores shared among the local ranks, as one
+        # process takes them all (bertkit.cli.pretraining.tune_runtime)
+        local = determine_local_world_size(args.nproc_per_node)
+        os.environ["OMP_NUM_THREADS"] = str(max(1, physical_cores() // local))
     api.logger.addFilter(_NoBertkitErrorLine())
     try:
         run(args)
+    except api.SignalException as e:
+        # Ctrl-C or SIGTERM to the launcher: torchrun passed it to the workers, which saved a
+        # checkpoint and said so (or, stuck, exited); torchrun would add its traceback
+        return 128 + int(e.sigval)
     except ChildFailedError as e:
         failures = sorted(e.failures.values(), key=lambda f: f.timestamp)
-        if bertkit_errors_only([f.exitcode for f in failures]):
-            return USER_ERROR
+        status = quiet_status([f.exitcode for f in failures])
+        if status is not None:
+            return status
         return record(_raise)(e)  # torchrun's report: the error files and the table
     return 0
 

@@ -36,6 +36,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
+from bertkit import signals
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
                             Precision, Schedule, TrainConfig, preset)
 from bertkit.files import UserError, check_not_input
@@ -247,6 +248,8 @@ def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
     watchdog ends the process, with the TORCH_NCCL_ASYNC_ERROR_HANDLING=1 torchrun sets)."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return False
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's worker: stop when its agent dies
+        signals.end_with_parent()
     if device.type == "cuda":
         torch.cuda.set_device(device)
     wait = datetime.timedelta(seconds=timeout)
@@ -470,8 +473,8 @@ def prepared_data(opts: PretrainOptions, rank: int = 0, keep: bool | None = None
             prepare_text(opts.data, data, tokenizer=opts.tokenizer or opts.init,
                          vocab_size=opts.vocab_size, text_field=opts.text_field,
                          leave_out=[opts.out], keep=_resumes(opts, keep))
-    if dist.is_initialized():
-        dist.barrier()
+    if dist.is_initialized():  # the others wait in Python, where a SIGTERM still stops them
+        signals.wait(dist.barrier(async_op=True))
     return data
 
 
@@ -526,8 +529,8 @@ def mixture_parts(opts: PretrainOptions, mixture: list[tuple[Path, float]], rank
                             vocabulary=opts.out / TEXT_DATA / MIXTURE_VOCABULARY,
                             vocab_size=opts.vocab_size, text_field=opts.text_field,
                             leave_out=[opts.out], keep=_resumes(opts, keep))
-    if dirs and dist.is_initialized():
-        dist.barrier()
+    if dirs and dist.is_initialized():  # waited in Python, as for one corpus
+        signals.wait(dist.barrier(async_op=True))
     return [(dirs.get(i, data), weight) for i, (data, weight) in enumerate(mixture)]
 
 
@@ -571,10 +574,19 @@ def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
     return opts, why
 
 
+def check_split(opts: PretrainOptions, world: int) -> None:
+    """Refuse batches that do not split over the ranks: before a text --data is prepared and
+    before the ranks meet, so the refusal comes at once."""
+    for size in {opts.batch_size, opts.early_batch_size}:
+        if size % world:
+            raise UserError(f"a batch of {size} sequences does not split over {world} ranks")
+
+
 def pretrain(opts: PretrainOptions,
              command_line: Callable[[PretrainOptions], str] | None = None) -> TrainResult:
     """Pretrain per `opts`; see the module docstring. `command_line(resolved options)` gives
     the shell line recorded in OUT/training_args.json (the CLI's; none from a library call)."""
+    check_split(opts, int(os.environ.get("WORLD_SIZE", "1")))
     device = _device(opts.device)
     joined = start_distributed(device, opts.dist_timeout)
     try:
@@ -601,10 +613,6 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
         data = parts[0][0]
         load_manifest(data)
         tokenizer = Tokenizer.load(data / "tokenizer")
-        for size in {opts.batch_size, opts.early_batch_size}:
-            if size % world:
-                raise UserError(f"a batch of {size} sequences does not split over {world} "
-                                f"ranks")
         # the command line keeps the text file; what follows reads its prepared directory
         prepared = dataclasses.replace(opts, data=data)
         batches = _train_batches(prepared, parts, rank, world)  # checks the shards' sums

@@ -202,7 +202,9 @@ class _StopSignal:
             signals.restore(sig, handler)
 
     def _handle(self, signum, frame):
-        if self.signum is not None and signum == signal.SIGINT:
+        # a second Ctrl-C aborts; so does any signal after one: torchrun passes its launcher's
+        # second Ctrl-C on as SIGTERM (two SIGTERMs, the launcher's and the scheduler's, do not)
+        if self.signum is not None and signal.SIGINT in (signum, self.signum):
             raise KeyboardInterrupt
         self.signum = signum
         if self.announce:
@@ -641,14 +643,17 @@ def _check_stop(run: _Run, state: _State, stop: _StopSignal) -> None:
     logged = state.step % run.cfg.log_every == 0 or _final_step(run, state)
     if run.distributed and not logged:
         return
-    wanted = (run.cfg.max_time is not None and state.train_seconds >= 60 * run.cfg.max_time) \
-        or stop.signum is not None
+    # 2: a signal, 1: out of time; the ranks take the largest, so a signal that reached one
+    # rank alone stops every rank as interrupted (a rank that stopped for time would evaluate
+    # while the others checkpoint: each waiting in its own collective)
+    reason = 2.0 if stop.signum is not None else float(
+        run.cfg.max_time is not None and state.train_seconds >= 60 * run.cfg.max_time)
     if run.distributed:
-        flag = torch.tensor([float(wanted)])
+        flag = torch.tensor([reason])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        wanted = bool(flag.item())
-    if wanted:
-        state.stopped_by = "interrupted" if stop.signum is not None else "max_time"
+        reason = flag.item()
+    if reason:
+        state.stopped_by = "interrupted" if reason == 2 else "max_time"
 
 
 def _evaluation_due(run: _Run, state: _State) -> bool:
@@ -666,6 +671,7 @@ def _evaluate(run: _Run, state: _State) -> None:
             result[0] = {k: float(v) for k, v in run.evaluate(run.model).items()}
         run.model.train()
     if run.distributed:
+        signals.wait(dist.barrier(async_op=True))  # the others wait for rank 0 in Python
         dist.broadcast_object_list(result, src=0)
     state.eval_metrics, state.last_eval_step = result[0], state.step
     run.log.record({"step": state.step, "split": "eval",
@@ -711,6 +717,8 @@ def _checkpoint(run: _Run, state: _State) -> None:
                         keep=run.cfg.keep_checkpoints,
                         state={**state.saved(), "scaler": run.scaler.state_dict(),
                                "ranks": ranks, "fingerprint": run.fingerprint})
+    if run.distributed:  # the others wait for the save in Python, not in the next all-reduce
+        signals.wait(dist.barrier(async_op=True))
     if state.stopped_by == "interrupted":
         run.log.say(f"saved a checkpoint at step {state.step}; continue with --resume")
 
@@ -739,7 +747,7 @@ def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] 
         # Ranks leave together once rank 0 has written, and drop DDP (its communication
         # hooks) before anyone tears the process group down.
         run.objective = None
-        dist.barrier()
+        signals.wait(dist.barrier(async_op=True))
 
 
 def _save_best(root: Path, model: nn.Module, value: float, step: int) -> None:

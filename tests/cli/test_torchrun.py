@@ -2,14 +2,47 @@
 own report for anything else (the runs themselves: tests/pretraining/test_elastic.py)."""
 from __future__ import annotations
 
-import pytest
+import os
+import signal
 
-from bertkit.cli.torchrun import bertkit_errors_only
+import pytest
+from torch.distributed.elastic.multiprocessing import api
+
+from bertkit.cli import torchrun
+from bertkit.cli.torchrun import quiet_status
 
 
 @pytest.mark.parametrize("codes,quiet", [
-    ([2], True), ([2, 2], True), ([2, -15], True), ([2, 143], True), ([2, 130], True),
-    ([1], False), ([-9], False), ([2, 1], False), ([-9, 2], False), ([-15, 2], False), ([], False),
+    ([2], 2), ([2, 2], 2), ([2, -15], 2), ([2, 143], 2), ([2, 130], 2),
+    ([130, 130], 130), ([130, -15], 130), ([130, 2], None),
+    ([1], None), ([-9], None), ([2, 1], None), ([-9, 2], None), ([-15, 2], None), ([], None),
 ])
-def test_only_bertkit_errors_are_left_quiet(codes, quiet):
-    assert bertkit_errors_only(codes) is quiet
+def test_only_bertkit_errors_and_interruptions_are_left_quiet(codes, quiet):
+    assert quiet_status(codes) == quiet
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_launcher_ends_it_with_its_status_and_no_traceback(monkeypatch, signum):
+    def stopped(args):  # torchrun's handler, once the workers are stopped
+        raise api.SignalException(f"Process 1 got signal: {signum}", sigval=signum)
+
+    monkeypatch.setattr("torch.distributed.run.run", stopped)
+    assert torchrun.main(["--standalone", "-m", "bertkit.cli", "pretrain"]) == 128 + signum
+
+
+@pytest.mark.parametrize("given,threads", [(None, "8"), ("3", "3")])
+def test_the_ranks_of_a_machine_share_its_cores_unless_omp_num_threads_says(monkeypatch, given,
+                                                                            threads):
+    """torchrun gives every rank of several 1 thread, which a rank cannot tell from the user's."""
+    seen = []
+    monkeypatch.setenv("OMP_NUM_THREADS", "x")  # put back after the test
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    if given is None:
+        monkeypatch.delenv("OMP_NUM_THREADS")
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", given)
+    monkeypatch.setattr("bertkit.runtime.physical_cores", lambda: 16)
+    monkeypatch.setattr("torch.distributed.run.run",
+                        lambda args: seen.append(os.environ["OMP_NUM_THREADS"]))
+    assert torchrun.main(["--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli"]) == 0
+    assert seen == [threads]

@@ -440,6 +440,16 @@ def test_a_text_file_as_data_and_its_bad_input(prepared, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_batch_that_does_not_split_over_the_ranks_is_refused_before_the_text_is_prepared(
+        tmp_path, capsys, monkeypatch, tiny):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it: refused before the ranks meet
+    out = tmp_path / "run"
+    line = _error(capsys, ["pretrain", "--data", str(tiny.write_corpus(tmp_path / "c.txt")),
+                           "--out", str(out), "--batch-size", "7", "--max-steps", "2"])
+    assert line == "error: a batch of 7 sequences does not split over 2 ranks"
+    assert not out.exists()  # nothing prepared
+
+
 def test_corrupt_checkpoint_is_refused_on_resume(prepared, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["pretrain", "--data", str(prepared), "--out", str(out), "--save-every", "2", *TINY]

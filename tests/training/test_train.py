@@ -6,6 +6,7 @@ import json
 import math
 import os
 import signal
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from bertkit.config import ConfigError, EncoderConfig, TrainConfig
 from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import PretrainingModel
+from bertkit.training import loop
 from bertkit.training.loop import train
 from bertkit.training.optimizer import default_param_groups, lr_factor, micro_batches
 from bertkit.training.runlog import loss_curves, plot_loss
@@ -202,6 +204,45 @@ def test_sigterm_finishes_the_step_saves_and_stops(tmp_path, tiny):
     assert not (tmp_path / "run/model.safetensors").exists()  # no final model for a cut run
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or \
         signal.getsignal(signal.SIGTERM) != signal.SIG_IGN
+
+
+@pytest.mark.parametrize("mine,peers,stopped_by", [(None, None, "interrupted"),
+                                                     (signal.SIGTERM, None, "interrupted"),
+                                                     (None, "time", "max_time")])
+def test_ranks_agree_on_why_they_stop(monkeypatch, mine, peers, stopped_by):
+    """A SIGTERM that reached another rank alone stops this one as interrupted too (it took
+    the stop for max_time: it evaluated while the others checkpointed, and all hung)."""
+    cfg = TrainConfig(max_steps=100, log_every=10, max_time=1.0)
+
+    def sent(signum, seconds: float, reduce) -> tuple[torch.Tensor, str | None]:
+        """What a rank with `signum` after `seconds` of training sends to the all-reduce."""
+        state = SimpleNamespace(step=10, train_seconds=seconds, stopped_by=None)
+        tensors = []
+        monkeypatch.setattr(loop.dist, "all_reduce", lambda t, op=None: (tensors.append(
+            t.clone()), reduce(t)))
+        loop._check_stop(SimpleNamespace(distributed=True, cfg=cfg), state,
+                         SimpleNamespace(signum=signum))
+        return tensors[0], state.stopped_by
+
+    theirs, _ = sent(signal.SIGTERM if peers is None else None, 61.0 if peers else 0.0,
+                     lambda t: None)
+    _, stopped = sent(mine, 0.0, lambda t: t.copy_(torch.maximum(t, theirs)))
+    assert stopped == stopped_by
+
+
+@pytest.mark.parametrize("first,second,aborts", [
+    (signal.SIGINT, signal.SIGINT, True), (signal.SIGTERM, signal.SIGINT, True),
+    (signal.SIGINT, signal.SIGTERM, True),  # torchrun's launcher passes a second Ctrl-C so
+    (signal.SIGTERM, signal.SIGTERM, False)])  # the scheduler's and the launcher's SIGTERM
+def test_a_second_ctrl_c_aborts(first, second, aborts):
+    stop = loop._StopSignal(announce=False)
+    stop._handle(first, None)
+    if aborts:
+        with pytest.raises(KeyboardInterrupt):
+            stop._handle(second, None)
+    else:
+        stop._handle(second, None)
+        assert stop.signum == second
 
 
 def test_early_stopping_keeps_the_best_weights(tmp_path, tiny):
