@@ -644,7 +644,7 @@ def _check_stop(run: _Run, state: _State, stop: _StopSignal) -> None:
     wanted = (run.cfg.max_time is not None and state.train_seconds >= 60 * run.cfg.max_time) \
         or stop.signum is not None
     if run.distributed:
-        flag = torch.tensor([float(wanted)])
+        flag = torch.tensor([float(wanted)], device=run.device)  # NCCL takes no CPU tensor
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         wanted = bool(flag.item())
     if wanted:
