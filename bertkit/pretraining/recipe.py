@@ -234,11 +234,18 @@ class PretrainOptions:
 
 
 def _device(requested: str | None) -> torch.device:
+    """The run's device: "cuda" (or none, given a GPU) is this rank's LOCAL_RANK GPU under
+    torchrun; one GPU named for every rank of a node is refused (NCCL: "Duplicate GPU")."""
+    local = int(os.environ.get("LOCAL_RANK", 0))
     if requested is None:
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        return torch.device("cpu")
-    return parse_device(requested)
+        return torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
+    device = parse_device(requested)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", local)
+    if device.type == "cuda" and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > 1:
+        raise UserError(f"--device {requested}: every rank on this node would use that one GPU; "
+                        f"give --device cuda (each rank takes its LOCAL_RANK GPU)")
+    return device
 
 
 def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
