@@ -258,7 +258,10 @@ def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
         torch.cuda.set_device(device)
     wait = datetime.timedelta(seconds=timeout)
     store = restart_store(os.environ, wait)
+    # device_id: NCCL connects now, while every rank is here (not inside the first collective,
+    # a native wait a signal cannot stop), and barriers know the rank's GPU
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=wait,
+                            **({"device_id": device} if device.type == "cuda" else {}),
                             **({} if store is None else dict(
                                 store=store, rank=int(os.environ["RANK"]),
                                 world_size=int(os.environ["WORLD_SIZE"]))))

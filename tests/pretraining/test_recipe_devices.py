@@ -35,3 +35,15 @@ def test_one_gpu_for_every_rank_of_a_node_is_refused(four_gpus, rank_1_of_2):
     with pytest.raises(UserError, match="--device cuda:2: every rank on this node"):
         recipe._device("cuda:2")
 
+
+
+def test_nccl_is_joined_on_the_ranks_gpu(four_gpus, rank_1_of_2, monkeypatch):
+    """device_id: NCCL connects inside init_process_group, and barriers use the rank's GPU."""
+    calls = {}
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.setdefault("set", d))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group",
+                        lambda backend, **kw: calls.update(backend=backend, **kw))
+    assert recipe.start_distributed(torch.device("cuda", 1), timeout=5)
+    assert calls["set"] == torch.device("cuda", 1) and calls["backend"] == "nccl"
+    assert calls["device_id"] == torch.device("cuda", 1)
