@@ -36,7 +36,6 @@ def test_one_gpu_for_every_rank_of_a_node_is_refused(four_gpus, rank_1_of_2):
         recipe._device("cuda:2")
 
 
-
 def test_nccl_is_joined_on_the_ranks_gpu(four_gpus, rank_1_of_2, monkeypatch):
     """device_id: NCCL connects inside init_process_group, and barriers use the rank's GPU."""
     calls = {}
