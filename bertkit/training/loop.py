@@ -485,9 +485,10 @@ def _rank_state(run: _Run, where: Path, ranks: list[dict], step: int) -> tuple[d
     if run.rank < len(ranks):
         return ranks[run.rank]["rng"], ranks[0]["feed"]
     rng = dict(ranks[0]["rng"])
-    rng["torch"] = torch.Generator().manual_seed(
-        ((run.cfg.seed * 1_000_003 + run.rank) * 1_000_003 + step) % 2 ** 63).get_state()
+    seed = ((run.cfg.seed * 1_000_003 + run.rank) * 1_000_003 + step) % 2 ** 63
+    rng["torch"] = torch.Generator().manual_seed(seed).get_state()
     rng.pop("cuda", None)
+    torch.cuda.manual_seed_all(seed)  # dropout on a GPU draws from these, not from torch's
     return rng, ranks[0]["feed"]
 
 

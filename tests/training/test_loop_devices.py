@@ -49,3 +49,18 @@ def test_the_target_count_is_reduced_on_the_runs_device(collectives):
     with pytest.raises(_Reduced):
         loop._micro_weights(run, [{"n": torch.tensor(3, device="meta")}])
     assert collectives == [torch.device("meta")]
+
+
+def test_a_rank_the_checkpoint_lacked_seeds_its_gpu_generators_too(monkeypatch, tmp_path):
+    """Dropout on a GPU draws from the CUDA generators: a rank new to a run seeds them as it
+    seeds torch's (seed, rank, step), not left at torch's default seed, the same on every
+    new rank and for every --seed."""
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
+    run = _run(torch.device("meta"))
+    run.rank, run.world = 2, 3
+    saved = {"rng": {"torch": torch.get_rng_state(), "cuda": [torch.get_rng_state()]},
+             "feed": {"epoch": 0, "index": 5}}
+    rng, _ = loop._rank_state(run, tmp_path, [saved, saved], step=5)
+    assert "cuda" not in rng and len(seeded) == 1
+    assert torch.equal(rng["torch"], torch.Generator().manual_seed(seeded[0]).get_state())
