@@ -286,12 +286,14 @@ def precision_for_speedup(ratio: float) -> tuple[str, str]:
 def choose_precision(device: torch.device | str) -> tuple[str, str]:
     """("bf16" or "fp32", why) for training on `device`, measured, not assumed: a CPU without
     native bf16 emulates it a hundred times slower than fp32 (AVX2), one with AVX512-BF16 or
-    AMX multiplies it several times faster. On a GPU: bf16 where it is supported."""
+    AMX multiplies it several times faster. On a GPU: bf16 where it is native (Ampere on)."""
     device = torch.device(device)
     if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
+        # not by default: torch then says yes for a GPU that emulates bf16 (V100, T4), where
+        # bf16 matmuls run far slower than fp32's
+        if torch.cuda.is_bf16_supported(including_emulation=False):
             return "bf16", f"{torch.cuda.get_device_name(device)} supports bf16"
-        return "fp32", f"{torch.cuda.get_device_name(device)} has no bf16"
+        return "fp32", f"{torch.cuda.get_device_name(device)} has no native bf16"
     if device.type != "cpu":
         return "fp32", f"no bf16 measurement on {device.type}"
     return precision_for_speedup(bf16_speedup(device))

@@ -105,15 +105,19 @@ def test_the_bf16_speedup_is_measured_once_per_process():
     assert (runtime.bf16_warning("bf16", "cpu") is None) == (ratio >= runtime.EMULATED)
 
 
-@pytest.mark.parametrize("supported,precision", [(True, "bf16"), (False, "fp32")])
-def test_on_a_gpu_auto_is_bf16_where_it_is_supported(monkeypatch, supported, precision):
+@pytest.mark.parametrize("name,native,precision", [("NVIDIA H100", True, "bf16"),
+                                                    ("Tesla V100", False, "fp32")])
+def test_on_a_gpu_auto_is_bf16_where_it_is_native(monkeypatch, name, native, precision):
     """What fine-tuning's and pretraining's `--precision auto` choose on a GPU, without
-    measuring (a GPU multiplies bf16 natively where it supports it at all)."""
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: supported)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "NVIDIA H100")
+    measuring: bf16 where the GPU multiplies it natively (Ampere on). torch's
+    is_bf16_supported() says yes by default where it only emulates bf16 (a V100, a T4),
+    whose bf16 matmuls run far slower than fp32's."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: native or including_emulation)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: name)
     monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": pytest.fail("measured"))
     chosen, why = runtime.choose_precision(torch.device("cuda"))
-    assert chosen == precision and why.startswith("NVIDIA H100")
+    assert chosen == precision and why.startswith(name)
     assert runtime.bf16_warning(chosen, "cuda") is None
 
 

@@ -42,7 +42,7 @@ from bertkit.model.encoder import Encoder
 from bertkit.model.hub import load_encoder, save_model
 from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.progress import Progress
-from bertkit.runtime import bf16_warning, resolve_device
+from bertkit.runtime import bf16_warning, choose_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs, cut_warning
 
 LayerSpec = int | Sequence[int] | str
@@ -524,7 +524,7 @@ class EncoderOptions:
     ..."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16); auto: bf16 on
-    a GPU that supports it, else fp32."""
+    a GPU that runs it natively (Ampere on; a V100 or T4 emulates it), else fp32."""
     max_length: int | None = None
     """Cut inputs to this many tokens; none: the model's (sentence-transformers'
     max_seq_length, else its positions)."""
@@ -542,8 +542,7 @@ class EncoderOptions:
         """The Embedder these settings describe, on its device and precision."""
         device, precision = resolve_device(self.device), self.precision
         if precision == "auto":
-            precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() \
-                else "fp32"
+            precision = choose_precision(device)[0] if device.type == "cuda" else "fp32"
         elif warning := bf16_warning(precision, device):
             print(warning, file=sys.stderr)
         return Embedder.load(self.model, device=device, precision=precision,

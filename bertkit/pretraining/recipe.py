@@ -235,11 +235,18 @@ class PretrainOptions:
 
 
 def _device(requested: str | None) -> torch.device:
+    """The run's device: "cuda" (or none, given a GPU) is this rank's LOCAL_RANK GPU under
+    torchrun; one GPU named for every rank of a node is refused (NCCL: "Duplicate GPU")."""
+    local = int(os.environ.get("LOCAL_RANK", 0))
     if requested is None:
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        return torch.device("cpu")
-    return parse_device(requested)
+        return torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
+    device = parse_device(requested)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", local)
+    if device.type == "cuda" and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > 1:
+        raise UserError(f"--device {requested}: every rank on this node would use that one GPU; "
+                        f"give --device cuda (each rank takes its LOCAL_RANK GPU)")
+    return device
 
 
 def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
@@ -254,7 +261,10 @@ def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
         torch.cuda.set_device(device)
     wait = datetime.timedelta(seconds=timeout)
     store = restart_store(os.environ, wait)
+    # device_id: NCCL connects now, while every rank is here (not inside the first collective,
+    # a native wait a signal cannot stop), and barriers know the rank's GPU
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=wait,
+                            **({"device_id": device} if device.type == "cuda" else {}),
                             **({} if store is None else dict(
                                 store=store, rank=int(os.environ["RANK"]),
                                 world_size=int(os.environ["WORLD_SIZE"]))))

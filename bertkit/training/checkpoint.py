@@ -101,7 +101,10 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # one state per GPU the saving process saw: a resume on fewer GPUs (or under another
+        # CUDA_VISIBLE_DEVICES) restores those it has (set_rng_state_all fails on the others)
+        for index, cuda in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda, index)
 
 
 # Fingerprints --------------------------------------------------------------------------------

@@ -487,9 +487,10 @@ def _rank_state(run: _Run, where: Path, ranks: list[dict], step: int) -> tuple[d
     if run.rank < len(ranks):
         return ranks[run.rank]["rng"], ranks[0]["feed"]
     rng = dict(ranks[0]["rng"])
-    rng["torch"] = torch.Generator().manual_seed(
-        ((run.cfg.seed * 1_000_003 + run.rank) * 1_000_003 + step) % 2 ** 63).get_state()
+    seed = ((run.cfg.seed * 1_000_003 + run.rank) * 1_000_003 + step) % 2 ** 63
+    rng["torch"] = torch.Generator().manual_seed(seed).get_state()
     rng.pop("cuda", None)
+    torch.cuda.manual_seed_all(seed)  # dropout on a GPU draws from these, not from torch's
     return rng, ranks[0]["feed"]
 
 
@@ -649,7 +650,7 @@ def _check_stop(run: _Run, state: _State, stop: _StopSignal) -> None:
     reason = 2.0 if stop.signum is not None else float(
         run.cfg.max_time is not None and state.train_seconds >= 60 * run.cfg.max_time)
     if run.distributed:
-        flag = torch.tensor([reason])
+        flag = torch.tensor([reason], device=run.device)  # NCCL takes no CPU tensor
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         reason = flag.item()
     if reason:

@@ -398,3 +398,18 @@ def test_on_a_gpu_a_batch_never_syncs(tiny_bert_dir, sentences, sync_debug_error
     embedder = Embedder.load(tiny_bert_dir, device="cuda", precision="bf16")
     _every_pooling(embedder, sentences)
     assert len(calls) >= 4
+
+
+@pytest.mark.parametrize("native,precision", [(True, "bf16"), (False, "fp32")])
+def test_auto_precision_on_a_gpu_is_bf16_only_where_it_is_native(monkeypatch, tmp_path, native,
+                                                                 precision):
+    """As training's: torch's is_bf16_supported() says yes by default where a GPU emulates
+    bf16 (a V100, a T4), whose bf16 matmuls run far slower than fp32's."""
+    from bertkit.embeddings import embedder as module
+
+    monkeypatch.setattr(module, "resolve_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: native or including_emulation)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "a GPU")
+    monkeypatch.setattr(Embedder, "load", classmethod(lambda cls, model, **kw: kw["precision"]))
+    assert module.EncoderOptions(model=tmp_path).load() == precision

@@ -53,6 +53,20 @@ def test_rng_state_restores_every_generator():
     assert draws[0] == again[0] and draws[1] == again[1] and torch.equal(draws[2], again[2])
 
 
+
+def test_gpu_generators_saved_on_more_gpus_restore_on_fewer(monkeypatch):
+    """A checkpoint made where 2 GPUs were visible resumes where 1 is: its generator gets
+    its state, and no GPU that is not there is asked for one."""
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state",
+                        lambda state, device="cuda": restored.append((int(state[0]), device)))
+    saved = {**rng_state(), "cuda": [torch.tensor([7], dtype=torch.uint8),
+                                     torch.tensor([8], dtype=torch.uint8)]}
+    set_rng_state(saved)
+    assert restored == [(7, 0)]
+
 def test_save_load_round_trip_and_keep_last_k(tmp_path, tiny):
     model, opt = _stepped_model(tiny)
     fp = {"model": model_fingerprint(model), "data": "abc"}
