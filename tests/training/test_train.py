@@ -220,7 +220,7 @@ def test_ranks_agree_on_why_they_stop(monkeypatch, mine, peers, stopped_by):
         tensors = []
         monkeypatch.setattr(loop.dist, "all_reduce", lambda t, op=None: (tensors.append(
             t.clone()), reduce(t)))
-        loop._check_stop(SimpleNamespace(distributed=True, cfg=cfg), state,
+        loop._check_stop(SimpleNamespace(distributed=True, cfg=cfg, device=torch.device("cpu")), state,
                          SimpleNamespace(signum=signum))
         return tensors[0], state.stopped_by
 
