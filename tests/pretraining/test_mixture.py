@@ -3,6 +3,8 @@ with exactly the batches of an uninterrupted run, and `pretrain --data a=W,b=W` 
 table) killed at a checkpoint and resumed to the weights of an uninterrupted run."""
 from __future__ import annotations
 
+import contextlib
+
 import gzip
 import json
 import os
@@ -47,7 +49,15 @@ def test_the_spelling_of_a_mixture(tmp_path):
     odd = tmp_path / "odd=1"
     odd.mkdir()
     assert parse_mixture(odd) is None  # a path that exists is that path
-    for bad, message in (("a=0.7,b", "expected PATH=WEIGHT"), ("a=x,b=1", "not a number"),
+    (tmp_path / "x, y.txt").write_text("text\n")  # a comma, a space and "=" in file names
+    (tmp_path / "a=1,b.txt").write_text("text\n")
+    with contextlib.chdir(tmp_path):
+        assert parse_mixture("x, y.txt=1,a=1,b.txt=3") == [(Path("x, y.txt"), 0.25),
+                                                          (Path("a=1,b.txt"), 0.75)]
+        assert parse_mixture("a=1,b.txt=1, x, y.txt=1,*,*=2") == [
+            (Path("a=1,b.txt"), 0.25), (Path("x, y.txt"), 0.25), (Path("*,*"), 0.5)]
+    for bad, message in (("a=0.7,b", "expected PATH=WEIGHT"),
+                         ("x,y=1", "expected .*got 'x'"), ("a=x,b=1", "not a number"),
                          ("a=0,b=1", "must be positive"), ("a=1,a=2", "named twice"),
                          ("a=-1,b=2", "must be positive")):
         with pytest.raises(UserError, match=message):
