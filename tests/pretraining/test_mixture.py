@@ -285,6 +285,21 @@ def test_raw_corpora_mixed_are_prepared_into_the_run_and_resume_exactly(tmp_path
     assert {p: p.read_bytes() for p in sorted(data.rglob("*")) if p.is_file()} == before
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_a_part_moved_under_another_name_is_found_prepared(tmp_path, capsys):
+    books, tweets = _raw_corpora(tmp_path)
+    args = ["pretrain", "--vocab-size", "120", *TINY, "--out", str(tmp_path / "run")]
+    assert main([*args, "--max-steps", "1", "--data", f"{books}=0.5,{tweets}=0.5"]) == 0
+    novels = books.rename(tmp_path / "novels.txt")  # 1-books is now 1-novels: the same bytes
+    capsys.readouterr()
+    assert main([*args, "--max-steps", "2", "--resume", "--data",
+                 f"{novels}=0.5,{tweets}=0.5"]) == 0
+    err = capsys.readouterr().err
+    data = tmp_path / "run" / "data"
+    assert sorted(p.name for p in data.iterdir()) == ["1-novels", "2-tweets", "vocabulary"]
+    assert f"{data / '1-novels'} is already prepared from {novels}" in err
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_text_mixed_with_prepared_corpora_takes_their_tokenizer(corpora, tmp_path, capsys):
