@@ -236,8 +236,12 @@ def _what_differs(out: Path, sources: list[Source]) -> str:
         if isinstance(then, dict) and then.get("path") == str(source.path.resolve()) and (
                 then.get("bytes"), then.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns):
             continue
-        if i < len(digests) and digests[i] == sha256_file(source.path):
+        digest = sha256_file(source.path)
+        if i < len(digests) and digests[i] == digest:
             continue
+        if digest in digests:
+            return (f"{source.path}: file {digests.index(digest) + 1} when it was made, "
+                    f"{i + 1} now: the same text in another order")
         return f"{source.path}: not the bytes it was made from"
     return f"{sources[0].path}{' ...' if len(sources) > 1 else ''}"
 

@@ -482,6 +482,9 @@ def test_prepare_corpora_shares_one_vocabulary_and_finds_everything_done(tmp_pat
     assert prepare_corpora([texts, other], outs, **kwargs, keep=True) == made
     # other text, resuming: refused before anything is trained or replaced
     before = _files(run)
+    with pytest.raises(UserError, match=re.escape(f"({other}: file 2 when it was made, 1 "
+                                                  f"now: the same text in another order)")):
+        prepare_corpora([other, texts], outs, **kwargs, keep=True)
     other.write_text(other.read_text() + "One more sentence.\n")
     with pytest.raises(UserError, match=r"vocabulary: this run's vocabulary was trained on "
                                         r"other text than it is given now \(" + re.escape(
