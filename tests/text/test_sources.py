@@ -422,7 +422,8 @@ def test_bad_csv_is_one_line_naming_the_file_and_line(tmp_path, name):
     bad.write_bytes((gzip.compress if name.endswith(".gz") else bytes)(
         f"id{sep}text\n1{sep}caf".encode() + b"\xe9\n"))
     assert _error(lambda: list(read_units(expand([bad])[0]))) == (
-        f"{bad}:2: not UTF-8 text (byte 0xe9 at column 6)")
+        f"{bad}:2: not UTF-8 text (byte 0xe9 at column 6): 'é' in Windows-1252, as Excel "
+        f"saves a CSV? iconv -f cp1252 -t utf-8 converts it")
 
 
 def _empty_tables(tmp_path: Path) -> dict[str, Path]:
