@@ -310,7 +310,22 @@ def decode_line(raw: bytes, path: str | os.PathLike, number: int) -> str:
             raise UserError(f"{path}:1: UTF-16 text, not UTF-8: convert it (iconv -f UTF-16 -t "
                             f"UTF-8)") from None
         raise UserError(f"{path}:{number}: not UTF-8 text (byte {e.object[e.start]:#04x} at "
-                        f"column {e.start + 1})") from None
+                        f"column {e.start + 1}){_windows_1252(e.object[e.start])}") from None
+
+
+def _windows_1252(byte: int) -> str:
+    """A hint where the byte that is not UTF-8 is a letter or typographic mark of Windows-1252,
+    what Excel saves a CSV in on Western Windows ("é" as 0xe9); not 0xff ("ÿ"), the byte of
+    binary data far more often."""
+    try:
+        char = bytes([byte]).decode("cp1252")
+    except UnicodeDecodeError:
+        return ""
+    if not (char.isalpha() and byte != 0xff or char in "‘’“”–—€…"):
+        return ""
+    return (f": {char!r} in Windows-1252, as Excel saves a CSV? iconv -f cp1252 -t utf-8 "
+            f"converts it")
+
 
 
 def read_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[tuple[int, str]]:

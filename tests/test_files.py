@@ -365,6 +365,21 @@ def test_every_reader_opens_a_compressed_file_as_what_it_holds(tmp_path, compres
         list(files.read_lines(tmp_path / "bad"))
 
 
+def test_text_not_utf8_says_when_it_reads_as_windows_1252(tmp_path):
+    # Excel's "CSV (Comma delimited)" on Western Windows: "Très" as T r 0xe8 s
+    (tmp_path / "excel.csv").write_bytes("text\nTrès “bon” café\n".encode("cp1252"))
+    with pytest.raises(UserError) as caught:
+        list(files.read_lines(tmp_path / "excel.csv"))
+    assert str(caught.value).endswith("excel.csv:2: not UTF-8 text (byte 0xe8 at column 3): "
+                                      "'è' in Windows-1252, as Excel saves a CSV? iconv -f "
+                                      "cp1252 -t utf-8 converts it")
+    for binary in (b"ok\n\xff\xfe\x00\n", b"ok\n\x81\n", b"ok\n\xa7\n"):
+        (tmp_path / "data").write_bytes(binary)  # 0xff, none in cp1252, not a letter
+        with pytest.raises(UserError, match=r"data:2: not UTF-8 text \(byte 0x[0-9a-f]+ at "
+                                            r"column 1\)$"):
+            list(files.read_lines(tmp_path / "data"))
+
+
 def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path):
     # what Notepad and PowerShell write first: every reader leaves it out, as CSV's did
     bom = b"\xef\xbb\xbf"

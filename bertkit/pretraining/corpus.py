@@ -218,10 +218,32 @@ def _found_done(out: Path, marker: str, request: dict, sources: list[Source]) ->
 
 def _refused(out: Path, sources: list[Source], what: str) -> UserError:
     """A resumed run's data that the text given now would replace."""
-    more = " ..." if len(sources) > 1 else ""
-    return UserError(f"{out}: this run's {what} than it is given now ({sources[0].path}{more}); "
-                     f"resume with the --data it started with, or start a new run in another "
-                     f"--out")
+    return UserError(f"{out}: this run's {what} than it is given now "
+                     f"({_what_differs(out, sources)}); resume with the --data it started "
+                     f"with, or start a new run in another --out")
+
+
+def _what_differs(out: Path, sources: list[Source]) -> str:
+    """Which of the files given differs from those `out` was made from (SOURCE_FILE), in
+    words: the one file changed among many, not the first of them."""
+    saved = _json_or_none(out / SOURCE_FILE)
+    saved = saved if isinstance(saved, dict) else {}
+    files, digests = saved.get("files", [saved.get("file")]), saved.get("sha256") or []
+    if saved and len(files) != len(sources):
+        return f"{len(sources)} file(s), {len(files)} when it was made"
+    for i, (source, then) in enumerate(zip(sources, files if saved else [])):
+        stat = source.path.stat()
+        if isinstance(then, dict) and then.get("path") == str(source.path.resolve()) and (
+                then.get("bytes"), then.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns):
+            continue
+        digest = sha256_file(source.path)
+        if i < len(digests) and digests[i] == digest:
+            continue
+        if digest in digests:
+            return (f"{source.path}: file {digests.index(digest) + 1} when it was made, "
+                    f"{i + 1} now: the same text in another order")
+        return f"{source.path}: not the bytes it was made from"
+    return f"{sources[0].path}{' ...' if len(sources) > 1 else ''}"
 
 
 def prepare_corpora(corpora: Sequence[str | os.PathLike | Sequence[str | os.PathLike]],

@@ -35,11 +35,12 @@ def parse_mixture(spec: str | os.PathLike) -> list[tuple[Path, float]] | None:
     if "=" not in text or Path(text).exists():
         return None
     parts = []
-    for item in text.split(","):
-        name, eq, weight = item.strip().rpartition("=")
-        if not eq or not name:
+    for item in _items(text):
+        name, eq, weight = item.rpartition("=")
+        if not eq or not name or ("," in name and not Path(name).exists()
+                                  and not set("*?[") & set(name)):
             raise UserError(f"--data {text}: expected PATH=WEIGHT,PATH=WEIGHT (a mixture of "
-                            f"corpora), got {item.strip()!r}")
+                            f"corpora), got {item.partition(',')[0]!r}")
         try:
             value = float(weight)
         except ValueError:
@@ -54,6 +55,22 @@ def parse_mixture(spec: str | os.PathLike) -> list[tuple[Path, float]] | None:
         raise UserError(f"--data {text}: a corpus is named twice")
     total = sum(w for _, w in parts)
     return [(p, w / total) for p, w in parts]
+
+
+def _items(text: str) -> list[str]:
+    """The PATH=WEIGHT items of a mixture, split at its commas; a path may hold commas and "="
+    (its weight is after the last "="): a piece with no "=" goes on into the next, and so
+    does a whole item where the path with the next piece exists ("a=1,b.txt" as a file)."""
+    items: list[str] = []
+    for piece in text.split(","):  # spaces kept until the end: "my, books.txt" has one
+        if items:
+            joined = f"{items[-1]},{piece}"
+            name = joined.rpartition("=")[0].strip() if "=" in piece else ""
+            if "=" not in items[-1] or (name and Path(name).exists()):
+                items[-1] = joined
+                continue
+        items.append(piece)
+    return [item.strip() for item in items]
 
 
 def mixture_spec(parts: list[tuple[Path, float]]) -> str:

@@ -39,7 +39,7 @@ from safetensors.torch import save as safetensors_bytes
 from bertkit import signals
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
                             Precision, Schedule, TrainConfig, preset)
-from bertkit.files import UserError, check_not_input
+from bertkit.files import UserError, check_not_input, sha256_file
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
@@ -47,13 +47,14 @@ from bertkit.model.hub import (GENERATOR_DIR, is_model_dir, load_electra, load_p
                                save_electra, save_model)
 from bertkit.pretraining import objectives
 from bertkit.pretraining.electra import ElectraSettings
-from bertkit.pretraining.corpus import (check_tokenizer, load_manifest, prepare_corpora,
-                                        prepare_text)
+from bertkit.pretraining.corpus import (SOURCE_FILE, check_tokenizer, load_manifest,
+                                        prepare_corpora, prepare_text)
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
+from bertkit.text.sources import expand
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.checkpoint import latest_checkpoint, saved_fingerprint
 from bertkit.training.loop import TrainResult, check_config, check_fresh_start, train
@@ -534,6 +535,8 @@ def mixture_parts(opts: PretrainOptions, mixture: list[tuple[Path, float]], rank
     dirs = {i: mixture_dir(opts.out, i, mixture[i][0]) for i in sorted(to_prepare)}
     if dirs and rank == 0:
         with _run_dir(opts.out):
+            for i, place in dirs.items():
+                _moved_part(place, mixture[i][0], opts.text_field, opts.out)
             prepare_corpora([mixture[i][0] for i in dirs], list(dirs.values()),
                             tokenizer=given or (first / "tokenizer" if first else None),
                             vocabulary=opts.out / TEXT_DATA / MIXTURE_VOCABULARY,
@@ -542,6 +545,22 @@ def mixture_parts(opts: PretrainOptions, mixture: list[tuple[Path, float]], rank
     if dirs and dist.is_initialized():  # waited in Python, as for one corpus
         signals.wait(dist.barrier(async_op=True))
     return [(dirs.get(i, data), weight) for i, (data, weight) in enumerate(mixture)]
+
+
+def _moved_part(place: Path, corpus: Path, text_field: str, out: Path) -> None:
+    """A corpus of a mixture moved under another name since the run began has a new K-NAME:
+    the directory of its old name, the only one at its place K, takes the new name when it
+    was prepared from the same bytes (by sha256), so that it is found prepared, not prepared
+    again beside the old one."""
+    olds = [d for d in place.parent.glob(f"{place.name.split('-')[0]}-*") if d.is_dir()]
+    if place.exists() or len(olds) != 1:
+        return
+    # a corpus not there, or no readable SOURCE_FILE: left to the checks that follow
+    with contextlib.suppress(UserError, OSError, ValueError, AttributeError):
+        saved = json.loads((olds[0] / SOURCE_FILE).read_text(encoding="utf-8"))
+        sources = expand([corpus], text_field, "corpus file", [out])
+        if saved.get("sha256") == [sha256_file(s.path) for s in sources]:
+            olds[0].rename(place)
 
 
 def _one_tokenizer(prepared: list[Path]) -> Path | None:

@@ -431,11 +431,29 @@ def _csv_column(source: Source, header: tuple[int, list[str], int] | None) -> in
     number, names = header[0], [name.strip() for name in header[1]]
     if source.field not in names:
         raise UserError(f"{source.path}:{number}: no column \"{source.field}\" in the header "
-                        f"(it has {', '.join(map(repr, names))}; choose one with --text-field)")
+                        f"(it has {', '.join(map(repr, names))}; "
+                        f"{_other_delimiter(source, names)})")
     if names.count(source.field) > 1:
         raise UserError(f"{source.path}:{number}: the header names the column "
                         f"\"{source.field}\" {names.count(source.field)} times")
     return names.index(source.field)
+
+
+def _other_delimiter(source: Source, names: list[str]) -> str:
+    """What to do about a header without the column: choose another (--text-field), or, where
+    it is one column holding another delimiter, the file's real format (a .csv of tabs, the
+    semicolons that Excel writes where a comma is the decimal point)."""
+    found = [d for d in ("\t", ";", ",") if d != DELIMITERS[source.format] and len(names) == 1
+             and source.field in (n.strip() for n in names[0].split(d))]
+    if not found:
+        return "choose one with --text-field"
+    if found[0] != ";":
+        other = "tsv" if found[0] == "\t" else "csv"
+        return f"its fields are separated by {'tabs' if other == 'tsv' else 'commas'}: name " \
+               f"the file .{other}"
+    return ("its fields are separated by ';', which is not read: write it with commas, "
+            "python -c 'import csv,sys; csv.writer(sys.stdout).writerows(csv.reader("
+            "sys.stdin, delimiter=\";\"))' < IN.csv > OUT.csv")
 
 
 def _csv_units(source: Source, after: tuple[int, int]) -> Iterator[Unit]:

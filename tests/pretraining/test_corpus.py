@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -481,11 +482,18 @@ def test_prepare_corpora_shares_one_vocabulary_and_finds_everything_done(tmp_pat
     assert prepare_corpora([texts, other], outs, **kwargs, keep=True) == made
     # other text, resuming: refused before anything is trained or replaced
     before = _files(run)
+    with pytest.raises(UserError, match=re.escape(f"({other}: file 2 when it was made, 1 "
+                                                  f"now: the same text in another order)")):
+        prepare_corpora([other, texts], outs, **kwargs, keep=True)
     other.write_text(other.read_text() + "One more sentence.\n")
     with pytest.raises(UserError, match=r"vocabulary: this run's vocabulary was trained on "
-                                        r"other text than it is given now"):
-        prepare_corpora([texts, other], outs, **kwargs, keep=True)
+                                        r"other text than it is given now \(" + re.escape(
+                                            f"{other}: not the bytes it was made from)")):
+        prepare_corpora([texts, other], outs, **kwargs, keep=True)  # b.txt named, not a.txt
     assert _files(run) == before
+    with pytest.raises(UserError, match=r"\(3 file\(s\), 2 when it was made\)"):
+        prepare_corpora([texts, other, other], [*outs, run / "data" / "3-b"], **kwargs,
+                        keep=True)
 
 
 def test_prepare_corpora_that_fails_leaves_nothing_it_made(tmp_path, tok_dir, monkeypatch):

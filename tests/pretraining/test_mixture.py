@@ -3,6 +3,8 @@ with exactly the batches of an uninterrupted run, and `pretrain --data a=W,b=W` 
 table) killed at a checkpoint and resumed to the weights of an uninterrupted run."""
 from __future__ import annotations
 
+import contextlib
+
 import gzip
 import json
 import os
@@ -47,7 +49,15 @@ def test_the_spelling_of_a_mixture(tmp_path):
     odd = tmp_path / "odd=1"
     odd.mkdir()
     assert parse_mixture(odd) is None  # a path that exists is that path
-    for bad, message in (("a=0.7,b", "expected PATH=WEIGHT"), ("a=x,b=1", "not a number"),
+    (tmp_path / "x, y.txt").write_text("text\n")  # a comma, a space and "=" in file names
+    (tmp_path / "a=1,b.txt").write_text("text\n")
+    with contextlib.chdir(tmp_path):
+        assert parse_mixture("x, y.txt=1,a=1,b.txt=3") == [(Path("x, y.txt"), 0.25),
+                                                          (Path("a=1,b.txt"), 0.75)]
+        assert parse_mixture("a=1,b.txt=1, x, y.txt=1,*,*=2") == [
+            (Path("a=1,b.txt"), 0.25), (Path("x, y.txt"), 0.25), (Path("*,*"), 0.5)]
+    for bad, message in (("a=0.7,b", "expected PATH=WEIGHT"),
+                         ("x,y=1", "expected .*got 'x'"), ("a=x,b=1", "not a number"),
                          ("a=0,b=1", "must be positive"), ("a=1,a=2", "named twice"),
                          ("a=-1,b=2", "must be positive")):
         with pytest.raises(UserError, match=message):
@@ -273,6 +283,21 @@ def test_raw_corpora_mixed_are_prepared_into_the_run_and_resume_exactly(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "this run's vocabulary was trained on other text" in err[0], err
     assert {p: p.read_bytes() for p in sorted(data.rglob("*")) if p.is_file()} == before
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_part_moved_under_another_name_is_found_prepared(tmp_path, capsys):
+    books, tweets = _raw_corpora(tmp_path)
+    args = ["pretrain", "--vocab-size", "120", *TINY, "--out", str(tmp_path / "run")]
+    assert main([*args, "--max-steps", "1", "--data", f"{books}=0.5,{tweets}=0.5"]) == 0
+    novels = books.rename(tmp_path / "novels.txt")  # 1-books is now 1-novels: the same bytes
+    capsys.readouterr()
+    assert main([*args, "--max-steps", "2", "--resume", "--data",
+                 f"{novels}=0.5,{tweets}=0.5"]) == 0
+    err = capsys.readouterr().err
+    data = tmp_path / "run" / "data"
+    assert sorted(p.name for p in data.iterdir()) == ["1-novels", "2-tweets", "vocabulary"]
+    assert f"{data / '1-novels'} is already prepared from {novels}" in err
 
 
 @pytest.mark.slow

@@ -395,6 +395,15 @@ def test_bad_csv_is_one_line_naming_the_file_and_line(tmp_path, name):
     path = tmp_path / name
     assert error("id,body\n1,x\n") == (f"{path}:1: no column \"text\" in the header (it has "
                                        f"'id', 'body'; choose one with --text-field)")
+    wrong, other, named = ("\t", "tsv", "tabs") if sep == "," else (",", "csv", "commas")
+    write_text(path, f"id{wrong}text\n1{wrong}x\n")  # a TSV named .csv, a CSV named .tsv
+    assert _error(lambda: expand([path])).endswith(
+        f"; its fields are separated by {named}: name the file .{other})")
+    assert error("id;text\n1;x\n").endswith("; its fields are separated by ';', which is not "
+                                              "read: write it with commas, python -c 'import "
+                                              "csv,sys; csv.writer(sys.stdout).writerows(csv."
+                                              "reader(sys.stdin, delimiter=\";\"))' < IN.csv "
+                                              "> OUT.csv)")
     assert error("\n\nid,text,text\n1,x,y\n") == (
         f'{path}:3: the header names the column "text" 2 times')
     assert error("id,text\n1,x\n2,y,z\n") == f"{path}:3: 3 fields but the header (line 1) has 2"
@@ -413,7 +422,8 @@ def test_bad_csv_is_one_line_naming_the_file_and_line(tmp_path, name):
     bad.write_bytes((gzip.compress if name.endswith(".gz") else bytes)(
         f"id{sep}text\n1{sep}caf".encode() + b"\xe9\n"))
     assert _error(lambda: list(read_units(expand([bad])[0]))) == (
-        f"{bad}:2: not UTF-8 text (byte 0xe9 at column 6)")
+        f"{bad}:2: not UTF-8 text (byte 0xe9 at column 6): 'é' in Windows-1252, as Excel "
+        f"saves a CSV? iconv -f cp1252 -t utf-8 converts it")
 
 
 def _empty_tables(tmp_path: Path) -> dict[str, Path]:
