@@ -535,8 +535,9 @@ def mixture_parts(opts: PretrainOptions, mixture: list[tuple[Path, float]], rank
     dirs = {i: mixture_dir(opts.out, i, mixture[i][0]) for i in sorted(to_prepare)}
     if dirs and rank == 0:
         with _run_dir(opts.out):
-            for i, place in dirs.items():
-                _moved_part(place, mixture[i][0], opts.text_field, opts.out)
+            if opts.train.resume and _resumes(opts, keep):  # a refused run changes nothing
+                for i, place in dirs.items():
+                    _moved_part(place, mixture[i][0], opts.text_field, opts.out)
             prepare_corpora([mixture[i][0] for i in dirs], list(dirs.values()),
                             tokenizer=given or (first / "tokenizer" if first else None),
                             vocabulary=opts.out / TEXT_DATA / MIXTURE_VOCABULARY,

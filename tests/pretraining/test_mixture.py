@@ -291,11 +291,14 @@ def test_a_part_moved_under_another_name_is_found_prepared(tmp_path, capsys):
     args = ["pretrain", "--vocab-size", "120", *TINY, "--out", str(tmp_path / "run")]
     assert main([*args, "--max-steps", "1", "--data", f"{books}=0.5,{tweets}=0.5"]) == 0
     novels = books.rename(tmp_path / "novels.txt")  # 1-books is now 1-novels: the same bytes
+    data = tmp_path / "run" / "data"
+    # without --resume the run is refused, and a refused run renames nothing
+    assert main([*args, "--max-steps", "2", "--data", f"{novels}=0.5,{tweets}=0.5"]) == 2
+    assert sorted(p.name for p in data.iterdir()) == ["1-books", "2-tweets", "vocabulary"]
     capsys.readouterr()
     assert main([*args, "--max-steps", "2", "--resume", "--data",
                  f"{novels}=0.5,{tweets}=0.5"]) == 0
     err = capsys.readouterr().err
-    data = tmp_path / "run" / "data"
     assert sorted(p.name for p in data.iterdir()) == ["1-novels", "2-tweets", "vocabulary"]
     assert f"{data / '1-novels'} is already prepared from {novels}" in err
 
