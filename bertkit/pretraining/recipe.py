@@ -700,6 +700,11 @@ def _train_batches(opts: PretrainOptions, parts: list[tuple[Path, float]], rank:
                           switch_at=opts.early_fraction)
 
 
+def _count(n: int, noun: str) -> str:
+    """"1 rank", "2 ranks"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[Path, float]],
               device: torch.device, world: int, settings: dict, why: str) -> None:
     """The settings, the precision and why, the model and batch shape, on stderr."""
@@ -711,8 +716,8 @@ def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[
           # a left-to-right model predicts every token: no masking to report
           f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"
           f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
-          f", precision {cfg.precision}, {world} rank(s) on {device}, "
-          f"{torch.get_num_threads()} threads", file=sys.stderr)
+          f", precision {cfg.precision}, {_count(world, 'rank')} on {device}, "
+          f"{_count(torch.get_num_threads(), 'thread')}", file=sys.stderr)
     if isinstance(model, ElectraModel):
         g = model.generator.config
         blocks = num_parameters(model.generator.encoder.blocks) / 1e6

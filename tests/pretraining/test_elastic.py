@@ -111,7 +111,7 @@ def two_agents(prepared, tmp_path_factory) -> Path:
                                text=True) for _ in range(2)]
     logs = [agent.communicate(timeout=120)[0] for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], "\n".join(logs)[-4000:]
-    assert "2 rank(s)" in "".join(logs)
+    assert "2 ranks" in "".join(logs)
     return out
 
 

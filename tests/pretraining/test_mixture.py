@@ -373,6 +373,6 @@ def test_a_mixed_run_relaunched_under_torchrun_finds_its_prepared_corpora(tmp_pa
                            "--max-steps", "4", "--resume"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "2 rank(s)" in done.stderr and "resumed from" in done.stderr
+    assert "2 ranks" in done.stderr and "resumed from" in done.stderr
     assert done.stderr.count("already prepared from") == 2 and "WordPiece" not in done.stderr
     assert {p: p.stat().st_mtime_ns for p in (out / "data").rglob("*") if p.is_file()} == prepared

@@ -605,7 +605,10 @@ def test_short_sequences_first_then_long_resumes_across_the_switch(prepared, tmp
     # the default 64 applies only below --seq-len, and --early-fraction 0 turns it off
     assert _cli(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "plain"),
                  "--max-steps", "1", *TINY]) == 0
-    assert " 32 x 8 tokens per batch" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert " 32 x 8 tokens per batch" in err
+    threads = torch.get_num_threads()
+    assert f"1 rank on cpu, {threads} thread{'' if threads == 1 else 's'}\n" in err  # no "(s)"
     assert _cli(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "off"),
                  "--max-steps", "1", *TINY, "--seq-len", "128", "--batch-size", "2",
                  "--early-fraction", "0"]) == 0
