@@ -137,12 +137,7 @@ def test_pretrain_on_a_mixture_resumes_to_the_weights_of_an_uninterrupted_run(
     whole = tmp_path / "whole"
     assert main(args + ["--out", str(whole)]) == 0
     capsys.readouterr()
-    cut = tmp_path / "cut"
-    shutil.copytree(whole, cut)
-    for late in (cut / "checkpoints").glob("step-*"):
-        if late.name != "step-00000002":
-            shutil.rmtree(late)
-    (cut / "model.safetensors").unlink()
+    cut = _cut_at_step_2(whole, tmp_path / "cut")
     assert main(args + ["--out", str(cut), "--resume"]) == 0
     a, b = load_file(str(whole / "model.safetensors")), load_file(str(cut / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -211,6 +206,16 @@ def _raw_corpora(root: Path) -> tuple[Path, str]:
     return books, str(tweets / "*.jsonl.gz")
 
 
+def _cut_at_step_2(whole: Path, cut: Path) -> Path:
+    """A copy of the finished run `whole` as a kill after step 2 leaves it."""
+    shutil.copytree(whole, cut)
+    for late in (cut / "checkpoints").glob("step-*"):
+        if late.name != "step-00000002":
+            shutil.rmtree(late)
+    (cut / "model.safetensors").unlink()
+    return cut
+
+
 def _taken(run: Path, step: int) -> list:
     """The batches each corpus gave by `step`, as its checkpoint holds them (the "taken" of
     MixedBatches.state_dict, wherever the loop's state puts it)."""
@@ -253,12 +258,7 @@ def test_raw_corpora_mixed_are_prepared_into_the_run_and_resume_exactly(tmp_path
     assert argv[argv.index("--data") + 1] == spec
 
     # cut at step 2 and resumed: nothing trained or prepared again, the same weights
-    cut = tmp_path / "cut"
-    shutil.copytree(whole, cut)
-    for late in (cut / "checkpoints").glob("step-*"):
-        if late.name != "step-00000002":
-            shutil.rmtree(late)
-    (cut / "model.safetensors").unlink()
+    cut = _cut_at_step_2(whole, tmp_path / "cut")
     os.utime(books)  # the same bytes touched: the same data
     assert main(args + ["--out", str(cut), "--resume"]) == 0
     err = capsys.readouterr().err
