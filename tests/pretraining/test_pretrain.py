@@ -244,7 +244,7 @@ def test_two_ranks_under_torchrun_run_the_same_command(prepared, tmp_path):
                            str(prepared), "--out", str(out), "--max-steps", "4", *TINY],
                           env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "2 rank(s)" in done.stderr
+    assert "2 ranks" in done.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "train"] == [2, 4]  # rank 0 alone wrote
     assert records[-1]["split"] == "eval" and (out / "model.safetensors").is_file()
@@ -317,12 +317,12 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
                                                                             capsys, monkeypatch):
     import shlex
 
-    from bertkit.pretraining import recipe
+    from bertkit.pretraining import run_data
 
     def looked_up_again(root):
         raise AssertionError("pretrain looks up the latest checkpoint once, before the data")
 
-    monkeypatch.setattr(recipe, "latest_checkpoint", looked_up_again)
+    monkeypatch.setattr(run_data, "latest_checkpoint", looked_up_again)
     corpus = tiny.write_corpus(tmp_path / "corpus.txt")
     out = tmp_path / "run"
     args = ["pretrain", "--data", str(corpus), "--out", str(out), "--vocab-size", "120", *TINY]
@@ -400,13 +400,13 @@ def test_a_checkpoint_of_the_manifests_bytes_resumes_as_it_was_made(prepared):
     # before the data digest left the manifest's sources out, it was of the manifest's bytes
     import hashlib
 
-    from bertkit.pretraining.recipe import _data_fingerprint
+    from bertkit.pretraining.run_data import data_fingerprint
 
     parts = [(prepared, 1.0)]
     legacy = hashlib.sha256((prepared / "manifest.json").read_bytes()).hexdigest()[:16]
-    now = _data_fingerprint(parts)
-    assert now != legacy and _data_fingerprint(parts, resumed=legacy) == legacy
-    assert _data_fingerprint(parts, resumed="0" * 16) == now
+    now = data_fingerprint(parts)
+    assert now != legacy and data_fingerprint(parts, resumed=legacy) == legacy
+    assert data_fingerprint(parts, resumed="0" * 16) == now
 
 
 def test_a_folder_of_text_with_a_shards_folder_in_it_is_a_corpus(tmp_path, tiny, capsys):
