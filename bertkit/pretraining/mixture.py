@@ -18,7 +18,7 @@ sees every corpus within a handful of steps.
 
 In a --config file the mixture is a table: `[data]` with `"books" = 0.7` and `"web" = 0.3`.
 A corpus is a directory made by `bertkit prepare`, or text (a file, folder or glob) that
-`pretrain` prepares into the run first (`recipe.mixture_parts`), all with one tokenizer.
+`pretrain` prepares into the run first (`run_data.mixture_parts`), all with one tokenizer.
 """
 from __future__ import annotations
 
