@@ -301,13 +301,17 @@ class RunPlan:
     train_path: Path
     dev_path: Path | None
     out_dir: Path
+    names: tuple[str, str | None]
+    """The training and dev data as messages name them (`GivenData.names`): "<stdin>", not
+    the file `train_path` it was staged in."""
 
 
 def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path | None,
-             out_dir: str | Path, cfg: FinetuneConfig, backbone: Backbone | None) -> RunPlan:
+             out_dir: str | Path, cfg: FinetuneConfig, backbone: Backbone | None,
+             names: tuple[str, str | None] | None = None) -> RunPlan:
     """The checks a run can make before reading its data, and its settings resolved: the
     device and precision, the task's defaults for this model, the task's settings for the
-    training file and the model."""
+    training file and the model. `names`: the data as messages name it; none: its paths."""
     model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
     device = resolve_device(cfg.device)
     cfg = dataclasses.replace(cfg, device=str(device))
@@ -331,7 +335,9 @@ def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path
                               batch_size=cfg.batch_size or defaults.batch_size,
                               lr=cfg.lr or defaults.lr_for(weights),
                               head_lr=cfg.head_lr or defaults.head_lr, max_length=max_length)
-    return RunPlan(task, cfg, epochs, backbone, model_dir, Path(train_path), dev_path, out_dir)
+    names = names or (str(train_path), None if dev_path is None else str(dev_path))
+    return RunPlan(task, cfg, epochs, backbone, model_dir, Path(train_path), dev_path, out_dir,
+                   names)
 
 
 def run_options(plan: RunPlan) -> dict:
@@ -358,12 +364,12 @@ def training_items(plan: RunPlan, task: Task, train_examples: list, dev: list) -
     tokenizer = plan.backbone.tokenizer
     items = task.encode(tokenizer, train_examples, training=True)
     if not items:
-        raise UserError(f"{plan.train_path}: nothing to train on")
+        raise UserError(f"{plan.names[0]}: nothing to train on")
     plan.backbone.check_fit(items)
-    warn_cut(items, len(train_examples), task.max_length, plan.train_path)
+    warn_cut(items, len(train_examples), task.max_length, plan.names[0])
     # said once here, not at every evaluation
     warn_cut(task.encode(tokenizer, dev, skip_no_room=True), len(dev), task.max_length,
-             plan.dev_path or f"{plan.train_path} (its dev part)")
+             plan.names[1] or f"{plan.names[0]} (its dev part)")
     return items
 
 
@@ -407,7 +413,7 @@ class DevScores:
         write_json(path / "dev_metrics.json", final)
         if mix is not None:
             from bertkit.embeddings.plots import plot_layer_weights  # matplotlib only here
-            name = f"{Path(self.plan.model_dir).name} fine-tuned on {self.plan.train_path.name}"
+            name = f"{Path(self.plan.model_dir).name} fine-tuned on {Path(self.plan.names[0]).name}"
             draw_or_skip(lambda: plot_layer_weights({name: final["layer_weights"]},
                                                     path / "layer_weights.png"),
                          path / "layer_weights.png")
@@ -443,14 +449,14 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
               backbone: Backbone | None, given: GivenData) -> FinetuneResult:
     """`finetune` on the files `input_file` gives; `given`: the data as the user gave it."""
     plan = plan_run(task_of(task), model_dir, train_path, dev_path, out_dir,
-                    cfg or FinetuneConfig(), backbone)
+                    cfg or FinetuneConfig(), backbone, given.names)
     task, train_examples, dev = read_data(plan)  # bad input refused before anything is said
     if plan.cfg.precision == "auto":  # measured, as pretraining does: bf16 only where native
         precision = choose_precision(torch.device(plan.cfg.device))[0]
         plan = dataclasses.replace(plan, cfg=dataclasses.replace(plan.cfg, precision=precision))
     cfg = plan.cfg
     settings = run_settings({"task": plan.task.name, "model": plan.model_dir,
-                             "train": given.names[0], "dev": given.names[1],
+                             "train": plan.names[0], "dev": plan.names[1],
                              "out": plan.out_dir,
                              "options": run_options(plan)},
                             device=cfg.device, precision=cfg.precision,
