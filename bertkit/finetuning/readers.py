@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from bertkit.files import (UserError, compression_of, format_suffix, read_json, read_jsonl,
-                           read_lines, require_file)
+                           read_lines, require_file, sha256_file)
 from bertkit.finetuning.tagging import tag_label_set
 from bertkit.text.sources import Source, csv_rows
 
@@ -575,6 +575,16 @@ def input_name(source) -> str | None:
     if source is None or not isinstance(source, (str, Path)):
         return None if source is None else "<rows>"
     return "<stdin>" if str(source) == STDIN else str(source)
+
+
+def input_identity(source, file: Path | None) -> str | None:
+    """What a checkpoint records of an input, by which a resumed run knows it again: a path as
+    given; standard input and rows in memory, whose `file` (what `input_file` staged them in)
+    is named anew each run, by their bytes: "<stdin> (sha256 1a2b3c4d5e6f7a8b)". None stays
+    None."""
+    if file is None or (isinstance(source, (str, Path)) and str(source) != STDIN):
+        return None if file is None else str(file)
+    return f"{input_name(source)} (sha256 {sha256_file(file)[:16]})"
 
 
 @contextlib.contextmanager

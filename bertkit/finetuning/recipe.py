@@ -45,7 +45,7 @@ from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, fre
 from bertkit.finetuning.baselines import baseline_comparison
 from bertkit.finetuning.inputs import Item, warn_cut
 from bertkit.finetuning.predict import TaskModel
-from bertkit.finetuning.readers import input_file, input_name
+from bertkit.finetuning.readers import input_file, input_identity, input_name
 from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
@@ -100,7 +100,8 @@ class FinetuneConfig:
     none: only Ctrl-C and SIGTERM save one. They are removed when the run ends."""
     resume: bool = False
     """Go on from the latest checkpoint in OUT/checkpoints (a run stopped by Ctrl-C, SIGTERM or
-    a kill), with the same settings; a fresh start if there is none."""
+    a kill), with the same settings and data (from standard input: the same bytes); a fresh
+    start if there is none."""
     device: str = "auto"
     """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda,
     cuda:1, ..."""
@@ -242,6 +243,16 @@ def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: floa
 
 # The pipeline -------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class GivenData:
+    """The training and dev data as the user gave them, not as the files `input_file` staged
+    them in (standard input, rows in memory), whose names differ each run."""
+    names: tuple[str, str | None]
+    """As messages and training_args.json name them: a path, "<stdin>", "<rows>"."""
+    known_as: tuple[str, str | None]
+    """As the checkpoint's fingerprint records them, for a resumed run to know them again: a
+    path, or standard input and rows by their bytes (`input_identity`)."""
+
 
 def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, dev_path,
              out_dir: str | Path, cfg: FinetuneConfig | None = None,
@@ -255,14 +266,17 @@ def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, d
     `task` is a Task with its settings (`Tag(scheme="BIO")`), a Task class (its defaults) or
     a name from `bertkit.finetuning.tasks.TASKS`; `cfg` holds the training settings. Stopped
     by Ctrl-C or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in
-    `out_dir`, from which `cfg.resume` goes on. The settings, the defaults filled in, go to
+    `out_dir`, from which `cfg.resume` goes on (given the same data: standard input and rows
+    in memory the same bytes). The settings, the defaults filled in, go to
     OUT/training_args.json with `command_line(resolved cfg, settled task)` (the CLI's shell
     line). `backbone` trains another model family in BERT's place
     (`bertkit.finetuning.backbone.Backbone`, e.g. bertkit.finetuning.cnn.CnnBackbone); none:
     the pretrained encoder of `model_dir`."""
     with input_file(train_path) as train, input_file(dev_path) as dev:
+        given = GivenData((input_name(train_path), input_name(dev_path)),
+                          (input_identity(train_path, train), input_identity(dev_path, dev)))
         return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line, backbone,
-                         (input_name(train_path), input_name(dev_path)))
+                         given)
 
 
 def task_of(task: str | type[Task] | Task) -> Task:
@@ -287,13 +301,17 @@ class RunPlan:
     train_path: Path
     dev_path: Path | None
     out_dir: Path
+    names: tuple[str, str | None]
+    """The training and dev data as messages name them (`GivenData.names`): "<stdin>", not
+    the file `train_path` it was staged in."""
 
 
 def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path | None,
-             out_dir: str | Path, cfg: FinetuneConfig, backbone: Backbone | None) -> RunPlan:
+             out_dir: str | Path, cfg: FinetuneConfig, backbone: Backbone | None,
+             names: tuple[str, str | None] | None = None) -> RunPlan:
     """The checks a run can make before reading its data, and its settings resolved: the
     device and precision, the task's defaults for this model, the task's settings for the
-    training file and the model."""
+    training file and the model. `names`: the data as messages name it; none: its paths."""
     model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
     device = resolve_device(cfg.device)
     cfg = dataclasses.replace(cfg, device=str(device))
@@ -317,7 +335,9 @@ def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path
                               batch_size=cfg.batch_size or defaults.batch_size,
                               lr=cfg.lr or defaults.lr_for(weights),
                               head_lr=cfg.head_lr or defaults.head_lr, max_length=max_length)
-    return RunPlan(task, cfg, epochs, backbone, model_dir, Path(train_path), dev_path, out_dir)
+    names = names or (str(train_path), None if dev_path is None else str(dev_path))
+    return RunPlan(task, cfg, epochs, backbone, model_dir, Path(train_path), dev_path, out_dir,
+                   names)
 
 
 def run_options(plan: RunPlan) -> dict:
@@ -344,12 +364,12 @@ def training_items(plan: RunPlan, task: Task, train_examples: list, dev: list) -
     tokenizer = plan.backbone.tokenizer
     items = task.encode(tokenizer, train_examples, training=True)
     if not items:
-        raise UserError(f"{plan.train_path}: nothing to train on")
+        raise UserError(f"{plan.names[0]}: nothing to train on")
     plan.backbone.check_fit(items)
-    warn_cut(items, len(train_examples), task.max_length, plan.train_path)
+    warn_cut(items, len(train_examples), task.max_length, plan.names[0])
     # said once here, not at every evaluation
     warn_cut(task.encode(tokenizer, dev, skip_no_room=True), len(dev), task.max_length,
-             plan.dev_path or f"{plan.train_path} (its dev part)")
+             plan.names[1] or f"{plan.names[0]} (its dev part)")
     return items
 
 
@@ -393,7 +413,7 @@ class DevScores:
         write_json(path / "dev_metrics.json", final)
         if mix is not None:
             from bertkit.embeddings.plots import plot_layer_weights  # matplotlib only here
-            name = f"{Path(self.plan.model_dir).name} fine-tuned on {self.plan.train_path.name}"
+            name = f"{Path(self.plan.model_dir).name} fine-tuned on {Path(self.plan.names[0]).name}"
             draw_or_skip(lambda: plot_layer_weights({name: final["layer_weights"]},
                                                     path / "layer_weights.png"),
                          path / "layer_weights.png")
@@ -414,30 +434,30 @@ def train_config(plan: RunPlan, steps_per_epoch: int) -> TrainConfig:
         tensorboard=cfg.tensorboard)
 
 
-def fingerprint(plan: RunPlan) -> dict:
-    """What a checkpoint goes on only with: the data and every setting that shapes what is
-    learned, one key per setting, so that a refusal names the setting that differs."""
+def fingerprint(plan: RunPlan, data: tuple[str, str | None]) -> dict:
+    """What a checkpoint goes on only with: the data (`data`: the training and dev data as
+    `GivenData.known_as`) and every setting that shapes what is learned, one key per setting,
+    so that a refusal names the setting that differs."""
     options = {k: v for k, v in run_options(plan).items() if k not in _RUN_CONTROL}
-    found = {"task": plan.task.name, "train": str(plan.train_path),
-             "dev": None if plan.dev_path is None else str(plan.dev_path), **options}
+    found = {"task": plan.task.name, "train": data[0], "dev": data[1], **options}
     return json.loads(json.dumps(found, default=str))
 
 
 def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: Path,
               dev_path: Path | None, out_dir: str | Path, cfg: FinetuneConfig | None,
               command_line: Callable[[FinetuneConfig, Task], str] | None,
-              backbone: Backbone | None, names: tuple[str, str | None]) -> FinetuneResult:
-    """`finetune` on the files `input_file` gives; `names`: the training and dev data as the
-    user gave them (recorded: "<stdin>", not the file it was staged in)."""
+              backbone: Backbone | None, given: GivenData) -> FinetuneResult:
+    """`finetune` on the files `input_file` gives; `given`: the data as the user gave it."""
     plan = plan_run(task_of(task), model_dir, train_path, dev_path, out_dir,
-                    cfg or FinetuneConfig(), backbone)
+                    cfg or FinetuneConfig(), backbone, given.names)
     task, train_examples, dev = read_data(plan)  # bad input refused before anything is said
     if plan.cfg.precision == "auto":  # measured, as pretraining does: bf16 only where native
         precision = choose_precision(torch.device(plan.cfg.device))[0]
         plan = dataclasses.replace(plan, cfg=dataclasses.replace(plan.cfg, precision=precision))
     cfg = plan.cfg
     settings = run_settings({"task": plan.task.name, "model": plan.model_dir,
-                             "train": names[0], "dev": names[1], "out": plan.out_dir,
+                             "train": plan.names[0], "dev": plan.names[1],
+                             "out": plan.out_dir,
                              "options": run_options(plan)},
                             device=cfg.device, precision=cfg.precision,
                             command=command_line(cfg, plan.task) if command_line else None)
@@ -452,8 +472,8 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     result = train(model, lambda m, batch: (task.loss(m, batch), {}), batches,
                    train_config(plan, len(batches)), plan.out_dir, evaluate=scores.evaluate,
                    param_groups=param_groups(model, cfg.lr, cfg.head_lr, cfg.weight_decay),
-                   save=scores.save, fingerprint=fingerprint(plan), device=cfg.device,
-                   show_progress=cfg.show_progress, settings=settings)
+                   save=scores.save, fingerprint=fingerprint(plan, given.known_as),
+                   device=cfg.device, show_progress=cfg.show_progress, settings=settings)
     if result.stopped_by == "interrupted":  # the loop said where its checkpoint is
         return FinetuneResult(plan.out_dir, {}, result.step, result.train_seconds,
                               result.stopped_by, result.best_step, task)

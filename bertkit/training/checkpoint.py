@@ -142,10 +142,23 @@ def check_fingerprint(where: Path, saved: dict, current: dict, ignore: tuple = (
                         f"was made for a different model")
     for key in sorted(set(saved) | set(current)):
         if key != "model" and saved.get(key) != current.get(key):
-            why = (": other data (another corpus, a changed one or other mixture weights)"
-                   if key == "data" else "")  # its value is a digest, which says nothing
+            why = _why(key, saved.get(key), current.get(key))
             raise UserError(f"{where}: checkpoint was made with {key} = {saved.get(key)!r}, this "
                             f"run has {current.get(key)!r}{why}")
+
+
+# "<stdin> (sha256 1a2b...)": data known by its bytes, as a file named anew each run must be
+_BY_BYTES = re.compile(r"(.+) \(sha256 [0-9a-f]+\)")
+
+
+def _why(key: str, saved, current) -> str:
+    """What a refusal adds where the two values alone say little: digests that differ."""
+    if key == "data":  # its value is a digest, which says nothing
+        return ": other data (another corpus, a changed one or other mixture weights)"
+    names = [m.group(1) if isinstance(v, str) and (m := _BY_BYTES.fullmatch(v)) else None
+             for v in (saved, current)]
+    same_name = names[0] is not None and names[0] == names[1]
+    return ": not the bytes it was made from" if same_name else ""
 
 
 # Directories ---------------------------------------------------------------------------------

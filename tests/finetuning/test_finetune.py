@@ -383,6 +383,21 @@ def test_a_run_from_stdin_or_rows_records_them_not_the_file_they_were_staged_in(
     assert (record["train"], record["dev"]) == ("<rows>", None)
 
 
+def test_a_run_from_stdin_names_it_in_its_warnings_not_the_file_it_was_staged_in(
+        tiny_bert, task_files, quick_config, tmp_path, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(task_files["train"].read_text()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        finetune("classify", tiny_bert, "-", None, tmp_path / "out",
+                 quick_config(epochs=1, max_length=6))  # every text cut
+    said = [str(w.message) for w in caught]
+    assert any(re.match(r"<stdin>: \d+ of \d+ texts were longer than 6 tokens", s) for s in said)
+    assert any(s.startswith("<stdin> (its dev part): ") for s in said), said
+    assert not any("bertkit-input-" in s for s in said), said
+
+
 # A new task is one class ----------------------------------------------------------------------
 
 @dataclass(frozen=True)

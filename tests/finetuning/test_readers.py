@@ -3,6 +3,7 @@ is there."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import pytest
@@ -495,3 +496,25 @@ def test_input_file_stages_stdin_and_rows_for_the_readers(tmp_path):
             pass
     assert is_source("-") and is_source(rows) and is_source(Dataset())
     assert not is_source([TextExample("a")]) and not is_source(["a text a task reads as is"])
+
+
+def test_input_identity_knows_stdin_and_rows_again_by_their_bytes(tmp_path):
+    # what a checkpoint records of its data: the file `input_file` stages standard input or
+    # rows in is named anew each run, so that a resumed run knows them by their bytes
+    import io
+
+    from bertkit.finetuning.readers import input_file, input_identity
+
+    def known_as(source, text=None):
+        with input_file(source, stdin=None if text is None else io.StringIO(text)) as path:
+            return input_identity(source, path)
+
+    given = tmp_path / "a.jsonl"
+    assert known_as(given) == str(given) and known_as(None) is None  # a path as before
+    text = '{"text": "a", "label": "x"}\n'
+    first = known_as("-", text)
+    assert re.fullmatch(r"<stdin> \(sha256 [0-9a-f]{16}\)", first)
+    assert known_as("-", text) == first != known_as("-", text + text)
+    rows = [{"text": "good film", "label": "pos"}]
+    assert re.fullmatch(r"<rows> \(sha256 [0-9a-f]{16}\)", known_as(rows))
+    assert known_as(rows) == known_as(list(rows)) != known_as(rows * 2)

@@ -4,8 +4,10 @@ uninterrupted run, bit for bit (dropout on, best-checkpoint tracking and early s
 included), in process and through the command line."""
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertkit.files import UserError
+from bertkit.cli.main import main
+from bertkit.files import UserError, read_jsonl
 from bertkit.finetuning import recipe
 from bertkit.finetuning.recipe import finetune
 
@@ -197,6 +200,71 @@ def test_resume_without_a_checkpoint_starts_afresh(tiny_bert, task_files, quick_
     assert "no checkpoint in" in capsys.readouterr().err
 
 
+# Data from standard input or rows in memory: staged in a temporary file named anew each run, it
+# is known again by its bytes
+
+def _stdin_args(model: Path, files: dict, out: Path) -> list[str]:
+    return ["finetune", "classify", "--model", str(model), "--train", "-", "--dev",
+            str(files["dev"]), "--epochs", "1", "--batch-size", "16", "--out", str(out),
+            "--quiet"]
+
+
+def test_a_resume_from_stdin_goes_on_with_the_same_bytes_and_refuses_others(
+        tiny_bert, task_files, tmp_path, monkeypatch, capsys):
+    out, same = tmp_path / "out", task_files["train"].read_text()
+    args = _stdin_args(tiny_bert, task_files, out)
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 2)
+        patch.setattr("sys.stdin", io.StringIO(same))
+        assert main(args) == 130
+    capsys.readouterr()
+    fewer = "".join(same.splitlines(keepends=True)[1:])  # one row left out
+    monkeypatch.setattr("sys.stdin", io.StringIO(fewer))
+    assert main(args + ["--resume"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and re.fullmatch(
+        r"error: \S+step-00000002: checkpoint was made with train = '<stdin> \(sha256 (\w{16})"
+        r"\)', this run has '<stdin> \(sha256 (?!\1)\w{16}\)': not the bytes it was "
+        r"made from", said[0]), said
+    monkeypatch.setattr("sys.stdin", io.StringIO(same))
+    assert main(args + ["--resume"]) == 0
+    assert (out / "model.safetensors").is_file() and not (out / "checkpoints").exists()
+
+
+def test_a_resume_from_rows_in_memory_goes_on_with_the_same_rows_and_refuses_others(
+        tiny_bert, task_files, quick_config, tmp_path, monkeypatch):
+    out, rows = tmp_path / "out", [obj for _, obj in read_jsonl(task_files["train"])]
+    settings = dict(epochs=1, batch_size=16)
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 2)
+        finetune("classify", tiny_bert, rows, task_files["dev"], out, quick_config(**settings))
+    with pytest.raises(UserError, match=r"checkpoint was made with train = '<rows> \(sha256 "
+                                        r"\w{16}\)', this run has '<rows> \(sha256 \w{16}\)': "
+                                        r"not the bytes"):
+        finetune("classify", tiny_bert, rows[1:], task_files["dev"], out,
+                 quick_config(**settings, resume=True))
+    result = finetune("classify", tiny_bert, rows, task_files["dev"], out,
+                      quick_config(**settings, resume=True))
+    assert result.stopped_by == "epochs" and result.steps == 10
+
+
+@pytest.mark.slow
+def test_a_run_from_stdin_resumed_equals_an_uninterrupted_run(
+        uninterrupted, tiny_bert_dropout, task_files, quick_config, tmp_path, monkeypatch):
+    full, expected = uninterrupted  # from the file whose bytes go to standard input here
+    out = tmp_path / "out"
+    for resume in (False, True):
+        with monkeypatch.context() as patch:
+            if not resume:
+                _signal_at(patch, 4)
+            patch.setattr("sys.stdin", io.StringIO(task_files["train"].read_text()))
+            result = finetune("classify", tiny_bert_dropout, "-", task_files["dev"], out,
+                              quick_config(**SETTINGS, resume=resume))
+    assert (result.stopped_by, result.steps, result.best_step) == \
+        (expected.stopped_by, expected.steps, expected.best_step)
+    _assert_same_model(full, out)
+
+
 # The command line: a real process killed with SIGKILL or stopped with SIGTERM --------------------
 
 def _cli_args(model: Path, files: dict) -> list[str]:
@@ -213,15 +281,20 @@ def _bertkit(args: list[str], **kw):
     return [sys.executable, "-m", "bertkit.cli", *args], dict(env=env, cwd=REPO, **kw)
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess:
+def _run(args: list[str], stdin: Path | None = None) -> subprocess.CompletedProcess:
+    """The command run to its end; `stdin`: a file its standard input reads."""
     command, kw = _bertkit(args)
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, **kw)
+    with open(stdin or os.devnull, "rb") as given:
+        return subprocess.run(command, capture_output=True, text=True, timeout=300,
+                              stdin=given, **kw)
 
 
-def _start_and_wait_for_a_checkpoint(args: list[str], out: Path, err_file: Path):
+def _start_and_wait_for_a_checkpoint(args: list[str], out: Path, err_file: Path,
+                                     stdin: Path | None = None):
     command, kw = _bertkit(args)
-    with open(err_file, "w") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, **kw)
+    with open(err_file, "w") as err, open(stdin or os.devnull, "rb") as given:
+        proc = subprocess.Popen(command, stdin=given, stdout=subprocess.DEVNULL, stderr=err,
+                                **kw)
     deadline = time.time() + 240
     while not list((out / "checkpoints").glob("step-*")) and time.time() < deadline:
         assert proc.poll() is None, "the run ended before its first checkpoint: " + \
@@ -269,6 +342,28 @@ def test_sigterm_says_resume_and_resume_equals_an_uninterrupted_run(
     assert "continue with --resume" in said and "Traceback" not in said
     assert not (cut / "model.safetensors").exists()
     resumed = _run(args + ["--out", str(cut), "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stderr
+    _assert_same_model(cli_uninterrupted, cut)
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_run_from_stdin_then_resume_equals_an_uninterrupted_run(
+        cli_uninterrupted, tiny_bert_dropout, task_files, tmp_path):
+    # `--train -` is staged in a temporary file named anew each run: the resume knows the data
+    # by its bytes, not by that file's name
+    args = _cli_args(tiny_bert_dropout, task_files)
+    args[args.index("--train") + 1] = "-"
+    cut = tmp_path / "cut"
+    proc = _start_and_wait_for_a_checkpoint(args + ["--out", str(cut)], cut, tmp_path / "err",
+                                            stdin=task_files["train"])
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    other = _run(args + ["--out", str(cut), "--resume"], stdin=task_files["dev"])
+    said = other.stderr.strip().splitlines()[-1]
+    assert other.returncode == 2 and said.startswith("error: ") and \
+        said.endswith(": not the bytes it was made from"), other.stderr[-2000:]
+    resumed = _run(args + ["--out", str(cut), "--resume"], stdin=task_files["train"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr
     _assert_same_model(cli_uninterrupted, cut)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import random
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from bertkit.pretraining import objectives
-from bertkit.training.checkpoint import (_flatten, _unflatten, latest_checkpoint, list_checkpoints,
-                                load_checkpoint, model_fingerprint, rng_state, save_checkpoint,
-                                set_rng_state)
+from bertkit.training.checkpoint import (_flatten, _unflatten, check_fingerprint,
+                                         latest_checkpoint, list_checkpoints, load_checkpoint,
+                                         model_fingerprint, rng_state, save_checkpoint,
+                                         set_rng_state)
 from bertkit.config import TrainConfig
 from bertkit.files import UserError
 from bertkit.training.loop import train
@@ -137,6 +139,19 @@ def test_mismatched_model_or_data_is_refused(tmp_path, tiny):
     with pytest.raises(UserError, match="made with data = 'a', this run has 'b': other data"):
         load_checkpoint(path, model=model, optimizer=opt,
                         fingerprint={"model": model_fingerprint(model), "data": "b"})
+
+
+def test_data_known_by_its_bytes_is_refused_as_other_bytes():
+    # a name with a digest ("<stdin> (sha256 ...)", what a run records of standard input):
+    # the same name with another digest is other bytes; another name says so itself
+    then, now = "<stdin> (sha256 1a2b3c4d5e6f7a8b)", "<stdin> (sha256 0f0f0f0f0f0f0f0f)"
+    with pytest.raises(UserError, match=r"made with train = '<stdin> \(sha256 1a2b3c4d5e6f7a8b"
+                                        r"\)', this run has '<stdin> \(sha256 0f0f0f0f0f0f0f0f"
+                                        r"\)': not the bytes it was made from$"):
+        check_fingerprint(Path("ck"), {"train": then}, {"train": now})
+    with pytest.raises(UserError, match=r"this run has 'a.jsonl'$"):
+        check_fingerprint(Path("ck"), {"train": then}, {"train": "a.jsonl"})
+    check_fingerprint(Path("ck"), {"train": then}, {"train": then})
 
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, tiny):
