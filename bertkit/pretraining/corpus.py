@@ -216,9 +216,13 @@ def _found_done(out: Path, marker: str, request: dict, sources: list[Source]) ->
     return True
 
 
-def _refused(out: Path, sources: list[Source], what: str) -> UserError:
+class OtherText(UserError):
+    """A resumed run's data that the text given now would replace: refused (`keep`)."""
+
+
+def _refused(out: Path, sources: list[Source], what: str) -> OtherText:
     """A resumed run's data that the text given now would replace."""
-    return UserError(f"{out}: this run's {what} than it is given now "
+    return OtherText(f"{out}: this run's {what} than it is given now "
                      f"({_what_differs(out, sources)}); resume with the --data it started "
                      f"with, or start a new run in another --out")
 

@@ -9,7 +9,9 @@ prepared.
 whose corpora to prepare go to OUT/data/K-NAME (`mixture_dir`) with one tokenizer. Later runs
 find what is prepared there and prepare nothing again; a resumed run whose text changed is
 refused before anything is replaced. `data_fingerprint` is the digest of the prepared data a
-checkpoint records, so that a run resumes only on the data it was trained on.
+checkpoint records, so that a run resumes only on the data it was trained on; beside it the
+checkpoint records --data as typed (`given_data`), so that a resume on another mixture is
+refused in those words (`check_resumed_data`).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Protocol
 
@@ -24,11 +27,12 @@ import torch.distributed as dist
 
 from bertkit import signals
 from bertkit.files import UserError, check_not_input, sha256_file
-from bertkit.pretraining.corpus import (SOURCE_FILE, check_tokenizer, load_manifest,
+from bertkit.model.hub import is_model_dir
+from bertkit.pretraining.corpus import (SOURCE_FILE, OtherText, check_tokenizer, load_manifest,
                                         prepare_corpora, prepare_text)
 from bertkit.pretraining.mixture import parse_mixture
 from bertkit.text.sources import expand
-from bertkit.training.checkpoint import latest_checkpoint
+from bertkit.training.checkpoint import GIVEN, latest_checkpoint, saved_fingerprint
 
 
 class DataOptions(Protocol):
@@ -62,14 +66,62 @@ def data_fingerprint(parts: list[tuple[Path, float]], resumed: str | None = None
                               sort_keys=True).encode() for r in raw])
 
 
-def data_parts(opts: DataOptions, rank: int = 0,
-               keep: bool | None = None) -> list[tuple[Path, float]]:
+def given_data(data: Path) -> dict:
+    """--data as a checkpoint records it (its fingerprint's GIVEN entry): "data" as typed (a
+    --config table as its PATH=W,... spelling), "shares" those of its corpora (None for one
+    corpus)."""
+    mixture = parse_mixture(data)
+    return {"data": str(data), "shares": None if mixture is None else [w for _, w in mixture]}
+
+
+def check_resumed_data(checkpoint: Path | None, given: dict, out: Path,
+                       other_data: bool = False) -> None:
+    """Refuse to resume `checkpoint` on other --data than it was trained on, naming both and
+    what to do: where the shares differ (other data whatever the text: checked before anything
+    is prepared), or where the data is found other (`other_data`: its digest, or its text on
+    preparing) and --data is typed otherwise. A checkpoint that did not record its --data
+    (made before GIVEN) is left to the data digest, as it was."""
+    was = saved_fingerprint(checkpoint).get(GIVEN) if checkpoint is not None else None
+    if not isinstance(was, dict) or not isinstance(was.get("data"), str):
+        return
+    if _same_shares(was.get("shares"), given["shares"]) and not (
+            other_data and was["data"] != given["data"]):
+        return
+    new = shlex.quote(given["data"])
+    later = "" if is_model_dir(out) else "once this run has finished (its model at the top), "
+    raise UserError(f"{checkpoint}: checkpoint was trained on {_spelled(was)}, this run asks for "
+                    f"{_spelled(given)}; a run resumes only on the data it was trained on: "
+                    f"resume with --data {shlex.quote(was['data'])}, or {later}train on the "
+                    f"new data in a new run from its model (--init {shlex.quote(str(out))} "
+                    f"--data {new} --out NEW_RUN)")
+
+
+def _same_shares(was, now) -> bool:
+    was, now = was or [1.0], now or [1.0]
+    return len(was) == len(now) and all(abs(a - b) <= 1e-12 for a, b in zip(was, now))
+
+
+def _spelled(given: dict) -> str:
+    """"the mixture a.txt=0.7,b.txt=0.3" or "the corpus a.txt"."""
+    return f"the {'corpus' if given.get('shares') is None else 'mixture'} {given['data']}"
+
+
+def data_parts(opts: DataOptions, rank: int = 0, keep: bool | None = None,
+               resumed: Path | None = None) -> list[tuple[Path, float]]:
     """The prepared directories --data names with their shares: one (`prepared_data`), or
-    the corpora of a mixture (`mixture_parts`). `keep`: as for `prepared_data`."""
+    the corpora of a mixture (`mixture_parts`). `keep`: as for `prepared_data`. `resumed`:
+    the checkpoint the run resumes, refused first where it was trained on other --data
+    (`check_resumed_data`)."""
+    given = given_data(opts.data)
+    check_resumed_data(resumed, given, opts.out)
     mixture = parse_mixture(opts.data)
-    if mixture is None:
-        return [(prepared_data(opts, rank, keep), 1.0)]
-    return mixture_parts(opts, mixture, rank, keep)
+    try:
+        if mixture is None:
+            return [(prepared_data(opts, rank, keep), 1.0)]
+        return mixture_parts(opts, mixture, rank, keep)
+    except OtherText:  # the text of another mixture: said as such where --data says so
+        check_resumed_data(resumed, given, opts.out, other_data=True)
+        raise
 
 
 def _is_corpus(path: Path) -> bool:
@@ -217,4 +269,5 @@ def _resumes(opts: DataOptions, keep: bool | None) -> bool:
 
 
 __all__ = ["DataOptions", "data_parts", "prepared_data", "mixture_parts", "mixture_dir",
-           "data_fingerprint", "TEXT_DATA", "MIXTURE_VOCABULARY"]
+           "data_fingerprint", "given_data", "check_resumed_data", "TEXT_DATA",
+           "MIXTURE_VOCABULARY"]

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from bertkit.cli.main import main
-from bertkit.files import UserError
+from bertkit.files import UserError, sha256_file
 from bertkit.pretraining.corpus import prepare, tokenizer_fingerprint
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture, schedule
@@ -153,8 +153,8 @@ def test_pretrain_on_a_mixture_resumes_to_the_weights_of_an_uninterrupted_run(
     capsys.readouterr()
     assert main(["pretrain", "--data", f"{books}=0.5,{web}=0.5", "--max-steps", "8",
                  "--save-every", "2", *TINY, "--out", str(cut), "--resume"]) == 2
-    assert "other data (another corpus, a changed one or other mixture weights)" in \
-        capsys.readouterr().err
+    assert f"checkpoint was trained on the mixture {spec}, this run asks for the mixture " \
+        f"{books}=0.5,{web}=0.5" in capsys.readouterr().err
 
 
 def test_a_mixture_of_other_tokenizers_is_refused_before_anything_is_prepared(
@@ -376,3 +376,59 @@ def test_a_mixed_run_relaunched_under_torchrun_finds_its_prepared_corpora(tmp_pa
     assert "2 ranks" in done.stderr and "resumed from" in done.stderr
     assert done.stderr.count("already prepared from") == 2 and "WordPiece" not in done.stderr
     assert {p: p.stat().st_mtime_ns for p in (out / "data").rglob("*") if p.is_file()} == prepared
+
+
+def _forget_the_mixture(checkpoint: Path) -> None:
+    """`checkpoint` as runs before checkpoints recorded their --data left it: no "given"."""
+    state = json.loads((checkpoint / "state.json").read_text())
+    state["state"]["__dict__"]["fingerprint"]["__dict__"].pop("given")
+    (checkpoint / "state.json").write_text(json.dumps(state))
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    manifest["state.json"] = sha256_file(checkpoint / "state.json")
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_resume_on_another_mixture_says_which_and_what_to_do(corpora, tmp_path, capsys):
+    books, tweets = _raw_corpora(tmp_path)
+    other = tmp_path / "other.txt"
+    write_corpus(other, docs=30, seed=7)
+    out = tmp_path / "run"
+    args = ["pretrain", "--vocab-size", "120", *TINY, "--out", str(out), "--max-steps", "2",
+            "--resume"]
+    assert main([*args[:-3], "--max-steps", "1", "--data", f"{books}=0.7,{tweets}=0.3"]) == 0
+    was = f"the mixture {books}=0.7,{tweets}=0.3"
+    prepared = {p: p.read_bytes() for p in sorted((out / "data").rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    for data, now in ((f"{books}=0.5,{tweets}=0.5", f"the mixture {books}=0.5,{tweets}=0.5"),
+                      (str(books), f"the corpus {books}"),
+                      (f"{books}=0.7,{other}=0.3", f"the mixture {books}=0.7,{other}=0.3")):
+        assert main([*args, "--data", data]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: "), err
+        assert f"checkpoint was trained on {was}, this run asks for {now}" in err[0], err
+        assert f"--init {out} --data {shlex.quote(data)}" in err[0], err  # a new run from it
+        # refused before anything is prepared or replaced
+        assert {p: p.read_bytes() for p in sorted((out / "data").rglob("*"))
+                if p.is_file()} == prepared
+    # prepared corpora, one swapped for another: the same
+    third = tmp_path / "third"
+    write_corpus(tmp_path / "third.txt", docs=30, seed=8)
+    prepare([tmp_path / "third.txt"], corpora[2], third, workers=1, progress=False)
+    run = tmp_path / "prepared-run"
+    mixed = ["pretrain", *TINY, "--out", str(run), "--data"]
+    assert main([*mixed, f"{corpora[0]}=0.5,{corpora[1]}=0.5", "--max-steps", "1"]) == 0
+    capsys.readouterr()
+    assert main([*mixed, f"{corpora[0]}=0.5,{third}=0.5", "--max-steps", "2", "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and (
+        f"checkpoint was trained on the mixture {corpora[0]}=0.5,{corpora[1]}=0.5, this run "
+        f"asks for the mixture {corpora[0]}=0.5,{third}=0.5") in err[0], err
+    # a checkpoint made before checkpoints recorded their mixture resumes as before, and
+    # other weights are refused as other data
+    _forget_the_mixture(out / "checkpoints" / "step-00000001")
+    assert main([*args, "--data", f"{books}=0.5,{tweets}=0.5"]) == 2
+    assert "other data (another corpus" in capsys.readouterr().err
+    assert main([*args, "--data", f"{books}=0.7,{tweets}=0.3"]) == 0
+    assert "given" in json.loads((out / "checkpoints" / "step-00000002" / "state.json")
+                                 .read_text())["state"]["__dict__"]["fingerprint"]["__dict__"]
