@@ -121,7 +121,8 @@ class PretrainOptions:
     `datasets` directory, a folder or a glob, compressed or not; or several of either mixed by
     proportion, PATH=0.7,PATH=0.3 (a table in --config; see `bertkit.pretraining.mixture`),
     each corpus to prepare into OUT/data/K-NAME (K its place in the mixture), all with one
-    tokenizer (`bertkit.pretraining.run_data`)."""
+    tokenizer (`bertkit.pretraining.run_data`); PATH=0.3:FIELD reads that corpus' text from
+    its records' FIELD instead of --text-field's."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
     tokenizer: Path | None = None
@@ -133,7 +134,7 @@ class PretrainOptions:
     WordPiece vocabulary trained on it (16,000 for the measured english_books runs)."""
     text_field: str = "text"
     """A corpus to prepare as --data only: the field of a JSONL object, a CSV row or a table
-    row that holds the text."""
+    row that holds the text (in a mixture, of each corpus that names none: PATH=W:FIELD)."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
     """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
     init: Path | None = None

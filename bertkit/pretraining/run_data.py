@@ -30,7 +30,7 @@ from bertkit.files import UserError, check_not_input, sha256_file
 from bertkit.model.hub import is_model_dir
 from bertkit.pretraining.corpus import (SOURCE_FILE, OtherText, check_tokenizer, load_manifest,
                                         prepare_corpora, prepare_text)
-from bertkit.pretraining.mixture import parse_mixture
+from bertkit.pretraining.mixture import MixedCorpus, parse_mixture
 from bertkit.text.sources import expand
 from bertkit.training.checkpoint import GIVEN, latest_checkpoint, saved_fingerprint
 
@@ -71,7 +71,7 @@ def given_data(data: Path) -> dict:
     --config table as its PATH=W,... spelling), "shares" those of its corpora (None for one
     corpus)."""
     mixture = parse_mixture(data)
-    return {"data": str(data), "shares": None if mixture is None else [w for _, w in mixture]}
+    return {"data": str(data), "shares": None if mixture is None else [c.weight for c in mixture]}
 
 
 def check_resumed_data(checkpoint: Path | None, given: dict, out: Path,
@@ -193,17 +193,22 @@ def mixture_dir(out: Path, index: int, corpus: Path) -> Path:
     return out / TEXT_DATA / f"{index + 1}-{name}"
 
 
-def mixture_parts(opts: DataOptions, mixture: list[tuple[Path, float]], rank: int = 0,
+def mixture_parts(opts: DataOptions, mixture: list[MixedCorpus], rank: int = 0,
                   keep: bool | None = None) -> list[tuple[Path, float]]:
     """The corpora of a mixture with their shares, prepared: a directory made by `bertkit
     prepare` as it is, a corpus to prepare (`_is_corpus`) in its `mixture_dir`, which rank 0
-    prepares (`corpus.prepare_corpora`) while the other ranks wait. They share one tokenizer:
-    --tokenizer, --init's or that of the prepared directories (which must all have the same,
-    and --tokenizer's or --init's if given: checked before anything is prepared); else a
-    WordPiece vocabulary of --vocab-size trained on the text of all the corpora to prepare,
-    together, in OUT/data/vocabulary. `keep`: as for `prepared_data`."""
-    to_prepare = {i for i, (data, _) in enumerate(mixture) if _is_corpus(data)}
-    prepared = [data for i, (data, _) in enumerate(mixture) if i not in to_prepare]
+    prepares (`corpus.prepare_corpora`) while the other ranks wait, its text in its own field
+    or else --text-field's. They share one tokenizer: --tokenizer, --init's or that of the
+    prepared directories (which must all have the same, and --tokenizer's or --init's if
+    given: checked before anything is prepared); else a WordPiece vocabulary of --vocab-size
+    trained on the text of all the corpora to prepare, together, in OUT/data/vocabulary.
+    `keep`: as for `prepared_data`."""
+    to_prepare = {i for i, corpus in enumerate(mixture) if _is_corpus(corpus.path)}
+    prepared = [corpus.path for i, corpus in enumerate(mixture) if i not in to_prepare]
+    for i, corpus in enumerate(mixture):
+        if i not in to_prepare and corpus.text_field is not None:
+            raise UserError(f"{corpus.path}: prepared data, whose text is read already: a "
+                            f"text field (:{corpus.text_field}) is for text to prepare")
     if opts.tokenizer is not None and not to_prepare:
         raise UserError("--tokenizer is for corpora to prepare as --data; the corpora of this "
                         "mixture are all prepared data, each with its own tokenizer")
@@ -212,20 +217,21 @@ def mixture_parts(opts: DataOptions, mixture: list[tuple[Path, float]], rank: in
     if first is not None and given is not None and to_prepare:
         check_tokenizer(first, given)
     check_not_input(opts.out, prepared, what="--out", names=["corpus of --data"] * len(prepared))
-    dirs = {i: mixture_dir(opts.out, i, mixture[i][0]) for i in sorted(to_prepare)}
+    dirs = {i: mixture_dir(opts.out, i, mixture[i].path) for i in sorted(to_prepare)}
+    fields = {i: mixture[i].text_field or opts.text_field for i in dirs}
     if dirs and rank == 0:
         with _run_dir(opts.out):
             if _resumes(opts, keep):  # a refused or fresh run renames nothing
                 for i, place in dirs.items():
-                    _moved_part(place, mixture[i][0], opts.text_field, opts.out)
-            prepare_corpora([mixture[i][0] for i in dirs], list(dirs.values()),
+                    _moved_part(place, mixture[i].path, fields[i], opts.out)
+            prepare_corpora([mixture[i].path for i in dirs], list(dirs.values()),
                             tokenizer=given or (first / "tokenizer" if first else None),
                             vocabulary=opts.out / TEXT_DATA / MIXTURE_VOCABULARY,
-                            vocab_size=opts.vocab_size, text_field=opts.text_field,
+                            vocab_size=opts.vocab_size, text_field=list(fields.values()),
                             leave_out=[opts.out], keep=_resumes(opts, keep))
     if dirs and dist.is_initialized():  # waited in Python, as for one corpus
         signals.wait(dist.barrier(async_op=True))
-    return [(dirs.get(i, data), weight) for i, (data, weight) in enumerate(mixture)]
+    return [(dirs.get(i, corpus.path), corpus.weight) for i, corpus in enumerate(mixture)]
 
 
 def _moved_part(place: Path, corpus: Path, text_field: str, out: Path) -> None:
