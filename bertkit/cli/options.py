@@ -28,8 +28,9 @@ module of each class: define options classes at module level.
 
 `--config FILE.toml` holds the same settings: keys are the field names (a table for a nested
 dataclass; a table of paths and weights for a `metadata={"weighted": True}` path, such as
-pretrain's mixture of corpora); flags given on the command line override it. An unknown key or a value of the wrong
-type is a one-line UserError naming the file and the key.
+pretrain's mixture of corpora, a weight or `{weight = W, text_field = "FIELD"}` each); flags
+given on the command line override it. An unknown key or a value of the wrong type is a
+one-line UserError naming the file and the key.
 """
 from __future__ import annotations
 
@@ -119,7 +120,8 @@ class Option:
     command runs (bertkit.runlock)."""
     weighted: bool = False
     """A path that may be several, weighted (`metadata={"weighted": True}`): spelled
-    PATH=W,PATH=W, or in --config a table {PATH = W, ...}."""
+    PATH=W,PATH=W:FIELD, or in --config a table {PATH = W, PATH = {weight = W, text_field =
+    "FIELD"}, ...}."""
     spelled: str | None = None
     """The name of the flag and the --config key (`metadata={"flag": NAME}`); None: the
     field's."""
@@ -512,13 +514,28 @@ def _checked(opt: Option, value, path: Path):
     return _scalar(opt, value, fail)
 
 
+def _weighted(entry) -> str | None:
+    """The W or W:FIELD of one path of a weighted table (a number, or {weight = W, text_field =
+    "FIELD"}); None for anything else. A field holding ',' or '=' could not be spelled."""
+    field = None
+    if isinstance(entry, dict) and set(entry) <= {"weight", "text_field"}:
+        entry, field = entry.get("weight"), entry.get("text_field")
+        if field is not None and not (isinstance(field, str) and field.strip()
+                                      and not set(",=") & set(field)):
+            return None
+    if not isinstance(entry, (int, float)) or isinstance(entry, bool) or not entry > 0:
+        return None
+    return repr(entry) + ("" if field is None else f":{field}")
+
+
 def _scalar(opt: Option, value, fail):
     kind = opt.kind
     if opt.weighted and isinstance(value, dict):  # {PATH = W, ...}: the PATH=W,... spelling
-        if not value or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
-                                and w > 0 for w in value.values()):
-            raise fail("a table of paths with positive numbers (their weights)")
-        return Path(",".join(f"{k}={w!r}" for k, w in value.items()))
+        spelled = [_weighted(w) for w in value.values()]
+        if not value or None in spelled:
+            raise fail("a table of paths with positive numbers (their weights), or tables "
+                       "{weight = W, text_field = \"FIELD\"} (a field without ',' or '=')")
+        return Path(",".join(f"{k}={w}" for k, w in zip(value, spelled)))
     if kind is bool:
         ok = isinstance(value, bool)
     elif kind is int:

@@ -180,7 +180,7 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
             print(f"prepare: {out} is already prepared from {sources[0].path}", file=sys.stderr)
         return load_manifest(out)
     if keep and (out / "manifest.json").is_file():
-        raise _refused(out, sources, _OTHER_DATA)
+        raise _refused(out, sources, _OTHER_DATA, request)
     with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
         if tokenizer is None:
             tokenizer = Path(scratch) / "tokenizer"
@@ -191,9 +191,10 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
     return manifest
 
 
-def _request(sources: list[Source], text_field: str, tokenizer: dict) -> dict:
+def _request(sources: list[Source], text_field: str | list[str], tokenizer: dict) -> dict:
     """What a directory is asked to be made from (SOURCE_FILE): the files (path, size,
-    modification time), the text field and the tokenizer asked for."""
+    modification time), the text field (a shared vocabulary's: of each corpus, where they
+    differ) and the tokenizer asked for."""
     files = [{"path": str(s.path.resolve()), "bytes": s.path.stat().st_size,
               "mtime_ns": s.path.stat().st_mtime_ns} for s in sources]
     return {**({"file": files[0]} if len(files) == 1 else {"files": files}),
@@ -216,18 +217,26 @@ def _found_done(out: Path, marker: str, request: dict, sources: list[Source]) ->
     return True
 
 
-def _refused(out: Path, sources: list[Source], what: str) -> UserError:
-    """A resumed run's data that the text given now would replace."""
-    return UserError(f"{out}: this run's {what} than it is given now "
-                     f"({_what_differs(out, sources)}); resume with the --data it started "
-                     f"with, or start a new run in another --out")
+class OtherText(UserError):
+    """A resumed run's data that the text given now would replace: refused (`keep`)."""
 
 
-def _what_differs(out: Path, sources: list[Source]) -> str:
+def _refused(out: Path, sources: list[Source], what: str, request: dict) -> OtherText:
+    """A resumed run's data that the text given now (`request`) would replace."""
+    return OtherText(f"{out}: this run's {what} than it is given now "
+                     f"({_what_differs(out, sources, request)}); resume with the --data it "
+                     f"started with, or start a new run in another --out")
+
+
+def _what_differs(out: Path, sources: list[Source], request: dict) -> str:
     """Which of the files given differs from those `out` was made from (SOURCE_FILE), in
-    words: the one file changed among many, not the first of them."""
+    words: the text field asked (one, or a mixture's corpora's), or the one file changed among
+    many, not the first of them."""
     saved = _json_or_none(out / SOURCE_FILE)
     saved = saved if isinstance(saved, dict) else {}
+    field, then = request.get("text_field", "text"), saved.get("text_field", "text")
+    if saved and field != then:
+        return f"text field {field!r} now, {then!r} when it was made"
     files, digests = saved.get("files", [saved.get("file")]), saved.get("sha256") or []
     if saved and len(files) != len(sources):
         return f"{len(sources)} file(s), {len(files)} when it was made"
@@ -250,11 +259,12 @@ def prepare_corpora(corpora: Sequence[str | os.PathLike | Sequence[str | os.Path
                     out_dirs: Sequence[str | os.PathLike], *,
                     tokenizer: str | os.PathLike | None = None,
                     vocabulary: str | os.PathLike | None = None, vocab_size: int = 16000,
-                    text_field: str = "text", progress: bool = True,
+                    text_field: str | Sequence[str] = "text", progress: bool = True,
                     leave_out: Sequence[str | os.PathLike] = (), keep: bool = False
                     ) -> list[dict]:
     """Prepare each corpus (what `prepare_text` takes) into its own directory of `out_dirs`,
-    all with one tokenizer, so that they can be mixed; return their manifests. The tokenizer:
+    all with one tokenizer, so that they can be mixed; return their manifests. `text_field`:
+    of every corpus, or one for each. The tokenizer:
     `tokenizer`, or an uncased WordPiece vocabulary of `vocab_size` trained on the text of all
     the corpora together (as one corpus, not by a mixture's weights) and kept in the directory
     `vocabulary` with what it was trained from, where a later call finds it as it finds each
@@ -269,22 +279,25 @@ def prepare_corpora(corpora: Sequence[str | os.PathLike | Sequence[str | os.Path
     if len(outs) != len(corpora) or not outs or (tokenizer is None and vocabulary is None):
         raise ValueError("one output directory per corpus, and a tokenizer or a vocabulary "
                          "directory to train one in")
+    fields = [text_field] * len(outs) if isinstance(text_field, str) else list(text_field)
+    if len(fields) != len(outs):
+        raise ValueError("one text field, or one per corpus")
     places = outs + ([Path(vocabulary)] if tokenizer is None else [])
     skip = [*places, *leave_out]
-    sources = [expand([c] if isinstance(c, (str, os.PathLike)) else list(c), text_field,
-                      "corpus file", skip) for c in corpora]
+    sources = [expand([c] if isinstance(c, (str, os.PathLike)) else list(c), field,
+                      "corpus file", skip) for c, field in zip(corpora, fields)]
     fresh = [p for p in dict.fromkeys([*(p.parent for p in places), *places]) if not p.exists()]
     try:
         if tokenizer is None:
             made = [(Path(vocabulary), "tokenizer.json"), *((d, "manifest.json") for d in outs)]
-            tokenizer = _shared_vocabulary(sources, Path(vocabulary), vocab_size, text_field,
+            tokenizer = _shared_vocabulary(sources, Path(vocabulary), vocab_size, fields,
                                            progress, keep and any((d / f).is_file()
                                                                   for d, f in made))
         else:
-            _check_before_preparing(sources, outs, tokenizer, text_field, keep)
-        return [prepare_text(c, d, tokenizer=tokenizer, text_field=text_field,
+            _check_before_preparing(sources, outs, tokenizer, fields, keep)
+        return [prepare_text(c, d, tokenizer=tokenizer, text_field=field,
                              progress=progress, leave_out=skip, keep=keep)
-                for c, d in zip(corpora, outs)]
+                for c, d, field in zip(corpora, outs, fields)]
     except Exception:
         for place in fresh:  # parents first: what this call made, with all it holds
             shutil.rmtree(place, ignore_errors=True)
@@ -292,7 +305,7 @@ def prepare_corpora(corpora: Sequence[str | os.PathLike | Sequence[str | os.Path
 
 
 def _check_before_preparing(sources: list[list[Source]], outs: list[Path],
-                            tokenizer: str | os.PathLike, text_field: str, keep: bool) -> None:
+                            tokenizer: str | os.PathLike, fields: list[str], keep: bool) -> None:
     """With a tokenizer given: a directory made from other text refused (`keep`), and the text
     of every corpus still to prepare read through (checked: UTF-8, JSON, fields, compressed
     data), before the first is prepared, where there are several: bad input in the last is
@@ -300,22 +313,26 @@ def _check_before_preparing(sources: list[list[Source]], outs: list[Path],
     from bertkit.text.vocab import count_text
 
     asked = {"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
-    todo = [(part, out) for part, out in zip(sources, outs)
-            if not _found_done(out, "manifest.json", _request(part, text_field, asked), part)]
-    for part, out in todo:
+    requests = [_request(part, field, asked) for part, field in zip(sources, fields)]
+    todo = [(part, out, request) for part, out, request in zip(sources, outs, requests)
+            if not _found_done(out, "manifest.json", request, part)]
+    for part, out, request in todo:
         if keep and (out / "manifest.json").is_file():
-            raise _refused(out, part, _OTHER_DATA)
+            raise _refused(out, part, _OTHER_DATA, request)
     if len(todo) > 1:  # one alone is checked by prepare's first pass
-        for part, _ in todo:
+        for part, _, _ in todo:
             count_text(part)
 
 
 def _shared_vocabulary(sources: list[list[Source]], out: Path, vocab_size: int,
-                       text_field: str, progress: bool, keep: bool) -> Path:
-    """`prepare_corpora`'s vocabulary: `out` when it was trained there from these files, else
-    trained on their text together and swapped in whole (`keep`: refused instead)."""
+                       fields: list[str], progress: bool, keep: bool) -> Path:
+    """`prepare_corpora`'s vocabulary: `out` when it was trained there from these files (read
+    from the text fields `fields`, of each corpus), else trained on their text together and
+    swapped in whole (`keep`: refused instead)."""
     every = [s for part in sources for s in part]
-    request = _request(every, text_field, {"trained": "wordpiece", "vocab_size": vocab_size})
+    # one field as before corpora had their own: vocabularies trained then are found again
+    request = _request(every, fields[0] if len(set(fields)) == 1 else fields,
+                       {"trained": "wordpiece", "vocab_size": vocab_size})
     if _found_done(out, "tokenizer.json", request, every):
         if progress:
             print(f"prepare: {out} is already trained on {every[0].path}"
@@ -323,7 +340,7 @@ def _shared_vocabulary(sources: list[list[Source]], out: Path, vocab_size: int,
                   file=sys.stderr)
         return out
     if keep:
-        raise _refused(out, every, "vocabulary was trained on other text")
+        raise _refused(out, every, "vocabulary was trained on other text", request)
     with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
         _train_vocabulary(sources, vocab_size, Path(scratch) / "tokenizer", progress)
         out.parent.mkdir(parents=True, exist_ok=True)

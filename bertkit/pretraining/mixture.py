@@ -1,6 +1,7 @@
 """Several corpora mixed by proportion: `pretrain --data books=0.7,web=0.3`.
 
-    parts = parse_mixture("books=0.7,web=0.3")      # [(Path("books"), 0.7), (Path("web"), 0.3)]
+    parts = parse_mixture("books=0.7,web=0.3")      # [(Path("books"), 0.7, None), ...]
+    parts = parse_mixture("a.jsonl=0.7,b.csv=0.3:content")  # b.csv's text in its "content"
     batches = MixedBatches([books_batches, web_batches], [0.7, 0.3])
 
 Each batch comes whole from one corpus (its rows, masks and epochs are that corpus' own
@@ -19,42 +20,65 @@ sees every corpus within a handful of steps.
 In a --config file the mixture is a table: `[data]` with `"books" = 0.7` and `"web" = 0.3`.
 A corpus is a directory made by `bertkit prepare`, or text (a file, folder or glob) that
 `pretrain` prepares into the run first (`run_data.mixture_parts`), all with one tokenizer.
+
+A corpus of records (JSONL, CSV, Parquet) whose text is in another field than --text-field's
+names it after its weight, `PATH=W:FIELD` (in a table, `"b.csv" = {weight = 0.3, text_field =
+"content"}`). After the weight because nothing a path may hold goes there: the weight is all
+that follows a path's last "=", and no number holds ":", so no spelling that names a path
+today reads otherwise. A field so given holds no "," or "=" (those split the items).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from bertkit.files import UserError
 
 
-def parse_mixture(spec: str | os.PathLike) -> list[tuple[Path, float]] | None:
-    """[(corpus, weight)] with weights summing to 1 for "PATH=W,PATH=W,...", or None when
-    `spec` names one path (an existing one, or any without "=")."""
+class MixedCorpus(NamedTuple):
+    """One corpus of a mixture as --data names it."""
+    path: Path
+    weight: float
+    """Its share: the weights of a mixture sum to 1."""
+    text_field: str | None = None
+    """The field of its records that holds the text (`PATH=W:FIELD`); None: --text-field's."""
+
+
+def parse_mixture(spec: str | os.PathLike) -> list[MixedCorpus] | None:
+    """[(corpus, weight, text field or None)] with weights summing to 1 for
+    "PATH=W,PATH=W:FIELD,...", or None when `spec` names one path (an existing one, or any
+    without "=")."""
     text = str(spec)
     if "=" not in text or Path(text).exists():
         return None
-    parts = []
-    for item in _items(text):
-        name, eq, weight = item.rpartition("=")
-        if not eq or not name or ("," in name and not Path(name).exists()
-                                  and not set("*?[") & set(name)):
-            raise UserError(f"--data {text}: expected PATH=WEIGHT,PATH=WEIGHT (a mixture of "
-                            f"corpora), got {item.partition(',')[0]!r}")
-        try:
-            value = float(weight)
-        except ValueError:
-            raise UserError(f"--data {text}: the weight of {name} is {weight!r}, not a "
-                            f"number") from None
-        if not value > 0 or value == float("inf"):
-            raise UserError(f"--data {text}: the weight of {name} must be positive, got "
-                            f"{weight}")
-        parts.append((Path(name), value))
-    names = [p for p, _ in parts]
+    parts = [_corpus(item, text) for item in _items(text)]
+    names = [p for p, _, _ in parts]
     if len(set(names)) < len(names):
         raise UserError(f"--data {text}: a corpus is named twice")
-    total = sum(w for _, w in parts)
-    return [(p, w / total) for p, w in parts]
+    total = sum(w for _, w, _ in parts)
+    return [MixedCorpus(p, w / total, f) for p, w, f in parts]
+
+
+def _corpus(item: str, text: str) -> MixedCorpus:
+    """The corpus of one PATH=W[:FIELD] item of the mixture `text`, its weight as given."""
+    name, eq, weight = item.rpartition("=")
+    if not eq or not name or ("," in name and not Path(name).exists()
+                              and not set("*?[") & set(name)):
+        raise UserError(f"--data {text}: expected PATH=WEIGHT,PATH=WEIGHT (a mixture of "
+                        f"corpora), got {item.partition(',')[0]!r}")
+    weight, colon, field = weight.partition(":")
+    if colon and not field.strip():
+        raise UserError(f"--data {text}: the text field of {name} after ':' is empty")
+    try:
+        value = float(weight)
+    except ValueError:
+        raise UserError(f"--data {text}: the weight of {name} is {weight!r}, not a "
+                        f"number") from None
+    if not value > 0 or value == float("inf"):
+        raise UserError(f"--data {text}: the weight of {name} must be positive, got "
+                        f"{weight}")
+    return MixedCorpus(Path(name), value, field.strip() if colon else None)
 
 
 def _items(text: str) -> list[str]:
@@ -73,9 +97,9 @@ def _items(text: str) -> list[str]:
     return [item.strip() for item in items]
 
 
-def mixture_spec(parts: list[tuple[Path, float]]) -> str:
-    """The --data spelling of a mixture: "PATH=W,PATH=W"."""
-    return ",".join(f"{p}={w:g}" for p, w in parts)
+def mixture_spec(parts: list[MixedCorpus]) -> str:
+    """The --data spelling of a mixture: "PATH=W,PATH=W:FIELD"."""
+    return ",".join(f"{p}={w:g}{'' if f is None else f':{f}'}" for p, w, f in parts)
 
 
 def schedule(weights: list[float], taken: list[int]) -> int:

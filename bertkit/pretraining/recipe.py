@@ -47,11 +47,12 @@ from bertkit.pretraining.corpus import check_tokenizer, load_manifest
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate
 from bertkit.pretraining.masking import MaskingConfig
-from bertkit.pretraining.run_data import data_fingerprint, data_parts
+from bertkit.pretraining.run_data import (check_resumed_data, data_fingerprint, data_parts,
+                                          given_data)
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
-from bertkit.training.checkpoint import saved_fingerprint
+from bertkit.training.checkpoint import GIVEN, saved_fingerprint
 from bertkit.training.loop import TrainResult, check_config, check_fresh_start, train
 from bertkit.training.settings import run_settings, settings_block
 
@@ -120,7 +121,8 @@ class PretrainOptions:
     `datasets` directory, a folder or a glob, compressed or not; or several of either mixed by
     proportion, PATH=0.7,PATH=0.3 (a table in --config; see `bertkit.pretraining.mixture`),
     each corpus to prepare into OUT/data/K-NAME (K its place in the mixture), all with one
-    tokenizer (`bertkit.pretraining.run_data`)."""
+    tokenizer (`bertkit.pretraining.run_data`); PATH=0.3:FIELD reads that corpus' text from
+    its records' FIELD instead of --text-field's."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
     tokenizer: Path | None = None
@@ -132,7 +134,7 @@ class PretrainOptions:
     WordPiece vocabulary trained on it (16,000 for the measured english_books runs)."""
     text_field: str = "text"
     """A corpus to prepare as --data only: the field of a JSONL object, a CSV row or a table
-    row that holds the text."""
+    row that holds the text (in a mixture, of each corpus that names none: PATH=W:FIELD)."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
     """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
     init: Path | None = None
@@ -460,7 +462,9 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
         latest = check_fresh_start(opts.out, opts.train.resume)
-        parts = data_parts(opts, rank, keep=latest is not None)
+        given = given_data(opts.data)
+        parts = data_parts(opts, rank, keep=latest is not None, resumed=latest)
+        fingerprint = _fingerprint(opts, parts, given, latest)  # other data refused at once
         data = parts[0][0]
         load_manifest(data)
         tokenizer = Tokenizer.load(data / "tokenizer")
@@ -489,7 +493,7 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
                      save=lambda m, path: save_pretrained(m, path, tokenizer,
                                                           opts.objective == "clm"),
                      target_count=objectives.target_count(opts.objective),
-                     fingerprint=_fingerprint(opts, parts, latest), device=device,
+                     fingerprint=fingerprint, device=device,
                      settings=settings,
                      find_unused_parameters=False)  # model_to_pretrain froze the unused heads
 
@@ -554,13 +558,17 @@ def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[
               f"bertkit pretrain ...", file=sys.stderr)
 
 
-def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]],
+def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]], given: dict,
                  latest: Path | None = None) -> dict:
     """What a checkpoint must have been trained on to be resumed by this run (`latest`: the
-    checkpoint it resumes)."""
+    checkpoint it resumes), and --data as typed (`given`: recorded, not compared; other data
+    under another --data is refused here in its words)."""
     cfg = opts.train
     resumed = saved_fingerprint(latest).get("data") if latest is not None else None
-    return {"data": data_fingerprint(parts, resumed), "objective": opts.objective,
+    data = data_fingerprint(parts, resumed)
+    if resumed is not None and data != resumed:
+        check_resumed_data(latest, given, opts.out, other_data=True)
+    return {"data": data, GIVEN: given, "objective": opts.objective,
             "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             # only when not "anywhere": checkpoints of rows cut anywhere resume
             **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),

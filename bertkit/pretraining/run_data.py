@@ -9,7 +9,9 @@ prepared.
 whose corpora to prepare go to OUT/data/K-NAME (`mixture_dir`) with one tokenizer. Later runs
 find what is prepared there and prepare nothing again; a resumed run whose text changed is
 refused before anything is replaced. `data_fingerprint` is the digest of the prepared data a
-checkpoint records, so that a run resumes only on the data it was trained on.
+checkpoint records, so that a run resumes only on the data it was trained on; beside it the
+checkpoint records --data as typed (`given_data`), so that a resume on another mixture is
+refused in those words (`check_resumed_data`).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Protocol
 
@@ -24,11 +27,12 @@ import torch.distributed as dist
 
 from bertkit import signals
 from bertkit.files import UserError, check_not_input, sha256_file
-from bertkit.pretraining.corpus import (SOURCE_FILE, check_tokenizer, load_manifest,
+from bertkit.model.hub import is_model_dir
+from bertkit.pretraining.corpus import (SOURCE_FILE, OtherText, check_tokenizer, load_manifest,
                                         prepare_corpora, prepare_text)
-from bertkit.pretraining.mixture import parse_mixture
+from bertkit.pretraining.mixture import MixedCorpus, parse_mixture
 from bertkit.text.sources import expand
-from bertkit.training.checkpoint import latest_checkpoint
+from bertkit.training.checkpoint import GIVEN, latest_checkpoint, saved_fingerprint
 
 
 class DataOptions(Protocol):
@@ -62,14 +66,62 @@ def data_fingerprint(parts: list[tuple[Path, float]], resumed: str | None = None
                               sort_keys=True).encode() for r in raw])
 
 
-def data_parts(opts: DataOptions, rank: int = 0,
-               keep: bool | None = None) -> list[tuple[Path, float]]:
+def given_data(data: Path) -> dict:
+    """--data as a checkpoint records it (its fingerprint's GIVEN entry): "data" as typed (a
+    --config table as its PATH=W,... spelling), "shares" those of its corpora (None for one
+    corpus)."""
+    mixture = parse_mixture(data)
+    return {"data": str(data), "shares": None if mixture is None else [c.weight for c in mixture]}
+
+
+def check_resumed_data(checkpoint: Path | None, given: dict, out: Path,
+                       other_data: bool = False) -> None:
+    """Refuse to resume `checkpoint` on other --data than it was trained on, naming both and
+    what to do: where the shares differ (other data whatever the text: checked before anything
+    is prepared), or where the data is found other (`other_data`: its digest, or its text on
+    preparing) and --data is typed otherwise. A checkpoint that did not record its --data
+    (made before GIVEN) is left to the data digest, as it was."""
+    was = saved_fingerprint(checkpoint).get(GIVEN) if checkpoint is not None else None
+    if not isinstance(was, dict) or not isinstance(was.get("data"), str):
+        return
+    if _same_shares(was.get("shares"), given["shares"]) and not (
+            other_data and was["data"] != given["data"]):
+        return
+    new = shlex.quote(given["data"])
+    later = "" if is_model_dir(out) else "once this run has finished (its model at the top), "
+    raise UserError(f"{checkpoint}: checkpoint was trained on {_spelled(was)}, this run asks for "
+                    f"{_spelled(given)}; a run resumes only on the data it was trained on: "
+                    f"resume with --data {shlex.quote(was['data'])}, or {later}train on the "
+                    f"new data in a new run from its model (--init {shlex.quote(str(out))} "
+                    f"--data {new} --out NEW_RUN)")
+
+
+def _same_shares(was, now) -> bool:
+    was, now = was or [1.0], now or [1.0]
+    return len(was) == len(now) and all(abs(a - b) <= 1e-12 for a, b in zip(was, now))
+
+
+def _spelled(given: dict) -> str:
+    """"the mixture a.txt=0.7,b.txt=0.3" or "the corpus a.txt"."""
+    return f"the {'corpus' if given.get('shares') is None else 'mixture'} {given['data']}"
+
+
+def data_parts(opts: DataOptions, rank: int = 0, keep: bool | None = None,
+               resumed: Path | None = None) -> list[tuple[Path, float]]:
     """The prepared directories --data names with their shares: one (`prepared_data`), or
-    the corpora of a mixture (`mixture_parts`). `keep`: as for `prepared_data`."""
+    the corpora of a mixture (`mixture_parts`). `keep`: as for `prepared_data`. `resumed`:
+    the checkpoint the run resumes, refused first where it was trained on other --data
+    (`check_resumed_data`)."""
+    given = given_data(opts.data)
+    check_resumed_data(resumed, given, opts.out)
     mixture = parse_mixture(opts.data)
-    if mixture is None:
-        return [(prepared_data(opts, rank, keep), 1.0)]
-    return mixture_parts(opts, mixture, rank, keep)
+    try:
+        if mixture is None:
+            return [(prepared_data(opts, rank, keep), 1.0)]
+        return mixture_parts(opts, mixture, rank, keep)
+    except OtherText:  # the text of another mixture: said as such where --data says so
+        check_resumed_data(resumed, given, opts.out, other_data=True)
+        raise
 
 
 def _is_corpus(path: Path) -> bool:
@@ -141,17 +193,22 @@ def mixture_dir(out: Path, index: int, corpus: Path) -> Path:
     return out / TEXT_DATA / f"{index + 1}-{name}"
 
 
-def mixture_parts(opts: DataOptions, mixture: list[tuple[Path, float]], rank: int = 0,
+def mixture_parts(opts: DataOptions, mixture: list[MixedCorpus], rank: int = 0,
                   keep: bool | None = None) -> list[tuple[Path, float]]:
     """The corpora of a mixture with their shares, prepared: a directory made by `bertkit
     prepare` as it is, a corpus to prepare (`_is_corpus`) in its `mixture_dir`, which rank 0
-    prepares (`corpus.prepare_corpora`) while the other ranks wait. They share one tokenizer:
-    --tokenizer, --init's or that of the prepared directories (which must all have the same,
-    and --tokenizer's or --init's if given: checked before anything is prepared); else a
-    WordPiece vocabulary of --vocab-size trained on the text of all the corpora to prepare,
-    together, in OUT/data/vocabulary. `keep`: as for `prepared_data`."""
-    to_prepare = {i for i, (data, _) in enumerate(mixture) if _is_corpus(data)}
-    prepared = [data for i, (data, _) in enumerate(mixture) if i not in to_prepare]
+    prepares (`corpus.prepare_corpora`) while the other ranks wait, its text in its own field
+    or else --text-field's. They share one tokenizer: --tokenizer, --init's or that of the
+    prepared directories (which must all have the same, and --tokenizer's or --init's if
+    given: checked before anything is prepared); else a WordPiece vocabulary of --vocab-size
+    trained on the text of all the corpora to prepare, together, in OUT/data/vocabulary.
+    `keep`: as for `prepared_data`."""
+    to_prepare = {i for i, corpus in enumerate(mixture) if _is_corpus(corpus.path)}
+    prepared = [corpus.path for i, corpus in enumerate(mixture) if i not in to_prepare]
+    for i, corpus in enumerate(mixture):
+        if i not in to_prepare and corpus.text_field is not None:
+            raise UserError(f"{corpus.path}: prepared data, whose text is read already: a "
+                            f"text field (:{corpus.text_field}) is for text to prepare")
     if opts.tokenizer is not None and not to_prepare:
         raise UserError("--tokenizer is for corpora to prepare as --data; the corpora of this "
                         "mixture are all prepared data, each with its own tokenizer")
@@ -160,20 +217,21 @@ def mixture_parts(opts: DataOptions, mixture: list[tuple[Path, float]], rank: in
     if first is not None and given is not None and to_prepare:
         check_tokenizer(first, given)
     check_not_input(opts.out, prepared, what="--out", names=["corpus of --data"] * len(prepared))
-    dirs = {i: mixture_dir(opts.out, i, mixture[i][0]) for i in sorted(to_prepare)}
+    dirs = {i: mixture_dir(opts.out, i, mixture[i].path) for i in sorted(to_prepare)}
+    fields = {i: mixture[i].text_field or opts.text_field for i in dirs}
     if dirs and rank == 0:
         with _run_dir(opts.out):
             if _resumes(opts, keep):  # a refused or fresh run renames nothing
                 for i, place in dirs.items():
-                    _moved_part(place, mixture[i][0], opts.text_field, opts.out)
-            prepare_corpora([mixture[i][0] for i in dirs], list(dirs.values()),
+                    _moved_part(place, mixture[i].path, fields[i], opts.out)
+            prepare_corpora([mixture[i].path for i in dirs], list(dirs.values()),
                             tokenizer=given or (first / "tokenizer" if first else None),
                             vocabulary=opts.out / TEXT_DATA / MIXTURE_VOCABULARY,
-                            vocab_size=opts.vocab_size, text_field=opts.text_field,
+                            vocab_size=opts.vocab_size, text_field=list(fields.values()),
                             leave_out=[opts.out], keep=_resumes(opts, keep))
     if dirs and dist.is_initialized():  # waited in Python, as for one corpus
         signals.wait(dist.barrier(async_op=True))
-    return [(dirs.get(i, data), weight) for i, (data, weight) in enumerate(mixture)]
+    return [(dirs.get(i, corpus.path), corpus.weight) for i, corpus in enumerate(mixture)]
 
 
 def _moved_part(place: Path, corpus: Path, text_field: str, out: Path) -> None:
@@ -217,4 +275,5 @@ def _resumes(opts: DataOptions, keep: bool | None) -> bool:
 
 
 __all__ = ["DataOptions", "data_parts", "prepared_data", "mixture_parts", "mixture_dir",
-           "data_fingerprint", "TEXT_DATA", "MIXTURE_VOCABULARY"]
+           "data_fingerprint", "given_data", "check_resumed_data", "TEXT_DATA",
+           "MIXTURE_VOCABULARY"]

@@ -109,6 +109,12 @@ def set_rng_state(state: dict) -> None:
 
 # Fingerprints --------------------------------------------------------------------------------
 
+GIVEN = "given"
+"""The fingerprint entry a run records with its checkpoints only to explain a refusal in the
+user's words (pretraining's --data as typed): the training loop saves it and never compares
+it, so that what it spells (a corpus moved under another name) may change on resume."""
+
+
 def model_fingerprint(model: nn.Module) -> dict[str, list[int]]:
     return {name: list(t.shape) for name, t in model.state_dict().items()}
 
@@ -126,9 +132,10 @@ def saved_fingerprint(path: str | Path) -> dict:
 
 def check_fingerprint(where: Path, saved: dict, current: dict, ignore: tuple = ()) -> None:
     """Refuse a checkpoint made for another model shape, other data or another objective.
-    Keys in `ignore` are not compared (the world size, which checkpoints before elastic
-    resumes recorded)."""
+    Keys in `ignore` are not compared, on either side (the world size, which checkpoints
+    before elastic resumes recorded; what a run records only to explain a refusal)."""
     saved = {k: v for k, v in saved.items() if k not in ignore}
+    current = {k: v for k, v in current.items() if k not in ignore}
     saved_model, model = saved.get("model", {}), current.get("model", {})
     for name, shape in model.items():
         if name not in saved_model:
@@ -274,4 +281,4 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
            "rng_state", "set_rng_state", "model_fingerprint", "check_fingerprint",
-           "saved_fingerprint"]
+           "saved_fingerprint", "GIVEN"]

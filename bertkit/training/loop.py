@@ -27,7 +27,9 @@
   (a pooler a tagger never reads) instead of failing on them; pass False when every
   trainable weight is used (freeze the others), to save the search and torch's warning.
 * `fingerprint` — a JSON-able dict describing the data and objective; a checkpoint made with
-  another fingerprint (or another model shape) is refused on resume.
+  another fingerprint (or another model shape) is refused on resume. Its entry "given"
+  (`checkpoint.GIVEN`), if any, is saved with it and not compared: what the caller records
+  to explain its own refusals (pretraining's --data as typed).
 * `settings` — the run's record (`bertkit.training.settings.run_settings`), written as
   `training_args.json` once `out_dir` exists.
 
@@ -78,8 +80,9 @@ from bertkit.runtime import (SharedCores, bf16_warning, choose_precision, compil
                              resolve_device)
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
-from bertkit.training.checkpoint import (latest_checkpoint, load_checkpoint, model_fingerprint,
-                                         rng_state, save_checkpoint, set_rng_state)
+from bertkit.training.checkpoint import (GIVEN, latest_checkpoint, load_checkpoint,
+                                         model_fingerprint, rng_state, save_checkpoint,
+                                         set_rng_state)
 from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_note,
                                      summary_writer)
 from bertkit.training.settings import write_settings
@@ -443,7 +446,7 @@ def _resume_or_seed(run: _Run) -> _State:
     latest = check_fresh_start(run.out_dir, cfg.resume)
     if latest is not None:
         saved = load_checkpoint(latest, model=run.model, optimizer=run.optimizer,
-                                fingerprint=run.fingerprint, ignore=("world_size",))
+                                fingerprint=run.fingerprint, ignore=("world_size", GIVEN))
         state = _State(**{k: saved[k] for k in _State().saved()})
         run.scaler.load_state_dict(saved["scaler"])
         rng, feed = _rank_state(run, latest, saved["ranks"], state.step)

@@ -543,3 +543,19 @@ def test_prepare_corpora_resuming_on_other_text_is_refused_before_reading_it(tmp
     with pytest.raises(UserError, match=r"1-a: this run's data was prepared from other text"):
         prepare_corpora(texts, outs, tokenizer=tok_dir, progress=False, keep=True)
     assert _files(tmp_path / "data") == before
+
+
+def test_prepare_text_resumed_with_another_text_field_is_refused_naming_it(tmp_path, tok_dir):
+    from bertkit.pretraining.corpus import prepare_text
+
+    docs = write_corpus(tmp_path / "scratch.txt", docs=30, seed=4)
+    jsonl = tmp_path / "a.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": "\n".join(d), "body": d[0]}) + "\n"
+                             for d in docs), encoding="utf-8")
+    out = tmp_path / "run" / "data"
+    prepare_text(jsonl, out, tokenizer=tok_dir, progress=False)
+    before = _files(out)
+    with pytest.raises(UserError, match=r"data: this run's data was prepared from other text "
+                                        r".*\(text field 'body' now, 'text' when it was made\)"):
+        prepare_text(jsonl, out, tokenizer=tok_dir, text_field="body", progress=False, keep=True)
+    assert _files(out) == before

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
+import csv
 import gzip
 import json
 import os
@@ -19,10 +20,11 @@ import torch
 from safetensors.torch import load_file
 
 from bertkit.cli.main import main
-from bertkit.files import UserError
+from bertkit.files import UserError, sha256_file
 from bertkit.pretraining.corpus import prepare, tokenizer_fingerprint
 from bertkit.pretraining.examples import PretrainingBatches
-from bertkit.pretraining.mixture import MixedBatches, allocate, parse_mixture, schedule
+from bertkit.pretraining.mixture import (MixedBatches, allocate, mixture_spec, parse_mixture,
+                                        schedule)
 from bertkit.text.tokenizer import Tokenizer
 from synthetic_corpus import make_tokenizer, write_corpus
 
@@ -42,9 +44,9 @@ def corpora(tmp_path_factory) -> tuple[Path, Path, Path]:
 
 
 def test_the_spelling_of_a_mixture(tmp_path):
-    assert parse_mixture("a=0.7,b=0.3") == [(Path("a"), 0.7), (Path("b"), 0.3)]
+    assert parse_mixture("a=0.7,b=0.3") == [(Path("a"), 0.7, None), (Path("b"), 0.3, None)]
     parts = parse_mixture("x/a=3, y/b=1")
-    assert parts == [(Path("x/a"), 0.75), (Path("y/b"), 0.25)]
+    assert [(p, w) for p, w, _ in parts] == [(Path("x/a"), 0.75), (Path("y/b"), 0.25)]
     assert parse_mixture("data/") is None and parse_mixture(Path("corpus.txt")) is None
     odd = tmp_path / "odd=1"
     odd.mkdir()
@@ -52,9 +54,9 @@ def test_the_spelling_of_a_mixture(tmp_path):
     (tmp_path / "x, y.txt").write_text("text\n")  # a comma, a space and "=" in file names
     (tmp_path / "a=1,b.txt").write_text("text\n")
     with contextlib.chdir(tmp_path):
-        assert parse_mixture("x, y.txt=1,a=1,b.txt=3") == [(Path("x, y.txt"), 0.25),
-                                                          (Path("a=1,b.txt"), 0.75)]
-        assert parse_mixture("a=1,b.txt=1, x, y.txt=1,*,*=2") == [
+        assert parse_mixture("x, y.txt=1,a=1,b.txt=3") == [(Path("x, y.txt"), 0.25, None),
+                                                          (Path("a=1,b.txt"), 0.75, None)]
+        assert [(p, w) for p, w, _ in parse_mixture("a=1,b.txt=1, x, y.txt=1,*,*=2")] == [
             (Path("a=1,b.txt"), 0.25), (Path("x, y.txt"), 0.25), (Path("*,*"), 0.5)]
     for bad, message in (("a=0.7,b", "expected PATH=WEIGHT"),
                          ("x,y=1", "expected .*got 'x'"), ("a=x,b=1", "not a number"),
@@ -153,8 +155,8 @@ def test_pretrain_on_a_mixture_resumes_to_the_weights_of_an_uninterrupted_run(
     capsys.readouterr()
     assert main(["pretrain", "--data", f"{books}=0.5,{web}=0.5", "--max-steps", "8",
                  "--save-every", "2", *TINY, "--out", str(cut), "--resume"]) == 2
-    assert "other data (another corpus, a changed one or other mixture weights)" in \
-        capsys.readouterr().err
+    assert f"checkpoint was trained on the mixture {spec}, this run asks for the mixture " \
+        f"{books}=0.5,{web}=0.5" in capsys.readouterr().err
 
 
 def test_a_mixture_of_other_tokenizers_is_refused_before_anything_is_prepared(
@@ -355,7 +357,8 @@ def test_a_weight_of_a_mixture_table_not_above_zero_names_the_file(corpora, tmp_
                      "--max-steps", "1", *TINY]) == 2
         assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
             f"error: {config}: data: expected a table of paths with positive numbers (their "
-            f"weights), got {{")
+            f"weights), or tables {{weight = W, text_field = \"FIELD\"}} (a field without ',' "
+            f"or '='), got {{")
 
 
 @pytest.mark.slow
@@ -376,3 +379,145 @@ def test_a_mixed_run_relaunched_under_torchrun_finds_its_prepared_corpora(tmp_pa
     assert "2 ranks" in done.stderr and "resumed from" in done.stderr
     assert done.stderr.count("already prepared from") == 2 and "WordPiece" not in done.stderr
     assert {p: p.stat().st_mtime_ns for p in (out / "data").rglob("*") if p.is_file()} == prepared
+
+
+def _forget_the_mixture(checkpoint: Path) -> None:
+    """`checkpoint` as runs before checkpoints recorded their --data left it: no "given"."""
+    state = json.loads((checkpoint / "state.json").read_text())
+    state["state"]["__dict__"]["fingerprint"]["__dict__"].pop("given")
+    (checkpoint / "state.json").write_text(json.dumps(state))
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    manifest["state.json"] = sha256_file(checkpoint / "state.json")
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_resume_on_another_mixture_says_which_and_what_to_do(corpora, tmp_path, capsys):
+    books, tweets = _raw_corpora(tmp_path)
+    other = tmp_path / "other.txt"
+    write_corpus(other, docs=30, seed=7)
+    out = tmp_path / "run"
+    args = ["pretrain", "--vocab-size", "120", *TINY, "--out", str(out), "--max-steps", "2",
+            "--resume"]
+    assert main([*args[:-3], "--max-steps", "1", "--data", f"{books}=0.7,{tweets}=0.3"]) == 0
+    was = f"the mixture {books}=0.7,{tweets}=0.3"
+    prepared = {p: p.read_bytes() for p in sorted((out / "data").rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    for data, now in ((f"{books}=0.5,{tweets}=0.5", f"the mixture {books}=0.5,{tweets}=0.5"),
+                      (str(books), f"the corpus {books}"),
+                      (f"{books}=0.7,{other}=0.3", f"the mixture {books}=0.7,{other}=0.3")):
+        assert main([*args, "--data", data]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: "), err
+        assert f"checkpoint was trained on {was}, this run asks for {now}" in err[0], err
+        assert f"--init {out} --data {shlex.quote(data)}" in err[0], err  # a new run from it
+        # refused before anything is prepared or replaced
+        assert {p: p.read_bytes() for p in sorted((out / "data").rglob("*"))
+                if p.is_file()} == prepared
+    # prepared corpora, one swapped for another: the same
+    third = tmp_path / "third"
+    write_corpus(tmp_path / "third.txt", docs=30, seed=8)
+    prepare([tmp_path / "third.txt"], corpora[2], third, workers=1, progress=False)
+    run = tmp_path / "prepared-run"
+    mixed = ["pretrain", *TINY, "--out", str(run), "--data"]
+    assert main([*mixed, f"{corpora[0]}=0.5,{corpora[1]}=0.5", "--max-steps", "1"]) == 0
+    capsys.readouterr()
+    assert main([*mixed, f"{corpora[0]}=0.5,{third}=0.5", "--max-steps", "2", "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and (
+        f"checkpoint was trained on the mixture {corpora[0]}=0.5,{corpora[1]}=0.5, this run "
+        f"asks for the mixture {corpora[0]}=0.5,{third}=0.5") in err[0], err
+    # a checkpoint made before checkpoints recorded their mixture resumes as before, and
+    # other weights are refused as other data
+    _forget_the_mixture(out / "checkpoints" / "step-00000001")
+    assert main([*args, "--data", f"{books}=0.5,{tweets}=0.5"]) == 2
+    assert "other data (another corpus" in capsys.readouterr().err
+    assert main([*args, "--data", f"{books}=0.7,{tweets}=0.3"]) == 0
+    assert "given" in json.loads((out / "checkpoints" / "step-00000002" / "state.json")
+                                 .read_text())["state"]["__dict__"]["fingerprint"]["__dict__"]
+
+
+# A text field for each corpus ------------------------------------------------------------------
+
+def _fielded_corpora(root: Path) -> tuple[Path, Path]:
+    """A JSONL file whose text is in "text" (and a "body" of other text) and a CSV file whose
+    text is in "content" (and a short "title")."""
+    docs = write_corpus(root / "scratch.txt", docs=60, seed=3)
+    (root / "scratch.txt").unlink()
+    jsonl = root / "a.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": "\n".join(d), "body": d[0]}) + "\n"
+                             for d in docs[:30]), encoding="utf-8")
+    table = root / "b.csv"
+    with open(table, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["title", "content"])
+        writer.writerows([d[0][:20], "\n".join(d)] for d in docs[30:])
+    return jsonl, table
+
+
+def test_a_text_field_after_the_weight_is_that_corpus_own(tmp_path):
+    assert parse_mixture("a.jsonl=0.7,b.csv=0.3:content") == [
+        (Path("a.jsonl"), 0.7, None), (Path("b.csv"), 0.3, "content")]
+    assert parse_mixture("a=1:my field: x,b=3") == [(Path("a"), 0.25, "my field: x"),
+                                                   (Path("b"), 0.75, None)]
+    assert mixture_spec(parse_mixture("a=1,b=1:content")) == "a=0.5,b=0.5:content"
+    for bad, message in (("a=1:,b=1", "the text field of a after ':' is empty"),
+                         ("a=x:t,b=1", "the weight of a is 'x', not a number")):
+        with pytest.raises(UserError, match=message):
+            parse_mixture(bad)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_corpora_of_a_mixture_each_with_their_text_field(corpora, tmp_path, capsys):
+    jsonl, table = _fielded_corpora(tmp_path)
+    out = tmp_path / "run"
+    args = ["pretrain", "--vocab-size", "120", *TINY, "--out", str(out)]
+    # one --text-field for both: the CSV has no column "text"
+    assert main([*args, "--max-steps", "1", "--data", f"{jsonl}=0.5,{table}=0.5"]) == 2
+    assert "b.csv" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--max-steps", "1", "--data", f"{jsonl}=0.5,{table}=0.5:content"]) == 0
+    capsys.readouterr()
+    source = json.loads((out / "data" / "2-b" / "source.json").read_text())
+    assert source["text_field"] == "content"
+    assert "text_field" not in json.loads((out / "data" / "1-a" / "source.json").read_text())
+    # the same mixture from a --config table: found prepared, and resumed
+    config = tmp_path / "mix.toml"
+    config.write_text(f'[data]\n"{jsonl}" = 0.5\n"{table}" = {{ weight = 0.5, text_field = '
+                      f'"content" }}\n', encoding="utf-8")
+    assert main(["pretrain", "--config", str(config), *args[1:], "--max-steps", "2",
+                 "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("already prepared from") == 2 and "WordPiece" not in err
+    # another field on resume is refused like other text, before anything is replaced
+    prepared = {p: p.read_bytes() for p in sorted((out / "data").rglob("*")) if p.is_file()}
+    assert main([*args, "--max-steps", "3", "--resume", "--data",
+                 f"{jsonl}=0.5,{table}=0.5:title"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and (f"trained on the mixture {jsonl}=0.5,{table}=0.5:content, this "
+                              f"run asks for the mixture {jsonl}=0.5,{table}=0.5:title") in err[0]
+    assert main([*args, "--max-steps", "3", "--resume", "--text-field", "body", "--data",
+                 f"{jsonl}=0.5,{table}=0.5:content"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("text field ['body', 'content'] now, ['text', 'content'] when "
+                              "it was made") in err[0], err
+    assert {p: p.read_bytes() for p in sorted((out / "data").rglob("*"))
+            if p.is_file()} == prepared
+    # a prepared directory has no text field to choose
+    assert main([*args, "--max-steps", "1", "--out", str(tmp_path / "other"), "--data",
+                 f"{jsonl}=0.5,{corpora[0]}=0.5:content"]) == 2
+    assert f"{corpora[0]}: prepared data, whose text is read already" in capsys.readouterr().err
+
+
+def test_a_mixture_table_entry_with_a_bad_text_field_names_the_file(corpora, tmp_path, capsys):
+    books, web, _ = corpora
+    config = tmp_path / "mix.toml"
+    for entry in ('{ weight = 1, text_field = "" }', '{ weight = 1, field = "x" }',
+                  '{ text_field = "x" }', '{ weight = 1, text_field = "a,b" }',
+                  '{ weight = 0, text_field = "x" }'):
+        config.write_text(f'[data]\n"{books}" = {entry}\n"{web}" = 3\n', encoding="utf-8")
+        assert main(["pretrain", "--config", str(config), "--out", str(tmp_path / "run"),
+                     "--max-steps", "1", *TINY]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+            f"error: {config}: data: expected a table of paths with positive numbers (their "
+            f"weights), or tables {{weight = W, text_field = \"FIELD\"}} (a field without ',' "
+            f"or '='), got {{"), entry

@@ -347,8 +347,9 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
     assert _cli(["pretrain", "--data", str(other), *args[3:], "--max-steps", "2",
                  "--resume"]) == 2
     err = capsys.readouterr().err
-    assert "this run's data was prepared from other text" in err and "WordPiece" not in err
-    assert len(err.strip().splitlines()) == 1
+    # another file named: said in the words of --data (same name, other bytes: test_mixture)
+    assert f"trained on the corpus {corpus}, this run asks for the corpus {other}" in err
+    assert "WordPiece" not in err and len(err.strip().splitlines()) == 1
     assert (out / "data" / "manifest.json").read_bytes() == before
 
     assert _cli(args + ["--max-steps", "4", "--resume"]) == 0  # the same data, not made again
