@@ -154,10 +154,10 @@ def test_bad_input_is_one_line_exit_2_before_anything_is_written(tmp_path, tok_d
     elif case == "parquet of no rows":
         path = writers.write_parquet(tmp_path / "c.parquet", [], field="text")
         args = [str(path)]
-        expected = "c.parquet: no documents in the corpus (the table has no rows)"
+        expected = "c.parquet: no text (the table has no rows)"
     elif case == "csv header only":
         path = writers.write_text(tmp_path / "c.csv", "id,text\n")
-        args, expected = [str(path)], "c.csv: no documents in the corpus (a header and no rows)"
+        args, expected = [str(path)], "c.csv: no text (a header and no rows)"
     else:
         path = writers.write_parquet(tmp_path / "c.parquet", documents)
         args, expected = [str(path)], "c.parquet: no field \"text\" in the table"
