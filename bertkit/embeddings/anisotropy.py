@@ -29,7 +29,7 @@ import numpy as np
 from bertkit.embeddings.embedder import Embedder, resolve_layers
 from bertkit.embeddings.standardize import Standardizer, unit_rows
 from bertkit.files import UserError
-from bertkit.text.sources import numbered_texts
+from bertkit.text.sources import expand_one, numbered_texts, why_empty
 
 
 def _group_sums(u: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -146,7 +146,7 @@ def sample_lines(path: str | Path, n: int, seed: int = 0,
             if j < n:
                 keep[j] = (seen, line)
     if not keep:
-        raise UserError(f"{path}: no text in the corpus (only blank lines)")
+        raise UserError(f"{path}: no text ({why_empty(expand_one(path, text_field))})")
     return [line for _, line in sorted(keep)]
 
 

@@ -22,12 +22,12 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Collection, Iterable, Iterator, Sequence
 
 from bertkit.files import (UserError, compression_of, format_suffix, read_json, read_jsonl,
                            read_lines, require_file, sha256_file)
 from bertkit.finetuning.tagging import tag_label_set
-from bertkit.text.sources import Source, csv_rows
+from bertkit.text.sources import Source, csv_rows, find_delimiter
 
 MULTI_LABEL_SEPARATOR = "|"  # between labels of one example in a CSV/TSV cell or a JSON string
 
@@ -142,8 +142,10 @@ def detect_format(path: str | Path) -> str:
 # classification, pairs, regression
 # --------------------------------------------------------------------------------------------
 
-def _records(path: Path, fmt: str):
-    """(line, {column: value}, columns) per record of a JSONL, CSV or TSV file."""
+def _records(path: Path, fmt: str, columns: Collection[str]):
+    """(line, {column: value}, columns) per record of a JSONL, CSV or TSV file; a CSV or TSV
+    file is read with the delimiter whose header names one of `columns` (`find_delimiter`:
+    the semicolons of Excel where the comma is the decimal point)."""
     if fmt == "jsonl":
         for number, obj in read_jsonl(path):
             yield number, obj, list(obj)
@@ -152,7 +154,8 @@ def _records(path: Path, fmt: str):
     # numbered by the line it starts on; a quote never closed, a row of another length than
     # the header's, a cell past csv's limit are one line each
     header = None
-    for number, row, _ in csv_rows(Source(path, fmt, compression_of(path))):
+    source = find_delimiter(Source(path, fmt, compression_of(path)), columns)
+    for number, row, _ in csv_rows(source):
         if not any(cell.strip() for cell in row):
             continue
         if header is None:
@@ -224,7 +227,7 @@ def read_text_examples(path: str | Path, *, text_column: str = "text",
     if fmt not in ("jsonl", "csv", "tsv"):
         raise UserError(f"{p}: expected JSON lines, CSV or TSV, but this looks like {fmt}")
     examples, skipped, first_skipped = [], 0, ""
-    for number, record, columns in _records(p, fmt):
+    for number, record, columns in _records(p, fmt, [text_column]):
         text = _text_value(p, number, record, text_column, columns)
         pair = None if pair_column is None else \
             _text_value(p, number, record, pair_column, columns)

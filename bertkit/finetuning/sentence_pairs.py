@@ -89,6 +89,8 @@ KIND_COLUMNS = {
     "scored_ab": ("text_a", "text_b", "score"),
 }
 """The columns that make each kind of file, in the order they are tried."""
+KNOWN_COLUMNS = frozenset(c for columns in KIND_COLUMNS.values() for c in columns)
+"""The names a header of this module's files is recognised by (and its delimiter)."""
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 
@@ -113,7 +115,7 @@ def detect_kind(path: str | Path) -> str:
     if fmt not in ("jsonl", "csv", "tsv"):
         raise UserError(f"{p}: expected JSON lines, CSV or TSV (or sentences in a .txt file), "
                         f"but this looks like {fmt}")
-    for number, _, columns in _records(p, fmt):
+    for number, _, columns in _records(p, fmt, KNOWN_COLUMNS):
         if fmt != "jsonl":  # the columns are the header's, its first non-blank line
             number = next(n for n, line in read_lines(p) if line.strip())
         return _kind_of(columns, f"{p}:{number}")
@@ -127,7 +129,7 @@ def _rows(path: Path, columns: tuple[str, ...]):
     if fmt not in ("jsonl", "csv", "tsv"):
         raise UserError(f"{path}: expected JSON lines, CSV or TSV, but this looks like {fmt}")
     skipped, first_skipped, rows = 0, "", 0
-    for number, record, names in _records(path, fmt):
+    for number, record, names in _records(path, fmt, columns):
         texts = []
         for column in columns:
             if column not in record:
@@ -195,7 +197,7 @@ def read_scored_pairs(path: str | Path, *,
 
 
 def _first_columns(path: Path) -> set[str]:
-    for _, _, columns in _records(path, detect_format(path)):
+    for _, _, columns in _records(path, detect_format(path), KNOWN_COLUMNS):
         return set(columns)
     return set()
 
@@ -265,7 +267,7 @@ def read_queries(path: str | Path) -> list[QueryPassages]:
     if fmt not in ("jsonl", "csv", "tsv"):
         raise UserError(f"{p}: expected JSON lines, CSV or TSV, but this looks like {fmt}")
     found: dict[str, tuple[dict, dict, str]] = {}  # query: (relevant, negatives, source)
-    for number, record, names in _records(p, fmt):
+    for number, record, names in _records(p, fmt, KIND_COLUMNS["queries"]):
         query = record.get("query")
         if not isinstance(query, str):
             raise UserError(f"{p}:{number}: column 'query' must be a text (columns: "

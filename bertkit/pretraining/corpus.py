@@ -117,7 +117,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     fingerprint = tokenizer_fingerprint(tokenizer)
     layout, text_bytes = _plan_documents(sources, heldout_fraction)
     if layout["documents"] == 0:
-        raise UserError(f"{files[0]}: no documents in the corpus ({why_empty(sources)})")
+        raise UserError(f"{files[0]}: no text ({why_empty(sources)})")
     plan = {"format": FORMAT, "tokenizer": fingerprint, "dtype": dtype.name,
             "heldout_fraction": heldout_fraction, "shard_tokens": shard_tokens,
             "chunk_bytes": chunk_bytes,

@@ -19,7 +19,7 @@ import numpy as np
 
 from bertkit.embeddings.standardize import unit_rows
 from bertkit.files import UserError
-from bertkit.text.sources import numbered_texts
+from bertkit.text.sources import expand_one, numbered_texts, why_empty
 
 
 @dataclass
@@ -58,7 +58,7 @@ class LineIndex:
             numbers.append(number)
             files.append("" if source.path == Path(path) else source.path.name)
         if not lines:
-            raise UserError(f"{path}: no text to search (only blank lines)")
+            raise UserError(f"{path}: no text ({why_empty(expand_one(path, text_field))})")
         return cls(lines, numbers, str(path), more, files if any(files) else None)
 
     def describe(self) -> dict:

@@ -13,16 +13,27 @@ vocabulary. A word is made of letters and digits only: no piece that glues a sym
 is added. Unigram's pre-tokenizer cuts text at spaces alone, leaving punctuation on the word
 ("▁film." or "▁film,"), so there the candidate is the word's leading run of letters and
 digits, and its count gathers every occurrence ("▁film" from "▁film" and "▁film.": n is then
-what the estimate assumes, that "▁film." becomes "▁film" + "."). The chosen words take the ids after the last one, in that order; every old piece
-keeps its id, so an old model's rows still mean what they meant.
+what the estimate assumes, that "▁film." becomes "▁film" + "."). WordPiece's pre-tokenizer
+cuts punctuation off, but not symbols: an emoji, "©" or "°" is no Unicode punctuation, so
+"great😀" is one word. Its leading run "great" is counted there too (`NewWord.glued`) where
+the word's pieces have a boundary at the run's end (g ##r ##e ##a ##t ##😀, not g ##r ##e ##a
+##t😀), and nowhere else. There the run saves exactly what it saves alone: its pieces in the
+word are its pieces alone (each the longest match, and none crossed its end), and once it is
+added the word is the run + the same pieces after it (no piece, old or new, is a longer
+prefix of the word: an old one would have been matched first, and a new word is letters and
+digits, which end where the run ends; the pieces after it are "##" pieces, of which
+`extend_tokenizer` adds none: the characters' come before the words are chosen). The chosen words take the ids after the last one, in that order; every old piece keeps
+its id, so an old model's rows still mean what they meant.
 
 WordPiece matches the longest piece at the start of a word, so a whole word in the vocabulary
-is always one piece. A Unigram vocabulary picks the segmentation with the highest total score,
-so a new word's piece scores `MARGIN` + 0.01 x its length above the best segmentation the
-old pieces gave it: it beats every split into old pieces, and a split that starts with a
-shorter new word (the only other kind: new pieces start a word) scores at most the old best +
-`MARGIN` + 0.01 x that shorter length. Either way each new word is one token, which
-`extend_tokenizer` checks.
+is always one piece, and a word glued to a symbol starts with it as above. A Unigram
+vocabulary picks the segmentation with the highest total score, so a new word's piece scores
+`MARGIN` + 0.01 x its length above the best segmentation the old pieces gave it: it beats
+every split into old pieces, and a split that starts with a shorter new word (the only other
+kind: new pieces start a word) scores at most the old best + `MARGIN` + 0.01 x that shorter
+length. Either way each new word is one token, and each
+WordPiece word it was counted in is the new piece + the pieces that followed the run before,
+which `extend_tokenizer` checks.
 
 A character that the vocabulary lacks makes a WordPiece word one [UNK] (it has no piece to
 start or continue the word with) and is one [UNK] in a Unigram word (with the unknown
@@ -65,10 +76,14 @@ class NewWord:
     word: str
     """The piece: the normalized word (Unigram: with its `▁`)."""
     count: int
-    """Occurrences in the domain text."""
+    """Occurrences in the domain text: alone, or starting a word of `glued` (Unigram: with
+    punctuation after it)."""
     pieces: tuple[int, ...]
     """The ids of the pieces the word was split into: old pieces, or new characters' (the
     words are chosen against the vocabulary with its new characters)."""
+    glued: tuple[str, ...] = ()
+    """WordPiece: the domain's words that start with this one glued to a symbol ("great😀"),
+    whose occurrences `count` holds (see the module docstring)."""
 
     @property
     def saving(self) -> int:
@@ -150,26 +165,45 @@ def choose_words(tokenizer: Tokenizer, counts: Counter, add: int,
     fewer when fewer words would save any."""
     check_request(add, min_count)
     model, vocab = tokenizer.backend.model, tokenizer.get_vocab()
+    candidates, glued = _candidates(tokenizer, counts)
     found = []
-    for word, n in _candidates(tokenizer, counts).items():
+    for word, n in candidates.items():
         if n < min_count or word in vocab:
             continue
         pieces = tuple(t.id for t in model.tokenize(word))
         if len(pieces) > 1:
-            found.append(NewWord(word, n, pieces))
+            found.append(NewWord(word, n, pieces, tuple(glued.get(word, ()))))
     found.sort(key=lambda w: (-w.saving, w.word))
     return found[:add]
 
 
-def _candidates(tokenizer: Tokenizer, counts: Counter) -> Counter:
-    """The words that may be added, with their counts (see the module docstring)."""
-    if tokenizer.kind == "wordpiece":  # its pre-tokenizer cut punctuation off already
-        return Counter({w: n for w, n in counts.items() if _WORD.fullmatch(w)})
-    found: Counter = Counter()
-    for word, n in counts.items():
-        if (m := _WORD.match(word)) and m.group().startswith("\u2581") and len(m.group()) > 1:
+def _candidates(tokenizer: Tokenizer, counts: Counter
+                ) -> tuple[Counter, dict[str, list[str]]]:
+    """The words that may be added, with their counts, and the WordPiece words glued to a
+    symbol that each was counted in (see the module docstring)."""
+    if tokenizer.kind == "unigram":
+        found: Counter = Counter()
+        for word, n in counts.items():
+            run = m.group() if (m := _WORD.match(word)) else ""
+            if run.startswith("\u2581") and len(run) > 1:
+                found[run] += n
+        return found, {}
+    found, glued = Counter(), {}
+    for word, n in counts.items():  # the pre-tokenizer cut punctuation off already
+        if not (m := _WORD.match(word)):
+            continue
+        if m.end() == len(word):
+            found[word] += n
+        elif _piece_ends_at(tokenizer, word, m.group()):
             found[m.group()] += n
-    return found
+            glued.setdefault(m.group(), []).append(word)
+    return found, glued
+
+
+def _piece_ends_at(tokenizer: Tokenizer, word: str, run: str) -> bool:
+    """Whether a piece of `word` ends where its leading `run` does (offsets count bytes)."""
+    end = len(run.encode("utf-8"))
+    return any(t.offsets[1] == end for t in tokenizer.backend.model.tokenize(word))
 
 
 def domain_pieces(tokenizer: Tokenizer, counts: Counter) -> int:
@@ -243,11 +277,14 @@ def extend_tokenizer(tokenizer: Tokenizer, words: Sequence[NewWord]) -> Tokenize
         grown = _grown(tokenizer, [
             (w.word, sum(unk if p == tokenizer.unk_id else scores[p] for p in w.pieces)
              + MARGIN + 0.01 * len(w.word)) for w in words])
-    model = grown.backend.model
-    for i, w in enumerate(words):
-        ids = [t.id for t in model.tokenize(w.word)]
-        if ids != [first + i]:  # the module docstring's argument, checked
-            raise AssertionError(f"{w.word!r} became {ids}, not the one piece {first + i}")
+    model, old = grown.backend.model, tokenizer.backend.model
+    for i, w in enumerate(words):  # the module docstring's argument, checked
+        for word in (w.word, *w.glued):
+            ids = [t.id for t in model.tokenize(word)]
+            after = [t.id for t in old.tokenize(word)][len(w.pieces):]
+            if ids != [first + i, *after]:
+                raise AssertionError(f"{word!r} became {ids}, not the piece {first + i} "
+                                     f"then {after}")
     return grown
 
 

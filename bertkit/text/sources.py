@@ -15,7 +15,9 @@ arrow files) its arrow files in the order state.json lists them. Each source has
 - "csv", "tsv": a header row, then one row per document, the column `field` likewise
   (Python's csv module: a field in double quotes may hold commas, tabs and line breaks, a
   quote in it written twice); recognised by the name only (.csv, .tsv, also under a
-  compression suffix), since no content tells a CSV file from prose with commas;
+  compression suffix), since no content tells a CSV file from prose with commas. A header
+  that names `field` only when cut at ';', tabs or '|' (Excel writes ';' where the comma is
+  the decimal point; a .csv of tabs) has the file read with that delimiter;
 - "parquet", "arrow": one row per document, the column `field` likewise.
 Compression (gzip, zstd, bzip2) is recognised by the file's first bytes, under any name.
 
@@ -38,12 +40,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import glob
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Collection, Iterator, Sequence
 
 from bertkit.files import (COMPRESSED_SUFFIXES, UserError, compression_of, corrupt_data_errors,
                            decode_line, first_line_of, format_suffix, need_package,
@@ -53,6 +56,10 @@ FORMATS = ("text", "jsonl", "csv", "tsv", "parquet", "arrow")
 TABLES = ("parquet", "arrow")
 DELIMITERS = {"csv": ",", "tsv": "\t"}
 """The formats of delimited text with a header row, and the character between their fields."""
+OTHER_DELIMITERS = (";", "\t", "|", ",")
+"""What else a .csv or .tsv file may have between its fields, in the order tried
+(`find_delimiter`): Excel's ';' where the comma is the decimal point, a TSV named .csv, '|'
+of database dumps, a CSV named .tsv."""
 CSV_FIELD_LIMIT = 1 << 25
 """Characters a CSV field may hold (csv's own limit, 128 Ki, is a long article): 32 Mi is ten
 times a long novel, and bounds the memory that a quote left open takes before it is reported."""
@@ -71,6 +78,9 @@ class Source:
     """"gzip", "zstd", "bzip2" or None (not for Parquet and Arrow)."""
     field: str = "text"
     """The text field of a JSONL object, a CSV row or a table row."""
+    delimiter: str | None = None
+    """Between the fields of a CSV or TSV file where its header shows another than its
+    format's (`find_delimiter`); None: the format's own (DELIMITERS)."""
 
     @property
     def records(self) -> bool:
@@ -213,7 +223,7 @@ def _sniff(path: Path, field: str) -> Source:
     # content tells a CSV file from lines of text, and a wrong guess would make a corpus's
     # first line a header and cut every line at its commas.
     if stem in (".csv", ".tsv"):
-        source = Source(path, stem[1:], compression, field)
+        source = find_delimiter(Source(path, stem[1:], compression, field), [field])
         _csv_header(source)  # the header says now whether the column is there
         return source
     looks_json = first is not None and first[1].lstrip().startswith("{")
@@ -383,7 +393,7 @@ def csv_rows(source: Source) -> Iterator[tuple[int, list[str], int]]:
     with contextlib.closing(lines()) as feed:
         # strict: a quote open at the end of the file is an error, not one last field that
         # swallowed every row after it
-        reader = csv.reader(feed, delimiter=DELIMITERS[source.format], strict=True)
+        reader = csv.reader(feed, delimiter=_delimiter(source), strict=True)
         header: tuple[int, int] | None = None  # (its line, how many fields it has)
         while True:
             number = reader.line_num + 1
@@ -401,6 +411,41 @@ def csv_rows(source: Source) -> Iterator[tuple[int, list[str], int]]:
                 raise UserError(f"{source.path}:{number}: {len(row)} fields but the header "
                                 f"(line {header[0]}) has {header[1]}")
             yield number, row, end
+
+
+def find_delimiter(source: Source, columns: Collection[str]) -> Source:
+    """`source`, a CSV or TSV file, to be read with the delimiter that its header (its first
+    non-blank line) names one of `columns` with: its format's own where that one does, else
+    the first of OTHER_DELIMITERS that does. Strict, so that no file that reads now is read
+    otherwise: a header with one of the columns between its own delimiters keeps them,
+    whatever its names and rows hold. A header that names none of them with any is an error
+    to come; where it is one name that another delimiter cuts, that one reads it, so that
+    the error lists the names --text-field may choose (a semicolon file asked for a column
+    it lacks), not a name with semicolons in it."""
+    first = _first_line(source)
+    if first is None:
+        return source
+    own = DELIMITERS[source.format]
+    cuts = {d: _header_names(first[1], d) for d in (own, *OTHER_DELIMITERS)}
+    found = [d for d, names in cuts.items() if set(columns) & set(names)]
+    if not found and len(cuts[own]) == 1:
+        found = [d for d, names in cuts.items() if len(names) > 1]
+    chosen = found[0] if found else own
+    return source if chosen == _delimiter(source) else dataclasses.replace(source,
+                                                                          delimiter=chosen)
+
+
+def _delimiter(source: Source) -> str:
+    return source.delimiter or DELIMITERS[source.format]
+
+
+def _header_names(line: str, delimiter: str) -> list[str]:
+    """The names of a header line cut at `delimiter` as csv reads them (quotes taken off),
+    stripped; none where csv cannot read it so."""
+    try:
+        return [name.strip() for name in next(csv.reader([line], delimiter=delimiter), [])]
+    except csv.Error:
+        return []
 
 
 def _csv_error(source: Source, number: int, at: int, e: csv.Error) -> UserError:
@@ -431,29 +476,11 @@ def _csv_column(source: Source, header: tuple[int, list[str], int] | None) -> in
     number, names = header[0], [name.strip() for name in header[1]]
     if source.field not in names:
         raise UserError(f"{source.path}:{number}: no column \"{source.field}\" in the header "
-                        f"(it has {', '.join(map(repr, names))}; "
-                        f"{_other_delimiter(source, names)})")
+                        f"(it has {', '.join(map(repr, names))}; choose one with --text-field)")
     if names.count(source.field) > 1:
         raise UserError(f"{source.path}:{number}: the header names the column "
                         f"\"{source.field}\" {names.count(source.field)} times")
     return names.index(source.field)
-
-
-def _other_delimiter(source: Source, names: list[str]) -> str:
-    """What to do about a header without the column: choose another (--text-field), or, where
-    it is one column holding another delimiter, the file's real format (a .csv of tabs, the
-    semicolons that Excel writes where a comma is the decimal point)."""
-    found = [d for d in ("\t", ";", ",") if d != DELIMITERS[source.format] and len(names) == 1
-             and source.field in (n.strip() for n in names[0].split(d))]
-    if not found:
-        return "choose one with --text-field"
-    if found[0] != ";":
-        other = "tsv" if found[0] == "\t" else "csv"
-        return f"its fields are separated by {'tabs' if other == 'tsv' else 'commas'}: name " \
-               f"the file .{other}"
-    return ("its fields are separated by ';', which is not read: write it with commas, "
-            "python -c 'import csv,sys; csv.writer(sys.stdout).writerows(csv.reader("
-            "sys.stdin, delimiter=\";\"))' < IN.csv > OUT.csv")
 
 
 def _csv_units(source: Source, after: tuple[int, int]) -> Iterator[Unit]:

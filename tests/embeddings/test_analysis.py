@@ -108,9 +108,14 @@ def test_sample_lines(tmp_path):
     assert len(picked) == 10 and picked == sample_lines(corpus, 10, seed=1)
     assert picked == sorted(picked, key=lambda s: int(s.split()[1]))  # file order
     assert len(sample_lines(corpus, 500)) == 100
+    # the words of every command's empty input, with why it is empty
     (tmp_path / "blank.txt").write_text("\n \n")
-    with pytest.raises(UserError, match="no text"):
-        sample_lines(tmp_path / "blank.txt", 5)
+    (tmp_path / "blank.csv").write_text('id,text\n1,""\n2, \n')
+    for name, why in (("blank.txt", "only blank lines"),
+                      ("blank.csv", 'the field "text" is blank in every record')):
+        with pytest.raises(UserError) as caught:
+            sample_lines(tmp_path / name, 5)
+        assert str(caught.value) == f"{tmp_path / name}: no text ({why})"
 
 
 def test_unit_rows_and_cosine_matrix():

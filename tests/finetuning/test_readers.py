@@ -49,7 +49,9 @@ def test_jsonl_csv_tsv_give_the_same_examples(tmp_path):
     jl = "".join(json.dumps({"t": t, "p": p, "y": y}) + "\n" for t, p, y in rows)
     csv_text = 't,p,y\n"A fine film, really",It is,positive\n"Say ""no""",x,negative\n'
     tsv_text = "t\tp\ty\n" + "".join(f"{t}\t{p}\t{y}\n" for t, p, y in rows)
-    for name, text in (("d.jsonl", jl), ("d.csv", csv_text), ("d.tsv", tsv_text)):
+    excel = 't;p;y\nA fine film, really;It is;positive\n"Say ""no""";x;negative\n'  # Excel's ';'
+    for name, text in (("d.jsonl", jl), ("d.csv", csv_text), ("d.tsv", tsv_text),
+                       ("e.csv", excel)):
         ex = readers.read_text_examples(_write(tmp_path, name, text), text_column="t",
                                       pair_column="p", label_column="y")
         assert [(e.text, e.pair, e.label) for e in ex] == rows, name

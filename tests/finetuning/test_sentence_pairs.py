@@ -28,11 +28,12 @@ def test_pairs_from_csv_tsv_and_jsonl(tmp_path):
     tsv = write(tmp_path / "p.tsv", "id\tanchor\tpositive\n1\ta, b\tc\n2\td\te\n")
     jl = jsonl(tmp_path / "p.jsonl", [{"anchor": "a, b", "positive": "c"},
                                       {"anchor": "d", "positive": "e", "extra": 3}])
-    for path in (csv, tsv, jl):
+    excel = write(tmp_path / "e.csv", "anchor;positive;id\na, b;c;1\nd;e;2\n")  # Excel's ';'
+    for path in (csv, tsv, jl, excel):
         assert detect_kind(path) == "pairs"
         pairs = read_pairs(path)
         assert [(p.anchor, p.positive) for p in pairs] == [("a, b", "c"), ("d", "e")]
-        assert pairs[1].source == f"{path}:{3 if path != jl else 2}"
+        assert pairs[1].source == f"{path}:{3 if path != jl else 2}", path
 
 
 def test_triplets(tmp_path):

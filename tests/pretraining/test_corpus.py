@@ -169,7 +169,7 @@ def test_bad_input_is_one_clear_error(tmp_path, tok_dir):
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "blank.txt").write_text("\n  \n\n", encoding="utf-8")
     (tmp_path / "latin1.txt").write_bytes("Kalo.\n\nCaf\xe9 mine.\n".encode("latin-1"))
-    cases = [("empty.txt", "is empty"), ("blank.txt", "no documents"),
+    cases = [("empty.txt", "is empty"), ("blank.txt", r"blank.txt: no text \(only blank lines\)$"),
              ("latin1.txt", r"latin1.txt:3: not UTF-8"), ("missing.txt", "does not exist")]
     for name, message in cases:
         with pytest.raises(UserError, match=message):

@@ -66,6 +66,8 @@ def _shapes(tmp_path: Path, documents) -> dict[str, tuple[list, str]]:
         "datasets": ([writers.write_dataset_dir(tmp_path / "ds", documents, files=1)], "text"),
         "csv": ([writers.write_csv(tmp_path / "c.csv", documents)], "body"),
         "tsv zstd": ([writers.write_csv(tmp_path / "c.tsv.zst", documents)], "body"),
+        "csv of semicolons": ([writers.write_csv(tmp_path / "excel.csv", documents,
+                                                 delimiter=";")], "body"),
         "folder": ([folder], "text"),
         "glob": ([str(tmp_path / "folder" / "**" / "*.txt.*")], "text"),
     }
@@ -92,14 +94,15 @@ def test_every_input_shape_gives_the_shards_of_the_plain_file(tmp_path, tok_dir,
         assert results[name][1]["heldout"] == plain["heldout"], name
 
 
-@pytest.mark.parametrize("name", ["c.txt.gz", "c.csv"])
+@pytest.mark.parametrize("name", ["c.txt.gz", "c.csv", "excel.csv"])
 def test_an_interrupted_run_on_compressed_input_resumes_to_the_same_shards(tmp_path, tok_dir,
                                                                            name):
-    """A CSV row spans lines: the resume is after the row, whose number is its first line."""
+    """A CSV row spans lines: the resume is after the row, whose number is its first line (a
+    CSV of semicolons, read with them again)."""
     docs = write_corpus(tmp_path / "c.txt", docs=200, seed=3)
     gz = tmp_path / name
-    if name == "c.csv":
-        writers.write_csv(gz, docs, field="text")
+    if name.endswith(".csv"):
+        writers.write_csv(gz, docs, field="text", delimiter=";" if name == "excel.csv" else None)
     else:
         gz.write_bytes(gzip.compress((tmp_path / "c.txt").read_bytes()))
     kwargs = dict(shard_tokens=2000, chunk_bytes=4000, workers=1, progress=False)
@@ -115,7 +118,7 @@ def test_an_interrupted_run_on_compressed_input_resumes_to_the_same_shards(tmp_p
     assert resumed["shards"] == full["shards"]
     plain = prepare([tmp_path / "c.txt"], tok_dir, tmp_path / "plain", **kwargs)
     assert np.array_equal(_tokens(part), _tokens(tmp_path / "plain"))
-    if name != "c.csv":  # the same bytes of text: the same chunks, the same shards
+    if not name.endswith(".csv"):  # the same bytes of text: the same chunks, the same shards
         assert [s["tokens"] for s in plain["shards"]] == [s["tokens"] for s in full["shards"]]
 
 
@@ -151,10 +154,10 @@ def test_bad_input_is_one_line_exit_2_before_anything_is_written(tmp_path, tok_d
     elif case == "parquet of no rows":
         path = writers.write_parquet(tmp_path / "c.parquet", [], field="text")
         args = [str(path)]
-        expected = "c.parquet: no documents in the corpus (the table has no rows)"
+        expected = "c.parquet: no text (the table has no rows)"
     elif case == "csv header only":
         path = writers.write_text(tmp_path / "c.csv", "id,text\n")
-        args, expected = [str(path)], "c.csv: no documents in the corpus (a header and no rows)"
+        args, expected = [str(path)], "c.csv: no text (a header and no rows)"
     else:
         path = writers.write_parquet(tmp_path / "c.parquet", documents)
         args, expected = [str(path)], "c.parquet: no field \"text\" in the table"

@@ -172,6 +172,20 @@ def test_search_lines_reads_the_first_lines_with_their_numbers(sentence_dirs, li
         .line_index is None
 
 
+def test_search_lines_of_no_text_say_why(tmp_path):
+    """The words of every command's empty input (`tokenizer train`, `prepare`, ...)."""
+    from bertkit.files import UserError
+    from bertkit.serve.search import LineIndex
+
+    (tmp_path / "blank.txt").write_text("\n \n")
+    (tmp_path / "blank.csv").write_text('id,text\n1,""\n2, \n')
+    for name, why in (("blank.txt", "only blank lines"),
+                      ("blank.csv", 'the field "text" is blank in every record')):
+        with pytest.raises(UserError) as caught:
+            LineIndex.read(tmp_path / name, 10)
+        assert str(caught.value) == f"{tmp_path / name}: no text ({why})"
+
+
 @pytest.mark.parametrize("body,status,words", [
     ({"query": ""}, 400, "query is empty"),
     ({"query": "   "}, 400, "query is empty"),

@@ -4,6 +4,7 @@ read by transformers' AutoTokenizer with the same ids."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -108,6 +109,39 @@ def test_a_word_that_was_unknown_is_chosen_once_its_character_is_there(by_hand, 
     grown = extend_tokenizer(lettered, words)
     assert grown.encode("café cafés é").tokens[1:-1] == ["café", "café", "##s", "é"]
     assert domain_unknown(tok, counts) == 3 and domain_unknown(grown, counts) == 0
+
+
+def test_a_word_glued_to_an_emoji_counts_for_its_leading_letters(by_hand, tmp_path):
+    """BERT's pre-tokenizer cuts punctuation off a word, not symbols: "great😀" (an emoji is
+    no Unicode punctuation) is one word, g ##r ##e ##a ##t ##😀 once the emoji is there. Its
+    leading letters "great" are counted as a word where the word's pieces end with them, and
+    save there what they save alone: the word becomes great ##😀, checked on the real
+    tokenizer; the count by hand equals the pieces the extended tokenizer takes."""
+    tok, _ = by_hand
+    domain = _write_lines(tmp_path / "d.txt", ["Great😀 great😀😀 great", "zzz☃ zzz☃ ☃zzz",
+                                               "Straße😀 straße😀"])  # ß: two bytes
+    counts = count_words(tok, expand([domain]), progress=False)
+    assert counts == {"great😀": 1, "great😀😀": 1, "great": 1, "zzz☃": 2, "☃zzz": 1,
+                      "straße😀": 2}
+    lettered = add_chars(tok, missing_chars(tok, counts))
+    words = choose_words(lettered, counts, add=5)
+    # great = g ##r ##e ##a ##t (5) alone and in both glued words; zzz = z ##z ##z (3)
+    assert [(w.word, w.count, len(w.pieces), w.saving) for w in words] == [
+        ("great", 3, 5, 12), ("straße", 2, 6, 10), ("zzz", 2, 3, 4)]
+    assert words[0].glued == ("great😀", "great😀😀") and words[2].glued == ("zzz☃",)
+    grown = extend_tokenizer(lettered, words)
+    assert grown.encode("Great😀 zzz☃ great😀😀 ☃zzz").tokens[1:-1] == [
+        "great", "##😀", "zzz", "##☃", "great", "##😀", "##😀", "☃", "##z", "##z", "##z"]
+    assert domain_pieces(grown, counts) == domain_pieces(lettered, counts) - 26
+    # a piece across the end of the letters (##t😀): the word does not end a piece there, so
+    # "great" would not save its four pieces in it; it is not counted
+    (tmp_path / "vocab.txt").write_text("\n".join(PIECES + ["😀", "##😀", "##t😀"]) + "\n",
+                                        encoding="utf-8")
+    across = Tokenizer.from_vocab(tmp_path / "vocab.txt")
+    assert across.encode("great😀").tokens[1:-1] == ["g", "##r", "##e", "##a", "##t😀"]
+    assert choose_words(across, Counter({"great😀": 5}), add=5) == []
+    alone = choose_words(across, Counter({"great": 1, "great😀": 5}), add=5, min_count=1)
+    assert [(w.word, w.count, w.glued) for w in alone] == [("great", 1, ())]
 
 
 def test_unigram_reads_a_new_character_where_it_read_unk(tmp_path):

@@ -46,11 +46,12 @@ def write_jsonl(path: Path, docs=DOCS, field: str = "body") -> Path:
                                     for i, d in enumerate(docs)))
 
 
-def write_csv(path: Path, docs=DOCS, field: str = "body") -> Path:
+def write_csv(path: Path, docs=DOCS, field: str = "body", delimiter: str | None = None
+              ) -> Path:
     """A header, then a row per document as Python's csv writes it (the text quoted: it holds
-    line breaks, commas and quotes); tab-separated for a .tsv name."""
+    line breaks, commas and quotes); tab-separated for a .tsv name, `delimiter` if given."""
     out = io.StringIO()
-    writer = csv.writer(out, delimiter="\t" if ".tsv" in path.name else ",",
+    writer = csv.writer(out, delimiter=delimiter or ("\t" if ".tsv" in path.name else ","),
                         lineterminator="\n")
     writer.writerow(["id", field])
     writer.writerows((i, "\n".join(d)) for i, d in enumerate(docs))
@@ -210,11 +211,12 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.jsonl.zst", "c.parquet",
-                                  "ds", "c.csv", "c.tsv.gz"])
+                                  "ds", "c.csv", "c.tsv.gz", "excel.csv.gz"])
 def test_resuming_after_any_unit_reads_exactly_the_rest(tmp_path, name):
     docs = [[f"document {i} line {j}" for j in range(i % 3 + 1)] for i in range(40)]
     if "sv" in name:  # rows of one to three lines: a row's number is not its last line's
-        path = write_csv(tmp_path / name, docs, field="text")
+        path = write_csv(tmp_path / name, docs, field="text",
+                         delimiter=";" if name.startswith("excel") else None)
     elif name == "c.parquet":
         path = write_parquet(tmp_path / name, docs, field="text", row_group_size=7)
     elif name == "ds":
@@ -360,6 +362,48 @@ def test_a_csv_row_is_numbered_by_the_line_it_starts_on(tmp_path):
     assert [t for _, t, _ in read_units(expand([tsv])[0])] == ["a\tb", "c, d"]
 
 
+@pytest.mark.parametrize("delimiter", [";", "\t", "|"])
+def test_a_csv_of_other_delimiters_is_read_by_what_its_header_shows(tmp_path, delimiter):
+    """Excel writes ';' between the fields where the comma is the decimal point: a .csv whose
+    header names the text field only with ';' (or tabs, or '|') is read with it, everywhere
+    (`expand`, `numbered_texts`, `paragraphs`, resumes), and says nothing about it."""
+    text = ('\ufeffid;"text";score\r\n1;"one; with ""quotes"", and commas";0,5\r\n'
+            '2;two;1,25\r\n\r\n3;"three\r\nlines";2\r\n').replace(";", delimiter)
+    path = write_text(tmp_path / "excel.csv.gz", text)
+    [source] = expand([path])
+    assert source.format == "csv" and source.delimiter == delimiter
+    units = list(read_units(source))
+    assert [(n, t) for n, t, _ in units] == [
+        (2, f'one{delimiter} with "quotes", and commas'), (3, "two"), (5, "three\r\nlines")]
+    assert units[-1][2] == len(text.encode())
+    assert list(read_units(source, units[0][::2])) == units[1:]
+    assert [(n, t) for _, n, t in numbered_texts(path)] == [(n, t) for n, t, _ in units]
+    assert list(paragraphs([source]))[-2:] == ["three", "lines"]
+    # a row with a field more than the header is still one line, at that row
+    write_text(path, text + "4;four;x;y\n".replace(";", delimiter))
+    assert _error(lambda: list(read_units(expand([path])[0]))) == (
+        f"{path}:7: 4 fields but the header (line 1) has 3")
+
+
+def test_a_comma_csv_is_never_read_with_another_delimiter(tmp_path):
+    """Only a header that names the field with none of its own delimiters is read otherwise: a
+    comma CSV whose names or texts hold ';', '|' or tabs is read by its commas, and a header
+    that names the field with no delimiter at all keeps the error that lists its columns."""
+    path = write_text(tmp_path / "c.csv", 'id,text;x,text\n1,a;b,"c|d"\n2,e\tf,g;h\n')
+    [source] = expand([path])
+    assert source.delimiter is None
+    assert [t for _, t, _ in read_units(source)] == ["c|d", "g;h"]
+    path = write_text(tmp_path / "c.csv", "text;id\nfirst;1\n")
+    assert [t for _, t, _ in read_units(expand([path], field="text;id")[0])] == ["first;1"]
+    for header in ("id;body", '"id";"body"'):  # the names to choose from, not 'id;body'
+        write_text(path, f"{header}\n1;x\n")
+        assert _error(lambda: expand([path])) == (
+            f"{path}:1: no column \"text\" in the header (it has 'id', 'body'; choose one "
+            f"with --text-field)")
+    tsv = write_text(tmp_path / "c.tsv", "id\ttext,x\n1\ty\n")
+    assert [t for _, t, _ in read_units(expand([tsv], field="text,x")[0])] == ["y"]
+
+
 def test_csv_is_known_by_its_name_only(tmp_path):
     """Prose has commas: a file not named .csv is lines of text, its first line no header."""
     path = write_text(tmp_path / "c.data", "Well, then.\nYes, indeed.\n")
@@ -395,15 +439,10 @@ def test_bad_csv_is_one_line_naming_the_file_and_line(tmp_path, name):
     path = tmp_path / name
     assert error("id,body\n1,x\n") == (f"{path}:1: no column \"text\" in the header (it has "
                                        f"'id', 'body'; choose one with --text-field)")
-    wrong, other, named = ("\t", "tsv", "tabs") if sep == "," else (",", "csv", "commas")
-    write_text(path, f"id{wrong}text\n1{wrong}x\n")  # a TSV named .csv, a CSV named .tsv
-    assert _error(lambda: expand([path])).endswith(
-        f"; its fields are separated by {named}: name the file .{other})")
-    assert error("id;text\n1;x\n").endswith("; its fields are separated by ';', which is not "
-                                              "read: write it with commas, python -c 'import "
-                                              "csv,sys; csv.writer(sys.stdout).writerows(csv."
-                                              "reader(sys.stdin, delimiter=\";\"))' < IN.csv "
-                                              "> OUT.csv)")
+    # a TSV named .csv, a CSV named .tsv, semicolons: read with what the header shows
+    for wrong in ("\t" if sep == "," else ",", ";"):
+        write_text(path, f"id{wrong}text\n1{wrong}x\n")
+        assert [t for _, t, _ in read_units(expand([path])[0])] == ["x"]
     assert error("\n\nid,text,text\n1,x,y\n") == (
         f'{path}:3: the header names the column "text" 2 times')
     assert error("id,text\n1,x\n2,y,z\n") == f"{path}:3: 3 fields but the header (line 1) has 2"

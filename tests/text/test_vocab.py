@@ -235,3 +235,17 @@ def test_a_corpus_over_the_budget_is_sampled_evenly_and_says_so(tmp_path, capsys
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("tokenizer: the corpus holds") and "(--sample-bytes)" in out[0]
     assert out[-1].startswith(f"{tmp_path / 'tok'}: wordpiece vocabulary of")
+
+
+def test_a_semicolon_csv_trains_the_vocabulary_of_its_text_column(tmp_path):
+    """What Excel writes where the comma is the decimal point: the text column, as the same
+    texts in a text file give it (the other columns, decimal commas and all, are no text)."""
+    [plain] = _tagged_files(tmp_path, [300])
+    texts = [line for line in plain.read_text(encoding="utf-8").splitlines() if line]
+    excel = tmp_path / "excel.csv"
+    excel.write_text("id;text;score\n" + "".join(f'{k};"{t}";{k},5\n' for k, t in
+                                                 enumerate(texts)), encoding="utf-8")
+    assert count_lines(excel) == len(texts)
+    a = train_tokenizer([plain], vocab_size=60, say=None, progress=False)
+    b = train_tokenizer([excel], vocab_size=60, say=None, progress=False)
+    assert a.get_vocab() == b.get_vocab()
