@@ -18,7 +18,6 @@ per-movie-mean baselines, lists nearest movies by cosine of their learned vector
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 import sys
@@ -35,9 +34,10 @@ from torch import nn
 from bertkit.config import TrainConfig
 from bertkit.embeddings.plots import project_2d
 from bertkit.figures import draw_or_skip, new_figure, save_png
-from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, read_json,
-                           read_lines)
+from bertkit.files import (UserError, atomic_dir, atomic_file, check_not_input, compression_of,
+                           format_suffix, read_json)
 from bertkit.model.kind import RECOMMENDER_FILE, ModelKind, require_kind
+from bertkit.text.sources import Source, csv_rows, find_delimiter
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 
@@ -63,43 +63,49 @@ class Rating:
 
 
 def read_ratings(path: str | Path) -> list[Rating]:
-    """Rows of a MovieLens-style CSV with a header naming at least userId, movieId, year,
-    genres (pipe-separated) and rating (title optional). A bad row is a UserError naming the
-    file and line."""
+    """Rows of a MovieLens-style CSV (or TSV, either compressed) with a header naming at least
+    userId, movieId, year, genres (pipe-separated) and rating (title optional), read by the one
+    CSV reader (`sources.csv_rows`: quoted titles, Excel's semicolons). A bad row is a
+    UserError naming the file and line."""
+    path = Path(path)
+    fmt = "tsv" if format_suffix(path) == ".tsv" else "csv"
+    source = find_delimiter(Source(path, fmt, compression_of(path)), COLUMNS)
     rows: list[Rating] = []
-    header: list[str] | None = None
-    for number, line in read_lines(path, "ratings CSV"):
-        if not line.strip():
-            continue
-        fields = next(csv.reader([line]))
-        if header is None:
-            header = fields
-            missing = [c for c in COLUMNS if c not in header]
-            if missing:
-                raise UserError(f"{path}:{number}: the header lacks {', '.join(missing)} "
-                                f"(it has {', '.join(header)})")
-            at = {name: header.index(name) for name in header}
-            continue
-        if len(fields) != len(header):
-            raise UserError(f"{path}:{number}: {len(fields)} fields, the header has {len(header)}")
-        try:
-            user, movie = int(fields[at["userId"]]), int(fields[at["movieId"]])
-            year = int(fields[at["year"]]) if fields[at["year"]].strip() else None
-        except ValueError:
-            raise UserError(f"{path}:{number}: userId, movieId and year must be integers") from None
-        try:
-            rating = float(fields[at["rating"]])
-        except ValueError:
-            rating = math.nan
-        if not RATING_RANGE[0] <= rating <= RATING_RANGE[1]:
-            raise UserError(f"{path}:{number}: rating {fields[at['rating']]!r} is not a number "
-                            f"from {RATING_RANGE[0]} to {RATING_RANGE[1]}")
-        title = fields[at["title"]] if "title" in at else ""
-        genres = tuple(g for g in fields[at["genres"]].split("|") if g)
-        rows.append(Rating(user, movie, title, year, genres, rating))
+    at: dict[str, int] | None = None
+    for number, fields, _ in csv_rows(source):
+        if at is None:
+            at = _rating_columns(path, number, [f.strip().lstrip("\ufeff") for f in fields])
+        else:
+            rows.append(_rating(path, number, fields, at))
     if not rows:
         raise UserError(f"{path}: no ratings")
     return rows
+
+
+def _rating_columns(path: Path, number: int, header: list[str]) -> dict[str, int]:
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise UserError(f"{path}:{number}: the header lacks {', '.join(missing)} "
+                        f"(it has {', '.join(header)})")
+    return {name: header.index(name) for name in header}
+
+
+def _rating(path: Path, number: int, fields: list[str], at: dict[str, int]) -> Rating:
+    try:
+        user, movie = int(fields[at["userId"]]), int(fields[at["movieId"]])
+        year = int(fields[at["year"]]) if fields[at["year"]].strip() else None
+    except ValueError:
+        raise UserError(f"{path}:{number}: userId, movieId and year must be integers") from None
+    try:
+        rating = float(fields[at["rating"]])
+    except ValueError:
+        rating = math.nan
+    if not RATING_RANGE[0] <= rating <= RATING_RANGE[1]:
+        raise UserError(f"{path}:{number}: rating {fields[at['rating']]!r} is not a number "
+                        f"from {RATING_RANGE[0]} to {RATING_RANGE[1]}")
+    title = fields[at["title"]] if "title" in at else ""
+    genres = tuple(g for g in fields[at["genres"]].split("|") if g)
+    return Rating(user, movie, title, year, genres, rating)
 
 
 @dataclass

@@ -45,11 +45,20 @@ def test_reading_ratings_with_quoted_titles_empty_years_and_genre_bags(tmp_path)
     assert rows[1].year is None and rows[1].genres == ("(no genres listed)",)
 
 
+
+def test_ratings_in_semicolons_gzipped_read_as_the_same_rows(tmp_path):
+    """The one CSV reader: Excel's semicolons (a comma in a title kept) and compression."""
+    import gzip
+    lines = ["userId;movieId;title;year;genres;rating", '1;2455;"Fly, The";1986;Drama|Horror;2.5']
+    path = tmp_path / "r.csv.gz"
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    assert read_ratings(path) == [Rating(1, 2455, "Fly, The", 1986, ("Drama", "Horror"), 2.5)]
+
 @pytest.mark.parametrize("line, message", [
     ("1,2,T,1990,Drama,six,0", r":3: rating 'six' is not a number from 0.5 to 5.0$"),
     ("1,2,T,1990,Drama,7.5,0", r":3: rating '7.5' is not a number"),
     ("x,2,T,1990,Drama,3,0", r":3: userId, movieId and year must be integers$"),
-    ("1,2,T,1990,3,0", r":3: 6 fields, the header has 7$"),
+    ("1,2,T,1990,3,0", r":3: 6 fields but the header \(line 1\) has 7$"),
 ])
 def test_a_bad_row_is_a_one_line_error_naming_file_and_line(tmp_path, line, message):
     path = tmp_path / "r.csv"
