@@ -43,6 +43,13 @@ class UserError(Exception):
     """Bad input from the user: the message is the whole story, printed on one line."""
 
 
+class SaidElsewhere(UserError):
+    """A failure whose cause another process reports (a rank whose peer left the run, under
+    bertkit-torchrun): the CLI prints no line and exits `status`, which tells the launcher; the
+    message is for a library caller."""
+    status = 3
+
+
 # The machine's refusals ----------------------------------------------------------------------
 
 ENVIRONMENT_ERRNOS = frozenset(getattr(errno, name) for name in (

@@ -28,7 +28,7 @@ from bertkit import __version__, signals
 from bertkit.cli import (embeddings, export, finetuning, model, pretraining, road, senses, serve,
                          text)
 from bertkit.cli.options import Command
-from bertkit.files import UserError, environment_error
+from bertkit.files import SaidElsewhere, UserError, environment_error
 from bertkit.runlock import RunLock
 
 COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.COMMANDS,
@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                 for directory in command.output_dirs(options):
                     locks.enter_context(RunLock(directory))
                 return command.run(*options) or 0
+        except SaidElsewhere as e:  # its line would be a second one for one failure
+            return e.status
         except UserError as e:
             _say(f"error: {e}")
             return 2

@@ -59,6 +59,7 @@ from __future__ import annotations
 import bisect
 import math
 import queue
+import sys
 import threading
 import zlib
 from dataclasses import dataclass
@@ -441,16 +442,10 @@ class PretrainingBatches:
         def work() -> None:
             try:
                 for item in self._produce(start):
-                    while not stop.is_set():
-                        try:
-                            items.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            pass
-                    if stop.is_set():
+                    if not _hand_over(items, item, stop):
                         return
             except BaseException as e:  # handed to the consumer, raised there
-                items.put((e, None))
+                _hand_over(items, (e, None), stop)
 
         thread = threading.Thread(target=work, name="bertkit-batches", daemon=True)
         thread.start()
@@ -463,6 +458,13 @@ class PretrainingBatches:
                 yield batch
         finally:
             stop.set()
+            # The thread ends before the iterator does (one batch, milliseconds): a daemon
+            # thread still inside a torch call when the interpreter finalizes is ended as it
+            # takes the GIL back, through a C++ frame that cannot unwind, and the process
+            # aborts (std::terminate, exit -6) instead of exiting with its status. At
+            # finalization itself the thread can no longer run, so it is not waited for.
+            if not sys.is_finalizing():
+                thread.join()
 
     def state_dict(self) -> dict:
         """Position after the last batch handed out: ints and a uint8 tensor only."""
@@ -479,6 +481,18 @@ class PretrainingBatches:
                                 f"({int(state[key])}, this run has {mine})")
         self._state = {"epoch": int(state["epoch"]), "cursor": int(state["cursor"]),
                        "generator": torch.as_tensor(state["generator"], dtype=torch.uint8).clone()}
+
+
+def _hand_over(items: queue.Queue, item, stop: threading.Event) -> bool:
+    """Put `item` in the queue once there is room; False, and nothing put, once `stop` is set
+    (the consumer has gone: a full queue would never empty)."""
+    while not stop.is_set():
+        try:
+            items.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            pass
+    return False
 
 
 class LengthSchedule:

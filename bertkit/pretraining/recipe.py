@@ -35,7 +35,7 @@ from safetensors.torch import save as safetensors_bytes
 from bertkit import signals
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
                             Precision, Schedule, TrainConfig, preset)
-from bertkit.files import UserError
+from bertkit.files import SaidElsewhere, UserError
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
@@ -294,16 +294,24 @@ def restart_store(env, timeout: datetime.timedelta):
                             store)
 
 
-def peer_failure(e: BaseException, rank: int, timeout: float) -> str | None:
-    """The one line for a collective that failed because another rank is gone or silent, or
-    None for any other error. gloo says so only in its message (a RuntimeError)."""
+QUIET_PEERS = "BERTKIT_TORCHRUN"
+"""Set (to 1) by bertkit-torchrun for its workers: it reports a rank whose peer left."""
+
+
+def peer_failure(e: BaseException, rank: int, timeout: float) -> UserError | None:
+    """The one-line error for a collective that failed because another rank is gone or
+    silent, or None for any other error. gloo says so only in its message (a RuntimeError).
+    A rank whose peer's process ended says nothing under bertkit-torchrun (`SaidElsewhere`):
+    that rank printed why it left (its `error: ...` line, its traceback) or torchrun's report
+    names its kill, and a second line would only repeat that something failed."""
     text = str(e)
     if "Connection closed by peer" in text or "Connection reset by peer" in text:
-        return (f"rank {rank}: another rank left the run (its process ended: its own output "
+        line = (f"rank {rank}: another rank left the run (its process ended: its own output "
                 f"or the launcher's log says why)")
+        return SaidElsewhere(line) if os.environ.get(QUIET_PEERS) == "1" else UserError(line)
     if "Timed out waiting" in text or (isinstance(e, dist.DistError) and "imeout" in text):
-        return (f"rank {rank}: the other ranks did not answer within --dist-timeout "
-                f"{timeout:g} s (a rank or node died, hangs, or waits longer on rank 0)")
+        return UserError(f"rank {rank}: the other ranks did not answer within --dist-timeout "
+                         f"{timeout:g} s (a rank or node died, hangs, or waits longer on rank 0)")
     return None
 
 
@@ -445,9 +453,9 @@ def pretrain(opts: PretrainOptions,
     try:
         return _pretrain(opts, device, command_line)
     except (RuntimeError, dist.DistError) as e:
-        if not joined or (line := peer_failure(e, dist.get_rank(), opts.dist_timeout)) is None:
+        if not joined or (error := peer_failure(e, dist.get_rank(), opts.dist_timeout)) is None:
             raise
-        raise UserError(line) from None
+        raise error from None
     finally:
         if joined:
             dist.destroy_process_group()
@@ -588,5 +596,5 @@ def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]], given: 
 __all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",
            "resolve",
            "model_to_pretrain", "save_pretrained", "start_distributed", "restart_store",
-           "peer_failure", "SBO_FILE"]
+           "peer_failure", "QUIET_PEERS", "SBO_FILE"]
 

@@ -16,6 +16,9 @@ from bertkit.cli.torchrun import quiet_status
     ([2], 2), ([2, 2], 2), ([2, -15], 2), ([2, 143], 2), ([2, 130], 2),
     ([130, 130], 130), ([130, -15], 130), ([130, 2], None),
     ([1], None), ([-9], None), ([2, 1], None), ([-9, 2], None), ([-15, 2], None), ([], None),
+    # 3: a rank whose peer left, silent: a consequence, in any order; all of them: 2
+    ([2, 3], 2), ([3, 2], 2), ([3, 2, -15], 2), ([130, 3], 130), ([3, 3], 2), ([3], 2),
+    ([-9, 3], None), ([3, -9], None), ([3, 1], None),
 ])
 def test_only_bertkit_errors_and_interruptions_are_left_quiet(codes, quiet):
     assert quiet_status(codes) == quiet
@@ -46,3 +49,29 @@ def test_the_ranks_of_a_machine_share_its_cores_unless_omp_num_threads_says(monk
                         lambda args: seen.append(os.environ["OMP_NUM_THREADS"]))
     assert torchrun.main(["--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli"]) == 0
     assert seen == [threads]
+
+
+def _failed(monkeypatch, *codes):
+    """torchrun's run, as it ends when the workers failed with `codes`, in that order."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    def failed(args):
+        assert os.environ["BERTKIT_TORCHRUN"] == "1"  # the workers leave the peer's line out
+        raise ChildFailedError("bertkit.cli", {rank: ProcessFailure(rank, 100 + rank, code, "")
+                                               for rank, code in enumerate(codes)})
+
+    monkeypatch.setenv("BERTKIT_TORCHRUN", "0")  # put back after the test
+    monkeypatch.setattr("torch.distributed.run.run", failed)
+    return torchrun.main(["--standalone", "--nproc_per_node", str(len(codes)), "-m",
+                          "bertkit.cli"])
+
+
+def test_a_rank_that_said_why_and_one_whose_peer_left_end_in_its_line_alone(monkeypatch,
+                                                                              capsys):
+    assert _failed(monkeypatch, 2, 3) == 2
+    assert capsys.readouterr().err == ""  # the rank's line was its own output
+
+
+def test_a_node_whose_ranks_all_lost_a_peer_says_that_it_was_elsewhere(monkeypatch, capsys):
+    assert _failed(monkeypatch, 3, 3) == 2
+    assert capsys.readouterr().err.splitlines() == [torchrun.ELSEWHERE]

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
+import signal
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -106,6 +110,32 @@ def test_no_space_while_saving_a_checkpoint(tmp_path, world, tools, capsys, monk
     line = tools.assert_one_error(code, err, out)
     assert "no space left on the device" in line
     assert tools.snapshot(out / "checkpoints") == before
+    assert tools.leftovers(tmp_path / "outputs") == []
+
+
+def _file_size_limit(nbytes: int):
+    """What `disk_full_after` does, for a child process (and the processes it starts)."""
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE,
+                           (nbytes, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return limit
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_torchrun_is_one_line(tmp_path, world, tools):
+    """Two ranks: rank 0 cannot write the checkpoint and says so; rank 1, whose collective
+    fails as rank 0 leaves, exits 2 without a line of its own ('another rank left the run')."""
+    out = tmp_path / "outputs" / "run"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    done = subprocess.run(
+        [sys.executable, "-m", "bertkit.cli.torchrun", "--standalone", "--nproc_per_node", "2",
+         "-m", "bertkit.cli", *map(str, tools.pretrain_args(world, out, steps=2))],
+        env=dict(env, OMP_NUM_THREADS="1"), preexec_fn=_file_size_limit(64 << 10),
+        capture_output=True, text=True, timeout=120)
+    line = tools.assert_one_error(done.returncode, done.stderr, out)
+    assert "file too large" in line
     assert tools.leftovers(tmp_path / "outputs") == []
 
 

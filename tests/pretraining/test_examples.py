@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
+import threading
 from collections import Counter
 
 import numpy as np
@@ -408,3 +411,45 @@ def test_bad_settings_are_refused(data):
         PretrainingBatches(data, objective="mlm", seq_len=4, batch_size=4)
     held = PretrainingBatches(data, objective="mlm", seq_len=32, batch_size=64, split="heldout")
     assert len(held) >= 1  # a small split still yields full batches
+
+
+# The prefetching thread -----------------------------------------------------------------------
+
+def test_closing_the_batches_stops_their_prefetching_thread(data):
+    it = iter(PretrainingBatches(data, objective="mlm", seq_len=16, batch_size=4, prefetch=2))
+    next(it)
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name == "bertkit-batches"]
+
+
+_EXIT_WHILE_PREFETCHING = """
+import sys, time
+import torch
+from bertkit.pretraining import examples
+
+real = examples.mask_tokens
+
+
+def slow(*args, **kwargs):  # a batch built in many short native calls that release the GIL
+    end, x = time.monotonic() + 1.0, torch.ones(64)
+    while time.monotonic() < end:
+        x < 0.5
+    return real(*args, **kwargs)
+
+
+examples.mask_tokens = slow
+it = iter(examples.PretrainingBatches(sys.argv[1], objective="mlm", seq_len=16, batch_size=4,
+                                      prefetch=2))
+next(it)
+it.close()  # what the training loop does when it fails, and then the process exits
+"""
+
+
+@pytest.mark.slow
+def test_a_process_that_exits_while_the_next_batch_is_built_exits_cleanly(data):
+    """A daemon thread inside a torch call when the interpreter finalizes is ended as it takes
+    the GIL back, through a C++ frame that may not unwind: std::terminate, exit -6
+    ("terminate called without an active exception"), what a rank whose peer died did."""
+    done = subprocess.run([sys.executable, "-c", _EXIT_WHILE_PREFETCHING, str(data)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-2000:]
