@@ -48,6 +48,9 @@ class SaidElsewhere(UserError):
     bertkit-torchrun): the CLI prints no line and exits `status`, which tells the launcher; the
     message is for a library caller."""
     status = 3
+    launcher = "BERTKIT_TORCHRUN"
+    """Set (to 1) by bertkit-torchrun for its workers: it reports a rank whose peer left, so
+    that rank raises this error rather than a UserError of its own."""
 
 
 # The machine's refusals ----------------------------------------------------------------------

@@ -74,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
     from torch.distributed.run import determine_local_world_size, parse_args, run
 
-    from bertkit.pretraining.recipe import QUIET_PEERS
     from bertkit.runtime import physical_cores
 
     # torch 2.13's torchrun keeps one TCPStore across restarts, where restarted workers of
@@ -88,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         local = determine_local_world_size(args.nproc_per_node)
         os.environ["OMP_NUM_THREADS"] = str(max(1, physical_cores() // local))
     api.logger.addFilter(_NoBertkitErrorLine())
-    os.environ[QUIET_PEERS] = "1"  # this launcher reports a rank whose peer left
+    os.environ[SaidElsewhere.launcher] = "1"  # this launcher reports a rank whose peer left
     try:
         run(args)
     except api.SignalException as e:

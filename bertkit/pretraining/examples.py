@@ -462,9 +462,10 @@ class PretrainingBatches:
             # thread still inside a torch call when the interpreter finalizes is ended as it
             # takes the GIL back, through a C++ frame that cannot unwind, and the process
             # aborts (std::terminate, exit -6) instead of exiting with its status. At
-            # finalization itself the thread can no longer run, so it is not waited for.
+            # finalization itself the thread can no longer run, so it is not waited for; nor
+            # is one stuck past JOIN_SECONDS (a read from a hung disk): no rank waits forever.
             if not sys.is_finalizing():
-                thread.join()
+                thread.join(JOIN_SECONDS)
 
     def state_dict(self) -> dict:
         """Position after the last batch handed out: ints and a uint8 tensor only."""
@@ -481,6 +482,10 @@ class PretrainingBatches:
                                 f"({int(state[key])}, this run has {mine})")
         self._state = {"epoch": int(state["epoch"]), "cursor": int(state["cursor"]),
                        "generator": torch.as_tensor(state["generator"], dtype=torch.uint8).clone()}
+
+
+JOIN_SECONDS = 30.0
+"""How long a closed batch iterator waits for its thread to finish the batch it is making."""
 
 
 def _hand_over(items: queue.Queue, item, stop: threading.Event) -> bool:

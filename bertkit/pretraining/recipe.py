@@ -294,10 +294,6 @@ def restart_store(env, timeout: datetime.timedelta):
                             store)
 
 
-QUIET_PEERS = "BERTKIT_TORCHRUN"
-"""Set (to 1) by bertkit-torchrun for its workers: it reports a rank whose peer left."""
-
-
 def peer_failure(e: BaseException, rank: int, timeout: float) -> UserError | None:
     """The one-line error for a collective that failed because another rank is gone or
     silent, or None for any other error. gloo says so only in its message (a RuntimeError).
@@ -308,7 +304,7 @@ def peer_failure(e: BaseException, rank: int, timeout: float) -> UserError | Non
     if "Connection closed by peer" in text or "Connection reset by peer" in text:
         line = (f"rank {rank}: another rank left the run (its process ended: its own output "
                 f"or the launcher's log says why)")
-        return SaidElsewhere(line) if os.environ.get(QUIET_PEERS) == "1" else UserError(line)
+        return SaidElsewhere(line) if os.environ.get(SaidElsewhere.launcher) == "1" else UserError(line)
     if "Timed out waiting" in text or (isinstance(e, dist.DistError) and "imeout" in text):
         return UserError(f"rank {rank}: the other ranks did not answer within --dist-timeout "
                          f"{timeout:g} s (a rank or node died, hangs, or waits longer on rank 0)")
@@ -596,5 +592,5 @@ def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]], given: 
 __all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",
            "resolve",
            "model_to_pretrain", "save_pretrained", "start_distributed", "restart_store",
-           "peer_failure", "QUIET_PEERS", "SBO_FILE"]
+           "peer_failure", "SBO_FILE"]
 
