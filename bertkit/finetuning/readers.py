@@ -581,11 +581,14 @@ def input_name(source) -> str | None:
 
 
 def input_identity(source, file: Path | None) -> str | None:
-    """What a checkpoint records of an input, by which a resumed run knows it again: a path as
-    given; standard input and rows in memory, whose `file` (what `input_file` staged them in)
-    is named anew each run, by their bytes: "<stdin> (sha256 1a2b3c4d5e6f7a8b)". None stays
-    None."""
-    if file is None or (isinstance(source, (str, Path)) and str(source) != STDIN):
+    """What a checkpoint records of an input, by which a resumed run knows it again: its bytes
+    (`file`: what `input_file` gives), named as messages name it, "train.jsonl (sha256
+    1a2b3c4d5e6f7a8b)", "<stdin> (sha256 ...)". The digest is the identity: a file edited or
+    replaced under its path is other data, the same bytes under another path or piped in are
+    the same (standard input and rows are staged in a file named anew each run). One streamed
+    pass. A path that is no file is named as given, for the readers to say what is wrong with
+    it (a pipe is never read here); None stays None."""
+    if file is None or not Path(file).is_file():
         return None if file is None else str(file)
     return f"{input_name(source)} (sha256 {sha256_file(file)[:16]})"
 

@@ -250,8 +250,9 @@ class GivenData:
     names: tuple[str, str | None]
     """As messages and training_args.json name them: a path, "<stdin>", "<rows>"."""
     known_as: tuple[str, str | None]
-    """As the checkpoint's fingerprint records them, for a resumed run to know them again: a
-    path, or standard input and rows by their bytes (`input_identity`)."""
+    """As the checkpoint's fingerprint records them, for a resumed run to know them again: by
+    their bytes, named as messages name them, "train.jsonl (sha256 ...)" (`input_identity`),
+    read before anything is written."""
 
 
 def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, dev_path,
@@ -266,8 +267,8 @@ def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, d
     `task` is a Task with its settings (`Tag(scheme="BIO")`), a Task class (its defaults) or
     a name from `bertkit.finetuning.tasks.TASKS`; `cfg` holds the training settings. Stopped
     by Ctrl-C or SIGTERM, it returns with `stopped_by="interrupted"` and a checkpoint in
-    `out_dir`, from which `cfg.resume` goes on (given the same data: standard input and rows
-    in memory the same bytes). The settings, the defaults filled in, go to
+    `out_dir`, from which `cfg.resume` goes on (given the same data: the same bytes, under
+    any path, piped in or as rows). The settings, the defaults filled in, go to
     OUT/training_args.json with `command_line(resolved cfg, settled task)` (the CLI's shell
     line). `backbone` trains another model family in BERT's place
     (`bertkit.finetuning.backbone.Backbone`, e.g. bertkit.finetuning.cnn.CnnBackbone); none:

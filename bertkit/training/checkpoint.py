@@ -133,7 +133,8 @@ def saved_fingerprint(path: str | Path) -> dict:
 def check_fingerprint(where: Path, saved: dict, current: dict, ignore: tuple = ()) -> None:
     """Refuse a checkpoint made for another model shape, other data or another objective.
     Keys in `ignore` are not compared, on either side (the world size, which checkpoints
-    before elastic resumes recorded; what a run records only to explain a refusal)."""
+    before elastic resumes recorded; what a run records only to explain a refusal). Data
+    known by its bytes ("train.jsonl (sha256 ...)") is compared by its digest (`_as_saved`)."""
     saved = {k: v for k, v in saved.items() if k not in ignore}
     current = {k: v for k, v in current.items() if k not in ignore}
     saved_model, model = saved.get("model", {}), current.get("model", {})
@@ -148,24 +149,43 @@ def check_fingerprint(where: Path, saved: dict, current: dict, ignore: tuple = (
         raise UserError(f"{where}: checkpoint has weights this model lacks ({extra[0]}, ...): it "
                         f"was made for a different model")
     for key in sorted(set(saved) | set(current)):
-        if key != "model" and saved.get(key) != current.get(key):
-            why = _why(key, saved.get(key), current.get(key))
-            raise UserError(f"{where}: checkpoint was made with {key} = {saved.get(key)!r}, this "
-                            f"run has {current.get(key)!r}{why}")
+        then, now = saved.get(key), _as_saved(saved.get(key), current.get(key))
+        if key != "model" and then != now:
+            raise UserError(f"{where}: checkpoint was made with {key} = {then!r}, this run has "
+                            f"{now!r}{_why(key, then, now)}")
 
 
-# "<stdin> (sha256 1a2b...)": data known by its bytes, as a file named anew each run must be
-_BY_BYTES = re.compile(r"(.+) \(sha256 [0-9a-f]+\)")
+# "train.jsonl (sha256 1a2b...)", "<stdin> (sha256 ...)": data known by its bytes, the name
+# only saying which (finetuning.readers.input_identity)
+_BY_BYTES = re.compile(r"(.+) \(sha256 ([0-9a-f]+)\)")
+
+
+def _by_bytes(value) -> tuple[str, str] | None:
+    """(name, digest) of data known by its bytes; None for any other value."""
+    found = isinstance(value, str) and _BY_BYTES.fullmatch(value)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def _as_saved(saved, current):
+    """`current` as the checkpoint knows it: data known by its bytes is `saved` where the
+    digests agree, under whatever name (a file moved, the same bytes piped in); a checkpoint
+    that recorded a file by its path alone (made before files were known by their bytes)
+    compares the path, as it did then."""
+    now = _by_bytes(current)
+    if now is None:
+        return current
+    then = _by_bytes(saved)
+    if then is None:
+        return now[0]
+    return saved if then[1] == now[1] else current
 
 
 def _why(key: str, saved, current) -> str:
     """What a refusal adds where the two values alone say little: digests that differ."""
     if key == "data":  # its value is a digest, which says nothing
         return ": other data (another corpus, a changed one or other mixture weights)"
-    names = [m.group(1) if isinstance(v, str) and (m := _BY_BYTES.fullmatch(v)) else None
-             for v in (saved, current)]
-    same_name = names[0] is not None and names[0] == names[1]
-    return ": not the bytes it was made from" if same_name else ""
+    both = _by_bytes(saved) is not None and _by_bytes(current) is not None
+    return ": not the bytes it was made from" if both else ""
 
 
 # Directories ---------------------------------------------------------------------------------

@@ -511,8 +511,7 @@ def test_input_identity_knows_stdin_and_rows_again_by_their_bytes(tmp_path):
         with input_file(source, stdin=None if text is None else io.StringIO(text)) as path:
             return input_identity(source, path)
 
-    given = tmp_path / "a.jsonl"
-    assert known_as(given) == str(given) and known_as(None) is None  # a path as before
+    assert known_as(None) is None
     text = '{"text": "a", "label": "x"}\n'
     first = known_as("-", text)
     assert re.fullmatch(r"<stdin> \(sha256 [0-9a-f]{16}\)", first)
@@ -520,3 +519,28 @@ def test_input_identity_knows_stdin_and_rows_again_by_their_bytes(tmp_path):
     rows = [{"text": "good film", "label": "pos"}]
     assert re.fullmatch(r"<rows> \(sha256 [0-9a-f]{16}\)", known_as(rows))
     assert known_as(rows) == known_as(list(rows)) != known_as(rows * 2)
+
+
+def test_input_identity_knows_a_file_by_its_bytes_and_names_it_by_its_path(tmp_path):
+    # a file edited or replaced under the same path is other data; the same bytes under
+    # another path (or piped in) are the same data: the digest is what a resume compares
+    import io
+
+    from bertkit.finetuning.readers import input_file, input_identity
+
+    def known_as(source, text=None):
+        with input_file(source, stdin=None if text is None else io.StringIO(text)) as path:
+            return input_identity(source, path)
+
+    text = '{"text": "a", "label": "x"}\n'
+    given = _write(tmp_path, "a.jsonl", text)
+    found = known_as(given)
+    assert re.fullmatch(rf"{re.escape(str(given))} \(sha256 [0-9a-f]{{16}}\)", found)
+    digest = found.rsplit(" (", 1)[1]
+    assert known_as(str(given)) == found  # as a string or a Path, the same
+    assert known_as(_write(tmp_path, "b.jsonl", text)).endswith(digest)
+    assert known_as("-", text) == f"<stdin> ({digest}"
+    given.write_text(text + text, encoding="utf-8")
+    assert known_as(given).startswith(f"{given} (") and not known_as(given).endswith(digest)
+    # a path that is no file is named as given: the readers say what is wrong with it
+    assert known_as(tmp_path / "none.jsonl") == str(tmp_path / "none.jsonl")

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from bertkit.cli.main import main
-from bertkit.files import UserError, read_jsonl
+from bertkit.files import UserError, read_jsonl, sha256_file
 from bertkit.finetuning import recipe
 from bertkit.finetuning.recipe import finetune
 
@@ -246,6 +246,93 @@ def test_a_resume_from_rows_in_memory_goes_on_with_the_same_rows_and_refuses_oth
     result = finetune("classify", tiny_bert, rows, task_files["dev"], out,
                       quick_config(**settings, resume=True))
     assert result.stopped_by == "epochs" and result.steps == 10
+
+
+# A training or dev file is known by its bytes too: edited or replaced, it is other data; the
+# same bytes under another path or piped in are the same data
+
+def _file_args(model: Path, train, dev: Path, out: Path) -> list[str]:
+    return ["finetune", "classify", "--model", str(model), "--train", str(train), "--dev",
+            str(dev), "--epochs", "1", "--batch-size", "16", "--out", str(out), "--quiet"]
+
+
+def _files_of(out: Path) -> dict:
+    return {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_a_resume_on_an_edited_file_is_refused_and_the_same_bytes_anywhere_go_on(
+        tiny_bert, task_files, tmp_path, monkeypatch, capsys):
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    train, dev = data / "train.jsonl", data / "dev.jsonl"
+    same, same_dev = task_files["train"].read_bytes(), task_files["dev"].read_bytes()
+    train.write_bytes(same), dev.write_bytes(same_dev)
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 2)
+        assert main(_file_args(tiny_bert, train, dev, out)) == 130
+    capsys.readouterr()
+    cut = _files_of(out / "checkpoints")
+    for edited, key in ((train, "train"), (dev, "dev")):
+        edited.write_bytes(b"".join((same if key == "train" else same_dev)
+                                    .splitlines(keepends=True)[1:]))  # one row left out
+        assert main(_file_args(tiny_bert, train, dev, out) + ["--resume"]) == 2
+        said = capsys.readouterr().err.strip().splitlines()
+        assert len(said) == 1 and re.fullmatch(
+            rf"error: \S+step-00000002: checkpoint was made with {key} = "
+            rf"'{re.escape(str(edited))} \(sha256 (\w{{16}})\)', this run has "
+            rf"'{re.escape(str(edited))} \(sha256 (?!\1)\w{{16}}\)': not the bytes it was "
+            rf"made from", said[0]), said
+        assert _files_of(out / "checkpoints") == cut  # the checkpoint as it was
+        train.write_bytes(same), dev.write_bytes(same_dev)
+    # the same bytes moved elsewhere go on (and are cut again at step 4) ...
+    moved = tmp_path / "elsewhere" / "copy.jsonl"
+    moved.parent.mkdir()
+    os.replace(train, moved)
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 2)
+        assert main(_file_args(tiny_bert, moved, dev, out) + ["--resume"]) == 130
+    assert (out / "checkpoints" / "step-00000004").is_dir()
+    # ... and so do they piped in
+    monkeypatch.setattr("sys.stdin", io.StringIO(same.decode("utf-8")))
+    assert main(_file_args(tiny_bert, "-", dev, out) + ["--resume"]) == 0
+    assert (out / "model.safetensors").is_file() and not (out / "checkpoints").exists()
+
+
+def _record_the_path_only(checkpoint: Path, train: Path) -> None:
+    """`checkpoint` as runs before files were known by their bytes left it: the training
+    file recorded by its path alone."""
+    state = json.loads((checkpoint / "state.json").read_text())
+    state["state"]["__dict__"]["fingerprint"]["__dict__"]["train"] = str(train)
+    (checkpoint / "state.json").write_text(json.dumps(state))
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    manifest["state.json"] = sha256_file(checkpoint / "state.json")
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_checkpoint_that_recorded_a_path_only_resumes_on_that_path_as_before(
+        tiny_bert, task_files, quick_config, tmp_path, monkeypatch):
+    out, train, moved = tmp_path / "out", tmp_path / "train.jsonl", tmp_path / "moved.jsonl"
+    train.write_bytes(task_files["train"].read_bytes())
+    moved.write_bytes(train.read_bytes())
+    settings = dict(epochs=1, batch_size=16)
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 2)
+        finetune("classify", tiny_bert, train, task_files["dev"], out, quick_config(**settings))
+    _record_the_path_only(out / "checkpoints" / "step-00000002", train)
+    # compared by its path, as then: another path is refused, whatever its bytes
+    with pytest.raises(UserError, match=rf"made with train = '{re.escape(str(train))}', this "
+                                        rf"run has '{re.escape(str(moved))}'$"):
+        finetune("classify", tiny_bert, moved, task_files["dev"], out,
+                 quick_config(**settings, resume=True))
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 2)
+        result = finetune("classify", tiny_bert, train, task_files["dev"], out,
+                          quick_config(**settings, resume=True))
+    assert result.stopped_by == "interrupted" and result.steps == 4
+    # the checkpoints it goes on to write know the file by its bytes
+    state = json.loads((out / "checkpoints" / "step-00000004" / "state.json").read_text())
+    assert re.fullmatch(rf"{re.escape(str(train))} \(sha256 \w{{16}}\)",
+                        state["state"]["__dict__"]["fingerprint"]["__dict__"]["train"])
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ refusal of corrupt or mismatched checkpoints."""
 from __future__ import annotations
 
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -152,6 +153,37 @@ def test_data_known_by_its_bytes_is_refused_as_other_bytes():
     with pytest.raises(UserError, match=r"this run has 'a.jsonl'$"):
         check_fingerprint(Path("ck"), {"train": then}, {"train": "a.jsonl"})
     check_fingerprint(Path("ck"), {"train": then}, {"train": then})
+
+
+def test_a_file_known_by_its_bytes_resumes_under_any_name_and_refuses_other_bytes():
+    # a training file is known as "PATH (sha256 ...)": the bytes are what is compared, the
+    # name only says which; the same bytes under another path or piped in go on
+    then = "data/train.jsonl (sha256 1a2b3c4d5e6f7a8b)"
+    for now in (then, "moved/train.jsonl (sha256 1a2b3c4d5e6f7a8b)",
+                "<stdin> (sha256 1a2b3c4d5e6f7a8b)"):
+        check_fingerprint(Path("ck"), {"train": then}, {"train": now})
+    for now in ("data/train.jsonl (sha256 0f0f0f0f0f0f0f0f)",
+                "<stdin> (sha256 0f0f0f0f0f0f0f0f)"):
+        with pytest.raises(UserError, match=rf"made with train = 'data/train.jsonl \(sha256 "
+                                            rf"1a2b3c4d5e6f7a8b\)', this run has "
+                                            rf"'{re.escape(now)}': not the bytes it was made "
+                                            rf"from$"):
+            check_fingerprint(Path("ck"), {"train": then}, {"train": now})
+
+
+def test_a_file_recorded_by_its_path_alone_is_compared_by_its_path():
+    # checkpoints made before files were known by their bytes recorded the path only: they
+    # resume on that path as before (whatever its bytes now), and another path is refused in
+    # the checkpoint's terms, as it was
+    check_fingerprint(Path("ck"), {"train": "data/train.jsonl", "dev": None},
+                      {"train": "data/train.jsonl (sha256 0f0f0f0f0f0f0f0f)", "dev": None})
+    with pytest.raises(UserError, match=r"made with train = 'data/train.jsonl', this run has "
+                                        r"'moved/train.jsonl'$"):
+        check_fingerprint(Path("ck"), {"train": "data/train.jsonl"},
+                          {"train": "moved/train.jsonl (sha256 0f0f0f0f0f0f0f0f)"})
+    with pytest.raises(UserError, match=r"made with dev = None, this run has 'dev.jsonl'$"):
+        check_fingerprint(Path("ck"), {"dev": None},
+                          {"dev": "dev.jsonl (sha256 0f0f0f0f0f0f0f0f)"})
 
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, tiny):
