@@ -52,7 +52,8 @@ from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.checkpoint import saved_fingerprint
-from bertkit.training.loop import TrainResult, check_config, check_fresh_start, train
+from bertkit.training.loop import (TrainResult, check_config, check_fresh_start, check_resume,
+                                   train)
 from bertkit.training.settings import run_settings, settings_block
 
 SBO_FILE = "sbo.safetensors"
@@ -470,6 +471,9 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
         # Every rank builds them (a few batches) so that all agree whether to evaluate.
         held = _heldout_batches(prepared, _data_kwargs(prepared), opts.train.seed + 1, parts)
         model = model_to_pretrain(prepared, tokenizer.vocab_size, opts.train.seed)
+        fingerprint = _fingerprint(prepared, parts, latest)
+        # a checkpoint of another run refused before the settings are said (or measured)
+        check_resume(opts.out, opts.train.resume, model, fingerprint)
         opts, why = resolve(opts, device, world)
         cfg = opts.train
         settings = run_settings({"options": opts}, device=device, precision=cfg.precision,
@@ -489,7 +493,7 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
                      save=lambda m, path: save_pretrained(m, path, tokenizer,
                                                           opts.objective == "clm"),
                      target_count=objectives.target_count(opts.objective),
-                     fingerprint=_fingerprint(opts, parts, latest), device=device,
+                     fingerprint=fingerprint, device=device,
                      settings=settings,
                      find_unused_parameters=False)  # model_to_pretrain froze the unused heads
 
