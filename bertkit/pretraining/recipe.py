@@ -51,7 +51,7 @@ from bertkit.pretraining.run_data import data_fingerprint, data_parts
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
-from bertkit.training.checkpoint import saved_fingerprint
+from bertkit.training.checkpoint import check_fits, saved_fingerprint
 from bertkit.training.loop import (TrainResult, check_config, check_fresh_start, check_resume,
                                    train)
 from bertkit.training.settings import run_settings, settings_block
@@ -461,6 +461,8 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
         latest = check_fresh_start(opts.out, opts.train.resume)
+        if latest is not None:  # other settings refused before a text --data is prepared
+            check_fits(latest, _settings_fingerprint(opts), ignore=_NEEDS_THE_DATA)
         parts = data_parts(opts, rank, keep=latest is not None)
         data = parts[0][0]
         load_manifest(data)
@@ -562,9 +564,20 @@ def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]],
                  latest: Path | None = None) -> dict:
     """What a checkpoint must have been trained on to be resumed by this run (`latest`: the
     checkpoint it resumes)."""
-    cfg = opts.train
     resumed = saved_fingerprint(latest).get("data") if latest is not None else None
-    return {"data": data_fingerprint(parts, resumed), "objective": opts.objective,
+    return {"data": data_fingerprint(parts, resumed), **_settings_fingerprint(opts)}
+
+
+_NEEDS_THE_DATA = ("world_size", "data", "model")
+"""What a checkpoint is not compared in before the data is prepared and the model built: the
+data's digest and the model's shapes (its vocabulary is the data's), and the world size,
+never compared (`train` resumes on any number of ranks)."""
+
+
+def _settings_fingerprint(opts: PretrainOptions) -> dict:
+    """The settings of `_fingerprint`: known before the data is prepared."""
+    cfg = opts.train
+    return {"objective": opts.objective,
             "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             # only when not "anywhere": checkpoints of rows cut anywhere resume
             **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),

@@ -494,6 +494,24 @@ def test_a_refused_resume_is_one_line_and_leaves_the_run_as_it_was(prepared, tmp
     assert ("checkpoint " if resume else "holds checkpoints of an earlier run") in said[0]
 
 
+def test_a_resume_with_other_settings_is_refused_before_its_text_is_prepared(prepared, tiny,
+                                                                            tmp_path, capsys):
+    # given as text now, the run's data would be prepared into OUT/data (a vocabulary
+    # trained, shards written) before the model's checkpoint could refuse the batch size
+    out = tmp_path / "run"
+    args = ["--out", str(out), "--save-every", "2", *TINY]
+    assert _cli(["pretrain", "--data", str(prepared), *args, "--max-steps", "2"]) == 0
+    capsys.readouterr()
+    before = _tree(out)
+    corpus = tiny.write_corpus(tmp_path / "corpus.txt")
+    assert _cli(["pretrain", "--data", str(corpus), *args, "--vocab-size", "120",
+                 "--max-steps", "4", "--batch-size", "4", "--resume"]) == 2
+    assert _tree(out) == before
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "checkpoint was made with batch_size = 8, this run has 4" \
+        in said[0], said
+
+
 # What a run records, and extending a finished one --------------------------------------------------
 
 def test_the_run_records_its_settings_and_its_command_reproduces_it(prepared, tmp_path, capsys):
