@@ -50,7 +50,7 @@ from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
 from bertkit.runtime import choose_precision, resolve_device
-from bertkit.training.loop import train
+from bertkit.training.loop import check_resume, train
 from bertkit.training.settings import run_settings, settings_block
 
 
@@ -456,6 +456,10 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
         precision = choose_precision(torch.device(plan.cfg.device))[0]
         plan = dataclasses.replace(plan, cfg=dataclasses.replace(plan.cfg, precision=precision))
     cfg = plan.cfg
+    model = plan.backbone.build(task, cfg.seed)
+    known = fingerprint(plan, given.known_as)
+    # a checkpoint of another run refused before the settings are said
+    check_resume(plan.out_dir, cfg.resume, model, known)
     settings = run_settings({"task": plan.task.name, "model": plan.model_dir,
                              "train": plan.names[0], "dev": plan.names[1],
                              "out": plan.out_dir,
@@ -464,7 +468,6 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
                             command=command_line(cfg, plan.task) if command_line else None)
     if cfg.show_progress:
         print(settings_block(settings), file=sys.stderr)
-    model = plan.backbone.build(task, cfg.seed)
     batches = EpochBatches(training_items(plan, task, train_examples, dev), task,
                            cfg.batch_size, cfg.seed)
     runner = TaskModel(model, plan.backbone.tokenizer, task, torch.device(cfg.device),
@@ -473,7 +476,7 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     result = train(model, lambda m, batch: (task.loss(m, batch), {}), batches,
                    train_config(plan, len(batches)), plan.out_dir, evaluate=scores.evaluate,
                    param_groups=param_groups(model, cfg.lr, cfg.head_lr, cfg.weight_decay),
-                   save=scores.save, fingerprint=fingerprint(plan, given.known_as),
+                   save=scores.save, fingerprint=known,
                    device=cfg.device, show_progress=cfg.show_progress, settings=settings)
     if result.stopped_by == "interrupted":  # the loop said where its checkpoint is
         return FinetuneResult(plan.out_dir, {}, result.step, result.train_seconds,

@@ -52,8 +52,9 @@ from bertkit.pretraining.run_data import (check_resumed_data, data_fingerprint, 
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
-from bertkit.training.checkpoint import GIVEN, saved_fingerprint
-from bertkit.training.loop import TrainResult, check_config, check_fresh_start, train
+from bertkit.training.checkpoint import GIVEN, check_fits, saved_fingerprint
+from bertkit.training.loop import (TrainResult, check_config, check_fresh_start, check_resume,
+                                   train)
 from bertkit.training.settings import run_settings, settings_block
 
 SBO_FILE = "sbo.safetensors"
@@ -466,6 +467,8 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
         latest = check_fresh_start(opts.out, opts.train.resume)
+        if latest is not None:  # other settings refused before a text --data is prepared
+            check_fits(latest, _settings_fingerprint(opts), ignore=_NEEDS_THE_DATA)
         given = given_data(opts.data)
         parts = data_parts(opts, rank, keep=latest is not None, resumed=latest)
         fingerprint = _fingerprint(opts, parts, given, latest)  # other data refused at once
@@ -478,6 +481,8 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
         # Every rank builds them (a few batches) so that all agree whether to evaluate.
         held = _heldout_batches(prepared, _data_kwargs(prepared), opts.train.seed + 1, parts)
         model = model_to_pretrain(prepared, tokenizer.vocab_size, opts.train.seed)
+        # a checkpoint of another run refused before the settings are said (or measured)
+        check_resume(opts.out, opts.train.resume, model, fingerprint)
         opts, why = resolve(opts, device, world)
         cfg = opts.train
         settings = run_settings({"options": opts}, device=device, precision=cfg.precision,
@@ -567,12 +572,23 @@ def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]], given: 
     """What a checkpoint must have been trained on to be resumed by this run (`latest`: the
     checkpoint it resumes), and --data as typed (`given`: recorded, not compared; other data
     under another --data is refused here in its words)."""
-    cfg = opts.train
     resumed = saved_fingerprint(latest).get("data") if latest is not None else None
     data = data_fingerprint(parts, resumed)
     if resumed is not None and data != resumed:
         check_resumed_data(latest, given, opts.out, other_data=True)
-    return {"data": data, GIVEN: given, "objective": opts.objective,
+    return {"data": data, GIVEN: given, **_settings_fingerprint(opts)}
+
+
+_NEEDS_THE_DATA = ("world_size", "data", "model", GIVEN)
+"""What a checkpoint is not compared in before the data is prepared and the model built: the
+data's digest and the model's shapes (its vocabulary is the data's), and the world size,
+never compared (`train` resumes on any number of ranks)."""
+
+
+def _settings_fingerprint(opts: PretrainOptions) -> dict:
+    """The settings of `_fingerprint`: known before the data is prepared."""
+    cfg = opts.train
+    return {"objective": opts.objective,
             "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             # only when not "anywhere": checkpoints of rows cut anywhere resume
             **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),

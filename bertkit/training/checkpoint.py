@@ -155,6 +155,22 @@ def check_fingerprint(where: Path, saved: dict, current: dict, ignore: tuple = (
                             f"{now!r}{_why(key, then, now)}")
 
 
+def check_fits(path: str | Path, fingerprint: dict, ignore: tuple = ()) -> None:
+    """`load_checkpoint`'s refusal of a checkpoint made for another run, from its state.json
+    alone (no tensors read): for a run to refuse before it prints or writes anything. One
+    whose fingerprint cannot be read is left to `load_checkpoint`, which says why; one that
+    differs is checked against its manifest first, so that damage is named as damage."""
+    path = Path(path)
+    saved = saved_fingerprint(path)
+    if not saved:
+        return
+    try:
+        check_fingerprint(path, saved, fingerprint, ignore)
+    except UserError:
+        _verify(path)
+        raise
+
+
 # "train.jsonl (sha256 1a2b...)", "<stdin> (sha256 ...)": data known by its bytes, the name
 # only saying which (finetuning.readers.input_identity)
 _BY_BYTES = re.compile(r"(.+) \(sha256 ([0-9a-f]+)\)")
@@ -301,4 +317,4 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints",
            "rng_state", "set_rng_state", "model_fingerprint", "check_fingerprint",
-           "saved_fingerprint", "GIVEN"]
+           "saved_fingerprint", "check_fits", "GIVEN"]

@@ -31,7 +31,9 @@
   (`checkpoint.GIVEN`), if any, is saved with it and not compared: what the caller records
   to explain its own refusals (pretraining's --data as typed).
 * `settings` — the run's record (`bertkit.training.settings.run_settings`), written as
-  `training_args.json` once `out_dir` exists.
+  `training_args.json` once the checkpoint to resume, if any, is loaded: a resume refused
+  (`check_resume`: another model, other data or settings) leaves `out_dir` as it was, the
+  record of the run its checkpoints belong to included.
 
 Writes into `out_dir`: `training_args.json` (given `settings`), `metrics.jsonl` (one JSON
 object per log or eval: step, split, loss, metrics, learning_rate, tokens_per_second),
@@ -80,7 +82,7 @@ from bertkit.runtime import (SharedCores, bf16_warning, choose_precision, compil
                              resolve_device)
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
-from bertkit.training.checkpoint import (GIVEN, latest_checkpoint, load_checkpoint,
+from bertkit.training.checkpoint import (GIVEN, check_fits, latest_checkpoint, load_checkpoint,
                                          model_fingerprint, rng_state, save_checkpoint,
                                          set_rng_state)
 from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_note,
@@ -244,6 +246,7 @@ class _Run:
     scaler: torch.amp.GradScaler
     feed: _Feed
     fingerprint: dict
+    """The model's shapes and the caller's fingerprint (`run_fingerprint`)."""
     evaluate: Callable[[nn.Module], dict] | None
     target_count: Callable[[dict], torch.Tensor] | None
     show_progress: bool
@@ -257,6 +260,8 @@ class _Run:
     """The live bar or periodic lines on stderr; the log's lines go through it."""
     cores: SharedCores | None = None
     """A run of one process on the CPU: watches for other processes on its cores."""
+    settings: dict | None = None
+    """The run's record, its precision resolved: written once the checkpoint is loaded."""
 
     @property
     def main(self) -> bool:
@@ -312,11 +317,15 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
         # nothing there but the lock (this run's, or its caller's): all that is written is
         # this run's, and removed if it fails before its first step
         fresh = first_rank and all(p.name == LOCK_FILE for p in out_dir.iterdir())
+        # a checkpoint of another run is refused before anything is printed or written
+        latest = check_resume(out_dir, cfg.resume, model, fingerprint)
         run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
                      target_count, fingerprint, resolve_device(device), find_unused_parameters,
                      show_progress, settings)
-        state = _resume_or_seed(run)
+        state = _resume_or_seed(run, latest)  # the last refusals: OUT is still as it was
         try:
+            if run.main and run.settings is not None:
+                write_settings(out_dir, run.settings)
             with _StopSignal(announce=run.main and show_progress) as stop:
                 while not _reached_max_steps(run, state):
                     _optimisation_step(run, state)
@@ -402,10 +411,6 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
                                                     "precision": precision}}
     elif rank == 0 and (warning := bf16_warning(cfg.precision, device)):
         print(warning, file=sys.stderr)
-    if rank == 0:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        if settings is not None:
-            write_settings(out_dir, settings)
     model.to(device).train()
     optimizer = make_optimizer(param_groups or default_param_groups(model, cfg.weight_decay),
                                cfg, device)
@@ -422,11 +427,17 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
                 optimizer=optimizer,
                 scaler=torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16"),
                 feed=_Feed(batches), evaluate=evaluate, target_count=target_count,
-                # not the world size: a run resumes on any number of ranks (_rank_state)
-                fingerprint={"model": model_fingerprint(model), **(fingerprint or {})},
+                fingerprint=run_fingerprint(model, fingerprint),
                 show_progress=show_progress, distributed=distributed, rank=rank, world=world,
                 cores=SharedCores(torch.get_num_threads())
-                if device.type == "cpu" and not distributed else None)
+                if device.type == "cpu" and not distributed else None, settings=settings)
+
+
+def run_fingerprint(model: nn.Module, fingerprint: dict | None) -> dict:
+    """What a checkpoint records of its run: the model's shapes and the caller's
+    `fingerprint` (data, objective, settings), not the world size: a run resumes on any
+    number of ranks (`_rank_state`)."""
+    return {"model": model_fingerprint(model), **(fingerprint or {})}
 
 
 def check_fresh_start(out_dir: Path, resume: bool) -> Path | None:
@@ -440,10 +451,23 @@ def check_fresh_start(out_dir: Path, resume: bool) -> Path | None:
     return latest
 
 
-def _resume_or_seed(run: _Run) -> _State:
-    """The state of the latest checkpoint with --resume, else a fresh one (and the seed)."""
+def check_resume(out_dir: str | Path, resume: bool, model: nn.Module,
+                 fingerprint: dict | None) -> Path | None:
+    """The checkpoint a run goes on from (None: it starts afresh), refused in one line when
+    the run may not: checkpoints without `resume` (`check_fresh_start`), or a checkpoint made
+    for another model shape, other data or other settings (`fingerprint` as `train` takes
+    it). `train` runs it before it prints or writes anything; a caller that prints first (its
+    settings, the model) runs it before that, once it has built the model."""
+    latest = check_fresh_start(Path(out_dir), resume)
+    if latest is not None:
+        check_fits(latest, run_fingerprint(model, fingerprint), ignore=("world_size", GIVEN))
+    return latest
+
+
+def _resume_or_seed(run: _Run, latest: Path | None) -> _State:
+    """The state of `latest`, the checkpoint to resume (`check_resume`), else a fresh one
+    (and the seed)."""
     cfg, root, state = run.cfg, run.checkpoints, _State()
-    latest = check_fresh_start(run.out_dir, cfg.resume)
     if latest is not None:
         saved = load_checkpoint(latest, model=run.model, optimizer=run.optimizer,
                                 fingerprint=run.fingerprint, ignore=("world_size", GIVEN))
@@ -762,4 +786,5 @@ def _save_best(root: Path, model: nn.Module, value: float, step: int) -> None:
         f.write(save(state, metadata={"value": repr(value), "step": str(step)}))
 
 
-__all__ = ["train", "TrainResult", "autocast", "check_config"]
+__all__ = ["train", "TrainResult", "autocast", "check_config", "check_fresh_start",
+           "check_resume", "run_fingerprint"]

@@ -4,7 +4,8 @@ same settings as one compact block on stderr before it starts.
     record = run_settings({"options": opts}, device=device, precision="bf16",
                           command="bertkit pretrain --data d --out o ...")
     print(settings_block(record), file=sys.stderr)
-    train(..., settings=record)   # rank 0 writes OUT/training_args.json once OUT exists
+    train(..., settings=record)   # rank 0 writes OUT/training_args.json once the run
+                                  # is known to go on (a refused --resume leaves it as it was)
 
 The record holds every option after defaults and per-task choices are resolved (the options
 dataclasses as JSON), the versions of bertkit, torch and python, the device, its CPU (and GPU)

@@ -200,6 +200,39 @@ def test_resume_without_a_checkpoint_starts_afresh(tiny_bert, task_files, quick_
     assert "no checkpoint in" in capsys.readouterr().err
 
 
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every file under `root` with its bytes, and every folder (None)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("other", ["settings", "data", "model", "no-resume"])
+def test_a_refused_resume_is_one_line_and_leaves_the_run_as_it_was(
+        tiny_bert, tiny_modern, task_files, tmp_path, monkeypatch, capsys, other):
+    # the settings file, the log and the checkpoint: the refused run's settings must not
+    # replace the record of the run the checkpoint belongs to
+    out = tmp_path / "out"
+    args = ["finetune", "classify", "--model", str(tiny_bert), "--train",
+            str(task_files["train"]), "--dev", str(task_files["dev"]), "--epochs", "1",
+            "--batch-size", "16", "--save-every", "1", "--out", str(out)]
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 3)
+        assert main(args) == 130
+    capsys.readouterr()
+    before = _tree(out)
+    assert {"training_args.json", "metrics.jsonl", "checkpoints/step-00000002/manifest.json"} \
+        <= before.keys()
+    changed = {"settings": ["--lr", "0.02"], "no-resume": ["--lr", "0.02"],
+               "data": ["--train", str(task_files["dev"])],
+               "model": ["--model", str(tiny_modern)]}[other]
+    assert main(args + changed + ([] if other == "no-resume" else ["--resume"])) == 2
+    assert _tree(out) == before
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("error: "), said
+    assert ("holds checkpoints of an earlier run" if other == "no-resume"
+            else "checkpoint ") in said[0]
+
+
 # Data from standard input or rows in memory: staged in a temporary file named anew each run, it
 # is known again by its bytes
 

@@ -1,7 +1,8 @@
 """Elastic runs: two torchrun agents on loopback equal one process, a worker killed with kill -9
 under --max-restarts is restarted and finishes as if nothing happened, a checkpoint of 2 ranks
-resumes on 1 and one of 1 on 2, a rank stuck in a collective still obeys SIGTERM, and
-bertkit's one-line errors stay one line under bertkit-torchrun."""
+resumes on 1 and one of 1 on 2 (a resume refused there leaves the run as it was), a rank stuck
+in a collective still obeys SIGTERM, and bertkit's one-line errors stay one line under
+bertkit-torchrun."""
 from __future__ import annotations
 
 import json
@@ -165,6 +166,30 @@ def test_one_rank_resumed_as_two(prepared, one_rank, two_agents, tmp_path):
     _standalone(prepared, run, "--resume")
     _assert_equal(_weights(run), _weights(one_rank), atol=TOLERANCE)
     _assert_equal(_weights(run), _weights(two_agents), atol=TOLERANCE)
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every file under `root` with its bytes, and every folder (None)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
+
+
+def test_a_resume_refused_under_torchrun_leaves_the_run_as_it_was(prepared, one_rank,
+                                                                    tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(one_rank, run)
+    before = _tree(run)
+    done = subprocess.run([PYTHON, "-m", "bertkit.cli.torchrun", "--standalone",
+                           "--nproc_per_node", "2",
+                           *_pretrain(prepared, run, "--batch-size", "4", "--max-steps",
+                                      str(2 * STEPS), "--resume")],
+                          env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 2 and "checkpoint was made with batch_size = 8, this run has 4" \
+        in lines[0], done.stderr[-3000:]
+    assert _tree(run) == before
+    assert "settings (" not in done.stderr  # refused before the run says its settings
 
 
 _STUCK_RANK = """

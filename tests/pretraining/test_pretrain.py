@@ -467,6 +467,52 @@ def test_corrupt_checkpoint_is_refused_on_resume(prepared, tmp_path, capsys):
     assert "checkpoint was made with batch_size = 8, this run has 4" in line
 
 
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every file under `root` with its bytes, and every folder (None)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("other,resume", [(["--batch-size", "4"], True),
+                                          (["--architecture", "bert"], True),
+                                          (["--batch-size", "4"], False)],
+                         ids=["other-options", "other-model", "without-resume"])
+def test_a_refused_resume_is_one_line_and_leaves_the_run_as_it_was(prepared, tmp_path, capsys,
+                                                                  other, resume):
+    # the settings file, the log, the plot and the checkpoints: the refused run's settings
+    # must not replace the record of the run the checkpoints belong to
+    out = tmp_path / "run"
+    args = ["pretrain", "--data", str(prepared), "--out", str(out), "--save-every", "2", *TINY]
+    assert _cli(args + ["--max-steps", "2"]) == 0
+    capsys.readouterr()
+    before = _tree(out)
+    assert {"training_args.json", "metrics.jsonl", "checkpoints/step-00000002/manifest.json"} \
+        <= before.keys()
+    assert _cli(args + ["--max-steps", "4", *other, *(["--resume"] if resume else [])]) == 2
+    assert _tree(out) == before
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("error: "), said
+    assert ("checkpoint " if resume else "holds checkpoints of an earlier run") in said[0]
+
+
+def test_a_resume_with_other_settings_is_refused_before_its_text_is_prepared(prepared, tiny,
+                                                                            tmp_path, capsys):
+    # given as text now, the run's data would be prepared into OUT/data (a vocabulary
+    # trained, shards written) before the model's checkpoint could refuse the batch size
+    out = tmp_path / "run"
+    args = ["--out", str(out), "--save-every", "2", *TINY]
+    assert _cli(["pretrain", "--data", str(prepared), *args, "--max-steps", "2"]) == 0
+    capsys.readouterr()
+    before = _tree(out)
+    corpus = tiny.write_corpus(tmp_path / "corpus.txt")
+    assert _cli(["pretrain", "--data", str(corpus), *args, "--vocab-size", "120",
+                 "--max-steps", "4", "--batch-size", "4", "--resume"]) == 2
+    assert _tree(out) == before
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "checkpoint was made with batch_size = 8, this run has 4" \
+        in said[0], said
+
+
 # What a run records, and extending a finished one --------------------------------------------------
 
 def test_the_run_records_its_settings_and_its_command_reproduces_it(prepared, tmp_path, capsys):
