@@ -47,8 +47,8 @@ from bertkit.pretraining.corpus import check_tokenizer, load_manifest
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate
 from bertkit.pretraining.masking import MaskingConfig
-from bertkit.pretraining.run_data import (check_resumed_data, data_fingerprint, data_parts,
-                                          given_data)
+from bertkit.pretraining.run_data import (TEXT_DATA, check_resumed_data, data_fingerprint,
+                                          data_parts, given_data)
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
@@ -432,6 +432,18 @@ def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
     return opts, why
 
 
+def _as_used(opts: PretrainOptions, model: torch.nn.Module, parts: list[tuple[Path, float]],
+             vocab_size: int) -> PretrainOptions:
+    """`opts` as the run uses them where it never read them, for its settings and record: the
+    architecture of an --init model, and the size of a vocabulary not trained in this run
+    (--init's, --tokenizer's, that of prepared --data), not the defaults for a fresh one."""
+    if opts.init is not None:
+        opts = dataclasses.replace(opts, architecture=model.config.architecture)
+    trained_here = opts.init is None and opts.tokenizer is None and any(
+        data.is_relative_to(opts.out / TEXT_DATA) for data, _ in parts)
+    return opts if trained_here else dataclasses.replace(opts, vocab_size=vocab_size)
+
+
 def check_split(opts: PretrainOptions, world: int) -> None:
     """Refuse batches that do not split over the ranks: before a text --data is prepared and
     before the ranks meet, so the refusal comes at once."""
@@ -483,7 +495,7 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
         model = model_to_pretrain(prepared, tokenizer.vocab_size, opts.train.seed)
         # a checkpoint of another run refused before the settings are said (or measured)
         check_resume(opts.out, opts.train.resume, model, fingerprint)
-        opts, why = resolve(opts, device, world)
+        opts, why = resolve(_as_used(opts, model, parts, tokenizer.vocab_size), device, world)
         cfg = opts.train
         settings = run_settings({"options": opts}, device=device, precision=cfg.precision,
                                 command=command_line(opts) if command_line else None)

@@ -325,7 +325,8 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
     monkeypatch.setattr(run_data, "latest_checkpoint", looked_up_again)
     corpus = tiny.write_corpus(tmp_path / "corpus.txt")
     out = tmp_path / "run"
-    args = ["pretrain", "--data", str(corpus), "--out", str(out), "--vocab-size", "120", *TINY]
+    args = ["pretrain", "--data", str(corpus), "--out", str(out), "--vocab-size", "120",
+            "--architecture", "bert", *TINY]
     assert _cli(args + ["--max-steps", "2"]) == 0
     err = capsys.readouterr().err
     assert "WordPiece vocabulary of 120 pieces" in err
@@ -362,9 +363,15 @@ def test_a_text_file_as_data_is_prepared_into_the_run_and_found_there_again(tmp_
     further = tmp_path / "further"
     assert _cli(["pretrain", "--data", str(more), "--out", str(further), "--init", str(out),
                  "--max-steps", "2", *TINY[2:]]) == 0
-    assert "WordPiece" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "WordPiece" not in err
     assert (further / "data" / "tokenizer" / "vocab.txt").read_text() \
         == (out / "vocab.txt").read_text()
+    # the settings and record say what the run used, not the defaults of a fresh model
+    used = json.loads((further / "training_args.json").read_text())["options"]
+    pieces = len((out / "vocab.txt").read_text().splitlines())
+    assert used["architecture"] == "bert" and used["vocab_size"] == pieces != 16000
+    assert "architecture=bert" in err and f"vocab_size={pieces}" in err
 
 
 def test_a_corpus_touched_and_prepared_again_resumes_and_other_text_does_not(tmp_path, tiny,
