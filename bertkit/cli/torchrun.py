@@ -17,6 +17,8 @@ that in one line (exit 2). A run stopped by Ctrl-C or SIGTERM ends quietly too,
 where torchrun adds its traceback or wall: sent to the launcher, it exits 128 + the signal's
 number; sent to one worker, every rank saves, stops and exits 130, and so does it. Any other failure (a traceback, a kill) is reported as
 torchrun reports it. torchrun itself cannot be told: it raises the wall for any non-zero exit.
+The ranks of a machine that fail with the same line (every rank reads the same command line)
+print it once: the launcher names a folder where the first to say a line marks it said.
 
 torchrun --max-restarts N restarts the workers after any failure, bertkit's errors too: bad
 input then fails N + 1 times alike before the run ends.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 
 from bertkit.files import SaidElsewhere
 
@@ -89,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     api.logger.addFilter(_NoBertkitErrorLine())
     os.environ[SaidElsewhere.launcher] = "1"  # this launcher reports a rank whose peer left
     try:
-        run(args)
+        with tempfile.TemporaryDirectory(prefix="bertkit-torchrun-") as lines:
+            os.environ[SaidElsewhere.lines] = lines  # one error line a node, not one a rank
+            run(args)
     except api.SignalException as e:
         # Ctrl-C or SIGTERM to the launcher: torchrun passed it to the workers, which saved a
         # checkpoint and said so (or, stuck, exited); torchrun would add its traceback

@@ -75,3 +75,39 @@ def test_a_rank_that_said_why_and_one_whose_peer_left_end_in_its_line_alone(monk
 def test_a_node_whose_ranks_all_lost_a_peer_says_that_it_was_elsewhere(monkeypatch, capsys):
     assert _failed(monkeypatch, 3, 3) == 2
     assert capsys.readouterr().err.splitlines() == [torchrun.ELSEWHERE]
+
+
+def test_the_ranks_of_a_node_print_one_error_line_once(monkeypatch, capsys, tmp_path):
+    """Every rank reads the same command line, so bad input fails each alike: under
+    bertkit-torchrun the first rank of a node to fail says it, the others exit 2 silent."""
+    from bertkit.cli.main import main
+
+    bad = ["pretrain", "--data", str(tmp_path / "d"), "--out", str(tmp_path / "o")]
+    monkeypatch.setenv("BERTKIT_TORCHRUN_LINES", str(tmp_path))
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    assert [main(bad), main(bad)] == [2, 2]  # rank 0, rank 1
+    first = capsys.readouterr().err.splitlines()
+    assert len(first) == 1 and first[0].startswith("error: ")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # a restart says it again
+    assert [main(bad), main(bad)] == [2, 2]
+    assert capsys.readouterr().err.splitlines() == first
+    other = ["pretrain", "--data", str(tmp_path / "d"), "--max-steps", "0"]
+    assert main(other) == 2  # another line is said, whatever came before
+    assert capsys.readouterr().err.startswith("error: ")
+    monkeypatch.delenv("BERTKIT_TORCHRUN_LINES")  # plain torchrun: every rank says it
+    assert [main(bad), main(bad)] == [2, 2]
+    assert capsys.readouterr().err.splitlines() == first * 2
+
+
+def test_the_launcher_gives_its_workers_a_folder_for_their_lines_and_removes_it(monkeypatch):
+    seen = []
+
+    def run(args):
+        folder = os.environ["BERTKIT_TORCHRUN_LINES"]
+        seen.append((folder, os.path.isdir(folder)))
+
+    monkeypatch.setenv("BERTKIT_TORCHRUN_LINES", "x")  # put back after the test
+    monkeypatch.setattr("torch.distributed.run.run", run)
+    assert torchrun.main(["--standalone", "-m", "bertkit.cli"]) == 0
+    (folder, existed), = seen
+    assert existed and not os.path.exists(folder)
