@@ -67,9 +67,24 @@ class _NoBertkitErrorLine(logging.Filter):
     """Drops torchrun's "failed (exitcode: 2)" log line (and 3's and 130's), the start of its
     wall."""
 
+    def __init__(self):
+        super().__init__()
+        self.held: list[logging.LogRecord] = []
+
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg.startswith("Sending process %s closing signal"):
+            # torchrun stops the other ranks before it logs why: whether the line belongs
+            # to a crash's report or to bertkit's error is known when the run ends (`report`)
+            self.held.append(record)
+            return False
         return not (record.msg.startswith("failed (exitcode: %s)")
                     and record.args and record.args[0] in (USER_ERROR, PEER_LEFT, INTERRUPTED))
+
+    def report(self, logger: logging.Logger) -> None:
+        """The held lines, where torchrun's report of a failure follows them."""
+        logger.removeFilter(self)
+        for record in self.held:
+            logger.handle(record)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         # process takes them all (bertkit.cli.pretraining.tune_runtime)
         local = determine_local_world_size(args.nproc_per_node)
         os.environ["OMP_NUM_THREADS"] = str(max(1, physical_cores() // local))
-    api.logger.addFilter(_NoBertkitErrorLine())
+    quiet = _NoBertkitErrorLine()
+    api.logger.addFilter(quiet)
     os.environ[SaidElsewhere.launcher] = "1"  # this launcher reports a rank whose peer left
     try:
         with tempfile.TemporaryDirectory(prefix="bertkit-torchrun-") as lines:
@@ -107,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             if set(codes) == {PEER_LEFT}:
                 print(ELSEWHERE, file=sys.stderr, flush=True)
             return status
+        quiet.report(api.logger)
         return record(_raise)(e)  # torchrun's report: the error files and the table
+    finally:
+        api.logger.removeFilter(quiet)  # main again in one process (the tests) adds its own
     return 0
 
 

@@ -2,6 +2,7 @@
 own report for anything else (the runs themselves: tests/pretraining/test_elastic.py)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -111,3 +112,31 @@ def test_the_launcher_gives_its_workers_a_folder_for_their_lines_and_removes_it(
     assert torchrun.main(["--standalone", "-m", "bertkit.cli"]) == 0
     (folder, existed), = seen
     assert existed and not os.path.exists(folder)
+
+
+@pytest.mark.parametrize("codes,said", [((2, -15), False), ((-9, -15), True)])
+def test_torchruns_line_on_the_ranks_it_stops_goes_with_its_report_alone(monkeypatch, codes,
+                                                                          said):
+    """torchrun logs "Sending process N closing signal SIGTERM" before it knows why the first
+    rank failed: kept for a crash's report, left out under bertkit's one-line error."""
+    import logging
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    def failed(args):
+        api.logger.warning("Sending process %s closing signal %s", 101, "SIGTERM")
+        raise ChildFailedError("bertkit.cli", {rank: ProcessFailure(rank, 100 + rank, code, "")
+                                               for rank, code in enumerate(codes)})
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    api.logger.addHandler(handler)
+    monkeypatch.setattr("torch.distributed.run.run", failed)
+    monkeypatch.setattr(torchrun, "record", lambda f: f, raising=False)
+    try:
+        with pytest.raises(ChildFailedError) if said else contextlib.nullcontext():
+            torchrun.main(["--standalone", "--nproc_per_node", "2", "-m", "bertkit.cli"])
+    finally:
+        api.logger.removeHandler(handler)
+    assert seen == (["Sending process 101 closing signal SIGTERM"] if said else [])
