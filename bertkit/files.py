@@ -51,6 +51,9 @@ class SaidElsewhere(UserError):
     launcher = "BERTKIT_TORCHRUN"
     """Set (to 1) by bertkit-torchrun for its workers: it reports a rank whose peer left, so
     that rank raises this error rather than a UserError of its own."""
+    lines = "BERTKIT_TORCHRUN_LINES"
+    """A folder bertkit-torchrun makes for its workers' error lines: the ranks of a node read
+    the same command line and fail alike, and the first to fail on a line says it alone."""
 
 
 # The machine's refusals ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import os
 import signal
 import sys
@@ -104,6 +105,23 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
+def _say_error(line: str) -> None:
+    """`line`, unless a rank of this node said it first (under bertkit-torchrun, which names a
+    folder for the lines said: every rank reads the same command line and fails alike)."""
+    folder = os.environ.get(SaidElsewhere.lines)
+    if folder:
+        # a restart of the workers fails again and says so again
+        said = f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}\n{line}"
+        try:
+            os.close(os.open(os.path.join(folder, hashlib.sha256(said.encode()).hexdigest()),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        except OSError:  # no folder to tell the others: say it, twice rather than never
+            pass
+    _say(line)
+
+
 def _warning_line(message, category, filename, lineno, file=None, line=None):
     _say(f"warning: {message}")
 
@@ -154,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         except SaidElsewhere as e:  # its line would be a second one for one failure
             return e.status
         except UserError as e:
-            _say(f"error: {e}")
+            _say_error(f"error: {e}")
             return 2
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
@@ -169,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             error = environment_error(e, outputs[0] if len(outputs) == 1 else None)
             if error is None:
                 raise
-            _say(f"error: {error}")
+            _say_error(f"error: {error}")
             return 2
         finally:
             if previous is not None:

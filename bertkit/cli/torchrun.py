@@ -17,6 +17,8 @@ that in one line (exit 2). A run stopped by Ctrl-C or SIGTERM ends quietly too,
 where torchrun adds its traceback or wall: sent to the launcher, it exits 128 + the signal's
 number; sent to one worker, every rank saves, stops and exits 130, and so does it. Any other failure (a traceback, a kill) is reported as
 torchrun reports it. torchrun itself cannot be told: it raises the wall for any non-zero exit.
+The ranks of a machine that fail with the same line (every rank reads the same command line)
+print it once: the launcher names a folder where the first to say a line marks it said.
 
 torchrun --max-restarts N restarts the workers after any failure, bertkit's errors too: bad
 input then fails N + 1 times alike before the run ends.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 
 from bertkit.files import SaidElsewhere
 
@@ -64,9 +67,24 @@ class _NoBertkitErrorLine(logging.Filter):
     """Drops torchrun's "failed (exitcode: 2)" log line (and 3's and 130's), the start of its
     wall."""
 
+    def __init__(self):
+        super().__init__()
+        self.held: list[logging.LogRecord] = []
+
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg.startswith("Sending process %s closing signal"):
+            # torchrun stops the other ranks before it logs why: whether the line belongs
+            # to a crash's report or to bertkit's error is known when the run ends (`report`)
+            self.held.append(record)
+            return False
         return not (record.msg.startswith("failed (exitcode: %s)")
                     and record.args and record.args[0] in (USER_ERROR, PEER_LEFT, INTERRUPTED))
+
+    def report(self, logger: logging.Logger) -> None:
+        """The held lines, where torchrun's report of a failure follows them."""
+        logger.removeFilter(self)
+        for record in self.held:
+            logger.handle(record)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,10 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         # process takes them all (bertkit.cli.pretraining.tune_runtime)
         local = determine_local_world_size(args.nproc_per_node)
         os.environ["OMP_NUM_THREADS"] = str(max(1, physical_cores() // local))
-    api.logger.addFilter(_NoBertkitErrorLine())
+    quiet = _NoBertkitErrorLine()
+    api.logger.addFilter(quiet)
     os.environ[SaidElsewhere.launcher] = "1"  # this launcher reports a rank whose peer left
     try:
-        run(args)
+        with tempfile.TemporaryDirectory(prefix="bertkit-torchrun-") as lines:
+            os.environ[SaidElsewhere.lines] = lines  # one error line a node, not one a rank
+            run(args)
     except api.SignalException as e:
         # Ctrl-C or SIGTERM to the launcher: torchrun passed it to the workers, which saved a
         # checkpoint and said so (or, stuck, exited); torchrun would add its traceback
@@ -102,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             if set(codes) == {PEER_LEFT}:
                 print(ELSEWHERE, file=sys.stderr, flush=True)
             return status
+        quiet.report(api.logger)
         return record(_raise)(e)  # torchrun's report: the error files and the table
+    finally:
+        api.logger.removeFilter(quiet)  # main again in one process (the tests) adds its own
     return 0
 
 
