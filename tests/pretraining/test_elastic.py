@@ -185,8 +185,9 @@ def test_a_resume_refused_under_torchrun_leaves_the_run_as_it_was(prepared, one_
                                       str(2 * STEPS), "--resume")],
                           env=_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
+    # one line for the node: bertkit-torchrun's ranks that fail alike say it once
     lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 2 and "checkpoint was made with batch_size = 8, this run has 4" \
+    assert len(lines) == 1 and "checkpoint was made with batch_size = 8, this run has 4" \
         in lines[0], done.stderr[-3000:]
     assert _tree(run) == before
     assert "settings (" not in done.stderr  # refused before the run says its settings
