@@ -239,7 +239,9 @@ def test_a_bertkit_error_on_every_rank_is_one_line_under_bertkit_torchrun(tmp_pa
                           env=_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == (2 if not wall else 1), done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 2 and "missing.txt: does not exist" in lines[0], done.stderr[-3000:]
+    # the two ranks fail alike: bertkit-torchrun says it once for the node, torchrun twice
+    assert len(lines) == (2 if wall else 1) and "missing.txt: does not exist" in lines[0], \
+        done.stderr[-3000:]
     assert ("ChildFailedError" in done.stderr) is wall
     assert ("Traceback" in done.stderr) is wall
 
