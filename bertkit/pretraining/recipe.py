@@ -305,7 +305,8 @@ def peer_failure(e: BaseException, rank: int, timeout: float) -> UserError | Non
     if "Connection closed by peer" in text or "Connection reset by peer" in text:
         line = (f"rank {rank}: another rank left the run (its process ended: its own output "
                 f"or the launcher's log says why)")
-        return SaidElsewhere(line) if os.environ.get(SaidElsewhere.launcher) == "1" else UserError(line)
+        quiet = os.environ.get(SaidElsewhere.launcher) == "1"
+        return SaidElsewhere(line) if quiet else UserError(line)
     if "Timed out waiting" in text or (isinstance(e, dist.DistError) and "imeout" in text):
         return UserError(f"rank {rank}: the other ranks did not answer within --dist-timeout "
                          f"{timeout:g} s (a rank or node died, hangs, or waits longer on rank 0)")

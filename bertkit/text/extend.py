@@ -11,29 +11,29 @@ into k pieces saves k - 1 pieces at each of its n occurrences, so the words are 
 (ties by the word), among those seen at least `min_count` times and not already in the
 vocabulary. A word is made of letters and digits only: no piece that glues a symbol to a word
 is added. Unigram's pre-tokenizer cuts text at spaces alone, leaving punctuation on the word
-("▁film." or "▁film,"), so there the candidate is the word's leading run of letters and
-digits, and its count gathers every occurrence ("▁film" from "▁film" and "▁film.": n is then
-what the estimate assumes, that "▁film." becomes "▁film" + "."). WordPiece's pre-tokenizer
-cuts punctuation off, but not symbols: an emoji, "©" or "°" is no Unicode punctuation, so
-"great😀" is one word. Its leading run "great" is counted there too (`NewWord.glued`) where
-the word's pieces have a boundary at the run's end (g ##r ##e ##a ##t ##😀, not g ##r ##e ##a
-##t😀), and nowhere else. There the run saves exactly what it saves alone: its pieces in the
-word are its pieces alone (each the longest match, and none crossed its end), and once it is
-added the word is the run + the same pieces after it (no piece, old or new, is a longer
-prefix of the word: an old one would have been matched first, and a new word is letters and
-digits, which end where the run ends; the pieces after it are "##" pieces, of which
-`extend_tokenizer` adds none: the characters' come before the words are chosen). The chosen words take the ids after the last one, in that order; every old piece keeps
-its id, so an old model's rows still mean what they meant.
+("▁film." or "▁film,"), so there the candidate is the word's leading run of letters and digits,
+and its count gathers every occurrence ("▁film" from "▁film" and "▁film.": n is then what the
+estimate assumes, that "▁film." becomes "▁film" + "."). WordPiece's pre-tokenizer cuts
+punctuation off, but not symbols: an emoji, "©" or "°" is no Unicode punctuation, so "great😀"
+is one word. Its leading run "great" is counted there too (`NewWord.glued`) where the word's
+pieces have a boundary at the run's end (g ##r ##e ##a ##t ##😀, not g ##r ##e ##a ##t😀), and
+nowhere else. There the run saves exactly what it saves alone: its pieces in the word are its
+pieces alone (each the longest match, and none crossed its end), and once it is added the word
+is the run + the same pieces after it (no piece, old or new, is a longer prefix of the word: an
+old one would have been matched first, and a new word is letters and digits, which end where
+the run ends; the pieces after it are "##" pieces, of which `extend_tokenizer` adds none: the
+characters' come before the words are chosen). The chosen words take the ids after the last
+one, in that order; every old piece keeps its id, so an old model's rows still mean what they
+meant.
 
 WordPiece matches the longest piece at the start of a word, so a whole word in the vocabulary
-is always one piece, and a word glued to a symbol starts with it as above. A Unigram
-vocabulary picks the segmentation with the highest total score, so a new word's piece scores
-`MARGIN` + 0.01 x its length above the best segmentation the old pieces gave it: it beats
-every split into old pieces, and a split that starts with a shorter new word (the only other
-kind: new pieces start a word) scores at most the old best + `MARGIN` + 0.01 x that shorter
-length. Either way each new word is one token, and each
-WordPiece word it was counted in is the new piece + the pieces that followed the run before,
-which `extend_tokenizer` checks.
+is always one piece, and a word glued to a symbol starts with it as above. A Unigram vocabulary
+picks the segmentation with the highest total score, so a new word's piece scores `MARGIN` +
+0.01 x its length above the best segmentation the old pieces gave it: it beats every split into
+old pieces, and a split that starts with a shorter new word (the only other kind: new pieces
+start a word) scores at most the old best + `MARGIN` + 0.01 x that shorter length. Either way
+each new word is one token, and each WordPiece word it was counted in is the new piece + the
+pieces that followed the run before, which `extend_tokenizer` checks.
 
 A character that the vocabulary lacks makes a WordPiece word one [UNK] (it has no piece to
 start or continue the word with) and is one [UNK] in a Unigram word (with the unknown
