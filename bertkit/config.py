@@ -409,7 +409,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
         if self.max_steps is None and self.max_time is None:
-            raise ConfigError("give max_steps or max_time (or both)")
+            # the one error of an option left out, so the user has typed nothing to map it from
+            raise ConfigError("give max_steps or max_time, or both (--max-steps, --max-time "
+                              "on the command line)")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
         if self.max_time is not None and self.max_time <= 0:
