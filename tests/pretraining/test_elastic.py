@@ -112,7 +112,10 @@ def two_agents(prepared, tmp_path_factory) -> Path:
                                text=True) for _ in range(2)]
     logs = [agent.communicate(timeout=120)[0] for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], "\n".join(logs)[-4000:]
-    assert "2 ranks" in "".join(logs)
+    assert "2 ranks on cpu" in "".join(logs)
+    # the device every rank uses, not none (each rank chooses its own)
+    assert " device=cpu " in "".join(logs)
+    assert json.loads((out / "training_args.json").read_text())["options"]["device"] == "cpu"
     return out
 
 
