@@ -382,7 +382,8 @@ class TrainConfig:
     """Seeds torch's generator (dropout) as seed + rank at the start of a fresh run."""
     log_every: int = 10
     """Steps between train records in metrics.jsonl and the figures progress shows (the only
-    host syncs); the progress itself is a live bar, or a line every few seconds in a log."""
+    host syncs), labelled with their step; the progress itself (step, tokens, time, ETA) moves
+    every step, as a live bar, or a line every few seconds in a log."""
     eval_every: int | None = None
     """Steps between calls of `evaluate` (also run at the end); None evaluates only at the end."""
     save_every: int | None = None

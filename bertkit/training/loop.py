@@ -293,6 +293,8 @@ class _State:
     window_seconds: float = 0.0
     micro_batches: int = 1
     """Micro-batches of the step being taken (batch growth changes it)."""
+    logged_at: int | None = None
+    """The step whose figures train_metrics holds (None: none logged in this process yet)."""
 
     def saved(self) -> dict:
         return {"step": self.step, "tokens": self.tokens, "train_seconds": self.train_seconds,
@@ -592,7 +594,6 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     state.window_tokens += n_tokens
     state.train_seconds += elapsed
     state.window_seconds += elapsed
-    note = None
     if state.step % cfg.log_every == 0 or _final_step(run, state):
         _log_training(run, state)
         # Time spent waiting on the device is only visible after the log's sync.
@@ -601,14 +602,15 @@ def _optimisation_step(run: _Run, state: _State) -> None:
         state.train_metrics["tokens_per_second"] = state.window_tokens / max(
             state.window_seconds + waited, 1e-9)
         _write_training_record(run, state)
-        note = progress_note(state.train_metrics, state.tokens)
+        state.logged_at = state.step
         if run.cores is not None and (warning := run.cores.warning()):
             run.progress.say(warning)
             run.cores = None  # said once
-    # every step moves the bar; the figures (a host sync) change at log steps only, and a
-    # plain line waits for them
-    if note is not None or run.progress.note or run.progress.drawing():
-        run.progress.update(state.step, elapsed=state.train_seconds, note=note)
+    # every step moves the bar, the time and the tokens; the figures read from the device (a
+    # host sync) change at log steps only, say which, and a plain line waits for the first
+    if state.logged_at is not None or run.progress.drawing():
+        run.progress.update(state.step, elapsed=state.train_seconds, note=progress_note(
+            state.tokens, state.train_metrics, state.logged_at))
 
 
 def _accumulate_gradients(run: _Run, state: _State, micro: list[dict]) -> None:
