@@ -42,7 +42,8 @@ object per log or eval: step, split, loss, metrics, learning_rate, tokens_per_se
 tracking a best metric, `tensorboard/` with `cfg.tensorboard`, and the final model files at the
 top. Progress goes to stderr (`bertkit.progress`: a live bar on a terminal, a line every few
 seconds elsewhere), evaluations as lines above it. Ctrl-C or SIGTERM finishes the current step, saves a
-checkpoint and returns with `stopped_by="interrupted"` (no final model). Only rank 0 writes.
+checkpoint (with every rank: a rank whose peer is gone cannot, and is not told it will) and
+returns with `stopped_by="interrupted"` (no final model). Only rank 0 writes.
 
 Dropout draws from torch's process-wide generator: a run seeds it with `cfg.seed + rank` (a
 resume restores it from the checkpoint) and gives the caller's generators back on return.
@@ -188,11 +189,15 @@ class _Feed:
 
 
 class _StopSignal:
-    """Ctrl-C / SIGTERM set a flag the loop checks after each step; a second Ctrl-C aborts."""
+    """Ctrl-C / SIGTERM set a flag the loop checks after each step; a second Ctrl-C aborts.
+    `last_checkpoint` (a rank of several): the step of the latest checkpoint, said beside a
+    save that needs every rank (torchrun's SIGTERM after a peer's kill -9 reaches a rank that
+    cannot save; under bertkit-torchrun it then ends silent, SaidElsewhere)."""
 
-    def __init__(self, announce: bool):
+    def __init__(self, announce: bool, last_checkpoint: Callable[[], int] | None = None):
         self.signum: int | None = None
         self.announce = announce
+        self.last_checkpoint = last_checkpoint
         self.previous: dict = {}
 
     def __enter__(self):
@@ -213,8 +218,16 @@ class _StopSignal:
             raise KeyboardInterrupt
         self.signum = signum
         if self.announce:
-            print(f"\n{signal.Signals(signum).name}: finishing this step and saving a checkpoint "
-                  f"(Ctrl-C again to abort)", file=sys.stderr, flush=True)
+            print(f"\n{signal.Signals(signum).name}: {self._promise()}", file=sys.stderr,
+                  flush=True)
+
+    def _promise(self) -> str:
+        if self.last_checkpoint is None:
+            return "finishing this step and saving a checkpoint (Ctrl-C again to abort)"
+        step = self.last_checkpoint()
+        latest = f"the latest stays step {step}'s" if step >= 0 else "there is none yet"
+        return (f"finishing this step, then saving a checkpoint if no rank has left the run "
+                f"(else {latest}; Ctrl-C again to abort)")
 
 
 def _to_device(batch: dict, device: torch.device) -> dict:
@@ -328,7 +341,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
         try:
             if run.main and run.settings is not None:
                 write_settings(out_dir, run.settings)
-            with _StopSignal(announce=run.main and show_progress) as stop:
+            with _StopSignal(announce=run.main and show_progress, last_checkpoint=(
+                    (lambda: state.last_checkpoint_step) if run.distributed else None)) as stop:
                 while not _reached_max_steps(run, state):
                     _optimisation_step(run, state)
                     _check_stop(run, state, stop)

@@ -270,6 +270,20 @@ def test_a_second_ctrl_c_aborts(first, second, aborts):
         assert stop.signum == second
 
 
+@pytest.mark.parametrize("last,promise", [
+    (None, "finishing this step and saving a checkpoint (Ctrl-C again to abort)"),
+    (lambda: 8, "finishing this step, then saving a checkpoint if no rank has left the run "
+                "(else the latest stays step 8's; Ctrl-C again to abort)"),
+    (lambda: -1, "finishing this step, then saving a checkpoint if no rank has left the run "
+                 "(else there is none yet; Ctrl-C again to abort)")])
+def test_a_signal_promises_a_checkpoint_only_where_it_can_be_kept(capsys, last, promise):
+    """A rank of several saves with the others: torchrun's SIGTERM after a peer's kill -9
+    reaches a rank that cannot, and must not have been told it would."""
+    stop = loop._StopSignal(announce=True, last_checkpoint=last)
+    stop._handle(signal.SIGTERM, None)
+    assert capsys.readouterr().err == f"\nSIGTERM: {promise}\n"
+
+
 def test_early_stopping_keeps_the_best_weights(tmp_path, tiny):
     scores = iter([0.1, 0.5, 0.4, 0.3, 0.2, 0.1])
     snapshots = {}
