@@ -382,7 +382,8 @@ class TrainConfig:
     """Seeds torch's generator (dropout) as seed + rank at the start of a fresh run."""
     log_every: int = 10
     """Steps between train records in metrics.jsonl and the figures progress shows (the only
-    host syncs); the progress itself is a live bar, or a line every few seconds in a log."""
+    host syncs), labelled with their step; the progress itself (step, tokens, time, ETA) moves
+    every step, as a live bar, or a line every few seconds in a log."""
     eval_every: int | None = None
     """Steps between calls of `evaluate` (also run at the end); None evaluates only at the end."""
     save_every: int | None = None
@@ -409,7 +410,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
         if self.max_steps is None and self.max_time is None:
-            raise ConfigError("give max_steps or max_time (or both)")
+            # the one error of an option left out, so the user has typed nothing to map it from
+            raise ConfigError("give max_steps or max_time, or both (--max-steps, --max-time "
+                              "on the command line)")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
         if self.max_time is not None and self.max_time <= 0:

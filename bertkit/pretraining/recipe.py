@@ -419,8 +419,9 @@ def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int,
 
 def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
             ) -> tuple[PretrainOptions, str]:
-    """`opts` with what the run decides spelled out: the device of a single process, the
-    precision "auto" picks and whether to compile; and why that precision."""
+    """`opts` with what the run decides spelled out: the device (a single process's own;
+    under torchrun the one every rank's command line names, cuda for each rank's LOCAL_RANK
+    GPU), the precision "auto" picks and whether to compile; and why that precision."""
     why = "given"
     if opts.train.precision == "auto":
         precision, why = choose_precision(device)
@@ -428,8 +429,8 @@ def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
     if opts.train.compile is None:
         opts = dataclasses.replace(opts, train=opts.train.replace(
             compile=device.type == "cuda" and compiles_for(device)))
-    if opts.device is None and world == 1:  # under torchrun each rank takes its LOCAL_RANK GPU
-        opts = dataclasses.replace(opts, device=str(device))
+    if opts.device is None:  # under torchrun not rank 0's cuda:0, refused for two ranks
+        opts = dataclasses.replace(opts, device=str(device) if world == 1 else device.type)
     return opts, why
 
 
@@ -563,7 +564,8 @@ def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[
           # a left-to-right model predicts every token: no masking to report
           f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"
           f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
-          f", precision {cfg.precision}, {_count(world, 'rank')} on {device}, "
+          f", precision {cfg.precision}, {_count(world, 'rank')} on "
+          f"{device if world == 1 else opts.device}, "
           f"{_count(torch.get_num_threads(), 'thread')}", file=sys.stderr)
     if isinstance(model, ElectraModel):
         g = model.generator.config

@@ -42,7 +42,8 @@ object per log or eval: step, split, loss, metrics, learning_rate, tokens_per_se
 tracking a best metric, `tensorboard/` with `cfg.tensorboard`, and the final model files at the
 top. Progress goes to stderr (`bertkit.progress`: a live bar on a terminal, a line every few
 seconds elsewhere), evaluations as lines above it. Ctrl-C or SIGTERM finishes the current step, saves a
-checkpoint and returns with `stopped_by="interrupted"` (no final model). Only rank 0 writes.
+checkpoint (with every rank: a rank whose peer is gone cannot, and is not told it will) and
+returns with `stopped_by="interrupted"` (no final model). Only rank 0 writes.
 
 Dropout draws from torch's process-wide generator: a run seeds it with `cfg.seed + rank` (a
 resume restores it from the checkpoint) and gives the caller's generators back on return.
@@ -188,11 +189,15 @@ class _Feed:
 
 
 class _StopSignal:
-    """Ctrl-C / SIGTERM set a flag the loop checks after each step; a second Ctrl-C aborts."""
+    """Ctrl-C / SIGTERM set a flag the loop checks after each step; a second Ctrl-C aborts.
+    `last_checkpoint` (a rank of several): the step of the latest checkpoint, said beside a
+    save that needs every rank (torchrun's SIGTERM after a peer's kill -9 reaches a rank that
+    cannot save; under bertkit-torchrun it then ends silent, SaidElsewhere)."""
 
-    def __init__(self, announce: bool):
+    def __init__(self, announce: bool, last_checkpoint: Callable[[], int] | None = None):
         self.signum: int | None = None
         self.announce = announce
+        self.last_checkpoint = last_checkpoint
         self.previous: dict = {}
 
     def __enter__(self):
@@ -213,8 +218,16 @@ class _StopSignal:
             raise KeyboardInterrupt
         self.signum = signum
         if self.announce:
-            print(f"\n{signal.Signals(signum).name}: finishing this step and saving a checkpoint "
-                  f"(Ctrl-C again to abort)", file=sys.stderr, flush=True)
+            print(f"\n{signal.Signals(signum).name}: {self._promise()}", file=sys.stderr,
+                  flush=True)
+
+    def _promise(self) -> str:
+        if self.last_checkpoint is None:
+            return "finishing this step and saving a checkpoint (Ctrl-C again to abort)"
+        step = self.last_checkpoint()
+        latest = f"the latest stays step {step}'s" if step >= 0 else "there is none yet"
+        return (f"finishing this step, then saving a checkpoint if no rank has left the run "
+                f"(else {latest}; Ctrl-C again to abort)")
 
 
 def _to_device(batch: dict, device: torch.device) -> dict:
@@ -293,6 +306,8 @@ class _State:
     window_seconds: float = 0.0
     micro_batches: int = 1
     """Micro-batches of the step being taken (batch growth changes it)."""
+    logged_at: int | None = None
+    """The step whose figures train_metrics holds (None: none logged in this process yet)."""
 
     def saved(self) -> dict:
         return {"step": self.step, "tokens": self.tokens, "train_seconds": self.train_seconds,
@@ -326,7 +341,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
         try:
             if run.main and run.settings is not None:
                 write_settings(out_dir, run.settings)
-            with _StopSignal(announce=run.main and show_progress) as stop:
+            with _StopSignal(announce=run.main and show_progress, last_checkpoint=(
+                    (lambda: state.last_checkpoint_step) if run.distributed else None)) as stop:
                 while not _reached_max_steps(run, state):
                     _optimisation_step(run, state)
                     _check_stop(run, state, stop)
@@ -592,7 +608,6 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     state.window_tokens += n_tokens
     state.train_seconds += elapsed
     state.window_seconds += elapsed
-    note = None
     if state.step % cfg.log_every == 0 or _final_step(run, state):
         _log_training(run, state)
         # Time spent waiting on the device is only visible after the log's sync.
@@ -601,14 +616,15 @@ def _optimisation_step(run: _Run, state: _State) -> None:
         state.train_metrics["tokens_per_second"] = state.window_tokens / max(
             state.window_seconds + waited, 1e-9)
         _write_training_record(run, state)
-        note = progress_note(state.train_metrics, state.tokens)
+        state.logged_at = state.step
         if run.cores is not None and (warning := run.cores.warning()):
             run.progress.say(warning)
             run.cores = None  # said once
-    # every step moves the bar; the figures (a host sync) change at log steps only, and a
-    # plain line waits for them
-    if note is not None or run.progress.note or run.progress.drawing():
-        run.progress.update(state.step, elapsed=state.train_seconds, note=note)
+    # every step moves the bar, the time and the tokens; the figures read from the device (a
+    # host sync) change at log steps only, say which, and a plain line waits for the first
+    if state.logged_at is not None or run.progress.drawing():
+        run.progress.update(state.step, elapsed=state.train_seconds, note=progress_note(
+            state.tokens, state.train_metrics, state.logged_at))
 
 
 def _accumulate_gradients(run: _Run, state: _State, micro: list[dict]) -> None:

@@ -75,6 +75,16 @@ def test_pretrain_with_a_bad_flag_combination_says_only_so(prepared, tmp_path, c
     assert not out.exists()
 
 
+def test_pretrain_without_a_budget_names_the_flags_that_give_one(tmp_path, capsys):
+    """The user typed flags: the line names them beside the fields a --config file or
+    TrainConfig sets, not the fields alone."""
+    out = tmp_path / "run"
+    line = _refused(capsys, ["pretrain", "--data", str(tmp_path / "d"), "--out", str(out)])
+    assert line == ("error: give max_steps or max_time, or both (--max-steps, --max-time on "
+                    "the command line)")
+    assert not out.exists()
+
+
 def test_pretrain_prints_its_settings_once_the_checks_pass(prepared, tmp_path, capsys):
     assert main(["pretrain", "--data", str(prepared), "--out", str(tmp_path / "run"),
                  *TINY]) == 0

@@ -112,7 +112,10 @@ def two_agents(prepared, tmp_path_factory) -> Path:
                                text=True) for _ in range(2)]
     logs = [agent.communicate(timeout=120)[0] for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], "\n".join(logs)[-4000:]
-    assert "2 ranks" in "".join(logs)
+    assert "2 ranks on cpu" in "".join(logs)
+    # the device every rank uses, not none (each rank chooses its own)
+    assert " device=cpu " in "".join(logs)
+    assert json.loads((out / "training_args.json").read_text())["options"]["device"] == "cpu"
     return out
 
 
@@ -150,6 +153,8 @@ def test_a_worker_killed_with_kill_9_is_restarted_and_ends_as_an_uninterrupted_r
             os.killpg(agent.pid, signal.SIGKILL)
     assert agent.returncode == 0, log[-4000:]
     assert "exitcode: -9" in log and "resumed from" in log, log[-4000:]
+    # torchrun's SIGTERM to the rank left: no checkpoint promised that its lost peer prevents
+    assert "and saving a checkpoint (" not in log, log[-4000:]
     _assert_equal(_weights(out), _weights(two_agents))  # bit for bit: the same world size
 
 

@@ -46,3 +46,16 @@ def test_nccl_is_joined_on_the_ranks_gpu(four_gpus, rank_1_of_2, monkeypatch):
     assert recipe.start_distributed(torch.device("cuda", 1), timeout=5)
     assert calls["set"] == torch.device("cuda", 1) and calls["backend"] == "nccl"
     assert calls["device_id"] == torch.device("cuda", 1)
+
+
+@pytest.mark.parametrize("given,chosen,said", [
+    (None, torch.device("cuda", 1), "cuda"), ("cuda", torch.device("cuda", 1), "cuda"),
+    (None, torch.device("cpu"), "cpu"), ("cpu", torch.device("cpu"), "cpu")])
+def test_the_settings_under_torchrun_name_the_device_every_rank_uses(given, chosen, said):
+    """Not none (the rank's GPU is chosen per rank) and not rank 0's cuda:0 (refused for two
+    ranks): the --device that the recorded command gives every rank again."""
+    opts = recipe.PretrainOptions(data="d", out="o", device=given, train=recipe.PretrainSchedule(
+        max_steps=1, precision="fp32", compile=False))
+    resolved, _ = recipe.resolve(opts, chosen, world=2)
+    assert resolved.device == said
+    assert recipe.resolve(opts, chosen, world=1)[0].device == (given or str(chosen))

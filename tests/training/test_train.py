@@ -100,13 +100,38 @@ def test_progress_is_a_line_every_few_seconds_and_the_metrics_log_keeps_every_re
     err = capsys.readouterr().err.splitlines()
     progress = [line for line in err if line.startswith("train: ")]
     assert len(progress) == 2, err
-    assert progress[0].startswith("train: 1/30 steps (3%), loss ") and ", lr " in progress[0]
-    assert " tokens/s, " in progress[0] and "ETA" in progress[0]
-    assert progress[1].startswith("train: 30/30 steps (100%), loss ") and "ETA" not in progress[1]
+    assert progress[0].startswith("train: 1/30 steps (3%), 128 tokens, step 1: loss ")
+    assert ", lr " in progress[0] and " tokens/s, " in progress[0] and "ETA" in progress[0]
+    assert progress[1].startswith("train: 30/30 steps (100%), 3,840 tokens, step 30: loss ")
+    assert "ETA" not in progress[1]
     assert [line.split("  ")[0] for line in err if line.startswith("eval")] == \
         ["eval step 15", "eval step 30"]
     records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "train"] == list(range(1, 31))
+
+
+def test_between_log_steps_the_progress_moves_and_its_figures_say_which_step_they_are_from(
+        tmp_path, tiny, capsys, monkeypatch):
+    """The loss and tokens/s are read from the device at log steps only (no host sync in a
+    step): a line between them says the step they come from, and the tokens counted on the
+    host since move on with the step."""
+    import functools
+
+    from bertkit.progress import Progress
+
+    monkeypatch.setattr(loop, "Progress", functools.partial(Progress, every=0))  # every line
+    cfg = TrainConfig(max_steps=6, log_every=4)
+    train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
+          save=tiny.no_save)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    # none before the first figures; a line each step from then, the last finish's
+    assert [line.split(" (")[0] for line in lines] == [f"train: {n}/6 steps" for n in (4, 5, 6)]
+    tokens = [int(line.split(", ")[1].split(" ")[0].replace(",", "")) for line in lines]
+    assert tokens[0] < tokens[1] < tokens[2] and " tokens, " in lines[1]
+    assert [line.split(", ")[2].split(":")[0] for line in lines] == \
+        ["step 4", "step 4", "step 6"]
+    assert lines[0].split("step 4: ")[1].split(", elapsed")[0] == \
+        lines[1].split("step 4: ")[1].split(", elapsed")[0]  # the same figures, said as old
 
 
 def test_train_gives_the_callers_generators_back(tmp_path, tiny):
@@ -243,6 +268,20 @@ def test_a_second_ctrl_c_aborts(first, second, aborts):
     else:
         stop._handle(second, None)
         assert stop.signum == second
+
+
+@pytest.mark.parametrize("last,promise", [
+    (None, "finishing this step and saving a checkpoint (Ctrl-C again to abort)"),
+    (lambda: 8, "finishing this step, then saving a checkpoint if no rank has left the run "
+                "(else the latest stays step 8's; Ctrl-C again to abort)"),
+    (lambda: -1, "finishing this step, then saving a checkpoint if no rank has left the run "
+                 "(else there is none yet; Ctrl-C again to abort)")])
+def test_a_signal_promises_a_checkpoint_only_where_it_can_be_kept(capsys, last, promise):
+    """A rank of several saves with the others: torchrun's SIGTERM after a peer's kill -9
+    reaches a rank that cannot, and must not have been told it would."""
+    stop = loop._StopSignal(announce=True, last_checkpoint=last)
+    stop._handle(signal.SIGTERM, None)
+    assert capsys.readouterr().err == f"\nSIGTERM: {promise}\n"
 
 
 def test_early_stopping_keeps_the_best_weights(tmp_path, tiny):
