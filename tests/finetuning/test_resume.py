@@ -435,14 +435,15 @@ def cli_uninterrupted(tiny_bert_dropout, task_files, tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_kill_9_then_resume_equals_an_uninterrupted_run(cli_uninterrupted, tiny_bert_dropout,
-                                                         task_files, tmp_path):
+                                                         task_files, tmp_path, capsys):
     args = _cli_args(tiny_bert_dropout, task_files)
     cut = tmp_path / "cut"
     proc = _start_and_wait_for_a_checkpoint(args + ["--out", str(cut)], cut, tmp_path / "err")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    again = _run(args + ["--out", str(cut)])
-    assert again.returncode == 2 and "(--resume)" in again.stderr.strip().splitlines()[-1]
+    capsys.readouterr()
+    assert main(args + ["--out", str(cut)]) == 2  # refused: in this process, no start-up
+    assert "(--resume)" in capsys.readouterr().err.strip().splitlines()[-1]
     resumed = _run(args + ["--out", str(cut), "--resume"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr
@@ -469,7 +470,7 @@ def test_sigterm_says_resume_and_resume_equals_an_uninterrupted_run(
 
 @pytest.mark.slow
 def test_kill_9_of_a_run_from_stdin_then_resume_equals_an_uninterrupted_run(
-        cli_uninterrupted, tiny_bert_dropout, task_files, tmp_path):
+        cli_uninterrupted, tiny_bert_dropout, task_files, tmp_path, monkeypatch, capsys):
     # `--train -` is staged in a temporary file named anew each run: the resume knows the data
     # by its bytes, not by that file's name
     args = _cli_args(tiny_bert_dropout, task_files)
@@ -479,10 +480,12 @@ def test_kill_9_of_a_run_from_stdin_then_resume_equals_an_uninterrupted_run(
                                             stdin=task_files["train"])
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    other = _run(args + ["--out", str(cut), "--resume"], stdin=task_files["dev"])
-    said = other.stderr.strip().splitlines()[-1]
-    assert other.returncode == 2 and said.startswith("error: ") and \
-        said.endswith(": not the bytes it was made from"), other.stderr[-2000:]
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.StringIO(task_files["dev"].read_text()))
+    assert main(args + ["--out", str(cut), "--resume"]) == 2  # in this process, no start-up
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("error: ") and said.endswith(": not the bytes it was made from"), \
+        said
     resumed = _run(args + ["--out", str(cut), "--resume"], stdin=task_files["train"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr
