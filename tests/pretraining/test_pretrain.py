@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -74,11 +75,22 @@ dist.destroy_process_group()
 def test_two_gloo_processes_equal_one_process_with_the_global_batch(tmp_path, tiny):
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(_DDP_WORKER))
-    done = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node", "2", str(script), str(tmp_path / "ddp"),
-                           str(CONFTEST)],
-                          env=_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    with socket.socket() as s:  # a free port for the ranks to meet on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # the two ranks started here, as torchrun would (torchrun's own process, another start-up
+    # of torch, adds nothing to what this checks; test_two_ranks_under_torchrun has it)
+    env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    ranks = [subprocess.Popen([PYTHON, str(script), str(tmp_path / "ddp"), str(CONFTEST)],
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]
+    try:
+        logs = [rank.communicate(timeout=300)[0] for rank in ranks]
+    finally:
+        for rank in ranks:  # one that failed leaves the other waiting for it
+            rank.kill()
+    assert [rank.returncode for rank in ranks] == [0, 0], "\n".join(logs)[-3000:]
     ddp = load_file(str(tmp_path / "ddp/params.safetensors"))
 
     model = tiny.model()
