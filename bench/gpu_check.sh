@@ -147,7 +147,7 @@ skip() {  # name, why
 }
 
 if [ "$DRY" = 1 ]; then
-    DEV=cpu PRESET=tiny BATCH=8 STEPS=1 REPEATS=1 PREC=fp32 COMPILE=none
+    DEV=cpu PRESET=tiny BATCH=2 STEPS=1 REPEATS=1 PREC=fp32 COMPILE=none
     RECIPE="--max-steps 5 --preset tiny"
     FT="--steps 1 --repeats 1 --sentences 32" EMB="--sentences 64 --repeats 1 --precision fp32"
     PYTEST_ARGS=--collect-only  # the suite runs these tests itself; here: that they are found
