@@ -28,8 +28,8 @@
 #
 # Options:
 #   --out DIR        where everything goes (default: gpu-check)
-#   --dry-run        CPU, toy sizes, seconds per step, the gpu tests only collected: checks
-#                    the script itself (tests do)
+#   --dry-run        CPU, toy sizes, seconds per step, the gpu tests only collected (from the
+#                    files that mark tests `gpu`): checks the script itself (tests do)
 #   --data DIR       a folder laid out as ../shared/data: corpus/english_books.txt (or .txt.gz),
 #                    sentiment/*.jsonl (default: ../shared/data beside this checkout)
 #   --minilm DIR     all-MiniLM-L6-v2 as a sentence-transformers directory (default: the
@@ -147,15 +147,17 @@ skip() {  # name, why
 }
 
 if [ "$DRY" = 1 ]; then
-    DEV=cpu PRESET=tiny BATCH=8 STEPS=1 REPEATS=1 PREC=fp32 COMPILE=none
+    DEV=cpu PRESET=tiny BATCH=2 STEPS=1 REPEATS=1 PREC=fp32 COMPILE=none
     RECIPE="--max-steps 5 --preset tiny"
     FT="--steps 1 --repeats 1 --sentences 32" EMB="--sentences 64 --repeats 1 --precision fp32"
     PYTEST_ARGS=--collect-only  # the suite runs these tests itself; here: that they are found
+    # in the files that mark tests `gpu` (collecting the whole suite takes 20 s on 2 cores)
+    GPU_TESTS=$(grep -rlE --include='test_*.py' 'mark\.gpu' tests | sort)
 else
     DEV=cuda PRESET=base BATCH=256 STEPS=10 REPEATS=3 PREC=bf16 COMPILE=bertkit
     RECIPE="--max-time $MINUTES"
     FT="--steps 20 --repeats 2 --sentences 1024" EMB="--sentences 4000 --repeats 3"
-    PYTEST_ARGS=
+    PYTEST_ARGS= GPU_TESTS=tests
     # four workers share the GPU: the three compiling tests and the CUDA start-ups overlap
     "$PY" -c "import xdist" 2>/dev/null && PYTEST_ARGS="-n 4"
 fi
@@ -165,7 +167,7 @@ from bertkit.runtime import describe
 print(describe()); print(\"transformers\", transformers.__version__, \"cuda\", torch.version.cuda)'"
 # shellcheck disable=SC2086
 step tests 180 "$PY" -m pytest -v --tb=line -m gpu -p no:cacheprovider --continue-on-collection-errors \
-    $PYTEST_ARGS tests
+    $PYTEST_ARGS $GPU_TESTS
 for arch in bert modern; do
     step "pretrain-$arch" 150 "$PY" bench/pretrain_speed.py --device "$DEV" \
         --preset "$PRESET" --architecture "$arch" --seq-len 128 --batch-size "$BATCH" \

@@ -196,29 +196,45 @@ _WRITE_EVERYTHING = textwrap.dedent("""
     from bertkit.model.hub import save_model
     from bertkit.training.checkpoint import save_checkpoint
 
-    os.umask(int(sys.argv[2], 8))
-    out = Path(sys.argv[1])
     model = PretrainingModel(EncoderConfig(vocab_size=20, hidden_size=8, num_layers=1,
                                            num_heads=2, intermediate_size=16, max_positions=8))
-    save_model(model, out / "model")
-    save_checkpoint(out / "run", 1, model=model, state={"step": 1}, keep=1,
-                    optimizer=torch.optim.AdamW(model.parameters()))
-    write_json(out / "metrics.json", {})
-    with atomic_file(out / "log.txt") as f:
-        f.write("x")
-    with atomic_path(out / "raw.bin") as tmp:
-        tmp.write_bytes(b"x")
+    for out, umask in zip(sys.argv[1::2], sys.argv[2::2]):  # the umask read anew each time
+        os.umask(int(umask, 8))
+        out = Path(out)
+        save_model(model, out / "model")
+        save_checkpoint(out / "run", 1, model=model, state={"step": 1}, keep=1,
+                        optimizer=torch.optim.AdamW(model.parameters()))
+        write_json(out / "metrics.json", {})
+        with atomic_file(out / "log.txt") as f:
+            f.write("x")
+        with atomic_path(out / "raw.bin") as tmp:
+            tmp.write_bytes(b"x")
 """)
+UMASKS = [0o022, 0o077, 0o002]
+
+
+@pytest.fixture(scope="module")
+def written_under(tmp_path_factory) -> dict[int, Path]:
+    """A folder of everything written under each umask: one process for them all (a start-up
+    costs seconds: torch), its umask set before each."""
+    root = tmp_path_factory.mktemp("umask")
+    folders = {umask: root / oct(umask) for umask in UMASKS}
+    for folder in folders.values():
+        folder.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-c", _WRITE_EVERYTHING,
+                    *(arg for umask, folder in folders.items()
+                      for arg in (str(folder / "out"), oct(umask)))],
+                   env=env, check=True, timeout=120)
+    return folders
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
-def test_every_file_written_gets_the_mode_the_umask_gives(tmp_path, umask):
+@pytest.mark.parametrize("umask", UMASKS)
+def test_every_file_written_gets_the_mode_the_umask_gives(written_under, umask):
     """safetensors' save_file and mkstemp create owner-only files; the JSON beside them
     follows the umask, and so must they."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    subprocess.run([sys.executable, "-c", _WRITE_EVERYTHING, str(tmp_path / "out"),
-                    oct(umask)], env=env, check=True, timeout=120)
+    tmp_path = written_under[umask]
     written = [p for p in (tmp_path / "out").rglob("*")]
     assert {p.name for p in written} >= {"model.safetensors", "optimizer.safetensors",
                                          "state.safetensors", "config.json", "metrics.json",

@@ -4,6 +4,7 @@ leaves the process as it was (no global state set at import)."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -27,13 +28,18 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
     """bertkit modules a module imports anywhere: at its top, inside a function (a cycle
     through a deferred import still ties two modules into one concept) or under
     `if TYPE_CHECKING:` (an annotation that needs a module above or around is a knot a reader
     meets all the same; a small Protocol beside the code says what it needs instead)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parsed(path)):
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -47,9 +53,16 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
-def test_no_import_cycles():
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
+    """The bertkit modules each module imports, found once for all the tests here (a walk
+    through the package takes a second)."""
     modules = _modules()
-    graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
+    return {m: frozenset(_imports(p, modules)) for m, p in modules.items()}
+
+
+def test_no_import_cycles():
+    graph = {m: found - {m} for m, found in _graph().items()}
     # a package imports its own children without a cycle only if they do not import it back
     state: dict[str, int] = {}
 
@@ -92,8 +105,7 @@ def _room(module: str) -> str:
 
 
 def _upward_imports() -> set[tuple[str, str]]:
-    modules = _modules()
-    return {(m, n) for m, p in modules.items() for n in _imports(p, modules)
+    return {(m, n) for m, found in _graph().items() for n in found
             if FLOOR[_room(n)] > FLOOR[_room(m)]}
 
 
@@ -113,8 +125,7 @@ def test_the_library_never_imports_the_command_line():
     for name, path in modules.items():
         if name.startswith("bertkit.cli"):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        for node in ast.walk(_parsed(path)):
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith("bertkit.cli"), f"{name} imports {node.module}"
             if isinstance(node, ast.Import):

@@ -409,15 +409,22 @@ def _run(args: list[str], stdin: Path | None = None) -> subprocess.CompletedProc
                               stdin=given, **kw)
 
 
+def _saved_steps(out: Path) -> list[int]:
+    return sorted(int(p.name[len("step-"):]) for p in (out / "checkpoints").glob("step-*")
+                  if re.fullmatch(r"step-\d+", p.name))
+
+
 def _start_and_wait_for_a_checkpoint(args: list[str], out: Path, err_file: Path,
-                                     stdin: Path | None = None):
+                                     stdin: Path | None = None, after: int = 0):
+    """The command started, and stopped with SIGSTOP once it has saved a checkpoint of a step
+    past `after`."""
     command, kw = _bertkit(args)
     with open(err_file, "w") as err, open(stdin or os.devnull, "rb") as given:
         proc = subprocess.Popen(command, stdin=given, stdout=subprocess.DEVNULL, stderr=err,
                                 **kw)
     deadline = time.time() + 240
-    while not list((out / "checkpoints").glob("step-*")) and time.time() < deadline:
-        assert proc.poll() is None, "the run ended before its first checkpoint: " + \
+    while not [s for s in _saved_steps(out) if s > after] and time.time() < deadline:
+        assert proc.poll() is None, "the run ended before its next checkpoint: " + \
             err_file.read_text()[-2000:]
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGSTOP)  # frozen wherever it is (even mid-save)
@@ -427,41 +434,45 @@ def _start_and_wait_for_a_checkpoint(args: list[str], out: Path, err_file: Path,
 
 @pytest.fixture(scope="module")
 def cli_uninterrupted(tiny_bert_dropout, task_files, tmp_path_factory) -> Path:
+    """The command run to its end in this process, on one thread as the processes below run
+    (OMP_NUM_THREADS=1, which the command heeds): their resumed runs must end as it did, bit
+    for bit, and a process start-up (seconds: torch) is spared."""
     out = tmp_path_factory.mktemp("cli") / "full"
-    done = _run(_cli_args(tiny_bert_dropout, task_files) + ["--out", str(out)])
-    assert done.returncode == 0, done.stderr[-2000:]
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(1)
+        try:
+            assert main(_cli_args(tiny_bert_dropout, task_files) + ["--out", str(out)]) == 0
+        finally:
+            torch.set_num_threads(threads)
     return out
 
 
 @pytest.mark.slow
-def test_kill_9_then_resume_equals_an_uninterrupted_run(cli_uninterrupted, tiny_bert_dropout,
-                                                         task_files, tmp_path):
-    args = _cli_args(tiny_bert_dropout, task_files)
-    cut = tmp_path / "cut"
-    proc = _start_and_wait_for_a_checkpoint(args + ["--out", str(cut)], cut, tmp_path / "err")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    again = _run(args + ["--out", str(cut)])
-    assert again.returncode == 2 and "(--resume)" in again.stderr.strip().splitlines()[-1]
-    resumed = _run(args + ["--out", str(cut), "--resume"])
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resumed from" in resumed.stderr
-    _assert_same_model(cli_uninterrupted, cut)
-
-
-@pytest.mark.slow
-def test_sigterm_says_resume_and_resume_equals_an_uninterrupted_run(
-        cli_uninterrupted, tiny_bert_dropout, task_files, tmp_path):
-    args = _cli_args(tiny_bert_dropout, task_files)
+def test_sigterm_then_kill_9_then_resume_equals_an_uninterrupted_run(
+        cli_uninterrupted, tiny_bert_dropout, task_files, tmp_path, capsys):
+    """One run stopped both ways, each a process start-up the fewer: SIGTERM saves and says
+    how to go on; the resumed run, killed with kill -9 past its next checkpoint, leaves that
+    one; a re-run without --resume is refused; the resume ends as the uninterrupted run."""
     cut, err = tmp_path / "cut", tmp_path / "err"
-    proc = _start_and_wait_for_a_checkpoint(args + ["--out", str(cut)], cut, err)
+    args = _cli_args(tiny_bert_dropout, task_files) + ["--out", str(cut)]
+    proc = _start_and_wait_for_a_checkpoint(args, cut, err)
     os.kill(proc.pid, signal.SIGTERM)
     os.kill(proc.pid, signal.SIGCONT)
     assert proc.wait(timeout=120) == 130, err.read_text()[-2000:]
     said = err.read_text()
     assert "continue with --resume" in said and "Traceback" not in said
     assert not (cut / "model.safetensors").exists()
-    resumed = _run(args + ["--out", str(cut), "--resume"])
+    proc = _start_and_wait_for_a_checkpoint(args + ["--resume"], cut, err,
+                                            after=_saved_steps(cut)[-1])
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert "resumed from" in err.read_text()
+    capsys.readouterr()
+    assert main(args) == 2  # refused: in this process, no start-up
+    assert "(--resume)" in capsys.readouterr().err.strip().splitlines()[-1]
+    resumed = _run(args + ["--resume"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr
     _assert_same_model(cli_uninterrupted, cut)
@@ -469,7 +480,7 @@ def test_sigterm_says_resume_and_resume_equals_an_uninterrupted_run(
 
 @pytest.mark.slow
 def test_kill_9_of_a_run_from_stdin_then_resume_equals_an_uninterrupted_run(
-        cli_uninterrupted, tiny_bert_dropout, task_files, tmp_path):
+        cli_uninterrupted, tiny_bert_dropout, task_files, tmp_path, monkeypatch, capsys):
     # `--train -` is staged in a temporary file named anew each run: the resume knows the data
     # by its bytes, not by that file's name
     args = _cli_args(tiny_bert_dropout, task_files)
@@ -479,10 +490,12 @@ def test_kill_9_of_a_run_from_stdin_then_resume_equals_an_uninterrupted_run(
                                             stdin=task_files["train"])
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    other = _run(args + ["--out", str(cut), "--resume"], stdin=task_files["dev"])
-    said = other.stderr.strip().splitlines()[-1]
-    assert other.returncode == 2 and said.startswith("error: ") and \
-        said.endswith(": not the bytes it was made from"), other.stderr[-2000:]
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.StringIO(task_files["dev"].read_text()))
+    assert main(args + ["--out", str(cut), "--resume"]) == 2  # in this process, no start-up
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("error: ") and said.endswith(": not the bytes it was made from"), \
+        said
     resumed = _run(args + ["--out", str(cut), "--resume"], stdin=task_files["train"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr
