@@ -115,10 +115,13 @@ class Progress:
         else:
             self._write(text)
 
-    def finish(self, note: str | None = None) -> None:
-        """The last line: the totals and the time taken, no ETA; a live bar stays drawn."""
+    def finish(self, note: str | None = None, done: float | None = None) -> None:
+        """The last line: the totals and the time taken, no ETA; a live bar stays drawn.
+        `done`: where the job ended, if updates stopped before it."""
         if note is not None:
             self.note = note
+        if done is not None:
+            self.done = done
         if not self.enabled:
             return
         if self._live():

@@ -60,10 +60,11 @@ def no_answer(test: Sequence) -> dict:
 
 
 def baseline_comparison(scores: dict, baseline: dict | None,
-                        selection: Callable[[dict], float]) -> tuple[str, float, float] | None:
+                        selection: Callable[[dict], float], name: str = "selection"
+                        ) -> tuple[str, float, float] | None:
     """(name of the selection metric, the model's value, the baseline's) on the same dev set;
     None without a baseline or when the baseline lacks the figure. The name is the key of
-    `scores` that holds the selected value."""
+    `scores` that holds the selected value, else `name` (a figure no key holds)."""
     if not baseline:
         return None
     try:
@@ -72,8 +73,7 @@ def baseline_comparison(scores: dict, baseline: dict | None,
         return None
     usual = ("f1", "accuracy", "pearson", "macro_f1", "exact_match")  # what tasks select by
     keys = [k for k in usual if k in scores] + [k for k in scores if k not in usual]
-    name = next((k for k in keys if isinstance(scores[k], float) and scores[k] == model),
-                "selection")
+    name = next((k for k in keys if isinstance(scores[k], float) and scores[k] == model), name)
     return name, model, trivial
 
 

@@ -488,7 +488,8 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     baseline = final.get("baseline")
     return FinetuneResult(plan.out_dir, final, result.step, result.train_seconds, stopped_by,
                           result.best_step, saved, baseline,
-                          baseline_comparison(final, baseline, saved.selection),
+                          baseline_comparison(final, baseline, saved.selection,
+                                              saved.selection_name(final)),
                           dict(result.train_metrics))
 
 

@@ -250,6 +250,11 @@ class Task:
         """The figure (from `score`) the best dev checkpoint is kept by; higher is better."""
         raise NotImplementedError
 
+    def selection_name(self, scores: dict) -> str:
+        """What `selection` computes, for the lines that report it where no key of `scores`
+        holds it (a mean of two figures)."""
+        return "selection"
+
     def baseline(self, train: Sequence, test: Sequence, start: Callable[[], dict]
                  ) -> dict | None:
         """Scores on `test` of a trivial predictor fitted on `train` (None: no such baseline).

@@ -55,6 +55,11 @@ class ModelKind(enum.Enum):
     ENCODER = "a BERT encoder"
 
 
+BERTKIT_ONLY = {ModelKind.CNN, ModelKind.ELMO, ModelKind.STATIC, ModelKind.SEQ2SEQ,
+                ModelKind.RECOMMENDER}
+"""Kinds only bertkit writes: never a model's name in the Hugging Face cache."""
+
+
 def _has(path: Path, *names: str) -> bool:
     return all((path / name).is_file() for name in names)
 
@@ -97,6 +102,10 @@ def model_kind(path: str | Path) -> ModelKind:
 def require_kind(path: str | Path, *kinds: ModelKind) -> Path:
     """The directory of `path` when it holds one of `kinds`; otherwise a one-line UserError
     saying what it holds instead."""
+    if set(kinds) <= BERTKIT_ONLY and not Path(path).exists():
+        # no hub holds these: the Hugging Face cache and its download hint would mislead
+        raise UserError(f"{path}: no such directory; expected "
+                        f"{' or '.join(k.value for k in kinds)}")
     p = resolve_model(path)
     found = model_kind(p)
     if found not in kinds:

@@ -68,7 +68,9 @@ class Encoding:
 
 
 class BatchTensors(NamedTuple):
-    """A padded batch as the encoder takes it: `model(**batch._asdict())`."""
+    """A padded batch as the encoder takes it: `model(**batch)`. Also a mapping by name
+    (`keys`, `batch["input_ids"]`, `items`), so that code written for a transformers
+    BatchEncoding runs on it as it is."""
     input_ids: torch.Tensor
     """[B, T] long."""
     token_type_ids: torch.Tensor
@@ -78,6 +80,15 @@ class BatchTensors(NamedTuple):
 
     def to(self, device: str | torch.device) -> "BatchTensors":
         return BatchTensors(*(t.to(device) for t in self))
+
+    def keys(self) -> tuple[str, ...]:
+        return self._fields
+
+    def items(self) -> list[tuple[str, torch.Tensor]]:
+        return list(zip(self._fields, self))
+
+    def __getitem__(self, key):  # a name, as in a mapping, or a position, as in a tuple
+        return getattr(self, key) if isinstance(key, str) else tuple.__getitem__(self, key)
 
 
 class EncodedBatch(Sequence[Encoding]):
@@ -437,7 +448,7 @@ class Tokenizer:
 
     def __call__(self, texts: Sequence[str], pairs: Sequence[str | None] | None = None,
                  **kwargs) -> BatchTensors:
-        """Padded tensors for a batch: `model(**tokenizer(texts)._asdict())`."""
+        """Padded tensors for a batch: `model(**tokenizer(texts))`."""
         kwargs.setdefault("max_length", self.model_max_length)
         return self.encode_batch(texts, pairs, with_offsets=False, **kwargs).as_tensors()
 

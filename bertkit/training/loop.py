@@ -609,22 +609,28 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     state.train_seconds += elapsed
     state.window_seconds += elapsed
     if state.step % cfg.log_every == 0 or _final_step(run, state):
-        _log_training(run, state)
-        # Time spent waiting on the device is only visible after the log's sync.
-        waited = time.perf_counter() - started - elapsed
-        state.train_seconds += waited
-        state.train_metrics["tokens_per_second"] = state.window_tokens / max(
-            state.window_seconds + waited, 1e-9)
-        _write_training_record(run, state)
-        state.logged_at = state.step
-        if run.cores is not None and (warning := run.cores.warning()):
-            run.progress.say(warning)
-            run.cores = None  # said once
+        _log_window(run, state, time.perf_counter() - started - elapsed)
     # every step moves the bar, the time and the tokens; the figures read from the device (a
     # host sync) change at log steps only, say which, and a plain line waits for the first
-    if state.logged_at is not None or run.progress.drawing():
+    elif state.logged_at is not None or run.progress.drawing():
         run.progress.update(state.step, elapsed=state.train_seconds, note=progress_note(
             state.tokens, state.train_metrics, state.logged_at))
+
+
+def _log_window(run: _Run, state: _State, waited: float = 0.0) -> None:
+    """The steps since the last log line into metrics.jsonl and the progress. `waited`:
+    time spent waiting on the device, only visible after the log's sync."""
+    _log_training(run, state)
+    state.train_seconds += waited
+    state.train_metrics["tokens_per_second"] = state.window_tokens / max(
+        state.window_seconds + waited, 1e-9)
+    _write_training_record(run, state)
+    state.logged_at = state.step
+    if run.cores is not None and (warning := run.cores.warning()):
+        run.progress.say(warning)
+        run.cores = None  # said once
+    run.progress.update(state.step, elapsed=state.train_seconds, note=progress_note(
+        state.tokens, state.train_metrics, state.logged_at))
 
 
 def _accumulate_gradients(run: _Run, state: _State, micro: list[dict]) -> None:
@@ -698,6 +704,11 @@ def _check_stop(run: _Run, state: _State, stop: _StopSignal) -> None:
         reason = flag.item()
     if reason:
         state.stopped_by = "interrupted" if reason == 2 else "max_time"
+        if reason == 1 and not logged and state.window_steps:
+            # the run ends between log steps: the steps since the last line are logged too,
+            # or a short run would end with no training figures (`train: 0 steps`, no
+            # loss.png); an interrupted one logs them as its resume goes on, as if unbroken
+            _log_window(run, state)
 
 
 def _evaluation_due(run: _Run, state: _State) -> bool:
@@ -771,7 +782,7 @@ def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] 
     """The last evaluation, the loss plot, the best weights back if asked, the final model."""
     cfg, interrupted = run.cfg, state.stopped_by == "interrupted"
     run.feed.close()
-    run.progress.finish()
+    run.progress.finish(done=state.step)  # an interruption between log steps: its own step
     if run.evaluate is not None and state.last_eval_step != state.step and not interrupted:
         _evaluate(run, state)
     run.log.close()

@@ -18,6 +18,18 @@ def test_the_comparison_names_the_selected_figure():
     assert qa == ("selection", 0.4, 0.1)
 
 
+def test_a_qa_run_names_its_selected_figure_in_the_baseline_line():
+    """`finetune qa` said `dev selection 0.2222, baseline 0.2222` and `"selection":
+    "selection"`: the task names the mean it selects by."""
+    task = QA()
+    scores = {"f1": 0.3, "best_f1": 0.5, "has_ans_f1": 0.3}
+    name, _, _ = baseline_comparison(scores, {"best_f1": 0.2}, task.selection,
+                                     task.selection_name(scores))
+    assert name == "(best_f1 + has_ans_f1) / 2"
+    assert baseline_report((name, 0.4, 0.1))[0].startswith("dev (best_f1 + has_ans_f1) / 2 0.4000")
+    assert task.selection_name({"f1": 0.3}) == "f1"  # SQuAD 1.1: selected by F1 alone
+
+
 def test_the_no_answer_baseline_is_selected_by_the_figure_qa_models_are():
     # SQuAD 2.0: a model is chosen by (best F1 + HasAns F1) / 2; the trivial "no answer"
     # predictor must be measured the same way, not by its plain F1 (twice as large)

@@ -202,3 +202,19 @@ def test_a_tasks_help_lists_only_what_applies_to_it(name, has, lacks, capsys):
               if line.startswith("  --")]  # the options, not flags named in their help
     flags = {flag.rstrip(",") for flag in listed}
     assert set(has) <= flags and not set(lacks) & flags, (name, flags)
+
+
+def test_classify_on_a_file_of_pairs_says_it_leaves_the_second_text_out(tmp_path, capsys):
+    """`finetune classify` on SICK trained on the premises alone without a word: it keeps
+    doing so (a text and its label is what classify reads), and says how to read the pairs."""
+    train = tmp_path / "nli.jsonl"
+    train.write_text('{"premise": "A man sleeps.", "hypothesis": "A man rests.", '
+                     '"label": "entailment"}\n')
+    task = Classify().configure(train)
+    assert (task.text_column, task.pair_column) == ("premise", None)
+    assert capsys.readouterr().err == (
+        f"warning: {train} has a second text, column 'hypothesis', that classify leaves out: "
+        f"`finetune pair` (or --pair-column hypothesis) reads the pairs\n")
+    assert Classify(pair_column="hypothesis").configure(train).pair_column == "hypothesis"
+    assert Pair().configure(train).pair_column == "hypothesis"
+    assert capsys.readouterr().err == ""

@@ -116,3 +116,16 @@ def test_require_kind_says_what_the_directory_holds_instead(tmp_path):
                        (load_recommender, "an entity-embedding recommender")):
         with pytest.raises(UserError, match=f"a BERT encoder, not {kind}"):
             load(tmp_path / "m")
+
+
+@pytest.mark.parametrize("kind", [ModelKind.STATIC, ModelKind.SEQ2SEQ, ModelKind.RECOMMENDER,
+                                  ModelKind.ELMO])
+def test_a_missing_directory_of_a_kind_only_bertkit_writes_says_what_makes_one(tmp_path,
+                                                                             kind):
+    """`static neighbors --model vecs` with no `vecs` told the user to fetch it with
+    `huggingface-cli download vecs`, which no hub model answers."""
+    with pytest.raises(UserError) as caught:
+        require_kind(tmp_path / "vecs", kind)
+    message = str(caught.value)
+    assert message == f"{tmp_path / 'vecs'}: no such directory; expected {kind.value}"
+    assert "huggingface" not in message

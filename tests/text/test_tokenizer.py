@@ -229,3 +229,20 @@ def test_a_bad_tokenizer_config_names_the_file(tmp_path, config, message):
         Tokenizer.load(tmp_path)
     (tmp_path / "tokenizer_config.json").write_text('{"strip_accents": null}', encoding="utf-8")
     assert Tokenizer.load(tmp_path).encode("river").tokens == ["[CLS]", "river", "[SEP]"]
+
+
+def test_a_batchs_tensors_unpack_as_a_mapping_as_transformers_inputs_do(tmp_path):
+    """`model(**tok.encode_batch(...).as_tensors())` and `inputs["input_ids"]`, as with a
+    transformers BatchEncoding (the named tuple took neither: "argument after ** must be a
+    mapping"); it stays a tuple of three tensors."""
+    _write_corpus(tmp_path / "c.txt")
+    tok = train_tokenizer([tmp_path / "c.txt"], vocab_size=200)
+    inputs = tok.encode_batch(["a short one", "and a longer text here"],
+                              padding="longest").as_tensors()
+    assert list(inputs.keys()) == ["input_ids", "token_type_ids", "attention_mask"]
+    assert inputs["attention_mask"] is inputs.attention_mask and inputs[0] is inputs.input_ids
+    assert dict(inputs).keys() == inputs._asdict().keys()
+    assert dict(**inputs)["input_ids"].shape == inputs.input_ids.shape
+    assert [name for name, _ in inputs.items()] == list(inputs.keys())
+    ids, types, mask = inputs
+    assert ids.shape == mask.shape and inputs.to("cpu")["token_type_ids"].shape == types.shape

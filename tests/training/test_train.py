@@ -134,6 +134,47 @@ def test_between_log_steps_the_progress_moves_and_its_figures_say_which_step_the
         lines[1].split("step 4: ")[1].split(", elapsed")[0]  # the same figures, said as old
 
 
+def test_a_run_stopped_by_its_time_budget_logs_the_steps_since_its_last_log_line(
+        tmp_path, tiny, capsys):
+    """A time budget ends on a step that is rarely a log step: its last window is logged
+    there, so that the last progress line says the steps it ran (not `train: 0 steps`, what a
+    short `finetune --max-time` printed after 29 steps at log_every 50) and metrics.jsonl and
+    loss.png hold the training loss."""
+    cfg = TrainConfig(max_time=1e-9, log_every=50)
+    result = train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
+                   save=tiny.no_save)
+    assert result.stopped_by == "max_time" and result.step == 1
+    progress = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("train: ")]
+    assert progress[-1].startswith("train: 1 steps, "), progress
+    assert ", step 1: loss " in progress[-1], progress
+    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["split"]) for r in records] == [(1, "train")]
+    assert records[0]["loss"] > 0 and records[0]["tokens_per_second"] > 0
+    assert result.train_metrics["loss"] == records[0]["loss"]
+    assert (tmp_path / "run/loss.png").is_file()
+
+
+def test_a_run_interrupted_between_log_steps_says_the_step_it_stopped_at(tmp_path, tiny, capsys):
+    """Its last window is left to the resume (the records equal an unbroken run's), but the
+    last progress line says the step reached, not the last logged one."""
+    calls = []
+
+    def loss_fn(model, batch):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return objectives.mlm_loss(model, batch)
+
+    result = train(tiny.model(), loss_fn, tiny.FakeBatches(),
+                   TrainConfig(max_steps=50, log_every=50), tmp_path / "run")
+    assert result.stopped_by == "interrupted" and result.step == 3
+    progress = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("train: ")]
+    assert progress[-1].startswith("train: 3/50 steps (6%)"), progress
+    assert not (tmp_path / "run/metrics.jsonl").read_text().strip()
+
+
 def test_train_gives_the_callers_generators_back(tmp_path, tiny):
     """The run seeds torch's generator for dropout; the caller's stream is left where it was."""
     model = tiny.model(hidden_dropout=0.1)  # (seeds torch itself: before ours)

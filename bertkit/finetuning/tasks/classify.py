@@ -7,6 +7,7 @@ regress (regress.py) build on it.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal, Sequence
@@ -219,6 +220,16 @@ class Classify(TextTask):
     def problem_type(self) -> str:  # type: ignore[override]
         return "multi_label_classification" if self.multi_label \
             else "single_label_classification"
+
+    @classmethod
+    def pick_pair(cls, given: str | None, columns: list[str], path) -> str | None:
+        second = next((c for c in PAIR_COLUMNS if c in columns), None)
+        if given is None and second is not None:
+            # a file of pairs (SICK) would train on its first texts alone, without a word
+            print(f"warning: {path} has a second text, column {second!r}, that classify "
+                  f"leaves out: `finetune pair` (or --pair-column {second}) reads the pairs",
+                  file=sys.stderr)
+        return given
 
     @classmethod
     def from_json(cls, data: dict) -> "Classify":

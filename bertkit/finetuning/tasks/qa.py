@@ -333,6 +333,9 @@ class QA(Task):
         # Models are chosen by best F1 and the span quality (HasAns F1) alike.
         return (scores["best_f1"] + scores.get("has_ans_f1", 0.0)) / 2
 
+    def selection_name(self, scores: dict) -> str:
+        return "(best_f1 + has_ans_f1) / 2" if "best_f1" in scores else "f1"
+
     def baseline(self, train, test, start) -> dict:
         return baselines.no_answer(test)
 
