@@ -297,7 +297,13 @@ def test_a_part_moved_under_another_name_is_found_prepared(tmp_path, capsys):
     # without --resume the run is refused, and a refused run renames nothing
     assert main([*args, "--max-steps", "2", "--data", f"{novels}=0.5,{tweets}=0.5"]) == 2
     assert sorted(p.name for p in data.iterdir()) == ["1-books", "2-tweets", "vocabulary"]
+    # nor does a resume refused for another model (its shape known before the data)
     capsys.readouterr()
+    assert main([*args, "--max-steps", "2", "--resume", "--architecture", "bert", "--data",
+                 f"{novels}=0.5,{tweets}=0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "it was made for a different model" in err[0], err
+    assert sorted(p.name for p in data.iterdir()) == ["1-books", "2-tweets", "vocabulary"]
     assert main([*args, "--max-steps", "2", "--resume", "--data",
                  f"{novels}=0.5,{tweets}=0.5"]) == 0
     err = capsys.readouterr().err
