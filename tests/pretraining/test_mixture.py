@@ -311,6 +311,39 @@ def test_a_part_moved_under_another_name_is_found_prepared(tmp_path, capsys):
     assert f"{data / '1-novels'} is already prepared from {novels}" in err
 
 
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every file under `root` with its bytes, and every folder (None)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_corpus_swapped_for_another_is_refused_before_it_is_prepared(corpora, tmp_path,
+                                                                         capsys):
+    # with a tokenizer given, nothing is trained that would find the other text: the corpus
+    # at a place of the mixture is known other by the bytes its directory was prepared from
+    books, tweets = _raw_corpora(tmp_path)
+    other = tmp_path / "other.txt"
+    write_corpus(other, docs=30, seed=7)
+    out = tmp_path / "run"
+    args = ["pretrain", "--tokenizer", str(corpora[2]), *TINY, "--out", str(out)]
+    assert main([*args, "--max-steps", "1", "--data", f"{books}=0.7,{tweets}=0.3"]) == 0
+    novels = shutil.copy(books, tmp_path / "novels.txt")  # the same bytes: found prepared
+    capsys.readouterr()
+    before = _tree(out)
+    for data in (f"{books}=0.7,{other}=0.3", f"{other}=0.7,{tweets}=0.3",
+                 f"{novels}=0.7,{other}=0.3"):  # nothing renamed for a refused run
+        assert main([*args, "--max-steps", "2", "--resume", "--data", data]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and (f"checkpoint was trained on the mixture {books}=0.7,"
+                                  f"{tweets}=0.3, this run asks for the mixture {data}") \
+            in err[0], err
+        assert _tree(out) == before
+    assert main([*args, "--max-steps", "2", "--resume", "--data",
+                 f"{novels}=0.7,{tweets}=0.3"]) == 0
+    assert sorted(p.name for p in (out / "data").iterdir()) == ["1-novels", "2-tweets"]
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_text_mixed_with_prepared_corpora_takes_their_tokenizer(corpora, tmp_path, capsys):
