@@ -534,6 +534,36 @@ def test_corpora_of_a_mixture_each_with_their_text_field(corpora, tmp_path, caps
     assert f"{corpora[0]}: prepared data, whose text is read already" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_the_text_field_of_plain_text_changes_nothing_on_resume(tmp_path, capsys):
+    # a text file is read line by line, whatever --text-field says: its data, vocabulary and
+    # checkpoints are the same; a JSONL file's field is other text
+    books, _ = _raw_corpora(tmp_path)
+    jsonl, _ = _fielded_corpora(tmp_path)  # its text in "text", other text in "body"
+    args = ["pretrain", "--vocab-size", "120", *TINY]
+    single = ["--out", str(tmp_path / "single"), "--data", str(books)]
+    assert main([*args, *single, "--max-steps", "1"]) == 0
+    capsys.readouterr()
+    assert main([*args, *single, "--text-field", "body", "--max-steps", "2", "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "already prepared from" in err and "WordPiece" not in err
+    out = tmp_path / "mixed"
+    mixed = [*args, "--out", str(out), "--data"]
+    assert main([*mixed, f"{books}=0.7,{jsonl}=0.3", "--max-steps", "1"]) == 0
+    capsys.readouterr()
+    before = _tree(out)
+    assert main([*mixed, f"{books}=0.7,{jsonl}=0.3", "--text-field", "body",
+                 "--max-steps", "2", "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "text field ['text', 'body'] now, 'text' when it was made" \
+        in err[0], err
+    assert _tree(out) == before
+    assert main([*mixed, f"{books}=0.7,{jsonl}=0.3:text", "--text-field", "body",
+                 "--max-steps", "2", "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("already prepared from") == 2 and "WordPiece" not in err
+
+
 def test_a_bad_entry_of_a_mixture_table_names_the_file(corpora, tmp_path, capsys):
     books, web, _ = corpora
     config = tmp_path / "mix.toml"
