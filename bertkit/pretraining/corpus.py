@@ -32,6 +32,7 @@ after the last finished shard of the build directory an interrupted run left.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import heapq
 import os
@@ -124,8 +125,8 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
             "sources": [{"path": str(f.resolve()), "bytes": f.stat().st_size,
                          "mtime_ns": f.stat().st_mtime_ns} for f in files],
             # only when it matters and is not the default: earlier outputs keep their plan
-            **({"text_field": text_field} if text_field != "text"
-               and any(s.records for s in sources) else {}),
+            **({"text_field": text_field} if _field_read(sources, text_field) != "text"
+               else {}),
             **layout}
     check_not_input(out, [*files, Path(tokenizer_dir)], what="output directory",
                     names=[*(["corpus file"] * len(files)), "tokenizer"])
@@ -175,7 +176,7 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                        {"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
                        if tokenizer is not None
                        else {"trained": "wordpiece", "vocab_size": vocab_size})
-    if _found_done(out, "manifest.json", request, sources):
+    if _found_done(out, "manifest.json", request, sources, text_field):
         if progress:
             print(f"prepare: {out} is already prepared from {sources[0].path}", file=sys.stderr)
         return load_manifest(out)
@@ -194,23 +195,38 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
 def _request(sources: list[Source], text_field: str | list[str], tokenizer: dict) -> dict:
     """What a directory is asked to be made from (SOURCE_FILE): the files (path, size,
     modification time), the text field (a shared vocabulary's: of each corpus, where they
-    differ) and the tokenizer asked for."""
+    differ; `_field_read`) and the tokenizer asked for."""
     files = [{"path": str(s.path.resolve()), "bytes": s.path.stat().st_size,
               "mtime_ns": s.path.stat().st_mtime_ns} for s in sources]
+    if isinstance(text_field, str):
+        text_field = _field_read(sources, text_field)
     return {**({"file": files[0]} if len(files) == 1 else {"files": files}),
             **({"text_field": text_field} if text_field != "text" else {}),
             "tokenizer": tokenizer}
 
 
-def _found_done(out: Path, marker: str, request: dict, sources: list[Source]) -> bool:
+def _field_read(sources: list[Source], text_field: str) -> str:
+    """The text field these sources are read by: `text_field` where one is a record (JSONL,
+    CSV, a table), else the default "text" (plain text is read line by line, whatever the
+    field): another field on plain text asks for the same data, as prepare's plan says."""
+    return text_field if any(s.records for s in sources) else "text"
+
+
+def _found_done(out: Path, marker: str, request: dict, sources: list[Source],
+                given: str | list[str] = "text") -> bool:
     """Whether `out` (finished: its file `marker` is there) was made as `request` asks, from
     these files or the same bytes touched, copied or moved (by sha256; then SOURCE_FILE is
-    brought up to date, so that the next call knows at once)."""
+    brought up to date, so that the next call knows at once). `given`: the text field as
+    given, which SOURCE_FILE recorded for plain text too before `_field_read`: such a record
+    is found made as asked."""
     saved = _json_or_none(out / SOURCE_FILE)
     digests = saved.pop("sha256", None) if isinstance(saved, dict) else None
-    if not (out / marker).is_file() or not (saved == request or (
-            digests is not None and _sizes(saved) == _sizes(request)
-            and digests == [sha256_file(s.path) for s in sources])):
+    spelled = {k: v for k, v in request.items() if k != "text_field"}
+    asked = [request, {**spelled, **({"text_field": given} if given != "text" else {})}]
+    sums = functools.cache(lambda: [sha256_file(s.path) for s in sources])
+    if not (out / marker).is_file() or not any(saved == a or (
+            digests is not None and _sizes(saved) == _sizes(a) and digests == sums())
+            for a in asked):
         return False
     if saved != request:
         write_json(out / SOURCE_FILE, {**request, "sha256": digests})
@@ -314,8 +330,9 @@ def _check_before_preparing(sources: list[list[Source]], outs: list[Path],
 
     asked = {"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
     requests = [_request(part, field, asked) for part, field in zip(sources, fields)]
-    todo = [(part, out, request) for part, out, request in zip(sources, outs, requests)
-            if not _found_done(out, "manifest.json", request, part)]
+    todo = [(part, out, request) for part, out, request, field
+            in zip(sources, outs, requests, fields)
+            if not _found_done(out, "manifest.json", request, part, field)]
     for part, out, request in todo:
         if keep and (out / "manifest.json").is_file():
             raise _refused(out, part, _OTHER_DATA, request)
@@ -330,10 +347,12 @@ def _shared_vocabulary(sources: list[list[Source]], out: Path, vocab_size: int,
     from the text fields `fields`, of each corpus), else trained on their text together and
     swapped in whole (`keep`: refused instead)."""
     every = [s for part in sources for s in part]
+    read = [_field_read(part, field) for part, field in zip(sources, fields)]
     # one field as before corpora had their own: vocabularies trained then are found again
-    request = _request(every, fields[0] if len(set(fields)) == 1 else fields,
+    request = _request(every, read[0] if len(set(read)) == 1 else read,
                        {"trained": "wordpiece", "vocab_size": vocab_size})
-    if _found_done(out, "tokenizer.json", request, every):
+    if _found_done(out, "tokenizer.json", request, every,
+                   fields[0] if len(set(fields)) == 1 else fields):
         if progress:
             print(f"prepare: {out} is already trained on {every[0].path}"
                   f"{f' and {len(every) - 1} more file(s)' if len(every) > 1 else ''}",

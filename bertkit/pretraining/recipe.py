@@ -39,8 +39,9 @@ from bertkit.files import SaidElsewhere, UserError
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
-from bertkit.model.hub import (GENERATOR_DIR, is_model_dir, load_electra, load_pretraining_model,
-                               save_electra, save_model)
+from bertkit.model.hub import (GENERATOR_DIR, has_detector, is_electra_dir, is_model_dir,
+                               load_config, load_electra, load_pretraining_model, save_electra,
+                               save_model)
 from bertkit.pretraining import objectives
 from bertkit.pretraining.electra import ElectraSettings
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
@@ -52,7 +53,8 @@ from bertkit.pretraining.run_data import (TEXT_DATA, check_resumed_data, data_fi
 from bertkit.runlock import RunLock
 from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
 from bertkit.text.tokenizer import Tokenizer
-from bertkit.training.checkpoint import GIVEN, check_fits, saved_fingerprint
+from bertkit.training.checkpoint import (GIVEN, check_fits, model_fingerprint,
+                                         saved_fingerprint)
 from bertkit.training.loop import (TrainResult, check_config, check_fresh_start, check_resume,
                                    train)
 from bertkit.training.settings import run_settings, settings_block
@@ -481,8 +483,8 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
         latest = check_fresh_start(opts.out, opts.train.resume)
-        if latest is not None:  # other settings refused before a text --data is prepared
-            check_fits(latest, _settings_fingerprint(opts), ignore=_NEEDS_THE_DATA)
+        if latest is not None:  # another model, other settings refused before the data is
+            _check_before_the_data(opts, latest)  # prepared, found prepared or renamed
         given = given_data(opts.data)
         parts = data_parts(opts, rank, keep=latest is not None, resumed=latest)
         fingerprint = _fingerprint(opts, parts, given, latest)  # other data refused at once
@@ -594,10 +596,55 @@ def _fingerprint(opts: PretrainOptions, parts: list[tuple[Path, float]], given: 
     return {"data": data, GIVEN: given, **_settings_fingerprint(opts)}
 
 
-_NEEDS_THE_DATA = ("world_size", "data", "model", GIVEN)
-"""What a checkpoint is not compared in before the data is prepared and the model built: the
-data's digest and the model's shapes (its vocabulary is the data's), and the world size,
-never compared (`train` resumes on any number of ranks)."""
+_NEEDS_THE_DATA = ("world_size", "data", GIVEN)
+"""What a checkpoint is not compared in before the data is prepared: the data's digest, and
+the world size, never compared (`train` resumes on any number of ranks)."""
+_WORD_ROWS = "encoder.embeddings.word.weight"
+"""The weight whose rows are the vocabulary, of a PretrainingModel and of an ElectraModel's
+discriminator alike: where a checkpoint's vocabulary size is read."""
+
+
+def _check_before_the_data(opts: PretrainOptions, latest: Path) -> None:
+    """Refuse the checkpoint `latest` when it was made with other settings or for another
+    model shape, before the data is prepared (`check_resume` compares all again once it is):
+    with the refusal `check_resume` would give, and OUT as it was."""
+    shapes = _shapes(opts, latest)
+    fingerprint = _settings_fingerprint(opts)
+    if shapes is not None:
+        fingerprint["model"] = shapes
+    check_fits(latest, fingerprint, ignore=_NEEDS_THE_DATA + (("model",) if shapes is None
+                                                             else ()))
+
+
+def _shapes(opts: PretrainOptions, latest: Path) -> dict | None:
+    """The `model_fingerprint` of the model `model_to_pretrain` builds, known without the data:
+    built on the meta device (no weights), a fresh one with the vocabulary of the checkpoint
+    `latest` (another vocabulary is other data, refused as such), an --init one from its
+    config.json. None where it is not known so (a checkpoint without the weight, an --init
+    that is no model of the objective): `model_to_pretrain` and `check_resume` say why."""
+    rows = saved_fingerprint(latest).get("model", {}).get(_WORD_ROWS)
+    if opts.init is None and not (isinstance(rows, list) and rows and isinstance(rows[0], int)):
+        return None
+    try:
+        if opts.init is None:
+            cfg = _fresh_config(opts, rows[0])
+            generator = generator_config(cfg, opts.electra.generator_fraction)
+        else:
+            cfg = load_config(opts.init)
+            if opts.objective == "electra" and not (is_electra_dir(opts.init)
+                                                    and has_detector(opts.init)):
+                return None
+            generator = load_config(opts.init / GENERATOR_DIR) \
+                if opts.objective == "electra" else None
+        with torch.device("meta"), torch.random.fork_rng(devices=[]):
+            if opts.objective == "electra":
+                return model_fingerprint(ElectraModel(cfg, generator))
+            model = PretrainingModel(cfg)
+            if opts.objective == "span":
+                model.sbo = SpanBoundaryHead(cfg)
+            return model_fingerprint(model)
+    except (UserError, ValueError):  # ValueError: a generator that cannot share the embeddings
+        return None
 
 
 def _settings_fingerprint(opts: PretrainOptions) -> dict:

@@ -222,8 +222,11 @@ def mixture_parts(opts: DataOptions, mixture: list[MixedCorpus], rank: int = 0,
     if dirs and rank == 0:
         with _run_dir(opts.out):
             if _resumes(opts, keep):  # a refused or fresh run renames nothing
-                for i, place in dirs.items():
-                    _moved_part(place, mixture[i].path, fields[i], opts.out)
+                moved = [(_moved_part(place, mixture[i].path, fields[i], opts.out), place)
+                         for i, place in dirs.items()]  # all checked before one is renamed
+                for old, place in moved:
+                    if old is not None:
+                        old.rename(place)
             prepare_corpora([mixture[i].path for i in dirs], list(dirs.values()),
                             tokenizer=given or (first / "tokenizer" if first else None),
                             vocabulary=opts.out / TEXT_DATA / MIXTURE_VOCABULARY,
@@ -234,20 +237,30 @@ def mixture_parts(opts: DataOptions, mixture: list[MixedCorpus], rank: int = 0,
     return [(dirs.get(i, corpus.path), corpus.weight) for i, corpus in enumerate(mixture)]
 
 
-def _moved_part(place: Path, corpus: Path, text_field: str, out: Path) -> None:
+def _moved_part(place: Path, corpus: Path, text_field: str, out: Path) -> Path | None:
     """A corpus of a mixture moved under another name since the run began has a new K-NAME:
-    the directory of its old name, the only one at its place K, takes the new name when it
+    the directory of its old name, the only one at its place K, to take the new name when it
     was prepared from the same bytes (by sha256), so that it is found prepared, not prepared
-    again beside the old one."""
+    again beside the old one. From other bytes, the corpus is other text than the run's at K:
+    refused (`OtherText`) before it is prepared beside them (with a tokenizer given, nothing
+    else reads the text before it is prepared)."""
     olds = [d for d in place.parent.glob(f"{place.name.split('-')[0]}-*") if d.is_dir()]
     if place.exists() or len(olds) != 1:
-        return
-    # a corpus not there, or no readable SOURCE_FILE: left to the checks that follow
-    with contextlib.suppress(UserError, OSError, ValueError, AttributeError):
+        return None
+    try:  # a corpus not there, or no readable SOURCE_FILE: left to the checks that follow
         saved = json.loads((olds[0] / SOURCE_FILE).read_text(encoding="utf-8"))
-        sources = expand([corpus], text_field, "corpus file", [out])
-        if saved.get("sha256") == [sha256_file(s.path) for s in sources]:
-            olds[0].rename(place)
+        digests = [sha256_file(s.path) for s in expand([corpus], text_field, "corpus file",
+                                                        [out])]
+        then = saved.get("sha256")
+    except (UserError, OSError, ValueError, AttributeError):
+        return None
+    if then == digests:
+        return olds[0]
+    if isinstance(then, list):
+        raise OtherText(f"{olds[0]}: this run's corpus {place.name.split('-')[0]} of the "
+                        f"mixture was prepared from other text than {corpus}; resume with the "
+                        f"--data it started with, or start a new run in another --out")
+    return None
 
 
 def _one_tokenizer(prepared: list[Path]) -> Path | None:

@@ -427,6 +427,24 @@ def test_prepare_text_trains_a_vocabulary_once_and_finds_its_output_done(tmp_pat
         corpus_module.prepare_text(text, tmp_path / "data", vocab_size=150, progress=False)
 
 
+def test_the_text_field_of_plain_text_is_not_part_of_its_request(tmp_path, tok_dir, capsys):
+    # plain text is read line by line: another --text-field asks for the same directory, a
+    # resumed run's (`keep`) included; a directory whose record names the field as earlier
+    # versions wrote it is found done when the same field is given again
+    from bertkit.pretraining.corpus import SOURCE_FILE, prepare_text
+
+    text, data = tmp_path / "corpus.txt", tmp_path / "data"
+    write_corpus(text, docs=30)
+    made = prepare_text(text, data, tokenizer=tok_dir, text_field="body", progress=False)
+    record = json.loads((data / SOURCE_FILE).read_text())
+    assert "text_field" not in record
+    for field in ("text", "title"):
+        assert prepare_text(text, data, tokenizer=tok_dir, text_field=field, keep=True) == made
+    (data / SOURCE_FILE).write_text(json.dumps({**record, "text_field": "body"}))
+    assert prepare_text(text, data, tokenizer=tok_dir, text_field="body", keep=True) == made
+    assert "text_field" not in json.loads((data / SOURCE_FILE).read_text())  # brought up to date
+    assert capsys.readouterr().err.count("already prepared from") == 3
+
 def test_prepare_text_with_a_given_tokenizer_and_its_bad_input(tmp_path, tok_dir):
     from bertkit.pretraining.corpus import prepare_text, tokenizer_fingerprint
 

@@ -297,12 +297,51 @@ def test_a_part_moved_under_another_name_is_found_prepared(tmp_path, capsys):
     # without --resume the run is refused, and a refused run renames nothing
     assert main([*args, "--max-steps", "2", "--data", f"{novels}=0.5,{tweets}=0.5"]) == 2
     assert sorted(p.name for p in data.iterdir()) == ["1-books", "2-tweets", "vocabulary"]
+    # nor does a resume refused for another model (its shape known before the data)
     capsys.readouterr()
+    assert main([*args, "--max-steps", "2", "--resume", "--architecture", "bert", "--data",
+                 f"{novels}=0.5,{tweets}=0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "it was made for a different model" in err[0], err
+    assert sorted(p.name for p in data.iterdir()) == ["1-books", "2-tweets", "vocabulary"]
     assert main([*args, "--max-steps", "2", "--resume", "--data",
                  f"{novels}=0.5,{tweets}=0.5"]) == 0
     err = capsys.readouterr().err
     assert sorted(p.name for p in data.iterdir()) == ["1-novels", "2-tweets", "vocabulary"]
     assert f"{data / '1-novels'} is already prepared from {novels}" in err
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every file under `root` with its bytes, and every folder (None)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_corpus_swapped_for_another_is_refused_before_it_is_prepared(corpora, tmp_path,
+                                                                         capsys):
+    # with a tokenizer given, nothing is trained that would find the other text: the corpus
+    # at a place of the mixture is known other by the bytes its directory was prepared from
+    books, tweets = _raw_corpora(tmp_path)
+    other = tmp_path / "other.txt"
+    write_corpus(other, docs=30, seed=7)
+    out = tmp_path / "run"
+    args = ["pretrain", "--tokenizer", str(corpora[2]), *TINY, "--out", str(out)]
+    assert main([*args, "--max-steps", "1", "--data", f"{books}=0.7,{tweets}=0.3"]) == 0
+    novels = shutil.copy(books, tmp_path / "novels.txt")  # the same bytes: found prepared
+    capsys.readouterr()
+    before = _tree(out)
+    for data in (f"{books}=0.7,{other}=0.3", f"{other}=0.7,{tweets}=0.3",
+                 f"{novels}=0.7,{other}=0.3"):  # nothing renamed for a refused run
+        assert main([*args, "--max-steps", "2", "--resume", "--data", data]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and (f"checkpoint was trained on the mixture {books}=0.7,"
+                                  f"{tweets}=0.3, this run asks for the mixture {data}") \
+            in err[0], err
+        assert _tree(out) == before
+    assert main([*args, "--max-steps", "2", "--resume", "--data",
+                 f"{novels}=0.7,{tweets}=0.3"]) == 0
+    assert sorted(p.name for p in (out / "data").iterdir()) == ["1-novels", "2-tweets"]
 
 
 @pytest.mark.slow
@@ -493,6 +532,36 @@ def test_corpora_of_a_mixture_each_with_their_text_field(corpora, tmp_path, caps
     assert main([*args, "--max-steps", "1", "--out", str(tmp_path / "other"), "--data",
                  f"{jsonl}=0.5,{corpora[0]}=0.5:content"]) == 2
     assert f"{corpora[0]}: prepared data, whose text is read already" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_text_field_of_plain_text_changes_nothing_on_resume(tmp_path, capsys):
+    # a text file is read line by line, whatever --text-field says: its data, vocabulary and
+    # checkpoints are the same; a JSONL file's field is other text
+    books, _ = _raw_corpora(tmp_path)
+    jsonl, _ = _fielded_corpora(tmp_path)  # its text in "text", other text in "body"
+    args = ["pretrain", "--vocab-size", "120", *TINY]
+    single = ["--out", str(tmp_path / "single"), "--data", str(books)]
+    assert main([*args, *single, "--max-steps", "1"]) == 0
+    capsys.readouterr()
+    assert main([*args, *single, "--text-field", "body", "--max-steps", "2", "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "already prepared from" in err and "WordPiece" not in err
+    out = tmp_path / "mixed"
+    mixed = [*args, "--out", str(out), "--data"]
+    assert main([*mixed, f"{books}=0.7,{jsonl}=0.3", "--max-steps", "1"]) == 0
+    capsys.readouterr()
+    before = _tree(out)
+    assert main([*mixed, f"{books}=0.7,{jsonl}=0.3", "--text-field", "body",
+                 "--max-steps", "2", "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "text field ['text', 'body'] now, 'text' when it was made" \
+        in err[0], err
+    assert _tree(out) == before
+    assert main([*mixed, f"{books}=0.7,{jsonl}=0.3:text", "--text-field", "body",
+                 "--max-steps", "2", "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("already prepared from") == 2 and "WordPiece" not in err
 
 
 def test_a_bad_entry_of_a_mixture_table_names_the_file(corpora, tmp_path, capsys):

@@ -534,6 +534,59 @@ def test_a_resume_with_other_settings_is_refused_before_its_text_is_prepared(pre
         in said[0], said
 
 
+@pytest.mark.parametrize("other,refusal", [
+    (["--preset", "small"], "checkpoint weight encoder.embeddings.word.weight has shape "
+                            "[{V}, 128], this model has [{V}, 512]: it was made for a "
+                            "different model"),
+    (["--architecture", "bert"], "checkpoint has no weight encoder.embeddings.position.weight:"
+                                 " it was made for a different model")],
+    ids=["other-preset", "other-architecture"])
+def test_a_resume_of_another_model_is_refused_before_its_data_is_found_or_prepared(
+        tiny, tmp_path, capsys, other, refusal):
+    # its text copied elsewhere is found prepared by its bytes (OUT/data's record of its
+    # files then brought up to date) or, where OUT/data is gone, prepared again: the model's
+    # shape is known before the data (the checkpoint's vocabulary is the data's)
+    out = tmp_path / "run"
+    args = ["--out", str(out), "--save-every", "2", "--vocab-size", "120", *TINY]
+    corpus = tiny.write_corpus(tmp_path / "corpus.txt")
+    assert _cli(["pretrain", "--data", str(corpus), *args, "--max-steps", "2"]) == 0
+    copy = shutil.copy(corpus, tmp_path / "copy.txt")
+    capsys.readouterr()
+    refusal = refusal.format(V=len((out / "vocab.txt").read_text().splitlines()))
+    for gone in (False, True):
+        if gone:
+            shutil.rmtree(out / "data")
+        before = _tree(out)
+        assert _cli(["pretrain", "--data", str(copy), *args, "--max-steps", "4", *other,
+                     "--resume"]) == 2
+        assert _tree(out) == before
+        said = capsys.readouterr().err.strip().splitlines()
+        assert len(said) == 1 and refusal in said[0], said
+
+
+def test_a_resume_of_another_init_model_is_refused_before_its_text_is_prepared(
+        prepared, tiny, tmp_path, capsys):
+    # --init's shapes are read from its config.json, its vocabulary with them
+    first, second, out = tmp_path / "first", tmp_path / "second", tmp_path / "run"
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(first), *TINY,
+                 "--max-steps", "1"]) == 0
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(second), *TINY,
+                 "--architecture", "bert", "--max-steps", "1"]) == 0
+    args = ["--out", str(out), "--save-every", "2", *TINY[2:]]
+    assert _cli(["pretrain", "--data", str(prepared), "--init", str(first), *args,
+                 "--max-steps", "2"]) == 0
+    capsys.readouterr()
+    before = _tree(out)
+    corpus = tiny.write_corpus(tmp_path / "corpus.txt")
+    assert _cli(["pretrain", "--data", str(corpus), "--init", str(second), *args,
+                 "--max-steps", "4", "--resume"]) == 2
+    assert _tree(out) == before
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "it was made for a different model" in said[0], said
+    assert _cli(["pretrain", "--data", str(prepared), "--init", str(first), *args,
+                 "--max-steps", "4", "--resume"]) == 0  # the same --init resumes
+
+
 # What a run records, and extending a finished one --------------------------------------------------
 
 def test_the_run_records_its_settings_and_its_command_reproduces_it(prepared, tmp_path, capsys):
