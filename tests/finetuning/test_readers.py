@@ -68,7 +68,7 @@ def test_a_header_that_names_the_text_with_semicolons_or_pipes_is_csv(tmp_path):
     assert [e.label for e in readers.read_text_examples(named, text_column="review",
                                                         label_column="stars")] == ["5", "1"]
     # no text column named: as before, whatever the semicolons
-    for name, text in (("prose.txt", "I came; I saw; I left the text and the label where they lay.\n"),
+    for name, text in (("prose.txt", "I came; I saw; I left the text and the label there.\n"),
                        ("other.txt", "id;score\n1;2\n")):
         with pytest.raises(UserError, match="cannot tell the format"):
             readers.detect_format(_write(tmp_path, name, text))
