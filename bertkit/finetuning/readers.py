@@ -27,7 +27,7 @@ from typing import Collection, Iterable, Iterator, Sequence
 from bertkit.files import (UserError, compression_of, format_suffix, read_json, read_jsonl,
                            read_lines, require_file, sha256_file)
 from bertkit.finetuning.tagging import tag_label_set
-from bertkit.text.sources import Source, csv_rows, find_delimiter
+from bertkit.text.sources import Source, csv_rows, find_delimiter, naming_delimiter
 
 MULTI_LABEL_SEPARATOR = "|"  # between labels of one example in a CSV/TSV cell or a JSON string
 
@@ -86,6 +86,9 @@ def _warn_skipped(path, what: str, count: int, first: str) -> None:
 # format detection
 # --------------------------------------------------------------------------------------------
 
+TEXT_COLUMNS = ("text", "sentence", "premise", "sentence1", "question")
+"""The names a text column goes by where none is given (the first a file has is read)."""
+
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv",
                ".conll": "conll", ".bio": "conll", ".iob": "conll", ".conllu": "conllu"}
 
@@ -101,9 +104,11 @@ def _is_tagged_line(line: str) -> bool:
     return 2 <= len(fields) <= 10 and not any(" " in f.strip() or not f.strip() for f in fields)
 
 
-def detect_format(path: str | Path) -> str:
+def detect_format(path: str | Path, columns: Collection[str] = TEXT_COLUMNS) -> str:
     """One of jsonl, csv, tsv, conll, conllu, squad: from the extension (before a .gz, .zst or
-    .bz2: every reader decompresses), else the content."""
+    .bz2: every reader decompresses), else the content. A header that names one of `columns`
+    (the text column) only when cut at ';' or '|' is CSV, as the CSV reader takes it
+    (`find_delimiter`)."""
     p = require_file(path)
     by_ext = _EXTENSIONS.get(format_suffix(p))
     if by_ext:
@@ -127,11 +132,14 @@ def detect_format(path: str | Path) -> str:
     words = [line for line in sample if not line.startswith("#")]
     if words and _is_conllu_line(words[0]):
         return "conllu"
+    named = naming_delimiter(sample[0], columns, (";", "|")) is not None
+    if named and len(sample[0].split()) < 2:
+        return "csv"  # the CoNLL reader would refuse this first line: none read it so before
     if sum(map(_is_tagged_line, sample)) >= 0.9 * len(sample):
         return "conll"  # (the odd untagged line is then reported by the reader)
     if "\t" in sample[0]:
         return "tsv"
-    if "," in sample[0]:
+    if "," in sample[0] or named:
         return "csv"
     raise UserError(f"{p}:1: cannot tell the format (expected JSON lines, CSV or TSV with a "
                     f"header, CoNLL, CoNLL-U or SQuAD JSON; name the file .jsonl/.csv/.tsv/"
@@ -223,7 +231,7 @@ def read_text_examples(path: str | Path, *, text_column: str = "text",
     if label_kind not in ("single", "multi", "float"):
         raise ValueError(f"unknown label kind {label_kind!r}")
     p = require_file(path)
-    fmt = fmt or detect_format(p)
+    fmt = fmt or detect_format(p, [text_column])
     if fmt not in ("jsonl", "csv", "tsv"):
         raise UserError(f"{p}: expected JSON lines, CSV or TSV, but this looks like {fmt}")
     examples, skipped, first_skipped = [], 0, ""

@@ -28,14 +28,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Collection, Protocol, Sequence
 
 import torch
 from torch import nn
 
-from bertkit.files import UserError, format_suffix, read_jsonl, read_lines
+from bertkit.files import UserError, compression_of, format_suffix, read_jsonl, read_lines
 from bertkit.finetuning.inputs import Item, length_batches, pad_inputs
-from bertkit.finetuning.readers import detect_format
+from bertkit.finetuning.readers import TEXT_COLUMNS, detect_format
+from bertkit.text.sources import Source, csv_rows, find_delimiter
 
 
 class Runner(Protocol):
@@ -289,16 +290,16 @@ def model_inputs(batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
-def columns_of(path: Path) -> list[str]:
-    """Column names of a JSON-lines, CSV or TSV file (the first record's keys or the header)."""
-    fmt = detect_format(path)
-    for _, line in read_lines(path):
-        if not line.strip():
-            continue
-        if fmt == "jsonl":
-            return list(next(read_jsonl(path))[1])
-        return [c.strip().strip('"') for c in line.lstrip("\ufeff").split(
-            "\t" if fmt == "tsv" else ",")]
+def columns_of(path: Path, columns: Collection[str] = TEXT_COLUMNS) -> list[str]:
+    """Column names of a JSON-lines, CSV or TSV file: the first record's keys, or the header
+    cut where the reader cuts it (at the delimiter with which it names one of `columns`, the
+    text column: `find_delimiter`)."""
+    fmt = detect_format(path, columns)
+    if fmt == "jsonl":
+        return next((list(record) for _, record in read_jsonl(path)), [])
+    for _, row, _ in csv_rows(find_delimiter(Source(path, fmt, compression_of(path)), columns)):
+        if any(cell.strip() for cell in row):
+            return [name.strip().lstrip("\ufeff") for name in row]
     return []
 
 

@@ -18,12 +18,15 @@ word without pieces) would make each as likely as an average piece, on every mas
 
 The result is the same kind of directory as the input (its config.json kept, `vocab_size`
 changed; every other weight byte for byte; a sentence-transformers pipeline copied), which
-bertkit, `transformers` and sentence-transformers load.
+bertkit, `transformers` and sentence-transformers load. Its model card (README.md) is the
+input's with a section saying what was added, from which text, and the command that does it
+again (`bertkit.model.card`).
 """
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +36,7 @@ import torch
 from safetensors.torch import save_file
 
 from bertkit.files import UserError, atomic_dir, check_not_input, read_json
+from bertkit.model.card import CARD_FILE, card_with_section, read_card
 from bertkit.model.hub import load_config, load_weights
 from bertkit.model.kind import ModelKind, require_kind
 from bertkit.text.extend import (NewChar, NewWord, add_chars, check_extendable,
@@ -105,6 +109,40 @@ def grow_rows(weights: dict[str, torch.Tensor], names: Sequence[str], size: int,
     return out
 
 
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'s' * (n != 1)}"
+
+
+def extension_section(ext: Extension, model: str, inputs: Sequence[str], command: str,
+                      below_a_card: bool) -> str:
+    """The model card's section on `ext`, made from the model `model` and the domain text
+    `inputs` (as given) by `command`."""
+    first, last = ext.first_id, ext.tokenizer.vocab_size - 1
+    (before, after), named = ext.vocab_size, ", ".join(f"`{i}`" for i in inputs)
+    above = f" The card above is `{model}`'s." if below_a_card else ""
+    return (f"This model is `{model}` with {_plural(len(ext.words), 'word')} and "
+            f"{_plural(len(ext.chars), 'character')} added to its {ext.tokenizer.kind} "
+            f"vocabulary by `bertkit tokenizer extend` ({_plural(last - first + 1, 'piece')}, "
+            f"ids {first}-{last} of vocab.txt; model rows {before} -> {after}): the characters "
+            f"of the domain text {named} that it read as [UNK], and its words that the "
+            f"vocabulary split into the most pieces.{above} A new word's rows in the "
+            f"embeddings and the masked-LM decoder start at the mean of the rows of the pieces "
+            f"it was split into, a new character's at the rows of [UNK]: they mean more once "
+            f"the model is trained on text that holds them.\n\n"
+            f"```bash\n{command}\n```")
+
+
+def _command(model, files, add: int, out, min_count: int, max_chars: int | None,
+             text_field: str) -> str:
+    """The `bertkit tokenizer extend` line of these arguments, as the card shows it."""
+    argv = ["bertkit", "tokenizer", "extend", "--model", str(model),
+            "--input", *map(str, files)]
+    argv += ["--text-field", text_field] if text_field != "text" else []
+    argv += ["--add", str(add), "--min-count", str(min_count)]
+    argv += ["--max-chars", str(max_chars)] if max_chars is not None else []
+    return shlex.join(argv + ["--out", str(out)])
+
+
 def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
                       out: str | Path, *, min_count: int = 2, max_chars: int | None = None,
                       text_field: str = "text", progress: bool = True) -> Extension:
@@ -128,7 +166,7 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
     sources = expand(files, text_field, "domain text", [out])
     check_not_input(out, [path, *(s.path for s in sources)],
                     names=["--model"] + ["--input"] * len(sources))
-    pipeline = sentence_pipeline(path)
+    pipeline, card = sentence_pipeline(path), read_card(path)
     weights = load_weights(path)
     names = vocabulary_weights(weights, config.vocab_size, path)
     counts = count_words(tokenizer, sources, progress)
@@ -147,6 +185,10 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
     weights = grow_rows(weights, names, size, [w.pieces for w in words], lettered.vocab_size)
     hf_config = read_json(path / "config.json", "config.json")
     hf_config["vocab_size"] = size
+    ext = Extension(chars, words, tokenizer.vocab_size, (config.vocab_size, size),
+                    (domain_pieces(tokenizer, counts), domain_pieces(grown, counts)),
+                    (domain_unknown(tokenizer, counts), domain_unknown(grown, counts)), grown)
+    command = _command(model, files, add, out, min_count, max_chars, text_field)
     with atomic_dir(out, replaces=SENTENCE_FILES) as tmp:  # an earlier run's, if not copied
         save_file({k: v.contiguous() for k, v in weights.items()},
                   str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -155,6 +197,8 @@ def extend_vocabulary(model: str | Path, files: Sequence[str | Path], add: int,
         grown.save(tmp)
         for name in pipeline:
             (shutil.copytree if (path / name).is_dir() else shutil.copy)(path / name, tmp / name)
-    return Extension(chars, words, tokenizer.vocab_size, (config.vocab_size, size),
-                     (domain_pieces(tokenizer, counts), domain_pieces(grown, counts)),
-                     (domain_unknown(tokenizer, counts), domain_unknown(grown, counts)), grown)
+        section = extension_section(ext, str(model), [str(f) for f in files], command,
+                                    card is not None and bool(card.strip()))
+        (tmp / CARD_FILE).write_text(card_with_section(card, "Vocabulary extended", section),
+                                     encoding="utf-8")
+    return ext

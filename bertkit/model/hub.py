@@ -357,13 +357,14 @@ def load_encoder(path: str | Path, device: str | torch.device = "cpu") -> Encode
 
 def load_pretraining_model(path: str | Path,
                            device: str | torch.device = "cpu") -> PretrainingModel:
-    """Encoder + MLM + NSP heads; heads the directory lacks are initialised (with a warning)."""
+    """Encoder + MLM + NSP heads; heads the directory lacks are initialised (with a warning)
+    and named in the model's `not_loaded`."""
     path = resolve_model(path)
     cfg = load_config(path)
     encoder_state, other = from_hf_state_dict(load_weights(path), cfg.architecture)
     model = PretrainingModel(cfg)
     init_weights(model, cfg, _missing_weights_generator())
-    load_state_into(model, encoder_state, other, path)
+    model.not_loaded = frozenset(load_state_into(model, encoder_state, other, path))
     return model.to(device).eval()
 
 

@@ -11,13 +11,16 @@ Under `torchrun` the same call runs data-parallel: each rank reads its own share
 global batch (gloo on the CPU, NCCL on GPUs) and rank 0 writes.
 
 The final directory at the top of `out` is a Hugging Face BERT directory (BertForPreTraining
-weights, config.json, tokenizer files). The span objective's boundary head has no Hugging Face
-counterpart: it is saved beside the model as `sbo.safetensors` (transformers ignores that file),
-and `--init` of such a directory with `--objective span` picks it up again. An electra run
-saves the discriminator at the top and its generator in OUT/generator (`hub.save_electra`).
+weights, config.json, tokenizer files), less the heads the --init directory lacked that the
+objective does not train (`untrained_heads`: a BertModel's NSP head). The span objective's
+boundary head has no Hugging Face counterpart: it is saved beside the model as
+`sbo.safetensors` (transformers ignores that file), and `--init` of such a directory with
+`--objective span` picks it up again. An electra run saves the discriminator at the top and
+its generator in OUT/generator (`hub.save_electra`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -31,6 +34,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
+from torch import nn
 
 from bertkit import signals
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
@@ -381,24 +385,51 @@ def _fresh_config(opts: PretrainOptions, vocab_size: int) -> EncoderConfig:
         raise UserError(str(e)) from None
 
 
+def untrained_heads(model: PretrainingModel | ElectraModel, objective: str) -> list[str]:
+    """The heads ("nsp", "encoder.pooler") a run does not save: those the --init directory
+    lacked (a BertModel's, as sentence-transformers ships them, has no NSP head) that
+    `objective` does not train. Saved, their random weights would load in BertForPreTraining
+    as if learned; left out, transformers says they are newly initialised."""
+    if objective == "mlm+nsp" or isinstance(model, ElectraModel):
+        return []
+    heads = {"nsp": model.nsp, "encoder.pooler": model.encoder.pooler}
+    return [name for name, head in heads.items() if head is not None
+            and any(f"{name}.{k}" in model.not_loaded for k in head.state_dict())]
+
+
+@contextlib.contextmanager
+def _detached(model: nn.Module, names: list[str]):
+    """`model` with its submodules `names` ("sbo", "encoder.pooler") set to None, for as long
+    as the block runs: what `hub.save_model` must not see."""
+    held = []
+    for name in names:
+        parent, _, attr = name.rpartition(".")
+        owner = model.get_submodule(parent)
+        held.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, None)
+    try:
+        yield model
+    finally:
+        for owner, attr, module in reversed(held):
+            setattr(owner, attr, module)
+
+
 def save_pretrained(model: PretrainingModel | ElectraModel, path: Path, tokenizer,
-                    causal: bool = False) -> None:
+                    causal: bool = False, leave_out: list[str] | None = None) -> None:
     """A Hugging Face directory; the SBO head, if any, beside it in sbo.safetensors. `causal`
-    (a clm run) writes `"is_decoder": true` in config.json, what `bertkit generate` asks for.
+    (a clm run) writes `"is_decoder": true` in config.json, what `bertkit generate` asks for;
+    the heads in `leave_out` (`untrained_heads`) are not saved.
     An ElectraModel: the discriminator, and its generator in GENERATOR_DIR (`hub.save_electra`)."""
     if isinstance(model, ElectraModel):
         save_electra(model, path, tokenizer=tokenizer)
         return
-    sbo, extra = model.sbo, {}
-    if sbo is not None:
+    extra = {}
+    if model.sbo is not None:
         extra[SBO_FILE] = safetensors_bytes(
-            {k: v.detach().cpu().contiguous() for k, v in sbo.state_dict().items()})
-        model.sbo = None
-    try:
+            {k: v.detach().cpu().contiguous() for k, v in model.sbo.state_dict().items()})
+    with _detached(model, ["sbo", *(leave_out or [])]):
         save_model(model, path, tokenizer=tokenizer, extra_files=extra,
                    extra_config={"is_decoder": True} if causal else None)
-    finally:
-        model.sbo = sbo
 
 
 def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int,
@@ -515,8 +546,9 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
         return train(model, objectives.loss_for(opts.objective, opts.electra.detection_weight),
                      batches, cfg, opts.out,
                      evaluate=evaluate if held else None,
-                     save=lambda m, path: save_pretrained(m, path, tokenizer,
-                                                          opts.objective == "clm"),
+                     save=lambda m, path: save_pretrained(
+                         m, path, tokenizer, opts.objective == "clm",
+                         leave_out=untrained_heads(m, opts.objective)),
                      target_count=objectives.target_count(opts.objective),
                      fingerprint=fingerprint, device=device,
                      settings=settings,
@@ -668,7 +700,6 @@ def _settings_fingerprint(opts: PretrainOptions) -> dict:
 
 
 __all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",
-           "resolve",
-           "model_to_pretrain", "save_pretrained", "start_distributed", "restart_store",
-           "peer_failure", "SBO_FILE"]
+           "resolve", "model_to_pretrain", "save_pretrained", "untrained_heads",
+           "start_distributed", "restart_store", "peer_failure", "SBO_FILE"]
 

@@ -426,13 +426,20 @@ def find_delimiter(source: Source, columns: Collection[str]) -> Source:
     if first is None:
         return source
     own = DELIMITERS[source.format]
-    cuts = {d: _header_names(first[1], d) for d in (own, *OTHER_DELIMITERS)}
-    found = [d for d, names in cuts.items() if set(columns) & set(names)]
-    if not found and len(cuts[own]) == 1:
-        found = [d for d, names in cuts.items() if len(names) > 1]
-    chosen = found[0] if found else own
+    chosen = naming_delimiter(first[1], columns, (own, *OTHER_DELIMITERS))
+    if chosen is None and len(_header_names(first[1], own)) == 1:
+        chosen = next((d for d in OTHER_DELIMITERS if len(_header_names(first[1], d)) > 1),
+                      None)
+    chosen = chosen or own
     return source if chosen == _delimiter(source) else dataclasses.replace(source,
                                                                           delimiter=chosen)
+
+
+def naming_delimiter(header: str, columns: Collection[str],
+                     delimiters: Sequence[str] = OTHER_DELIMITERS) -> str | None:
+    """The first of `delimiters` that cuts the header line `header` into names among which
+    is one of `columns`; None where none does (`find_delimiter`'s strict rule)."""
+    return next((d for d in delimiters if set(columns) & set(_header_names(header, d))), None)
 
 
 def _delimiter(source: Source) -> str:

@@ -44,6 +44,42 @@ def test_formats_are_recognised(tmp_path):
         assert readers.detect_format(_write(tmp_path, name, text)) == want, name
 
 
+def test_a_header_that_names_the_text_with_semicolons_or_pipes_is_csv(tmp_path):
+    """A .txt (or nameless) file whose header names the text column only when cut at ';' or
+    '|' is CSV, read with that delimiter (`sources.find_delimiter`'s strict rule); a file that
+    read before reads as it did, and one whose header names no text column is no CSV."""
+    from bertkit.finetuning.task import columns_of
+
+    rows = [("A fine film, really", "positive"), ("Say no", "negative")]
+    for name, d in (("semi.txt", ";"), ("pipe.txt", "|"), ("semi", ";")):
+        path = _write(tmp_path, name, f"text{d}label\n" + "".join(f"{t}{d}{y}\n"
+                                                                  for t, y in rows))
+        assert readers.detect_format(path) == "csv", name
+        assert columns_of(path) == ["text", "label"], name
+        assert [(e.text, e.label) for e in readers.read_text_examples(path)] == rows, name
+    # short rows that look like CoNLL: its reader refuses the header, the CSV reader reads them
+    short = _write(tmp_path, "short.txt", "sentence;label\n" + "great film;pos\n" * 30)
+    assert readers.detect_format(short) == "csv"
+    assert readers.read_text_examples(short, text_column="sentence")[0].text == "great film"
+    # a column named on the command line counts as the defaults do
+    named = _write(tmp_path, "named.txt", "review;stars\nfine film;5\nbad one;1\n")
+    with pytest.raises(UserError, match="cannot tell the format"):
+        readers.detect_format(named)
+    assert [e.label for e in readers.read_text_examples(named, text_column="review",
+                                                        label_column="stars")] == ["5", "1"]
+    # no text column named: as before, whatever the semicolons
+    for name, text in (("prose.txt", "I came; I saw; I left the text and the label there.\n"),
+                       ("other.txt", "id;score\n1;2\n")):
+        with pytest.raises(UserError, match="cannot tell the format"):
+            readers.detect_format(_write(tmp_path, name, text))
+    # CoNLL whose tokens hold semicolons, and a comma CSV with ';' in its header, as before
+    conll = _write(tmp_path, "c.txt", "text;label\tO\nis\tO\n")
+    assert readers.detect_format(conll) == "conll"
+    mixed = _write(tmp_path, "m.txt", "text,label;x\nfine,y\n")
+    assert readers.detect_format(mixed) == "csv"
+    assert readers.read_text_examples(mixed, label_column="label;x")[0].text == "fine"
+
+
 def test_jsonl_csv_tsv_give_the_same_examples(tmp_path):
     rows = [("A fine film, really", "It is", "positive"), ('Say "no"', "x", "negative")]
     jl = "".join(json.dumps({"t": t, "p": p, "y": y}) + "\n" for t, p, y in rows)

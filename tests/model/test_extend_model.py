@@ -176,6 +176,47 @@ def test_command_line_end_to_end(tmp_path, capsys):
         .shape[0] == hub.load_config(out).vocab_size == 94
 
 
+def test_the_model_card_is_kept_and_says_what_was_extended(tmp_path, monkeypatch, capsys):
+    """README.md of --out: the source's card as it was, then a section saying what was added,
+    from which input, and the command that does it again; no date, so the same command writes
+    the same card. A source without a card gets the section alone; extended again, a second
+    section."""
+    import re
+
+    source = _model_dir(tmp_path, "bert", "wordpiece")
+    card = "---\nlicense: apache-2.0\ntags:\n- bert\n---\n\n# A tiny model\n\nSyllables.\n"
+    (source / "README.md").write_text(card, encoding="utf-8")
+    _domain(tmp_path / "d.txt")
+    monkeypatch.chdir(tmp_path)
+
+    def extend(model: str, out: str) -> str:
+        assert main(["tokenizer", "extend", "--model", model, "--input", "d.txt", "--add", "3",
+                     "--out", out, "--quiet"]) == 0
+        return (tmp_path / out / "README.md").read_text(encoding="utf-8")
+
+    written = extend("model", "out")
+    assert written.startswith(card) and written.count("---\n") == 2  # front matter first
+    section = written[len(card):]
+    assert "## Vocabulary extended" in section and "`model`" in section
+    assert "3 words and 1 character" in section and "`d.txt`" in section
+    assert "ids 90-93" in section and "90 -> 94" in section
+    assert "bertkit tokenizer extend --model model --input d.txt --add 3" in section
+    assert not re.search(r"\b20\d\d\b", section)  # no date: the same command, the same card
+    assert extend("model", "out") == written
+    (source / "README.md").unlink()
+    assert extend("model", "out") == section.lstrip("\n").replace(
+        " The card above is `model`'s.", "")
+    (source / "README.md").write_text(card, encoding="utf-8")
+    assert extend("model", "out") == written
+    assert extend("out", "twice").startswith(written)
+    assert (tmp_path / "twice" / "README.md").read_text().count("## Vocabulary extended") == 2
+    (source / "README.md").write_bytes(b"# caf\xe9\n")  # Latin-1: refused, nothing written
+    assert main(["tokenizer", "extend", "--model", "model", "--input", "d.txt", "--add", "3",
+                 "--out", "latin", "--quiet"]) == 2
+    assert "model/README.md: the model card is not UTF-8 text (byte 5)" in capsys.readouterr().err
+    assert not (tmp_path / "latin").exists()
+
+
 def test_the_domain_text_comes_in_any_shape_prepare_reads(tmp_path, capsys):
     """Gzipped JSON lines by a glob, the text in --text-field: the words counted are those of
     the field alone (the other fields' numbers and names are no words of the domain), the
@@ -298,6 +339,8 @@ def test_minilm_reads_the_emoji_it_lacked(tmp_path, minilm_dir):
     assert [hf(t)["input_ids"] for t in texts] == [ours.encode(t).ids for t in texts]
     assert ours.encode(texts[0]).tokens == ["[CLS]", "great", "movie", "##😀", "!", "[SEP]"]
     assert ours.encode(texts[2]).ids == before.encode(texts[2]).ids
+    card = (minilm_dir / "README.md").read_text(encoding="utf-8")
+    assert (tmp_path / "out" / "README.md").read_text(encoding="utf-8").startswith(card)
     model, info = transformers.AutoModel.from_pretrained(tmp_path / "out",
                                                          output_loading_info=True)
     assert not info["missing_keys"] and model.config.vocab_size == V + 7

@@ -182,6 +182,85 @@ def test_pretrain_cli_writes_a_hugging_face_directory_with_the_sbo_head_beside(
     assert len(evals) == 2 and "eval_sbo_loss" in evals[-1]
 
 
+def test_continued_pretraining_saves_no_head_it_neither_loaded_nor_trained(prepared, tmp_path,
+                                                                           capsys):
+    """--init of an encoder without pretraining heads (a BertModel, as sentence-transformers
+    ships them) and an objective without NSP: the MLM head is trained and saved, the random
+    NSP head is not, so transformers says it is newly initialised instead of loading it as if
+    trained; the pooler the directory had is kept. mlm+nsp then trains the head and saves it."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit.config import EncoderConfig
+    from bertkit.model.encoder import Encoder
+    from bertkit.model.hub import save_model
+    from bertkit.text.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load(prepared / "tokenizer")
+    headless = tmp_path / "headless"
+    save_model(Encoder(EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=32,
+                                     num_layers=1, num_heads=2, intermediate_size=64,
+                                     max_positions=64)), headless, tokenizer=tokenizer)
+    pooler = load_file(str(headless / "model.safetensors"))["pooler.dense.weight"]
+    mlm, nsp = tmp_path / "mlm", tmp_path / "nsp"
+
+    def continued(init: Path, out: Path, objective: str) -> str:
+        assert _cli(["pretrain", "--data", str(prepared), "--out", str(out), "--init",
+                     str(init), "--objective", objective, "--max-steps", "2", *TINY[2:]]) == 0
+        return capsys.readouterr().err
+
+    continued(headless, mlm, "mlm")
+    _, info = transformers.BertForPreTraining.from_pretrained(mlm, output_loading_info=True)
+    assert sorted(info["missing_keys"]) == ["cls.seq_relationship.bias",
+                                            "cls.seq_relationship.weight"], info
+    assert not info["unexpected_keys"], info
+    saved = load_file(str(mlm / "model.safetensors"))
+    assert "cls.predictions.transform.dense.weight" in saved  # trained by mlm: kept
+    torch.testing.assert_close(saved["bert.pooler.dense.weight"], pooler)  # loaded: kept
+    # bertkit says the head is absent too; mlm+nsp trains it, and it is saved
+    assert "no weights for nsp.weight, nsp.bias; initialised" in continued(mlm, nsp, "mlm+nsp")
+    _, info = transformers.BertForPreTraining.from_pretrained(nsp, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+
+
+def _saved_for_mlm(init: Path, out: Path) -> set[str]:
+    """What transformers' BertForPreTraining finds missing in what an mlm run from `init`
+    saves, and that the model keeps the heads it saved without."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit.model.hub import load_pretraining_model
+    from bertkit.pretraining.recipe import save_pretrained, untrained_heads
+
+    with pytest.warns(UserWarning, match="no weights for"):
+        model = load_pretraining_model(init)
+    assert untrained_heads(model, "mlm+nsp") == []  # trained: saved
+    save_pretrained(model, out, None, leave_out=untrained_heads(model, "mlm"))
+    assert model.nsp is not None and model.encoder.pooler is not None  # left out of the save only
+    _, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
+    assert not info["unexpected_keys"], info
+    return set(info["missing_keys"])
+
+
+def test_the_real_minilm_continued_with_mlm_saves_its_pooler_and_no_nsp_head(minilm_dir,
+                                                                              tmp_path):
+    assert _saved_for_mlm(minilm_dir, tmp_path / "out") == {"cls.seq_relationship.weight",
+                                                            "cls.seq_relationship.bias"}
+
+
+def test_a_pooler_the_init_lacked_is_not_saved_by_a_run_that_does_not_train_it(tmp_path):
+    from safetensors.torch import save_file
+
+    from bertkit.config import EncoderConfig
+    from bertkit.model.encoder import Encoder
+    from bertkit.model.hub import save_model
+
+    bare = save_model(Encoder(EncoderConfig(vocab_size=50, hidden_size=16, num_layers=1,
+                                            num_heads=2, intermediate_size=32)), tmp_path / "b")
+    weights = load_file(str(bare / "model.safetensors"))
+    save_file({k: v for k, v in weights.items() if not k.startswith("pooler.")},
+              str(bare / "model.safetensors"), metadata={"format": "pt"})
+    assert _saved_for_mlm(bare, tmp_path / "out") == {
+        "cls.seq_relationship.weight", "cls.seq_relationship.bias",
+        "bert.pooler.dense.weight", "bert.pooler.dense.bias"}
+
+
 def test_pretrain_cli_electra_writes_the_discriminator_and_its_generator_for_transformers(
         prepared, tmp_path):
     transformers = pytest.importorskip("transformers")

@@ -18,12 +18,11 @@ from bertkit.files import UserError
 from bertkit.finetuning import baselines, metrics
 from bertkit.finetuning.heads import POOLINGS, SequenceClassifier
 from bertkit.finetuning.inputs import Item
-from bertkit.finetuning.readers import (TextExample, check_labels, collect_labels,
-                                        detect_format, read_text_examples)
+from bertkit.finetuning.readers import (TEXT_COLUMNS, TextExample, check_labels,
+                                        collect_labels, detect_format, read_text_examples)
 from bertkit.finetuning.task import (Defaults, ModelFacts, Task, columns_of, fitted,
                                      model_inputs, pick_column, text_lines)
 
-TEXT_COLUMNS = ("text", "sentence", "premise", "sentence1", "question")
 PAIR_COLUMNS = ("pair", "hypothesis", "sentence2", "text_b")
 LABEL_COLUMNS = ("label", "labels", "score", "relatedness")
 
@@ -61,14 +60,19 @@ class TextTask(Task):
         return self.pair_column is not None
 
     def configure(self, train_path: Path) -> "TextTask":
-        fmt = detect_format(train_path)
+        fmt = detect_format(train_path, self.text_columns)
         if fmt not in ("jsonl", "csv", "tsv"):
             raise UserError(f"{train_path}: {self.name} reads JSON lines, CSV or TSV, not {fmt}")
         return self.with_columns(Path(train_path))
 
+    @property
+    def text_columns(self) -> tuple[str, ...]:
+        """The text column's name, or the names it may go by (TEXT_COLUMNS)."""
+        return (self.text_column,) if self.text_column else TEXT_COLUMNS
+
     def with_columns(self, path: Path) -> "TextTask":
         """The columns left None picked from those of the file at `path`."""
-        columns = columns_of(path)
+        columns = columns_of(path, self.text_columns)
         return dataclasses.replace(
             self, text_column=pick_column(self.text_column, columns, TEXT_COLUMNS, path, "text"),
             pair_column=self.pick_pair(self.pair_column, columns, path),
@@ -109,7 +113,7 @@ class TextTask(Task):
                                 f"this line has no tab")
             return [TextExample(*(text.split("\t", 1) if self.pairs else [text]), source=key)
                     for text, key in zip(*lines)]
-        fmt = detect_format(p)
+        fmt = detect_format(p, [self.text_column or "text"])
         if fmt not in ("jsonl", "csv", "tsv"):
             # short texts split by spaces look like CoNLL: only the suffix tells them apart
             raise UserError(f"{p}: a {self.name} model reads .txt, JSONL, CSV or TSV here, "
