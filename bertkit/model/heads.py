@@ -106,9 +106,9 @@ class PretrainingModel(nn.Module):
         # transformers' ModernBERT has no next-sentence head (RoBERTa showed it does not help)
         self.nsp = NextSentenceHead(cfg) if cfg.architecture == "bert" else None
         self.sbo = sbo
-        # the weights a loaded directory lacked, left at their initial draw (`hub.
-        # load_pretraining_model`): a run that does not train them must not save them as if
-        # they were learned
+        # the weights at their initial draw: all of a fresh model's, those a loaded directory
+        # lacked (`hub.load_pretraining_model`): a run that does not train them must not save
+        # them as if they were learned
         self.not_loaded: frozenset[str] = frozenset()
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,

@@ -412,9 +412,9 @@ def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
         default_arch = ["ModernBertForMaskedLM" if modern else "BertForPreTraining"]
     config = _hf_config(cfg, architectures or default_arch, extra_config, tokenizer)
     hf = to_hf_state_dict(_cpu_state(module), prefix, cfg.architecture)
-    if config["architectures"] == ["BertForMaskedLM"]:
-        # transformers' BertForMaskedLM has neither pooler nor NSP head: leave them out so it
-        # loads with no unexpected keys (an MLM-only run never trains them anyway).
+    if config["architectures"] in (["BertForMaskedLM"], ["BertLMHeadModel"]):
+        # transformers' BertForMaskedLM (and BertLMHeadModel) has neither pooler nor NSP head:
+        # leave them out so it loads with no unexpected keys (an MLM-only run never trains them).
         hf = {k: v for k, v in hf.items()
               if not k.startswith(("bert.pooler.", "cls.seq_relationship."))}
     with atomic_dir(path) as tmp:

@@ -351,6 +351,7 @@ def model_to_pretrain(opts: PretrainOptions, vocab_size: int,
             model = load_pretraining_model(opts.init)
     else:
         model = new_pretraining_model(_fresh_config(opts, vocab_size), seed)
+        model.not_loaded = frozenset(model.state_dict())  # all of it at its initial draw
     cfg = model.config
     if opts.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
@@ -386,9 +387,9 @@ def _fresh_config(opts: PretrainOptions, vocab_size: int) -> EncoderConfig:
 
 
 def untrained_heads(model: PretrainingModel | ElectraModel, objective: str) -> list[str]:
-    """The heads ("nsp", "encoder.pooler") a run does not save: those the --init directory
-    lacked (a BertModel's, as sentence-transformers ships them, has no NSP head) that
-    `objective` does not train. Saved, their random weights would load in BertForPreTraining
+    """The heads ("nsp", "encoder.pooler") a run does not save: those at their initial draw
+    (a fresh model's; those the --init directory lacked: a BertModel's, as sentence-transformers
+    ships them, has no NSP head) that `objective` does not train. Saved, their random weights would load in BertForPreTraining
     as if learned; left out, transformers says they are newly initialised."""
     if objective == "mlm+nsp" or isinstance(model, ElectraModel):
         return []
@@ -418,7 +419,8 @@ def save_pretrained(model: PretrainingModel | ElectraModel, path: Path, tokenize
                     causal: bool = False, leave_out: list[str] | None = None) -> None:
     """A Hugging Face directory; the SBO head, if any, beside it in sbo.safetensors. `causal`
     (a clm run) writes `"is_decoder": true` in config.json, what `bertkit generate` asks for;
-    the heads in `leave_out` (`untrained_heads`) are not saved.
+    the heads in `leave_out` (`untrained_heads`) are not saved: a BERT without NSP and pooler
+    as BertForMaskedLM (BertLMHeadModel if causal).
     An ElectraModel: the discriminator, and its generator in GENERATOR_DIR (`hub.save_electra`)."""
     if isinstance(model, ElectraModel):
         save_electra(model, path, tokenizer=tokenizer)
@@ -427,8 +429,12 @@ def save_pretrained(model: PretrainingModel | ElectraModel, path: Path, tokenize
     if model.sbo is not None:
         extra[SBO_FILE] = safetensors_bytes(
             {k: v.detach().cpu().contiguous() for k, v in model.sbo.state_dict().items()})
+    headless = model.nsp is not None and {"nsp", "encoder.pooler"} <= set(leave_out or [])
     with _detached(model, ["sbo", *(leave_out or [])]):
+        # without NSP and pooler, a BERT is the transformers class that has neither
         save_model(model, path, tokenizer=tokenizer, extra_files=extra,
+                   architectures=[("BertLMHeadModel" if causal else "BertForMaskedLM")]
+                   if headless else None,
                    extra_config={"is_decoder": True} if causal else None)
 
 

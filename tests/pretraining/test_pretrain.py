@@ -162,7 +162,27 @@ def test_on_a_gpu_the_compiled_step_never_syncs_once_compiled(prepared, tmp_path
                   "--max-steps", "8", "--early-fraction", "0", "--compile") == 0  # one shape
 
 
-@pytest.mark.parametrize("architecture,hf_class", [("bert", "BertForPreTraining"),
+@pytest.mark.parametrize("objective,hf_class", [("mlm", "BertForMaskedLM"),
+                                               ("clm", "BertLMHeadModel"),
+                                               ("mlm+nsp", "BertForPreTraining")])
+def test_a_fresh_bert_run_saves_only_the_heads_it_trained_as_the_class_that_has_them(
+        prepared, tmp_path, objective, hf_class):
+    """NSP and the pooler learn only in mlm+nsp: elsewhere their random draw is left out (it
+    would load in BertForPreTraining as if learned) and the directory names the transformers
+    class without them, which loads it with no missing or unexpected keys."""
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "run"
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(out), "--objective",
+                 objective, "--architecture", "bert", "--max-steps", "2", *TINY]) == 0
+    assert json.loads((out / "config.json").read_text())["architectures"] == [hf_class]
+    _, info = getattr(transformers, hf_class).from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    saved = load_file(str(out / "model.safetensors"))
+    for name in ("cls.seq_relationship.weight", "bert.pooler.dense.weight"):
+        assert (name in saved) == (objective == "mlm+nsp"), name
+
+
+@pytest.mark.parametrize("architecture,hf_class", [("bert", "BertForMaskedLM"),
                                                   ("modern", "ModernBertForMaskedLM")])
 def test_pretrain_cli_writes_a_hugging_face_directory_with_the_sbo_head_beside(
         prepared, tmp_path, architecture, hf_class):
