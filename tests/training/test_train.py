@@ -155,17 +155,22 @@ def test_a_run_stopped_by_its_time_budget_logs_the_steps_since_its_last_log_line
     assert (tmp_path / "run/loss.png").is_file()
 
 
-def test_a_run_interrupted_between_log_steps_says_the_step_it_stopped_at(tmp_path, tiny, capsys):
-    """Its last window is left to the resume (the records equal an unbroken run's), but the
-    last progress line says the step reached, not the last logged one."""
+def _sigterm_at_step(n: int):
+    """An MLM loss that sends this process SIGTERM during step `n`."""
     calls = []
 
     def loss_fn(model, batch):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == n:
             os.kill(os.getpid(), signal.SIGTERM)
         return objectives.mlm_loss(model, batch)
+    return loss_fn
 
+
+def test_a_run_interrupted_between_log_steps_says_the_step_it_stopped_at(tmp_path, tiny, capsys):
+    """Its last window is left to the resume (the records equal an unbroken run's), but the
+    last progress line says the step reached, not the last logged one."""
+    loss_fn = _sigterm_at_step(3)
     result = train(tiny.model(), loss_fn, tiny.FakeBatches(),
                    TrainConfig(max_steps=50, log_every=50), tmp_path / "run")
     assert result.stopped_by == "interrupted" and result.step == 3
@@ -254,14 +259,7 @@ def test_batches_that_change_during_the_run_are_told_how_far_it_is(tmp_path, tin
 
 
 def test_sigterm_finishes_the_step_saves_and_stops(tmp_path, tiny):
-    calls = []
-
-    def loss_fn(model, batch):
-        calls.append(1)
-        if len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return objectives.mlm_loss(model, batch)
-
+    loss_fn = _sigterm_at_step(3)
     result = train(tiny.model(), loss_fn, tiny.FakeBatches(),
                    TrainConfig(max_steps=50, log_every=5),
                    tmp_path / "run", show_progress=False)
