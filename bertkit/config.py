@@ -6,7 +6,10 @@ Hugging Face `BertConfig` reads and writes, so a bertkit model directory is a BE
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal, get_args
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
@@ -333,18 +336,48 @@ def preset(name: str, **overrides) -> EncoderConfig:
 
 # Training ------------------------------------------------------------------------------------
 
+DURATION_FORMS = "e.g. 90s, 10m, 1.5h, or minutes as a number"
+"""What a time budget may be, as its error and its --help say."""
+_NUMBER = r"(\d+\.?\d*|\.\d+)"
+_DURATION = re.compile(f"(?:{_NUMBER}h)?(?:{_NUMBER}m)?(?:{_NUMBER}s)?")
+
+
+def parse_minutes(value: str | float, name: str = "max_time") -> float:
+    """A time budget in minutes: a number (minutes, as before units were read), or a string
+    of hours, minutes and seconds in that order, each optional, "30s", "90s", "10m", "1.5h",
+    "1h30m"; a bare number in a string is minutes too. Anything else, zero or less included,
+    is a ConfigError "NAME VALUE: not a duration (...)". Summed exactly and rounded once, so
+    that every spelling of one budget is one float ("6s" is 0.1)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        minutes = float(value)
+    elif isinstance(value, str) and (parts := _DURATION.fullmatch(value.strip())) and any(
+            parts.groups()):
+        hours, mins, secs = (Fraction(p or 0) for p in parts.groups())
+        minutes = float(hours * 60 + mins + secs / 60)
+    else:
+        try:  # float's spellings of a number, as the flag took before
+            minutes = float(value) if isinstance(value, str) else math.nan
+        except ValueError:
+            minutes = math.nan
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise ConfigError(f"{name} {value}: not a duration ({DURATION_FORMS})")
+    return minutes
+
+
 Schedule = Literal["linear", "cosine", "constant", "wsd"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
 @dataclass
 class TrainConfig:
-    """Settings of `bertkit.training.loop.train`, shared by pretraining and fine-tuning."""
+    """Settings of `bertkit.training.loop.train`, shared by pretraining and fine-tuning.
+    max_time may be given as a duration, "90s", "1h30m" (`parse_minutes`): it is kept in
+    minutes."""
 
     lr: float = 1e-4
     """Peak learning rate, reached at the end of warm-up (groups passed in keep their own)."""
     max_steps: int | None = None
     """Stop after this many optimizer steps; the schedule decays over them."""
-    max_time: float | None = None
+    max_time: float | None = field(default=None, metadata={"duration": True})
     """Stop after this many minutes of training (eval and checkpoint time not counted); with
     no max_steps the schedule decays over the time budget instead of steps."""
     warmup_steps: int | None = None
@@ -409,6 +442,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
+        if isinstance(self.max_time, str):  # "90s", "1h30m": the budget in minutes
+            self.max_time = parse_minutes(self.max_time)
         if self.max_steps is None and self.max_time is None:
             # the one error of an option left out, so the user has typed nothing to map it from
             raise ConfigError("give max_steps or max_time, or both (--max-steps, --max-time "

@@ -48,7 +48,7 @@ class DemoOptions:
     """Directory for everything the demo writes."""
     input: list[Path] | None = None
     """Your text files; none fetches the default public-domain corpus."""
-    minutes: float = 5.0
+    minutes: float = field(default=5.0, metadata={"duration": True})
     """Pretraining wall time in minutes (training steps only)."""
     max_steps: int | None = None
     """Stop after this many steps instead (or as well)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertkit.config import PRESETS, ConfigError, EncoderConfig, preset
+from bertkit.config import PRESETS, ConfigError, EncoderConfig, parse_minutes, preset
 
 transformers = pytest.importorskip("transformers")
 
@@ -77,3 +77,40 @@ def test_modern_feed_forward_width_follows_an_overridden_shape():
     assert preset("mini", architecture="modern", hidden_size=384, num_heads=6,
                   intermediate_size=900).intermediate_size == 900
     assert preset("mini", hidden_size=384, num_heads=6).intermediate_size == 1024  # bert: the preset's
+
+
+@pytest.mark.parametrize("text,minutes", [
+    ("30s", 0.5), ("90s", 1.5), ("10m", 10.0), ("1.5h", 90.0), ("1h30m", 90.0),
+    ("1m30s", 1.5), ("2h0m30s", 120.5), (".5h", 30.0), ("0.25m", 0.25),
+    ("60", 60.0), ("0.1", 0.1), ("1e-3", 1e-3), (" 10m ", 10.0), (2, 2.0), (0.5, 0.5),
+])
+def test_durations_in_minutes(text, minutes):
+    assert parse_minutes(text) == minutes
+
+
+def test_a_duration_is_the_nearest_float_to_its_minutes_however_spelled():
+    """From the exact decimal, not through seconds in floating point: 6s and 0.1 (minutes)
+    are the same float, so a run resumed with either is given the same budget."""
+    assert parse_minutes("6s") == parse_minutes("0.1") == parse_minutes("0.1m") == 0.1
+    assert parse_minutes("0.1h") == 6.0 and parse_minutes("0.7s") == 7 / 600
+    assert parse_minutes("1h0.1m") == 60.1 and parse_minutes("10s") == 1 / 6
+
+
+@pytest.mark.parametrize("text", ["30 sec", "30sec", "-5m", "-5", "0", "0s", "0h0m", "", "m",
+                                  "1h 30m", "30m1h", "1m1m", "10M", "nan", "inf", "1d", "5ms",
+                                  "1..5m", "+5m", "h1", "1/3", True, 0, -1.0, float("nan"),
+                                  float("inf")])
+def test_what_is_not_a_duration(text):
+    with pytest.raises(ConfigError) as e:
+        parse_minutes(text, "--max-time")
+    assert str(e.value) == (f"--max-time {text}: not a duration (e.g. 90s, 10m, 1.5h, or "
+                            f"minutes as a number)")
+
+
+def test_train_config_takes_its_time_budget_as_a_duration_too():
+    from bertkit.config import TrainConfig
+
+    assert TrainConfig(max_time="90s").max_time == 1.5
+    assert TrainConfig(max_time=2).max_time == 2
+    with pytest.raises(ConfigError, match="^max_time 30 sec: not a duration"):
+        TrainConfig(max_time="30 sec")

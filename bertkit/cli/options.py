@@ -11,6 +11,10 @@ A command's options are typed once, as dataclass fields. From each field come:
 - its default (shown by `--help`); a field without one is required;
 - its help: the string literal right under the field, read from the class source with `ast`
   (no help text when the source is not available, nothing else changes);
+- a time budget in minutes, `metadata={"duration": True}` on a float: the flag and the
+  --config key also take "30s", "10m", "1.5h", "1h30m" (`bertkit.config.parse_minutes`), a
+  bare number is minutes; the command gets minutes, and a value that is no duration is a
+  one-line UserError from `Command.read`, not argparse's usage;
 - its name, the field's unless `metadata={"flag": "other_name"}` spells the flag and the
   --config key otherwise; `metadata={"flag": False}` gives the field no flag (a value the
   program fills in, such as a fine-tuned task's labels).
@@ -40,6 +44,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import re
 import shlex
 import sys
 import textwrap
@@ -55,9 +60,11 @@ if sys.version_info >= (3, 11):
 else:  # tomllib is new in 3.11; tomli is the same parser
     import tomli as tomllib
 
+from bertkit.config import DURATION_FORMS, ConfigError, parse_minutes
 from bertkit.files import UserError, check_not_input
 
 _ABSENT = object()
+_NEGATIVE = re.compile(r"^-\.?\d")
 _PLURALS = {int: "integers", float: "numbers", str: "strings", Path: "paths",
             bool: "true/false values"}
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", Path: "a path",
@@ -125,6 +132,9 @@ class Option:
     spelled: str | None = None
     """The name of the flag and the --config key (`metadata={"flag": NAME}`); None: the
     field's."""
+    duration: bool = False
+    """Minutes that may be spelled with units, "90s", "1h30m" (`metadata={"duration": True}`):
+    the flag keeps the text, `Command.read` turns it into minutes."""
 
     @property
     def dest(self) -> str:
@@ -204,8 +214,17 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
                             docs.get(f.name, ""), bool(f.metadata.get("positional")),
                             f.metadata.get("metavar"), kind is Path and is_output(f),
                             kind is Path and f.metadata.get("output") == "directory",
-                            bool(f.metadata.get("weighted")), f.metadata.get("flag")))
+                            bool(f.metadata.get("weighted")), f.metadata.get("flag"),
+                            _duration(cls, f, kind, nargs)))
     return found
+
+
+def _duration(cls: type, f: dataclasses.Field, kind: type, nargs) -> bool:
+    if not f.metadata.get("duration"):
+        return False
+    if kind is not float or nargs is not None:
+        raise TypeError(f"{cls.__name__}.{f.name}: a duration is one float (minutes)")
+    return True
 
 
 def is_output(f: dataclasses.Field) -> bool:
@@ -230,6 +249,8 @@ def _converter(opt: Option) -> Callable[[str], Any]:
     def convert(text: str):
         if opt.optional and text.lower() == "none" and (opt.kind in (int, float) or opt.choices):
             return None
+        if opt.duration:  # read by Command.read: a bad one is one line, not the usage
+            return text
         value = opt.kind(text)
         if opt.choices is not None and value not in opt.choices:
             raise argparse.ArgumentTypeError(
@@ -297,15 +318,23 @@ class Command:
         parser.add_argument("--config", metavar="FILE.toml",
                             help="settings from a TOML file (keys: the option names with "
                                  "underscores, a [table] for nested ones); flags override it")
-        for opt in self.flags():
+        flags = self.flags()
+        if any(opt.duration for opt in flags):
+            # "--max-time -5m" a value, refused in one line as no duration; argparse before
+            # 3.13 takes only "-5" and "-.5" for values and "-5m" for an unknown flag
+            parser._negative_number_matcher = _NEGATIVE
+        for opt in flags:
             help = opt.help
+            if opt.duration:
+                help += " Also with units: 30s, 10m, 1.5h, 1h30m; a bare number is minutes."
             if opt.default is dataclasses.MISSING:
                 help += " (required)"
             elif not opt.positional:
                 help += f" (default: {show(opt.default)})"
             help = help.strip().replace("%", "%%")
             metavar = opt.metavar or (("{" + ",".join(map(str, opt.choices)) + "}")
-                                      if opt.choices else opt.name.upper())
+                                      if opt.choices else
+                                      "DURATION" if opt.duration else opt.name.upper())
             if opt.kind is bool and opt.nargs is None:
                 parser.add_argument(opt.flag, "--no-" + opt.flag[2:], dest=opt.dest,
                                     action=_Switch, default=argparse.SUPPRESS, help=help)
@@ -331,6 +360,8 @@ class Command:
             value = getattr(args, opt.dest, _ABSENT)
             if value is _ABSENT or (opt.positional and value in (None, [])):
                 continue
+            if opt.duration and isinstance(value, str):
+                value = _minutes(value, opt.flag)
             _put(settings[opt.source], opt.path, tuple(value) if opt.container is tuple else value)
         where = f" (or set it in {config})" if config else ""
         for opt in flags:
@@ -432,6 +463,13 @@ def command_line(command: Command, instances: list, program: str = "bertkit") ->
         else:
             flags += [opt.flag, _spelled(value)]
     return shlex.join([program, *command.name.split(), *positional, *flags])
+
+
+def _minutes(text: str, name: str) -> float:
+    try:
+        return parse_minutes(text, name)
+    except ConfigError as e:
+        raise UserError(str(e)) from None
 
 
 def _spelled(value) -> str:
@@ -536,6 +574,11 @@ def _scalar(opt: Option, value, fail):
             raise fail("a table of paths with positive numbers (their weights), or tables "
                        "{weight = W, text_field = \"FIELD\"} (a field without ',' or '=')")
         return Path(",".join(f"{k}={w}" for k, w in zip(value, spelled)))
+    if opt.duration and isinstance(value, str):  # max_time = "90s"
+        try:
+            return parse_minutes(value)
+        except ConfigError:
+            raise fail(f"a duration ({DURATION_FORMS})") from None
     if kind is bool:
         ok = isinstance(value, bool)
     elif kind is int:

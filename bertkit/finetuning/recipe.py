@@ -38,7 +38,7 @@ from typing import Callable, Literal
 import torch
 from torch import nn
 
-from bertkit.config import TrainConfig
+from bertkit.config import ConfigError, TrainConfig, parse_minutes
 from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze
@@ -57,7 +57,9 @@ from bertkit.training.settings import run_settings, settings_block
 @dataclass
 class FinetuneConfig:
     """How a task is trained, whatever the task: the task's own settings (columns, scheme,
-    CRF, pooling, ...) are fields of its class (bertkit.finetuning.tasks)."""
+    CRF, pooling, ...) are fields of its class (bertkit.finetuning.tasks). max_time may be
+    given as a duration, "90s", "1h30m" (`bertkit.config.parse_minutes`): it is kept in
+    minutes."""
     epochs: int | None = None
     """Passes over the training data; None = the task's default for the model's size
     (`Task.defaults.epochs_for`: classify, pair and regress 3, or 10 under 5M block weights;
@@ -92,7 +94,7 @@ class FinetuneConfig:
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """fp32 or bf16 (autocast); auto: bf16 on a GPU that supports it or a CPU that multiplies
     it natively (measured at start, as pretraining does), else fp32."""
-    max_time: float | None = None
+    max_time: float | None = dataclasses.field(default=None, metadata={"duration": True})
     """Stop after this many minutes of training; without `epochs` the learning-rate schedule
     then decays over the time budget instead of the default epochs."""
     save_every: int | None = None
@@ -116,6 +118,11 @@ class FinetuneConfig:
             return UserError(f"--{name.replace('_', '-')} must be {wanted}, got "
                              f"{getattr(self, name)}")
 
+        if isinstance(self.max_time, str):
+            try:
+                self.max_time = parse_minutes(self.max_time, "--max-time")
+            except ConfigError as e:
+                raise UserError(str(e)) from None
         for name in ("epochs", "batch_size", "max_length", "evals_per_epoch", "patience",
                      "save_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:

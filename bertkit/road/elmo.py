@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -224,7 +224,7 @@ class ElmoOptions:
     """Rows per step."""
     lr: float = 2e-3
     """Peak learning rate (AdamW, 2% warm-up, linear decay)."""
-    max_minutes: float | None = 4.0
+    max_minutes: float | None = field(default=4.0, metadata={"duration": True})
     """Training time budget in minutes (the schedule decays over it without max_steps)."""
     max_steps: int | None = None
     """Stop after this many steps instead (or as well)."""

@@ -608,7 +608,7 @@ class Seq2SeqOptions:
     """Source and target pieces per batch, padding included (length-bucketed batches)."""
     lr: float = 3e-3
     """Peak learning rate (AdamW, linear decay over the budget)."""
-    max_minutes: float | None = 10.0
+    max_minutes: float | None = field(default=10.0, metadata={"duration": True})
     """Training time budget per variant, in minutes (evaluations not counted)."""
     max_steps: int | None = None
     """Stop each variant after this many steps instead (or as well)."""

@@ -357,3 +357,83 @@ def test_an_undecided_switch_stays_undecided_on_the_command_line():
     again = command.read(p.parse_args(shlex.split(line)[3:]))
     assert again == instances
     assert again[1].crf is None and again[1].case_feature is False
+
+
+# Time budgets: minutes, also spelled with units ----------------------------------------------
+
+@dataclass
+class Budget:
+    max_time: float | None = field(default=None, metadata={"duration": True})
+    """Minutes."""
+    minutes: float = field(default=5.0, metadata={"duration": True})
+    """Minutes too."""
+
+
+BUDGET = Command("b", lambda *o: 0, (Budget,), help="b")
+
+
+def budget(*argv) -> Budget:
+    p = argparse.ArgumentParser(prog="b")
+    BUDGET.add_flags(p)
+    return BUDGET.read(p.parse_args([str(a) for a in argv]))[0]
+
+
+@pytest.mark.parametrize("given,minutes", [("30s", 0.5), ("90s", 1.5), ("10m", 10.0),
+                                           ("1.5h", 90.0), ("1h30m", 90.0), ("45", 45.0),
+                                           ("0.1", 0.1), ("6s", 0.1), ("none", None)])
+def test_a_duration_flag_takes_units_and_gives_minutes(given, minutes):
+    assert budget("--max-time", given).max_time == minutes
+    assert budget().minutes == 5.0 and budget("--minutes", "2m").minutes == 2.0
+
+
+@pytest.mark.parametrize("given", ["30 sec", "-5m", "-5", "0", "10x", "1h 30m", "none"])
+def test_a_flag_that_is_no_duration_is_one_line_naming_the_flag(given):
+    with pytest.raises(UserError) as e:
+        budget("--minutes", given)
+    assert str(e.value) == (f"--minutes {given}: not a duration (e.g. 90s, 10m, 1.5h, or "
+                            f"minutes as a number)")
+
+
+def test_a_duration_in_the_config_file(tmp_path):
+    config = write(tmp_path, 'max_time = "1h30m"\nminutes = 2\n')
+    assert budget("--config", config) == Budget(max_time=90.0, minutes=2.0)
+    assert budget("--config", config, "--max-time", "30s").max_time == 0.5
+    config = write(tmp_path, 'max_time = "30 sec"\n')
+    with pytest.raises(UserError) as e:
+        budget("--config", config)
+    assert str(e.value) == (f"{config}: max_time: expected a duration (e.g. 90s, 10m, 1.5h, or "
+                            f"minutes as a number), got '30 sec'")
+
+
+def test_the_help_says_the_forms_and_the_line_spells_minutes():
+    p = argparse.ArgumentParser(prog="b")
+    BUDGET.add_flags(p)
+    text = " ".join(p.format_help().split())
+    assert ("--max-time DURATION Minutes. Also with units: 30s, 10m, 1.5h, 1h30m; a bare number "
+            "is minutes. (default: none)") in text
+    line = command_line(BUDGET, [budget("--max-time", "90s", "--minutes", "10s")])
+    assert line == f"bertkit b --max-time 1.5 --minutes {1 / 6!r}"
+    assert budget(*shlex.split(line)[2:]) == Budget(max_time=1.5, minutes=1 / 6)
+
+
+def test_a_duration_is_one_float():
+    @dataclass
+    class Bad:
+        budget: int = field(default=1, metadata={"duration": True})
+
+    with pytest.raises(TypeError, match="Bad.budget: a duration is one float"):
+        Command("t", lambda *o: 0, (Bad,), help="t").flags()
+
+
+def test_every_time_budget_of_the_commands_takes_units():
+    """No flag in minutes takes only a bare number (finetune's --max-time did). pretrain's
+    --dist-timeout is seconds, not a budget: left as it is."""
+    from bertkit.cli.finetuning import task_commands
+    from bertkit.cli.main import COMMANDS
+
+    budgets = {(c.name, opt.flag): opt.duration for c in (*COMMANDS, *task_commands())
+               for opt in c.flags() if opt.kind is float and "minutes" in opt.help}
+    assert not [name for name, duration in budgets.items() if not duration], budgets
+    assert {("pretrain", "--max-time"), ("finetune classify", "--max-time"),
+            ("road elmo", "--max-minutes"), ("road seq2seq", "--max-minutes"),
+            ("demo", "--minutes")} <= set(budgets)

@@ -118,3 +118,34 @@ def test_demo_of_a_bad_input_says_only_so(tmp_path, capsys):
     line = _refused(capsys, ["demo", "--input", str(bad), "--out", str(tmp_path / "d"),
                              "--max-steps", "1"])
     assert line == f"error: {bad}:1: not UTF-8 text (byte 0xff at column 1)"
+
+
+NO_DURATION = "not a duration (e.g. 90s, 10m, 1.5h, or minutes as a number)"
+
+
+@pytest.mark.parametrize("command", [
+    ["pretrain", "--data", "d", "--max-time"],
+    ["finetune", "classify", "--model", "m", "--train", "t.jsonl", "--max-time"],
+    ["finetune", "tag", "--model", "m", "--train", "t.conll", "--max-time"],
+    ["road", "elmo", "--data", "d.txt", "--max-minutes"],
+    ["road", "seq2seq", "--train", "t.tsv", "--max-minutes"],
+    ["demo", "--minutes"],
+])
+@pytest.mark.parametrize("value", ["30 sec", "-5m", "0"])
+def test_a_time_budget_that_is_no_duration_says_only_so(command, value, tmp_path, capsys):
+    """Not argparse's usage (a float flag's "invalid float value: '30s'"): one line naming the
+    flag and the forms, before anything is read or written."""
+    out = tmp_path / "run"
+    line = _refused(capsys, [*command, value, "--out", str(out)])
+    assert line == f"error: {command[-1]} {value}: {NO_DURATION}"
+    assert not out.exists()
+
+
+def test_pretrain_records_a_duration_in_minutes(prepared, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["pretrain", "--data", str(prepared), "--out", str(run), *TINY,
+                 "--max-time", "1h30m"]) == 0
+    assert "max_time=90.0" in " ".join(capsys.readouterr().err.split())
+    recorded = json.loads((run / "training_args.json").read_text())
+    assert recorded["options"]["train"]["max_time"] == 90.0
+    assert "--max-time 90.0" in recorded["command"]

@@ -646,7 +646,8 @@ def test_sentence_heads_pool_by_mean_for_a_modern_encoder_and_by_cls_for_bert(
     ("--save-every", "0", "--save-every must be at least 1, got 0"),
     ("--lr", "-1", "--lr must be positive, got -1.0"),
     ("--head-lr", "0", "--head-lr must be positive, got 0.0"),
-    ("--max-time", "0", "--max-time must be positive, got 0.0"),
+    ("--max-time", "0", r"--max-time 0: not a duration \(e\.g\. 90s, 10m, 1\.5h, or minutes as a "
+                        r"number\)"),  # as "30s" was not
     ("--warmup", "2", r"--warmup must be in \[0, 1\], got 2.0"),  # was: no warm-up at all
     ("--weight-decay", "-0.1", "--weight-decay must be at least 0, got -0.1"),
     ("--dev-fraction", "1.5", r"--dev-fraction must be in \(0, 1\), got 1.5"),  # IndexError

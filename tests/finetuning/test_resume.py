@@ -233,6 +233,26 @@ def test_a_refused_resume_is_one_line_and_leaves_the_run_as_it_was(
             else "checkpoint ") in said[0]
 
 
+def test_a_time_budget_resumes_however_it_is_spelled(tiny_bert, task_files, tmp_path,
+                                                      monkeypatch, capsys):
+    """The budget is recorded and compared in minutes: 6s is the 0.1 the run was started with
+    (a resume is refused for another max_time, so 6s must be that float exactly)."""
+    out = tmp_path / "out"
+    args = ["finetune", "classify", "--model", str(tiny_bert), "--train",
+            str(task_files["train"]), "--dev", str(task_files["dev"]), "--epochs", "1",
+            "--batch-size", "16", "--save-every", "1", "--out", str(out), "--quiet"]
+    with monkeypatch.context() as patch:
+        _signal_at(patch, 3)
+        assert main(args + ["--max-time", "0.1"]) == 130
+    capsys.readouterr()
+    assert main(args + ["--max-time", "7s", "--resume"]) == 2
+    assert "checkpoint was made with max_time = 0.1, this run has 0.11" in capsys.readouterr().err
+    assert main(args + ["--max-time", "6s", "--resume"]) == 0
+    assert "error" not in capsys.readouterr().err
+    recorded = json.loads((out / "training_args.json").read_text())
+    assert recorded["options"]["max_time"] == 0.1 and "--max-time 0.1" in recorded["command"]
+
+
 # Data from standard input or rows in memory: staged in a temporary file named anew each run, it
 # is known again by its bytes
 
