@@ -72,6 +72,9 @@ class TaskModel:
     cut (fine-tuning's repeated dev evaluations turn it off and say it once)."""
     source: str = "the model"
     """The model's name (its directory) in messages."""
+    ran: tuple[Sequence, torch.nn.Module, list[Item], list] | None = None
+    """(examples, model, items, outputs): the outputs of `remembering`, which `outputs` returns
+    for that list of examples while the model is that one."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -103,9 +106,18 @@ class TaskModel:
     def labels(self) -> list[str]:
         return list(self.task.label_names())
 
+    def remembering(self, examples: Sequence) -> "TaskModel":
+        """The same model with its outputs over `examples` computed now and reused by every
+        later call on that list (the same object), under this task or one its `tune` returns:
+        tuning changes only how outputs are decoded, so tuning on dev and scoring it run the
+        model once."""
+        return dataclasses.replace(self, ran=(examples, self.model, *self.outputs(examples)))
+
     # Over read examples ------------------------------------------------------------------------
     def outputs(self, examples: Sequence) -> tuple[list[Item], list]:
         """The model inputs of `examples` and the model's raw outputs for them."""
+        if self.ran is not None and self.ran[0] is examples and self.ran[1] is self.model:
+            return self.ran[2], self.ran[3]
         items = self.task.encode(self.tokenizer, examples, skip_no_room=self.skip_no_room)
         config = getattr(getattr(self.model, "encoder", None), "config", None)
         if config is not None:
