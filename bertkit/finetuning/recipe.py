@@ -475,7 +475,8 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     batches = EpochBatches(training_items(plan, task, train_examples, dev), task,
                            cfg.batch_size, cfg.seed)
     runner = TaskModel(model, plan.backbone.tokenizer, task, torch.device(cfg.device),
-                       skip_no_room=True, report_cut=False, source=str(plan.model_dir))
+                       skip_no_room=True, report_cut=False, source=str(plan.model_dir),
+                       progress=cfg.show_progress)
     scores = DevScores(plan, runner, train_examples, dev)
     result = train(model, lambda m, batch: (task.loss(m, batch), {}), batches,
                    train_config(plan, len(batches)), plan.out_dir, evaluate=scores.evaluate,

@@ -344,7 +344,7 @@ class QA(Task):
         questions). The model runs over dev once; each threshold only decodes its spans."""
         if not any(ex.is_impossible for ex in dev):
             return self
-        items, outputs = runner.outputs(dev)
+        items, outputs = runner.outputs(dev, "evaluate")
 
         def scores(task: QA) -> dict:
             return task.score(dev, task.decode_outputs(outputs, items, dev))
