@@ -111,6 +111,8 @@ class EvaluateOptions:
     device: str = "auto"
     """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
     ..."""
+    quiet: bool = False
+    """No progress on stderr."""
 
 
 def _is_pretrained(path: Path) -> bool:
@@ -201,7 +203,7 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
             _print_lm_report(report)
         return 0
     runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
-    runner = _with_columns(runner, columns)
+    runner = _with_columns(replace(runner, progress=not opts.quiet), columns)
     scores = runner.evaluate(opts.input)  # a file, or "-": standard input
     if opts.json:
         print(json.dumps(scores, default=float))
@@ -243,13 +245,15 @@ class PredictOptions:
     device: str = "auto"
     """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
     ..."""
+    quiet: bool = False
+    """No progress on stderr."""
 
 
 def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
     from bertkit.finetuning.predict import TaskModel, predict_file
 
     runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
-    runner = _with_columns(runner, columns)
+    runner = _with_columns(replace(runner, progress=not opts.quiet), columns)
     n = predict_file(runner, opts.input, opts.out, opts.format)
     print(f"{n} predictions" + (f" written to {opts.out}" if opts.out else ""), file=sys.stderr)
     return 0

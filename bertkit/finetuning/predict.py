@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -34,14 +35,21 @@ from bertkit.finetuning.tasks import TASKS, load_task
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder
 from bertkit.model.kind import ModelKind, model_kind
+from bertkit.progress import Progress
 from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
 
 def run_model(model: torch.nn.Module, task: Task, items: Sequence[Item], batch_size: int,
-              device: torch.device) -> list:
-    """The task's raw outputs per item (`Task.infer`), in item order."""
+              device: torch.device, progress: str | None = None) -> list:
+    """The task's raw outputs per item (`Task.infer`), in item order. `progress`: the name
+    under which the run shows how far it is on stderr (bertkit.progress), None: silent."""
     out: list = [None] * len(items)
+    # Measured in tokens, as the embedder does: batches go longest first, so examples/s
+    # would start slow. An example of several items (QA windows) counts a share per item.
+    share = Counter(it.example for it in items)
+    bar = Progress(progress or "", sum(len(it.ids) for it in items), "tokens",
+                   counts={"examples": len(share)}, enabled=progress is not None)
     was_training = model.training
     model.eval()
     with torch.inference_mode():
@@ -52,7 +60,10 @@ def run_model(model: torch.nn.Module, task: Task, items: Sequence[Item], batch_s
             batch = {k: v.to(device) for k, v in batch.items()}
             for i, row in zip(idx, task.infer(model, batch, chosen)):
                 out[i] = row
+            bar.update(add=sum(len(it.ids) for it in chosen),
+                       examples=sum(1 / share[it.example] for it in chosen))
     model.train(was_training)
+    bar.finish()
     return out
 
 
@@ -72,6 +83,12 @@ class TaskModel:
     cut (fine-tuning's repeated dev evaluations turn it off and say it once)."""
     source: str = "the model"
     """The model's name (its directory) in messages."""
+    progress: bool = False
+    """Show how far a run of the model over the inputs is on stderr (bertkit.progress: a live
+    bar on a terminal, a line every few seconds elsewhere), with examples/s."""
+    ran: tuple[Sequence, torch.nn.Module, list[Item], list] | None = None
+    """(examples, model, items, outputs): the outputs of `remembering`, which `outputs` returns
+    for that list of examples while the model is that one."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -103,20 +120,32 @@ class TaskModel:
     def labels(self) -> list[str]:
         return list(self.task.label_names())
 
+    def remembering(self, examples: Sequence) -> "TaskModel":
+        """The same model with its outputs over `examples` computed now and reused by every
+        later call on that list (the same object), under this task or one its `tune` returns:
+        tuning changes only how outputs are decoded, so tuning on dev and scoring it run the
+        model once."""
+        return dataclasses.replace(self, ran=(examples, self.model,
+                                              *self.outputs(examples, "evaluate")))
+
     # Over read examples ------------------------------------------------------------------------
-    def outputs(self, examples: Sequence) -> tuple[list[Item], list]:
-        """The model inputs of `examples` and the model's raw outputs for them."""
+    def outputs(self, examples: Sequence, what: str = "predict") -> tuple[list[Item], list]:
+        """The model inputs of `examples` and the model's raw outputs for them; `what` names
+        the run in its progress."""
+        if self.ran is not None and self.ran[0] is examples and self.ran[1] is self.model:
+            return self.ran[2], self.ran[3]
         items = self.task.encode(self.tokenizer, examples, skip_no_room=self.skip_no_room)
         config = getattr(getattr(self.model, "encoder", None), "config", None)
         if config is not None:
             check_fit(items, self.tokenizer, config, self.source)
         if self.report_cut:
             warn_cut(items, len(examples), self.task.max_length)
-        return items, run_model(self.model, self.task, items, self.batch_size, self.device)
+        return items, run_model(self.model, self.task, items, self.batch_size, self.device,
+                                what if self.progress else None)
 
-    def predict(self, examples: Sequence) -> list:
+    def predict(self, examples: Sequence, what: str = "predict") -> list:
         """One prediction per example, as the task decodes it."""
-        items, outputs = self.outputs(examples)
+        items, outputs = self.outputs(examples, what)
         return self.task.decode_outputs(outputs, items, examples)
 
     def evaluate(self, examples) -> dict:
@@ -127,7 +156,7 @@ class TaskModel:
             with input_file(examples) as path:
                 examples = self.task.read(path)
         self.task.check(examples)
-        return self.task.score(examples, self.predict(examples))
+        return self.task.score(examples, self.predict(examples, "evaluate"))
 
     def predict_rows(self, source) -> list[dict]:
         """The rows `bertkit predict` writes (`PREDICTION_SHAPES`) for a file, "-", texts,

@@ -406,9 +406,13 @@ class DevScores:
                                    ).evaluate(self.dev)
 
     def save(self, model: nn.Module, path: Path) -> None:
-        self.runner = self.runner.with_task(self.runner.task.tune(self.runner, self.dev))
-        task, final = self.runner.task, self.final
-        final.update(self.runner.evaluate(self.dev))
+        # The model runs over dev once: the thresholds are tuned on its outputs and the final
+        # scores decoded from them (a QA dev set of long contexts takes minutes a run).
+        ran = self.runner.remembering(self.dev)
+        ran = ran.with_task(ran.task.tune(ran, self.dev))
+        task, final = ran.task, self.final
+        final.update(ran.evaluate(self.dev))
+        self.runner = self.runner.with_task(task)
         baseline = task.baseline(self.train_examples, self.dev, self._score_the_start)
         if baseline is not None:
             final["baseline"] = baseline
@@ -478,7 +482,8 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     batches = EpochBatches(training_items(plan, task, train_examples, dev), task,
                            cfg.batch_size, cfg.seed)
     runner = TaskModel(model, plan.backbone.tokenizer, task, torch.device(cfg.device),
-                       skip_no_room=True, report_cut=False, source=str(plan.model_dir))
+                       skip_no_room=True, report_cut=False, source=str(plan.model_dir),
+                       progress=cfg.show_progress)
     scores = DevScores(plan, runner, train_examples, dev)
     result = train(model, lambda m, batch: (task.loss(m, batch), {}), batches,
                    train_config(plan, len(batches)), plan.out_dir, evaluate=scores.evaluate,

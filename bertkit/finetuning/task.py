@@ -47,7 +47,7 @@ class Runner(Protocol):
 
     def with_task(self, task: "Task") -> "Runner": ...
 
-    def outputs(self, examples: Sequence) -> tuple[list[Item], list]: ...
+    def outputs(self, examples: Sequence, what: str = "predict") -> tuple[list[Item], list]: ...
 
     def predict(self, examples: Sequence) -> list: ...
 
@@ -264,7 +264,9 @@ class Task:
         return None
 
     def tune(self, runner: Runner, dev: Sequence) -> "Task":
-        """The settings with thresholds fitted on `dev` (the model is `runner`'s)."""
+        """The settings with thresholds fitted on `dev` (the model is `runner`'s). Only what
+        `decode_outputs` reads may change: fine-tuning runs the model over dev once
+        (`runner.outputs(dev)`, `TaskModel.remembering`) for tuning and the final scores."""
         return self
 
     # Use ----------------------------------------------------------------------------------------

@@ -302,3 +302,38 @@ def test_finetune_takes_rows_in_memory(tiny_bert, quick_config, synthetic, tmp_p
                       quick_config(epochs=1, batch_size=16))
     assert result.steps > 0
     assert TaskModel.load(tmp_path / "m").labels == ["negative", "positive"]
+
+
+@pytest.mark.slow
+def test_predict_and_evaluate_show_progress_on_stderr(finetuned, capsys):
+    """Not on a terminal: progress lines on stderr as training writes them, with examples/s;
+    the predictions on stdout as with --quiet, which shows no progress."""
+    model, squad = str(finetuned["dir"] / "qa"), str(finetuned["squad"])
+    assert main(["predict", "--model", model, "--input", squad, "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert main(["predict", "--model", model, "--input", squad]) == 0
+    shown = capsys.readouterr()
+    assert shown.out == quiet.out and len(shown.out.splitlines()) == 80
+    lines = [line for line in shown.err.splitlines() if line.startswith("predict: ")]
+    assert lines and "tokens/s" in lines[-1] and "80/80 examples" in lines[-1] \
+        and "examples/s" in lines[-1]
+    assert "predict: " not in quiet.err
+    assert main(["evaluate", "--model", model, "--input", squad, "--json"]) == 0
+    shown = capsys.readouterr()
+    assert [line for line in shown.err.splitlines() if line.startswith("evaluate: ")]
+    assert json.loads(shown.out)["total"] == 80
+
+
+def test_fine_tuning_shows_its_evaluations_progress(tiny_bert, quick_config, synthetic,
+                                                    tmp_path, capsys):
+    data = synthetic.write_squad(tmp_path / "squad.json", synthetic.squad(20, 7))
+    finetune(QA(stride=8), tiny_bert, data, None, tmp_path / "qa",
+             quick_config(epochs=1, batch_size=16, max_length=32, dev_fraction=0.2,
+                          show_progress=True))
+    err = capsys.readouterr().err.splitlines()
+    # the evaluation at the end of the epoch, and the one that tunes and scores dev at the end
+    assert len([line for line in err if line.startswith("evaluate: ")]) == 2
+    quiet = tmp_path / "quiet"
+    finetune(QA(stride=8), tiny_bert, data, None, quiet,
+             quick_config(epochs=1, batch_size=16, max_length=32, dev_fraction=0.2))
+    assert "evaluate: " not in capsys.readouterr().err

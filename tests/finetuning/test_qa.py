@@ -113,3 +113,67 @@ def test_windowing_on_a_real_tokenizer(minilm_dir):
         s, e = it.target
         assert tok.decode(it.ids[s:e + 1]) == "paris"
     assert all(len(it.ids) <= 64 for it in items)
+
+
+# Tuning and scoring dev at the end of a run ----------------------------------------------------
+
+def _hand_made_squad() -> dict:
+    """SQuAD 2.0 by hand: contexts longer than one 32-token window, answers in the first and
+    the last window, and unanswerable questions."""
+    trip = ("john went to paris . the sky is blue . mary went to rome and the film was good . "
+            "alice went to london . the movie was awful and the plot was poor . so the sky is "
+            "blue and the film is fine . mary went to new york .")
+    short = "alice went to rome . the sky is blue ."
+    qas = [("where did john go ?", "paris", 0), ("where did alice go ?", "london", 0),
+           ("where did mary go ?", "rome", 0), ("what colour is the sky ?", "blue", 0),
+           ("what colour is the movie ?", None, 0), ("who went to new york ?", "mary", 1),
+           ("where did alice go ?", "rome", 2), ("what colour is the film ?", None, 2)]
+    paragraphs = [{"context": trip, "qas": []}, {"context": trip.replace("john", "alice"),
+                                                 "qas": []}, {"context": short, "qas": []}]
+    for n, (question, answer, p) in enumerate(qas):
+        context = paragraphs[p]["context"]
+        at = context.rindex(answer) if answer == "mary" else \
+            context.index(answer) if answer else -1
+        paragraphs[p]["qas"].append({
+            "id": f"q{n}", "question": question, "is_impossible": answer is None,
+            "answers": [{"text": answer, "answer_start": at}] if answer else []})
+    return {"version": "v2.0", "data": [{"title": "hand", "paragraphs": paragraphs}]}
+
+
+# What the three runs of the model (tuning: untuned and tuned; the final scores) gave before
+# one run served all three, with the model below on _hand_made_squad().
+THRESHOLD = -0.37550175189971924
+FINAL = {"exact_match": 0.5, "f1": 0.5, "total": 8, "has_ans_exact_match": 1 / 3,
+         "has_ans_f1": 1 / 3, "has_ans_total": 6, "no_ans_exact_match": 1.0, "no_ans_f1": 1.0,
+         "no_ans_total": 2, "best_exact_match": 0.5, "best_exact_match_threshold": THRESHOLD,
+         "best_f1": 0.5, "best_f1_threshold": THRESHOLD}
+
+
+def test_the_end_of_a_run_tunes_and_scores_dev_from_one_pass(tiny_bert, quick_config,
+                                                             synthetic, tmp_path):
+    """The null threshold is tuned and the final dev scores decoded from one run of the model
+    over the dev windows, and they are what three runs gave."""
+    from bertkit.finetuning.predict import TaskModel
+    from bertkit.finetuning.recipe import DevScores, finetune, plan_run, read_data
+
+    trained = tmp_path / "trained"  # a model that answers some questions and not others
+    finetune(qa.QA(stride=8), tiny_bert, synthetic.write_squad(tmp_path / "train.json",
+                                                               synthetic.squad(40, 7)),
+             None, trained, quick_config(epochs=3, batch_size=16, max_length=32,
+                                         dev_fraction=0.2, precision="fp32"))
+    data = synthetic.write_squad(tmp_path / "dev.json", _hand_made_squad())
+    plan = plan_run(qa.QA(stride=8), tiny_bert, data, data, tmp_path / "out",
+                    quick_config(max_length=32), None)
+    task, train, dev = read_data(plan)
+    model = TaskModel.load(trained).model
+    runner = TaskModel(model, plan.backbone.tokenizer, task, skip_no_room=True,
+                       report_cut=False, batch_size=4)
+    batches = -(-len(task.encode(plan.backbone.tokenizer, dev)) // 4)
+    forward, calls = model.forward, []
+    model.forward = lambda *args, **kwargs: calls.append(1) or forward(*args, **kwargs)
+    scores = DevScores(plan, runner, train, dev)
+    scores.save(model, tmp_path / "model")
+    assert batches > 1 and len(calls) == batches  # one pass over the windows, not three
+    assert scores.runner.task.null_threshold == pytest.approx(THRESHOLD, rel=1e-5)
+    assert {k: v for k, v in scores.final.items() if k != "baseline"} == \
+        pytest.approx(FINAL, rel=1e-5)

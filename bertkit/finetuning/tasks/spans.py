@@ -370,7 +370,7 @@ class Spans(WordTask):
 
     def tune(self, runner, dev) -> "Spans":
         """The NULL margin that maximises dev F1 (the model runs once; each margin decodes)."""
-        items, outputs = runner.outputs(dev)
+        items, outputs = runner.outputs(dev, "evaluate")
         best = (-1.0, 0.0)
         for margin in (-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0):
             task = dataclasses.replace(self, span_margin=margin)
