@@ -81,6 +81,9 @@ def main() -> int:
                         help="folder of *.train.jsonl (default: ../shared/data/sentiment)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="cpu or cuda (default: cuda when present)")
+    parser.add_argument("--matmul-seconds", type=float, default=2.0,
+                        help="how long the matmul limit is measured, the best product kept "
+                        "(default 2; a toy run that checks the bench itself can take 0.2)")
     args = parser.parse_args()
     if not any(args.data.glob("*.train.jsonl")):
         print(f"skipped: no *.train.jsonl in {args.data}")
@@ -115,7 +118,7 @@ def main() -> int:
           f"({len(planned)} batches instead of {-(-len(texts) // args.batch_size)})")
     cfg = probe.encoder.config
     useful = sum(encoder_flops_per_token(cfg, int(n)) * int(n) for n in lengths)  # all texts
-    limits = {p: matmul_limit(DTYPES[p], device)
+    limits = {p: matmul_limit(DTYPES[p], device, seconds=args.matmul_seconds)
               for p in args.precision}  # bf16 emulated in software takes seconds a product
     print("matmul limit: " + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in limits.items())
           + f"; the encoder's useful work: {useful / len(texts) / 1e6:.0f} MFLOP per sentence")

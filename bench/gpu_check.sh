@@ -150,6 +150,8 @@ if [ "$DRY" = 1 ]; then
     DEV=cpu PRESET=tiny BATCH=2 STEPS=1 REPEATS=1 PREC=fp32 COMPILE=none
     RECIPE="--max-steps 5 --preset tiny"
     FT="--steps 1 --repeats 1 --sentences 32" EMB="--sentences 64 --repeats 1 --precision fp32"
+    # the matmul limit measured for 0.2 s, not 2: a dry run's figures mean nothing
+    MATMUL="--matmul-seconds 0.2" EMB="$EMB $MATMUL"
     PYTEST_ARGS=--collect-only  # the suite runs these tests itself; here: that they are found
     # in the files that mark tests `gpu` (collecting the whole suite takes 20 s on 2 cores)
     GPU_TESTS=$(grep -rlE --include='test_*.py' 'mark\.gpu' tests | sort)
@@ -157,7 +159,7 @@ else
     DEV=cuda PRESET=base BATCH=256 STEPS=10 REPEATS=3 PREC=bf16 COMPILE=bertkit
     RECIPE="--max-time $MINUTES"
     FT="--steps 20 --repeats 2 --sentences 1024" EMB="--sentences 4000 --repeats 3"
-    PYTEST_ARGS= GPU_TESTS=tests
+    PYTEST_ARGS= GPU_TESTS=tests MATMUL=
     # four workers share the GPU: the three compiling tests and the CUDA start-ups overlap
     "$PY" -c "import xdist" 2>/dev/null && PYTEST_ARGS="-n 4"
 fi
@@ -168,11 +170,20 @@ print(describe()); print(\"transformers\", transformers.__version__, \"cuda\", t
 # shellcheck disable=SC2086
 step tests 180 "$PY" -m pytest -v --tb=line -m gpu -p no:cacheprovider --continue-on-collection-errors \
     $PYTEST_ARGS $GPU_TESTS
+# a dry run's toy tables of both architectures come from one process: two would import
+# transformers twice, the most of such a step's seconds
+TOGETHER=0; [ "$DRY" = 1 ] && asked pretrain-bert && asked pretrain-modern && TOGETHER=1
 for arch in bert modern; do
+    if [ "$TOGETHER" = 1 ] && [ "$arch" = modern ]; then
+        skip pretrain-modern "dry run: run in pretrain-bert's process"
+        skip pretrain-modern-compiled "dry run"; continue
+    fi
+    archs=$arch; [ "$TOGETHER" = 1 ] && archs=bert,modern
+    # shellcheck disable=SC2086
     step "pretrain-$arch" 150 "$PY" bench/pretrain_speed.py --device "$DEV" \
-        --preset "$PRESET" --architecture "$arch" --seq-len 128 --batch-size "$BATCH" \
+        --preset "$PRESET" --architecture "$archs" --seq-len 128 --batch-size "$BATCH" \
         --precisions "$PREC" --objectives mlm --steps "$STEPS" --repeats "$REPEATS" \
-        --compile "$COMPILE"
+        --compile "$COMPILE" $MATMUL
     if [ "$DRY" = 1 ]; then skip "pretrain-$arch-compiled" "dry run"; continue; fi
     if [ -z "$ONLY" ]; then skip "pretrain-$arch-compiled" "only when --only names it"; continue; fi
     step "pretrain-$arch-compiled" 240 "$PY" bench/pretrain_speed.py --device "$DEV" \

@@ -231,12 +231,23 @@ def mask_rate(cfg) -> float:
     return 0.4 if cfg.architecture == "modern" else 0.15
 
 
-def main() -> None:
+def architectures(value: str) -> list[str]:
+    """--architecture: one or more of bert and modern, comma-separated."""
+    names = value.split(",")
+    if not names or any(n not in ("bert", "modern") for n in names) \
+            or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{value}: bert, modern or bert,modern")
+    return names
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="mini")
-    ap.add_argument("--architecture", choices=("bert", "modern"), default="bert",
+    ap.add_argument("--architecture", type=architectures, default=["bert"],
                     help="modern: bertkit's modern encoder against transformers' "
-                         "ModernBertForMaskedLM, 40%% masked, mlm only")
+                         "ModernBertForMaskedLM, 40%% masked, mlm only; bert,modern: one "
+                         "table after the other in one process (transformers imported and "
+                         "the matmul limit measured once)")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--steps", type=int, default=5, help="steps per repeat")
@@ -258,26 +269,41 @@ def main() -> None:
     ap.add_argument("--malloc", choices=("keep", "default"), default="keep",
                     help="keep: glibc keeps freed memory, as bertkit's training commands set it "
                     "(both sides share the process, so both get it); default: glibc as it comes")
-    args = ap.parse_args()
+    ap.add_argument("--matmul-seconds", type=float, default=2.0,
+                    help="how long the matmul limit is measured, the best product kept "
+                    "(default 2; a toy run that checks the bench itself can take 0.2)")
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     kept = args.malloc == "keep" and keep_freed_memory()
-    B, T = args.batch_size, args.seq_len
-    cfg = preset(args.preset, vocab_size=30522, architecture=args.architecture)
-    if args.architecture == "modern" and args.objectives != "mlm":
-        args.objectives = "mlm"  # neither side has a next-sentence head
     device = torch.device(args.device)
     print(f"environment: {describe(freed_memory_kept=kept)}, oneDNN fp32 matmul precision "
           f"{torch.backends.mkldnn.matmul.fp32_precision}")
-    limits = {p: matmul_limit(DTYPES[p], device)
+    limits = {p: matmul_limit(DTYPES[p], device, seconds=args.matmul_seconds)
               for p in args.precisions.split(",")}  # bf16 emulated takes seconds a product
     print("matmul limit: " + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in limits.items()))
+    for n, architecture in enumerate(args.architecture):
+        print("\n" if n else "", end="")
+        compare(args, architecture, limits, device)
+
+
+def compare(args: argparse.Namespace, architecture: str, limits: dict[str, float],
+            device: torch.device) -> None:
+    """One architecture's table: each objective and precision, bertkit then transformers."""
+    B, T = args.batch_size, args.seq_len
+    cfg = preset(args.preset, vocab_size=30522, architecture=architecture)
+    # neither side has a next-sentence head in the modern architecture
+    objectives_run = "mlm" if architecture == "modern" else args.objectives
     flops = model_flops_per_token(cfg, T, predictions_per_row(T, mask_rate(cfg)) / T)
-    print(f"model: {args.preset} ({args.architecture}) L{cfg.num_layers}/H{cfg.hidden_size}, "
+    print(f"model: {args.preset} ({architecture}) L{cfg.num_layers}/H{cfg.hidden_size}, "
           f"seq {T}, batch {B}, "
           f"{flops / 1e6:.1f} MFLOP per token (training, sparse head)"
           f"{COMPILED[args.compile]}\n")
     print(f"{'objective':9} {'dtype':5} {'implementation':17} {'tokens/s min/median/max':>28} "
           f"{'MFU':>6}  ratio  (4x transformers would need)")
-    for objective in args.objectives.split(","):
+    for objective in objectives_run.split(","):
         for precision in args.precisions.split(","):
             medians = {}
             sides = [("bertkit", run_bertkit), ("transformers", run_transformers)]
@@ -301,6 +327,7 @@ def main() -> None:
                     print(f"{objective:9} {precision:5} {label:17} {min(values):8,.0f} / "
                           f"{medians[label]:8,.0f} / {max(values):8,.0f} {mfu:6.1%}  {ratio}",
                           flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -25,6 +25,8 @@ WORDS = ("the a film story was good bad long short we they saw read it and but v
 STEPS = ["env", "tests", "pretrain-bert", "pretrain-bert-compiled", "pretrain-modern",
          "pretrain-modern-compiled", "recipe", "heldout", "finetune", "embed"]
 COMPILED = {"pretrain-bert-compiled", "pretrain-modern-compiled"}  # not in a dry run
+# a dry run's pretrain-bert step runs both architectures' tables in one process
+TOGETHER = {"pretrain-modern": "skipped: dry run: run in pretrain-bert's process"}
 
 
 def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -72,12 +74,19 @@ def test_the_dry_run_runs_every_step_and_writes_one_folder(tmp_path):
     for n, step in enumerate(STEPS, 1):
         if step in COMPILED:
             assert f"| {step} | skipped: dry run" in summary
+        elif step in TOGETHER:
+            assert f"| {step} | {TOGETHER[step]} |" in summary
         else:
             assert f"| {step} | ok |" in summary
             assert (out / f"{n:02d}-{step}.log").is_file()
     assert "dry run on the CPU" in summary and "0 step(s) not ok" in summary
     speed = (out / "03-pretrain-bert.log").read_text()
     assert "bertkit" in speed and "transformers" in speed and "MFU" in speed
+    tables = speed.split("model: tiny (modern)")  # bert's table, then modern's
+    assert len(tables) == 2 and "model: tiny (bert)" in tables[0]
+    for table in tables:
+        assert "mlm       fp32  bertkit" in table and "mlm       fp32  transformers" in table
+    assert speed.count("matmul limit: fp32") == 1  # measured once for both
     assert (out / "recipe" / "model.safetensors").is_file()
     heldout = (out / "08-heldout.log").read_text()
     assert "accuracy" in heldout and heldout.count("bertkit.cli evaluate") == 2

@@ -389,6 +389,8 @@ def test_bad_text_in_a_mixture_is_one_line_before_anything_is_written(tmp_path, 
 
 @pytest.mark.slow
 def test_a_mixed_run_relaunched_under_torchrun_finds_its_prepared_corpora(tmp_path):
+    """Also the suite's check that two ranks under torchrun run the command as one process
+    does, rank 0 alone writing the log and the model (one torchrun start-up, not two)."""
     books, tweets = _raw_corpora(tmp_path)
     out = tmp_path / "run"
     args = ["pretrain", "--data", f"{books}=0.7,{tweets}=0.3", "--vocab-size", "120",
@@ -405,6 +407,10 @@ def test_a_mixed_run_relaunched_under_torchrun_finds_its_prepared_corpora(tmp_pa
     assert "2 ranks" in done.stderr and "resumed from" in done.stderr
     assert done.stderr.count("already prepared from") == 2 and "WordPiece" not in done.stderr
     assert {p: p.stat().st_mtime_ns for p in (out / "data").rglob("*") if p.is_file()} == prepared
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "train"] == [2, 4]  # rank 0 alone wrote
+    assert records[-1]["split"] == "eval" and records[-1]["step"] == 4
+    assert (out / "model.safetensors").is_file()
 
 
 def _forget_the_mixture(checkpoint: Path) -> None:

@@ -79,7 +79,7 @@ def test_two_gloo_processes_equal_one_process_with_the_global_batch(tmp_path, ti
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # the two ranks started here, as torchrun would (torchrun's own process, another start-up
-    # of torch, adds nothing to what this checks; test_two_ranks_under_torchrun has it)
+    # of torch, adds nothing to what this checks; test_mixture's torchrun relaunch has it)
     env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
     ranks = [subprocess.Popen([PYTHON, str(script), str(tmp_path / "ddp"), str(CONFTEST)],
                               env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
@@ -348,19 +348,6 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(prepared, tmp_path, obje
             assert torch.equal(a[k], b[k]), (name, k)
     steps = [json.loads(line)["step"] for line in (cut / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] == 12  # no duplicated records after the resume
-
-
-def test_two_ranks_under_torchrun_run_the_same_command(prepared, tmp_path):
-    out = tmp_path / "ddp"
-    done = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node", "2", "-m", "bertkit.cli", "pretrain", "--data",
-                           str(prepared), "--out", str(out), "--max-steps", "4", *TINY],
-                          env=_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "2 ranks" in done.stderr
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records if r["split"] == "train"] == [2, 4]  # rank 0 alone wrote
-    assert records[-1]["split"] == "eval" and (out / "model.safetensors").is_file()
 
 
 # Settings and bad input ---------------------------------------------------------------------------

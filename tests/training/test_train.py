@@ -568,13 +568,15 @@ def test_a_run_on_cores_another_process_keeps_busy_says_so_once(tmp_path, tiny, 
                 time.sleep(0.03)
                 yield batch
 
-    monkeypatch.setattr(loop, "SharedCores", functools.partial(SharedCores, every=0.3))
+    # measured every 0.1 s (a log window, 2 steps, takes about that): 16 steps make 4 or more
+    # measurements that would each warn, of which only the first may
+    monkeypatch.setattr(loop, "SharedCores", functools.partial(SharedCores, every=0.1))
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         train(tiny.model(), objectives.mlm_loss, SlowBatches(),
-              TrainConfig(max_steps=40, lr=1e-3, log_every=2), tmp_path / "run",
+              TrainConfig(max_steps=16, lr=1e-3, log_every=2), tmp_path / "run",
               save=tiny.no_save, show_progress=False)
     finally:
         child.kill()
