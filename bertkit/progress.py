@@ -43,6 +43,11 @@ REDRAW = 0.25
 """Seconds between redraws of a live bar."""
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 rank", "2 ranks", "1,745 words": a count and its noun, as every message says one."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def clock(seconds: float) -> str:
     """m:ss, or h:mm:ss from an hour on."""
     seconds = int(max(0, seconds))

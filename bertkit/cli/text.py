@@ -8,6 +8,7 @@ from typing import Iterator, Literal
 
 from bertkit.cli.options import Command
 from bertkit.files import UserError
+from bertkit.progress import counted
 from bertkit.text.sources import numbered_texts
 
 
@@ -55,9 +56,9 @@ def run_tokenizer_extend(opts: TokenizerExtendOptions) -> int:
     pieces = result.tokenizer.vocab_size - result.first_id
     change = f"{abs(100 * (was - now) / max(was, 1)):.1f}% {'fewer' if now <= was else 'more'}"
     chars, words = len(result.chars), len(result.words)
-    print(f"{opts.out}: {chars:,} character{'s' * (chars != 1)} and {words:,} "
-          f"word{'s' * (words != 1)} added to the {result.tokenizer.kind} vocabulary "
-          f"({pieces:,} piece{'s' * (pieces != 1)}, ids {result.first_id:,}-"
+    print(f"{opts.out}: {counted(chars, 'character')} and {counted(words, 'word')} added "
+          f"to the {result.tokenizer.kind} vocabulary ({counted(pieces, 'piece')}, ids "
+          f"{result.first_id:,}-"
           f"{result.first_id + pieces - 1:,}; model rows {before:,} -> {after:,}); the domain "
           f"text takes {now:,} pieces instead of {was:,} ({change}), {result.unknown[1]:,} of "
           f"them [UNK] instead of {result.unknown[0]:,}")

@@ -39,6 +39,7 @@ from bertkit.files import UserError, atomic_dir, check_not_input, read_json
 from bertkit.model.card import CARD_FILE, card_with_section, read_card
 from bertkit.model.hub import load_config, load_weights
 from bertkit.model.kind import ModelKind, require_kind
+from bertkit.progress import counted
 from bertkit.text.extend import (NewChar, NewWord, add_chars, check_extendable,
                                  check_request, choose_words, count_words, domain_pieces,
                                  domain_unknown, extend_tokenizer, missing_chars)
@@ -109,10 +110,6 @@ def grow_rows(weights: dict[str, torch.Tensor], names: Sequence[str], size: int,
     return out
 
 
-def _plural(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'s' * (n != 1)}"
-
-
 def extension_section(ext: Extension, model: str, inputs: Sequence[str], command: str,
                       below_a_card: bool) -> str:
     """The model card's section on `ext`, made from the model `model` and the domain text
@@ -120,9 +117,9 @@ def extension_section(ext: Extension, model: str, inputs: Sequence[str], command
     first, last = ext.first_id, ext.tokenizer.vocab_size - 1
     (before, after), named = ext.vocab_size, ", ".join(f"`{i}`" for i in inputs)
     above = f" The card above is `{model}`'s." if below_a_card else ""
-    return (f"This model is `{model}` with {_plural(len(ext.words), 'word')} and "
-            f"{_plural(len(ext.chars), 'character')} added to its {ext.tokenizer.kind} "
-            f"vocabulary by `bertkit tokenizer extend` ({_plural(last - first + 1, 'piece')}, "
+    return (f"This model is `{model}` with {counted(len(ext.words), 'word')} and "
+            f"{counted(len(ext.chars), 'character')} added to its {ext.tokenizer.kind} "
+            f"vocabulary by `bertkit tokenizer extend` ({counted(last - first + 1, 'piece')}, "
             f"ids {first}-{last} of vocab.txt; model rows {before} -> {after}): the characters "
             f"of the domain text {named} that it read as [UNK], and its words that the "
             f"vocabulary split into the most pieces.{above} A new word's rows in the "

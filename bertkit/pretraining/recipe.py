@@ -11,8 +11,9 @@ Under `torchrun` the same call runs data-parallel: each rank reads its own share
 global batch (gloo on the CPU, NCCL on GPUs) and rank 0 writes.
 
 The final directory at the top of `out` is a Hugging Face BERT directory (BertForPreTraining
-weights, config.json, tokenizer files), less the heads the --init directory lacked that the
-objective does not train (`untrained_heads`: a BertModel's NSP head). The span objective's
+weights, config.json, tokenizer files), less the heads never learned that the objective does
+not train (`untrained_heads`: a fresh model's NSP head and pooler outside mlm+nsp, saved as
+BertForMaskedLM; a BertModel's NSP head). The span objective's
 boundary head has no Hugging Face counterpart: it is saved beside the model as
 `sbo.safetensors` (transformers ignores that file), and `--init` of such a directory with
 `--objective span` picks it up again. An electra run saves the discriminator at the top and
@@ -46,6 +47,7 @@ from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead
 from bertkit.model.hub import (GENERATOR_DIR, has_detector, is_electra_dir, is_model_dir,
                                load_config, load_electra, load_pretraining_model, save_electra,
                                save_model)
+from bertkit.progress import counted
 from bertkit.pretraining import objectives
 from bertkit.pretraining.electra import ElectraSettings
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
@@ -389,8 +391,9 @@ def _fresh_config(opts: PretrainOptions, vocab_size: int) -> EncoderConfig:
 def untrained_heads(model: PretrainingModel | ElectraModel, objective: str) -> list[str]:
     """The heads ("nsp", "encoder.pooler") a run does not save: those at their initial draw
     (a fresh model's; those the --init directory lacked: a BertModel's, as sentence-transformers
-    ships them, has no NSP head) that `objective` does not train. Saved, their random weights would load in BertForPreTraining
-    as if learned; left out, transformers says they are newly initialised."""
+    ships them, has no NSP head) that `objective` does not train. Saved, their random weights
+    would load in BertForPreTraining as if learned; left out, transformers says they are newly
+    initialised."""
     if objective == "mlm+nsp" or isinstance(model, ElectraModel):
         return []
     heads = {"nsp": model.nsp, "encoder.pooler": model.encoder.pooler}
@@ -588,11 +591,6 @@ def _train_batches(opts: PretrainOptions, parts: list[tuple[Path, float]], rank:
                           switch_at=opts.early_fraction)
 
 
-def _count(n: int, noun: str) -> str:
-    """"1 rank", "2 ranks"."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
 def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[Path, float]],
               device: torch.device, world: int, settings: dict, why: str) -> None:
     """The settings, the precision and why, the model and batch shape, on stderr."""
@@ -604,9 +602,9 @@ def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[
           # a left-to-right model predicts every token: no masking to report
           f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"
           f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
-          f", precision {cfg.precision}, {_count(world, 'rank')} on "
+          f", precision {cfg.precision}, {counted(world, 'rank')} on "
           f"{device if world == 1 else opts.device}, "
-          f"{_count(torch.get_num_threads(), 'thread')}", file=sys.stderr)
+          f"{counted(torch.get_num_threads(), 'thread')}", file=sys.stderr)
     if isinstance(model, ElectraModel):
         g = model.generator.config
         blocks = num_parameters(model.generator.encoder.blocks) / 1e6
