@@ -104,7 +104,8 @@ class TrainResult:
     stopped_by: str
     """"max_steps", "max_time", "early_stop" or "interrupted"."""
     train_metrics: dict[str, float] = field(default_factory=dict)
-    """The last logged training figures (loss, metrics, learning_rate, tokens_per_second)."""
+    """The last logged training figures (loss, metrics, learning_rate, tokens_per_second): the
+    last log window's."""
     eval_metrics: dict[str, float] = field(default_factory=dict)
     """The last evaluation's result."""
     best_value: float | None = None
@@ -115,13 +116,17 @@ class TrainResult:
 
     def summary(self) -> dict:
         """The result as one JSON-able object, in the names of the README's table: the
-        training figures prefixed `train_`, the evaluation's as they come (`eval_*`, `dev_*`)."""
+        training figures prefixed `train_`, the evaluation's as they come (`eval_*`, `dev_*`).
+        Its tokens/s is the whole run's, not the last window's: a window can hold a compile
+        (on a GPU, when the rows grow from 64 to 128 tokens) and read a hundredth of the rest."""
+        train = {f"train_{k}": v for k, v in self.train_metrics.items()}
+        if self.train_seconds > 0 and "tokens_per_second" in self.train_metrics:
+            train["train_tokens_per_second"] = self.tokens / self.train_seconds
         return {"out_dir": None if self.out_dir is None else str(self.out_dir),
                 "steps": self.step, "tokens": self.tokens,
                 "train_seconds": round(self.train_seconds, 3), "stopped_by": self.stopped_by,
                 **({"best_step": self.best_step} if self.best_step is not None else {}),
-                **{f"train_{k}": v for k, v in self.train_metrics.items()},
-                **self.eval_metrics}
+                **train, **self.eval_metrics}
 
 
 def autocast(device: torch.device, precision: str):

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import signal
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -153,6 +154,26 @@ def test_a_run_stopped_by_its_time_budget_logs_the_steps_since_its_last_log_line
     assert records[0]["loss"] > 0 and records[0]["tokens_per_second"] > 0
     assert result.train_metrics["loss"] == records[0]["loss"]
     assert (tmp_path / "run/loss.png").is_file()
+
+
+def test_the_summary_gives_the_whole_runs_tokens_per_second_not_its_last_windows(tmp_path, tiny):
+    """A last window holding a stall (on a GPU: the recompile when the rows grow) read 973
+    tokens/s in a summary of a run that trained 122,000 a second: the summary's figure is the
+    run's, metrics.jsonl keeps each window's."""
+    calls = []
+
+    def loss_fn(model, batch):
+        calls.append(1)
+        if len(calls) == 4:
+            time.sleep(0.5)
+        return objectives.mlm_loss(model, batch)
+    result = train(tiny.model(), loss_fn, tiny.FakeBatches(), TrainConfig(max_steps=4, log_every=2),
+                   tmp_path / "run", save=tiny.no_save)
+    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    last = records[-1]["tokens_per_second"]
+    summary = result.summary()["train_tokens_per_second"]
+    assert summary == pytest.approx(result.tokens / result.train_seconds)
+    assert result.train_metrics["tokens_per_second"] == last and summary > 1.5 * last
 
 
 def _sigterm_at_step(n: int):
