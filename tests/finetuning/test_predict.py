@@ -102,6 +102,7 @@ def test_answer_points_into_the_context(finetuned):
     context = "alice went to rome . the sky is blue ."
     got = answer(model, "where did alice go ?", context)
     assert set(got) >= {"answer", "start", "end", "score"}
+    assert 0.0 < got["score"] <= 1.0  # a probability, the pipeline's, not a sum of logits
     if got["answer"]:
         assert context[got["start"]:got["end"]] == got["answer"]
     else:

@@ -2,6 +2,8 @@
 best span under the length limit equal to brute force, null answers and their threshold."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -65,7 +67,7 @@ def test_best_spans_equal_brute_force():
     start, end = torch.randn(N, T, generator=g), torch.randn(N, T, generator=g)
     cs = torch.tensor([3, 4, 1, 5, 3])
     cl = torch.tensor([8, 6, 10, 2, 1])
-    score, first, last, null = qa.best_spans(start, end, cs, cl, max_len)
+    score, first, last, null, probability = qa.best_spans(start, end, cs, cl, max_len)
     for n in range(N):
         best = max((start[n, i] + end[n, j], i, j)
                    for i in range(cs[n], cs[n] + cl[n]) for j in range(i, cs[n] + cl[n])
@@ -73,6 +75,14 @@ def test_best_spans_equal_brute_force():
         assert torch.isclose(score[n], best[0])
         assert (first[n].item(), last[n].item()) == (best[1], best[2])
         assert torch.isclose(null[n], start[n, 0] + end[n, 0])
+        # the pipeline's score: a softmax over [CLS] and the context, for the start and the end
+        candidates = [0, *range(cs[n], cs[n] + cl[n])]
+        p_start = {i: math.exp(start[n, i]) / sum(math.exp(start[n, k]) for k in candidates)
+                   for i in candidates}
+        p_end = {i: math.exp(end[n, i]) / sum(math.exp(end[n, k]) for k in candidates)
+                 for i in candidates}
+        assert probability[n, 0].item() == pytest.approx(p_start[best[1]] * p_end[best[2]])
+        assert probability[n, 1].item() == pytest.approx(p_start[0] * p_end[0])
 
 
 def _window(example, first, length, context_start=3):
@@ -88,13 +98,17 @@ def test_decode_picks_the_best_window_and_applies_the_null_threshold():
     firsts = torch.tensor([3, 4])  # window coordinates: context_start 3
     lasts = torch.tensor([4, 5])   # second window: context tokens 3..4
     nulls = torch.tensor([2.0, 3.5])
-    pred = qa.decode_answers(windows, scores, firsts, lasts, nulls, [context], [offsets], None)[0]
+    probabilities = torch.tensor([[0.1, 0.3], [0.6, 0.2]])  # [span, null] per window
+    outputs = (windows, scores, firsts, lasts, nulls, probabilities, [context], [offsets])
+    pred = qa.decode_answers(*outputs, None)[0]
     assert pred.text == "dd ee" and pred.char_start == 9
     assert pred.null_score == 2.0 and pred.null_margin == pytest.approx(-2.0)
-    kept = qa.decode_answers(windows, scores, firsts, lasts, nulls, [context], [offsets], -3.0)[0]
+    # the best span's window's probability; the null's of the window with the least null score
+    assert pred.probability == pytest.approx(0.6) and pred.null_probability == pytest.approx(0.3)
+    kept = qa.decode_answers(*outputs, -3.0)[0]
     assert kept.text == ""  and kept.span_text == "dd ee"  # null - best = -2 > -3: no answer
-    answered = qa.decode_answers(windows, scores, firsts, lasts, nulls, [context], [offsets],
-                                 -1.0)[0]
+    assert kept.probability == pytest.approx(0.3)
+    answered = qa.decode_answers(*outputs, -1.0)[0]
     assert answered.text == "dd ee"
 
 

@@ -112,7 +112,11 @@ def best_spans(start: torch.Tensor, end: torch.Tensor, context_start: torch.Tens
     """Best context span of each window under `max_answer_tokens`.
 
     start, end: [N, T] scores; context_start, context_length: [N]. Returns (score [N], first
-    position [N], last position [N], null score [N]) with positions in window coordinates.
+    position [N], last position [N], null score [N], probabilities [N, 2]) with positions in
+    window coordinates. A span is chosen by its start + end score, as BERT's SQuAD script
+    chooses; its probability is P(start) x P(end), each a softmax over the window's context
+    and [CLS] (transformers' question-answering pipeline's score), beside that of the null
+    answer, P(start = end = [CLS]).
     """
     N, T = start.shape
     pos = torch.arange(T, device=start.device)
@@ -124,7 +128,15 @@ def best_spans(start: torch.Tensor, end: torch.Tensor, context_start: torch.Tens
     ok = legal & in_context[:, :, None] & in_context[:, None, :]
     pair = pair.float().masked_fill(~ok, float("-inf"))
     score, flat = pair.view(N, -1).max(-1)
-    return score, flat // T, flat % T, (start[:, 0] + end[:, 0]).float()
+    first, last = flat // T, flat % T
+    candidates = in_context | (pos == 0)  # [N, T]: what an answer can start or end at
+    log_p_start = start.float().masked_fill(~candidates, float("-inf")).log_softmax(-1)
+    log_p_end = end.float().masked_fill(~candidates, float("-inf")).log_softmax(-1)
+    rows = torch.arange(N, device=start.device)
+    span = log_p_start[rows, first] + log_p_end[rows, last]
+    null = log_p_start[:, 0] + log_p_end[:, 0]
+    return score, first, last, (start[:, 0] + end[:, 0]).float(), \
+        torch.stack([span, null], -1).exp()
 
 
 def question_windows(tokenizer, examples, *, max_length: int, stride: int,
@@ -180,6 +192,15 @@ class AnswerPrediction:
     """Smallest [CLS] score over the windows (the most confident a window is of an answer)."""
     span_text: str
     """The best span's text even when the null answer wins (for tuning the threshold)."""
+    span_probability: float = 0.0
+    """P(start) x P(end) of the best span in its window (best_spans)."""
+    null_probability: float = 1.0
+    """P(no answer) of the window most confident of an answer, as null_score's."""
+
+    @property
+    def probability(self) -> float:
+        """The answer's probability: the span's, or for "" the null answer's."""
+        return self.span_probability if self.text else self.null_probability
 
     @property
     def null_margin(self) -> float:
@@ -187,31 +208,33 @@ class AnswerPrediction:
         return self.null_score - self.span_score
 
 
-def decode_answers(windows: list[Window], scores, firsts, lasts, nulls,
+def decode_answers(windows: list[Window], scores, firsts, lasts, nulls, probabilities,
                    contexts: list[str], offsets: list[list[tuple[int, int]]],
                    null_threshold: float | None) -> list[AnswerPrediction]:
-    """One AnswerPrediction per example from its windows' best spans.
+    """One AnswerPrediction per example from its windows' best spans (best_spans' outputs).
 
     `null_threshold` None never answers "" (SQuAD 1.1); otherwise an example is unanswered when
     null score - best span score > threshold.
     """
-    best: dict[int, tuple[float, int, int]] = {}
-    null: dict[int, float] = {}
-    rows = zip(windows, scores.tolist(), firsts.tolist(), lasts.tolist(), nulls.tolist())
-    for w, score, first, last, null_score in rows:
-        null[w.example] = min(null.get(w.example, float("inf")), null_score)
+    best: dict[int, tuple[float, int, int, float]] = {}
+    null: dict[int, tuple[float, float]] = {}
+    rows = zip(windows, scores.tolist(), firsts.tolist(), lasts.tolist(), nulls.tolist(),
+               probabilities.tolist())
+    for w, score, first, last, null_score, (p_span, p_null) in rows:
+        null[w.example] = min(null.get(w.example, (float("inf"), 1.0)), (null_score, p_null))
         if score > best.get(w.example, (float("-inf"),))[0]:
             shift = w.first - w.context_start
-            best[w.example] = (score, first + shift, last + shift)
+            best[w.example] = (score, first + shift, last + shift, p_span)
     out = []
     for i, context in enumerate(contexts):
-        score, first, last = best.get(i, (float("-inf"), -1, -1))
+        score, first, last, p_span = best.get(i, (float("-inf"), -1, -1, 0.0))
         if first >= 0:
             start_char, end_char = offsets[i][first][0], offsets[i][last][1]
             text = context[start_char:end_char]
         else:
             start_char, text = -1, ""
-        pred = AnswerPrediction(text, start_char, score, null.get(i, float("inf")), text)
+        null_score, p_null = null.get(i, (float("inf"), 1.0))
+        pred = AnswerPrediction(text, start_char, score, null_score, text, p_span, p_null)
         if null_threshold is not None and pred.null_margin > null_threshold or first < 0:
             pred.text, pred.char_start = "", -1
         out.append(pred)
@@ -296,7 +319,7 @@ class QA(Task):
                           batch["end_positions"])
 
     def infer(self, model, batch, items) -> list:
-        """(best span score, first, last, null score) per window."""
+        """(best span score, first, last, null score, [span, null probability]) per window."""
         start, end = model(*model_inputs(batch))
         windows = [it.extra[0] for it in items]
         cs = torch.tensor([w.context_start for w in windows], device=start.device)
@@ -305,10 +328,10 @@ class QA(Task):
             start, end, cs, cl, self.max_answer_tokens))))
 
     def decode_outputs(self, outputs, items, examples) -> list[AnswerPrediction]:
-        scores, firsts, lasts, nulls = (torch.tensor(col) for col in zip(*outputs)) \
-            if outputs else (torch.zeros(0),) * 4
+        columns = (torch.tensor(col) for col in zip(*outputs)) if outputs else \
+            (*(torch.zeros(0),) * 4, torch.zeros(0, 2))
         offsets = {it.example: it.extra[1] for it in items}
-        return decode_answers([it.extra[0] for it in items], scores, firsts, lasts, nulls,
+        return decode_answers([it.extra[0] for it in items], *columns,
                               [ex.context for ex in examples], offsets, self.null_threshold)
 
     # Scores -------------------------------------------------------------------------------------
@@ -359,7 +382,9 @@ class QA(Task):
     # Use ----------------------------------------------------------------------------------------
     def pipeline(self, runner, question: str | Sequence[str], context: str | Sequence[str]):
         """{"answer", "start", "end", "score", "null_margin"} (pipeline("question-answering")
-        style); "" with start -1 when the model judges the question unanswerable."""
+        style): "score" the answer's probability (AnswerPrediction.probability), "null_margin"
+        the null score less the best span's (above the tuned threshold: unanswered); "" with
+        start -1 when the model judges the question unanswerable."""
         single = isinstance(question, str)
         questions = [question] if single else list(question)
         contexts = [context] * len(questions) if isinstance(context, str) else list(context)
@@ -367,7 +392,7 @@ class QA(Task):
                     enumerate(zip(questions, contexts))]
         out = [{"answer": p.text, "start": p.char_start,
                 "end": p.char_start + len(p.text) if p.text else -1,
-                "score": float(p.span_score), "null_margin": float(p.null_margin)}
+                "score": p.probability, "null_margin": float(p.null_margin)}
                for p in runner.predict(examples)]
         return out[0] if single else out
 

@@ -427,7 +427,7 @@ function predict() {
       out.append(highlight(data.text, data.words));
     } else if ("answer" in data) {
       const context = body.context;
-      out.append(data.start >= 0 ? highlight(context, [{ start: data.start, end: data.end, label: `answer ${data.score.toFixed(2)}` }])
+      out.append(data.start >= 0 ? highlight(context, [{ start: data.start, end: data.end, label: `answer ${(100 * data.score).toFixed(1)}%` }])
                                  : el("p", { text: "no answer in the context (the model judges it unanswerable)" }));
     } else if ("score" in data) {
       out.append(el("p", { class: "text", text: `score ${data.score.toFixed(3)}` }));
