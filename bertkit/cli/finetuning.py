@@ -152,7 +152,7 @@ def _evaluate_sentence_model(opts: EvaluateOptions) -> int:
 
     embedder = Embedder.load(opts.model, device=resolve_device(opts.device))
     with input_file(opts.input) as path:
-        scores = evaluate_sentence_model(embedder, path, opts.batch_size)
+        scores = evaluate_sentence_model(embedder, path, opts.batch_size, progress=not opts.quiet)
     if opts.json:
         print(json.dumps(scores))
         return 0
@@ -196,7 +196,7 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
 
         with input_file(opts.input) as path:  # "-": standard input
             report = evaluate_pretrained(opts.model, path, lm, batch_size=opts.batch_size,
-                                         device=opts.device)
+                                         device=opts.device, progress=not opts.quiet)
         if opts.json:
             print(json.dumps(report))
         else:

@@ -56,6 +56,7 @@ from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
 from bertkit.pretraining.recipe import SBO_FILE
+from bertkit.progress import Progress
 from bertkit.text.sources import is_dataset_dir, numbered_texts
 from bertkit.text.tokenizer import Tokenizer, cut_warning
 
@@ -424,11 +425,12 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
 
 def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
          device: torch.device, truncate: bool = False,
-         names: Sequence[str] | None = None,
-         metric: str = "original") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         names: Sequence[str] | None = None, metric: str = "original",
+         progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pseudo-log-likelihood float64 [S], scored pieces int64 [S], scored words int64 [S])
     of distinct sentences (words by `_word_begins`: a sentence cut to fit counts only the
-    words it kept)."""
+    words it kept). `progress`: the masked copies scored, their rate and the ETA on stderr
+    (a forward pass a piece: minutes for a few thousand lines on a CPU)."""
     if metric not in PLL_METRICS:
         raise ValueError(f"unknown PLL metric {metric!r}; choose one of {PLL_METRICS}")
     flat, lengths, special = _encode(tokenizer, sentences, _max_length(model, tokenizer),
@@ -453,6 +455,7 @@ def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
     copy_later = copy_later[order]
     padded = _padded(flat, lengths, tokenizer.pad_id)
     scores = np.zeros(len(sentences), dtype=np.float64)
+    bar = Progress("pseudo-log-likelihood", len(order), "masked copies", enabled=progress)
     with _eval_mode(model):
         for start in range(0, len(order), batch_size):
             s = copy_sentence[start:start + batch_size]
@@ -466,14 +469,16 @@ def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
                                            tokenizer.mask_id, device, also)
             np.add.at(scores, s, logp.gather(1, targets[:, None]).squeeze(1).double().cpu()
                       .numpy())
+            bar.update(add=len(s))
+    bar.finish()
     words = text_of[_word_begins(tokenizer, flat, special)]
     return (scores, np.bincount(copy_sentence, minlength=len(sentences)),
             np.bincount(words, minlength=len(sentences)))
 
 
 def _distinct_pll(model, tokenizer, sentences: Sequence[str], batch_size: int, device,
-                  truncate: bool = False,
-                  metric: str = "original") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  truncate: bool = False, metric: str = "original",
+                  progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`_pll` of each sentence, each distinct sentence scored once: equal sentences get equal
     scores exactly, whatever batch they would have fallen into."""
     distinct = list(dict.fromkeys(sentences))
@@ -481,24 +486,25 @@ def _distinct_pll(model, tokenizer, sentences: Sequence[str], batch_size: int, d
     where = np.fromiter((index[s] for s in sentences), dtype=np.int64, count=len(sentences))
     scores, pieces, words = _pll(model, tokenizer, distinct, batch_size, torch.device(device),
                                  truncate, names=[f"sentence {s[:60]!r}" for s in distinct],
-                                 metric=metric)
+                                 metric=metric, progress=progress)
     return scores[where], pieces[where], words[where]
 
 
 def pseudo_log_likelihood(model: nn.Module, tokenizer, sentences: Sequence[str],
                           batch_size: int = 256, device: str | torch.device = "cpu",
-                          metric: str = "original") -> list[float]:
+                          metric: str = "original", progress: bool = False) -> list[float]:
     """One float per sentence: the sum over its non-special pieces of log P(piece | the
     sentence with that piece masked), natural log; metric "word-l2r": with the later pieces
-    of the piece's word masked too. batch_size: masked copies per forward pass.
-    A sentence longer than the model's positions is a UserError naming it."""
+    of the piece's word masked too. batch_size: masked copies per forward pass; progress:
+    how many are scored, on stderr. A sentence longer than the model's positions is a
+    UserError naming it."""
     return _distinct_pll(model, tokenizer, list(sentences), batch_size, device,
-                         metric=metric)[0].tolist()
+                         metric=metric, progress=progress)[0].tolist()
 
 
 def pseudo_perplexity(model: nn.Module, tokenizer, texts: Sequence[str], batch_size: int = 256,
                       device: str | torch.device = "cpu", truncate: bool = True,
-                      metric: str = "original") -> dict[str, float]:
+                      metric: str = "original", progress: bool = False) -> dict[str, float]:
     """pseudo_perplexity = exp(-sum PLL / pieces) over all texts, with pseudo_log_likelihood
     (the sum), pieces and texts, the PLL by `metric` (see `pseudo_log_likelihood`). Texts
     longer than the model's positions are cut to fit (`truncate`) or refused.
@@ -509,7 +515,7 @@ def pseudo_perplexity(model: nn.Module, tokenizer, texts: Sequence[str], batch_s
     the per-piece figure, compares them; with metric "word-l2r", since the "original" PLL
     gives a word more help from its own neighbouring pieces the more pieces it is cut into."""
     scores, pieces, words = _distinct_pll(model, tokenizer, list(texts), batch_size, device,
-                                          truncate, metric)
+                                          truncate, metric, progress)
     total, n, w = float(scores.sum()), int(pieces.sum()), int(words.sum())
     if n == 0:
         raise UserError("no pieces to score: the texts are empty")
@@ -586,7 +592,8 @@ def _pair_figures(good: np.ndarray, bad: np.ndarray) -> dict[str, float]:
 
 def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
                   group_by: str | None = None, batch_size: int = 256,
-                  device: str | torch.device = "cpu", metric: str = "original") -> dict:
+                  device: str | torch.device = "cpu", metric: str = "original",
+                  progress: bool = False) -> dict:
     """How often the model's pseudo-log-likelihood (by `metric`, see `pseudo_log_likelihood`)
     prefers the good sentence of each pair (a left-to-right model, config.json "is_decoder":
     its log-likelihood, `log_likelihoods`).
@@ -616,7 +623,7 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
         scores = np.asarray(log_likelihoods(model, tokenizer, sentences, batch_size, device))
     else:
         scores, _, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device,
-                                     metric=metric)
+                                     metric=metric, progress=progress)
     good, bad = scores[:len(pairs)], scores[len(pairs):]
     groups = {}
     if group_by:
@@ -693,7 +700,7 @@ def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: 
 
 def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathLike,
                         options: LMEvalOptions | None = None, batch_size: int = 64,
-                        device: str | torch.device = "cpu") -> dict:
+                        device: str | torch.device = "cpu", progress: bool = False) -> dict:
     """Judge the pretrained model of `model_dir` on `input_path`, by what the input is:
 
     - a directory written by `bertkit prepare`: held-out masked-token accuracy, loss and
@@ -709,7 +716,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     "next_token").
 
     batch_size: texts per forward pass for masked-token scores; masked copies per forward pass
-    (four times as many) for pseudo-log-likelihoods.
+    (four times as many) for pseudo-log-likelihoods. progress: the pseudo-log-likelihoods'
+    progress on stderr, a forward pass a piece (the other figures take one a text or batch).
     """
     opts = options or LMEvalOptions()
     if batch_size < 1:
@@ -740,15 +748,16 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                                                       device)}
     if pairs:
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
-                               batch_size=4 * batch_size, device=device, metric=opts.pll)
+                               batch_size=4 * batch_size, device=device, metric=opts.pll,
+                               progress=progress)
         scored_by = ({"scored_by": "log-likelihood"} if causal else
                      {"scored_by": "pseudo-log-likelihood", "pll": opts.pll})
         return {"kind": "minimal_pairs", **scored_by, **report}
-    return _text_figures(model, tokenizer, inp, opts, batch_size, device, causal)
+    return _text_figures(model, tokenizer, inp, opts, batch_size, device, causal, progress)
 
 
 def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
-                  batch_size: int, device, causal: bool = False) -> dict:
+                  batch_size: int, device, causal: bool = False, progress: bool = False) -> dict:
     """A text file's non-blank lines (or the texts of its records, `numbered_texts`):
     masked-token scores and pseudo-perplexity (kind "text"), or for a left-to-right model
     next-token figures (kind "next_token")."""
@@ -769,7 +778,7 @@ def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
                                  mask_frac=mask_frac, random_frac=random_frac,
                                  whole_word=opts.whole_word)
     pseudo = pseudo_perplexity(model, tokenizer, lines, batch_size=4 * batch_size,
-                               device=device, metric=opts.pll)
+                               device=device, metric=opts.pll, progress=progress)
     return {"kind": "text", **masked, **pseudo, "pll": opts.pll}
 
 

@@ -79,6 +79,19 @@ def test_a_text_file_gives_masked_tokens_and_pseudo_perplexity(setup, capsys):
         assert got[key] == pytest.approx(value, rel=1e-6), key
 
 
+def test_pseudo_log_likelihoods_show_their_progress_unless_quiet(setup, capsys):
+    """A forward pass a piece: minutes of a CPU for a few thousand lines, so the masked copies
+    scored, their rate and the ETA go to stderr; --quiet leaves stderr empty."""
+    for given in (setup["text"], setup["pairs"]):
+        assert main(["evaluate", "--model", str(setup["model"]), "--input", str(given),
+                     "--max-lines", "5"]) == 0
+        err = capsys.readouterr().err
+        assert "pseudo-log-likelihood: " in err and " masked copies (100%)" in err, err
+        assert main(["evaluate", "--model", str(setup["model"]), "--input", str(given),
+                     "--max-lines", "5", "--quiet"]) == 0
+        assert capsys.readouterr().err == ""
+
+
 def test_a_text_file_scored_as_run_mlm_scores_it(setup, capsys):
     got = _json(capsys, ["--model", setup["model"], "--input", setup["text"],
                          "--max-lines", "20", "--mask-frac", "0.8", "--random-frac", "0.1"])

@@ -242,8 +242,11 @@ def test_evaluate_gives_the_sts_figures_of_a_sentence_model(tiny_bert, tmp_path,
 
     pairs = make_file(tmp_path, "pairs", 30, seed=3)
     assert main(["evaluate", "--model", str(out), "--input", str(pairs)]) == 0
-    text = capsys.readouterr().out
-    assert "ndcg@10" in text and "mrr@10" in text and "queries  30" in text
+    shown = capsys.readouterr()
+    assert "ndcg@10" in shown.out and "mrr@10" in shown.out and "queries  30" in shown.out
+    assert "\nsentences: 360/360 tokens (100%)" in shown.err  # the encoding; none when --quiet
+    assert main(["evaluate", "--model", str(out), "--input", str(pairs), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
 
     nli = [json.loads(line) for line in make_file(tmp_path, "nli", 20, seed=4).read_text()
            .splitlines()]

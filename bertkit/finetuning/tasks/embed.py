@@ -352,18 +352,21 @@ def _per_example(examples, vectors: dict[int, torch.Tensor]) -> list:
     return [tuple(vectors[index[t]] for t in ex.texts) if ex.dev else None for ex in examples]
 
 
-def evaluate_sentence_model(embedder, path, batch_size: int = 64) -> dict:
+def evaluate_sentence_model(embedder, path, batch_size: int = 64, progress: bool = False) -> dict:
     """The figures of a sentence model (anything with sentence-transformers' `encode`, such
     as an `Embedder`) on a labelled file: Spearman and Pearson of cosine against the scores
     of scored pairs (or an NLI file's relatedness); MRR@10, recall@1/10 and nDCG@10 of
     finding each query's relevant passages among every passage of a queries, pairs or
-    triplets file. Each distinct text is encoded once."""
+    triplets file. Each distinct text is encoded once; `progress`: the encoding's on stderr
+    (`show_progress_bar`, asked only then: an ONNX runner's `encode` has no such argument)."""
     task = Embed()
     examples = [ex for ex in task.read(path) if ex.dev]
     if not examples:
         raise UserError(f"{path}: nothing to score (expected scored pairs, pairs, triplets, "
                         f"queries or an NLI file)")
-    vectors = torch.from_numpy(embedder.encode(_dev_texts(examples), batch_size=batch_size))
+    shown = {"show_progress_bar": True} if progress else {}
+    vectors = torch.from_numpy(embedder.encode(_dev_texts(examples), batch_size=batch_size,
+                                               **shown))
     return task.score(examples, _per_example(examples, dict(enumerate(vectors))))
 
 
