@@ -11,7 +11,8 @@ Output directory:
     corpus.txt      the default corpus (only without --input)
     tokenizer/      the WordPiece vocabulary trained on the corpus
     data/           shards of `bertkit prepare`
-    model/          the pretrained model (Hugging Face directory), metrics.jsonl, loss.png
+    model/          the pretrained model (Hugging Face directory, its card README.md),
+                    metrics.jsonl, loss.png
     demo.json       held-out figures and fill-mask predictions
 """
 from __future__ import annotations

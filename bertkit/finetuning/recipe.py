@@ -9,7 +9,8 @@ spans (span-based NER, nested entities allowed), one class each in bertkit.finet
 the recipe only calls their protocol (bertkit.finetuning.task.Task), so a Task class of one's
 own fine-tunes the same way. The result is a Hugging Face directory that transformers loads as
 the matching Bert*For* model, plus bertkit_task.json (task, columns, labels, scheme,
-thresholds) that `bertkit evaluate` / `predict` read. A task's settings (columns, scheme, CRF,
+thresholds) that `bertkit evaluate` / `predict` read, and README.md, its model card: the card of
+the model fine-tuned from with a section on the run (`card_section`). A task's settings (columns, scheme, CRF,
 pooling, ...) are fields of its class; FinetuneConfig holds how it is trained, whatever the
 task. What is trained under the head is a `Backbone` (bertkit.finetuning.backbone).
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -40,7 +42,7 @@ from torch import nn
 
 from bertkit.config import ConfigError, TrainConfig, parse_minutes
 from bertkit.figures import draw_or_skip
-from bertkit.files import UserError, check_not_input, write_json
+from bertkit.files import UserError, atomic_file, check_not_input, write_json
 from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze
 from bertkit.finetuning.baselines import baseline_comparison
 from bertkit.finetuning.inputs import Item, warn_cut
@@ -49,6 +51,8 @@ from bertkit.finetuning.readers import input_file, input_identity, input_name
 from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
+from bertkit.model.card import CARD_FILE, card_with_section, read_card
+from bertkit.progress import counted
 from bertkit.runtime import choose_precision, resolve_device
 from bertkit.training.loop import check_resume, train
 from bertkit.training.settings import run_settings, settings_block
@@ -312,6 +316,11 @@ class RunPlan:
     names: tuple[str, str | None]
     """The training and dev data as messages name them (`GivenData.names`): "<stdin>", not
     the file `train_path` it was staged in."""
+    model_name: str = ""
+    """The model as the user gave it (a path, a hub name), as the model card names it."""
+    source_card: str | None = None
+    """The model card (README.md) of the model fine-tuned from, read before training (one
+    that is no UTF-8 text is refused then, not after the run); None where it has none."""
 
 
 def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path | None,
@@ -320,12 +329,14 @@ def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path
     """The checks a run can make before reading its data, and its settings resolved: the
     device and precision, the task's defaults for this model, the task's settings for the
     training file and the model. `names`: the data as messages name it; none: its paths."""
+    model_name = str(model_dir)
     model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
     device = resolve_device(cfg.device)
     cfg = dataclasses.replace(cfg, device=str(device))
     out_dir = Path(out_dir)
     check_not_input(out_dir, [model_dir, train_path, dev_path],
                     names=["model", "training file", "dev file"])
+    source_card = read_card(model_dir)
     task = task.configure(Path(train_path))
     backbone = backbone or Encoder(model_dir, cfg.train_layers, cfg.layer_mix)
     backbone.check_task(task)
@@ -345,7 +356,7 @@ def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path
                               head_lr=cfg.head_lr or defaults.head_lr, max_length=max_length)
     names = names or (str(train_path), None if dev_path is None else str(dev_path))
     return RunPlan(task, cfg, epochs, backbone, model_dir, Path(train_path), dev_path, out_dir,
-                   names)
+                   names, model_name, source_card)
 
 
 def run_options(plan: RunPlan) -> dict:
@@ -383,7 +394,8 @@ def training_items(plan: RunPlan, task: Task, train_examples: list, dev: list) -
 
 class DevScores:
     """The loop's `evaluate` and `save`: dev scores at each evaluation; at the end, the
-    thresholds tuned on dev, the final scores and the baseline, and the model saved."""
+    thresholds tuned on dev, the final scores and the baseline, and the model saved with its
+    card."""
 
     def __init__(self, plan: RunPlan, runner: TaskModel, train_examples: list, dev: list):
         self.plan, self.runner = plan, runner
@@ -422,6 +434,9 @@ class DevScores:
             final["layer_mix_gamma"] = float(mix.gamma.detach())
         task.save_model(self.plan.backbone, model, path, tokenizer=self.plan.backbone.tokenizer,
                         labels=list(task.label_names()) or None)
+        with atomic_file(path / CARD_FILE) as f:  # beside the model, as dev_metrics.json
+            f.write(card_with_section(self.plan.source_card, CARD_TITLE,
+                                      card_section(self.plan, task, final)))
         write_json(path / "dev_metrics.json", final)
         if mix is not None:
             from bertkit.embeddings.plots import plot_layer_weights  # matplotlib only here
@@ -429,6 +444,83 @@ class DevScores:
             draw_or_skip(lambda: plot_layer_weights({name: final["layer_weights"]},
                                                     path / "layer_weights.png"),
                          path / "layer_weights.png")
+
+
+# The model card ---------------------------------------------------------------------------------
+
+CARD_TITLE = "Fine-tuned with bertkit"
+_NOT_SCORES = ("layer_mix_gamma",)
+"""Numbers of dev_metrics.json that are no dev score."""
+
+
+def card_section(plan: RunPlan, task: Task, final: dict) -> str:
+    """The model card's section on a run (`bertkit.model.card`), in the shape of transformers'
+    Trainer's card: the model fine-tuned from and the data, the dev scores of dev_metrics.json
+    (`final`) beside the baseline's, the training settings, how to use the model. No date,
+    time or machine in it: the same run writes the same card."""
+    return "\n\n".join([_card_lead(plan, task), _card_scores(final), _card_settings(plan.cfg),
+                        _card_use(plan, task)])
+
+
+def _card_lead(plan: RunPlan, task: Task) -> str:
+    train, dev = (None if n is None else Path(n).name for n in plan.names)
+    made = "a fine-tuned version of" if isinstance(plan.backbone, Encoder) else "built on"
+    held = f"`{dev}`" if dev else f"{plan.cfg.dev_fraction:.0%} of `{train}` held out"
+    above = f" The card above is `{plan.model_name}`'s." \
+        if plan.source_card and plan.source_card.strip() else ""
+    return (f"This model is {made} `{plan.model_name}`, trained by `bertkit finetune` for the "
+            f"`{task.name}` task on `{train}`.{above} It achieves the following results on the "
+            f"evaluation set, {held} (`dev_metrics.json` holds them all):")
+
+
+def _figure(value) -> str | None:
+    """A score as the card shows it: 4 decimals, a count as it is; None: no number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _card_scores(final: dict) -> str:
+    """The dev figures of dev_metrics.json (its top-level numbers), with the baseline's."""
+    names = [k for k, v in final.items() if _figure(v) is not None and k not in _NOT_SCORES]
+    baseline = final.get("baseline") or {}
+    if not baseline:
+        return "\n".join(["| figure | dev |", "|---|---|",
+                          *(f"| {k} | {_figure(final[k])} |" for k in names)])
+    predictor = baseline.get("predictor") or "a trivial predictor fitted on the training data"
+    return "\n".join([f"| figure | dev | baseline ({predictor}) |", "|---|---|---|",
+                      *(f"| {k} | {_figure(final[k])} | {_figure(baseline.get(k)) or ''} |"
+                        for k in names)])
+
+
+def _card_settings(cfg: FinetuneConfig) -> str:
+    """The training hyperparameters, as training_args.json records them."""
+    lines = [f"epochs: {cfg.epochs}" if cfg.epochs else None,
+             f"time budget: {cfg.max_time:g} minutes" if cfg.max_time else None,
+             f"learning rate: {cfg.lr:g} (the head's {cfg.head_lr:g}), {cfg.warmup:.0%} "
+             f"warm-up then linear decay, weight decay {cfg.weight_decay:g}",
+             f"batch size: {cfg.batch_size}", f"max length: {cfg.max_length} tokens",
+             None if cfg.train_layers is None else "encoder frozen, the head alone trained"
+             if cfg.train_layers == 0 else f"encoder: its top {counted(cfg.train_layers, 'block')} trained",
+             "the head reads a learned mix of all layers" if cfg.layer_mix else None,
+             f"seed: {cfg.seed}", f"precision: {cfg.precision}"]
+    return "Training hyperparameters:\n\n" + "\n".join(f"- {line}" for line in lines if line)
+
+
+def _card_use(plan: RunPlan, task: Task) -> str:
+    """How to run the model: the command line and the Python call the README shows."""
+    out = str(plan.out_dir)
+    if task.name == "embed":  # a sentence-transformers directory, not a task model
+        shell = f"bertkit embed --model {shlex.quote(out)} --input sentences.txt --out vectors.npy"
+        python = (f"from bertkit import Embedder\n\n"
+                  f"Embedder.load({json.dumps(out)}).encode([\"a sentence\", \"another one\"])")
+    else:
+        name = Path(plan.names[1] or plan.names[0]).name
+        data = "examples.jsonl" if name.startswith("<") else name  # "<stdin>", "<rows>"
+        shell = f"bertkit predict --model {shlex.quote(out)} --input {shlex.quote(data)}"
+        python = (f"from bertkit import TaskModel\n\n"
+                  f"TaskModel.load({json.dumps(out)}).predict_rows({json.dumps(data)})")
+    return f"Use it:\n\n```bash\n{shell}\n```\n\n```python\n{python}\n```"
 
 
 def train_config(plan: RunPlan, steps_per_epoch: int) -> TrainConfig:

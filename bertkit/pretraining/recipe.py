@@ -17,7 +17,8 @@ BertForMaskedLM; a BertModel's NSP head). The span objective's
 boundary head has no Hugging Face counterpart: it is saved beside the model as
 `sbo.safetensors` (transformers ignores that file), and `--init` of such a directory with
 `--objective span` picks it up again. An electra run saves the discriminator at the top and
-its generator in OUT/generator (`hub.save_electra`).
+its generator in OUT/generator (`hub.save_electra`). The model's card, README.md, says how it
+was trained (`card_section`), below the --init directory's card if it has one.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import dataclasses
 import datetime
 import itertools
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +42,8 @@ from torch import nn
 from bertkit import signals
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
                             Precision, Schedule, TrainConfig, preset)
-from bertkit.files import SaidElsewhere, UserError
+from bertkit.files import SaidElsewhere, UserError, atomic_file
+from bertkit.model.card import CARD_FILE, card_with_section, read_card
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
@@ -522,6 +525,8 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
+        # --init's card, copied into the model's at the end: one that cannot be is refused now
+        card = read_card(opts.init) if opts.init is not None else None
         latest = check_fresh_start(opts.out, opts.train.resume)
         if latest is not None:  # another model, other settings refused before the data is
             _check_before_the_data(opts, latest)  # prepared, found prepared or renamed
@@ -552,16 +557,79 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
         def evaluate(m):
             return objectives.evaluate_lm(m, held, opts.objective, device)
 
-        return train(model, objectives.loss_for(opts.objective, opts.electra.detection_weight),
-                     batches, cfg, opts.out,
-                     evaluate=evaluate if held else None,
-                     save=lambda m, path: save_pretrained(
-                         m, path, tokenizer, opts.objective == "clm",
-                         leave_out=untrained_heads(m, opts.objective)),
-                     target_count=objectives.target_count(opts.objective),
-                     fingerprint=fingerprint, device=device,
-                     settings=settings,
-                     find_unused_parameters=False)  # model_to_pretrain froze the unused heads
+        result = train(model, objectives.loss_for(opts.objective, opts.electra.detection_weight),
+                       batches, cfg, opts.out,
+                       evaluate=evaluate if held else None,
+                       save=lambda m, path: save_pretrained(
+                           m, path, tokenizer, opts.objective == "clm",
+                           leave_out=untrained_heads(m, opts.objective)),
+                       target_count=objectives.target_count(opts.objective),
+                       fingerprint=fingerprint, device=device,
+                       settings=settings,
+                       find_unused_parameters=False)  # model_to_pretrain froze the unused heads
+        if rank == 0 and result.stopped_by != "interrupted":  # a model was saved: its card
+            with atomic_file(opts.out / CARD_FILE) as f:
+                f.write(card_with_section(card, CARD_TITLE,
+                                          card_section(opts, model, parts, result, card)))
+        return result
+
+
+# The model card ---------------------------------------------------------------------------------
+
+CARD_TITLE = "Pretrained with bertkit"
+_LISTED_SOURCES = 5
+"""Corpus files the card names before it counts the rest."""
+
+
+def card_section(opts: PretrainOptions, model: PretrainingModel | ElectraModel,
+                 parts: list[tuple[Path, float]], result: TrainResult,
+                 init_card: str | None = None) -> str:
+    """The model card's section on a finished run (`bertkit.model.card`): the corpus files,
+    the model's size, the objective, the steps and tokens trained, the held-out figures. No
+    date, time or machine in it: the same run writes the same card. `init_card`: --init's,
+    kept above the section."""
+    cfg, c = opts.train, model.config
+    size = f"preset `{opts.preset}`" if opts.init is None else f"continued from `{opts.init}`"
+    above = f" The card above is `{opts.init}`'s." if init_card and init_card.strip() else ""
+    masked = "" if opts.objective == "clm" else f", {_rate(opts.masking)} masked"
+    lead = (f"This model was pretrained by `bertkit pretrain` on {_corpus_names(parts)}: a "
+            f"\"{c.architecture}\" encoder ({size}) of {counted(c.num_layers, 'layer')}, hidden "
+            f"size {c.hidden_size}, {counted(c.num_heads, 'attention head')}, "
+            f"{num_parameters(model.encoder) / 1e6:.1f}M parameters, objective "
+            f"`{opts.objective}`{masked}.{above} It trained for "
+            f"{counted(result.step, 'step')} on {result.tokens:,} tokens ({_shape(opts)} "
+            f"tokens per batch{_accumulation(cfg)}), learning rate {cfg.lr:g} ({cfg.schedule} "
+            f"schedule), precision {cfg.precision}, seed {cfg.seed}.")
+    return "\n\n".join([lead, _held_out(result.eval_metrics),
+                        f"Use it:\n\n```bash\nbertkit finetune classify --model "
+                        f"{shlex.quote(str(opts.out))} --train train.jsonl --dev dev.jsonl "
+                        f"--out runs/clf\n```"])
+
+
+def _corpus_names(parts: list[tuple[Path, float]]) -> str:
+    """The files the prepared corpora were made from ("`a.txt`, `b.txt` (30%)"), from their
+    manifests: a corpus prepared into OUT/data is named by its text, not by that folder."""
+    names = []
+    for data, weight in parts:
+        files = [Path(str(s.get("path", ""))).name
+                 for s in load_manifest(data).get("sources", []) if isinstance(s, dict)]
+        files = files or [data.name]  # a manifest older than its sources list
+        named = ", ".join(f"`{f}`" for f in files[:_LISTED_SOURCES])
+        more = len(files) - _LISTED_SOURCES
+        named += f" and {counted(more, 'more file')}" if more > 0 else ""
+        names.append(named if len(parts) == 1 else f"{named} ({weight:.0%})")
+    return "; ".join(names)
+
+
+def _held_out(figures: dict) -> str:
+    """The last evaluation's figures, 4 decimals (a count of tokens as a whole number)."""
+    rows = [f"| {k} | {v:,.0f} |" if k.endswith("_tokens") else f"| {k} | {v:.4f} |"
+            for k, v in figures.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not rows:
+        return "No held-out split: no evaluation."
+    return "\n".join(["Its figures on the held-out split, at the last step:", "",
+                      "| figure | held out |", "|---|---|", *rows])
 
 
 def _data_kwargs(opts: PretrainOptions) -> dict:

@@ -662,3 +662,74 @@ def test_training_settings_out_of_range_are_one_line_before_anything_is_read(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.match(f"error: {message}$", err), err
     assert not (tmp_path / "out").exists()
+
+
+# The model card ------------------------------------------------------------------------------------
+
+SOURCE_CARD = "---\nlicense: mit\ntags: [tiny]\n---\n# Tiny BERT\n\nA random BERT for tests.\n"
+
+
+def _with_card(tiny_bert: Path, where: Path, card: bytes) -> Path:
+    """A copy of `tiny_bert` whose README.md holds `card`."""
+    import shutil
+
+    shutil.copytree(tiny_bert, where)
+    (where / "README.md").write_bytes(card)
+    return where
+
+
+def _score_rows(card: str) -> dict[str, list[str]]:
+    """The card's table of dev figures: {figure: [cells]}."""
+    rows = [line.strip("|").split("|") for line in card.splitlines()
+            if line.startswith("| ") and not line.startswith("| figure")]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
+
+
+def test_the_saved_model_has_a_card_with_its_dev_scores_below_the_source_card(
+        tiny_bert, task_files, quick_config, tmp_path, monkeypatch):
+    base = _with_card(tiny_bert, tmp_path / "base", SOURCE_CARD.encode())
+    cards = []
+    for run in ("a", "b"):  # the same run twice (OUT as given the same): the same card
+        (tmp_path / run).mkdir()
+        monkeypatch.chdir(tmp_path / run)
+        finetune("classify", str(base), task_files["train"], task_files["dev"], "model",
+                 quick_config(epochs=1, lr=1e-3))
+        cards.append((tmp_path / run / "model" / "README.md").read_bytes())
+    assert cards[0] == cards[1]
+    card = cards[0].decode()
+    assert card.startswith(SOURCE_CARD.rstrip() + "\n\n## Fine-tuned with bertkit\n")
+    assert f"fine-tuned version of `{base}`" in card and "`train.jsonl`" in card
+    assert "`dev.jsonl`" in card and "bertkit predict --model model --input dev.jsonl" in card
+    for setting in ("epochs: 1", "learning rate: 0.001", "batch size: 32", "seed: 0",
+                    "precision: fp32"):
+        assert setting in card
+    scores = json.loads((tmp_path / "a" / "model" / "dev_metrics.json").read_text())
+    rows = _score_rows(card)
+    assert set(rows) == {"accuracy", "macro_f1"}
+    for name, (model, baseline) in rows.items():
+        assert (model, baseline) == (f"{scores[name]:.4f}", f"{scores['baseline'][name]:.4f}")
+
+
+def test_a_model_without_a_card_gets_the_section_alone(tiny_bert, task_files, quick_config,
+                                                       tmp_path):
+    finetune("tag", tiny_bert, task_files["ner_train"], None, tmp_path / "ner",
+             quick_config(epochs=1))
+    card = (tmp_path / "ner" / "README.md").read_text()
+    assert card.startswith("## Fine-tuned with bertkit\n\nThis model is a fine-tuned version")
+    assert "10% of `train.conll` held out" in card and "card above" not in card
+    scores = json.loads((tmp_path / "ner" / "dev_metrics.json").read_text())
+    assert _score_rows(card)["f1"] == [f"{scores['f1']:.4f}", f"{scores['baseline']['f1']:.4f}"]
+    assert _score_rows(card)["support"][0] == str(scores["support"])
+
+
+def test_a_source_card_that_is_not_utf8_is_one_error_before_any_training(
+        tiny_bert, task_files, tmp_path, capsys, monkeypatch):
+    base = _with_card(tiny_bert, tmp_path / "base", b"# Caf\xe9 BERT\n")
+    monkeypatch.setattr("bertkit.finetuning.recipe.train",
+                        lambda *a, **k: pytest.fail("trained before the card was read"))
+    assert main(["finetune", "classify", "--model", str(base), "--train",
+                 str(task_files["train"]), "--dev", str(task_files["dev"]), "--out",
+                 str(tmp_path / "out"), "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {base / 'README.md'}: the model card is not UTF-8 text (byte 5)\n"
+    assert not (tmp_path / "out").exists()

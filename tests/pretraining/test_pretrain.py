@@ -847,3 +847,60 @@ def test_tensorboard_on_the_command_line(prepared, tmp_path):
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
     assert {"train/loss", "train/learning_rate", "eval/loss"} <= set(events.Tags()["scalars"])
+
+
+# The model card ---------------------------------------------------------------------------------
+
+def test_the_final_model_has_a_card_with_its_corpus_size_and_held_out_figures(prepared, tmp_path,
+                                                                              capsys):
+    out = tmp_path / "run"
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(out), "--max-steps", "2",
+                 "--save-every", "1", *TINY]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    card = (out / "README.md").read_text()
+    assert card.startswith("## Pretrained with bertkit\n\nThis model was pretrained by "
+                           "`bertkit pretrain` on `corpus.txt`")
+    for said in ("preset `tiny`", "objective `mlm`", f"{summary['tokens']:,} tokens",
+                 "2 steps", "M parameters"):
+        assert said in card, said
+    rows = {cells[1].strip(): cells[2].strip() for cells in
+            (line.split("|") for line in card.splitlines() if line.startswith("| eval_"))}
+    assert rows["eval_loss"] == f"{summary['eval_loss']:.4f}"
+    assert rows["eval_accuracy"] == f"{summary['eval_accuracy']:.4f}"
+    assert not list((out / "checkpoints").rglob("README.md"))  # checkpoints need none
+
+
+def test_continued_pretraining_keeps_the_init_card_above_its_section(prepared, tmp_path,
+                                                                     monkeypatch):
+    first = tmp_path / "first"
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(first), "--max-steps", "1",
+                 *TINY]) == 0
+    source = "---\nlicense: mit\n---\n# A tiny model\n\nTrained on synthetic text.\n"
+    (first / "README.md").write_text(source)
+    cards = []
+    for run in ("a", "b"):  # the same run twice (OUT as given the same): the same card
+        (tmp_path / run).mkdir()
+        monkeypatch.chdir(tmp_path / run)
+        assert _cli(["pretrain", "--data", str(prepared), "--out", "more", "--init", str(first),
+                     "--max-steps", "1", *TINY[2:]]) == 0
+        cards.append((tmp_path / run / "more" / "README.md").read_bytes())
+    assert cards[0] == cards[1]
+    card = cards[0].decode()
+    assert card.startswith(source.rstrip() + "\n\n## Pretrained with bertkit\n")
+    assert f"from `{first}`" in card and f"The card above is `{first}`'s." in card
+
+
+def test_an_init_card_that_is_not_utf8_is_one_error_before_the_data_or_training(
+        prepared, tmp_path, capsys, monkeypatch):
+    from bertkit.pretraining import recipe
+
+    first = tmp_path / "first"
+    assert _cli(["pretrain", "--data", str(prepared), "--out", str(first), "--max-steps", "1",
+                 *TINY]) == 0
+    (first / "README.md").write_bytes(b"# Caf\xe9\n")
+    monkeypatch.setattr(recipe, "data_parts", lambda *a, **k: pytest.fail("data read first"))
+    out = tmp_path / "more"
+    line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out), "--init",
+                           str(first), "--max-steps", "1", *TINY[2:]])
+    assert line == f"error: {first / 'README.md'}: the model card is not UTF-8 text (byte 5)"
+    assert not out.exists()
