@@ -51,7 +51,7 @@ from bertkit.finetuning.readers import input_file, input_identity, input_name
 from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
-from bertkit.model.card import CARD_FILE, card_with_section, read_card
+from bertkit.model.card import CARD_FILE, card_with_section, read_card, with_front_matter
 from bertkit.progress import counted
 from bertkit.runtime import choose_precision, resolve_device
 from bertkit.training.loop import check_resume, train
@@ -435,8 +435,11 @@ class DevScores:
         task.save_model(self.plan.backbone, model, path, tokenizer=self.plan.backbone.tokenizer,
                         labels=list(task.label_names()) or None)
         with atomic_file(path / CARD_FILE) as f:  # beside the model, as dev_metrics.json
-            f.write(card_with_section(self.plan.source_card, CARD_TITLE,
-                                      card_section(self.plan, task, final)))
+            f.write(with_front_matter(
+                card_with_section(self.plan.source_card, CARD_TITLE,
+                                  card_section(self.plan, task, final)),
+                {"library_name": task.library_name, "pipeline_tag": task.pipeline_tag,
+                 "base_model": hub.hub_name(self.plan.model_name)}))
         write_json(path / "dev_metrics.json", final)
         if mix is not None:
             from bertkit.embeddings.plots import plot_layer_weights  # matplotlib only here

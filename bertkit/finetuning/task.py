@@ -140,6 +140,10 @@ class Task:
     """Epochs, batch size, max length and head learning rate when the config gives none."""
     verb: ClassVar[str] = "classify"
     """Which TaskModel method serves it: classify, tag or answer."""
+    pipeline_tag: ClassVar[str] = "text-classification"
+    """What the Hugging Face hub files the saved model under (its card's front matter)."""
+    library_name: ClassVar[str] = "transformers"
+    """The library that loads the saved model, as the hub names it."""
 
     max_length: int = fitted(128)
     """Longest input in tokens (the training setting `--max-length`, or the task's default)."""

@@ -3,10 +3,15 @@
 A command that makes a model out of another keeps the source's card, which still tells where
 the model comes from (its license, its data, its front matter of tags), and adds a section at
 its end saying what the command changed (`card_with_section`). The section holds no date or
-time: the same command on the same files writes the same card.
+time: the same command on the same files writes the same card. A command that makes another
+kind of model (a classifier out of a sentence encoder) also sets the front matter's fields the
+hub reads it by (`with_front_matter`: library_name, pipeline_tag, base_model), which the
+source's would otherwise state wrongly.
 """
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from bertkit.files import UserError
@@ -34,4 +39,32 @@ def card_with_section(card: str | None, title: str, body: str) -> str:
     return f"{head}## {title}\n\n{body.strip()}\n"
 
 
-__all__ = ["CARD_FILE", "read_card", "card_with_section"]
+_FENCE = "---"
+_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:")
+
+
+def with_front_matter(card: str | None, fields: dict[str, str | None]) -> str:
+    """`card` with its YAML front matter's top-level `fields` set (None: removed), each with
+    what it held (a list's lines too); a front matter made for a card without one. The rest
+    of the front matter stays as written. Values are written as JSON strings, which YAML reads
+    as they are."""
+    text = card or ""
+    lines = text.splitlines()
+    if lines and lines[0].strip() == _FENCE and _FENCE in (x.strip() for x in lines[1:]):
+        end = 1 + [x.strip() for x in lines[1:]].index(_FENCE)
+        head = lines[1:end]
+        body = "\n".join(lines[end + 1:]) + ("\n" if text.endswith("\n") else "")
+    else:
+        head, body = [], text
+    kept, skipping = [], False
+    for line in head:
+        key = _KEY.match(line)
+        if key:
+            skipping = key.group(1) in fields
+        if not skipping:
+            kept.append(line)
+    kept += [f"{k}: {json.dumps(v)}" for k, v in fields.items() if v is not None]
+    return "\n".join([_FENCE, *kept, _FENCE, ""]) + ("\n" + body.lstrip("\n") if body.strip() else "")
+
+
+__all__ = ["CARD_FILE", "read_card", "card_with_section", "with_front_matter"]

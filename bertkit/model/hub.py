@@ -241,6 +241,13 @@ def hf_cache_dir() -> Path:
     return Path.home() / ".cache" / "huggingface" / "hub"
 
 
+def hub_name(name_or_path: str | Path) -> str | None:
+    """The hub name (`org/name`) a model was given by, or None for a path that exists (a
+    model card's `base_model` names a hub model; a local path means nothing there)."""
+    name = str(name_or_path)
+    return name if not Path(name).exists() and _HUB_NAME.fullmatch(name) else None
+
+
 def resolve_model(name_or_path: str | Path) -> Path:
     """The directory of a model given as a path or as a hub name (`org/name`).
 

@@ -43,11 +43,11 @@ from bertkit import signals
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
                             Precision, Schedule, TrainConfig, preset)
 from bertkit.files import SaidElsewhere, UserError, atomic_file
-from bertkit.model.card import CARD_FILE, card_with_section, read_card
+from bertkit.model.card import CARD_FILE, card_with_section, read_card, with_front_matter
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
-from bertkit.model.hub import (GENERATOR_DIR, has_detector, is_electra_dir, is_model_dir,
+from bertkit.model.hub import (GENERATOR_DIR, has_detector, hub_name, is_electra_dir, is_model_dir,
                                load_config, load_electra, load_pretraining_model, save_electra,
                                save_model)
 from bertkit.progress import counted
@@ -569,12 +569,23 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
                        find_unused_parameters=False)  # model_to_pretrain froze the unused heads
         if rank == 0 and result.stopped_by != "interrupted":  # a model was saved: its card
             with atomic_file(opts.out / CARD_FILE) as f:
-                f.write(card_with_section(card, CARD_TITLE,
-                                          card_section(opts, model, parts, result, card)))
+                f.write(with_front_matter(
+                    card_with_section(card, CARD_TITLE,
+                                      card_section(opts, model, parts, result, card)),
+                    _front_matter(opts)))
         return result
 
 
 # The model card ---------------------------------------------------------------------------------
+
+def _front_matter(opts: PretrainOptions) -> dict[str, str | None]:
+    """The card's fields the hub files the model by: transformers loads it, as a fill-mask
+    model (clm: text generation; electra's discriminator: no pipeline), continued from
+    --init's hub model if named so."""
+    tag = {"clm": "text-generation", "electra": None}.get(opts.objective, "fill-mask")
+    return {"library_name": "transformers", "pipeline_tag": tag,
+            "base_model": None if opts.init is None else hub_name(opts.init)}
+
 
 CARD_TITLE = "Pretrained with bertkit"
 _LISTED_SOURCES = 5

@@ -666,7 +666,9 @@ def test_training_settings_out_of_range_are_one_line_before_anything_is_read(
 
 # The model card ------------------------------------------------------------------------------------
 
-SOURCE_CARD = "---\nlicense: mit\ntags: [tiny]\n---\n# Tiny BERT\n\nA random BERT for tests.\n"
+SOURCE_CARD = ("---\nlicense: mit\ntags: [tiny]\nlibrary_name: sentence-transformers\n"
+               "pipeline_tag: sentence-similarity\n---\n# Tiny BERT\n\nA random BERT for tests.\n")
+SOURCE_BODY = "# Tiny BERT\n\nA random BERT for tests.\n"
 
 
 def _with_card(tiny_bert: Path, where: Path, card: bytes) -> Path:
@@ -697,7 +699,10 @@ def test_the_saved_model_has_a_card_with_its_dev_scores_below_the_source_card(
         cards.append((tmp_path / run / "model" / "README.md").read_bytes())
     assert cards[0] == cards[1]
     card = cards[0].decode()
-    assert card.startswith(SOURCE_CARD.rstrip() + "\n\n## Fine-tuned with bertkit\n")
+    # the source's front matter, but for the fields the hub files a classifier by
+    assert card.startswith('---\nlicense: mit\ntags: [tiny]\nlibrary_name: "transformers"\n'
+                           'pipeline_tag: "text-classification"\n---\n\n'
+                           + SOURCE_BODY + "\n## Fine-tuned with bertkit\n")
     assert f"fine-tuned version of `{base}`" in card and "`train.jsonl`" in card
     assert "`dev.jsonl`" in card and "bertkit predict --model model --input dev.jsonl" in card
     for setting in ("epochs: 1", "learning rate: 0.001", "batch size: 32", "seed: 0",
@@ -715,7 +720,9 @@ def test_a_model_without_a_card_gets_the_section_alone(tiny_bert, task_files, qu
     finetune("tag", tiny_bert, task_files["ner_train"], None, tmp_path / "ner",
              quick_config(epochs=1))
     card = (tmp_path / "ner" / "README.md").read_text()
-    assert card.startswith("## Fine-tuned with bertkit\n\nThis model is a fine-tuned version")
+    assert card.startswith('---\nlibrary_name: "transformers"\npipeline_tag: '
+                           '"token-classification"\n---\n\n## Fine-tuned with bertkit\n\n'
+                           'This model is a fine-tuned version')
     assert "10% of `train.conll` held out" in card and "card above" not in card
     scores = json.loads((tmp_path / "ner" / "dev_metrics.json").read_text())
     assert _score_rows(card)["f1"] == [f"{scores['f1']:.4f}", f"{scores['baseline']['f1']:.4f}"]

@@ -858,7 +858,8 @@ def test_the_final_model_has_a_card_with_its_corpus_size_and_held_out_figures(pr
                  "--save-every", "1", *TINY]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     card = (out / "README.md").read_text()
-    assert card.startswith("## Pretrained with bertkit\n\nThis model was pretrained by "
+    assert card.startswith('---\nlibrary_name: "transformers"\npipeline_tag: "fill-mask"\n---\n\n'
+                           "## Pretrained with bertkit\n\nThis model was pretrained by "
                            "`bertkit pretrain` on `corpus.txt`")
     for said in ("preset `tiny`", "objective `mlm`", f"{summary['tokens']:,} tokens",
                  "2 steps", "M parameters"):
@@ -886,7 +887,9 @@ def test_continued_pretraining_keeps_the_init_card_above_its_section(prepared, t
         cards.append((tmp_path / run / "more" / "README.md").read_bytes())
     assert cards[0] == cards[1]
     card = cards[0].decode()
-    assert card.startswith(source.rstrip() + "\n\n## Pretrained with bertkit\n")
+    assert card.startswith('---\nlicense: mit\nlibrary_name: "transformers"\npipeline_tag: '
+                           '"fill-mask"\n---\n\n# A tiny model\n\nTrained on synthetic text.\n\n'
+                           "## Pretrained with bertkit\n")
     assert f"from `{first}`" in card and f"The card above is `{first}`'s." in card
 
 

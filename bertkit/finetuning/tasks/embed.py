@@ -82,6 +82,8 @@ class Embed(Task):
     defaults: ClassVar[Defaults] = Defaults(epochs=1, batch_size=32, max_length=128,
                                             lr=2e-5, small_model_lr=2e-4)
     verb: ClassVar[str] = "embed"
+    pipeline_tag: ClassVar[str] = "sentence-similarity"
+    library_name: ClassVar[str] = "sentence-transformers"
 
     objective: Literal["auto", "mnrl", "cosent", "cosine-mse", "simcse"] = dataclasses.field(
         default="auto", metadata={"flag": "loss"})

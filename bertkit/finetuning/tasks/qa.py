@@ -250,6 +250,7 @@ class QA(Task):
     defaults: ClassVar[Defaults] = Defaults(epochs=3, batch_size=16, max_length=384,
                                             small_model_lr=None)
     verb: ClassVar[str] = "answer"
+    pipeline_tag: ClassVar[str] = "question-answering"
 
     max_length: int = fitted(384)
     stride: int = 128

@@ -38,6 +38,7 @@ class WordTask(Task):
     words as the tokenizer splits them, and the most-frequent-tag baseline."""
     defaults: ClassVar[Defaults] = Defaults(epochs=10, batch_size=16, max_length=128)
     verb: ClassVar[str] = "tag"
+    pipeline_tag: ClassVar[str] = "token-classification"
 
     labels: tuple[str, ...] = fitted(())
     """The tags (tag) or entity types (spans), in the order of the head's outputs."""
