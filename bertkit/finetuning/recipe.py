@@ -437,7 +437,7 @@ class DevScores:
         with atomic_file(path / CARD_FILE) as f:  # beside the model, as dev_metrics.json
             f.write(with_front_matter(
                 card_with_section(self.plan.source_card, CARD_TITLE,
-                                  card_section(self.plan, task, final)),
+                                  card_section(self.plan, task, final, model)),
                 {"library_name": task.library_name, "pipeline_tag": task.pipeline_tag,
                  "base_model": hub.hub_name(self.plan.model_name)}))
         write_json(path / "dev_metrics.json", final)
@@ -456,13 +456,15 @@ _NOT_SCORES = ("layer_mix_gamma",)
 """Numbers of dev_metrics.json that are no dev score."""
 
 
-def card_section(plan: RunPlan, task: Task, final: dict) -> str:
+def card_section(plan: RunPlan, task: Task, final: dict, model: nn.Module) -> str:
     """The model card's section on a run (`bertkit.model.card`), in the shape of transformers'
     Trainer's card: the model fine-tuned from and the data, the dev scores of dev_metrics.json
     (`final`) beside the baseline's, the training settings, how to use the model. No date,
     time or machine in it: the same run writes the same card."""
-    return "\n\n".join([_card_lead(plan, task), _card_scores(final), _card_settings(plan.cfg),
-                        _card_use(plan, task)])
+    head = any(p.requires_grad and not n.startswith("encoder.")
+               for n, p in model.named_parameters())  # a sentence encoder may have none
+    return "\n\n".join([_card_lead(plan, task), _card_scores(final),
+                        _card_settings(plan.cfg, head), _card_use(plan, task)])
 
 
 def _card_lead(plan: RunPlan, task: Task) -> str:
@@ -496,12 +498,14 @@ def _card_scores(final: dict) -> str:
                         for k in names)])
 
 
-def _card_settings(cfg: FinetuneConfig) -> str:
-    """The training hyperparameters, as training_args.json records them."""
+def _card_settings(cfg: FinetuneConfig, head: bool = True) -> str:
+    """The training hyperparameters, as training_args.json records them; the head's learning
+    rate where the model has a head of its own (`head`)."""
+    head_lr = f" (the head's {cfg.head_lr:g})" if head else ""
     lines = [f"epochs: {cfg.epochs}" if cfg.epochs else None,
              f"time budget: {cfg.max_time:g} minutes" if cfg.max_time else None,
-             f"learning rate: {cfg.lr:g} (the head's {cfg.head_lr:g}), {cfg.warmup:.0%} "
-             f"warm-up then linear decay, weight decay {cfg.weight_decay:g}",
+             f"learning rate: {cfg.lr:g}{head_lr}, {cfg.warmup:.0%} warm-up then linear decay, "
+             f"weight decay {cfg.weight_decay:g}",
              f"batch size: {cfg.batch_size}", f"max length: {cfg.max_length} tokens",
              None if cfg.train_layers is None else "encoder frozen, the head alone trained"
              if cfg.train_layers == 0 else f"encoder: its top {counted(cfg.train_layers, 'block')} trained",

@@ -239,6 +239,9 @@ def test_evaluate_gives_the_sts_figures_of_a_sentence_model(tiny_bert, tmp_path,
     assert figures["spearman"] == pytest.approx(spearmanr(cosines, gold)[0], abs=2e-3)  # fp32 near-ties
     assert figures["pearson"] == pytest.approx(pearsonr(cosines, gold)[0], abs=1e-4)
     assert figures["pairs"] == 50
+    card = (out / "README.md").read_text()  # a sentence-transformers model, with no head
+    assert 'library_name: "sentence-transformers"\npipeline_tag: "sentence-similarity"' in card
+    assert "- learning rate: 0.002, 0% warm-up" in card and "the head" not in card
 
     pairs = make_file(tmp_path, "pairs", 30, seed=3)
     assert main(["evaluate", "--model", str(out), "--input", str(pairs)]) == 0
