@@ -10,9 +10,9 @@ the recipe only calls their protocol (bertkit.finetuning.task.Task), so a Task c
 own fine-tunes the same way. The result is a Hugging Face directory that transformers loads as
 the matching Bert*For* model, plus bertkit_task.json (task, columns, labels, scheme,
 thresholds) that `bertkit evaluate` / `predict` read, and README.md, its model card: the card of
-the model fine-tuned from with a section on the run (`card_section`). A task's settings (columns, scheme, CRF,
-pooling, ...) are fields of its class; FinetuneConfig holds how it is trained, whatever the
-task. What is trained under the head is a `Backbone` (bertkit.finetuning.backbone).
+the model fine-tuned from with a section on the run (`card_section`). A task's settings
+(columns, scheme, CRF, pooling, ...) are fields of its class; FinetuneConfig holds how it is
+trained, whatever the task. What is trained under the head is a `Backbone` (bertkit.finetuning.backbone).
 
 Defaults follow what works for small BERTs: lr 5e-5 for the encoder (2e-4 for a tiny or mini
 model, `Defaults.small_model_lr`, in every task but qa) and a larger one for the freshly
@@ -51,7 +51,8 @@ from bertkit.finetuning.readers import input_file, input_identity, input_name
 from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
-from bertkit.model.card import CARD_FILE, card_with_section, read_card, with_front_matter
+from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_card,
+                                with_front_matter)
 from bertkit.progress import counted
 from bertkit.runtime import choose_precision, resolve_device
 from bertkit.training.loop import check_resume, train
@@ -478,37 +479,33 @@ def _card_lead(plan: RunPlan, task: Task) -> str:
             f"evaluation set, {held} (`dev_metrics.json` holds them all):")
 
 
-def _figure(value) -> str | None:
-    """A score as the card shows it: 4 decimals, a count as it is; None: no number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
-
-
 def _card_scores(final: dict) -> str:
     """The dev figures of dev_metrics.json (its top-level numbers), with the baseline's."""
-    names = [k for k, v in final.items() if _figure(v) is not None and k not in _NOT_SCORES]
+    names = [k for k, v in final.items()
+             if card_figure(k, v) is not None and k not in _NOT_SCORES]
     baseline = final.get("baseline") or {}
     if not baseline:
         return "\n".join(["| figure | dev |", "|---|---|",
-                          *(f"| {k} | {_figure(final[k])} |" for k in names)])
+                          *(f"| {k} | {card_figure(k, final[k])} |" for k in names)])
     predictor = baseline.get("predictor") or "a trivial predictor fitted on the training data"
     return "\n".join([f"| figure | dev | baseline ({predictor}) |", "|---|---|---|",
-                      *(f"| {k} | {_figure(final[k])} | {_figure(baseline.get(k)) or ''} |"
-                        for k in names)])
+                      *(f"| {k} | {card_figure(k, final[k])} | "
+                        f"{card_figure(k, baseline.get(k)) or ''} |" for k in names)])
 
 
-def _card_settings(cfg: FinetuneConfig, head: bool = True) -> str:
+def _card_settings(cfg: FinetuneConfig, head: bool) -> str:
     """The training hyperparameters, as training_args.json records them; the head's learning
     rate where the model has a head of its own (`head`)."""
     head_lr = f" (the head's {cfg.head_lr:g})" if head else ""
+    trained = None if cfg.train_layers is None else \
+        "encoder frozen, the head alone trained" if cfg.train_layers == 0 else \
+        f"encoder: its top {counted(cfg.train_layers, 'block')} trained"
     lines = [f"epochs: {cfg.epochs}" if cfg.epochs else None,
              f"time budget: {cfg.max_time:g} minutes" if cfg.max_time else None,
              f"learning rate: {cfg.lr:g}{head_lr}, {cfg.warmup:.0%} warm-up then linear decay, "
              f"weight decay {cfg.weight_decay:g}",
              f"batch size: {cfg.batch_size}", f"max length: {cfg.max_length} tokens",
-             None if cfg.train_layers is None else "encoder frozen, the head alone trained"
-             if cfg.train_layers == 0 else f"encoder: its top {counted(cfg.train_layers, 'block')} trained",
+             trained,
              "the head reads a learned mix of all layers" if cfg.layer_mix else None,
              f"seed: {cfg.seed}", f"precision: {cfg.precision}"]
     return "Training hyperparameters:\n\n" + "\n".join(f"- {line}" for line in lines if line)

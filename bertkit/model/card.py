@@ -64,7 +64,18 @@ def with_front_matter(card: str | None, fields: dict[str, str | None]) -> str:
         if not skipping:
             kept.append(line)
     kept += [f"{k}: {json.dumps(v)}" for k, v in fields.items() if v is not None]
-    return "\n".join([_FENCE, *kept, _FENCE, ""]) + ("\n" + body.lstrip("\n") if body.strip() else "")
+    rest = "\n" + body.lstrip("\n") if body.strip() else ""
+    return "\n".join([_FENCE, *kept, _FENCE, ""]) + rest
 
 
-__all__ = ["CARD_FILE", "read_card", "card_with_section", "with_front_matter"]
+def card_figure(name: str, value) -> str | None:
+    """A figure as a card's table shows it: 4 decimals, a count (an int, or a float of
+    tokens) whole; None for what is no number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:,.0f}" if name.endswith("_tokens") else f"{value:.4f}"
+
+
+__all__ = ["CARD_FILE", "read_card", "card_with_section", "with_front_matter", "card_figure"]

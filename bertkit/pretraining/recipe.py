@@ -43,13 +43,14 @@ from bertkit import signals
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
                             Precision, Schedule, TrainConfig, preset)
 from bertkit.files import SaidElsewhere, UserError, atomic_file
-from bertkit.model.card import CARD_FILE, card_with_section, read_card, with_front_matter
+from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_card,
+                                with_front_matter)
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
-from bertkit.model.hub import (GENERATOR_DIR, has_detector, hub_name, is_electra_dir, is_model_dir,
-                               load_config, load_electra, load_pretraining_model, save_electra,
-                               save_model)
+from bertkit.model.hub import (GENERATOR_DIR, has_detector, hub_name, is_electra_dir,
+                               is_model_dir, load_config, load_electra, load_pretraining_model,
+                               save_electra, save_model)
 from bertkit.progress import counted
 from bertkit.pretraining import objectives
 from bertkit.pretraining.electra import ElectraSettings
@@ -633,10 +634,9 @@ def _corpus_names(parts: list[tuple[Path, float]]) -> str:
 
 
 def _held_out(figures: dict) -> str:
-    """The last evaluation's figures, 4 decimals (a count of tokens as a whole number)."""
-    rows = [f"| {k} | {v:,.0f} |" if k.endswith("_tokens") else f"| {k} | {v:.4f} |"
-            for k, v in figures.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    """The last evaluation's figures, as `card_figure` shows them."""
+    rows = [f"| {k} | {shown} |" for k, v in figures.items()
+            if (shown := card_figure(k, v)) is not None]
     if not rows:
         return "No held-out split: no evaluation."
     return "\n".join(["Its figures on the held-out split, at the last step:", "",

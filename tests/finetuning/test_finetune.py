@@ -664,7 +664,7 @@ def test_training_settings_out_of_range_are_one_line_before_anything_is_read(
     assert not (tmp_path / "out").exists()
 
 
-# The model card ------------------------------------------------------------------------------------
+# The model card ---------------------------------------------------------------------------------
 
 SOURCE_CARD = ("---\nlicense: mit\ntags: [tiny]\nlibrary_name: sentence-transformers\n"
                "pipeline_tag: sentence-similarity\n---\n# Tiny BERT\n\nA random BERT for tests.\n")

@@ -22,9 +22,9 @@ def test_the_fields_are_set_and_the_rest_of_the_front_matter_stays_as_written():
 
 
 def test_a_card_without_front_matter_gets_one_and_a_value_is_quoted_for_yaml():
-    assert with_front_matter("# Title\n\n---\n\nA rule above is no front matter.\n",
-                             {"base_model": "org/name: v2"}) == \
-        '---\nbase_model: "org/name: v2"\n---\n\n# Title\n\n---\n\nA rule above is no front matter.\n'
+    ruled = "# Title\n\n---\n\nA rule above is no front matter.\n"
+    assert with_front_matter(ruled, {"base_model": "org/name: v2"}) == \
+        '---\nbase_model: "org/name: v2"\n---\n\n' + ruled
     assert with_front_matter(None, {"library_name": "transformers", "base_model": None}) == \
         '---\nlibrary_name: "transformers"\n---\n'
 

@@ -20,7 +20,7 @@ from bertkit.model.heads import PretrainingModel
 from bertkit.training import loop
 from bertkit.training.loop import train
 from bertkit.training.optimizer import default_param_groups, lr_factor, micro_batches
-from bertkit.training.runlog import loss_curves, plot_loss
+from bertkit.training.runlog import loss_curves, plot_loss, read_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -70,7 +70,7 @@ def test_train_learns_and_writes_run_directory(tmp_path, tiny):
                    target_count=objectives.target_count("mlm"), show_progress=False)
     assert result.step == 40 and result.stopped_by == "max_steps"
     assert result.tokens == 40 * 8 * tiny.T
-    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(tmp_path / "run/metrics.jsonl")
     train_records = [r for r in records if r["split"] == "train"]
     evals = [r for r in records if r["split"] == "eval"]
     assert [r["step"] for r in train_records] == [10, 20, 30, 40]
@@ -107,7 +107,7 @@ def test_progress_is_a_line_every_few_seconds_and_the_metrics_log_keeps_every_re
     assert "ETA" not in progress[1]
     assert [line.split("  ")[0] for line in err if line.startswith("eval")] == \
         ["eval step 15", "eval step 30"]
-    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(tmp_path / "run/metrics.jsonl")
     assert [r["step"] for r in records if r["split"] == "train"] == list(range(1, 31))
 
 
@@ -149,7 +149,7 @@ def test_a_run_stopped_by_its_time_budget_logs_the_steps_since_its_last_log_line
                 if line.startswith("train: ")]
     assert progress[-1].startswith("train: 1 steps, "), progress
     assert ", step 1: loss " in progress[-1], progress
-    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(tmp_path / "run/metrics.jsonl")
     assert [(r["step"], r["split"]) for r in records] == [(1, "train")]
     assert records[0]["loss"] > 0 and records[0]["tokens_per_second"] > 0
     assert result.train_metrics["loss"] == records[0]["loss"]
@@ -169,7 +169,7 @@ def test_the_summary_gives_the_whole_runs_tokens_per_second_not_its_last_windows
         return objectives.mlm_loss(model, batch)
     result = train(tiny.model(), loss_fn, tiny.FakeBatches(), TrainConfig(max_steps=4, log_every=2),
                    tmp_path / "run", save=tiny.no_save)
-    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(tmp_path / "run/metrics.jsonl")
     last = records[-1]["tokens_per_second"]
     summary = result.summary()["train_tokens_per_second"]
     assert summary == pytest.approx(result.tokens / result.train_seconds)

@@ -192,9 +192,9 @@ class AnswerPrediction:
     """Smallest [CLS] score over the windows (the most confident a window is of an answer)."""
     span_text: str
     """The best span's text even when the null answer wins (for tuning the threshold)."""
-    span_probability: float = 0.0
+    span_probability: float
     """P(start) x P(end) of the best span in its window (best_spans)."""
-    null_probability: float = 1.0
+    null_probability: float
     """P(no answer) of the window most confident of an answer, as null_score's."""
 
     @property
