@@ -42,7 +42,8 @@ from bertkit.model.encoder import Encoder
 from bertkit.model.hub import load_encoder, save_model
 from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.progress import Progress
-from bertkit.runtime import bf16_warning, choose_precision, resolve_device
+from bertkit.runtime import (auto_precision_override, bf16_warning, choose_precision,
+                             resolve_device)
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs, cut_warning
 
 LayerSpec = int | Sequence[int] | str
@@ -541,8 +542,9 @@ class EncoderOptions:
     def load(self) -> Embedder:
         """The Embedder these settings describe, on its device and precision."""
         device, precision = resolve_device(self.device), self.precision
-        if precision == "auto":
-            precision = choose_precision(device)[0] if device.type == "cuda" else "fp32"
+        if precision == "auto":  # on a CPU fp32, exact, unless the environment settles it
+            precision = auto_precision_override() or (
+                choose_precision(device)[0] if device.type == "cuda" else "fp32")
         elif warning := bf16_warning(precision, device):
             print(warning, file=sys.stderr)
         return Embedder.load(self.model, device=device, precision=precision,
