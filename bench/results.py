@@ -14,8 +14,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # tomllib is new in 3.11; tomli is the same parser (bertkit's dependency there)
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results.toml"
