@@ -134,8 +134,8 @@ def test_a_table_is_written_between_its_markers_and_a_stale_one_is_found(tmp_pat
     assert results.stale_tables(toy, tmp_path) == []
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert text == ("# Toy\n\n<!-- results:t -->\n| what | ratio | machine |\n|---|---|---|\n"
-                    "| 64.6 against 36.8 | 1.80\u00d7\u2020 | 2-core M |\n\n" + results.PER_REPEAT_NOTE
-                    + "\n<!-- /results -->\n\nafter\n")
+                    "| 64.6 against 36.8 | 1.80\u00d7\u2020 | 2-core M |\n\n"
+                    + results.PER_REPEAT_NOTE + "\n<!-- /results -->\n\nafter\n")
     assert results.write_tables(toy, tmp_path) == []  # a second write changes nothing
 
 
