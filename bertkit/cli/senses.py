@@ -413,7 +413,7 @@ COMMANDS = (
             help="chosen words on their first two principal components (PNG)"),
     Command("similarity", run_similarity, (ContextSimilarityOptions,),
             help="cosine of one word's contextual vectors in two texts, per layer",
-            description="The seeds' 'bank' example: the vector of the word at SPAN1 in TEXT1 "
+            description="The textbooks' 'bank' example: the vector of the word at SPAN1 in TEXT1 "
                         "against the word at SPAN2 in TEXT2, at every layer of a BERT model "
                         "(0 = embeddings). A span is the word itself or START:END."),
 )

@@ -7,7 +7,7 @@ rotary turn and the block's mask (padding, a local window) give exactly the prob
 that block used. Checked against transformers' `output_attentions` (eager attention) for
 both architectures.
 
-Also the summary the source documents draw of what heads do (Clark et al. 2019, "What does
+Also the summary the textbooks draw of what heads do (Clark et al. 2019, "What does
 BERT look at?"): the share of each head's attention that goes to [CLS], to [SEP], to the
 previous and the next token, and to the token itself.
 """

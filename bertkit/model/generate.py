@@ -1,4 +1,4 @@
-"""Text from a left-to-right model: the seeds' GPT contrast to BERT.
+"""Text from a left-to-right model: the textbooks' GPT, the contrast to BERT.
 
 A model pretrained with `--objective clm` reads with causal attention (each position sees
 only its left) and learned to predict the next piece. Writing is that prediction in a loop:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from bertkit.files import UserError
+from bertkit.files import INSTALL_SERVE, UserError
 from bertkit.serve.workbench import Limits, RequestError, Workbench
 
 STATIC = Path(__file__).parent / "static"
@@ -176,7 +176,7 @@ def require_server_packages() -> None:
     missing = [name for name in ("fastapi", "uvicorn") if importlib.util.find_spec(name) is None]
     if missing:
         raise UserError(f"bertkit serve needs {' and '.join(missing)}: "
-                        f"pip install 'bertkit[serve]'")
+                        f"{INSTALL_SERVE}")
 
 
 def listen(host: str, port: int):

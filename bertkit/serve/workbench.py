@@ -366,7 +366,7 @@ class Workbench:
         return text, found[occurrence - 1]
 
     def similarity(self, model: Any, a: Any, b: Any) -> dict:
-        """The cosine similarity of one word in two contexts, at every layer (the seeds'
+        """The cosine similarity of one word in two contexts, at every layer (the textbooks'
         "bank" example); also after standardization when there is a standardizer."""
         served = self.model(model, "encoder")
         (text_a, span_a), (text_b, span_b) = self._span(a, "a"), self._span(b, "b")
