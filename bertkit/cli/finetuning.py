@@ -295,7 +295,9 @@ class TaskCommands(Command):
     """`finetune`: a command per task, `finetune TASK`, whose parsers are made when `finetune`
     is parsed (the tasks import torch), from the TASKS of that moment."""
 
-    def add_flags(self, parser) -> None:
+    def add_flags(self, parser) -> list:
+        """A subcommand a task, each with its own flags (added when it is parsed); none of
+        finetune's own is required."""
         commands = task_commands()
         owners: dict[str, list[str]] = {}  # a setting -> the tasks that have it
         for command in commands:
@@ -304,9 +306,10 @@ class TaskCommands(Command):
         tasks = parser.add_subparsers(dest="task_name", required=True, metavar="TASK")
         for command in commands:
             name = command.name.split()[-1]
-            sub = tasks.add_parser(name, help=command.help, description=command.description)
-            command.add_flags(sub)
-            sub.set_defaults(command=command)  # the one main runs: its values win over ours
+            # the task's command is the one main runs (its values win over ours); the parser
+            # (the command line's own class) adds its flags
+            sub = tasks.add_parser(name, help=command.help, description=command.description,
+                                   command=command)
             for setting in command.foreign:  # another task's flag: said in one line
                 flag = "--" + setting.replace("_", "-")
                 sub.add_argument(flag, "--no-" + flag[2:], nargs="?", action=_OtherTasks,
@@ -314,6 +317,7 @@ class TaskCommands(Command):
                                  help=argparse.SUPPRESS, message=(
                                      f"{flag} is a setting of {', '.join(owners[setting])}, "
                                      f"not of {name}"))
+        return []
 
 
 class _OtherTasks(argparse.Action):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import os
 import signal
@@ -54,16 +55,36 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, command: Command | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._command = command
+        self._required: list[argparse.Action] = []
 
     def _complete(self) -> None:
         if self._command is not None:
             command, self._command = self._command, None
-            command.add_flags(self)
-            self.set_defaults(command=command)
+            self._required = command.add_flags(self)
+            self.set_defaults(command=command, command_parser=self)
 
     def parse_known_args(self, args=None, namespace=None):
         self._complete()
         return super().parse_known_args(args, namespace)
+
+    def parse_args(self, args=None, namespace=None):
+        # An unknown flag is the command's error, said with its usage: argparse would say it
+        # with the top-level usage, which shows no flag at all.
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            parser = getattr(parsed, "command_parser", self)
+            parser.error(f"unrecognized arguments: {' '.join(extra)}{parser.nearest(extra)}")
+        return parsed
+
+    def nearest(self, extra: list[str]) -> str:
+        """' (did you mean --normalize?)' for the first unknown flag near one of ours."""
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        for word in extra:
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word.partition("=")[0], flags, n=1, cutoff=0.75)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
 
     def error(self, message: str):
         extra = message.partition("unrecognized arguments: ")[2].split()
@@ -72,13 +93,23 @@ class _Parser(argparse.ArgumentParser):
                         "bertkit to expand it)")
         super().error(message)
 
-    def format_usage(self) -> str:
+    def _formatted(self, format) -> str:
+        # the required flags without brackets, as the user must give them; argparse itself
+        # must not require them, since --config may give them instead
         self._complete()
-        return super().format_usage()
+        for action in self._required:
+            action.required = True
+        try:
+            return format()
+        finally:
+            for action in self._required:
+                action.required = False
+
+    def format_usage(self) -> str:
+        return self._formatted(super().format_usage)
 
     def format_help(self) -> str:
-        self._complete()
-        return super().format_help()
+        return self._formatted(super().format_help)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -314,7 +314,10 @@ class Command:
             seen[opt.flag] = opt
         return found
 
-    def add_flags(self, parser: argparse.ArgumentParser) -> None:
+    def add_flags(self, parser: argparse.ArgumentParser) -> list[argparse.Action]:
+        """The command's flags added to `parser`; returns the actions of the required ones
+        (optional to argparse, since --config may give them, but required of the user)."""
+        required = []
         parser.add_argument("--config", metavar="FILE.toml",
                             help="settings from a TOML file (keys: the option names with "
                                  "underscores, a [table] for nested ones); flags override it")
@@ -342,10 +345,13 @@ class Command:
                 parser.add_argument(opt.dest, nargs="*" if opt.nargs else "?", default=None,
                                     type=_converter(opt), metavar=metavar, help=help)
             else:  # a list flag given twice keeps both: --model A --model B is --model A B
-                parser.add_argument(opt.flag, dest=opt.dest, nargs=opt.nargs,
-                                    type=_converter(opt), default=argparse.SUPPRESS,
-                                    metavar=metavar, help=help,
-                                    **({"action": "extend"} if opt.nargs == "+" else {}))
+                action = parser.add_argument(
+                    opt.flag, dest=opt.dest, nargs=opt.nargs, type=_converter(opt),
+                    default=argparse.SUPPRESS, metavar=metavar, help=help,
+                    **({"action": "extend"} if opt.nargs == "+" else {}))
+                if opt.default is dataclasses.MISSING:
+                    required.append(action)
+        return required
 
     def read(self, args: argparse.Namespace) -> list:
         """One instance per options class: defaults, then --config, then the flags given."""
