@@ -227,7 +227,7 @@ def log_likelihoods(model: PretrainingModel, tokenizer: Tokenizer, texts: list[s
 
 def is_causal(path: str | Path) -> bool:
     """Whether the model directory was pretrained left to right (`--objective clm`)."""
-    return bool(load_config(path).extra.get(CAUSAL_FLAG))
+    return load_config(path).causal
 
 
 def load_causal_model(path: str | Path, device: str | torch.device = "cpu"
