@@ -138,7 +138,7 @@ class PretrainOptions:
     its records' FIELD instead of --text-field's."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
-    tokenizer: Path | None = None
+    tokenizer: Path | None = field(default=None, metadata={"model": True})
     """A corpus to prepare as --data (or in a mixture) only: the tokenizer (or model)
     directory to prepare it with; none: --init's, a mixture's prepared directories', or a
     WordPiece vocabulary of vocab_size trained on the text (of all the corpora to prepare)."""
@@ -150,7 +150,7 @@ class PretrainOptions:
     row that holds the text (in a mixture, of each corpus that names none: PATH=W:FIELD)."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
     """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
-    init: Path | None = None
+    init: Path | None = field(default=None, metadata={"model": True})
     """Model directory to continue pretraining from (its architecture and size)."""
     architecture: Architecture = "modern"
     """Architecture of a fresh model: "modern" (pre-LN, gated feed-forward, rotary positions,

@@ -115,9 +115,10 @@ class ServedModel:
 
 def load_served_model(path: str | Path, name: str, device: str | torch.device = "cpu",
                       allow_untrained_head: bool = False) -> ServedModel:
-    """A model directory (or a name in the local Hugging Face cache) loaded for the views it
-    supports: a fine-tuned model for predictions and its encoder's views, a pretrained one
-    for fill-mask and the encoder's views, any other encoder for the encoder's views."""
+    """A model directory (or a Hugging Face Hub name, fetched into its cache) loaded for the
+    views it supports: a fine-tuned model for predictions and its encoder's views, a
+    pretrained one for fill-mask and the encoder's views, any other encoder for the encoder's
+    views."""
     from bertkit.embeddings.embedder import Embedder
     from bertkit.embeddings.sentence_model import read_sentence_model
     from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer
@@ -202,7 +203,7 @@ class Workbench:
              limits: Limits = Limits(), allow_untrained_head: bool = False,
              seed: int = 0, search_lines: int = 10_000,
              text_field: str = "text") -> "Workbench":
-        """`models`: directories or names in the local Hugging Face cache, named by their
+        """`models`: directories or Hugging Face Hub names (fetched into its cache), named by their
         last part; `runs`: run directories as DIR or NAME=DIR; `corpus`: a text file whose
         lines are sampled, and whose first `search_lines` lines are searched (0: no search),
         or a file of records whose `text_field` is the text (`numbered_texts`); `senses`: a
