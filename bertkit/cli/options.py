@@ -268,6 +268,8 @@ def _converter(opt: Option) -> Callable[[str], Any]:
             return None
         if opt.duration:  # read by Command.read: a bad one is one line, not the usage
             return text
+        if opt.model is not None:
+            return _model_value(text, opt.model)
         value = opt.kind(text)
         if opt.choices is not None and value not in opt.choices:
             raise argparse.ArgumentTypeError(
@@ -478,11 +480,23 @@ def _revision_class() -> type:
     return Revision
 
 
+def _model_value(text: str, keywords: tuple[str, ...]) -> Path | str:
+    """A model option's value as given: a Hugging Face Hub name stays a str, for `_fetched`;
+    a path is a Path, made absolute where losing its "./" to Path would make it read as a
+    name (`./nosuch` is a missing directory, `nosuch` a name)."""
+    from bertkit.model.fetch import is_hub_name
+
+    if text in keywords or not is_hub_name(text):
+        path = Path(text)
+        return path.absolute() if text not in keywords and is_hub_name(path) else path
+    return text
+
+
 def _fetched(flags: list[Option], instances: list, revision: str | None) -> list:
     """The instances with each Hugging Face Hub name given to a model option fetched at
     `revision` and replaced by its snapshot directory in the cache: the command reads
     directories, and a name or revision the Hub lacks is refused before any work starts."""
-    from bertkit.model.fetch import is_hub_name, resolve_model
+    from bertkit.model.fetch import resolve_model
 
     instances, named = list(instances), False
     for opt in flags:
@@ -490,7 +504,7 @@ def _fetched(flags: list[Option], instances: list, revision: str | None) -> list
             continue
         value = _value(instances[opt.source], opt.path)
         values = list(value) if isinstance(value, (list, tuple)) else [value]
-        names = [v is not None and str(v) not in opt.model and is_hub_name(v) for v in values]
+        names = [isinstance(v, str) for v in values]  # Path: a directory (`_model_value`)
         if not any(names):
             continue
         named = True
@@ -665,6 +679,8 @@ def _scalar(opt: Option, value, fail):
         ok = isinstance(value, str)
     if not ok:
         raise fail(_TYPE_WORDS[kind])
+    if opt.model is not None:
+        return _model_value(value, opt.model)
     value = kind(value)
     if opt.choices is not None and value not in opt.choices:
         raise fail("one of " + ", ".join(map(str, opt.choices)))

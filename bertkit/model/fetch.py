@@ -41,7 +41,8 @@ ALLOW = [*_MODEL_FILES, *(f"generator/{p}" for p in _MODEL_FILES),
          # sentence-transformers: the module list, its settings, each module's folder
          # (1_Pooling/, 2_Normalize/, 2_Dense/, ...), and the model card
          "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
-         "[0-9]*_*/*", "README.md"]
+         "[0-9]*_*/*", "README.md",
+         "bertkit_task.json"]  # a model `bertkit finetune` made (bertkit.model.kind.TASK_FILE)
 """What `resolve_model` fetches of a repository (fnmatch patterns, `*` crossing folders)."""
 IGNORE = ["onnx/*", "openvino/*", "*/onnx/*", "*/openvino/*"]
 """Other runtimes' copies of the model, which bertkit never reads."""

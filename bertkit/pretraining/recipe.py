@@ -47,6 +47,7 @@ from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_
                                 with_front_matter)
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
+from bertkit.model.fetch import is_hub_name, resolve_model
 from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
 from bertkit.model.hub import (GENERATOR_DIR, has_detector, hub_name, is_electra_dir,
                                is_model_dir, load_config, load_electra, load_pretraining_model,
@@ -151,7 +152,8 @@ class PretrainOptions:
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
     """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
     init: Path | None = field(default=None, metadata={"model": True})
-    """Model directory to continue pretraining from (its architecture and size)."""
+    """Model directory to continue pretraining from (its architecture, size and
+    tokenizer)."""
     architecture: Architecture = "modern"
     """Architecture of a fresh model: "modern" (pre-LN, gated feed-forward, rotary positions,
     no biases; saved as ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining)."""
@@ -505,6 +507,7 @@ def pretrain(opts: PretrainOptions,
     """Pretrain per `opts`; see the module docstring. `command_line(resolved options)` gives
     the shell line recorded in OUT/training_args.json (the CLI's; none from a library call)."""
     check_split(opts, int(os.environ.get("WORLD_SIZE", "1")))
+    opts = _fetched(opts)
     device = _device(opts.device)
     joined = start_distributed(device, opts.dist_timeout)
     try:
@@ -516,6 +519,15 @@ def pretrain(opts: PretrainOptions,
     finally:
         if joined:
             dist.destroy_process_group()
+
+
+def _fetched(opts: PretrainOptions) -> PretrainOptions:
+    """`opts` with an --init or --tokenizer given by Hugging Face Hub name as its snapshot
+    directory (a library call's; the command line hands directories): every reader of them
+    below, the tokenizer's included, takes a directory."""
+    named = {name: resolve_model(value) for name in ("init", "tokenizer")
+             if (value := getattr(opts, name)) is not None and is_hub_name(value)}
+    return dataclasses.replace(opts, **named) if named else opts
 
 
 def _pretrain(opts: PretrainOptions, device: torch.device,
