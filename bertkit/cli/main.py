@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = _warning_line
         options = None
         try:
-            options = command.read(args)
+            options = command.read(args, fetch=True)
             command.check_paths(options)
             options = [resolve_auto_device(o) for o in options]
             for device in command.values(options, "device"):

@@ -20,9 +20,9 @@ A command's options are typed once, as dataclass fields. From each field come:
   program fills in, such as a fine-tuned task's labels).
 - for a path that takes a model, `metadata={"model": True}` (or a tuple of the words it takes
   that are no model, `("cnn",)`): a command with one gets `--revision` (the field of
-  `bertkit.model.fetch.Revision`, one for all its model options), and `Command.read` fetches
-  each Hugging Face Hub name given to them at that revision, handing the command the snapshot
-  directory in the cache (`bertkit.model.fetch.resolve_model`);
+  `bertkit.model.fetch.Revision`, one for all its model options), and `Command.read(args,
+  fetch=True)` fetches each Hugging Face Hub name given to them at that revision, handing the
+  command the snapshot directory in the cache (`bertkit.model.fetch.resolve_model`);
 - for a path, whether the command writes it: a field named `out` or `*_out`, or with
   `metadata={"output": True}`; every other path is an input. `Command.check_paths` (called by
   `main` before the command runs) refuses an output that is one of the inputs. An output
@@ -370,8 +370,12 @@ class Command:
                                     metavar=metavar, help=help,
                                     **({"action": "extend"} if opt.nargs == "+" else {}))
 
-    def read(self, args: argparse.Namespace) -> list:
-        """One instance per options class: defaults, then --config, then the flags given."""
+    def read(self, args: argparse.Namespace, fetch: bool = False) -> list:
+        """One instance per options class: defaults, then --config, then the flags given.
+
+        A Hugging Face Hub name given to a model option is a str in them (a path is a Path);
+        `fetch` (what `main` asks) fetches each at --revision and gives its snapshot directory
+        instead, so that a name or revision the Hub lacks is refused before any work starts."""
         flags = self.flags()
         revision = self._revision_flags(flags)
         flags += revision
@@ -402,9 +406,10 @@ class Command:
                 raise
             except (ValueError, TypeError) as e:  # a dataclass's own validation
                 raise UserError(f"{config}: {e}" if config else str(e)) from None
-        if revision:
-            instances = _fetched(flags[:-1], instances[:-1], instances[-1].revision)
-        return instances
+        if not revision:
+            return instances
+        return _fetched(flags[:-1], instances[:-1], instances[-1].revision) if fetch \
+            else instances[:-1]
 
     def _revision_flags(self, flags: list[Option]) -> list[Option]:
         """[--revision] where the command takes a model (an option marked `model`), else []:
