@@ -256,14 +256,15 @@ def load_file_bytes(data: bytes) -> dict[str, torch.Tensor]:
 def test_revision_is_one_flag_where_a_command_takes_models_and_none_elsewhere():
     import argparse
 
+    from bertkit.cli.finetuning import task_commands
     from bertkit.cli.main import COMMANDS
 
     def flags(name: str) -> list[str]:
         parser = argparse.ArgumentParser()
-        next(c for c in COMMANDS if c.name == name).add_flags(parser)
+        next(c for c in COMMANDS + task_commands() if c.name == name).add_flags(parser)
         return [s for a in parser._actions for s in a.option_strings]
 
     assert flags("serve").count("--revision") == 1  # --model A --model B: one revision
     assert flags("pretrain").count("--revision") == 1  # --init and --tokenizer
-    assert flags("finetune").count("--revision") == 1  # --model, or the word cnn
+    assert flags("finetune classify").count("--revision") == 1  # --model, or the word cnn
     assert "--revision" not in flags("demo") and "--revision" not in flags("tokenizer train")
