@@ -155,9 +155,8 @@ def _said_plainly(name: str, revision: str | None):
         raise UserError(f"{name}: a gated model on the Hugging Face Hub: accept its terms at "
                         f"https://huggingface.co/{name} and set HF_TOKEN") from None
     except hf.RepositoryNotFoundError:
-        nor = "" if "/" in name else ", nor a directory here"
         raise UserError(f"{name}: no such model on the Hugging Face Hub (or it is private: set "
-                        f"HF_TOKEN){nor}") from None
+                        f"HF_TOKEN){_nor(name)}") from None
     except hf.RevisionNotFoundError:
         raise UserError(f"{name}: no revision {revision!r} on the Hugging Face Hub (a branch, "
                         f"tag or commit of the model)") from None
@@ -181,16 +180,24 @@ def _not_cached(name: str, revision: str | None, error: Exception) -> str:
     at = f" at {revision!r}" if revision else ""
     fetch = f"`hf download {name}{' --revision ' + revision if revision else ''}`"
     cache = hf_cache_dir()
+    if type(error).__name__ == "IncompleteSnapshotError":  # a newer huggingface_hub's: a
+        # fetch interrupted, the files it listed not all there
+        why = "HF_HUB_OFFLINE is set" if offline() else "the Hub cannot be reached"
+        return (f"{name}: its snapshot in the Hugging Face cache ({cache}) lacks files and {why} "
+                f"to finish it: run again online")
     if offline():
-        return (f"{name}: not in the Hugging Face cache{at} ({cache}) and HF_HUB_OFFLINE is "
-                f"set: fetch it once online ({fetch}), or pass a model directory")
-    if "incomplete" in str(error):  # an interrupted fetch, and no network to finish it
-        return (f"{name}: its snapshot in the Hugging Face cache ({cache}) is incomplete and "
-                f"the Hub cannot be reached to finish it: connect and run again")
+        return (f"{name}: not in the Hugging Face cache{at} ({cache}){_nor(name)}, and "
+                f"HF_HUB_OFFLINE is set: fetch it once online ({fetch}), or pass a model "
+                f"directory")
     cause = error.__cause__ or error
     return (f"{name}: cannot reach the Hugging Face Hub ({_first_line(cause)}) and the model "
-            f"is not in its cache{at} ({cache}): connect, fetch it elsewhere with {fetch} "
-            f"and copy the cache, or pass a model directory")
+            f"is not in its cache{at} ({cache}){_nor(name)}: connect, fetch it elsewhere with "
+            f"{fetch} and copy the cache, or pass a model directory")
+
+
+def _nor(name: str) -> str:
+    """A bare NAME may have meant a directory: say that there is none."""
+    return "" if "/" in name else ", nor a directory here"
 
 
 def _unreachable(error: Exception) -> bool:

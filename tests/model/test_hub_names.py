@@ -175,6 +175,19 @@ def test_a_repository_with_only_pickled_weights_is_fetched_and_read_safely(
     torch.testing.assert_close(weights, state)
 
 
+def test_a_snapshot_a_fetch_left_incomplete_is_said_offline(stand_in, model_files, here,
+                                                            monkeypatch):
+    if not hasattr(pytest.importorskip("huggingface_hub.errors"), "IncompleteSnapshotError"):
+        pytest.skip("this huggingface_hub keeps no listing of a snapshot's files to check")
+    stand_in.add(NAME, model_files)
+    snapshot = fetch.resolve_model(NAME)
+    (snapshot / "vocab.txt").unlink()  # as a fetch killed halfway leaves it
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError, match=r"^org/tiny: its snapshot in the Hugging Face cache "
+                                        r"\(.*\) lacks files and HF_HUB_OFFLINE is set"):
+        fetch.resolve_model(NAME)
+
+
 def test_each_bad_input_is_one_line_and_exit_2(stand_in, model_files, here, capsys,
                                                monkeypatch):
     stand_in.add(NAME, model_files)
