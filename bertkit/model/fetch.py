@@ -117,21 +117,11 @@ def resolve_model(name_or_path: str | Path, revision: str | None = None) -> Path
     if not is_hub_name(name_or_path):
         return Path(name_or_path)
     name = str(name_or_path)
-    key = (name, revision, str(hf_cache_dir()), os.environ.get("HF_ENDPOINT"), offline())
-    known = _FETCHED.get(key)
-    if known is not None and known.is_dir():
-        return known
     with _said_plainly(name, revision):
         snapshot = _fetch(name, revision, ALLOW)
         if not any(snapshot.glob("*.safetensors")):
             snapshot = _fetch(name, revision, ALLOW + PICKLED)
-    _FETCHED[key] = snapshot
     return snapshot
-
-
-# One fetch per name, revision and cache in a process: several loaders read one model, and
-# each call to the Hub is a round trip.
-_FETCHED: dict[tuple, Path] = {}
 
 
 def _fetch(name: str, revision: str | None, allow: list[str]) -> Path:
