@@ -20,9 +20,9 @@ A command's options are typed once, as dataclass fields. From each field come:
   program fills in, such as a fine-tuned task's labels).
 - for a path that takes a model, `metadata={"model": True}` (or a tuple of the words it takes
   that are no model, `("cnn",)`): a command with one gets `--revision` (the field of
-  `bertkit.model.fetch.Revision`, one for all its model options), and `Command.read(args,
-  fetch=True)` fetches each Hugging Face Hub name given to them at that revision, handing the
-  command the snapshot directory in the cache (`bertkit.model.fetch.resolve_model`);
+  `bertkit.model.fetch.Revision`, one for all its model options), and `Command.fetched`
+  fetches each Hugging Face Hub name given to them at that revision, handing the command the
+  snapshot directory in the cache (`bertkit.model.fetch.resolve_model`);
 - for a path, whether the command writes it: a field named `out` or `*_out`, or with
   `metadata={"output": True}`; every other path is an input. `Command.check_paths` (called by
   `main` before the command runs) refuses an output that is one of the inputs. An output
@@ -370,12 +370,14 @@ class Command:
                                     metavar=metavar, help=help,
                                     **({"action": "extend"} if opt.nargs == "+" else {}))
 
-    def read(self, args: argparse.Namespace, fetch: bool = False) -> list:
-        """One instance per options class: defaults, then --config, then the flags given.
+    def read(self, args: argparse.Namespace) -> list:
+        """One instance per options class: defaults, then --config, then the flags given. A
+        Hugging Face Hub name given to a model option is a str in them (a path is a Path)."""
+        return self.read_with_revision(args)[0]
 
-        A Hugging Face Hub name given to a model option is a str in them (a path is a Path);
-        `fetch` (what `main` asks) fetches each at --revision and gives its snapshot directory
-        instead, so that a name or revision the Hub lacks is refused before any work starts."""
+    def read_with_revision(self, args: argparse.Namespace) -> tuple[list, str | None]:
+        """`read`'s instances and the --revision given (None where the command takes no
+        model, or none was given), for `fetched`."""
         flags = self.flags()
         revision = self._revision_flags(flags)
         flags += revision
@@ -406,10 +408,17 @@ class Command:
                 raise
             except (ValueError, TypeError) as e:  # a dataclass's own validation
                 raise UserError(f"{config}: {e}" if config else str(e)) from None
-        if not revision:
+        return (instances[:-1], instances[-1].revision) if revision else (instances, None)
+
+    def fetched(self, instances: list, revision: str | None) -> list:
+        """The instances with each Hugging Face Hub name given to a model option fetched at
+        `revision` and replaced by its snapshot directory in the cache (`main` asks, after
+        the checks of paths and devices, before the command runs): a name or revision the
+        Hub lacks is refused before any work starts."""
+        flags = self.flags()
+        if not any(opt.model is not None for opt in flags):
             return instances
-        return _fetched(flags[:-1], instances[:-1], instances[-1].revision) if fetch \
-            else instances[:-1]
+        return _fetched(flags, instances, revision)
 
     def _revision_flags(self, flags: list[Option]) -> list[Option]:
         """[--revision] where the command takes a model (an option marked `model`), else []:
@@ -498,9 +507,7 @@ def _model_value(text: str, keywords: tuple[str, ...]) -> Path | str:
 
 
 def _fetched(flags: list[Option], instances: list, revision: str | None) -> list:
-    """The instances with each Hugging Face Hub name given to a model option fetched at
-    `revision` and replaced by its snapshot directory in the cache: the command reads
-    directories, and a name or revision the Hub lacks is refused before any work starts."""
+    """`Command.fetched`: the names are the str values of model options (`_model_value`)."""
     from bertkit.model.fetch import resolve_model
 
     instances, named = list(instances), False
