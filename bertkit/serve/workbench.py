@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from bertkit.files import UserError, read_json
+from bertkit.model.fetch import hub_name
 from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.serve.search import LineIndex, vectors_note
 from bertkit.text.tokenizer import check_pairs
@@ -605,10 +606,11 @@ def word_matches(text: str, word: str):
 
 
 def unique_names(paths: Sequence[str | Path]) -> list[str]:
-    """A short name per path (its last part), numbered where two would be equal."""
+    """A short name per path (its last part; a Hugging Face cache snapshot's, its Hub name's
+    rather than the commit's), numbered where two would be equal."""
     names = []
     for p in paths:
-        base = Path(str(p).rstrip("/")).name or str(p)
+        base = Path(hub_name(p) or str(p).rstrip("/")).name or str(p)
         name, n = base, 2
         while name in names:
             name, n = f"{base}-{n}", n + 1

@@ -97,6 +97,9 @@ def test_the_hub_name_of_a_cached_snapshot_is_its_repositorys(here):
     snapshot.mkdir(parents=True)
     assert fetch.hub_name(snapshot) == NAME  # a model card's base_model
     assert fetch.hub_name(NAME) == NAME and fetch.hub_name(here / "runs") is None
+    from bertkit.serve.workbench import unique_names
+
+    assert unique_names([snapshot, here / "runs"]) == ["tiny", "runs"]  # serve's, not the commit
 
 
 # A cache built by hand, read offline ------------------------------------------------------------
