@@ -613,8 +613,9 @@ def card_section(opts: PretrainOptions, model: PretrainingModel | ElectraModel,
     date, time or machine in it: the same run writes the same card. `init_card`: --init's,
     kept above the section."""
     cfg, c = opts.train, model.config
-    size = f"preset `{opts.preset}`" if opts.init is None else f"continued from `{opts.init}`"
-    above = f" The card above is `{opts.init}`'s." if init_card and init_card.strip() else ""
+    init = hub_name(opts.init) or opts.init if opts.init is not None else None
+    size = f"preset `{opts.preset}`" if init is None else f"continued from `{init}`"
+    above = f" The card above is `{init}`'s." if init_card and init_card.strip() else ""
     masked = "" if opts.objective == "clm" else f", {_rate(opts.masking)} masked"
     lead = (f"This model was pretrained by `bertkit pretrain` on {_corpus_names(parts)}: a "
             f"\"{c.architecture}\" encoder ({size}) of {counted(c.num_layers, 'layer')}, hidden "
@@ -688,7 +689,8 @@ def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[
     cfg, masking = opts.train, opts.masking
     print(settings_block(settings), file=sys.stderr)
     print(f"precision {cfg.precision}: {why}", file=sys.stderr)
-    print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
+    source = opts.preset or hub_name(opts.init) or opts.init  # a snapshot by its Hub name
+    print(f"model: {source} ({model.config.architecture}) with "
           f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
           # a left-to-right model predicts every token: no masking to report
           f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"

@@ -241,7 +241,8 @@ def test_pretrain_init_takes_a_name_for_its_model_and_tokenizer(stand_in, model_
     prepared = here / "runs" / "continued" / "data" / "tokenizer" / "vocab.txt"
     assert prepared.read_bytes() == model_files["vocab.txt"]  # --init's tokenizer
     card = (here / "runs" / "continued" / "README.md").read_text()
-    assert f"base_model: \"{NAME}\"" in card and sha in str(fetch.resolve_model(NAME))
+    assert f"base_model: \"{NAME}\"" in card and f"continued from `{NAME}`" in card
+    assert f"model: {NAME} (" in err and sha in str(fetch.resolve_model(NAME))
 
 
 def test_revision_without_a_name_warns_that_it_chooses_nothing(here, model_files, capsys):
