@@ -5,7 +5,8 @@ huggingface_hub's `snapshot_download` calls, answered from repositories held in 
 - GET /api/models/{repo}/tree/{rev}?recursive=...: the files, with size and blob id;
 - HEAD and GET /{repo}/resolve/{rev}/{path}: a file, with X-Repo-Commit, ETag and
   Content-Length;
-- 404 with X-Error-Code RepoNotFound, RevisionNotFound or EntryNotFound for what it lacks.
+- 404 with X-Error-Code RepoNotFound, RevisionNotFound or EntryNotFound for what it lacks,
+  and RepoNotFound for a private repository asked without its token, as the Hub answers.
 
 `requests` records the path of every request, for a test to see what was fetched.
 """
@@ -25,6 +26,8 @@ class Repo:
 
     commits: dict[str, dict[str, bytes]] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
+    token: str | None = None
+    """A private repository's: asked without `Authorization: Bearer TOKEN`, it is not there."""
 
     def commit(self, revision: str) -> str | None:
         return self.refs.get(revision) or (revision if revision in self.commits else None)
@@ -57,9 +60,11 @@ class StandInHub:
         self.server.shutdown()
         self.server.server_close()
 
-    def add(self, name: str, files: dict[str, bytes], revision: str = "main") -> str:
-        """Commit `files` to repository `name` as `revision` (a branch or tag); its sha."""
-        repo = self.repos.setdefault(name, Repo())
+    def add(self, name: str, files: dict[str, bytes], revision: str = "main",
+            token: str | None = None) -> str:
+        """Commit `files` to repository `name` as `revision` (a branch or tag), private to
+        `token` if given; its sha."""
+        repo = self.repos.setdefault(name, Repo(token=token))
         sha = hashlib.sha1(f"{name}@{revision}@{len(repo.commits)}".encode()).hexdigest()
         repo.commits[sha] = dict(files)
         repo.refs[revision] = sha
@@ -86,7 +91,8 @@ class StandInHub:
 
     def _with_commit(self, request, name: str, revision: str, reply, body: bool) -> None:
         repo = self.repos.get(name)
-        if repo is None:
+        if repo is None or (repo.token is not None and
+                            request.headers.get("Authorization") != f"Bearer {repo.token}"):
             return self._error(request, 404, "RepoNotFound", body)
         sha = repo.commit(revision)
         if sha is None:

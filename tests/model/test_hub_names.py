@@ -166,6 +166,15 @@ def test_revision_picks_another_commit_on_the_command_line_and_in_the_library(
     assert fetch.resolve_model(NAME, "v1").name == old
 
 
+def test_a_private_model_needs_hf_token(stand_in, model_files, capsys, monkeypatch):
+    stand_in.add(NAME, model_files, token="hf_secret")
+    status, _, err = say(["info", "--model", NAME], capsys)
+    assert status == 2 and err.endswith("(or it is private: set HF_TOKEN)\n")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    status, _, err = say(["info", "--model", NAME], capsys)
+    assert status == 0, err
+
+
 def test_a_repository_with_only_pickled_weights_is_fetched_and_read_safely(
         stand_in, model_files, here):
     state = load_file_bytes(model_files["model.safetensors"])
