@@ -497,7 +497,8 @@ def _revision_class() -> type:
 def _model_value(text: str, keywords: tuple[str, ...]) -> Path | str:
     """A model option's value as given: a Hugging Face Hub name stays a str, for `_fetched`;
     a path is a Path, made absolute where losing its "./" to Path would make it read as a
-    name (`./nosuch` is a missing directory, `nosuch` a name)."""
+    name (`./nosuch` is a missing directory, `nosuch` a name), so that whatever reads as a
+    name was given as one."""
     from bertkit.model.fetch import is_hub_name
 
     if text in keywords or not is_hub_name(text):
@@ -507,8 +508,10 @@ def _model_value(text: str, keywords: tuple[str, ...]) -> Path | str:
 
 
 def _fetched(flags: list[Option], instances: list, revision: str | None) -> list:
-    """`Command.fetched`: the names are the str values of model options (`_model_value`)."""
-    from bertkit.model.fetch import resolve_model
+    """`Command.fetched`. A value of a model option that reads as a name was given as one
+    (`_model_value` made a path that would read so absolute), whether it is still the str it
+    read or a dataclass' __post_init__ has made it a Path."""
+    from bertkit.model.fetch import is_hub_name, resolve_model
 
     instances, named = list(instances), False
     for opt in flags:
@@ -516,7 +519,7 @@ def _fetched(flags: list[Option], instances: list, revision: str | None) -> list
             continue
         value = _value(instances[opt.source], opt.path)
         values = list(value) if isinstance(value, (list, tuple)) else [value]
-        names = [isinstance(v, str) for v in values]  # Path: a directory (`_model_value`)
+        names = [v is not None and str(v) not in opt.model and is_hub_name(v) for v in values]
         if not any(names):
             continue
         named = True

@@ -166,6 +166,21 @@ def test_revision_picks_another_commit_on_the_command_line_and_in_the_library(
     assert fetch.resolve_model(NAME, "v1").name == old
 
 
+def test_revision_reaches_every_model_option_of_a_command(stand_in, model_files, here):
+    """pretrain's options make --init a Path as they are built: still a name to fetch."""
+    from bertkit.cli.main import build_parser
+
+    stand_in.add(NAME, model_files)
+    old = stand_in.add(NAME, model_files, revision="v1")
+    args = build_parser().parse_args(["pretrain", "--data", "d.txt", "--out", "o", "--init",
+                                      NAME, "--tokenizer", NAME, "--revision", "v1",
+                                      "--max-steps", "1"])
+    options, revision = args.command.read_with_revision(args)
+    assert revision == "v1" and isinstance(options[0].init, Path)
+    (opts,) = args.command.fetched(options, revision)
+    assert opts.init.name == opts.tokenizer.name == old and opts.init.is_dir()
+
+
 def test_a_private_model_needs_hf_token(stand_in, model_files, capsys, monkeypatch):
     stand_in.add(NAME, model_files, token="hf_secret")
     status, _, err = say(["info", "--model", NAME], capsys)
