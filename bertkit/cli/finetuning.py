@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -20,7 +20,7 @@ from bertkit.files import UserError
 
 @dataclass(kw_only=True)
 class FinetuneFiles:
-    model: Path
+    model: Path = field(metadata={"model": ("cnn",)})
     """Pretrained BERT directory (bertkit or Hugging Face), or `cnn` (classify, pair, regress):
     a convolutional network over the static vectors of --vectors (Kim 2014) instead of BERT."""
     train: Path
@@ -96,7 +96,7 @@ def _with_columns(runner, columns: ColumnOverrides):
 
 @dataclass(kw_only=True)
 class EvaluateOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Directory written by `bertkit finetune`, or a pretrained model (judged as a language
     model)."""
     input: Path
@@ -228,7 +228,7 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
 
 @dataclass(kw_only=True)
 class PredictOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Directory written by `bertkit finetune`."""
     input: Path
     """Texts: .txt (one per line; pair models: TEXT<TAB>PAIR), JSONL/CSV/TSV; tag: also CoNLL;

@@ -5,7 +5,8 @@ Nothing in the library imports this package. Library code raises `UserError` for
 `main` prints its one line to stderr and exits 2, with no traceback. So does an error of the
 machine in any command (a full disk, a read-only or forbidden path, a directory where a file
 is written, memory exhausted: `bertkit.files.environment_error`) and a --device this machine
-lacks, checked before any work starts.
+lacks, checked before any work starts. A model given by Hugging Face Hub name is fetched after
+those checks, before the command runs (`Command.fetched`).
 
 Start-up: importing torch takes seconds, so the command modules import the library inside each
 command, and a command's flags are generated only when that command is parsed or its help
@@ -191,11 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = _warning_line
         options = None
         try:
-            options = command.read(args)
+            options, revision = command.read_with_revision(args)
             command.check_paths(options)
             options = [resolve_auto_device(o) for o in options]
             for device in command.values(options, "device"):
                 check_device(device)
+            options = command.fetched(options, revision)  # Hub names: the network, last
             with contextlib.ExitStack() as locks:  # one process writes an output directory
                 for directory in command.output_dirs(options):
                     locks.enter_context(RunLock(directory))

@@ -52,7 +52,7 @@ Kind = Literal["auto", "encoder", "fill-mask", "sentence"]
 
 @dataclass(kw_only=True)
 class ExportOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Model directory (bertkit or Hugging Face): pretrained, or written by `bertkit finetune`."""
     out: Path = field(metadata={"output": True})
     """Output .onnx file (the int8 one goes beside it, as OUT.int8.onnx)."""

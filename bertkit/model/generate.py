@@ -81,7 +81,7 @@ class GenerationConfig:
 class GenerateOptions:
     """`bertkit generate`: continue a prompt with a model pretrained with --objective clm."""
 
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Model directory pretrained with --objective clm."""
     prompt: str = field(metadata={"positional": True, "metavar": "PROMPT"})
     """The text to continue."""

@@ -229,9 +229,9 @@ class ServeOptions:
     """What `bertkit serve` shows and how: the models, runs and corpus, where it listens, the
     limits of one request."""
 
-    model: list[Path] = field(default_factory=list)
-    """Model directories (bertkit, Hugging Face, sentence-transformers or fine-tuned), or
-    names in the local Hugging Face cache; --model A --model B shows A and B side by side."""
+    model: list[Path] = field(default_factory=list, metadata={"model": True})
+    """Model directories (bertkit, Hugging Face, sentence-transformers or fine-tuned); --model
+    A --model B shows A and B side by side (one --revision for the Hub names among them)."""
     run: list[str] = field(default_factory=list)
     """Run directories (of pretrain or finetune) whose curves are drawn, live while they
     train, as DIR or NAME=DIR."""
