@@ -54,7 +54,8 @@ class DemoOptions:
     max_steps: int | None = None
     """Stop after this many steps instead (or as well)."""
     preset: str = field(default="mini", metadata={"choices": tuple(PRESETS)})
-    """Model size (config.PRESETS)."""
+    """Model size, layers and width: tiny (2 layers, 128 wide), mini (4, 256), small (4, 512),
+    medium (8, 512), base (12, 768: BERT-base), large (24, 1024: BERT-large)."""
     vocab_size: int = 8000
     """WordPiece vocabulary size."""
     seq_len: int = 128

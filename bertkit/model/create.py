@@ -59,7 +59,8 @@ class InitOptions:
     """The settings of a fresh model (`bertkit init`): its preset, shape and seed."""
 
     preset: str = field(metadata={"choices": tuple(PRESETS)})
-    """Model size (bertkit.config.PRESETS)."""
+    """Model size, layers and width: tiny (2 layers, 128 wide), mini (4, 256), small (4, 512),
+    medium (8, 512), base (12, 768: BERT-base), large (24, 1024: BERT-large)."""
     tokenizer: Path
     """Tokenizer (or model) directory: the vocabulary size and [PAD] id."""
     out: Path = field(metadata={"output": "directory"})

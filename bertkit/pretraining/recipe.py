@@ -149,7 +149,9 @@ class PretrainOptions:
     """A corpus to prepare as --data only: the field of a JSONL object, a CSV row or a table
     row that holds the text (in a mixture, of each corpus that names none: PATH=W:FIELD)."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
-    """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
+    """Size of a fresh model, layers and width: tiny (2 layers, 128 wide), mini (4, 256), small
+    (4, 512), medium (8, 512), base (12, 768: BERT-base), large (24, 1024: BERT-large); none:
+    mini unless --init."""
     init: Path | None = None
     """Model directory to continue pretraining from (its architecture and size)."""
     architecture: Architecture = "modern"
