@@ -78,9 +78,9 @@ class InitOptions:
     hidden_size: int | None = None
     """Width of the token vectors; none: the preset's."""
     num_heads: int | None = None
-    """Attention heads (hidden_size must be a multiple); none: the preset's."""
+    """Attention heads (--hidden-size must be a multiple); none: the preset's."""
     intermediate_size: int | None = None
-    """Feed-forward width; none: the preset's ("modern": about 8/3 of hidden_size)."""
+    """Feed-forward width; none: the preset's ("modern": about 8/3 of --hidden-size)."""
 
     def create(self) -> PretrainingModel:
         """The fresh model these settings describe, saved with its tokenizer to `out`."""

@@ -90,8 +90,8 @@ class PretrainSchedule(TrainConfig):
     """Peak learning rate, reached at the end of warm-up (1e-3 beat 2e-3 for "modern" mini;
     the 2018 "bert" recipe wants about 1e-4 to 5e-4)."""
     schedule: Schedule = "wsd"
-    """Decay after warm-up: "linear" to min_lr_ratio, "cosine", "constant", or "wsd"
-    (warmup-stable-decay: the peak until the last decay_fraction of the run, then linear)."""
+    """Decay after warm-up: "linear" to --min-lr-ratio, "cosine", "constant", or "wsd"
+    (warmup-stable-decay: the peak until the last --decay-fraction of the run, then linear)."""
     precision: Precision = "auto"
     """"auto": bf16 where this device multiplies it natively (a GPU that has it, a CPU
     measured at start to multiply bf16 faster than fp32), else fp32; or "fp32", "bf16",
@@ -132,16 +132,16 @@ class PretrainOptions:
     to prepare into OUT/data first, found there by later runs: a text file (one sentence or
     paragraph per line, a blank line between documents), JSONL, CSV, TSV, Parquet, a
     `datasets` directory, a folder or a glob, compressed or not; or several of either mixed by
-    proportion, PATH=0.7,PATH=0.3 (a table in --config; see `bertkit.pretraining.mixture`),
+    proportion, PATH=0.7,PATH=0.3 (a table in --config; docs/pretraining.md, "Mixing corpora"),
     each corpus to prepare into OUT/data/K-NAME (K its place in the mixture), all with one
-    tokenizer (`bertkit.pretraining.run_data`); PATH=0.3:FIELD reads that corpus' text from
-    its records' FIELD instead of --text-field's."""
+    tokenizer; PATH=0.3:FIELD reads that corpus' text from its records' FIELD instead of
+    --text-field's."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
     tokenizer: Path | None = None
     """A corpus to prepare as --data (or in a mixture) only: the tokenizer (or model)
     directory to prepare it with; none: --init's, a mixture's prepared directories', or a
-    WordPiece vocabulary of vocab_size trained on the text (of all the corpora to prepare)."""
+    WordPiece vocabulary of --vocab-size trained on the text (of all the corpora to prepare)."""
     vocab_size: int = 16000
     """A corpus to prepare as --data only, without --tokenizer or --init: size of the uncased
     WordPiece vocabulary trained on it (16,000 for the measured english_books runs)."""
@@ -177,15 +177,15 @@ class PretrainOptions:
     "whole-sentences" (each row also starts at a sentence start, as RoBERTa's FULL-SENTENCES:
     the sentences that fit, then padding)."""
     early_seq_len: int = 64
-    """Sequence length of the first early_fraction of the run, with as many more sequences per
-    batch (about the same tokens per step); then seq_len (BERT: 128 for 90% of its steps, then
-    512). 64 then 128 learned more in 12 and 60 minutes than 128 throughout (docs/recipe.md).
-    Only where shorter than seq_len."""
+    """Sequence length of the first --early-fraction of the run, with as many more sequences
+    per batch (about the same tokens per step); then --seq-len (BERT: 128 for 90% of its steps,
+    then 512). 64 then 128 learned more in 12 and 60 minutes than 128 throughout
+    (docs/recipe.md). Only where shorter than --seq-len."""
     early_fraction: float = 0.9
-    """Share of the run (steps, or the clock for a time budget) at early_seq_len; 0: seq_len
+    """Share of the run (steps, or the clock for a time budget) at --early-seq-len; 0: --seq-len
     throughout."""
     batch_size: int = 16
-    """Sequences per micro-batch, all ranks together (each rank takes batch_size / ranks).
+    """Sequences per micro-batch, all ranks together (each rank takes an equal share).
     16 learns more per minute than 32 on a 2-core CPU (docs/recipe.md); on a GPU, raise
     it until the device is busy."""
     eval_batches: int = 40
