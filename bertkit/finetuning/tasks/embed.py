@@ -101,7 +101,7 @@ class Embed(Task):
     """Also train these prefixes of the vector (Matryoshka), e.g. 64 128; the loss is summed
     over them and the whole vector."""
     dropout: float | None = None
-    """Dropout on the encoder while training (hidden and attention); None: the model's own
+    """Dropout on the encoder while training (hidden and attention); none: the model's own
     rates, except that simcse on a model made without dropout (the modern recipe) uses 0.1:
     dropout is SimCSE's only noise, and with none its two views are the same vector."""
     score_range: tuple[float, ...] = ()
