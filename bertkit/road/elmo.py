@@ -197,13 +197,13 @@ class ElmoOptions:
     """Train ELMo's forward and backward LSTM language models on a corpus."""
     data: Path
     """A `bertkit prepare` directory (its shards, held-out split and tokenizer), or a text
-    file (one paragraph a line; every heldout_every-th line held out)."""
+    file (one paragraph a line; every --heldout-every-th line held out)."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, then the model (elmo.json,
     model.safetensors, tokenizer) and metrics.json (held-out perplexities) at the top."""
     tokenizer: Path | None = None
     """Text file only: a tokenizer (or model) directory; none trains a WordPiece vocabulary
-    of vocab_size on the file."""
+    of --vocab-size on the file."""
     vocab_size: int = 8000
     """Text file without --tokenizer: size of the WordPiece vocabulary trained on it."""
     cased: bool = False
@@ -225,7 +225,7 @@ class ElmoOptions:
     lr: float = 2e-3
     """Peak learning rate (AdamW, 2% warm-up, linear decay)."""
     max_minutes: float | None = field(default=4.0, metadata={"duration": True})
-    """Training time budget in minutes (the schedule decays over it without max_steps)."""
+    """Training time budget in minutes (the schedule decays over it without --max-steps)."""
     max_steps: int | None = None
     """Stop after this many steps instead (or as well)."""
     eval_every: int | None = None

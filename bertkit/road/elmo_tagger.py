@@ -115,7 +115,7 @@ class ElmoTagOptions:
     """Output directory: tagger.safetensors, tagger.json, metrics.json, metrics.jsonl, and with
     a mix layer_weights.png."""
     dev: Path | None = None
-    """Tagged dev sentences; none holds out dev_fraction of train (the split `finetune`
+    """Tagged dev sentences; none holds out --dev-fraction of --train (the split `finetune`
     makes with the same seed)."""
     dev_fraction: float = 0.1
     """Share of the training sentences held out when there is no --dev."""

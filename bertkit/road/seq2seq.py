@@ -589,9 +589,9 @@ class Seq2SeqOptions:
     """Models to train: "plain" (final state only), "attention" (additive attention) and/or
     "copy" (attention and the pointer-generator copy mechanism)."""
     max_pairs: int | None = None
-    """Train on the first this many pairs that fit max_tokens; None: all of them."""
+    """Train on the first this many pairs that fit --max-tokens; none: all of them."""
     dev_pairs: int | None = None
-    """Score the first this many dev pairs that fit max_tokens; None: all of them."""
+    """Score the first this many dev pairs that fit --max-tokens; none: all of them."""
     sample_pairs: int = 200
     """Dev pairs (evenly spread) decoded greedily at each evaluation: the BLEU curve."""
     max_tokens: int = 128
