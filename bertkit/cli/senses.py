@@ -279,8 +279,9 @@ class ContextSimilarityOptions:
     """The word in TEXT2, as SPAN1."""
     model: Path
     """BERT directory (bertkit or Hugging Face)."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
     json: bool = False
     """One JSON object: {"layers": [cosine per layer, 0 = embeddings]}."""
 

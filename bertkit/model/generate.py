@@ -87,8 +87,9 @@ class GenerateOptions:
     """The text to continue."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """How the next piece is chosen."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
     json: bool = False
     """One JSON object: {"prompt", "texts"}."""
 

@@ -190,8 +190,9 @@ class PretrainOptions:
     it until the device is busy."""
     eval_batches: int = 40
     """Held-out batches per evaluation (the same masks every time, so curves compare)."""
-    device: str | None = None
-    """"cpu", "cuda", "cuda:1"; None: cuda if available (each rank its LOCAL_RANK GPU)."""
+    device: str | None = "auto"
+    """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ...; under torchrun, auto and cuda give each rank its LOCAL_RANK GPU."""
     dist_timeout: float = 600.0
     """Under torchrun: seconds a rank waits for the others in one collective (the gradient
     all-reduce, a barrier) before it ends the run with an error; a peer that died or hangs
@@ -251,7 +252,7 @@ def _device(requested: str | None) -> torch.device:
     """The run's device: "cuda" (or none, given a GPU) is this rank's LOCAL_RANK GPU under
     torchrun; one GPU named for every rank of a node is refused (NCCL: "Duplicate GPU")."""
     local = int(os.environ.get("LOCAL_RANK", 0))
-    if requested is None:
+    if requested in (None, "auto"):
         return torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
     device = parse_device(requested)
     if device.type == "cuda" and device.index is None:
@@ -477,7 +478,7 @@ def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
     if opts.train.compile is None:
         opts = dataclasses.replace(opts, train=opts.train.replace(
             compile=device.type == "cuda" and compiles_for(device)))
-    if opts.device is None:  # under torchrun not rank 0's cuda:0, refused for two ranks
+    if opts.device in (None, "auto"):  # under torchrun not rank 0's cuda:0, refused for two ranks
         opts = dataclasses.replace(opts, device=str(device) if world == 1 else device.type)
     return opts, why
 

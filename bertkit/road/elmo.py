@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +43,7 @@ from bertkit.model.elmo import (ElmoConfig, ElmoLM, ElmoOutput, flip, load_elmo,
                                reverse_index, save_elmo)
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining.shards import load_manifest, load_split
-from bertkit.runtime import choose_precision
+from bertkit.runtime import choose_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.text.vocab import train_tokenizer
 from bertkit.training.loop import autocast, train
@@ -240,8 +240,9 @@ class ElmoOptions:
     """Seed of weight initialisation, batch order and dropout."""
     resume: bool = False
     """Continue from the latest checkpoint in out (after Ctrl-C, SIGTERM or a kill)."""
-    device: str = "cpu"
-    """Torch device."""
+    device: str = "auto"
+    """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
 
 
 @dataclass
@@ -273,6 +274,7 @@ def _tokenizer_and_streams(options: ElmoOptions) -> tuple[Tokenizer, Streams, St
 
 def train_elmo(options: ElmoOptions, command_line: str | None = None) -> ElmoResult:
     """Train, evaluate held-out perplexity of both directions, save the model into out."""
+    options = replace(options, device=str(resolve_device(options.device)))  # "auto": this one
     out = Path(options.out)
     check_not_input(out, [options.data, options.tokenizer], names=["data", "tokenizer"])
     if options.seq_len < 1 or options.batch_size < 1 or options.eval_rows < 1:
