@@ -70,7 +70,7 @@ def run_wsd_train(files: WsdTrainFiles, run, options) -> int:
 @dataclass(kw_only=True)
 class WsdPredictOptions:
     wsd: Path
-    """Directory from `bertkit wsd train`."""
+    """Word-sense disambiguation (WSD) directory from `bertkit wsd train`."""
     model: Path | None = None
     """BERT directory or `bertkit static` directory; none: the one the senses were built
     from."""
@@ -114,7 +114,7 @@ def run_wsd_predict(opts: WsdPredictOptions, run) -> int:
 @dataclass(kw_only=True)
 class WsdEvaluateOptions:
     wsd: Path
-    """Directory from `bertkit wsd train`."""
+    """Word-sense disambiguation (WSD) directory from `bertkit wsd train`."""
     model: Path | None = None
     """BERT directory or `bertkit static` directory; none: the one the senses were built
     from."""
@@ -414,7 +414,8 @@ COMMANDS = (
             help="chosen words on their first two principal components (PNG)"),
     Command("similarity", run_similarity, (ContextSimilarityOptions,),
             help="cosine of one word's contextual vectors in two texts, per layer",
-            description="The textbooks' 'bank' example: the vector of the word at SPAN1 in TEXT1 "
+            description="The 'bank' test of a contextual model (a river bank, a savings bank): "
+                        "the vector of the word at SPAN1 in TEXT1 "
                         "against the word at SPAN2 in TEXT2, at every layer of a BERT model "
                         "(0 = embeddings). A span is the word itself or START:END."),
 )

@@ -161,9 +161,10 @@ class PretrainOptions:
     """Dropout of a fresh model (hidden and attention); none: the architecture's (0 for
     "modern", 0.1 for "bert")."""
     objective: str = field(default="mlm", metadata={"choices": objectives.OBJECTIVES})
-    """"mlm" (RoBERTa: packed, no NSP), "mlm+nsp" (BERT; "bert" only), "span" (SpanBERT),
-    "clm", "electra" (replaced-token detection: a small generator and the discriminator, saved
-    at the top, with the generator in OUT/generator)."""
+    """"mlm" (masked language model, as RoBERTa: packed, no NSP), "mlm+nsp" (BERT's: with
+    next-sentence prediction, NSP; "bert" only), "span" (SpanBERT), "clm" (causal: left to
+    right, as GPT), "electra" (replaced-token detection: a small generator and the
+    discriminator, saved at the top, with the generator in OUT/generator)."""
     electra: ElectraSettings = field(default_factory=ElectraSettings)
     """--objective electra: the generator's size and the weight of the detection loss."""
     masking: PretrainMasking = field(default_factory=PretrainMasking)

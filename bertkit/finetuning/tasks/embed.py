@@ -87,8 +87,11 @@ class Embed(Task):
 
     objective: Literal["auto", "mnrl", "cosent", "cosine-mse", "simcse"] = dataclasses.field(
         default="auto", metadata={"flag": "loss"})
-    """auto: by the training file (pairs, triplets, NLI: mnrl; scored pairs: cosent;
-    sentences in a .txt file: simcse)."""
+    """mnrl (multiple-negatives ranking: the other texts of the batch are the negatives),
+    cosent (CoSENT: scored pairs ranked by score), cosine-mse (squared error of cosine and score),
+    simcse (SimCSE: a sentence against itself under another dropout), or auto: by the
+    training file (pairs, triplets, NLI: mnrl; scored pairs: cosent; sentences in a .txt file:
+    simcse)."""
     scale: float = losses.DEFAULT_SCALE
     """The cosines' scale in mnrl, simcse and cosent (20: a temperature of 0.05)."""
     symmetric: bool = False
