@@ -61,11 +61,11 @@ class DemoOptions:
     seq_len: int = 128
     """Tokens per training sequence."""
     batch_size: int | None = None
-    """Sequences per step; none: pretrain's default (PretrainOptions)."""
+    """Sequences per step; none: pretrain's default (16)."""
     architecture: str = field(default="modern", metadata={"choices": ARCHITECTURES})
     """"modern" (pre-LN, gated feed-forward, rotary positions) or "bert" (as published)."""
     lr: float | None = None
-    """Peak learning rate; none: pretrain's default (PretrainSchedule)."""
+    """Peak learning rate; none: pretrain's default (1e-3)."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """Training precision: "auto" (bf16 where this CPU multiplies it natively), fp32, bf16."""
     cache: Path | None = None

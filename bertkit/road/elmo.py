@@ -239,7 +239,7 @@ class ElmoOptions:
     seed: int = 0
     """Seed of weight initialisation, batch order and dropout."""
     resume: bool = False
-    """Continue from the latest checkpoint in out (after Ctrl-C, SIGTERM or a kill)."""
+    """Continue from the latest checkpoint in OUT (after Ctrl-C, SIGTERM or a kill)."""
     device: str = "auto"
     """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
     ..."""
