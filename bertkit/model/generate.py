@@ -60,7 +60,7 @@ class GenerationConfig:
     """sample: draw only among the smallest set of pieces whose probability reaches p; none:
     all."""
     seed: int = 0
-    """sample: seeds the torch.Generator of the draws (the same seed writes the same text)."""
+    """sample: seeds the draws (the same seed writes the same text)."""
     num_return_sequences: int = 1
     """Continuations written for the prompt (greedy ones are all the same)."""
 
