@@ -53,8 +53,8 @@ PICKLED = ["pytorch_model.bin", "generator/pytorch_model.bin"]
 
 @dataclass(frozen=True)
 class Revision:
-    """The revision of models given by name: one flag beside every command's model options
-    (`bertkit.cli.options` adds it to any command with a field marked
+    """The revision of models given by name: one `--revision` flag beside every command's
+    model options (the command line gives it to any command with a field marked
     `metadata={"model": True}`)."""
 
     revision: str | None = field(default=None, metadata={"metavar": "REV"})
