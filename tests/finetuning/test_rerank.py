@@ -190,6 +190,30 @@ def test_each_loss_trains_down(kind, settings, loss, tiny_bert, tmp_path):
     assert -result.dev_metrics["bce"] == pytest.approx(best, abs=1e-6)  # the best one kept
 
 
+@pytest.mark.parametrize("settings", [{}, {"in_batch_negatives": True}, {"objective": "bce"}])
+def test_the_step_never_makes_the_host_wait(settings, step_syncs, tiny_bert, tmp_path):
+    train = make_file(tmp_path, "triplets", 48)
+    result = finetune(Rerank(**settings), tiny_bert, train, None, tmp_path / "out",
+                      FinetuneConfig(epochs=1, **QUICK))
+    assert result.steps > 1 and step_syncs.found == []
+
+
+def test_resume_equals_an_uninterrupted_run(tiny_bert_dropout, tmp_path, monkeypatch):
+    from tests.finetuning.test_resume import _assert_same_model, _signal_at
+
+    train, dev = make_file(tmp_path, "triplets", 64), make_file(tmp_path, "queries", 16, seed=1)
+    cfg = FinetuneConfig(epochs=2, evals_per_epoch=2, **QUICK)
+    task = Rerank(in_batch_negatives=True)
+    finetune(task, tiny_bert_dropout, train, dev, tmp_path / "whole", cfg)
+    _signal_at(monkeypatch, 3)
+    stopped = finetune(task, tiny_bert_dropout, train, dev, tmp_path / "parts", cfg)
+    assert stopped.stopped_by == "interrupted"
+    monkeypatch.undo()
+    finetune(task, tiny_bert_dropout, train, dev, tmp_path / "parts",
+             dataclasses.replace(cfg, resume=True))
+    _assert_same_model(tmp_path / "whole", tmp_path / "parts")
+
+
 def test_dev_figures_are_the_ranked_candidates(tiny_bert):
     """nDCG@10 and MRR@10 of each query's own candidates, counted by hand; BCE and accuracy
     over every pair."""
@@ -308,6 +332,10 @@ def test_predict_gives_the_scores_of_pairs(tiny_bert, tmp_path, capsys):
     assert main(["predict", "--model", str(out), "--input", str(file), "--quiet"]) == 0
     again = [json.loads(line)["score"] for line in capsys.readouterr().out.splitlines()]
     np.testing.assert_allclose(again, expected, atol=1e-6)
+    queries = make_file(tmp_path, "queries", 12, seed=2)
+    assert main(["evaluate", "--model", str(out), "--input", str(queries), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == pytest.approx(
+        TaskModel.load(out).evaluate(queries), abs=1e-6)
     text.write_text("no tab here\n")
     assert main(["predict", "--model", str(out), "--input", str(text)]) == 2
     assert capsys.readouterr().err == (f"error: {text}:1: a rerank model reads a pair a line, "
