@@ -162,7 +162,8 @@ def main() -> None:
     # whole, from loading the model to the saved directory (bertkit's dev evaluation and
     # best-model copy included)
     for kind in ("train", "wall"):
-        ratio = rows["bertkit"][f"{kind}_seconds"] / rows["sentence-transformers"][f"{kind}_seconds"]
+        ratio = rows["bertkit"][f"{kind}_seconds"] / \
+            rows["sentence-transformers"][f"{kind}_seconds"]
         print(f"bertkit / sentence-transformers, {kind} seconds: {ratio:.4f}")
     print(json.dumps({"environment": describe(), "args": vars(args) | {"data": str(args.data)},
                       **rows}, default=str))

@@ -135,8 +135,7 @@ class Rerank(Task):
         if kind == "sentences":
             raise UserError(f"{train_path}: a reranker learns from pairs, triplets, queries, "
                             f"scored pairs or an NLI file, not sentences")
-        objective = self.objective if self.objective != "auto" else "margin-mse" \
-            if self.teacher else "bce" if kind in ("scored", "nli") else "listwise"
+        objective = self.objective if self.objective != "auto" else self._auto_loss(kind)
         if kind == "scored" and objective != "bce":
             raise UserError(f"{train_path}: scored pairs train --loss bce, not {objective} "
                             f"(which needs negatives)")
@@ -152,6 +151,13 @@ class Rerank(Task):
             teacher_task(self.teacher)  # a teacher of another kind refused before training
         return dataclasses.replace(self, objective=objective, kind=kind)
 
+    def _auto_loss(self, kind: str) -> str:
+        """A teacher's margins when given one; else labelled pairs (scored, NLI) pointwise,
+        and a query's passages (pairs, triplets, queries) as lists."""
+        if self.teacher:
+            return "margin-mse"
+        return "bce" if kind in ("scored", "nli") else "listwise"
+
     def for_backbone(self, model) -> "Rerank":
         if model.architecture is None:
             raise UserError("rerank trains a transformer encoder, not this backbone")
@@ -162,8 +168,9 @@ class Rerank(Task):
     def from_transformers(cls, config: dict) -> "Rerank | None":
         """A sentence-transformers cross-encoder's directory: one label and the
         activation of its scores recorded."""
+        labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
         if (config.get("architectures") or [""])[0] != "BertForSequenceClassification" or \
-                len(config.get("id2label") or {"0": 0, "1": 1}) != 1:
+                labels != 1:
             return None
         marked = "sentence_transformers" in config or \
             "sbert_ce_default_activation_function" in config
