@@ -1,6 +1,10 @@
 # Two commands on a fresh clone: `make demo` and `make test`. Each sets up .venv itself.
-# torch is installed first and pinned so that pip takes the CPU wheel, not CUDA wheels; the
-# pins are this environment's, the package itself asks only for ranges (pyproject.toml).
+# torch is installed first, pinned to the version the tests ran with; the pin does not choose
+# the build: on Linux x86_64 PyPI's torch wheel is the CUDA build (it runs on a CPU too). For the
+# smaller CPU build, install it into .venv first from PyTorch's index (README: "Install"):
+#   .venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+# and the line below finds it installed. The pins are this environment's; the package itself
+# asks only for ranges (pyproject.toml).
 PYTHON ?= python3
 TORCH  := torch==2.13.0
 VENV   := .venv

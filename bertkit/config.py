@@ -69,6 +69,9 @@ class EncoderConfig:
     """Width of the embeddings where it differs from hidden_size, a projection to hidden_size
     after them (ELECTRA's generator, narrower than the discriminator whose embeddings it
     shares: Hugging Face `ElectraConfig.embedding_size`); None: hidden_size."""
+    causal: bool = False
+    """Each token attends only to itself and the tokens to its left: a left-to-right model
+    (pretrained with --objective clm; Hugging Face's `is_decoder`), run so wherever it runs."""
     extra: dict = field(default_factory=dict, repr=False, compare=False)
     """Keys of config.json that bertkit does not model (labels, task), kept on a round trip."""
 
@@ -158,6 +161,8 @@ class EncoderConfig:
         })
         if self.embedding_size is not None:  # only ELECTRA's config reads it
             hf["embedding_size"] = self.embedding_size
+        if self.causal:
+            hf["is_decoder"] = True
         return hf
 
     def _to_modernbert(self) -> dict:
@@ -193,6 +198,8 @@ class EncoderConfig:
             hf["embedding_size"] = self.embedding_size
         for name in ("cls_token_id", "sep_token_id", "bos_token_id", "eos_token_id"):
             hf.setdefault(name, None)  # ModernBertConfig's defaults are ids of its own vocabulary
+        if self.causal:
+            hf["is_decoder"] = True
         return hf
 
     @classmethod
@@ -221,7 +228,8 @@ class EncoderConfig:
         kwargs = {ours: hf[theirs] for theirs, ours in names.items() if hf.get(theirs) is not None}
         if kwargs.get("embedding_size") == kwargs.get("hidden_size"):
             kwargs.pop("embedding_size")  # ELECTRA's discriminator spells the default out
-        known = set(names) | {"model_type", "position_embedding_type"}
+        kwargs["causal"] = bool(hf.get("is_decoder", False))
+        known = set(names) | {"model_type", "position_embedding_type", "is_decoder"}
         kwargs["extra"] = {k: v for k, v in hf.items() if k not in known}
         return cls(**kwargs)
 
@@ -278,7 +286,8 @@ class EncoderConfig:
                  "decoder_bias", "tie_word_embeddings", "embedding_dropout", "mlp_dropout",
                  "attention_dropout", "layer_types", "local_attention", "rope_parameters",
                  "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta",
-                 "embedding_size"}
+                 "embedding_size", "is_decoder"}
+        kwargs["causal"] = bool(hf.get("is_decoder", False))
         kwargs["extra"] = {k: v for k, v in hf.items() if k not in known}
         return cls(**kwargs)
 

@@ -1,4 +1,4 @@
-"""matplotlib as an optional extra (`pip install bertkit[plot]`), imported only to draw.
+"""matplotlib as an optional extra (the `plot` extra), imported only to draw.
 
 A command whose output is a picture (`bertkit plot ...`) fails with a one-line `UserError` when
 matplotlib is missing; a run that draws on the side (a training run's loss.png) says so in one
@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from bertkit.files import UserError, atomic_file
+from bertkit.files import INSTALL_PLOT as INSTALL, UserError, atomic_file
 
-INSTALL = "pip install bertkit[plot]"
 T = TypeVar("T")
 
 

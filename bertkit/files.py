@@ -43,6 +43,18 @@ class UserError(Exception):
     """Bad input from the user: the message is the whole story, printed on one line."""
 
 
+def install_extra(extra: str) -> str:
+    """How to install one of bertkit's optional extras, from a package index or a checkout."""
+    return f"pip install 'bertkit[{extra}]', or pip install -e '.[{extra}]' in a checkout"
+
+
+# One line per extra, the same wherever bertkit asks for it.
+INSTALL_PLOT = install_extra("plot")
+INSTALL_ONNX = install_extra("onnx")
+INSTALL_SERVE = install_extra("serve")
+INSTALL_DATA = install_extra("data")
+
+
 class SaidElsewhere(UserError):
     """A failure whose cause another process reports (a rank whose peer left the run, under
     bertkit-torchrun): the CLI prints no line and exits `status`, which tells the launcher; the
@@ -239,8 +251,8 @@ def need_package(module: str, path: str | os.PathLike, what: str):
     try:
         return __import__(module)
     except ImportError:
-        raise UserError(f"{path}: reading {what} needs the {module} package: pip install "
-                        f"'bertkit[data]'") from None
+        raise UserError(f"{path}: reading {what} needs the {module} package: "
+                        f"{INSTALL_DATA}") from None
 
 
 def open_bytes(path: Path, compression: str | None) -> BinaryIO:

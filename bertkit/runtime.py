@@ -283,10 +283,30 @@ def precision_for_speedup(ratio: float) -> tuple[str, str]:
         " (emulated: it would crawl)" if ratio < EMULATED else "")
 
 
+AUTO_PRECISION = "BERTKIT_AUTO_PRECISION"
+"""The environment variable that settles what `--precision auto` picks, fp32 or bf16, without
+measuring: one setting for every command of a session (a cluster's job script, a test suite
+run as a machine with the other choice would run it)."""
+
+
+def auto_precision_override() -> str | None:
+    """"fp32" or "bf16" as $BERTKIT_AUTO_PRECISION says, None where it is unset or empty; any
+    other value is a one-line error."""
+    value = os.environ.get(AUTO_PRECISION, "").strip().lower()
+    if not value:
+        return None
+    if value not in DTYPES:
+        raise UserError(f"{AUTO_PRECISION}={value}: not a precision (fp32 or bf16)")
+    return value
+
+
 def choose_precision(device: torch.device | str) -> tuple[str, str]:
     """("bf16" or "fp32", why) for training on `device`, measured, not assumed: a CPU without
     native bf16 emulates it a hundred times slower than fp32 (AVX2), one with AVX512-BF16 or
-    AMX multiplies it several times faster. On a GPU: bf16 where it is native (Ampere on)."""
+    AMX multiplies it several times faster. On a GPU: bf16 where it is native (Ampere on).
+    $BERTKIT_AUTO_PRECISION, where set, is the choice on any device."""
+    if (forced := auto_precision_override()) is not None:
+        return forced, f"{AUTO_PRECISION}={forced}"
     device = torch.device(device)
     if device.type == "cuda":
         # not by default: torch then says yes for a GPU that emulates bf16 (V100, T4), where

@@ -4,8 +4,8 @@ Starts the application in this process on 127.0.0.1 (a free port), drives each v
 person would (types, clicks) and saves docs/img/serve_<view>.png. Needs Debian's chromium and
 chromium-driver, and selenium.
 
-    .venv/bin/python docs/serve_screenshots.py --model runs/d60/model --model MINILM_DIR \\
-        --run runs/d60 --corpus heldout.txt --senses wordnet_examples.train.jsonl \\
+    .venv/bin/python docs/serve_screenshots.py --model runs/mini/model --model MINILM_DIR \\
+        --run runs/mini --corpus heldout.txt --senses wordnet_examples.train.jsonl \\
         --predict runs/ner [--word work] [--query "..."] [--out docs/img]
 """
 from __future__ import annotations

@@ -47,6 +47,13 @@ def pytest_configure(config):
         torch.set_num_threads(share)
 
 
+@pytest.fixture(autouse=True)
+def hub_offline(monkeypatch):
+    """No test reaches the Hugging Face Hub: a model's name is looked up in the cache only
+    (tests/model/test_hub_names.py serves a stand-in Hub and lifts this)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

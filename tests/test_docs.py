@@ -89,3 +89,59 @@ def test_brackets_in_prose_are_escaped_and_code_is_left_alone():
     assert escape("[CLS] [SEP] and `x[0]`, ``a[b]``") == \
         "\\[CLS\\] \\[SEP\\] and `x[0]`, ``a[b]``"
     assert escape("already \\[escaped]") == "already \\[escaped\\]"
+
+
+def built_page(site: Path, target: str) -> Path:
+    """The file the built site serves for a page link `target` (relative to docs/, anchor
+    dropped): mkdocs writes `a/b.md` as `a/b/index.html` and `a/index.md` as `a/index.html`."""
+    path = Path(target.partition("#")[0])
+    if path.suffix != ".md":
+        return site / path
+    if path.name in ("index.md", "README.md"):
+        return site / path.parent / "index.html"
+    return site / path.with_suffix("") / "index.html"
+
+
+def broken_links(docs: Path, site: Path) -> list[str]:
+    """'PAGE: TARGET' for each relative link of docs/*.md that a reader cannot follow: a link
+    must find its file in docs/ (where GitHub shows the pages), except a link to a page the
+    build generates (the API reference, `api.ROOT`/...), which must be in the built site."""
+    import re
+    problems = []
+    for page in sorted(docs.glob("*.md")):
+        body = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", body):
+            path = target.partition("#")[0]
+            if not path or re.match(r"[a-z]+:", target):
+                continue  # an anchor on the page itself (test_readme.py checks it), a URL
+            if path.startswith(api.ROOT + "/"):
+                ok = built_page(site, path).exists()
+            else:
+                dest = (docs / path).resolve()
+                ok = dest.is_relative_to(docs.resolve()) and dest.exists()
+            if not ok:
+                problems.append(f"{page.name}: {target}")
+    return problems
+
+
+def test_every_link_in_docs_finds_a_page_of_docs_or_of_the_built_site(site):
+    assert not broken_links(REPO / "docs", site)
+
+
+def test_a_link_outside_docs_or_to_a_page_not_built_is_broken(tmp_path):
+    docs, site = tmp_path / "docs", tmp_path / "site"
+    (site / "reference" / "bertkit").mkdir(parents=True)
+    (site / "reference" / "index.html").write_text("")
+    (site / "reference" / "bertkit" / "files" / "index.html").parent.mkdir()
+    (site / "reference" / "bertkit" / "files" / "index.html").write_text("")
+    (docs / "img").mkdir(parents=True)
+    (docs / "img" / "a.png").write_text("")
+    (docs / "other.md").write_text("# Other\n")
+    (tmp_path / "README.md").write_text("")
+    (docs / "index.md").write_text(
+        "[ok](other.md#other) [ok](img/a.png) [ok](#here) [ok](https://example.org/x.md)\n"
+        "[ok](reference/index.md) [ok](reference/bertkit/files.md#bertkit.files.UserError)\n"
+        "[no](missing.md) [no](../README.md) [no](reference/bertkit/gone.md)\n"
+        "```\n[in code](nowhere.md)\n```\n")
+    assert broken_links(docs, site) == [
+        "index.md: missing.md", "index.md: ../README.md", "index.md: reference/bertkit/gone.md"]

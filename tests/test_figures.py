@@ -15,7 +15,8 @@ from bertkit.figures import (MatplotlibMissing, draw_or_skip, new_figure, requir
 
 def test_drawing_without_matplotlib_is_a_one_line_error(no_matplotlib, tmp_path):
     with pytest.raises(MatplotlibMissing, match=r"^matplotlib not installed \(pip install "
-                       r"bertkit\[plot\]\); cannot draw a\.png$"):
+                       r"'bertkit\[plot\]', or pip install -e '\.\[plot\]' in a "
+                       r"checkout\); cannot draw a\.png$"):
         require_matplotlib(tmp_path / "a.png")
     with pytest.raises(MatplotlibMissing):
         new_figure(tmp_path / "a.png", figsize=(2, 2))
@@ -24,7 +25,8 @@ def test_drawing_without_matplotlib_is_a_one_line_error(no_matplotlib, tmp_path)
 def test_a_side_picture_is_skipped_with_one_warning(no_matplotlib, tmp_path, capsys):
     assert draw_or_skip(lambda: new_figure(tmp_path / "loss.png"), tmp_path / "loss.png") is None
     assert capsys.readouterr().err == ("warning: matplotlib not installed (pip install "
-                                       "bertkit[plot]); skipping loss.png\n")
+                                       "'bertkit[plot]', or pip install -e '.[plot]' in a "
+                                       "checkout); skipping loss.png\n")
 
 
 def test_with_matplotlib_the_picture_is_drawn(tmp_path):

@@ -107,6 +107,39 @@ def _links() -> list[tuple[Path, str]]:
     return found
 
 
+INSIDE_WORDS = ("the issue", "the seeds", "source documents", "runs/d60-", "../shared")
+"""Words from inside the project that a user cannot follow: the tracker's issues, the texts the
+project started from by their working names, the development runs' folder names and the
+development machine's data folder (name the public data set instead: docs/data.md)."""
+
+
+def inside_words(text: str, words=INSIDE_WORDS) -> list[str]:
+    """'LINE: word' for each of `words` found in `text`, case aside."""
+    return [f"{n}: {word}" for n, line in enumerate(text.splitlines(), 1)
+            for word in words if word in line.lower()]
+
+
+def test_inside_words_are_found_in_any_case():
+    assert inside_words("ok\nAs The Issue's table\nsee ../shared/data/x") == \
+        ["2: the issue", "3: ../shared"]
+    assert inside_words("the issues of a tracker are not the seed's") == ["1: the issue"]
+    assert inside_words("issue 43, seeds 0 / 1 / 2, runs/d60") == []
+
+
+@pytest.mark.parametrize("name", ["README.md", *DOCS])
+def test_the_documentation_speaks_to_users(name):
+    text = README if name == "README.md" else DOCS[name]
+    assert not inside_words(text), f"{name}: {inside_words(text)}"
+
+
+def test_help_and_docstrings_speak_to_users():
+    """The help of every command and the API reference come from the package's docstrings."""
+    words = [w for w in INSIDE_WORDS if w != "the issue"]  # code may say "the issue is ..."
+    found = {str(path.relative_to(REPO)): inside_words(path.read_text(encoding="utf-8"), words)
+             for path in sorted((REPO / "bertkit").rglob("*.py"))}
+    assert not {path: hits for path, hits in found.items() if hits}
+
+
 def test_slugs_are_githubs():
     assert _slug("Two hours of today's default") == "two-hours-of-todays-default"
     assert _slug("Objectives at the same wall time (Austen + Bible)") == \

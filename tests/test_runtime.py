@@ -91,14 +91,16 @@ def test_precision_follows_the_measured_bf16_speedup(ratio, precision, emulated)
     assert ("crawl" in why) == emulated
 
 
-def test_choose_precision_on_this_cpu_agrees_with_its_measurement():
+def test_choose_precision_on_this_cpu_agrees_with_its_measurement(monkeypatch):
+    monkeypatch.delenv(runtime.AUTO_PRECISION, raising=False)  # the suite may run with it set
     chosen, why = runtime.choose_precision("cpu")
     assert chosen in ("fp32", "bf16") and "bf16 matmul" in why
     assert runtime.bf16_speedup("cpu") > 0
 
 
-def test_the_bf16_speedup_is_measured_once_per_process():
+def test_the_bf16_speedup_is_measured_once_per_process(monkeypatch):
     """The run's choice and its warning read one measurement: two timings would differ."""
+    monkeypatch.delenv(runtime.AUTO_PRECISION, raising=False)
     assert runtime.bf16_speedup("cpu") == runtime.bf16_speedup(torch.device("cpu"))
     ratio = runtime.bf16_speedup("cpu")
     assert runtime.choose_precision("cpu") == runtime.precision_for_speedup(ratio)
@@ -205,3 +207,27 @@ def test_a_busy_process_on_the_cores_is_seen_and_said_once_a_measurement(busy_pr
     time.sleep(0.3)
     assert one.warning() is None
 
+
+
+@pytest.mark.parametrize("value,chosen", [("bf16", "bf16"), ("FP32", "fp32"), (" bf16 ", "bf16")])
+def test_the_environment_settles_what_auto_picks_on_any_device(monkeypatch, value, chosen):
+    """$BERTKIT_AUTO_PRECISION: the whole suite (or a cluster's job) run as a machine with the
+    other choice would run it, nothing measured."""
+    monkeypatch.setenv(runtime.AUTO_PRECISION, value)
+    monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": pytest.fail("measured"))
+    for device in ("cpu", "cuda"):
+        assert runtime.choose_precision(device) == (chosen, f"BERTKIT_AUTO_PRECISION={chosen}")
+
+
+def test_an_empty_setting_leaves_auto_to_the_measurement(monkeypatch):
+    monkeypatch.setenv(runtime.AUTO_PRECISION, "")
+    assert runtime.auto_precision_override() is None
+    assert runtime.choose_precision("cpu") == runtime.precision_for_speedup(
+        runtime.bf16_speedup("cpu"))
+
+
+def test_a_setting_that_is_no_precision_is_one_line(monkeypatch):
+    monkeypatch.setenv(runtime.AUTO_PRECISION, "fp16")
+    with pytest.raises(UserError, match=r"^BERTKIT_AUTO_PRECISION=fp16: not a precision "
+                                        r"\(fp32 or bf16\)$"):
+        runtime.choose_precision("cpu")

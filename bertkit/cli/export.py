@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from bertkit.cli.options import Command
+from bertkit.files import INSTALL_ONNX
 
 
 def run_export_onnx(opts) -> int:
@@ -33,5 +34,5 @@ COMMANDS = (
                         "logits, a sentence model's pooled (and normalised) vector, or a "
                         "fine-tuned model's logits; checked against PyTorch. --quantize adds an "
                         "int8 copy; --dev scores a fine-tuned or sentence model's graphs on a "
-                        "labelled file. Needs pip install bertkit[onnx]."),
+                        f"labelled file. Needs {INSTALL_ONNX}."),
 )

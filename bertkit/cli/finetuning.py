@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -20,7 +20,7 @@ from bertkit.files import UserError
 
 @dataclass(kw_only=True)
 class FinetuneFiles:
-    model: Path
+    model: Path = field(metadata={"model": ("cnn",)})
     """Pretrained BERT directory (bertkit or Hugging Face), or `cnn` (classify, pair, regress):
     a convolutional network over the static vectors of --vectors (Kim 2014) instead of BERT."""
     train: Path
@@ -96,7 +96,7 @@ def _with_columns(runner, columns: ColumnOverrides):
 
 @dataclass(kw_only=True)
 class EvaluateOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Directory written by `bertkit finetune`, or a pretrained model (judged as a language
     model)."""
     input: Path
@@ -228,7 +228,7 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
 
 @dataclass(kw_only=True)
 class PredictOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Directory written by `bertkit finetune`."""
     input: Path
     """Texts: .txt (one per line; pair models: TEXT<TAB>PAIR), JSONL/CSV/TSV; tag: also CoNLL;
@@ -295,7 +295,9 @@ class TaskCommands(Command):
     """`finetune`: a command per task, `finetune TASK`, whose parsers are made when `finetune`
     is parsed (the tasks import torch), from the TASKS of that moment."""
 
-    def add_flags(self, parser) -> None:
+    def add_flags(self, parser) -> list:
+        """A subcommand a task, each with its own flags (added when it is parsed); none of
+        finetune's own is required."""
         commands = task_commands()
         owners: dict[str, list[str]] = {}  # a setting -> the tasks that have it
         for command in commands:
@@ -304,9 +306,10 @@ class TaskCommands(Command):
         tasks = parser.add_subparsers(dest="task_name", required=True, metavar="TASK")
         for command in commands:
             name = command.name.split()[-1]
-            sub = tasks.add_parser(name, help=command.help, description=command.description)
-            command.add_flags(sub)
-            sub.set_defaults(command=command)  # the one main runs: its values win over ours
+            # the task's command is the one main runs (its values win over ours); the parser
+            # (the command line's own class) adds its flags
+            sub = tasks.add_parser(name, help=command.help, description=command.description,
+                                   command=command)
             for setting in command.foreign:  # another task's flag: said in one line
                 flag = "--" + setting.replace("_", "-")
                 sub.add_argument(flag, "--no-" + flag[2:], nargs="?", action=_OtherTasks,
@@ -314,6 +317,7 @@ class TaskCommands(Command):
                                  help=argparse.SUPPRESS, message=(
                                      f"{flag} is a setting of {', '.join(owners[setting])}, "
                                      f"not of {name}"))
+        return []
 
 
 class _OtherTasks(argparse.Action):

@@ -5,7 +5,8 @@ Nothing in the library imports this package. Library code raises `UserError` for
 `main` prints its one line to stderr and exits 2, with no traceback. So does an error of the
 machine in any command (a full disk, a read-only or forbidden path, a directory where a file
 is written, memory exhausted: `bertkit.files.environment_error`) and a --device this machine
-lacks, checked before any work starts.
+lacks, checked before any work starts. A model given by Hugging Face Hub name is fetched after
+those checks, before the command runs (`Command.fetched`).
 
 Start-up: importing torch takes seconds, so the command modules import the library inside each
 command, and a command's flags are generated only when that command is parsed or its help
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import os
 import signal
@@ -43,7 +45,7 @@ GROUPS = {
     "static": "static word vectors (word2vec: skip-gram or CBOW): train, neighbors, "
               "similarity, contexts, analogy, plot",
     "export": "a model in another runtime's format: ONNX",
-    "road": "the source documents' earlier systems beside BERT: entity embeddings, seq2seq "
+    "road": "the earlier systems the textbooks teach on the way to BERT: entity embeddings, seq2seq "
             "with attention",
 }
 
@@ -54,16 +56,36 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, command: Command | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._command = command
+        self._required: list[argparse.Action] = []
 
     def _complete(self) -> None:
         if self._command is not None:
             command, self._command = self._command, None
-            command.add_flags(self)
-            self.set_defaults(command=command)
+            self._required = command.add_flags(self)
+            self.set_defaults(command=command, command_parser=self)
 
     def parse_known_args(self, args=None, namespace=None):
         self._complete()
         return super().parse_known_args(args, namespace)
+
+    def parse_args(self, args=None, namespace=None):
+        # An unknown flag is the command's error, said with its usage: argparse would say it
+        # with the top-level usage, which shows no flag at all.
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            parser = getattr(parsed, "command_parser", self)
+            parser.error(f"unrecognized arguments: {' '.join(extra)}{parser.nearest(extra)}")
+        return parsed
+
+    def nearest(self, extra: list[str]) -> str:
+        """' (did you mean --normalize?)' for the first unknown flag near one of ours."""
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        for word in extra:
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word.partition("=")[0], flags, n=1, cutoff=0.75)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
 
     def error(self, message: str):
         extra = message.partition("unrecognized arguments: ")[2].split()
@@ -72,13 +94,23 @@ class _Parser(argparse.ArgumentParser):
                         "bertkit to expand it)")
         super().error(message)
 
-    def format_usage(self) -> str:
+    def _formatted(self, format) -> str:
+        # the required flags without brackets, as the user must give them; argparse itself
+        # must not require them, since --config may give them instead
         self._complete()
-        return super().format_usage()
+        for action in self._required:
+            action.required = True
+        try:
+            return format()
+        finally:
+            for action in self._required:
+                action.required = False
+
+    def format_usage(self) -> str:
+        return self._formatted(super().format_usage)
 
     def format_help(self) -> str:
-        self._complete()
-        return super().format_help()
+        return self._formatted(super().format_help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,11 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = _warning_line
         options = None
         try:
-            options = command.read(args)
+            options, revision = command.read_with_revision(args)
             command.check_paths(options)
             options = [resolve_auto_device(o) for o in options]
             for device in command.values(options, "device"):
                 check_device(device)
+            options = command.fetched(options, revision)  # Hub names: the network, last
             with contextlib.ExitStack() as locks:  # one process writes an output directory
                 for directory in command.output_dirs(options):
                     locks.enter_context(RunLock(directory))

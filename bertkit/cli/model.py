@@ -25,7 +25,7 @@ def run_init(opts) -> int:
 
 @dataclass(kw_only=True)
 class InfoOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Model directory (bertkit or Hugging Face)."""
     json: bool = False
     """One JSON object instead of the table."""
@@ -41,7 +41,7 @@ def run_info(opts: InfoOptions) -> int:
 
 @dataclass(kw_only=True)
 class FillMaskOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Model directory with an MLM head."""
     text: list[str] = field(default_factory=list, metadata={"positional": True})
     """Texts with one or more [MASK]."""

@@ -18,6 +18,11 @@ A command's options are typed once, as dataclass fields. From each field come:
 - its name, the field's unless `metadata={"flag": "other_name"}` spells the flag and the
   --config key otherwise; `metadata={"flag": False}` gives the field no flag (a value the
   program fills in, such as a fine-tuned task's labels).
+- for a path that takes a model, `metadata={"model": True}` (or a tuple of the words it takes
+  that are no model, `("cnn",)`): a command with one gets `--revision` (the field of
+  `bertkit.model.fetch.Revision`, one for all its model options), and `Command.fetched`
+  fetches each Hugging Face Hub name given to them at that revision, handing the command the
+  snapshot directory in the cache (`bertkit.model.fetch.resolve_model`);
 - for a path, whether the command writes it: a field named `out` or `*_out`, or with
   `metadata={"output": True}`; every other path is an input. `Command.check_paths` (called by
   `main` before the command runs) refuses an output that is one of the inputs. An output
@@ -135,6 +140,9 @@ class Option:
     duration: bool = False
     """Minutes that may be spelled with units, "90s", "1h30m" (`metadata={"duration": True}`):
     the flag keeps the text, `Command.read` turns it into minutes."""
+    model: tuple[str, ...] | None = None
+    """A model (`metadata={"model": True}`, or the words it takes that are no model): a Hub
+    name given here is fetched before the command runs; None: no model."""
 
     @property
     def dest(self) -> str:
@@ -215,8 +223,17 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
                             f.metadata.get("metavar"), kind is Path and is_output(f),
                             kind is Path and f.metadata.get("output") == "directory",
                             bool(f.metadata.get("weighted")), f.metadata.get("flag"),
-                            _duration(cls, f, kind, nargs)))
+                            _duration(cls, f, kind, nargs), _model(cls, f, kind)))
     return found
+
+
+def _model(cls: type, f: dataclasses.Field, kind: type) -> tuple[str, ...] | None:
+    marked = f.metadata.get("model")
+    if marked is None or marked is False:
+        return None
+    if kind is not Path:
+        raise TypeError(f"{cls.__name__}.{f.name}: a model option is a path")
+    return () if marked is True else tuple(marked)
 
 
 def _duration(cls: type, f: dataclasses.Field, kind: type, nargs) -> bool:
@@ -251,6 +268,8 @@ def _converter(opt: Option) -> Callable[[str], Any]:
             return None
         if opt.duration:  # read by Command.read: a bad one is one line, not the usage
             return text
+        if opt.model is not None:
+            return _model_value(text, opt.model)
         value = opt.kind(text)
         if opt.choices is not None and value not in opt.choices:
             raise argparse.ArgumentTypeError(
@@ -314,11 +333,15 @@ class Command:
             seen[opt.flag] = opt
         return found
 
-    def add_flags(self, parser: argparse.ArgumentParser) -> None:
+    def add_flags(self, parser: argparse.ArgumentParser) -> list[argparse.Action]:
+        """The command's flags added to `parser`; returns the actions of the required ones
+        (optional to argparse, since --config may give them, but required of the user)."""
+        required = []
         parser.add_argument("--config", metavar="FILE.toml",
                             help="settings from a TOML file (keys: the option names with "
                                  "underscores, a [table] for nested ones); flags override it")
         flags = self.flags()
+        flags += self._revision_flags(flags)
         if any(opt.duration for opt in flags):
             # "--max-time -5m" a value, refused in one line as no duration; argparse before
             # 3.13 takes only "-5" and "-.5" for values and "-5m" for an unknown flag
@@ -327,6 +350,9 @@ class Command:
             help = opt.help
             if opt.duration:
                 help += " Also with units: 30s, 10m, 1.5h, 1h30m; a bare number is minutes."
+            if opt.model is not None:
+                help += (" Or a model's name on the Hugging Face Hub (ORG/NAME), fetched into "
+                         "its cache on first use (--revision).")
             if opt.default is dataclasses.MISSING:
                 help += " (required)"
             elif not opt.positional:
@@ -342,15 +368,26 @@ class Command:
                 parser.add_argument(opt.dest, nargs="*" if opt.nargs else "?", default=None,
                                     type=_converter(opt), metavar=metavar, help=help)
             else:  # a list flag given twice keeps both: --model A --model B is --model A B
-                parser.add_argument(opt.flag, dest=opt.dest, nargs=opt.nargs,
-                                    type=_converter(opt), default=argparse.SUPPRESS,
-                                    metavar=metavar, help=help,
-                                    **({"action": "extend"} if opt.nargs == "+" else {}))
+                action = parser.add_argument(
+                    opt.flag, dest=opt.dest, nargs=opt.nargs, type=_converter(opt),
+                    default=argparse.SUPPRESS, metavar=metavar, help=help,
+                    **({"action": "extend"} if opt.nargs == "+" else {}))
+                if opt.default is dataclasses.MISSING:
+                    required.append(action)
+        return required
 
     def read(self, args: argparse.Namespace) -> list:
-        """One instance per options class: defaults, then --config, then the flags given."""
+        """One instance per options class: defaults, then --config, then the flags given. A
+        Hugging Face Hub name given to a model option is a str in them (a path is a Path)."""
+        return self.read_with_revision(args)[0]
+
+    def read_with_revision(self, args: argparse.Namespace) -> tuple[list, str | None]:
+        """`read`'s instances and the --revision given (None where the command takes no
+        model, or none was given), for `fetched`."""
         flags = self.flags()
-        settings: list[dict] = [{} for _ in self.options]
+        revision = self._revision_flags(flags)
+        flags += revision
+        settings: list[dict] = [{} for _ in range(len(self.options) + bool(revision))]
         config = getattr(args, "config", None)
         if config is not None:
             _merge_file(settings, flags, Path(config), dict(self.fixed), self.foreign)
@@ -368,15 +405,33 @@ class Command:
             missing = _get(settings[opt.source], opt.path) is _ABSENT
             if opt.default is dataclasses.MISSING and missing:
                 raise UserError(f"missing {opt.flag}{where}")
+        classes = self.classes() + [_revision_class()] if revision else self.classes()
         instances = []
-        for cls, values in zip(self.classes(), settings):
+        for cls, values in zip(classes, settings):
             try:
                 instances.append(_build(cls, values))
             except UserError:
                 raise
             except (ValueError, TypeError) as e:  # a dataclass's own validation
                 raise UserError(f"{config}: {e}" if config else str(e)) from None
-        return instances
+        return (instances[:-1], instances[-1].revision) if revision else (instances, None)
+
+    def fetched(self, instances: list, revision: str | None) -> list:
+        """The instances with each Hugging Face Hub name given to a model option fetched at
+        `revision` and replaced by its snapshot directory in the cache (`main` asks, after
+        the checks of paths and devices, before the command runs): a name or revision the
+        Hub lacks is refused before any work starts."""
+        flags = self.flags()
+        if not any(opt.model is not None for opt in flags):
+            return instances
+        return _fetched(flags, instances, revision)
+
+    def _revision_flags(self, flags: list[Option]) -> list[Option]:
+        """[--revision] where the command takes a model (an option marked `model`), else []:
+        one flag however many models, from one field (`bertkit.model.fetch.Revision`)."""
+        if not any(opt.model is not None for opt in flags):
+            return []
+        return _options_of(_revision_class(), len(self.options), (), ())
 
 
     def output_dirs(self, instances: list) -> list[Path]:
@@ -437,6 +492,62 @@ class Command:
             others = inputs + [o for j, o in enumerate(outputs) if j != i]
             check_not_input(out, [p for _, p in others], what=flag,
                             names=[name for name, _ in others])
+
+
+def _revision_class() -> type:
+    from bertkit.model.fetch import Revision  # the library's, where resolve_model reads it
+
+    return Revision
+
+
+def _model_value(text: str, keywords: tuple[str, ...]) -> Path | str:
+    """A model option's value as given: a Hugging Face Hub name stays a str, for `_fetched`;
+    a path is a Path, made absolute where losing its "./" to Path would make it read as a
+    name (`./nosuch` is a missing directory, `nosuch` a name), so that whatever reads as a
+    name was given as one."""
+    from bertkit.model.fetch import is_hub_name
+
+    if text in keywords or not is_hub_name(text):
+        path = Path(text)
+        return path.absolute() if text not in keywords and is_hub_name(path) else path
+    return text
+
+
+def _fetched(flags: list[Option], instances: list, revision: str | None) -> list:
+    """`Command.fetched`. A value of a model option that reads as a name was given as one
+    (`_model_value` made a path that would read so absolute), whether it is still the str it
+    read or a dataclass' __post_init__ has made it a Path."""
+    from bertkit.model.fetch import is_hub_name, resolve_model
+
+    instances, named = list(instances), False
+    for opt in flags:
+        if opt.model is None:
+            continue
+        value = _value(instances[opt.source], opt.path)
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        names = [v is not None and str(v) not in opt.model and is_hub_name(v) for v in values]
+        if not any(names):
+            continue
+        named = True
+        values = [resolve_model(v, revision) if name else v for v, name in zip(values, names)]
+        new = opt.container(values) if opt.container else values[0]
+        instances[opt.source] = _replaced(instances[opt.source], opt.path, new)
+    if revision is not None and not named:
+        warnings.warn(f"--revision {revision}: no model here is given by Hugging Face Hub "
+                      f"name, so it has nothing to choose")
+    return instances
+
+
+def _value(instance, path: tuple[str, ...]):
+    for name in path:
+        instance = getattr(instance, name)
+    return instance
+
+
+def _replaced(instance, path: tuple[str, ...], value):
+    """`instance` with the field at `path` (nested dataclasses) set to `value`."""
+    inner = value if len(path) == 1 else _replaced(getattr(instance, path[0]), path[1:], value)
+    return dataclasses.replace(instance, **{path[0]: inner})
 
 
 def command_line(command: Command, instances: list, program: str = "bertkit") -> str:
@@ -589,6 +700,8 @@ def _scalar(opt: Option, value, fail):
         ok = isinstance(value, str)
     if not ok:
         raise fail(_TYPE_WORDS[kind])
+    if opt.model is not None:
+        return _model_value(value, opt.model)
     value = kind(value)
     if opt.choices is not None and value not in opt.choices:
         raise fail("one of " + ", ".join(map(str, opt.choices)))

@@ -33,7 +33,7 @@ class PrepareOptions:
     text_field: str = "text"
     """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
     text."""
-    tokenizer: Path
+    tokenizer: Path = field(metadata={"model": True})
     """Tokenizer or model directory."""
     out: Path = field(metadata={"output": "directory"})
     """Directory for the shards, the manifest and a copy of the tokenizer."""

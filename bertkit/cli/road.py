@@ -1,4 +1,4 @@
-"""Commands of the road to BERT: the source documents' earlier systems as runnable baselines
+"""Commands of the road to BERT: the earlier systems the textbooks teach, as runnable baselines
 (`road entities`, `road neighbours`, `road seq2seq`, `road translate`, `road elmo`, `road elmo-tag`). Their settings are the
 library's options dataclasses in bertkit.road."""
 from __future__ import annotations

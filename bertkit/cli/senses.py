@@ -43,7 +43,7 @@ def run_wsd_split(files: WsdSplitFiles, settings) -> int:
 
 @dataclass(kw_only=True)
 class WsdTrainFiles:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """BERT directory or `bertkit static` directory."""
     input: Path
     """Sense-labelled JSON lines (lemma, pos, synset, sense_rank, gloss, text, start, end)."""
@@ -71,7 +71,7 @@ def run_wsd_train(files: WsdTrainFiles, run, options) -> int:
 class WsdPredictOptions:
     wsd: Path
     """Directory from `bertkit wsd train`."""
-    model: Path | None = None
+    model: Path | None = field(default=None, metadata={"model": True})
     """BERT directory or `bertkit static` directory; none: the one the senses were built
     from."""
     input: Path
@@ -115,7 +115,7 @@ def run_wsd_predict(opts: WsdPredictOptions, run) -> int:
 class WsdEvaluateOptions:
     wsd: Path
     """Directory from `bertkit wsd train`."""
-    model: Path | None = None
+    model: Path | None = field(default=None, metadata={"model": True})
     """BERT directory or `bertkit static` directory; none: the one the senses were built
     from."""
     input: Path
@@ -149,7 +149,7 @@ class StaticTrainFiles:
     text."""
     out: Path = field(metadata={"output": "directory"})
     """Output directory."""
-    tokenizer: Path | None = None
+    tokenizer: Path | None = field(default=None, metadata={"model": True})
     """Tokenizer or model directory: train on its pieces; none: whole lowercase words."""
     quiet: bool = False
     """No progress on stderr."""
@@ -224,7 +224,7 @@ class StaticContextsOptions:
     texts: list[str] = field(default_factory=list, metadata={"positional": True,
                                                              "metavar": "TEXT"})
     """Texts that hold the word."""
-    bert: Path | None = None
+    bert: Path | None = field(default=None, metadata={"model": True})
     """BERT directory to compare with."""
     standardizer: Path | None = None
     """Also show the contextual vectors standardized with this file (from
@@ -277,7 +277,7 @@ class ContextSimilarityOptions:
     """The second text."""
     span2: str = field(metadata={"positional": True, "metavar": "SPAN2"})
     """The word in TEXT2, as SPAN1."""
-    model: Path
+    model: Path = field(metadata={"model": True})
     """BERT directory (bertkit or Hugging Face)."""
     device: str = "cpu"
     """Where the model runs: cpu, cuda, cuda:1, ..."""
@@ -413,7 +413,7 @@ COMMANDS = (
             help="chosen words on their first two principal components (PNG)"),
     Command("similarity", run_similarity, (ContextSimilarityOptions,),
             help="cosine of one word's contextual vectors in two texts, per layer",
-            description="The seeds' 'bank' example: the vector of the word at SPAN1 in TEXT1 "
+            description="The textbooks' 'bank' example: the vector of the word at SPAN1 in TEXT1 "
                         "against the word at SPAN2 in TEXT2, at every layer of a BERT model "
                         "(0 = embeddings). A span is the word itself or START:END."),
 )

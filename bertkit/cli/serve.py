@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from bertkit.cli.options import Command
+from bertkit.files import INSTALL_SERVE
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -42,5 +43,5 @@ COMMANDS = (
                         "contextual vectors, live training curves, a fine-tuned model's "
                         "predictions, the --input lines nearest to a query by sentence "
                         "vectors; and the JSON API the page calls (/openapi.json). Needs "
-                        "pip install 'bertkit[serve]'."),
+                        f"{INSTALL_SERVE}."),
 )

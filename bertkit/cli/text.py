@@ -21,7 +21,7 @@ def run_tokenizer_train(opts) -> int:
 
 @dataclass(kw_only=True)
 class TokenizerExtendOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Model directory (bertkit or Hugging Face BERT / ModernBERT, with its tokenizer)."""
     input: list[Path]
     """The domain's text, where the words are counted: files, folders, globs (quoted) or
@@ -109,7 +109,7 @@ def text_batches(texts: list[str], input: Path | None, size: int = 1024,
 
 @dataclass(kw_only=True)
 class TokenizeOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Model or tokenizer directory."""
     text: list[str] = field(default_factory=list, metadata={"positional": True})
     """Texts to tokenize; a tab separates a pair."""

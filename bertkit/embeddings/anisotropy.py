@@ -8,7 +8,7 @@ same way. It misleads cosine similarity, and Timkey & van Schijndel (2021) trace
     E[cos(u, v)] = sum_i CC_i,   CC_i = E[u_i v_i / (|u| |v|)],
 
 a handful of the CC_i make up most of it. Standardizing every dimension with the corpus mean
-and standard deviation (the seeds' eqs 11.10-11.12: mu = mean of x, sigma = sqrt(mean of
+and standard deviation (Jurafsky & Martin's eqs 11.10-11.12: mu = mean of x, sigma = sqrt(mean of
 (x - mu)^2), z = (x - mu) / sigma; the `Standardizer` of `bertkit.embeddings.standardize`)
 removes them.
 

@@ -1,5 +1,5 @@
 """A word in two contexts: the cosine between its contextual vectors in two texts, layer by
-layer (the seeds' "bank" example; `bertkit similarity`). Static vectors would give 1 at every
+layer (the textbooks' "bank" example; `bertkit similarity`). Static vectors would give 1 at every
 layer; BERT's drift apart as the layers mix the context in.
 """
 from __future__ import annotations

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
@@ -39,10 +39,12 @@ from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit
 from bertkit.files import UserError, read_json
 from bertkit.model.elmo import load_elmo
 from bertkit.model.encoder import Encoder
+from bertkit.model.fetch import resolve_model
 from bertkit.model.hub import load_encoder, save_model
 from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.progress import Progress
-from bertkit.runtime import bf16_warning, choose_precision, resolve_device
+from bertkit.runtime import (auto_precision_override, bf16_warning, choose_precision,
+                             resolve_device)
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs, cut_warning
 
 LayerSpec = int | Sequence[int] | str
@@ -221,10 +223,11 @@ class Embedder:
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
-             max_length: int | None = None, workers: int | None = None) -> "Embedder":
-        """Load a bertkit / Hugging Face BERT directory, or a model's name in the local Hugging
-        Face cache (`sentence-transformers/all-MiniLM-L6-v2`; `bertkit.model.hub.resolve_model`),
-        or an ELMo directory (`bertkit road elmo`).
+             max_length: int | None = None, workers: int | None = None,
+             revision: str | None = None) -> "Embedder":
+        """Load a bertkit / Hugging Face BERT directory, or a model's name on the Hugging Face
+        Hub (`sentence-transformers/all-MiniLM-L6-v2`, at `revision`, fetched into its cache:
+        `bertkit.model.fetch.resolve_model`), or an ELMo directory (`bertkit road elmo`).
 
         A sentence-transformers directory (modules.json) sets the default pooling,
         normalisation, maximum length and lowercasing as sentence-transformers does. Otherwise
@@ -233,7 +236,8 @@ class Embedder:
         directory (`standardize.safetensors`) is loaded, and applied only when a call asks for
         `standardize=True`.
         """
-        path = require_kind(path, ModelKind.ENCODER, ModelKind.TASK, ModelKind.ELMO)
+        path = require_kind(resolve_model(path, revision), ModelKind.ENCODER, ModelKind.TASK,
+                            ModelKind.ELMO)
         sentence = read_sentence_model(path)
         if sentence is not None:
             model_dir = sentence.transformer
@@ -516,9 +520,9 @@ class Embedder:
 class EncoderOptions:
     """The model whose vectors are read, and how it runs."""
 
-    model: Path
-    """bertkit, Hugging Face or sentence-transformers directory, or a model's name in the
-    local Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2)."""
+    model: Path = field(metadata={"model": True})
+    """bertkit, Hugging Face or sentence-transformers directory (a name on the Hub: e.g.
+    sentence-transformers/all-MiniLM-L6-v2)."""
     device: str = "auto"
     """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
     ..."""
@@ -541,8 +545,9 @@ class EncoderOptions:
     def load(self) -> Embedder:
         """The Embedder these settings describe, on its device and precision."""
         device, precision = resolve_device(self.device), self.precision
-        if precision == "auto":
-            precision = choose_precision(device)[0] if device.type == "cuda" else "fp32"
+        if precision == "auto":  # on a CPU fp32, exact, unless the environment settles it
+            precision = auto_precision_override() or (
+                choose_precision(device)[0] if device.type == "cuda" else "fp32")
         elif warning := bf16_warning(precision, device):
             print(warning, file=sys.stderr)
         return Embedder.load(self.model, device=device, precision=precision,

@@ -3,7 +3,7 @@ quantized to int8; and `ExportResult`, what an export reports.
 
 Shared by every kind of export (`bertkit.export.onnx`: encoders, fill-mask and task models;
 `bertkit.export.sentence`: sentence models). onnx and onnxruntime are an optional extra
-(`pip install bertkit[onnx]`), imported on use.
+(the `onnx` extra), imported on use.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertkit.files import UserError, atomic_path
+from bertkit.files import INSTALL_ONNX, UserError, atomic_path
 
 OPSET = 17
 
@@ -42,8 +42,7 @@ def onnx_modules():
     try:
         return importlib.import_module("onnx"), importlib.import_module("onnxruntime")
     except ImportError:
-        raise UserError("ONNX export needs onnx and onnxruntime: pip install bertkit[onnx]") \
-            from None
+        raise UserError(f"ONNX export needs onnx and onnxruntime: {INSTALL_ONNX}") from None
 
 
 def write_graph(module: nn.Module, inputs: dict[str, torch.Tensor], outputs: list[str],

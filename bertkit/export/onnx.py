@@ -22,7 +22,7 @@ attention mask is always applied (it changes nothing where there is no padding).
 adds `quantize_dynamic`'s int8 weights beside it; `dev=` scores both graphs on a labelled file
 with the task's own metrics.
 
-onnx and onnxruntime are an optional extra (`pip install bertkit[onnx]`), imported on use.
+onnx and onnxruntime are an optional extra (the `onnx` extra), imported on use.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ Kind = Literal["auto", "encoder", "fill-mask", "sentence"]
 
 @dataclass(kw_only=True)
 class ExportOptions:
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Model directory (bertkit or Hugging Face): pretrained, or written by `bertkit finetune`."""
     out: Path = field(metadata={"output": True})
     """Output .onnx file (the int8 one goes beside it, as OUT.int8.onnx)."""

@@ -36,6 +36,8 @@ class Backbone(Protocol):
     not a bertkit encoder)."""
     lowercases: bool
     """Whether its tokenizer lowercases."""
+    width: int | None
+    """A transformer encoder's hidden size; None for another family."""
 
     def check_task(self, task: Task) -> None:
         """Raise, before any data is read, when the family cannot train `task`."""
@@ -69,6 +71,7 @@ class Encoder:
         self.max_positions = self.config.max_positions
         self.architecture = self.config.architecture
         self.block_weights = self.config.block_weights
+        self.width = self.config.hidden_size
         self.lowercases = bool(getattr(self.tokenizer, "do_lower_case", False))
         self.train_layers, self.layer_mix = train_layers, layer_mix
 

@@ -218,6 +218,7 @@ class CnnBackbone:
     architecture = None  # not a transformer: no pooling choice, no word-case embedding
     block_weights = None
     lowercases = False
+    width = None  # its filters' outputs are a head's business, not a vector a task sizes
 
     def __init__(self, vectors: StaticVectors, options: CnnOptions):
         self.vectors = vectors

@@ -330,8 +330,8 @@ def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path
     """The checks a run can make before reading its data, and its settings resolved: the
     device and precision, the task's defaults for this model, the task's settings for the
     training file and the model. `names`: the data as messages name it; none: its paths."""
-    model_name = str(model_dir)
-    model_dir = hub.resolve_model(model_dir)  # a directory, or a name in the local HF cache
+    model_name = hub.hub_name(model_dir) or str(model_dir)  # a snapshot said by its Hub name
+    model_dir = hub.resolve_model(model_dir)  # a directory, or a Hub name: fetched
     device = resolve_device(cfg.device)
     cfg = dataclasses.replace(cfg, device=str(device))
     out_dir = Path(out_dir)

@@ -12,7 +12,7 @@ columns are ignored; the kind is told by the columns, `detect_kind`):
 | sentences | a `.txt` file: one sentence a line, blank lines skipped | unsupervised SimCSE |
 | queries | `query`, `relevant` (a passage, or in JSON lines a list), optionally `negatives` | in-batch negatives; retrieval figures |
 
-An NLI file such as SICK (`/work/shared/data/nli/sick.train.jsonl`) is read as it is: each
+An NLI file such as SICK (`sick.train.jsonl`) is read as it is: each
 entailed hypothesis is a positive of its premise, a contradiction of the same premise its hard
 negative, and SICK's relatedness gives scored pairs.
 

@@ -155,8 +155,12 @@ def align_labels(word_ids: Sequence[int | None], word_tags: Sequence[str],
     word_ids: per piece, the index of its word (None for [CLS], [SEP], padding), as given by
     `tokenizers.Encoding.word_ids` for a pre-tokenized input. Pieces of a word must be
     contiguous; a word may be absent (cut by truncation).
-    mode "copy" (the seeds' default): every piece carries its word's tag, with B-X continued
-    as I-X on later pieces (and S-X as B-X ... E-X, E-X as I-X ... E-X in BIOES).
+    mode "copy": every piece carries its word's tag, except that a chunk opens only on the
+    word's first piece and closes only on its last: B-X continues as I-X on later pieces, and
+    in BIOES S-X becomes B-X ... E-X and E-X I-X ... E-X (O and I-X are copied unchanged).
+    Jurafsky & Martin's plain copy (Speech and Language Processing, 11.4.3) gives every piece
+    the word's tag unchanged, B-X on each, which reads as several chunks at the piece level;
+    this one keeps the pieces a valid sequence of the scheme, as a CRF over pieces needs.
     mode "first": only the first piece of each word carries a label; the rest are ignored.
     """
     if mode not in ("copy", "first"):
@@ -214,8 +218,8 @@ def word_tags_from_pieces(piece_tags: Sequence[str | None], word_ids: Sequence[i
 
 def word_scores(scores: torch.Tensor, word_ids: Sequence[int | None], how: str = "first",
                 num_words: int | None = None) -> torch.Tensor:
-    """Per-word scores [W, K] from per-piece scores [T, K]: the first piece's (the seeds'
-    default) or the mean over the word's pieces. Words without pieces score zero."""
+    """Per-word scores [W, K] from per-piece scores [T, K]: the first piece's (Jurafsky &
+    Martin's simplest decoding) or the mean over the word's pieces. Words without pieces score zero."""
     if how not in ("first", "mean"):
         raise ValueError(f"unknown word pooling {how!r} (expected 'first' or 'mean')")
     ids = torch.tensor([-1 if w is None else w for w in word_ids], dtype=torch.long,

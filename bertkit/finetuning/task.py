@@ -63,6 +63,9 @@ class ModelFacts(Protocol):
     """A transformer encoder's ("bert", "modern"); None for another family (the CNN)."""
     lowercases: bool
     """Whether its tokenizer lowercases (and so loses the capitals that mark names)."""
+    width: int | None
+    """A transformer encoder's hidden size, the width of its vectors; None for another
+    family."""
 
 
 def fitted(default: Any = None) -> Any:

@@ -7,7 +7,7 @@ rotary turn and the block's mask (padding, a local window) give exactly the prob
 that block used. Checked against transformers' `output_attentions` (eager attention) for
 both architectures.
 
-Also the summary the source documents draw of what heads do (Clark et al. 2019, "What does
+Also the summary the textbooks draw of what heads do (Clark et al. 2019, "What does
 BERT look at?"): the share of each head's attention that goes to [CLS], to [SEP], to the
 previous and the next token, and to the token itself.
 """
@@ -26,7 +26,8 @@ def attention_weights(encoder: Encoder, input_ids: torch.Tensor,
     each row of a real token summing to 1 (padded keys get 0), in fp32."""
     x = encoder.embed(input_ids, token_type_ids)  # [B, T, H]
     B, T, H = x.shape
-    inputs = encoder.layer_inputs(attention_mask, T, False, x.device)
+    causal = encoder.config.causal  # a left-to-right model's maps are triangular
+    inputs = encoder.layer_inputs(attention_mask, T, causal, x.device)
     weights = []
     for block, (mask, rope) in zip(encoder.blocks, inputs):
         attn = block.attn
@@ -37,7 +38,7 @@ def attention_weights(encoder: Encoder, input_ids: torch.Tensor,
             scores = scores.masked_fill(~mask, float("-inf"))
         # a padded query whose local window holds only padding has no key at all: 0, not NaN
         weights.append(scores.softmax(-1).nan_to_num(0.0))
-        x = block(x, mask, False, rope)
+        x = block(x, mask, causal, rope)
     return torch.stack(weights)  # [L, B, A, T, T]
 
 

@@ -60,7 +60,7 @@ class InitOptions:
 
     preset: str = field(metadata={"choices": tuple(PRESETS)})
     """Model size (bertkit.config.PRESETS)."""
-    tokenizer: Path
+    tokenizer: Path = field(metadata={"model": True})
     """Tokenizer (or model) directory: the vocabulary size and [PAD] id."""
     out: Path = field(metadata={"output": "directory"})
     """Directory for the model and its tokenizer."""

@@ -282,13 +282,15 @@ class Encoder(nn.Module):
         return [kinds[cfg.is_global(i)] for i in range(cfg.num_layers)]
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, *, causal: bool = False,
+                attention_mask: torch.Tensor | None = None, *, causal: bool | None = None,
                 output_hidden_states: bool = False,
                 extra_embeddings: torch.Tensor | None = None) -> EncoderOutput:
         """input_ids, token_type_ids, attention_mask: [B, T]. `causal=True` lets each token
-        see only itself and the tokens to its left (the left-to-right variant).
+        see only itself and the tokens to its left (the left-to-right variant); None runs the
+        model as its config says it was trained (`config.causal`).
         `extra_embeddings` [B, T, H] is added to the embeddings before the first block: an
         input a task brings of its own (the tagging tasks' word-case embedding)."""
+        causal = self.config.causal if causal is None else causal
         x = self.embed(input_ids, token_type_ids)  # [B, T, H]
         if extra_embeddings is not None:
             x = x + extra_embeddings.to(x.dtype)

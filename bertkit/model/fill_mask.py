@@ -39,12 +39,12 @@ class FillMask:
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu",
-             batch_size: int = 32) -> "FillMask":
+             batch_size: int = 32, revision: str | None = None) -> "FillMask":
         """From a model directory holding both the weights and the tokenizer files, or a
-        model's name in the local Hugging Face cache; another kind of model directory is a
+        model's name on the Hugging Face Hub (at `revision`); another kind of model directory is a
         one-line UserError saying what it holds. An ELECTRA directory guesses with its
         generator (`uses_generator`): the discriminator has no masked-LM head."""
-        path = require_kind(path, ModelKind.ENCODER)
+        path = require_kind(resolve_model(path, revision), ModelKind.ENCODER)
         tokenizer, device = Tokenizer.load(path), resolve_device(device)
         if is_electra_dir(path):
             return cls(load_electra(path, device).generator, tokenizer, device, batch_size)

@@ -1,4 +1,4 @@
-"""Text from a left-to-right model: the seeds' GPT contrast to BERT.
+"""Text from a left-to-right model: the textbooks' GPT, the contrast to BERT.
 
 A model pretrained with `--objective clm` reads with causal attention (each position sees
 only its left) and learned to predict the next piece. Writing is that prediction in a loop:
@@ -81,7 +81,7 @@ class GenerationConfig:
 class GenerateOptions:
     """`bertkit generate`: continue a prompt with a model pretrained with --objective clm."""
 
-    model: Path
+    model: Path = field(metadata={"model": True})
     """Model directory pretrained with --objective clm."""
     prompt: str = field(metadata={"positional": True, "metavar": "PROMPT"})
     """The text to continue."""
@@ -227,7 +227,7 @@ def log_likelihoods(model: PretrainingModel, tokenizer: Tokenizer, texts: list[s
 
 def is_causal(path: str | Path) -> bool:
     """Whether the model directory was pretrained left to right (`--objective clm`)."""
-    return bool(load_config(path).extra.get(CAUSAL_FLAG))
+    return load_config(path).causal
 
 
 def load_causal_model(path: str | Path, device: str | torch.device = "cpu"

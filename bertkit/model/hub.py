@@ -12,8 +12,9 @@ in GENERATOR_DIR/: ElectraForPreTraining and ElectraForMaskedLM for "bert" (a di
 alone loads as any BERT encoder), a ModernBertModel with its detection head beside it for
 "modern".
 
-A model is given as a directory or, offline, as its name in the local Hugging Face cache
-(`resolve_model`), which every loader here accepts.
+A model is given as a directory or as its name on the Hugging Face Hub, fetched into the
+Hugging Face cache on first use (`bertkit.model.fetch.resolve_model`, the rule that tells a name
+from a path); every loader here accepts either, and a `revision` for a name.
 
 Our modules name things their own way (one fused q/k/v projection, `blocks.3.up`); the
 tables below translate, one pair per architecture. A task head whose names already match
@@ -22,7 +23,6 @@ tables below translate, one pair per architecture. A task head whose names alrea
 from __future__ import annotations
 
 import json
-import os
 import re
 import warnings
 from pathlib import Path
@@ -34,6 +34,7 @@ from torch import nn
 from bertkit.config import ConfigError, EncoderConfig
 from bertkit.files import UserError, atomic_dir, read_json
 from bertkit.model.encoder import Encoder, init_weights
+from bertkit.model.fetch import hf_cache_dir, hub_name, resolve_model  # noqa: F401 - one API
 from bertkit.model.heads import ElectraModel, PretrainingModel
 
 # Encoder-internal name prefixes, ours -> Hugging Face BertModel; {i} is the layer (q/k/v apart).
@@ -220,62 +221,6 @@ def our_name(name: str, architecture: str = "bert") -> str | None:
     return (_rename(inner, names.encoder_back) or _rename(name, names.heads_back) or name)
 
 
-# Model names -------------------------------------------------------------------------------------
-
-# What the hub calls a model: "name" or "org/name", letters, digits, '-', '_' and '.'.
-_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
-
-
-def hf_cache_dir() -> Path:
-    """Where huggingface_hub keeps downloaded models, by the same variables it reads:
-    $HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else
-    ~/.cache/huggingface/hub."""
-    env = os.environ
-    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if env.get(variable):
-            return Path(env[variable]).expanduser()
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser() / "hub"
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]).expanduser() / "huggingface" / "hub"
-    return Path.home() / ".cache" / "huggingface" / "hub"
-
-
-def hub_name(name_or_path: str | Path) -> str | None:
-    """The hub name (`org/name`) a model was given by, or None for a path that exists (a
-    model card's `base_model` names a hub model; a local path means nothing there)."""
-    name = str(name_or_path)
-    return name if not Path(name).exists() and _HUB_NAME.fullmatch(name) else None
-
-
-def resolve_model(name_or_path: str | Path) -> Path:
-    """The directory of a model given as a path or as a hub name (`org/name`).
-
-    An existing path always wins. A name is looked up in the local Hugging Face cache, offline:
-    `models--{org}--{name}/refs/main` holds the commit whose `snapshots/{commit}/` is the model.
-    A name the cache lacks is a one-line UserError saying where it looked and how to fetch it.
-    Anything that cannot be a hub name comes back unchanged, for the caller to report."""
-    path = Path(name_or_path)
-    name = str(name_or_path)
-    if path.exists() or not _HUB_NAME.fullmatch(name):
-        return path
-    cache = hf_cache_dir()
-    repo = cache / ("models--" + name.replace("/", "--"))
-    snapshots = repo / "snapshots"
-    ref = repo / "refs" / "main"
-    commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else ""
-    if commit and (snapshots / commit).is_dir():
-        return snapshots / commit
-    found = sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
-    if not commit and len(found) == 1:  # fetched at one revision, with no branch recorded
-        return found[0]
-    why = (f"its snapshots hold no single model for refs/main in {repo}" if repo.is_dir()
-           else f"not in the local Hugging Face cache either ({cache})")
-    raise UserError(f"{name}: does not exist as a directory, and {why}; fetch it with "
-                    f"`huggingface-cli download {name}` on a machine with internet access "
-                    f"(it will be found offline), or pass a model directory")
-
-
 # Directories -------------------------------------------------------------------------------------
 
 def is_model_dir(path: str | Path) -> bool:
@@ -284,8 +229,8 @@ def is_model_dir(path: str | Path) -> bool:
         (p / f).is_file() for f in ("model.safetensors", "pytorch_model.bin"))
 
 
-def load_config(path: str | Path) -> EncoderConfig:
-    p = resolve_model(path)
+def load_config(path: str | Path, revision: str | None = None) -> EncoderConfig:
+    p = resolve_model(path, revision)
     if not p.is_dir():
         raise UserError(f"{p}: model directory does not exist" if not p.exists()
                         else f"{p}: is a file, expected a model directory")
@@ -300,10 +245,10 @@ def load_config(path: str | Path) -> EncoderConfig:
         raise UserError(f"{p / 'config.json'}: a value of the wrong type ({e})") from None
 
 
-def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
-    """The raw weights of a directory (or a cached model's name), in Hugging Face names, on
-    the CPU."""
-    p = resolve_model(path)
+def load_weights(path: str | Path, revision: str | None = None) -> dict[str, torch.Tensor]:
+    """The raw weights of a directory (or a Hub model's name), in Hugging Face names, on the
+    CPU."""
+    p = resolve_model(path, revision)
     if (p / "model.safetensors").is_file():
         try:
             return load_file(str(p / "model.safetensors"))
@@ -352,8 +297,9 @@ def _missing_weights_generator() -> torch.Generator:
     return torch.Generator().manual_seed(0)
 
 
-def load_encoder(path: str | Path, device: str | torch.device = "cpu") -> Encoder:
-    path = resolve_model(path)
+def load_encoder(path: str | Path, device: str | torch.device = "cpu",
+                 revision: str | None = None) -> Encoder:
+    path = resolve_model(path, revision)
     cfg = load_config(path)
     encoder_state, _ = from_hf_state_dict(load_weights(path), cfg.architecture)
     model = Encoder(cfg)
@@ -362,11 +308,11 @@ def load_encoder(path: str | Path, device: str | torch.device = "cpu") -> Encode
     return model.to(device).eval()
 
 
-def load_pretraining_model(path: str | Path,
-                           device: str | torch.device = "cpu") -> PretrainingModel:
+def load_pretraining_model(path: str | Path, device: str | torch.device = "cpu",
+                           revision: str | None = None) -> PretrainingModel:
     """Encoder + MLM + NSP heads; heads the directory lacks are initialised (with a warning)
     and named in the model's `not_loaded`."""
-    path = resolve_model(path)
+    path = resolve_model(path, revision)
     cfg = load_config(path)
     encoder_state, other = from_hf_state_dict(load_weights(path), cfg.architecture)
     model = PretrainingModel(cfg)
@@ -524,11 +470,11 @@ def _electra_state(path: Path, cfg: EncoderConfig, gcfg: EncoderConfig | None) -
 
 
 def load_electra(path: str | Path, device: str | torch.device = "cpu",
-                 fast: bool = True) -> ElectraModel:
+                 fast: bool = True, revision: str | None = None) -> ElectraModel:
     """An ELECTRA directory (`save_electra`'s, or transformers' ElectraForPreTraining with an
     ElectraForMaskedLM in GENERATOR_DIR/ or alone: then `generator` is None) as an
     ElectraModel, every weight from the files (`fast`: as for `Encoder`)."""
-    path = resolve_model(path)
+    path = resolve_model(path, revision)
     if not has_detector(path):
         raise UserError(f"{path}: not an ELECTRA directory (a discriminator with its detection "
                         f"head, its generator in {GENERATOR_DIR}/)")

@@ -152,7 +152,7 @@ def _part(name: str) -> str:
 def info(path: str | Path) -> ModelInfo:
     """Config and parameter counts per part of a model directory; raises UserError if the
     weights do not fit the config, or if it holds another kind of model (bertkit.model.kind). A
-    model's name is looked up in the local Hugging Face cache."""
+    model's name on the Hugging Face Hub is fetched into its cache (bertkit.model.fetch)."""
     path = require_kind(path, ModelKind.TASK, ModelKind.ENCODER)
     config = load_config(path)
     shapes, dtype = _weight_shapes(path)

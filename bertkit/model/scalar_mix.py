@@ -1,4 +1,4 @@
-"""The task-weighted sum of layers (ELMo, Peters et al. 2018): the seeds' "multiply each vector
+"""The task-weighted sum of layers (ELMo, Peters et al. 2018): CS109B lecture 17's "multiply each vector
 by a weight based on the task, then sum".
 
     mix(h_0 .. h_L) = gamma * sum_j softmax(w)_j h_j

@@ -48,7 +48,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from bertkit.files import UserError, format_suffix, read_jsonl, read_lines
-from bertkit.model.generate import CAUSAL_FLAG, log_likelihoods, next_token_scores
+from bertkit.model.generate import log_likelihoods, next_token_scores
 from bertkit.model.heads import ElectraModel, SpanBoundaryHead
 from bertkit.model.hub import has_detector, load_electra, load_pretraining_model, resolve_model
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest, word_starts
@@ -619,7 +619,7 @@ def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
     if isinstance(model, ElectraModel):
         scores = np.asarray(detection_log_likelihood(model, tokenizer, sentences, batch_size,
                                                      device))
-    elif model.config.extra.get(CAUSAL_FLAG):
+    elif model.config.causal:
         scores = np.asarray(log_likelihoods(model, tokenizer, sentences, batch_size, device))
     else:
         scores, _, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device,
@@ -742,7 +742,7 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
         raise UserError(f"{model_dir}: the tokenizer's {tokenizer.vocab_size} pieces do not fit "
                         f"the model's vocabulary of {model.config.vocab_size}")
     # A left-to-right model is judged as one: next-token figures, whatever --objective says.
-    causal = bool(model.config.extra.get(CAUSAL_FLAG))
+    causal = model.config.causal
     if inp.is_dir() and not pairs and not is_dataset_dir(inp):
         return {"kind": "heldout", **_heldout_figures(model, model_dir, inp, opts, causal,
                                                       device)}

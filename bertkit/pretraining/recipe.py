@@ -47,6 +47,7 @@ from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_
                                 with_front_matter)
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
+from bertkit.model.fetch import is_hub_name, resolve_model
 from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
 from bertkit.model.hub import (GENERATOR_DIR, has_detector, hub_name, is_electra_dir,
                                is_model_dir, load_config, load_electra, load_pretraining_model,
@@ -138,7 +139,7 @@ class PretrainOptions:
     its records' FIELD instead of --text-field's."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
-    tokenizer: Path | None = None
+    tokenizer: Path | None = field(default=None, metadata={"model": True})
     """A corpus to prepare as --data (or in a mixture) only: the tokenizer (or model)
     directory to prepare it with; none: --init's, a mixture's prepared directories', or a
     WordPiece vocabulary of vocab_size trained on the text (of all the corpora to prepare)."""
@@ -150,8 +151,9 @@ class PretrainOptions:
     row that holds the text (in a mixture, of each corpus that names none: PATH=W:FIELD)."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
     """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
-    init: Path | None = None
-    """Model directory to continue pretraining from (its architecture and size)."""
+    init: Path | None = field(default=None, metadata={"model": True})
+    """Model directory to continue pretraining from (its architecture, size and
+    tokenizer)."""
     architecture: Architecture = "modern"
     """Architecture of a fresh model: "modern" (pre-LN, gated feed-forward, rotary positions,
     no biases; saved as ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining)."""
@@ -505,6 +507,7 @@ def pretrain(opts: PretrainOptions,
     """Pretrain per `opts`; see the module docstring. `command_line(resolved options)` gives
     the shell line recorded in OUT/training_args.json (the CLI's; none from a library call)."""
     check_split(opts, int(os.environ.get("WORLD_SIZE", "1")))
+    opts = _fetched(opts)
     device = _device(opts.device)
     joined = start_distributed(device, opts.dist_timeout)
     try:
@@ -516,6 +519,15 @@ def pretrain(opts: PretrainOptions,
     finally:
         if joined:
             dist.destroy_process_group()
+
+
+def _fetched(opts: PretrainOptions) -> PretrainOptions:
+    """`opts` with an --init or --tokenizer given by Hugging Face Hub name as its snapshot
+    directory (a library call's; the command line hands directories): every reader of them
+    below, the tokenizer's included, takes a directory."""
+    named = {name: resolve_model(value) for name in ("init", "tokenizer")
+             if (value := getattr(opts, name)) is not None and is_hub_name(value)}
+    return dataclasses.replace(opts, **named) if named else opts
 
 
 def _pretrain(opts: PretrainOptions, device: torch.device,
@@ -601,8 +613,9 @@ def card_section(opts: PretrainOptions, model: PretrainingModel | ElectraModel,
     date, time or machine in it: the same run writes the same card. `init_card`: --init's,
     kept above the section."""
     cfg, c = opts.train, model.config
-    size = f"preset `{opts.preset}`" if opts.init is None else f"continued from `{opts.init}`"
-    above = f" The card above is `{opts.init}`'s." if init_card and init_card.strip() else ""
+    init = hub_name(opts.init) or opts.init if opts.init is not None else None
+    size = f"preset `{opts.preset}`" if init is None else f"continued from `{init}`"
+    above = f" The card above is `{init}`'s." if init_card and init_card.strip() else ""
     masked = "" if opts.objective == "clm" else f", {_rate(opts.masking)} masked"
     lead = (f"This model was pretrained by `bertkit pretrain` on {_corpus_names(parts)}: a "
             f"\"{c.architecture}\" encoder ({size}) of {counted(c.num_layers, 'layer')}, hidden "
@@ -676,7 +689,8 @@ def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[
     cfg, masking = opts.train, opts.masking
     print(settings_block(settings), file=sys.stderr)
     print(f"precision {cfg.precision}: {why}", file=sys.stderr)
-    print(f"model: {opts.preset or opts.init} ({model.config.architecture}) with "
+    source = opts.preset or hub_name(opts.init) or opts.init  # a snapshot by its Hub name
+    print(f"model: {source} ({model.config.architecture}) with "
           f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
           # a left-to-right model predicts every token: no masking to report
           f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"

@@ -1,4 +1,4 @@
-"""The road to BERT: the earlier systems the source documents teach, runnable and measured.
+"""The road to BERT: the earlier systems the textbooks teach, runnable and measured.
 
 - `bertkit.road.entities`: entity embeddings of categorical data (a MovieLens recommender).
 - `bertkit.road.seq2seq`: a GRU encoder-decoder: plain, with additive attention, and with

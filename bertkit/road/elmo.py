@@ -201,7 +201,7 @@ class ElmoOptions:
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, then the model (elmo.json,
     model.safetensors, tokenizer) and metrics.json (held-out perplexities) at the top."""
-    tokenizer: Path | None = None
+    tokenizer: Path | None = field(default=None, metadata={"model": True})
     """Text file only: a tokenizer (or model) directory; none trains a WordPiece vocabulary
     of vocab_size on the file."""
     vocab_size: int = 8000

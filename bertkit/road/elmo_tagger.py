@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Literal, Sequence
@@ -106,7 +106,7 @@ def static_word_layers(vectors: StaticVectors, sentences: Sequence[TaggedSentenc
 @dataclass
 class ElmoTagOptions:
     """Tag words with a frozen ELMo (or BERT): a learned scalar mix of its layers, then linear."""
-    model: Path
+    model: Path = field(metadata={"model": True})
     """An ELMo directory (`bertkit road elmo`), a BERT one (whatever `bertkit embed` takes), or
     a `bertkit static` directory of word vectors."""
     train: Path

@@ -13,7 +13,7 @@ end up with vectors that point alike. Three models, one class (`kind`):
 - "mlp": rating = mean + MLP([p_user; q_movie; mean of the genre vectors; year-bucket vector]).
 
 `run_entities` trains them with the shared loop, scores dev RMSE beside the global-mean and
-per-movie-mean baselines, lists nearest movies by cosine of their learned vectors (the seeds'
+per-movie-mean baselines, lists nearest movies by cosine of their learned vectors (CS109B lecture 17's
 "who is more similar to Jay?") and draws the movie vectors in 2-D (PCA).
 """
 from __future__ import annotations

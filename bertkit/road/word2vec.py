@@ -1,4 +1,4 @@
-"""word2vec training: the seeds' word2vec lecture (skip-gram and CBOW, negative sampling and
+"""word2vec training: the textbooks' word2vec lesson (skip-gram and CBOW, negative sampling and
 the full softmax), which writes the static vectors of bertkit.embeddings.static.
 
 Every word *type* gets one vector, whatever its context. Training slides a window over the

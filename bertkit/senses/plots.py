@@ -49,7 +49,7 @@ def plot_senses(embedder: Embedder, instances: Sequence[SenseExample], out: str 
                 layers: LayerSpec = "last4", method: str = "pca", standardize: bool = False,
                 title_word: str | None = None, annotate: int = 6, seed: int = 0) -> Plot:
     """Scatter one word's contextual vectors across sentences in 2-D, coloured by sense,
-    with a few points labelled by their sentence (the seeds' figure of "die").
+    with a few points labelled by their sentence (Jurafsky & Martin's figure of "die").
 
     data: "points" {sense: [n, 2] the points drawn}, "axes" (the two axis labels)."""
     require_matplotlib(out)

@@ -1,4 +1,4 @@
-"""Word-sense disambiguation with sense embeddings (the seeds' 1-nearest-neighbour algorithm,
+"""Word-sense disambiguation with sense embeddings (Jurafsky & Martin's 1-nearest-neighbour algorithm,
 and a stronger default that also reads the glosses and the sense frequencies).
 
 Training passes every sense-labelled instance through a model and averages the vectors of
@@ -21,11 +21,12 @@ against sense embeddings built without it), so no test data is ever looked at.
 
 A lemma seen in training only with another part of speech falls back to its most frequent
 sense (lowest sense_rank, then highest count); a lemma never seen gets no prediction.
-Optional standardization (the seeds' eqs 11.10-11.12) z-scores the target vectors with the
+Optional standardization (Jurafsky & Martin's eqs 11.10-11.12) z-scores the target vectors with the
 mean and standard deviation of the training instances before any cosine.
 
-Vectors come from a contextual model (word vectors: the last four layers averaged, subword
-pieces averaged; sentence vectors: mean over the last layer) or from a static one (the
+Vectors come from a contextual model (word vectors: the last four layers averaged, where the
+textbook sums them: a sum is 4x the mean, and the cosines that compare them ignore scale, so
+the senses chosen are the same; subword pieces averaged; sentence vectors: mean over the last layer) or from a static one (the
 target's vector is the mean static vector of the words around it, a text's the mean of its
 words): the same code measures both.
 """
@@ -55,7 +56,7 @@ _WEIGHT_GRID = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
 @dataclass
 class WsdOptions:
     method: str = field(default=DEFAULT_METHOD, metadata={"choices": METHODS})
-    """"gloss-prior" (default) or "1nn" (the seeds' nearest sense embedding)."""
+    """"gloss-prior" (default) or "1nn" (Jurafsky & Martin's nearest sense embedding)."""
     standardize: bool = False
     """z-score target vectors with the training instances' mean and std before cosines."""
     use_pos: bool = True

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from bertkit.files import UserError
+from bertkit.files import INSTALL_SERVE, UserError
 from bertkit.serve.workbench import Limits, RequestError, Workbench
 
 STATIC = Path(__file__).parent / "static"
@@ -176,7 +176,7 @@ def require_server_packages() -> None:
     missing = [name for name in ("fastapi", "uvicorn") if importlib.util.find_spec(name) is None]
     if missing:
         raise UserError(f"bertkit serve needs {' and '.join(missing)}: "
-                        f"pip install 'bertkit[serve]'")
+                        f"{INSTALL_SERVE}")
 
 
 def listen(host: str, port: int):
@@ -229,9 +229,9 @@ class ServeOptions:
     """What `bertkit serve` shows and how: the models, runs and corpus, where it listens, the
     limits of one request."""
 
-    model: list[Path] = field(default_factory=list)
-    """Model directories (bertkit, Hugging Face, sentence-transformers or fine-tuned), or
-    names in the local Hugging Face cache; --model A --model B shows A and B side by side."""
+    model: list[Path] = field(default_factory=list, metadata={"model": True})
+    """Model directories (bertkit, Hugging Face, sentence-transformers or fine-tuned); --model
+    A --model B shows A and B side by side (one --revision for the Hub names among them)."""
     run: list[str] = field(default_factory=list)
     """Run directories (of pretrain or finetune) whose curves are drawn, live while they
     train, as DIR or NAME=DIR."""

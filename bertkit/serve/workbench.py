@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from bertkit.files import UserError, read_json
+from bertkit.model.fetch import hub_name
 from bertkit.model.kind import ModelKind, model_kind, require_kind
 from bertkit.serve.search import LineIndex, vectors_note
 from bertkit.text.tokenizer import check_pairs
@@ -115,9 +116,10 @@ class ServedModel:
 
 def load_served_model(path: str | Path, name: str, device: str | torch.device = "cpu",
                       allow_untrained_head: bool = False) -> ServedModel:
-    """A model directory (or a name in the local Hugging Face cache) loaded for the views it
-    supports: a fine-tuned model for predictions and its encoder's views, a pretrained one
-    for fill-mask and the encoder's views, any other encoder for the encoder's views."""
+    """A model directory (or a Hugging Face Hub name, fetched into its cache) loaded for the
+    views it supports: a fine-tuned model for predictions and its encoder's views, a
+    pretrained one for fill-mask and the encoder's views, any other encoder for the encoder's
+    views."""
     from bertkit.embeddings.embedder import Embedder
     from bertkit.embeddings.sentence_model import read_sentence_model
     from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer
@@ -202,7 +204,7 @@ class Workbench:
              limits: Limits = Limits(), allow_untrained_head: bool = False,
              seed: int = 0, search_lines: int = 10_000,
              text_field: str = "text") -> "Workbench":
-        """`models`: directories or names in the local Hugging Face cache, named by their
+        """`models`: directories or Hugging Face Hub names (fetched into its cache), named by their
         last part; `runs`: run directories as DIR or NAME=DIR; `corpus`: a text file whose
         lines are sampled, and whose first `search_lines` lines are searched (0: no search),
         or a file of records whose `text_field` is the text (`numbered_texts`); `senses`: a
@@ -366,7 +368,7 @@ class Workbench:
         return text, found[occurrence - 1]
 
     def similarity(self, model: Any, a: Any, b: Any) -> dict:
-        """The cosine similarity of one word in two contexts, at every layer (the seeds'
+        """The cosine similarity of one word in two contexts, at every layer (the textbooks'
         "bank" example); also after standardization when there is a standardizer."""
         served = self.model(model, "encoder")
         (text_a, span_a), (text_b, span_b) = self._span(a, "a"), self._span(b, "b")
@@ -604,10 +606,11 @@ def word_matches(text: str, word: str):
 
 
 def unique_names(paths: Sequence[str | Path]) -> list[str]:
-    """A short name per path (its last part), numbered where two would be equal."""
+    """A short name per path (its last part; a Hugging Face cache snapshot's, its Hub name's
+    rather than the commit's), numbered where two would be equal."""
     names = []
     for p in paths:
-        base = Path(str(p).rstrip("/")).name or str(p)
+        base = Path(hub_name(p) or str(p).rstrip("/")).name or str(p)
         name, n = base, 2
         while name in names:
             name, n = f"{base}-{n}", n + 1

@@ -33,7 +33,7 @@ the units in the others.
 directory), each with its source and its number in that source's file: FILE:LINE names a
 text, and an error in it, in the file it is in, however many files the argument holds.
 
-Parquet and Arrow need pyarrow, zstd needs zstandard (`pip install 'bertkit[data]'`); without
+Parquet and Arrow need pyarrow, zstd needs zstandard (the `data` extra); without
 them those files are a one-line error and everything else reads as before.
 """
 from __future__ import annotations

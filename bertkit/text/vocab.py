@@ -1,6 +1,6 @@
-"""Training a vocabulary from text files, streaming, with the seeds' multilingual sampling.
+"""Training a vocabulary from text files, streaming, with Jurafsky & Martin's multilingual sampling (eq. 11.7).
 
-Several files (say one per language) are mixed with the seeds' exponent alpha: file i, holding
+Several files (say one per language) are mixed with the textbook's exponent alpha: file i, holding
 a share p_i = n_i / sum_k n_k of the corpus' n non-blank lines, contributes a share
 
     q_i = p_i^alpha / sum_j p_j^alpha

@@ -100,8 +100,12 @@ def test_one_spelling_per_concept():
 
 
 @pytest.fixture
-def reached(monkeypatch):
-    """Library entry points replaced by fakes that stop with the device they were given."""
+def reached(monkeypatch, tmp_path):
+    """Library entry points replaced by fakes that stop with the device they were given; the
+    models `m` and `b` are directories (a name would be fetched from the Hugging Face Hub)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "b").mkdir()
     import bertkit.cli.pretraining
     import bertkit.embeddings.embedder
     import bertkit.finetuning.predict
@@ -166,8 +170,11 @@ def test_a_bad_device_is_one_line(device, message, capsys):
     assert err.startswith(f"error: {message}") and len(err.strip().splitlines()) == 1, err
 
 
-def test_main_leaves_the_warning_handler_as_it_was(monkeypatch, capsys):
+def test_main_leaves_the_warning_handler_as_it_was(monkeypatch, capsys, tmp_path):
     import bertkit.model.info
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()  # a directory, not a name to fetch
 
     def warn(model):
         warnings.warn("careful")

@@ -13,6 +13,7 @@ from typing import Literal
 import pytest
 
 from bertkit.cli import options
+from bertkit.cli.main import build_parser
 from bertkit.cli.options import Command, command_line, field_docs
 from bertkit.files import UserError
 
@@ -437,3 +438,35 @@ def test_every_time_budget_of_the_commands_takes_units():
     assert {("pretrain", "--max-time"), ("finetune classify", "--max-time"),
             ("road elmo", "--max-minutes"), ("road seq2seq", "--max-minutes"),
             ("demo", "--minutes")} <= set(budgets)
+
+
+@pytest.mark.parametrize("argv,last", [
+    (["embed", "--normalise"], "bertkit embed: error: unrecognized arguments: --normalise "
+                               "(did you mean --normalize?)"),
+    (["finetune", "classify", "--epoch-count", "3"],
+     "bertkit finetune classify: error: unrecognized arguments: --epoch-count 3"),
+    (["finetune", "embed", "--matryoshka", "8", "--lr=1", "--scle=2"],
+     "bertkit finetune embed: error: unrecognized arguments: --scle=2 (did you mean --scale?)"),
+])
+def test_an_unknown_flag_is_the_commands_error_with_the_nearest_flag(argv, last, capsys):
+    """Said with the command's usage, which shows its flags (the top-level usage shows none),
+    and with a flag spelled nearly as the unknown one."""
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {last.partition(':')[0]} [-h]"), err
+    assert err.strip().splitlines()[-1] == last
+
+
+def test_required_flags_are_shown_without_brackets_and_still_come_from_a_config(tmp_path, capsys):
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["finetune", "classify", "--help"])
+    usage = capsys.readouterr().out
+    assert "--model MODEL" in usage and "[--model MODEL]" not in usage
+    assert "--out OUT" in usage and "[--dev DEV]" in usage
+    config = tmp_path / "run.toml"  # argparse itself still lets --config give them
+    config.write_text('model = "m"\ntrain = "t.jsonl"\nout = "o"\n')
+    args = parser.parse_args(["finetune", "classify", "--config", str(config)])
+    assert args.config == str(config)

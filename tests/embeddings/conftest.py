@@ -69,7 +69,7 @@ BERT_WORDS = ["the", "we", "sat", "on", "river", "bank", "money", "raised", "rat
 
 @pytest.fixture(scope="session")
 def bank_bert(tmp_path_factory) -> Path:
-    """A random 2-layer BERT (hidden 16) whose vocabulary holds the seeds' bank sentences."""
+    """A random 2-layer BERT (hidden 16) whose vocabulary holds the textbooks' bank sentences."""
     path = tmp_path_factory.mktemp("bank-bert")
     (path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
                                               + BERT_WORDS) + "\n")

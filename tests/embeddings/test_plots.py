@@ -206,7 +206,8 @@ def test_plot_commands_without_matplotlib_exit_2_with_one_line(tiny_bert_dir, tm
                  "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
-        "error: matplotlib not installed (pip install bertkit[plot]); cannot draw att.png"]
+        "error: matplotlib not installed (pip install 'bertkit[plot]', or pip install -e "
+        "'.[plot]' in a checkout); cannot draw att.png"]
     assert not out.exists()
 
 

@@ -88,8 +88,10 @@ def test_each_kind_of_file_trains_its_loss_down(kind, loss, dev_kind, figure, ti
                                                 tmp_path):
     train, dev = make_file(tmp_path, kind), make_file(tmp_path, dev_kind, 40, seed=1)
     out = tmp_path / "out"
+    # fp32 whatever `auto` picks: the dev figures logged in training (under the training's
+    # autocast) and the saved model's final ones (fp32, as predict runs it) then agree exactly
     result = finetune(Embed(), tiny_bert_dropout, train, dev, out,
-                      FinetuneConfig(epochs=3, **QUICK))
+                      FinetuneConfig(epochs=3, precision="fp32", **QUICK))
     task = result.task
     assert task.objective == loss and task.kind == kind
     assert result.steps > 0 and figure in result.dev_metrics
@@ -335,3 +337,18 @@ def test_simcse_brings_dropout_to_a_model_without_any(tmp_path):
     assert {m.dropout_p for m in chosen.modules() if hasattr(m, "dropout_p")} == {0.3}
     with pytest.raises(Exception, match="--dropout must be in"):
         dataclasses.replace(Embed(), dropout=1.5).configure(train)
+
+
+def test_a_matryoshka_dimension_wider_than_the_vectors_is_refused_before_training(
+        tiny_bert, tmp_path, capsys):
+    train, out = make_file(tmp_path, "pairs"), tmp_path / "out"
+    width = hub.load_config(tiny_bert).hidden_size
+    assert main(["finetune", "embed", "--model", str(tiny_bert), "--train", str(train),
+                 "--out", str(out), "--matryoshka-dims", "8", str(width + 1)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: --matryoshka-dims {width + 1}: above the width of the model's "
+                   f"vectors ({width})"]
+    assert not out.exists()
+    assert main(["finetune", "embed", "--model", str(tiny_bert), "--train", str(train),
+                 "--out", str(out), "--matryoshka-dims", str(width), "--epochs", "1",
+                 "--quiet"]) == 0  # the width itself is a dimension like any other

@@ -695,7 +695,7 @@ def test_the_saved_model_has_a_card_with_its_dev_scores_below_the_source_card(
         (tmp_path / run).mkdir()
         monkeypatch.chdir(tmp_path / run)
         finetune("classify", str(base), task_files["train"], task_files["dev"], "model",
-                 quick_config(epochs=1, lr=1e-3))
+                 quick_config(epochs=1, lr=1e-3, precision="fp32"))  # not auto's choice
         cards.append((tmp_path / run / "model" / "README.md").read_bytes())
     assert cards[0] == cards[1]
     card = cards[0].decode()
@@ -713,6 +713,29 @@ def test_the_saved_model_has_a_card_with_its_dev_scores_below_the_source_card(
     assert set(rows) == {"accuracy", "macro_f1"}
     for name, (model, baseline) in rows.items():
         assert (model, baseline) == (f"{scores[name]:.4f}", f"{scores['baseline'][name]:.4f}")
+
+
+@pytest.mark.parametrize("chosen", ["bf16", "fp32"])
+def test_auto_precision_is_the_one_recorded_whichever_the_machine_picks(
+        chosen, tiny_bert, task_files, tmp_path, monkeypatch, capsys):
+    """Both of auto's choices run on every machine (the environment settles it as a CPU with
+    or without bf16 would), and the card and the settings record the precision that ran."""
+    monkeypatch.setenv("BERTKIT_AUTO_PRECISION", chosen)
+    out = tmp_path / "m"
+    assert main(["finetune", "classify", "--model", str(tiny_bert), "--train",
+                 str(task_files["train"]), "--dev", str(task_files["dev"]), "--out", str(out),
+                 "--epochs", "1", "--quiet"]) == 0
+    assert f"precision: {chosen}" in (out / "README.md").read_text()
+    record = json.loads((out / "training_args.json").read_text())
+    assert record["options"]["precision"] == record["environment"]["precision"] == chosen
+    scores = json.loads((out / "dev_metrics.json").read_text())
+    assert 0 <= scores["accuracy"] <= 1
+    monkeypatch.setenv("BERTKIT_AUTO_PRECISION", "fp8")  # refused before anything is written
+    assert main(["finetune", "classify", "--model", str(tiny_bert), "--train",
+                 str(task_files["train"]), "--out", str(tmp_path / "bad"), "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: BERTKIT_AUTO_PRECISION=fp8: not a precision (fp32 or bf16)")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_a_model_without_a_card_gets_the_section_alone(tiny_bert, task_files, quick_config,

@@ -9,8 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from bertkit.cli.finetuning import COMMANDS
-from bertkit.cli.main import main
+from bertkit.cli.main import build_parser, main
 from bertkit.files import UserError
 from bertkit.finetuning import heads
 from bertkit.finetuning.predict import TaskModel
@@ -54,8 +53,9 @@ EXPECTED = {
 def test_one_tuple_names_the_tasks_and_the_command_line_offers_them():
     assert TASK_NAMES == tuple(t.name for t in TASKS)
     assert len(set(TASK_NAMES)) == len(TASKS)
-    parser = argparse.ArgumentParser(prog="finetune")
-    next(c for c in COMMANDS if c.name == "finetune").add_flags(parser)
+    top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = top.choices["finetune"]
+    parser.format_usage()  # a command's flags are added on first use
     tasks = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert tuple(tasks.choices) == TASK_NAMES
     assert task_type("spans") is Spans

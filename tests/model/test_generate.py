@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -78,7 +79,8 @@ def test_greedy_is_the_argmax_loop(clm_dir):
     # the prefix is read left to right: the last position's logits are not the
     # bidirectional ones
     with torch.no_grad():
-        both = model.mlm(model.encoder(torch.tensor([ids[:4]])).last_hidden_state)[0, 1]
+        both = model.mlm(model.encoder(torch.tensor([ids[:4]]), causal=False)
+                         .last_hidden_state)[0, 1]
         left = model.mlm(model.encoder(torch.tensor([ids[:4]]), causal=True)
                          .last_hidden_state)[0, 1]
     assert not torch.allclose(both, left)
@@ -247,3 +249,20 @@ def test_evaluate_judges_a_clm_model_left_to_right_on_a_prepared_directory(tmp_p
                               LMEvalOptions(objective="clm", **settings))
     assert default == clm and clm["kind"] == "heldout"
     assert clm["perplexity"] == pytest.approx(math.exp(clm["loss"]))
+
+
+def test_a_left_to_right_model_runs_causally_wherever_it_runs(clm_dir, mlm_dir):
+    """Embedding a clm model's text, or drawing its attention, reads it left to right as it
+    was trained: a token's vector does not change with the words after it, and no token
+    attends to a later one; a masked model reads both ways."""
+    from bertkit.embeddings.embedder import Embedder
+    from bertkit.model.attention import attention_weights
+    from bertkit.model.hub import load_encoder
+
+    for model_dir, causal in ((clm_dir, True), (mlm_dir, False)):
+        first, second = Embedder.load(model_dir).token_vectors(
+            ["the cat sat on the mat", "the cat ran and a hat"])  # [T, H] each
+        assert np.allclose(first[:3], second[:3], atol=1e-6) == causal  # [CLS] the cat
+        ids = torch.tensor([[2, 5, 6, 7, 8, 3], [2, 5, 10, 11, 12, 3]])
+        weights = attention_weights(load_encoder(model_dir), ids)  # [L, B, A, T, T]
+        assert bool((weights.triu(diagonal=1) == 0).all()) == causal

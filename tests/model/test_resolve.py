@@ -1,4 +1,5 @@
-"""Model names resolved offline in the local Hugging Face cache, by every loader."""
+"""Model names resolved offline in the local Hugging Face cache (HF_HUB_OFFLINE, set for every
+test by tests/conftest.py), by every loader."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,13 +47,13 @@ def test_a_name_resolves_to_its_snapshot(cache, tmp_path):
     assert hub.resolve_model(Path(NAME)) == snapshot
 
 
-def test_other_cache_variables_and_a_snapshot_without_refs(tmp_path, monkeypatch):
+def test_other_cache_variables(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model").mkdir()
-    snapshot = fake_cache(tmp_path / "home" / "hub", tmp_path / "model", "bert-tiny", refs=False)
+    snapshot = fake_cache(tmp_path / "home" / "hub", tmp_path / "model", "bert-tiny")
     assert hub.hf_cache_dir() == tmp_path / "home" / "hub"
     assert hub.resolve_model("bert-tiny") == snapshot
     monkeypatch.delenv("HF_HOME")
@@ -68,18 +69,17 @@ def test_an_existing_path_wins_over_a_name(cache, tmp_path):
     assert hub.resolve_model(NAME) == Path(NAME)  # relative to the working directory
 
 
-def test_a_name_not_in_the_cache_says_where_it_looked_and_how_to_fetch_it(cache):
+def test_a_name_not_in_the_cache_offline_says_where_it_looked_and_how_to_fetch_it(cache):
     with pytest.raises(UserError) as error:
         hub.resolve_model("someone/missing-model")
     message = str(error.value)
     assert "\n" not in message and str(cache) in message
-    assert "not in the local Hugging Face cache" in message
-    assert "huggingface-cli download someone/missing-model" in message
-    assert "does not exist" in message  # what a missing directory always said
+    assert "not in the Hugging Face cache" in message and "HF_HUB_OFFLINE is set" in message
+    assert "`hf download someone/missing-model`" in message  # huggingface_hub's CLI today
 
 
 def test_what_cannot_be_a_name_is_left_to_the_caller(cache, tmp_path):
-    for path in (tmp_path / "nowhere", "./nowhere", "a/b/c"):
+    for path in (tmp_path / "nowhere", "./nowhere", "a/b/c", "~/nowhere", "/nowhere"):
         assert hub.resolve_model(path) == Path(path)
     with pytest.raises(UserError, match="model directory does not exist"):
         hub.load_config(tmp_path / "nowhere")
@@ -111,5 +111,5 @@ def test_cli_embed_with_a_name(cache, minilm_dir, tmp_path, capsys):
     assert main(["embed", "--model", "someone/missing-model", "--input", str(source), "--out",
                  str(tmp_path / "w.npy"), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "huggingface-cli download someone/missing-model" in err
+    assert "`hf download someone/missing-model`" in err
     assert len(err.strip().splitlines()) == 1

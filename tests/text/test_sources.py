@@ -317,7 +317,7 @@ def test_a_missing_extra_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", without_pyarrow)
     assert _error(lambda: expand([parquet], field="body")) == (
         f"{parquet}: reading Parquet and Arrow files needs the pyarrow package: pip install "
-        f"'bertkit[data]'")
+        f"'bertkit[data]', or pip install -e '.[data]' in a checkout")
 
 
 def test_what_datasets_itself_saves_is_read_in_its_order(tmp_path):

@@ -1,4 +1,4 @@
-"""Vocabulary training: the seeds' alpha mixture of several files, streaming, bad input."""
+"""Vocabulary training: the textbook's alpha mixture of several files, streaming, bad input."""
 from __future__ import annotations
 
 import inspect

@@ -473,8 +473,8 @@ def test_without_matplotlib_a_run_skips_its_loss_plot_with_one_warning(tmp_path,
     assert result.step == 4
     assert not (tmp_path / "run/loss.png").exists()
     assert (tmp_path / "run/metrics.jsonl").is_file()
-    assert ("warning: matplotlib not installed (pip install bertkit[plot]); skipping loss.png"
-            in capsys.readouterr().err.splitlines())
+    assert ("warning: matplotlib not installed (pip install 'bertkit[plot]', or pip install -e "
+            "'.[plot]' in a checkout); skipping loss.png" in capsys.readouterr().err.splitlines())
 
 
 # A finished run can be extended -------------------------------------------------------------------

@@ -131,6 +131,9 @@ class Embed(Task):
     def for_backbone(self, model) -> "Embed":
         if model.architecture is None:
             raise UserError("embed trains a transformer encoder, not this backbone")
+        if too_wide := [d for d in self.matryoshka_dims if d > model.width]:
+            raise UserError(f"--matryoshka-dims {too_wide[0]}: above the width of the model's "
+                            f"vectors ({model.width})")
         return self
 
     # Data ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Span-based NER (the seeds' 11.5.2): every word span up to L words is classified as one of the
+"""Span-based NER (Jurafsky & Martin's 11.5.2): every word span up to L words is classified as one of the
 entity types or NULL. The task reads CoNLL (entities from the tags) or JSON lines with nested
 entities, and the model is the encoder with a span head, saved as a plain BertModel plus
 task_head.safetensors.

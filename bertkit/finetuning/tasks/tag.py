@@ -176,10 +176,12 @@ class Tag(WordTask):
     scheme: Literal["IO", "BIO", "BIOES"] | None = None
     """Re-tag the data in IO, BIO or BIOES as it is read; none keeps the data's scheme."""
     alignment: Literal["copy", "first"] = "copy"
-    """Subword labels copied from their word ("copy") or on the first piece ("first")."""
+    """Subword labels: "copy" gives every piece its word's tag, but a B-X word's later pieces
+    I-X (a chunk opens on the first piece only; BIOES S-X becomes B-X ... E-X); "first"
+    labels the first piece and ignores the rest."""
     decode: Literal["first", "mean"] = "first"
-    """Read a word's label from its first piece ("first", the seeds' default) or average its
-    pieces' log-probabilities ("mean"; not with a CRF, which decodes the pieces)."""
+    """Read a word's label from its first piece ("first", the textbook's simplest decoding) or
+    average its pieces' log-probabilities ("mean"; not with a CRF, which decodes the pieces)."""
     crf: bool | None = None
     """A linear-chain CRF over the labels, with the scheme's invalid transitions barred;
     none: a CRF unless --decode mean (as flair's tagger; the 60-minute `mini` of
