@@ -387,15 +387,16 @@ class TrainConfig:
     max_steps: int | None = None
     """Stop after this many optimizer steps; the schedule decays over them."""
     max_time: float | None = field(default=None, metadata={"duration": True})
-    """Stop after this many minutes of training (eval and checkpoint time not counted); with
-    no max_steps the schedule decays over the time budget instead of steps."""
+    """Stop after this many minutes of training (eval and checkpoint time not counted); without
+    --max-steps the schedule decays over the time budget instead of steps."""
     warmup_steps: int | None = None
-    """Linear warm-up length in steps; None takes warmup_fraction of the run."""
+    """Linear warm-up length in steps; none: --warmup-fraction of the run."""
     warmup_fraction: float = 0.05
-    """Warm-up as a fraction of max_steps (or of max_time) when warmup_steps is None."""
+    """Warm-up as a fraction of the run (its steps, or its time budget) without
+    --warmup-steps."""
     schedule: Schedule = "linear"
-    """Decay after warm-up: "linear" to min_lr_ratio, "cosine", "constant", or "wsd"
-    (warmup-stable-decay: the peak until the last decay_fraction of the run, then linear)."""
+    """Decay after warm-up: "linear" to --min-lr-ratio, "cosine", "constant", or "wsd"
+    (warmup-stable-decay: the peak until the last --decay-fraction of the run, then linear)."""
     decay_fraction: float = 0.2
     """"wsd": the share of the run spent decaying."""
     min_lr_ratio: float = 0.0
@@ -409,9 +410,10 @@ class TrainConfig:
     grad_accum: int = 1
     """Micro-batches accumulated into one optimizer step (effective batch = batch x this)."""
     grad_accum_final: int | None = None
-    """Batch growth (cramming): the micro-batches per step grow linearly from grad_accum at
-    the start to this at the end of the run (by steps, or by time for a time budget): small,
-    frequent steps while the loss falls fast, larger and quieter ones later. None: fixed."""
+    """Batch growth (as Geiping and Goldstein's "Cramming", 2022): the micro-batches per step
+    grow linearly from --grad-accum at the start to this at the end of the run (by steps, or
+    by time for a time budget): small, frequent steps while the loss falls fast, larger and
+    quieter ones later; none: fixed."""
     clip_norm: float = 1.0
     """Clip the global gradient norm to this; 0 turns clipping off."""
     precision: Precision = "fp32"
@@ -427,27 +429,28 @@ class TrainConfig:
     host syncs), labelled with their step; the progress itself (step, tokens, time, ETA) moves
     every step, as a live bar, or a line every few seconds in a log."""
     eval_every: int | None = None
-    """Steps between calls of `evaluate` (also run at the end); None evaluates only at the end."""
+    """Steps between evaluations (one also runs at the end); none: only at the end."""
     save_every: int | None = None
-    """Steps between checkpoints under out_dir/checkpoints (one is also saved on Ctrl-C or
-    SIGTERM and at the end); None saves only then."""
+    """Steps between checkpoints in OUT/checkpoints (one is also saved on Ctrl-C or SIGTERM
+    and at the end); none: only then."""
     keep_checkpoints: int = 2
     """Number of most recent checkpoints kept."""
     best_metric: str | None = None
-    """Key of `evaluate`'s result to track (e.g. "eval_loss", "dev_f1"); the best weights are
-    kept and, with restore_best, become the final model."""
+    """The evaluation figure to track (e.g. "eval_loss", "dev_f1"); the best weights are kept
+    and, with --restore-best, become the final model."""
     best_mode: Literal["max", "min"] = "max"
-    """"max" if a larger best_metric is better (accuracy, F1), "min" for a loss."""
+    """"max" if a larger --best-metric is better (accuracy, F1), "min" for a loss."""
     patience: int | None = None
-    """Stop after this many evaluations without improving best_metric; None never stops early."""
+    """Stop after this many evaluations without improving --best-metric; none: never early."""
     restore_best: bool = True
-    """With best_metric set, save the best evaluated weights as the final model, not the last."""
+    """With --best-metric set, save the best evaluated weights as the final model, not the
+    last."""
     resume: bool = False
-    """Continue from the latest checkpoint in out_dir/checkpoints (a fresh start if none); with
-    a larger max_steps, extend a finished run."""
+    """Continue from the latest checkpoint in OUT/checkpoints (a fresh start if none); with a
+    larger --max-steps, extend a finished run."""
     tensorboard: bool = False
     """Also write the logged figures (loss, learning rate, metrics, tokens/s) as TensorBoard
-    scalars into out_dir/tensorboard (needs the tensorboard package)."""
+    scalars into OUT/tensorboard (needs the tensorboard package)."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)

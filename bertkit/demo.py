@@ -54,17 +54,18 @@ class DemoOptions:
     max_steps: int | None = None
     """Stop after this many steps instead (or as well)."""
     preset: str = field(default="mini", metadata={"choices": tuple(PRESETS)})
-    """Model size (config.PRESETS)."""
+    """Model size, layers and width: tiny (2 layers, 128 wide), mini (4, 256), small (4, 512),
+    medium (8, 512), base (12, 768: BERT-base), large (24, 1024: BERT-large)."""
     vocab_size: int = 8000
     """WordPiece vocabulary size."""
     seq_len: int = 128
     """Tokens per training sequence."""
     batch_size: int | None = None
-    """Sequences per step; none: pretrain's default (PretrainOptions)."""
+    """Sequences per step; none: pretrain's default (16)."""
     architecture: str = field(default="modern", metadata={"choices": ARCHITECTURES})
     """"modern" (pre-LN, gated feed-forward, rotary positions) or "bert" (as published)."""
     lr: float | None = None
-    """Peak learning rate; none: pretrain's default (PretrainSchedule)."""
+    """Peak learning rate; none: pretrain's default (1e-3)."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """Training precision: "auto" (bf16 where this CPU multiplies it natively), fp32, bf16."""
     cache: Path | None = None

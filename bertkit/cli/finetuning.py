@@ -20,9 +20,8 @@ from bertkit.files import UserError
 
 @dataclass(kw_only=True)
 class FinetuneFiles:
-    model: Path = field(metadata={"model": ("cnn",)})
-    """Pretrained BERT directory (bertkit or Hugging Face), or `cnn` (classify, pair, regress):
-    a convolutional network over the static vectors of --vectors (Kim 2014) instead of BERT."""
+    model: Path = field(metadata={"model": True})
+    """Pretrained BERT directory (bertkit or Hugging Face)."""
     train: Path
     """Training file: JSONL/CSV/TSV, CoNLL, CoNLL-U or SQuAD JSON (recognised from the file)."""
     dev: Path | None = None
@@ -31,6 +30,16 @@ class FinetuneFiles:
     """Output directory: a Hugging Face directory with the task remembered."""
     quiet: bool = False
     """No progress on stderr."""
+
+
+@dataclass(kw_only=True)
+class CnnFinetuneFiles(FinetuneFiles):
+    """The files of a task the CNN family also trains (classify, pair, regress): its --model
+    may be `cnn`."""
+
+    model: Path = field(metadata={"model": ("cnn",)})  # `cnn` is no model to fetch
+    """Pretrained BERT directory (bertkit or Hugging Face), or `cnn`: a convolutional network
+    over the static vectors of --vectors (Kim 2014) instead of BERT."""
 
 
 def run_finetune(files: FinetuneFiles, task, cfg, cnn=None) -> int:
@@ -264,15 +273,17 @@ _FINETUNE_DESCRIPTION = ("Fine-tune a BERT directory on a task; the result is a 
 
 
 def task_command(task: type) -> Command:
-    """`finetune TASK` for a task class: its flags are the files, the task's settings (its
-    fields but those fine-tuning fills in), the training settings and, for the tasks it
-    trains, the CNN family's."""
+    """`finetune TASK` for a task class: its flags are the files (--model may be `cnn` for the
+    tasks the CNN family trains), the task's settings (its fields but those fine-tuning fills
+    in), the training settings and, for the tasks the CNN family trains, its settings."""
     from bertkit.finetuning.cnn import CnnBackbone
 
     doc = " ".join((task.__doc__ or "").split())
+    cnn = CnnBackbone.trains(task)
     return Command(f"finetune {task.name}", run_finetune,
-                   (FinetuneFiles, task, "bertkit.finetuning.recipe:FinetuneConfig",
-                    *(["bertkit.finetuning.cnn:CnnOptions"] if CnnBackbone.trains(task) else [])),
+                   (CnnFinetuneFiles if cnn else FinetuneFiles, task,
+                    "bertkit.finetuning.recipe:FinetuneConfig",
+                    *(["bertkit.finetuning.cnn:CnnOptions"] if cnn else [])),
                    omit=("show_progress",), help=doc.split(". ")[0].rstrip("."),
                    description=f"{_FINETUNE_DESCRIPTION} The {task.name} task: {doc}",
                    fixed=(("task", task.name),))

@@ -45,8 +45,7 @@ GROUPS = {
     "static": "static word vectors (word2vec: skip-gram or CBOW): train, neighbors, "
               "similarity, contexts, analogy, plot",
     "export": "a model in another runtime's format: ONNX",
-    "road": "the earlier systems the textbooks teach on the way to BERT: entity embeddings, seq2seq "
-            "with attention",
+    "road": "the systems before BERT, runnable: entity embeddings, seq2seq with attention, ELMo",
 }
 
 

@@ -42,7 +42,7 @@ def run_info(opts: InfoOptions) -> int:
 @dataclass(kw_only=True)
 class FillMaskOptions:
     model: Path = field(metadata={"model": True})
-    """Model directory with an MLM head."""
+    """Model directory with a masked-language-model (MLM) head."""
     text: list[str] = field(default_factory=list, metadata={"positional": True})
     """Texts with one or more [MASK]."""
     input: Path | None = None

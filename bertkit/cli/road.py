@@ -71,7 +71,7 @@ def run_elmo_tag(opts) -> int:
 
 COMMANDS = (
     Command("road entities", run_entities, ("bertkit.road.entities:EntitiesOptions",),
-            help="one-hot vs learned entity embeddings on a ratings table (lecture 17)",
+            help="one-hot vs learned entity embeddings on a ratings table (CS109B, lecture 17)",
             description="Train a linear model on one-hot columns, a dot product + biases and "
                         "an MLP over learned user, movie, genre and year embeddings; dev RMSE "
                         "beside the global and per-movie mean; nearest movies; a 2-D map."),
@@ -84,7 +84,7 @@ COMMANDS = (
                         "per model, with the BLEU of a dev sample in the progress lines; "
                         "decode dev greedily and with beam search, score BLEU and chrF beside "
                         "copying the source, and draw the curves and the attention (and "
-                        "p_gen) of one dev verse."),
+                        "the generate-or-copy switch p_gen) of one dev pair."),
     Command("road translate", run_translate, ("bertkit.road.seq2seq:TranslateOptions",),
             help="translate texts or a file with a model saved by road seq2seq (BLEU and chrF "
                  "when the file has targets)"),

@@ -70,7 +70,7 @@ def run_wsd_train(files: WsdTrainFiles, run, options) -> int:
 @dataclass(kw_only=True)
 class WsdPredictOptions:
     wsd: Path
-    """Directory from `bertkit wsd train`."""
+    """Word-sense disambiguation (WSD) directory from `bertkit wsd train`."""
     model: Path | None = field(default=None, metadata={"model": True})
     """BERT directory or `bertkit static` directory; none: the one the senses were built
     from."""
@@ -114,7 +114,7 @@ def run_wsd_predict(opts: WsdPredictOptions, run) -> int:
 @dataclass(kw_only=True)
 class WsdEvaluateOptions:
     wsd: Path
-    """Directory from `bertkit wsd train`."""
+    """Word-sense disambiguation (WSD) directory from `bertkit wsd train`."""
     model: Path | None = field(default=None, metadata={"model": True})
     """BERT directory or `bertkit static` directory; none: the one the senses were built
     from."""
@@ -279,8 +279,9 @@ class ContextSimilarityOptions:
     """The word in TEXT2, as SPAN1."""
     model: Path = field(metadata={"model": True})
     """BERT directory (bertkit or Hugging Face)."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
     json: bool = False
     """One JSON object: {"layers": [cosine per layer, 0 = embeddings]}."""
 
@@ -413,7 +414,8 @@ COMMANDS = (
             help="chosen words on their first two principal components (PNG)"),
     Command("similarity", run_similarity, (ContextSimilarityOptions,),
             help="cosine of one word's contextual vectors in two texts, per layer",
-            description="The textbooks' 'bank' example: the vector of the word at SPAN1 in TEXT1 "
+            description="The 'bank' test of a contextual model (a river bank, a savings bank): "
+                        "the vector of the word at SPAN1 in TEXT1 "
                         "against the word at SPAN2 in TEXT2, at every layer of a BERT model "
                         "(0 = embeddings). A span is the word itself or START:END."),
 )

@@ -57,9 +57,9 @@ class ExportOptions:
     out: Path = field(metadata={"output": True})
     """Output .onnx file (the int8 one goes beside it, as OUT.int8.onnx)."""
     task: Kind = "auto"
-    """What the graph returns: "encoder" (last_hidden_state), "fill-mask" (MLM logits),
-    "sentence" (the sentence vector: a sentence-transformers directory's pooling and
-    normalisation, else mean pooling), or "auto": a fine-tuned model's logits, else the
+    """What the graph returns: "encoder" (last_hidden_state), "fill-mask" (the logits of the
+    masked-language-model head, MLM), "sentence" (the sentence vector: a sentence-transformers
+    directory's pooling and normalisation, else mean pooling), or "auto": a fine-tuned model's logits, else the
     sentence vector of a sentence-transformers directory, else the MLM logits when the
     directory has an MLM head, else the encoder's states."""
     quantize: bool = False

@@ -66,30 +66,30 @@ class FinetuneConfig:
     given as a duration, "90s", "1h30m" (`bertkit.config.parse_minutes`): it is kept in
     minutes."""
     epochs: int | None = None
-    """Passes over the training data; None = the task's default for the model's size
-    (`Task.defaults.epochs_for`: classify, pair and regress 3, or 10 under 5M block weights;
-    tag and spans 10; qa 3)."""
+    """Passes over the training data; none: the task's default for the model's size (classify,
+    pair and regress 3, or 10 under 5M block weights; tag and spans 10; qa 3; embed 1)."""
     lr: float | None = None
-    """Peak learning rate of the encoder; None = the task's default for the model's size
-    (`Task.defaults.lr_for`: 5e-5, or 2e-4 under 5M block weights in every task but qa)."""
+    """Peak learning rate of the encoder; none: the task's default for the model's size (5e-5,
+    embed 2e-5; 2e-4 under 5M block weights in every task but qa)."""
     head_lr: float | None = None
-    """Peak learning rate of the head (and CRF); None = the task's default."""
+    """Peak learning rate of the head (and CRF); none: the task's default (1e-3)."""
     batch_size: int | None = None
-    """Examples per step; None = the task's default."""
+    """Examples per step; none: the task's default (32; tag, spans and qa 16)."""
     max_length: int | None = None
-    """Longest input in tokens (longer ones are cut; QA contexts are windowed)."""
+    """Longest input in tokens (longer ones are cut; QA contexts are windowed); none: the
+    task's default (128; qa 384)."""
     train_layers: int | None = None
-    """None trains everything; 0 freezes the encoder (head only); k trains the top k blocks."""
+    """Encoder blocks trained: none: all; 0 freezes the encoder (head only); k: the top k."""
     layer_mix: bool = False
     """The head reads a learned softmax-weighted, scaled sum of all the encoder's layers
-    (ELMo's scalar mix, bertkit.model.scalar_mix) instead of the last one; with
+    (ELMo's scalar mix, Peters et al. 2018) instead of the last one; with
     --train-layers 0, ELMo's way: a frozen encoder and a mix learned for the task."""
     warmup: float = 0.1
     """Linear warm-up as a fraction of all steps, then linear decay to zero."""
     weight_decay: float = 0.01
     """AdamW weight decay (not on biases and LayerNorms)."""
     patience: int | None = 3
-    """Stop after this many evaluations without a better dev figure; None never stops early."""
+    """Stop after this many evaluations without a better dev figure; none: never early."""
     evals_per_epoch: int = 1
     """Dev evaluations per epoch (the best one is kept)."""
     dev_fraction: float = 0.1
@@ -100,7 +100,7 @@ class FinetuneConfig:
     """fp32 or bf16 (autocast); auto: bf16 on a GPU that supports it or a CPU that multiplies
     it natively (measured at start, as pretraining does), else fp32."""
     max_time: float | None = dataclasses.field(default=None, metadata={"duration": True})
-    """Stop after this many minutes of training; without `epochs` the learning-rate schedule
+    """Stop after this many minutes of training; without --epochs the learning-rate schedule
     then decays over the time budget instead of the default epochs."""
     save_every: int | None = None
     """Steps between checkpoints in OUT/checkpoints, from which --resume goes on after a kill;

@@ -59,7 +59,8 @@ class InitOptions:
     """The settings of a fresh model (`bertkit init`): its preset, shape and seed."""
 
     preset: str = field(metadata={"choices": tuple(PRESETS)})
-    """Model size (bertkit.config.PRESETS)."""
+    """Model size, layers and width: tiny (2 layers, 128 wide), mini (4, 256), small (4, 512),
+    medium (8, 512), base (12, 768: BERT-base), large (24, 1024: BERT-large)."""
     tokenizer: Path = field(metadata={"model": True})
     """Tokenizer (or model) directory: the vocabulary size and [PAD] id."""
     out: Path = field(metadata={"output": "directory"})
@@ -77,9 +78,9 @@ class InitOptions:
     hidden_size: int | None = None
     """Width of the token vectors; none: the preset's."""
     num_heads: int | None = None
-    """Attention heads (hidden_size must be a multiple); none: the preset's."""
+    """Attention heads (--hidden-size must be a multiple); none: the preset's."""
     intermediate_size: int | None = None
-    """Feed-forward width; none: the preset's ("modern": about 8/3 of hidden_size)."""
+    """Feed-forward width; none: the preset's ("modern": about 8/3 of --hidden-size)."""
 
     def create(self) -> PretrainingModel:
         """The fresh model these settings describe, saved with its tokenizer to `out`."""

@@ -60,7 +60,7 @@ class GenerationConfig:
     """sample: draw only among the smallest set of pieces whose probability reaches p; none:
     all."""
     seed: int = 0
-    """sample: seeds the torch.Generator of the draws (the same seed writes the same text)."""
+    """sample: seeds the draws (the same seed writes the same text)."""
     num_return_sequences: int = 1
     """Continuations written for the prompt (greedy ones are all the same)."""
 
@@ -87,8 +87,9 @@ class GenerateOptions:
     """The text to continue."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """How the next piece is chosen."""
-    device: str = "cpu"
-    """Where the model runs: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
     json: bool = False
     """One JSON object: {"prompt", "texts"}."""
 

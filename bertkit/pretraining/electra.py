@@ -37,8 +37,8 @@ class ElectraSettings:
     width (same depth). Clark et al. found 1/4 to 1/2 best and used 1/4 for ELECTRA-Small
     and -Large: a stronger generator makes the detection task too hard early on."""
     detection_weight: float = DETECTION_WEIGHT
-    """λ: weight of the discriminator's loss against the generator's MLM loss (the paper's
-    50: the per-token binary loss is far smaller than the MLM cross-entropy)."""
+    """λ: weight of the discriminator's loss against the generator's MLM loss (Clark et
+    al.'s 50: the per-token binary loss is far smaller than the MLM cross-entropy)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.generator_fraction <= 1.0:

@@ -92,7 +92,7 @@ class LMEvalOptions:
     random_frac: float | None = None
     """Share of the masked sample replaced by a random piece (uniform over the vocabulary for
     a text file, the corpus's unigram distribution for a prepared directory, as pretraining
-    draws them); the rest of the sample is left as it is but still scored. None: 0 for a text
+    draws them); the rest of the sample is left as it is but still scored; none: 0 for a text
     file, pretraining's --random-frac (0.1) for a prepared directory."""
     group_by: str | None = None
     """Minimal pairs: field whose values group the pairs; none: "UID" when the pairs have it,

@@ -39,8 +39,8 @@ class MaskingConfig:
     mlm_prob: float = 0.15
     """Share of the non-special tokens of each sequence that are predicted."""
     mlm_prob_final: float | None = None
-    """Pretraining: the rate goes linearly from mlm_prob at the start of the run to this at
-    its end (by steps, or the clock for a time budget); none: mlm_prob throughout. Ankner et
+    """Pretraining: the rate goes linearly from --mlm-prob at the start of the run to this at
+    its end (by steps, or the clock for a time budget); none: --mlm-prob throughout. Ankner et
     al. 2023 ("Dynamic masking rate schedules") went from 30% to 15%."""
     mask_frac: float = 0.8
     """Of the selected units, the share replaced by [MASK]."""
@@ -53,7 +53,7 @@ class MaskingConfig:
     """Draw random replacements uniformly over the non-special vocabulary instead of from the
     corpus unigram distribution."""
     max_predictions: int | None = None
-    """Cap on the selected tokens of one sequence (BERT used 20 at length 128); None = none."""
+    """Cap on the selected tokens of one sequence (BERT used 20 at length 128); none: no cap."""
     span_p: float = 0.2
     """Span masking: parameter of the geometric distribution of span lengths in words."""
     max_span_words: int = 10

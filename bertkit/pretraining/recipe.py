@@ -91,8 +91,8 @@ class PretrainSchedule(TrainConfig):
     """Peak learning rate, reached at the end of warm-up (1e-3 beat 2e-3 for "modern" mini;
     the 2018 "bert" recipe wants about 1e-4 to 5e-4)."""
     schedule: Schedule = "wsd"
-    """Decay after warm-up: "linear" to min_lr_ratio, "cosine", "constant", or "wsd"
-    (warmup-stable-decay: the peak until the last decay_fraction of the run, then linear)."""
+    """Decay after warm-up: "linear" to --min-lr-ratio, "cosine", "constant", or "wsd"
+    (warmup-stable-decay: the peak until the last --decay-fraction of the run, then linear)."""
     precision: Precision = "auto"
     """"auto": bf16 where this device multiplies it natively (a GPU that has it, a CPU
     measured at start to multiply bf16 faster than fp32), else fp32; or "fp32", "bf16",
@@ -133,16 +133,16 @@ class PretrainOptions:
     to prepare into OUT/data first, found there by later runs: a text file (one sentence or
     paragraph per line, a blank line between documents), JSONL, CSV, TSV, Parquet, a
     `datasets` directory, a folder or a glob, compressed or not; or several of either mixed by
-    proportion, PATH=0.7,PATH=0.3 (a table in --config; see `bertkit.pretraining.mixture`),
+    proportion, PATH=0.7,PATH=0.3 (a table in --config; docs/pretraining.md, "Mixing corpora"),
     each corpus to prepare into OUT/data/K-NAME (K its place in the mixture), all with one
-    tokenizer (`bertkit.pretraining.run_data`); PATH=0.3:FIELD reads that corpus' text from
-    its records' FIELD instead of --text-field's."""
+    tokenizer; PATH=0.3:FIELD reads that corpus' text from its records' FIELD instead of
+    --text-field's."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, and the final model at the top."""
     tokenizer: Path | None = field(default=None, metadata={"model": True})
     """A corpus to prepare as --data (or in a mixture) only: the tokenizer (or model)
     directory to prepare it with; none: --init's, a mixture's prepared directories', or a
-    WordPiece vocabulary of vocab_size trained on the text (of all the corpora to prepare)."""
+    WordPiece vocabulary of --vocab-size trained on the text (of all the corpora to prepare)."""
     vocab_size: int = 16000
     """A corpus to prepare as --data only, without --tokenizer or --init: size of the uncased
     WordPiece vocabulary trained on it (16,000 for the measured english_books runs)."""
@@ -150,7 +150,9 @@ class PretrainOptions:
     """A corpus to prepare as --data only: the field of a JSONL object, a CSV row or a table
     row that holds the text (in a mixture, of each corpus that names none: PATH=W:FIELD)."""
     preset: str | None = field(default=None, metadata={"choices": tuple(PRESETS)})
-    """Size of a fresh model (config.PRESETS); none: "mini" (DEFAULT_PRESET) unless --init."""
+    """Size of a fresh model, layers and width: tiny (2 layers, 128 wide), mini (4, 256), small
+    (4, 512), medium (8, 512), base (12, 768: BERT-base), large (24, 1024: BERT-large); none:
+    mini unless --init."""
     init: Path | None = field(default=None, metadata={"model": True})
     """Model directory to continue pretraining from (its architecture, size and
     tokenizer)."""
@@ -161,9 +163,10 @@ class PretrainOptions:
     """Dropout of a fresh model (hidden and attention); none: the architecture's (0 for
     "modern", 0.1 for "bert")."""
     objective: str = field(default="mlm", metadata={"choices": objectives.OBJECTIVES})
-    """"mlm" (RoBERTa: packed, no NSP), "mlm+nsp" (BERT; "bert" only), "span" (SpanBERT),
-    "clm", "electra" (replaced-token detection: a small generator and the discriminator, saved
-    at the top, with the generator in OUT/generator)."""
+    """"mlm" (masked language model, as RoBERTa: packed, no NSP), "mlm+nsp" (BERT's: with
+    next-sentence prediction, NSP; "bert" only), "span" (SpanBERT), "clm" (causal: left to
+    right, as GPT), "electra" (replaced-token detection: a small generator and the
+    discriminator, saved at the top, with the generator in OUT/generator)."""
     electra: ElectraSettings = field(default_factory=ElectraSettings)
     """--objective electra: the generator's size and the weight of the detection loss."""
     masking: PretrainMasking = field(default_factory=PretrainMasking)
@@ -177,21 +180,22 @@ class PretrainOptions:
     "whole-sentences" (each row also starts at a sentence start, as RoBERTa's FULL-SENTENCES:
     the sentences that fit, then padding)."""
     early_seq_len: int = 64
-    """Sequence length of the first early_fraction of the run, with as many more sequences per
-    batch (about the same tokens per step); then seq_len (BERT: 128 for 90% of its steps, then
-    512). 64 then 128 learned more in 12 and 60 minutes than 128 throughout (docs/recipe.md).
-    Only where shorter than seq_len."""
+    """Sequence length of the first --early-fraction of the run, with as many more sequences
+    per batch (about the same tokens per step); then --seq-len (BERT: 128 for 90% of its steps,
+    then 512). 64 then 128 learned more in 12 and 60 minutes than 128 throughout
+    (docs/recipe.md). Only where shorter than --seq-len."""
     early_fraction: float = 0.9
-    """Share of the run (steps, or the clock for a time budget) at early_seq_len; 0: seq_len
+    """Share of the run (steps, or the clock for a time budget) at --early-seq-len; 0: --seq-len
     throughout."""
     batch_size: int = 16
-    """Sequences per micro-batch, all ranks together (each rank takes batch_size / ranks).
+    """Sequences per micro-batch, all ranks together (each rank takes an equal share).
     16 learns more per minute than 32 on a 2-core CPU (docs/recipe.md); on a GPU, raise
     it until the device is busy."""
     eval_batches: int = 40
     """Held-out batches per evaluation (the same masks every time, so curves compare)."""
-    device: str | None = None
-    """"cpu", "cuda", "cuda:1"; None: cuda if available (each rank its LOCAL_RANK GPU)."""
+    device: str | None = "auto"
+    """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ...; under torchrun, auto and cuda give each rank its LOCAL_RANK GPU."""
     dist_timeout: float = 600.0
     """Under torchrun: seconds a rank waits for the others in one collective (the gradient
     all-reduce, a barrier) before it ends the run with an error; a peer that died or hangs
@@ -251,7 +255,7 @@ def _device(requested: str | None) -> torch.device:
     """The run's device: "cuda" (or none, given a GPU) is this rank's LOCAL_RANK GPU under
     torchrun; one GPU named for every rank of a node is refused (NCCL: "Duplicate GPU")."""
     local = int(os.environ.get("LOCAL_RANK", 0))
-    if requested is None:
+    if requested in (None, "auto"):
         return torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
     device = parse_device(requested)
     if device.type == "cuda" and device.index is None:
@@ -477,7 +481,7 @@ def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
     if opts.train.compile is None:
         opts = dataclasses.replace(opts, train=opts.train.replace(
             compile=device.type == "cuda" and compiles_for(device)))
-    if opts.device is None:  # under torchrun not rank 0's cuda:0, refused for two ranks
+    if opts.device in (None, "auto"):  # under torchrun not rank 0's cuda:0, refused for two ranks
         opts = dataclasses.replace(opts, device=str(device) if world == 1 else device.type)
     return opts, why
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +43,7 @@ from bertkit.model.elmo import (ElmoConfig, ElmoLM, ElmoOutput, flip, load_elmo,
                                reverse_index, save_elmo)
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining.shards import load_manifest, load_split
-from bertkit.runtime import choose_precision
+from bertkit.runtime import choose_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.text.vocab import train_tokenizer
 from bertkit.training.loop import autocast, train
@@ -197,13 +197,13 @@ class ElmoOptions:
     """Train ELMo's forward and backward LSTM language models on a corpus."""
     data: Path
     """A `bertkit prepare` directory (its shards, held-out split and tokenizer), or a text
-    file (one paragraph a line; every heldout_every-th line held out)."""
+    file (one paragraph a line; every --heldout-every-th line held out)."""
     out: Path
     """Run directory: checkpoints, metrics.jsonl, loss.png, then the model (elmo.json,
     model.safetensors, tokenizer) and metrics.json (held-out perplexities) at the top."""
     tokenizer: Path | None = field(default=None, metadata={"model": True})
     """Text file only: a tokenizer (or model) directory; none trains a WordPiece vocabulary
-    of vocab_size on the file."""
+    of --vocab-size on the file."""
     vocab_size: int = 8000
     """Text file without --tokenizer: size of the WordPiece vocabulary trained on it."""
     cased: bool = False
@@ -225,7 +225,7 @@ class ElmoOptions:
     lr: float = 2e-3
     """Peak learning rate (AdamW, 2% warm-up, linear decay)."""
     max_minutes: float | None = field(default=4.0, metadata={"duration": True})
-    """Training time budget in minutes (the schedule decays over it without max_steps)."""
+    """Training time budget in minutes (the schedule decays over it without --max-steps)."""
     max_steps: int | None = None
     """Stop after this many steps instead (or as well)."""
     eval_every: int | None = None
@@ -239,9 +239,10 @@ class ElmoOptions:
     seed: int = 0
     """Seed of weight initialisation, batch order and dropout."""
     resume: bool = False
-    """Continue from the latest checkpoint in out (after Ctrl-C, SIGTERM or a kill)."""
-    device: str = "cpu"
-    """Torch device."""
+    """Continue from the latest checkpoint in OUT (after Ctrl-C, SIGTERM or a kill)."""
+    device: str = "auto"
+    """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
 
 
 @dataclass
@@ -273,6 +274,7 @@ def _tokenizer_and_streams(options: ElmoOptions) -> tuple[Tokenizer, Streams, St
 
 def train_elmo(options: ElmoOptions, command_line: str | None = None) -> ElmoResult:
     """Train, evaluate held-out perplexity of both directions, save the model into out."""
+    options = replace(options, device=str(resolve_device(options.device)))  # "auto": this one
     out = Path(options.out)
     check_not_input(out, [options.data, options.tokenizer], names=["data", "tokenizer"])
     if options.seq_len < 1 or options.batch_size < 1 or options.eval_rows < 1:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Literal, Sequence
@@ -40,6 +40,7 @@ from bertkit.finetuning.recipe import hold_out
 from bertkit.finetuning.tagging import has_entities
 from bertkit.model.kind import ModelKind, model_kind
 from bertkit.model.scalar_mix import ScalarMix
+from bertkit.runtime import resolve_device
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 
@@ -115,7 +116,7 @@ class ElmoTagOptions:
     """Output directory: tagger.safetensors, tagger.json, metrics.json, metrics.jsonl, and with
     a mix layer_weights.png."""
     dev: Path | None = None
-    """Tagged dev sentences; none holds out dev_fraction of train (the split `finetune`
+    """Tagged dev sentences; none holds out --dev-fraction of --train (the split `finetune`
     makes with the same seed)."""
     dev_fraction: float = 0.1
     """Share of the training sentences held out when there is no --dev."""
@@ -134,8 +135,9 @@ class ElmoTagOptions:
     """Dropout on the mixed vector."""
     seed: int = 0
     """Seed of the split, the initialisation, the batch order and dropout."""
-    device: str = "cpu"
-    """Torch device."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
     quiet: bool = False
     """No progress on stderr."""
 
@@ -224,6 +226,7 @@ def save_tagger(model: MixTagger, path: Path, description: dict) -> None:
 
 def tag_words(options: ElmoTagOptions, command_line: str | None = None) -> dict:
     """Train the probe, score dev accuracy beside the most-frequent-tag baseline, save."""
+    options = replace(options, device=str(resolve_device(options.device)))  # "auto": this one
     out = Path(options.out)
     check_not_input(out, [options.model, options.train, options.dev],
                     names=["model", "training file", "dev file"])

@@ -441,7 +441,7 @@ class EntitiesOptions:
     seed: int = 0
     """Seed of initialisation, batch order and the training loop."""
     resume: bool = False
-    """Continue each model from its latest checkpoint under out (after Ctrl-C or SIGTERM)."""
+    """Continue each model from its latest checkpoint under OUT (after Ctrl-C or SIGTERM)."""
     device: str = "auto"
     """Torch device; auto: CUDA when there is one, else the CPU."""
 

@@ -589,9 +589,9 @@ class Seq2SeqOptions:
     """Models to train: "plain" (final state only), "attention" (additive attention) and/or
     "copy" (attention and the pointer-generator copy mechanism)."""
     max_pairs: int | None = None
-    """Train on the first this many pairs that fit max_tokens; None: all of them."""
+    """Train on the first this many pairs that fit --max-tokens; none: all of them."""
     dev_pairs: int | None = None
-    """Score the first this many dev pairs that fit max_tokens; None: all of them."""
+    """Score the first this many dev pairs that fit --max-tokens; none: all of them."""
     sample_pairs: int = 200
     """Dev pairs (evenly spread) decoded greedily at each evaluation: the BLEU curve."""
     max_tokens: int = 128
@@ -619,7 +619,7 @@ class Seq2SeqOptions:
     seed: int = 0
     """Seed of weight initialisation, batch order and the training loop."""
     resume: bool = False
-    """Continue each model from its latest checkpoint under out (after Ctrl-C or SIGTERM)."""
+    """Continue each model from its latest checkpoint under OUT (after Ctrl-C or SIGTERM)."""
     device: str = "auto"
     """Torch device; auto: CUDA when there is one, else the CPU."""
 

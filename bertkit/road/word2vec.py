@@ -58,7 +58,7 @@ class SkipGramConfig:
     does)."""
     loss: Literal["negative", "softmax"] = "negative"
     """negative: negative sampling (K noise words per prediction); softmax: the full softmax
-    over the vocabulary (refused above SOFTMAX_MAX_VOCAB entries)."""
+    over the vocabulary (refused above 10,000 entries)."""
     dim: int = 100
     """Width D of each word vector."""
     window: int = 5
@@ -70,9 +70,9 @@ class SkipGramConfig:
     min_count: int = 5
     """Tokens seen fewer times are left out of the vocabulary (and of the windows)."""
     subsample: float = 1e-3
-    """Threshold t of frequent-word subsampling (0 = keep every token). word2vec's default:
-    the paper's 1e-5 suits billion-word corpora; on a few million words it throws away so
-    much text that the vectors stay undertrained."""
+    """Threshold t of frequent-word subsampling (0 = keep every token). The word2vec tool's
+    default: Mikolov et al.'s 1e-5 (2013) suits billion-word corpora; on a few million words
+    it throws away so much text that the vectors stay undertrained."""
     power: float = 0.75
     """Exponent of the unigram counts in the noise distribution."""
     lr: float = 0.025

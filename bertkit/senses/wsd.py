@@ -68,9 +68,9 @@ class WsdOptions:
     window: int = 5
     """Static models: words on each side of the target whose vectors are averaged."""
     gloss_weight: float | None = None
-    """a: weight of the gloss similarity; None = tune on the training data."""
+    """a: weight of the gloss similarity; none: tuned on the training data."""
     prior_weight: float | None = None
-    """b: weight of the log prior; None = tune on the training data."""
+    """b: weight of the log prior; none: tuned on the training data."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

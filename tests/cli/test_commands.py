@@ -36,6 +36,10 @@ MODEL_COMMANDS = {
     "wsd evaluate": ["--wsd", "w", "--input", "i"],
     "static contexts": ["--model", "m", "--bert", "b", "--word", "w", "a w"],
     "pretrain": ["--data", "d", "--out", "o", "--preset", "tiny", "--max-steps", "1"],
+    "generate": ["--model", "m", "a prompt"],
+    "similarity": ["--model", "m", "a w", "w", "b w", "w"],
+    "road elmo": ["--data", "d", "--out", "o"],
+    "road elmo-tag": ["--model", "m", "--train", "t", "--out", "o"],
 }
 
 # Spellings of a concept that has another name on the command line. (`pretrain --data` is the
@@ -111,7 +115,10 @@ def reached(monkeypatch, tmp_path):
     import bertkit.finetuning.predict
     import bertkit.finetuning.recipe
     import bertkit.model.fill_mask
+    import bertkit.model.generate
     import bertkit.pretraining.recipe
+    import bertkit.road.elmo
+    import bertkit.road.elmo_tagger
     import bertkit.senses.data
     import bertkit.embeddings.context_similarity
     import bertkit.embeddings.static
@@ -131,6 +138,10 @@ def reached(monkeypatch, tmp_path):
     monkeypatch.setattr(bertkit.finetuning.recipe, "finetune",
                         lambda *a, **k: stop(a[-1].device))
     monkeypatch.setattr(bertkit.pretraining.recipe, "pretrain", lambda o, **k: stop(o.device))
+    monkeypatch.setattr(bertkit.model.generate, "generate",
+                        lambda model, prompt, config, device="cpu": stop(device))
+    monkeypatch.setattr(bertkit.road.elmo, "train_elmo", lambda o, *a: stop(o.device))
+    monkeypatch.setattr(bertkit.road.elmo_tagger, "tag_words", lambda o, *a: stop(o.device))
     monkeypatch.setattr(bertkit.senses.data, "load_source",
                         lambda model, device="cpu", **k: stop(device))
     monkeypatch.setattr(bertkit.senses.data, "read_examples", lambda *a, **k: [])
@@ -148,9 +159,9 @@ def test_device_reaches_the_library(name, reached, capsys):
     assert capsys.readouterr().err.strip() == "error: reached device=cpu:0"
 
 
-@pytest.mark.parametrize("name", [n for n in MODEL_COMMANDS if n != "pretrain"])
+@pytest.mark.parametrize("name", MODEL_COMMANDS)
 def test_the_default_device_is_auto(name, reached, capsys):
-    """No --device: CUDA when the machine has it, else the CPU (pretrain: its own None)."""
+    """No --device: CUDA when the machine has it, else the CPU."""
     assert cli.main([*name.split(), *MODEL_COMMANDS[name]]) == 2
     want = "cuda" if torch.cuda.is_available() else "cpu"
     assert capsys.readouterr().err.strip() == f"error: reached device={want}"

@@ -24,9 +24,9 @@ def rank_1_of_2(monkeypatch):
     monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
 
 
-@pytest.mark.parametrize("given", [None, "cuda"])
+@pytest.mark.parametrize("given", [None, "auto", "cuda"])
 def test_under_torchrun_each_rank_takes_its_local_rank_gpu(four_gpus, rank_1_of_2, given):
-    """--device cuda as no --device: torch.cuda.set_device refuses "cuda" without an index,
+    """--device cuda as auto, the default (or None, from the library): torch.cuda.set_device refuses "cuda" without an index,
     and without one every rank would share GPU 0."""
     assert recipe._device(given) == torch.device("cuda", 1)
 
@@ -50,12 +50,14 @@ def test_nccl_is_joined_on_the_ranks_gpu(four_gpus, rank_1_of_2, monkeypatch):
 
 @pytest.mark.parametrize("given,chosen,said", [
     (None, torch.device("cuda", 1), "cuda"), ("cuda", torch.device("cuda", 1), "cuda"),
+    ("auto", torch.device("cuda", 1), "cuda"), ("auto", torch.device("cpu"), "cpu"),
     (None, torch.device("cpu"), "cpu"), ("cpu", torch.device("cpu"), "cpu")])
 def test_the_settings_under_torchrun_name_the_device_every_rank_uses(given, chosen, said):
-    """Not none (the rank's GPU is chosen per rank) and not rank 0's cuda:0 (refused for two
+    """Not auto (the rank's GPU is chosen per rank) and not rank 0's cuda:0 (refused for two
     ranks): the --device that the recorded command gives every rank again."""
     opts = recipe.PretrainOptions(data="d", out="o", device=given, train=recipe.PretrainSchedule(
         max_steps=1, precision="fp32", compile=False))
     resolved, _ = recipe.resolve(opts, chosen, world=2)
     assert resolved.device == said
-    assert recipe.resolve(opts, chosen, world=1)[0].device == (given or str(chosen))
+    alone = str(chosen) if given in (None, "auto") else given
+    assert recipe.resolve(opts, chosen, world=1)[0].device == alone

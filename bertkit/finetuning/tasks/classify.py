@@ -36,12 +36,14 @@ class TextTask(Task):
     """How the label column reads: single (a class), multi (a list of classes), float."""
 
     text_column: str | None = None
-    """Column of the text; none: the first of TEXT_COLUMNS the file has."""
+    """Column of the text; none: the first the file has of text, sentence, premise, sentence1,
+    question."""
     pair_column: str | None = None
-    """Column of the second text; none: classify has none, pair picks from PAIR_COLUMNS,
-    regress takes one if the file has it."""
+    """Column of the second text; none: classify has none, pair takes the first the file has of
+    pair, hypothesis, sentence2, text_b, regress one of those if the file has it."""
     label_column: str | None = None
-    """Column of the label; none: the first of LABEL_COLUMNS the file has."""
+    """Column of the label; none: the first the file has of label, labels, score,
+    relatedness."""
     pooling: Literal["cls", "mean"] | None = None
     """What the head reads, [CLS] ("cls"; through the pooler for a "bert" encoder) or the mean
     of the last layer over the tokens ("mean"); none: "mean" for a "modern" encoder, whose
@@ -210,7 +212,7 @@ def hf_problem(config: dict) -> str | None:
 
 @dataclass(frozen=True)
 class Classify(TextTask):
-    """One text, one class (or, with multi_label, any number of classes)."""
+    """One text, one class (or, with --multi-label, any number of classes)."""
     name: ClassVar[str] = "classify"
 
     multi_label: bool = False

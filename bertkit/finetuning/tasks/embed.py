@@ -87,8 +87,11 @@ class Embed(Task):
 
     objective: Literal["auto", "mnrl", "cosent", "cosine-mse", "simcse"] = dataclasses.field(
         default="auto", metadata={"flag": "loss"})
-    """auto: by the training file (pairs, triplets, NLI: mnrl; scored pairs: cosent;
-    sentences in a .txt file: simcse)."""
+    """mnrl (multiple-negatives ranking: the other texts of the batch are the negatives),
+    cosent (CoSENT: scored pairs ranked by score), cosine-mse (squared error of cosine and score),
+    simcse (SimCSE: a sentence against itself under another dropout), or auto: by the
+    training file (pairs, triplets, NLI: mnrl; scored pairs: cosent; sentences in a .txt file:
+    simcse)."""
     scale: float = losses.DEFAULT_SCALE
     """The cosines' scale in mnrl, simcse and cosent (20: a temperature of 0.05)."""
     symmetric: bool = False
@@ -101,7 +104,7 @@ class Embed(Task):
     """Also train these prefixes of the vector (Matryoshka), e.g. 64 128; the loss is summed
     over them and the whole vector."""
     dropout: float | None = None
-    """Dropout on the encoder while training (hidden and attention); None: the model's own
+    """Dropout on the encoder while training (hidden and attention); none: the model's own
     rates, except that simcse on a model made without dropout (the modern recipe) uses 0.1:
     dropout is SimCSE's only noise, and with none its two views are the same vector."""
     score_range: tuple[float, ...] = ()

@@ -261,7 +261,7 @@ class SpanTagger(TaskHead):
 
 @dataclass(frozen=True)
 class Spans(WordTask):
-    """Entities as word spans, nested or not; `labels` are the entity types."""
+    """Entities as word spans, nested or not; its labels are the entity types."""
     name: ClassVar[str] = "spans"
 
     nested: bool = fitted(False)

@@ -180,10 +180,10 @@ class Tag(WordTask):
     I-X (a chunk opens on the first piece only; BIOES S-X becomes B-X ... E-X); "first"
     labels the first piece and ignores the rest."""
     decode: Literal["first", "mean"] = "first"
-    """Read a word's label from its first piece ("first", the textbook's simplest decoding) or
+    """Read a word's label from its first piece ("first", as BERT's paper does) or
     average its pieces' log-probabilities ("mean"; not with a CRF, which decodes the pieces)."""
     crf: bool | None = None
-    """A linear-chain CRF over the labels, with the scheme's invalid transitions barred;
+    """A linear-chain conditional random field (CRF) over the labels, with the scheme's invalid transitions barred;
     none: a CRF unless --decode mean (as flair's tagger; the 60-minute `mini` of
     docs/recipe.md gets WNUT-16 F1 0.318 with it against 0.224 without, POS 0.926
     against 0.924)."""
