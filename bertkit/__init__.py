@@ -35,7 +35,7 @@ _EXPORTS = {
     # fine-tuning
     "FinetuneConfig": "finetuning.recipe", "finetune": "finetuning.recipe",
     "TaskModel": "finetuning.predict", "classify": "finetuning.predict", "tag": "finetuning.predict", "answer": "finetuning.predict",
-    "CRF": "finetuning.crf",
+    "CRF": "finetuning.crf", "Reranker": "finetuning.reranker",
     # embeddings and what they show
     "Embedder": "embeddings.embedder", "word_vector": "embeddings.embedder", "word_vectors": "embeddings.embedder",
     "embed": "embeddings.embedder",

@@ -201,6 +201,7 @@ PREDICTION_SHAPES = {
            '"score"}]} plus "gold" for tagged input',
     "spans": 'as tag ("tags": the entities in BIO, the best-scored where they overlap)',
     "qa": '{"id", "answer", "start", "end", "score", "null_margin"}',
+    "rerank": '{"query", "passage", "score"} per pair (a file of queries: per candidate)',
 }
 """The row `bertkit predict` writes per input, by task (README, fine-tuning section)."""
 

@@ -145,9 +145,10 @@ def _rows(path: Path, columns: tuple[str, ...]):
             continue
         rows += 1
         yield number, texts, record
+    if not rows:  # one line: a warning of the skipped rows beside it would say it twice
+        raise UserError(f"{first_skipped}: no examples: every row has an empty text "
+                        f"({skipped} rows, this the first)" if skipped else f"{path}: no examples")
     _warn_skipped(path, "rows with an empty text", skipped, first_skipped)
-    if not rows:
-        raise UserError(f"{path}: no examples")
 
 
 def read_pairs(path: str | Path) -> list[Pair]:
