@@ -517,6 +517,11 @@ class Workbench:
                 key = "entities" if not found or "word" not in found[0] else "words"
                 return {"model": served.name, "task": task.name, "text": text, key: found}
             pair = None if pair in (None, "") else self.text(pair, "pair")
+            if task.verb == "rerank":  # the text is the query, the pair its passage
+                if pair is None:
+                    raise RequestError("a reranker scores a passage (pair) for a query (text)")
+                return {"model": served.name, "task": task.name, "text": text, "pair": pair,
+                        "score": runner((text, pair))["score"]}
             if task.name == "pair" and pair is None:
                 raise RequestError("a sentence-pair model needs the second text (pair)")
             return {"model": served.name, "task": task.name, "text": text,

@@ -411,3 +411,18 @@ def test_a_teacher_of_another_kind_is_refused_before_training(tiny_bert, tmp_pat
                  "--out", str(never), "--loss", "margin-mse"]) == 2
     assert capsys.readouterr().err == ("error: --loss margin-mse learns a teacher's margins: "
                                        "name it, --teacher DIR\n")
+
+
+def test_serve_scores_a_passage_for_a_query(tiny_bert, tmp_path):
+    from bertkit.serve.workbench import RequestError, Workbench
+
+    out = tmp_path / "out"
+    finetune(Rerank(), tiny_bert, make_file(tmp_path, "triplets", 32), None, out,
+             FinetuneConfig(epochs=1, **QUICK))
+    bench = Workbench.load([out])
+    name, = bench.models
+    answer = bench.predict(name, text="john went to rome", pair="rome went john to")
+    assert answer["task"] == "rerank" and answer["score"] == pytest.approx(
+        Reranker.load(out).predict(("john went to rome", "rome went john to")), abs=1e-6)
+    with pytest.raises(RequestError, match="a reranker scores a passage"):
+        bench.predict(name, text="john went to rome")
