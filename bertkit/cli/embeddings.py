@@ -71,12 +71,20 @@ def run_sparse_embed(files: EmbedFiles, settings, encoder) -> int:
     return 0
 
 
+def _is_sparse(model: Path) -> bool:
+    from bertkit.model.kind import ModelKind, model_kind
+
+    try:
+        return model_kind(model) is ModelKind.SPARSE
+    except UserError:  # no model there: the loader says so in its own words
+        return False
+
+
 def run_embed(files: EmbedFiles, settings, encoder) -> int:
     from bertkit.embeddings.files import check_npy_out
     from bertkit.finetuning.readers import input_file
-    from bertkit.model.kind import ModelKind, model_kind
 
-    if model_kind(encoder.model) is ModelKind.SPARSE:
+    if _is_sparse(encoder.model):
         return run_sparse_embed(files, settings, encoder)
     check_npy_out(files.out)
     embedder = encoder.load()
