@@ -44,7 +44,7 @@ class FillMask:
         model's name in the local Hugging Face cache; another kind of model directory is a
         one-line UserError saying what it holds. An ELECTRA directory guesses with its
         generator (`uses_generator`): the discriminator has no masked-LM head."""
-        path = require_kind(path, ModelKind.ENCODER)
+        path = require_kind(path, ModelKind.ENCODER, ModelKind.SPARSE)  # SPLADE: an MLM head
         tokenizer, device = Tokenizer.load(path), resolve_device(device)
         if is_electra_dir(path):
             return cls(load_electra(path, device).generator, tokenizer, device, batch_size)

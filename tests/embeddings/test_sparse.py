@@ -143,6 +143,9 @@ def test_the_directory_is_a_sparse_model_that_the_embedder_refuses(sparse_dir):
     assert model_kind(sparse_dir) is ModelKind.SPARSE
     with pytest.raises(UserError, match="sparse"):
         Embedder.load(sparse_dir)  # never mean-pooled by mistake
+    from bertkit.model.info import info
+
+    assert info(sparse_dir).config.vocab_size == 5 + len(WORDS)  # still a masked-LM directory
     assert sum(p.numel() for p in load_model(sparse_dir).mlm.parameters()) > 0
 
 

@@ -216,3 +216,21 @@ def test_the_command_records_the_regulariser_settings(tiny_mlm, tmp_path, capsys
     record = json.loads((out / "training_args.json").read_text())
     assert record["options"]["query_reg"] == 1e-3 and record["options"]["doc_reg"] == 2e-3
     assert "--reg-warmup 0.5" in record["command"]
+
+
+def test_resume_equals_an_uninterrupted_run(tiny_mlm, tmp_path, monkeypatch):
+    """The regulariser's warm-up reads the steps taken: a resumed run goes on where it was."""
+    from tests.finetuning.test_resume import _assert_same_model, _signal_at
+
+    train = pairs_file(tmp_path / "train.jsonl", 96)
+    dev = pairs_file(tmp_path / "dev.jsonl", 24, seed=1)
+    cfg = FinetuneConfig(epochs=2, evals_per_epoch=2, **{**QUICK, "batch_size": 8})
+    task = Sparse(query_reg=0.05, doc_reg=0.05, reg_warmup=0.5)  # large enough to matter
+    finetune(task, tiny_mlm, train, dev, tmp_path / "whole", cfg)
+    _signal_at(monkeypatch, 7)
+    stopped = finetune(task, tiny_mlm, train, dev, tmp_path / "parts", cfg)
+    assert stopped.stopped_by == "interrupted"
+    monkeypatch.undo()
+    finetune(task, tiny_mlm, train, dev, tmp_path / "parts",
+             dataclasses.replace(cfg, resume=True))
+    _assert_same_model(tmp_path / "whole", tmp_path / "parts")
