@@ -55,12 +55,14 @@ class SparseEncoder:
         then SpladePooling with max and relu, the only SPLADE bertkit computes)."""
         path = require_kind(path, ModelKind.SPARSE)
         modules = read_json(path / SENTENCE_MODULES_FILE, "sentence-transformers modules file")
-        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
-        if len(kinds) != 2 or kinds[1] != "SpladePooling":
+        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] if isinstance(m, dict) else "?"
+                 for m in modules]
+        if len(kinds) != 2 or kinds[1] != "SpladePooling" or "?" in kinds:
             raise UserError(f"{path / SENTENCE_MODULES_FILE}: modules {' -> '.join(kinds)}; "
                             f"bertkit reads a transformer -> SpladePooling only")
         pooling = read_json(path / str(modules[1].get("path", POOLING_DIR)) / "config.json")
-        if (pooling.get("pooling_strategy", "max"), pooling.get("activation_function", "relu")) \
+        if not isinstance(pooling, dict) or (pooling.get("pooling_strategy", "max"),
+                                             pooling.get("activation_function", "relu")) \
                 != ("max", "relu"):
             raise UserError(f"{path}: SpladePooling {pooling}; bertkit computes max pooling of "
                             f"relu activations (SPLADE-max) only")

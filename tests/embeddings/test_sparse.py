@@ -210,3 +210,14 @@ def test_the_ranking_loss_equals_sentence_transformers(sparse_dir):
     q, p, n = (torch.relu(torch.randn(5, 12, generator=g)) for _ in range(3))
     assert float(theirs.compute_loss_from_embeddings([q, p, n], None)) == \
         pytest.approx(float(sparse.ranking_loss(q, torch.cat([p, n]))), rel=1e-5)
+
+
+def test_a_pooling_bertkit_does_not_compute_is_one_error(sparse_dir, tmp_path):
+    import shutil
+
+    other = tmp_path / "sum"
+    shutil.copytree(sparse_dir, other)
+    (other / sparse.POOLING_DIR / "config.json").write_text(
+        json.dumps({"pooling_strategy": "sum", "activation_function": "relu"}))
+    with pytest.raises(UserError, match="max pooling of relu activations"):
+        SparseEncoder.load(other)

@@ -234,3 +234,11 @@ def test_resume_equals_an_uninterrupted_run(tiny_mlm, tmp_path, monkeypatch):
     finetune(task, tiny_mlm, train, dev, tmp_path / "parts",
              dataclasses.replace(cfg, resume=True))
     _assert_same_model(tmp_path / "whole", tmp_path / "parts")
+
+
+def test_the_step_never_makes_the_host_wait(tiny_mlm, step_syncs, tmp_path):
+    """The warm-up reads the step count on the device: no value comes back to the host."""
+    train = pairs_file(tmp_path / "train.jsonl", 48, kind="queries")
+    result = finetune(Sparse(), tiny_mlm, train, None, tmp_path / "out",
+                      FinetuneConfig(epochs=1, **QUICK))
+    assert result.steps > 1 and step_syncs.found == []
