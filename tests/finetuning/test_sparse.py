@@ -242,3 +242,18 @@ def test_the_step_never_makes_the_host_wait(tiny_mlm, step_syncs, tmp_path):
     result = finetune(Sparse(), tiny_mlm, train, None, tmp_path / "out",
                       FinetuneConfig(epochs=1, **QUICK))
     assert result.steps > 1 and step_syncs.found == []
+
+
+def test_a_modern_encoder_saves_a_sparse_encoder_read_alike(tiny_modern, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning, match="no masked-LM head"):
+        finetune(Sparse(), tiny_modern, pairs_file(tmp_path / "t.jsonl", 32), None, out,
+                 FinetuneConfig(epochs=1, **QUICK))
+    assert json.loads((out / "config.json").read_text())["architectures"] == \
+        ["ModernBertForMaskedLM"]
+    texts = ["the good film", "john went to paris and rome"]
+    theirs = st.SparseEncoder(str(out), device="cpu",
+                              model_kwargs={"attn_implementation": "eager"}).encode(texts)
+    torch.testing.assert_close(SparseEncoder.load(out).encode(texts).to_dense(),
+                               theirs.to_dense(), atol=1e-5, rtol=0)
