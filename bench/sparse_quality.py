@@ -72,14 +72,9 @@ def start_model(out: Path, seed: int, max_length: int) -> Path:
 def score(model_dir: Path, queries: Path) -> dict:
     """The dev figures of a SparseEncoder directory, as `finetune sparse` computes them."""
     from bertkit.embeddings.sparse_encoder import SparseEncoder
-    from bertkit.finetuning.tasks import Sparse
+    from bertkit.finetuning.tasks.sparse import evaluate_sparse_model
 
-    task = Sparse()
-    examples = [ex for ex in task.read(queries) if ex.dev]
-    texts = list(dict.fromkeys(t for ex in examples for t in ex.texts))
-    vectors = SparseEncoder.load(model_dir).encode(texts, convert_to_sparse_tensor=False)
-    row = {t: vectors[i].to_sparse() for i, t in enumerate(texts)}
-    figures = task.score(examples, [tuple(row[t] for t in ex.texts) for ex in examples])
+    figures = evaluate_sparse_model(SparseEncoder.load(model_dir), queries)
     return {k: figures[k] for k in ("ndcg@10", "mrr@10", "query_active_dims",
                                     "corpus_active_dims")}
 

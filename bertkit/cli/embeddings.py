@@ -71,7 +71,8 @@ def run_sparse_embed(files: EmbedFiles, settings, encoder) -> int:
     return 0
 
 
-def _is_sparse(model: Path) -> bool:
+def is_sparse(model: Path) -> bool:
+    """Whether `model` is a sparse (SPLADE) encoder, whose vectors no pooling gives."""
     from bertkit.model.kind import ModelKind, model_kind
 
     try:
@@ -84,7 +85,7 @@ def run_embed(files: EmbedFiles, settings, encoder) -> int:
     from bertkit.embeddings.files import check_npy_out
     from bertkit.finetuning.readers import input_file
 
-    if _is_sparse(encoder.model):
+    if is_sparse(encoder.model):
         return run_sparse_embed(files, settings, encoder)
     check_npy_out(files.out)
     embedder = encoder.load()

@@ -102,7 +102,7 @@ def test_training_lowers_the_loss_and_keeps_the_best_dev_figure(tiny_mlm, tmp_pa
     assert metrics["ndcg@10"] > metrics["baseline"]["ndcg@10"]
 
 
-def test_the_density_figures_count_the_non_zero_entries(tiny_mlm, tmp_path):
+def test_the_density_figures_count_the_non_zero_entries(tiny_mlm, tmp_path, capsys):
     dev = pairs_file(tmp_path / "dev.jsonl", 12, seed=2, kind="queries")
     out = tmp_path / "out"
     finetune(Sparse(), tiny_mlm, pairs_file(tmp_path / "t.jsonl", 32), dev, out,
@@ -123,6 +123,11 @@ def test_the_density_figures_count_the_non_zero_entries(tiny_mlm, tmp_path):
         hits = [text in r["relevant"] for text in ranked]
         ndcg += sum(h / np.log2(k + 2) for k, h in enumerate(hits))
     assert metrics["ndcg@10"] == pytest.approx(ndcg / len(rows), abs=1e-4)
+    # `evaluate` on the saved model gives the figures the run saved
+    assert main(["evaluate", "--model", str(out), "--input", str(dev), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures == pytest.approx({k: v for k, v in metrics.items() if k != "baseline"},
+                                    abs=1e-6)
 
 
 def test_the_regulariser_weights_follow_the_warm_up_step_by_step(tiny_mlm, tmp_path):

@@ -142,12 +142,8 @@ class Sparse(Task):
                 if text not in corpus:
                     corpus[text] = len(passages)
                     passages.append(vector)
-        queries, documents = torch.stack([v[0] for _, v in chosen]), torch.stack(passages)
-        similarity = sparse.dot_products(queries, documents)
         relevant = [[corpus[t] for t in ex.texts[1:1 + ex.positives]] for ex, _ in chosen]
-        return {**retrieval_figures(similarity, relevant).as_dict(),
-                "query_active_dims": sparse.active_dims(queries),
-                "corpus_active_dims": sparse.active_dims(documents), "queries": len(chosen)}
+        return _figures(torch.stack([v[0] for _, v in chosen]), torch.stack(passages), relevant)
 
     def selection(self, scores: dict) -> float:
         return scores["ndcg@10"]
@@ -171,10 +167,38 @@ class Sparse(Task):
                 f"encoder.decode(encoder.encode([\"a query\"])[0], top_k=10)")
 
 
+def _figures(queries: torch.Tensor, documents: torch.Tensor, relevant: list[list[int]]) -> dict:
+    """Retrieval figures of sparse [Q, V] queries searching sparse [N, V] documents by dot
+    product (`relevant[q]`: the indices of query q's relevant documents), and the density."""
+    return {**retrieval_figures(sparse.dot_products(queries, documents), relevant).as_dict(),
+            "query_active_dims": sparse.active_dims(queries),
+            "corpus_active_dims": sparse.active_dims(documents), "queries": len(relevant)}
+
+
+def evaluate_sparse_model(encoder, path, batch_size: int = 32, progress: bool = False) -> dict:
+    """The figures `finetune sparse` reports of a sparse encoder (a `SparseEncoder`) on a
+    pairs, triplets, queries or NLI file: each query searches every passage of the file by
+    dot product (nDCG@10, MRR@10, recall@1/10), and the mean non-zero entries of a query's
+    and a passage's vector. Each distinct text is encoded once."""
+    examples = [ex for ex in Sparse().read(path) if _ranked(ex)]
+    if not examples:
+        raise UserError(f"{path}: nothing to score (expected pairs, triplets, queries or an "
+                        f"NLI file)")
+    texts = list(dict.fromkeys(t for ex in examples for t in ex.texts))
+    index = {t: i for i, t in enumerate(texts)}
+    corpus = list(dict.fromkeys(t for ex in examples for t in ex.texts[1:]))
+    at = {t: i for i, t in enumerate(corpus)}
+    vectors = encoder.encode(texts, batch_size=batch_size, show_progress_bar=progress)
+    rows = [index[ex.texts[0]] for ex in examples], [index[t] for t in corpus]
+    queries, documents = (vectors.index_select(0, torch.tensor(r)) for r in rows)
+    relevant = [[at[t] for t in ex.texts[1:1 + ex.positives]] for ex in examples]
+    return _figures(queries, documents, relevant)
+
+
 def _ranked(example) -> bool:
     """Whether a dev example is scored by retrieval: a text with its relevant passages, not a
     scored pair."""
     return example.dev and example.score is None
 
 
-__all__ = ["Sparse"]
+__all__ = ["Sparse", "evaluate_sparse_model"]
