@@ -7,9 +7,9 @@
 The method names are sentence-transformers' SparseEncoder's: `encode` (a torch sparse COO
 tensor, or dense with `convert_to_sparse_tensor=False`), `encode_query`, `encode_document`,
 `decode`, `similarity` (dot products), and a directory bertkit writes gives there the vectors
-it gives here. `embed_file` writes a file's vectors as JSON lines of {token: weight}, the form
-an inverted index takes in (Anserini's JsonVectorCollection, Elasticsearch's and OpenSearch's
-rank_features).
+it gives here. `embed_file` writes a file's vectors as JSON lines of {token: weight}, the
+object an inverted index takes in (Anserini's JsonVectorCollection, Elasticsearch's and
+OpenSearch's rank_features).
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ Each kind is written by one command and read by one loader:
     RECOMMENDER  recommender.json                   road.entities.load_recommender
     TASK         bertkit_task.json, or config.json  finetuning.predict.TaskModel.load
                  naming a transformers task head
-    SPARSE       modules.json naming SpladePooling  embeddings.sparse_encoder.SparseEncoder.load
+    SPARSE       modules.json naming SpladePooling  embeddings.sparse_encoder.SparseEncoder.load,
+                                                    model.info, model.fill_mask
     ENCODER      config.json or modules.json        model.hub.load_encoder, model.fill_mask,
                                                     embeddings.embedder.Embedder.load
 
@@ -76,8 +77,8 @@ def _names_task_head(path: Path) -> bool:
 
 
 def _names_splade_pooling(path: Path) -> bool:
-    """Whether a sentence-transformers modules.json ends in SpladePooling: a SparseEncoder,
-    whose vectors are no pooling of token states."""
+    """Whether a sentence-transformers modules.json names a SpladePooling module: a
+    SparseEncoder, whose vectors are no pooling of token states."""
     try:
         modules = json.loads((path / SENTENCE_MODULES_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
