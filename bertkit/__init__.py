@@ -38,7 +38,7 @@ _EXPORTS = {
     "CRF": "finetuning.crf", "Reranker": "finetuning.reranker",
     # embeddings and what they show
     "Embedder": "embeddings.embedder", "word_vector": "embeddings.embedder", "word_vectors": "embeddings.embedder",
-    "embed": "embeddings.embedder",
+    "embed": "embeddings.embedder", "SparseEncoder": "embeddings.sparse_encoder",
     "Standardizer": "embeddings.standardize", "anisotropy_report": "embeddings.anisotropy",
     "SenseInventory": "senses.wsd", "train_wsd": "senses.wsd", "StaticVectors": "embeddings.static",
 }

@@ -33,16 +33,61 @@ class EmbedFiles:
     glob or `datasets` directory of them (the index names each row's file); "-": standard
     input."""
     out: Path
-    """Output .npy file; its index goes to OUT.index.jsonl."""
+    """Output .npy file; its index goes to OUT.index.jsonl. A sparse (SPLADE) model's
+    vectors go to a .jsonl file instead, one {token: weight} object per text."""
 
     def __post_init__(self) -> None:
         from bertkit.embeddings.files import check_npy_out
-        check_npy_out(self.out)  # before the model loads
+        if self.out.suffix.lower() != ".jsonl":  # a sparse model's: checked with the model
+            check_npy_out(self.out)  # before the model loads
+
+
+# What a sparse model's vectors are made without: the settings of pooled token states.
+_DENSE_ONLY = ("layers", "combine", "pool", "words", "subword_pool", "normalize",
+               "standardize", "standardizer")
+
+
+def run_sparse_embed(files: EmbedFiles, settings, encoder) -> int:
+    """`embed` with a sparse (SPLADE) model: JSON lines of {token: weight}, never a pooling
+    of token states."""
+    from bertkit.embeddings.files import EmbedSettings
+    from bertkit.embeddings.sparse_encoder import SparseEncoder, check_jsonl_out
+    from bertkit.finetuning.readers import input_file
+    from bertkit.runtime import resolve_device
+
+    check_jsonl_out(files.out)
+    given = [name for name in _DENSE_ONLY
+             if getattr(settings, name) != getattr(EmbedSettings(), name)]
+    if given:
+        raise UserError(f"--{given[0].replace('_', '-')} shapes pooled token vectors; "
+                        f"{encoder.model} is a sparse encoder, whose vectors are its own")
+    model = SparseEncoder.load(encoder.model, device=resolve_device(encoder.device),
+                               max_length=encoder.max_length)
+    with input_file(files.input) as path:  # "-": standard input
+        result = model.embed_file(path, files.out, batch_size=settings.batch_size,
+                                  text_field=settings.text_field, progress=not settings.quiet)
+    print(f"{files.out}: {result['rows']} sparse vectors, "
+          f"{result['active_dims']:.1f} non-zero entries each on average")
+    return 0
+
+
+def is_sparse(model: Path) -> bool:
+    """Whether `model` is a sparse (SPLADE) encoder, whose vectors no pooling gives."""
+    from bertkit.model.kind import ModelKind, model_kind
+
+    try:
+        return model_kind(model) is ModelKind.SPARSE
+    except UserError:  # no model there: the loader says so in its own words
+        return False
 
 
 def run_embed(files: EmbedFiles, settings, encoder) -> int:
+    from bertkit.embeddings.files import check_npy_out
     from bertkit.finetuning.readers import input_file
 
+    if is_sparse(encoder.model):
+        return run_sparse_embed(files, settings, encoder)
+    check_npy_out(files.out)
     embedder = encoder.load()
     try:
         with input_file(files.input) as path:  # "-": standard input
@@ -256,7 +301,9 @@ COMMANDS = (
             help="contextual vectors of each line (or word) into a .npy file",
             description="One float32 row per input line (a tab separates a pair), or with "
                         "--words one row per word, written to --out with an index "
-                        "OUT.index.jsonl saying which line / word each row is."),
+                        "OUT.index.jsonl saying which line / word each row is. A sparse "
+                        "(SPLADE) model writes one JSON line per text instead, its "
+                        "non-zero {token: weight} entries."),
     Command("sentence-model", run_sentence_model,
             (SentenceModelFiles, "bertkit.embeddings.embedder:SentencePooling", ENCODER_OPTIONS),
             help="write a model as a sentence-transformers directory (pooling, normalize)",

@@ -153,15 +153,21 @@ def _is_sentence_model(model: Path, data: Path) -> bool:
 
 
 def _evaluate_sentence_model(opts: EvaluateOptions) -> int:
-    """STS figures (or retrieval figures) of a sentence model on a labelled file."""
+    """STS figures (or retrieval figures) of a sentence model on a labelled file; a sparse
+    model's retrieval figures over dot products, with its vectors' density."""
+    from bertkit.cli.embeddings import is_sparse
     from bertkit.embeddings.embedder import Embedder
+    from bertkit.embeddings.sparse_encoder import SparseEncoder
     from bertkit.finetuning.readers import input_file
     from bertkit.finetuning.tasks.embed import evaluate_sentence_model
+    from bertkit.finetuning.tasks.sparse import evaluate_sparse_model
     from bertkit.runtime import resolve_device
 
-    embedder = Embedder.load(opts.model, device=resolve_device(opts.device))
+    load, evaluate = (SparseEncoder.load, evaluate_sparse_model) if is_sparse(opts.model) \
+        else (Embedder.load, evaluate_sentence_model)
+    model = load(opts.model, device=resolve_device(opts.device))
     with input_file(opts.input) as path:
-        scores = evaluate_sentence_model(embedder, path, opts.batch_size, progress=not opts.quiet)
+        scores = evaluate(model, path, opts.batch_size, progress=not opts.quiet)
     if opts.json:
         print(json.dumps(scores))
         return 0

@@ -98,6 +98,7 @@ def build_task_model(task: Task, model_dir: str | Path, seed: int,
     if layer_mix:
         model.layer_mix = ScalarMix(model.encoder.config.num_layers + 1)
     heads.init_head(model, torch.Generator().manual_seed(seed))
+    task.load_pretrained(model, Path(model_dir))
     freeze(model, train_layers)
     return model
 

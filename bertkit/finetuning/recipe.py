@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -513,17 +512,9 @@ def _card_settings(cfg: FinetuneConfig, head: bool) -> str:
 
 def _card_use(plan: RunPlan, task: Task) -> str:
     """How to run the model: the command line and the Python call the README shows."""
-    out = str(plan.out_dir)
-    if task.name == "embed":  # a sentence-transformers directory, not a task model
-        shell = f"bertkit embed --model {shlex.quote(out)} --input sentences.txt --out vectors.npy"
-        python = (f"from bertkit import Embedder\n\n"
-                  f"Embedder.load({json.dumps(out)}).encode([\"a sentence\", \"another one\"])")
-    else:
-        name = Path(plan.names[1] or plan.names[0]).name
-        data = "examples.jsonl" if name.startswith("<") else name  # "<stdin>", "<rows>"
-        shell = f"bertkit predict --model {shlex.quote(out)} --input {shlex.quote(data)}"
-        python = (f"from bertkit import TaskModel\n\n"
-                  f"TaskModel.load({json.dumps(out)}).predict_rows({json.dumps(data)})")
+    name = Path(plan.names[1] or plan.names[0]).name
+    data = "examples.jsonl" if name.startswith("<") else name  # "<stdin>", "<rows>"
+    shell, python = task.usage(str(plan.out_dir), data)
     return f"Use it:\n\n```bash\n{shell}\n```\n\n```python\n{python}\n```"
 
 
@@ -577,6 +568,7 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
         print(settings_block(settings), file=sys.stderr)
     batches = EpochBatches(training_items(plan, task, train_examples, dev), task,
                            cfg.batch_size, cfg.seed)
+    task = task.with_steps(plan.epochs * len(batches))
     runner = TaskModel(model, plan.backbone.tokenizer, task, torch.device(cfg.device),
                        skip_no_room=True, report_cut=False, source=str(plan.model_dir),
                        progress=cfg.show_progress)

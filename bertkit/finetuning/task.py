@@ -13,11 +13,14 @@ and its line in `bertkit.finetuning.tasks.TASKS`.
     encode     examples -> model inputs (`Item`s);  collate: items -> a padded batch
     batch_order  one epoch's batches of items (length-bucketed; a bi-encoder's: no text twice)
     make_model the encoder with the task's head;  loss: one batch's loss
+    load_pretrained  what of the model directory the task starts from beside the encoder
+    with_steps the settings given the run's length in steps (a loss scheduled over the run)
     infer      one batch's raw outputs;  decode_outputs: outputs -> predictions
     score      metrics of predictions against labelled examples;  baseline: a trivial one's
     selection  the dev figure the best checkpoint is kept by;  tune: thresholds fitted on dev
     pipeline   what calling a TaskModel does (pipeline-style dicts)
     save_model the trained model written (the backbone's format; a sentence model's own)
+    usage      how the saved model is run, as its card shows it
 
 The recipe, prediction and saving call these and never ask which task they hold. Tuning and
 overrides return a new value (`dataclasses.replace`); nothing changes a task in place. The
@@ -26,6 +29,8 @@ tasks themselves are listed once, in `bertkit.finetuning.tasks.TASKS`.
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Collection, Protocol, Sequence
@@ -237,6 +242,15 @@ class Task:
         """The encoder with this task's head (not initialised)."""
         raise NotImplementedError
 
+    def load_pretrained(self, model: nn.Module, model_dir: Path) -> None:
+        """Load into `model` (its head just initialised) what `model_dir` holds for it beside
+        the encoder: nothing for a new head (the default); the sparse task's masked-LM head."""
+
+    def with_steps(self, total_steps: int) -> "Task":
+        """The settings for a run of `total_steps` optimisation steps (under a time budget,
+        those of the default epochs), for a loss scheduled over the run."""
+        return self
+
     def loss(self, model: nn.Module, batch: dict) -> torch.Tensor:
         return model.loss(model(*model_inputs(batch)), batch["labels"])
 
@@ -291,6 +305,13 @@ class Task:
         (`Backbone.save`, with bertkit_task.json)."""
         return backbone.save(model, path, task=self.to_json(), tokenizer=tokenizer,
                              labels=labels)
+
+    def usage(self, out: str, data: str) -> tuple[str, str]:
+        """(a shell line, Python lines) that run the model saved in `out` on `data` (a file
+        of the task's inputs), as the model card shows them."""
+        return (f"bertkit predict --model {shlex.quote(out)} --input {shlex.quote(data)}",
+                f"from bertkit import TaskModel\n\n"
+                f"TaskModel.load({json.dumps(out)}).predict_rows({json.dumps(data)})")
 
 
 # Shared by the tasks ------------------------------------------------------------------------------

@@ -44,7 +44,8 @@ class FillMask:
         model's name on the Hugging Face Hub (at `revision`); another kind of model directory is a
         one-line UserError saying what it holds. An ELECTRA directory guesses with its
         generator (`uses_generator`): the discriminator has no masked-LM head."""
-        path = require_kind(resolve_model(path, revision), ModelKind.ENCODER)
+        # a SPLADE model too: its vectors are an MLM head's
+        path = require_kind(resolve_model(path, revision), ModelKind.ENCODER, ModelKind.SPARSE)
         tokenizer, device = Tokenizer.load(path), resolve_device(device)
         if is_electra_dir(path):
             return cls(load_electra(path, device).generator, tokenizer, device, batch_size)

@@ -153,7 +153,7 @@ def info(path: str | Path) -> ModelInfo:
     """Config and parameter counts per part of a model directory; raises UserError if the
     weights do not fit the config, or if it holds another kind of model (bertkit.model.kind). A
     model's name on the Hugging Face Hub is fetched into its cache (bertkit.model.fetch)."""
-    path = require_kind(path, ModelKind.TASK, ModelKind.ENCODER)
+    path = require_kind(path, ModelKind.TASK, ModelKind.ENCODER, ModelKind.SPARSE)
     config = load_config(path)
     shapes, dtype = _weight_shapes(path)
     arch = names_for(config.architecture, list(shapes))  # "electra": BERT in ELECTRA's names

@@ -11,6 +11,8 @@ Each kind is written by one command and read by one loader:
     RECOMMENDER  recommender.json                   road.entities.load_recommender
     TASK         bertkit_task.json, or config.json  finetuning.predict.TaskModel.load
                  naming a transformers task head
+    SPARSE       modules.json naming SpladePooling  embeddings.sparse_encoder.SparseEncoder.load,
+                                                    model.info, model.fill_mask
     ENCODER      config.json or modules.json        model.hub.load_encoder, model.fill_mask,
                                                     embeddings.embedder.Embedder.load
 
@@ -52,6 +54,7 @@ class ModelKind(enum.Enum):
     SEQ2SEQ = "a sequence-to-sequence model (road seq2seq)"
     RECOMMENDER = "an entity-embedding recommender (road entities)"
     TASK = "a fine-tuned task model"
+    SPARSE = "a sparse (SPLADE) encoder (finetune sparse)"
     ENCODER = "a BERT encoder"
 
 
@@ -73,6 +76,18 @@ def _names_task_head(path: Path) -> bool:
     return bool(architectures) and architectures[0] in TASK_ARCHITECTURES
 
 
+def _names_splade_pooling(path: Path) -> bool:
+    """Whether a sentence-transformers modules.json names a SpladePooling module: a
+    SparseEncoder, whose vectors are no pooling of token states."""
+    try:
+        modules = json.loads((path / SENTENCE_MODULES_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # the sentence-model reader names what is wrong with it
+    return isinstance(modules, list) and any(
+        isinstance(m, dict) and str(m.get("type", "")).endswith("SpladePooling")
+        for m in modules)
+
+
 def model_kind(path: str | Path) -> ModelKind:
     """The kind of model in `path` (a directory, or a model's name in the local Hugging Face
     cache). A path that holds none of the kinds is a one-line UserError naming it."""
@@ -92,6 +107,8 @@ def model_kind(path: str | Path) -> ModelKind:
         return ModelKind.RECOMMENDER
     if _has(p, CONFIG_FILE) and (_has(p, TASK_FILE) or _names_task_head(p)):
         return ModelKind.TASK
+    if _has(p, SENTENCE_MODULES_FILE) and _names_splade_pooling(p):
+        return ModelKind.SPARSE
     if _has(p, CONFIG_FILE) or _has(p, SENTENCE_MODULES_FILE):
         return ModelKind.ENCODER
     raise UserError(f"{p}: not a model directory (no {CONFIG_FILE}, {SENTENCE_MODULES_FILE}, "

@@ -19,11 +19,13 @@ from bertkit.finetuning.tasks.qa import QA
 from bertkit.finetuning.tasks.regress import Regress
 from bertkit.finetuning.tasks.rerank import Rerank
 from bertkit.finetuning.tasks.spans import Spans
+from bertkit.finetuning.tasks.sparse import Sparse
 from bertkit.finetuning.tasks.tag import Tag
 from bertkit.model import hub
 from bertkit.model.kind import SENTENCE_MODULES_FILE
 
-TASKS: tuple[type[Task], ...] = (Classify, Pair, Regress, Tag, QA, Spans, Embed, Rerank)
+TASKS: tuple[type[Task], ...] = (Classify, Pair, Regress, Tag, QA, Spans, Embed, Rerank,
+                                  Sparse)
 TASK_NAMES = tuple(t.name for t in TASKS)
 
 
@@ -61,4 +63,4 @@ def load_task(path: str | Path, task_types: Sequence[type[Task]] = TASKS) -> Tas
 
 
 __all__ = ["TASKS", "TASK_NAMES", "task_type", "load_task", "Task", "Classify", "Pair",
-           "Regress", "Tag", "QA", "Spans", "Embed", "Rerank"]
+           "Regress", "Tag", "QA", "Spans", "Embed", "Rerank", "Sparse"]

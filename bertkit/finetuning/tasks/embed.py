@@ -22,6 +22,8 @@ among every dev passage. Dev texts are encoded once each, however many rows name
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,6 +327,13 @@ class Embed(Task):
         on (a pretrained sentence model may already score well, and a few steps at too high
         a rate score below it)."""
         return {**start(), "predictor": "the model before fine-tuning"}
+
+    def usage(self, out: str, data: str) -> tuple[str, str]:
+        """A sentence-transformers directory, not a task model: `embed` gives its vectors."""
+        return (f"bertkit embed --model {shlex.quote(out)} --input sentences.txt "
+                f"--out vectors.npy",
+                f"from bertkit import Embedder\n\n"
+                f"Embedder.load({json.dumps(out)}).encode([\"a sentence\", \"another one\"])")
 
     def save_model(self, backbone, model, path: Path, **_) -> Path:
         """A sentence-transformers directory: the encoder, its tokenizer, the pooling and
