@@ -77,6 +77,21 @@ class SentenceEncoder(nn.Module):
         return nn.functional.normalize(v, dim=-1) if self.normalize else v
 
 
+def search_inputs(chosen: Sequence[tuple]
+                  ) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """A dev set's (example, its texts' vectors) as a search: the queries' vectors [Q, W],
+    every positive and negative passage once [P, W], and each query's relevant passages."""
+    corpus: dict[str, int] = {}
+    passages = []
+    for ex, v in chosen:
+        for text, vector in zip(ex.texts[1:], v[1:]):
+            if text not in corpus:
+                corpus[text] = len(passages)
+                passages.append(vector)
+    relevant = [[corpus[t] for t in ex.texts[1:1 + ex.positives]] for ex, _ in chosen]
+    return torch.stack([v[0] for _, v in chosen]), torch.stack(passages), relevant
+
+
 @dataclass(frozen=True)
 class Embed(Task):
     """Sentence vectors trained so that their cosines mean similarity."""
@@ -303,18 +318,10 @@ class Embed(Task):
         return self._retrieval(chosen, dims)
 
     def _retrieval(self, chosen, dims) -> dict:
-        corpus: dict[str, int] = {}
-        vectors = []
-        for ex, v in chosen:  # every positive and negative, once each
-            for text, vector in zip(ex.texts[1:], v[1:]):
-                if text not in corpus:
-                    corpus[text] = len(vectors)
-                    vectors.append(vector)
-        queries = torch.stack([v[0] for _, v in chosen])
-        relevant = [[corpus[t] for t in ex.texts[1:1 + ex.positives]] for ex, _ in chosen]
+        queries, passages, relevant = search_inputs(chosen)
         out = {}
         for dim in dims:
-            figures = search_figures(queries, torch.stack(vectors), relevant, dim=dim)
+            figures = search_figures(queries, passages, relevant, dim=dim)
             end = "" if dim is None else f"@dim{dim}"
             out.update({k + end: v for k, v in figures.as_dict().items()})
         return {**out, "queries": len(chosen)}

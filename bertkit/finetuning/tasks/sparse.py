@@ -27,7 +27,7 @@ from bertkit.embeddings.evaluation import retrieval_figures
 from bertkit.files import UserError
 from bertkit.finetuning import sentence_pairs as sp
 from bertkit.finetuning.task import Defaults, Task, fitted
-from bertkit.finetuning.tasks.embed import Embed
+from bertkit.finetuning.tasks.embed import Embed, search_inputs
 
 _RANKED = ("pairs", "triplets", "queries", "nli")
 """The training files whose rows say what a text must find: those SPLADE's ranking loss reads."""
@@ -135,15 +135,7 @@ class Sparse(Task):
                   if v is not None and _ranked(ex)]
         if not chosen:
             raise UserError("nothing to score: no pairs, triplets or queries among the examples")
-        corpus: dict[str, int] = {}
-        passages = []
-        for ex, v in chosen:  # every positive and negative, once each
-            for text, vector in zip(ex.texts[1:], v[1:]):
-                if text not in corpus:
-                    corpus[text] = len(passages)
-                    passages.append(vector)
-        relevant = [[corpus[t] for t in ex.texts[1:1 + ex.positives]] for ex, _ in chosen]
-        return _figures(torch.stack([v[0] for _, v in chosen]), torch.stack(passages), relevant)
+        return _figures(*search_inputs(chosen))
 
     def selection(self, scores: dict) -> float:
         return scores["ndcg@10"]
