@@ -4,9 +4,13 @@ block does not divide, either direction, several sequences; the speed switch tha
 the flags that give a fresh model its window (init, pretrain --local-window, --global-every)."""
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import torch
 
+from bertkit.cli.main import main
 from bertkit.config import EncoderConfig
 from bertkit.model import fast
 from bertkit.model.attention import attention_weights
@@ -116,3 +120,76 @@ def test_blocks_equal_the_dense_mask_on_cuda():
     mask = build_attention_mask(padding, T, False, q.device, window)
     torch.testing.assert_close(local_attention(q, k, v, padding, window, False),
                                attend(q, k, v, mask, False, 0.0), atol=1e-4, rtol=1e-4)
+
+
+# The flags --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory, tiny):
+    from bertkit.text.vocab import train_tokenizer
+
+    root = tmp_path_factory.mktemp("tok")
+    train_tokenizer([tiny.write_corpus(root / "corpus.txt")], vocab_size=120, out=root / "tok",
+                    progress=False)
+    return root / "tok"
+
+
+def refused(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def test_init_flags_reach_the_config(tokenizer_dir, tmp_path, capsys):
+    out = tmp_path / "m"
+    assert main(["init", "--preset", "tiny", "--tokenizer", str(tokenizer_dir), "--out",
+                 str(out), "--local-window", "8", "--num-layers", "3"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["local_attention"], config["global_attn_every_n_layers"]) == (8, 3)
+    from bertkit.model.hub import load_config
+    assert (load_config(out).local_window, load_config(out).global_every) == (8, 3)
+    assert main(["init", "--preset", "tiny", "--tokenizer", str(tokenizer_dir), "--out",
+                 str(tmp_path / "two"), "--local-window", "16", "--global-every", "2"]) == 0
+    assert (load_config(tmp_path / "two").local_window,
+            load_config(tmp_path / "two").global_every) == (16, 2)
+    capsys.readouterr()
+
+
+BAD = [(["--architecture", "bert", "--local-window", "8"], "are for --architecture modern"),
+       (["--architecture", "bert", "--global-every", "2"], "are for --architecture modern"),
+       (["--local-window", "7"], "positive even number of tokens.*got 7"),
+       (["--local-window", "0"], "positive even number of tokens.*got 0"),
+       (["--local-window", "-4"], "positive even number of tokens.*got -4"),
+       (["--global-every", "2"], "--global-every needs --local-window"),
+       (["--local-window", "8", "--global-every", "0"], "--global-every must be a positive")]
+
+
+@pytest.mark.parametrize("flags,says", BAD)
+@pytest.mark.parametrize("command", ["init", "pretrain"])
+def test_bad_windows_are_refused_in_one_line(command, flags, says, tmp_path, capsys):
+    base = (["init", "--preset", "tiny", "--tokenizer", str(tmp_path / "tok")]
+            if command == "init" else ["pretrain", "--data", str(tmp_path / "data"),
+                                       "--max-steps", "1"])
+    line = refused(capsys, base + ["--out", str(tmp_path / "out"), *flags])
+    assert re.search(says, line), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_pretrain_flags_reach_the_fresh_config(tmp_path, capsys, monkeypatch):
+    from bertkit.pretraining import recipe
+
+    seen = []
+    monkeypatch.setattr(recipe, "pretrain", lambda opts, command_line=None: seen.append(opts))
+    with pytest.raises(AttributeError):  # the stand-in returns no result to summarise
+        main(["pretrain", "--data", str(tmp_path / "d"), "--out", str(tmp_path / "o"),
+              "--max-steps", "1", "--preset", "tiny", "--local-window", "64",
+              "--global-every", "2"])
+    cfg = recipe._fresh_config(seen[0], 120)
+    assert (cfg.architecture, cfg.local_window, cfg.global_every) == ("modern", 64, 2)
+    assert recipe._fresh_config(recipe.PretrainOptions(data="d", out="o"), 120).local_window == 0
+    line = refused(capsys, ["pretrain", "--data", str(tmp_path / "d"), "--out",
+                            str(tmp_path / "o"), "--max-steps", "1", "--init", str(tmp_path),
+                            "--local-window", "64"])
+    assert "--init DIR keeps its own" in line
