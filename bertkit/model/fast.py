@@ -122,8 +122,7 @@ class Attend:
                  mask: torch.Tensor | Band | None, causal: bool,
                  dropout_p: float) -> torch.Tensor:
         if isinstance(mask, Band):  # a long input's local layer, on any device
-            drop = (lambda w: packed_dropout(w, dropout_p, True)) if dropout_p > 0 else None
-            return local_attention(q, k, v, mask.padding, mask.window, causal, drop)
+            return local_attention(q, k, v, mask.padding, mask.window, causal, dropout_p)
         if q.device.type != "cpu":
             return self.fused(q, k, v, mask, causal, dropout_p)
         if dropout_p > 0.0:

@@ -16,9 +16,10 @@ encoder's speed switch uses where it pays (`fast.blocks_pay`); the dense mask of
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 
 class Band(NamedTuple):
@@ -32,19 +33,19 @@ class Band(NamedTuple):
 
 
 def key_blocks(x: torch.Tensor, b: int, before: int, after: int) -> torch.Tensor:
-    """x [..., T, D] cut into stretches of keys, one per block of b queries: [..., n, D, W],
-    n = ceil(T / b) blocks, W = (before + 1 + after) x b keys: the block itself, `before`
-    blocks to its left and `after` to its right, zeros beyond either end. A view of one
-    padded copy of x, not n copies."""
+    """x [..., T, D] cut into stretches, one per block of b queries: [..., n, W, D],
+    n = ceil(T / b) blocks, W = (before + 1 + after) x b positions: the block itself, `before`
+    blocks to its left and `after` to its right, zeros beyond either end. A view of one padded
+    copy of x (the stretches overlap)."""
     T = x.shape[-2]
     n = -(-T // b)
-    padded = torch.nn.functional.pad(x, (0, 0, before * b, (n + after) * b - T))
-    return padded.unfold(-2, (before + 1 + after) * b, b)
+    padded = F.pad(x, (0, 0, before * b, (n + after) * b - T))
+    return padded.unfold(-2, (before + 1 + after) * b, b).transpose(-1, -2)
 
 
 def band_mask(padding: torch.Tensor | None, T: int, window: int, b: int, causal: bool,
               device: torch.device) -> torch.Tensor:
-    """Which key of each stretch of `key_blocks` each query may see: [B or 1, 1, n, b, W],
+    """Which key of each stretch of `key_blocks` each query may see: [B or 1, n, b, W],
     True inside the band |i - j| <= window // 2 (and j <= i when causal), at keys that exist
     and are not padding."""
     before, after = 1, 0 if causal else 1
@@ -56,33 +57,33 @@ def band_mask(padding: torch.Tensor | None, T: int, window: int, b: int, causal:
         near = near & (offset <= 0)
     keys = (torch.ones(1, T, dtype=torch.bool, device=device) if padding is None
             else padding.bool())  # [B, T]
-    keys = key_blocks(keys[:, :, None], b, before, after)[:, :, 0]  # [B, n, W], False beyond T
-    return (near & keys[:, :, None, :])[:, None]  # [B, 1, n, b, W]
+    keys = key_blocks(keys[:, :, None], b, before, after)[..., 0]  # [B, n, W], False beyond T
+    return near & keys[:, :, None, :]  # [B, n, b, W]
 
 
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     padding: torch.Tensor | None, window: int, causal: bool,
-                    dropout: Callable[[torch.Tensor], torch.Tensor] | None = None
-                    ) -> torch.Tensor:
+                    dropout_p: float = 0.0) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) + mask) v under the mask `Band(padding, window)` (and causal),
-    block by block; q, k, v: [B, A, T, D] -> [B, A, T, D]. The scores are taken in the
-    inputs' dtype and the softmax in fp32, as `fast.attend_in_matmuls` does; `dropout`, if
-    any, is applied to the weights."""
+    block by block, dropout on the weights; q, k, v: [B, A, T, D] -> [B, A, T, D].
+
+    Each block is one SDPA call's query rows (the fused kernels of the device, which never
+    keep the [b, W] weights for the backward pass): [B x A, n, b, D] against [B x A, n, W, D]."""
     B, A, T, D = q.shape
     b = max(1, window // 2)
     before, after = 1, 0 if causal else 1
-    mask = band_mask(padding, T, window, b, causal, q.device)  # [B, 1, n, b, W]
-    n = mask.shape[2]
-    queries = key_blocks(q * D ** -0.5, b, 0, 0).transpose(-1, -2)  # [B, A, n, b, D]
-    scores = (queries @ key_blocks(k, b, before, after)).float()  # [B, A, n, b, W]
-    # the lowest finite score, not -inf: a query with no key at all gets a plain average of
-    # zeros and keys it may not see, which `seen` then sets to 0, with no NaN to hide
-    weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
-    if dropout is not None:
-        weights = dropout(weights)
-    values = key_blocks(v, b, before, after).transpose(-1, -2)  # [B, A, n, W, D]
-    seen = mask.any(-1, keepdim=True)  # [B, 1, n, b, 1]
-    out = (weights.to(v.dtype) @ values) * seen  # [B, A, n, b, D]
+    mask = band_mask(padding, T, window, b, causal, q.device)  # [B or 1, n, b, W]
+    n = mask.shape[1]
+    # A query with no key at all may see its whole stretch instead and its output is then set
+    # to 0: a row of nothing but masked keys is NaN in some of SDPA's kernels (CUDA's
+    # memory-efficient one); as it is, no row reaches any kernel empty.
+    seen = mask.any(-1, keepdim=True)  # [B or 1, n, b, 1]
+    mask = (mask | ~seen)[:, None].expand(-1, A, -1, -1, -1).reshape(-1, n, b, mask.shape[-1])
+    queries = key_blocks(q, b, 0, 0).reshape(B * A, n, b, D)
+    keys, values = (key_blocks(t, b, before, after).reshape(B * A, n, -1, D) for t in (k, v))
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
+                                         dropout_p=dropout_p)  # [B x A, n, b, D]
+    out = out.view(B, A, n, b, D) * seen[:, None]
     return out.reshape(B, A, n * b, D)[:, :, :T]
 
 
