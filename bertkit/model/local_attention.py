@@ -68,7 +68,8 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     block by block, dropout on the weights; q, k, v: [B, A, T, D] -> [B, A, T, D].
 
     Each block is one SDPA call's query rows (the fused kernels of the device, which never
-    keep the [b, W] weights for the backward pass): [B x A, n, b, D] against [B x A, n, W, D]."""
+    keep the [b, W] weights for the backward pass): [A, B x n, b, D] against [A, B x n, W, D],
+    heads first so that one mask [1, B x n, b, W] serves every head."""
     B, A, T, D = q.shape
     b = max(1, window // 2)
     before, after = 1, 0 if causal else 1
@@ -78,13 +79,15 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # to 0: a row of nothing but masked keys is NaN in some of SDPA's kernels (CUDA's
     # memory-efficient one); as it is, no row reaches any kernel empty.
     seen = mask.any(-1, keepdim=True)  # [B or 1, n, b, 1]
-    mask = (mask | ~seen)[:, None].expand(-1, A, -1, -1, -1).reshape(-1, n, b, mask.shape[-1])
-    queries = key_blocks(q, b, 0, 0).reshape(B * A, n, b, D)
-    keys, values = (key_blocks(t, b, before, after).reshape(B * A, n, -1, D) for t in (k, v))
+    mask = (mask | ~seen).expand(B, -1, -1, -1).reshape(1, B * n, b, -1)  # [1, B x n, b, W]
+    heads_first = [t.transpose(0, 1) for t in (q, k, v)]  # 3 x [A, B, T, D]
+    queries = key_blocks(heads_first[0], b, 0, 0).reshape(A, B * n, b, D)
+    keys, values = (key_blocks(t, b, before, after).reshape(A, B * n, -1, D)
+                    for t in heads_first[1:])
     out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
-                                         dropout_p=dropout_p)  # [B x A, n, b, D]
-    out = out.view(B, A, n, b, D) * seen[:, None]
-    return out.reshape(B, A, n * b, D)[:, :, :T]
+                                         dropout_p=dropout_p)  # [A, B x n, b, D]
+    out = out.view(A, B, n, b, D) * seen[None]
+    return out.reshape(A, B, n * b, D)[:, :, :T].transpose(0, 1)
 
 
 __all__ = ["Band", "key_blocks", "band_mask", "local_attention"]
