@@ -38,8 +38,10 @@ from bertkit.model.local_attention import Band, local_attention
 
 BLOCKS_FROM = 4
 """A local layer is computed block by block from BLOCKS_FROM x its window tokens on: there the
-dense path computes over 2.5 times the scores the blocked one does (T^2 against 1.5 T x
-window), and the blocked one's extra copies cost less than they save (bench/long_context.py)."""
+dense path computes 2.7 times the scores the blocked one does (T^2 against 1.5 T x window) and
+the blocks' copies of the keys cost less than that saves. For `small`'s window of 128 on an AMD
+EPYC (one thread, forward and backward), 512 tokens took 1.5x as long dense as blocked, 256
+tokens 0.7x (bench/long_context.py --lengths 256 512 --encode)."""
 
 
 def packed_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -121,7 +123,8 @@ class Attend:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  mask: torch.Tensor | Band | None, causal: bool,
                  dropout_p: float) -> torch.Tensor:
-        if isinstance(mask, Band):  # a long input's local layer, on any device
+        if isinstance(mask, Band):  # a long input's local layer, on any device (with
+            # dropout, SDPA's slow CPU fallback, but over the band's scores only)
             return local_attention(q, k, v, mask.padding, mask.window, causal, dropout_p)
         if q.device.type != "cpu":
             return self.fused(q, k, v, mask, causal, dropout_p)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,7 +16,9 @@ from bertkit.config import EncoderConfig
 from bertkit.model import fast
 from bertkit.model.attention import attention_weights
 from bertkit.model.encoder import Encoder, attend, build_attention_mask, cls_rows, init_weights
+from bertkit.model.hub import load_config
 from bertkit.model.local_attention import Band, local_attention
+from bertkit.pretraining import recipe
 
 TINY = dict(architecture="modern", vocab_size=101, hidden_size=32, num_layers=3, num_heads=4,
             intermediate_size=48, max_positions=128, layer_norm_eps=1e-5, hidden_dropout=0.0,
@@ -148,7 +151,6 @@ def test_init_flags_reach_the_config(tokenizer_dir, tmp_path, capsys):
                  str(out), "--local-window", "8", "--num-layers", "3"]) == 0
     config = json.loads((out / "config.json").read_text())
     assert (config["local_attention"], config["global_attn_every_n_layers"]) == (8, 3)
-    from bertkit.model.hub import load_config
     assert (load_config(out).local_window, load_config(out).global_every) == (8, 3)
     assert main(["init", "--preset", "tiny", "--tokenizer", str(tokenizer_dir), "--out",
                  str(tmp_path / "two"), "--local-window", "16", "--global-every", "2"]) == 0
@@ -178,14 +180,14 @@ def test_bad_windows_are_refused_in_one_line(command, flags, says, tmp_path, cap
 
 
 def test_pretrain_flags_reach_the_fresh_config(tmp_path, capsys, monkeypatch):
-    from bertkit.pretraining import recipe
-
     seen = []
-    monkeypatch.setattr(recipe, "pretrain", lambda opts, command_line=None: seen.append(opts))
-    with pytest.raises(AttributeError):  # the stand-in returns no result to summarise
-        main(["pretrain", "--data", str(tmp_path / "d"), "--out", str(tmp_path / "o"),
-              "--max-steps", "1", "--preset", "tiny", "--local-window", "64",
-              "--global-every", "2"])
+    stopped = SimpleNamespace(stopped_by="interrupted")  # a result with nothing to summarise
+
+    monkeypatch.setattr(recipe, "pretrain",
+                        lambda opts, command_line=None: seen.append(opts) or stopped)
+    assert main(["pretrain", "--data", str(tmp_path / "d"), "--out", str(tmp_path / "o"),
+                 "--max-steps", "1", "--preset", "tiny", "--local-window", "64",
+                 "--global-every", "2"]) == 130
     cfg = recipe._fresh_config(seen[0], 120)
     assert (cfg.architecture, cfg.local_window, cfg.global_every) == ("modern", 64, 2)
     assert recipe._fresh_config(recipe.PretrainOptions(data="d", out="o"), 120).local_window == 0
