@@ -102,9 +102,9 @@ class InitOptions:
     ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining): the same
     choice and default as `pretrain --architecture`."""
     local_window: int | None = None
-    """"modern": local attention in the layers that are not global, each token seeing the
-    tokens within local_window // 2 of its own (a positive even number; ModernBERT's: 128);
-    none: every layer attends to the whole input."""
+    """"modern": ModernBERT's local attention, a window of this many tokens (a positive
+    even number; ModernBERT's is 128): the layers that are not global see only the tokens
+    within half of it either side; none: every layer attends to the whole input."""
     global_every: int | None = None
     """With --local-window: every n-th layer, from the first, attends to the whole input;
     none: 3, as ModernBERT."""

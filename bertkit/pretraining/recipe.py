@@ -158,9 +158,9 @@ class PretrainOptions:
     """Architecture of a fresh model: "modern" (pre-LN, gated feed-forward, rotary positions,
     no biases; saved as ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining)."""
     local_window: int | None = None
-    """"modern", a fresh model: local attention in the layers that are not global, each token
-    seeing the tokens within local_window // 2 of its own (a positive even number;
-    ModernBERT's: 128); none: every layer attends to the whole input."""
+    """"modern", a fresh model: ModernBERT's local attention, a window of this many tokens
+    (a positive even number; ModernBERT's is 128): the layers that are not global see only
+    the tokens within half of it either side; none: every layer attends to the whole input."""
     global_every: int | None = None
     """With --local-window: every n-th layer, from the first, attends to the whole input;
     none: 3, as ModernBERT."""
