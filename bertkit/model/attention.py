@@ -27,7 +27,8 @@ def attention_weights(encoder: Encoder, input_ids: torch.Tensor,
     x = encoder.embed(input_ids, token_type_ids)  # [B, T, H]
     B, T, H = x.shape
     causal = encoder.config.causal  # a left-to-right model's maps are triangular
-    inputs = encoder.layer_inputs(attention_mask, T, causal, x.device)
+    # the dense masks: the blocked path's `Band` gives no [T, T] mask to fill the scores by
+    inputs = encoder.layer_inputs(attention_mask, T, causal, x.device, blocked=False)
     weights = []
     for block, (mask, rope) in zip(encoder.blocks, inputs):
         attn = block.attn

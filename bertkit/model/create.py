@@ -54,6 +54,35 @@ def init_model(preset: str, tokenizer: str | Path | Tokenizer, out: str | Path, 
     return model.eval()
 
 
+GLOBAL_EVERY = 3
+"""How often a layer attends globally when only a window is given: ModernBERT's every third."""
+
+
+def local_attention_fields(architecture: str, local_window: int | None,
+                           global_every: int | None) -> dict:
+    """The EncoderConfig fields that --local-window and --global-every of a fresh model set
+    (`init`, `pretrain`): {} when neither is given, else local_window and global_every
+    (GLOBAL_EVERY when not given). A UserError when "bert" is asked for a window (it attends to
+    the whole input in every layer), for a window that is not a positive even number of tokens
+    (the band reaches window // 2 either side), or for --global-every alone."""
+    if local_window is None and global_every is None:
+        return {}
+    if architecture != "modern":
+        raise UserError(f"--local-window and --global-every are for --architecture modern; "
+                        f"{architecture} attends to the whole input in every layer")
+    if local_window is None:
+        raise UserError("--global-every needs --local-window: without a window every layer "
+                        "attends to the whole input")
+    if isinstance(local_window, bool) or not isinstance(local_window, int) \
+            or local_window <= 0 or local_window % 2:
+        raise UserError(f"--local-window must be a positive even number of tokens (half of it "
+                        f"either side), got {local_window}")
+    if global_every is not None and (isinstance(global_every, bool)
+                                     or not isinstance(global_every, int) or global_every <= 0):
+        raise UserError(f"--global-every must be a positive integer, got {global_every}")
+    return dict(local_window=local_window, global_every=global_every or GLOBAL_EVERY)
+
+
 @dataclass(kw_only=True)
 class InitOptions:
     """The settings of a fresh model (`bertkit init`): its preset, shape and seed."""
@@ -73,6 +102,13 @@ class InitOptions:
     """"modern" (pre-LN, gated feed-forward, rotary positions, no biases; saved as
     ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining): the same
     choice and default as `pretrain --architecture`."""
+    local_window: int | None = None
+    """"modern": ModernBERT's local attention, a window of this many tokens (a positive
+    even number; ModernBERT's is 128): the layers that are not global see only the tokens
+    within half of it either side; none: every layer attends to the whole input."""
+    global_every: int | None = None
+    """With --local-window: every n-th layer, from the first, attends to the whole input;
+    none: 3, as ModernBERT."""
     num_layers: int | None = None
     """Transformer blocks; none: the preset's."""
     hidden_size: int | None = None
@@ -82,11 +118,15 @@ class InitOptions:
     intermediate_size: int | None = None
     """Feed-forward width; none: the preset's ("modern": about 8/3 of --hidden-size)."""
 
+    def __post_init__(self) -> None:
+        local_attention_fields(self.architecture, self.local_window, self.global_every)
+
     def create(self) -> PretrainingModel:
         """The fresh model these settings describe, saved with its tokenizer to `out`."""
         shape = {k: getattr(self, k) for k in _SHAPE if getattr(self, k) is not None}
+        window = local_attention_fields(self.architecture, self.local_window, self.global_every)
         return init_model(self.preset, self.tokenizer, self.out, seed=self.seed,
-                          architecture=self.architecture, **shape)
+                          architecture=self.architecture, **shape, **window)
 
 
 _SHAPE = ("max_positions", "num_layers", "hidden_size", "num_heads", "intermediate_size")

@@ -12,8 +12,10 @@ from Hugging Face names (BertModel, ModernBertModel). The heads (masked LM, next
 span boundary) are in `heads.py`.
 
 This file is the reference: nn.Dropout, F.scaled_dot_product_attention, every block on every
-token. `Encoder(cfg, fast=True)` (the default) swaps in the CPU speed paths of `fast.py`, which
-compute the same function; `fast=False` runs exactly what is written here.
+token, a local layer's window as a dense mask. `Encoder(cfg, fast=True)` (the default) swaps in
+the speed paths of `fast.py` (a long input's local layers block by block:
+`local_attention.py`), which compute the same function; `fast=False` runs exactly what is
+written here.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from torch import nn
 
 from bertkit.config import EncoderConfig
 from bertkit.model import fast as fast_paths
+from bertkit.model.local_attention import Band
 from bertkit.runtime import reads_are_free
 
 
@@ -269,13 +272,19 @@ class Encoder(nn.Module):
         return x if self.project is None else self.project(x)
 
     def layer_inputs(self, attention_mask: torch.Tensor | None, T: int, causal: bool,
-                     device: torch.device) -> list[tuple]:
-        """(mask, rope) for each block: global and local layers differ in both."""
+                     device: torch.device, blocked: bool = True) -> list[tuple]:
+        """(mask, rope) for each block: global and local layers differ in both. With `fast`
+        (and `blocked`), a local layer of a long input gets its mask unbuilt, a `Band` that
+        `fast.Attend` computes block by block: a [T, T] mask would cost T^2 for a window's
+        worth of keys."""
         cfg = self.config
         kinds = {}
         for is_global in {cfg.is_global(i) for i in range(cfg.num_layers)}:
-            mask = build_attention_mask(attention_mask, T, causal, device,
-                                        0 if is_global else cfg.local_window)
+            window = 0 if is_global else cfg.local_window
+            if self.fast and blocked and fast_paths.blocks_pay(T, window):
+                mask = Band(attention_mask, window)
+            else:
+                mask = build_attention_mask(attention_mask, T, causal, device, window)
             rope = (self.rotary[0 if is_global else 1].angles(T, device)
                     if self.rotary is not None else None)
             kinds[is_global] = (mask, rope)

@@ -3,7 +3,7 @@
 
 `fast=False` gives the reference model of `encoder.py` and `heads.py`: nn.Dropout,
 F.scaled_dot_product_attention, every block on every token, the vocabulary projection then
-F.cross_entropy. `fast=True` computes the same function with four shortcuts, each worth it on
+F.cross_entropy. `fast=True` computes the same function with five shortcuts, each worth it on
 the CPU bertkit is often trained on. Each is tested equal to the reference: a whole training
 step and the shortcuts one by one in tests/model/test_fast.py, `forward_rows` on both attention
 paths in tests/model/test_model.py, the fused loss in tests/pretraining/test_objectives.py.
@@ -17,10 +17,14 @@ paths in tests/model/test_model.py, the fused loss in tests/pretraining/test_obj
   (the masked positions, [CLS]); its attention still reads every token.
 * `vocab_cross_entropy`: the vocabulary projection and the cross-entropy fused, the gradient
   made in the forward pass (`objectives.vocab_terms` uses it when gradients are wanted).
+* `blocks_pay`: a local layer (a "modern" local_window) of a long input gets its mask as a
+  `Band`, never built as [T, T], and `Attend` computes it block by block
+  (`local_attention.local_attention`), O(T x window) instead of O(T^2), on any device.
 
 On a GPU the first two fall back to the fused kernels (F.dropout, SDPA), which are already fast,
 and so does the dropout under torch.compile, which fuses F.dropout's mask itself.
-This module imports nothing from the model: the modules reach it, not the other way round.
+This module imports nothing from the model but the local-attention kernel: the modules reach
+it, not the other way round.
 """
 from __future__ import annotations
 
@@ -29,6 +33,15 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from bertkit.model.local_attention import Band, local_attention
+
+BLOCKS_FROM = 4
+"""A local layer is computed block by block from BLOCKS_FROM x its window tokens on: there the
+dense path computes 2.7 times the scores the blocked one does (T^2 against 1.5 T x window) and
+the blocks' copies of the keys cost less than that saves. For `small`'s window of 128 on an AMD
+EPYC (one thread, forward and backward), 512 tokens took 1.5x as long dense as blocked, 256
+tokens 0.7x (bench/long_context.py --lengths 256 512 --encode)."""
 
 
 def packed_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -76,6 +89,13 @@ def attend_in_matmuls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return weights @ v  # [B, A, T, D]
 
 
+def blocks_pay(T: int, window: int) -> bool:
+    """Whether a layer of `window` (0: global) over T tokens should run blocked: a local
+    layer from BLOCKS_FROM windows on, but not under a trace, which would keep this length's
+    block arithmetic as constants of the graph."""
+    return 0 < window and T >= BLOCKS_FROM * window and not torch.jit.is_tracing()
+
+
 class Attend:
     """Attention on the CPU by whichever of `fused` (`encoder.attend`: SDPA) and
     `attend_in_matmuls` is faster there, timed once per kind of call (`key`); with dropout
@@ -101,7 +121,11 @@ class Attend:
         self.choices: dict[tuple, bool] = {}  # key -> the matmuls are faster
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 mask: torch.Tensor | None, causal: bool, dropout_p: float) -> torch.Tensor:
+                 mask: torch.Tensor | Band | None, causal: bool,
+                 dropout_p: float) -> torch.Tensor:
+        if isinstance(mask, Band):  # a long input's local layer, on any device (with
+            # dropout, SDPA's slow CPU fallback, but over the band's scores only)
+            return local_attention(q, k, v, mask.padding, mask.window, causal, dropout_p)
         if q.device.type != "cpu":
             return self.fused(q, k, v, mask, causal, dropout_p)
         if dropout_p > 0.0:
@@ -168,7 +192,7 @@ def attention_at_rows(attn: nn.Module, x: torch.Tensor, mask: torch.Tensor | Non
     A, D = attn.num_heads, H // attn.num_heads
     p = attn.dropout_p if attn.training else 0.0
     q, k, v = attn.project(x, rope)  # 3 x [B, A, T, D]
-    if rows.shape[0] <= B:
+    if rows.shape[0] <= B and not isinstance(mask, Band):  # a Band has no rows to select
         # As few rows as sequences (a sentence head's [CLS]): each row's query against its
         # own sequence's keys, copied out per row.
         N = rows.shape[0]
@@ -249,5 +273,5 @@ def vocab_cross_entropy(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return _VocabCrossEntropy.apply(z, weight, bias, labels, ignore_index)
 
 
-__all__ = ["packed_dropout", "PackedDropout", "attend_in_matmuls", "Attend", "attention_at_rows", "block_at_rows",
-           "vocab_cross_entropy"]
+__all__ = ["packed_dropout", "PackedDropout", "attend_in_matmuls", "BLOCKS_FROM", "blocks_pay", "Attend",
+           "attention_at_rows", "block_at_rows", "vocab_cross_entropy"]

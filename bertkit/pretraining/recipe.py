@@ -45,7 +45,7 @@ from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderCon
 from bertkit.files import SaidElsewhere, UserError, atomic_file
 from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_card,
                                 with_front_matter)
-from bertkit.model.create import new_pretraining_model
+from bertkit.model.create import local_attention_fields, new_pretraining_model
 from bertkit.model.encoder import init_weights, num_parameters
 from bertkit.model.fetch import is_hub_name, resolve_model
 from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
@@ -159,6 +159,13 @@ class PretrainOptions:
     architecture: Architecture = "modern"
     """Architecture of a fresh model: "modern" (pre-LN, gated feed-forward, rotary positions,
     no biases; saved as ModernBertForMaskedLM) or "bert" (BERT as published; BertForPreTraining)."""
+    local_window: int | None = None
+    """"modern", a fresh model: ModernBERT's local attention, a window of this many tokens
+    (a positive even number; ModernBERT's is 128): the layers that are not global see only
+    the tokens within half of it either side; none: every layer attends to the whole input."""
+    global_every: int | None = None
+    """With --local-window: every n-th layer, from the first, attends to the whole input;
+    none: 3, as ModernBERT."""
     dropout: float | None = None
     """Dropout of a fresh model (hidden and attention); none: the architecture's (0 for
     "modern", 0.1 for "bert")."""
@@ -219,6 +226,10 @@ class PretrainOptions:
         if self.architecture not in ARCHITECTURES:
             raise UserError(f"unknown architecture {self.architecture!r}; choose one of "
                             f"{', '.join(ARCHITECTURES)}")
+        local_attention_fields(self.architecture, self.local_window, self.global_every)
+        if self.init is not None and (self.local_window, self.global_every) != (None, None):
+            raise UserError("--local-window and --global-every shape a fresh model; --init "
+                            "DIR keeps its own")
         if self.objective not in objectives.OBJECTIVES:
             raise UserError(f"unknown objective {self.objective!r}; choose one of "
                             f"{', '.join(objectives.OBJECTIVES)}")
@@ -393,7 +404,9 @@ def _fresh_config(opts: PretrainOptions, vocab_size: int) -> EncoderConfig:
                                                    attention_dropout=opts.dropout)
     try:
         return preset(opts.preset, vocab_size=vocab_size, architecture=opts.architecture,
-                      max_positions=max(512, opts.seq_len), **dropout)
+                      max_positions=max(512, opts.seq_len), **dropout,
+                      **local_attention_fields(opts.architecture, opts.local_window,
+                                               opts.global_every))
     except ConfigError as e:
         raise UserError(str(e)) from None
 
