@@ -149,8 +149,10 @@ def _card(teacher_dir: Path, teacher_name: str, result: DistillResult,
     matter names the teacher when it is a Hub model."""
     body = (f"Static vectors distilled from `{teacher_name}` by `bertkit static distill`: "
             f"each of {result.pieces:,} vocabulary entries through the teacher alone, PCA to "
-            f"{result.dims} dimensions ({result.explained:.1%} of the variance), SIF weights "
-            f"by rank (coefficient {options.sif_coefficient}). A sentence's vector is the "
+            f"{result.dims} dimensions ({result.explained:.1%} of the variance), "
+            + (f"SIF weights by rank (coefficient {options.sif_coefficient})"
+               if options.sif_coefficient is not None else "no frequency weights")
+            + f". A sentence's vector is the "
             f"mean of its pieces' vectors{', normalized' if options.normalize else ''}; "
             f"`model2vec.StaticModel.from_pretrained` and sentence-transformers load this "
             f"directory as it is.")
