@@ -188,7 +188,8 @@ def distill_static(options: DistillOptions, command: str | None = None) -> Disti
                             command=command)
     save_static(options.out, table, tokenizer, config, extra_files={
         SETTINGS_FILE: json.dumps(settings, indent=2, default=str),
-        CARD_FILE: _card(Path(source), name, result, options).rstrip("\n")})
+        CARD_FILE: _card(Path(source), name, result, options).rstrip("\n")},
+        lowercase=teacher.lowercase)
     return result
 
 

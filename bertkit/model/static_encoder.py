@@ -135,12 +135,16 @@ def load_static_tokenizer(path: str | Path) -> Tokenizer:
     return Tokenizer.load(p)
 
 
-def tokenizer_spec(tokenizer: Tokenizer) -> dict:
+def tokenizer_spec(tokenizer: Tokenizer, lowercase: bool = False) -> dict:
     """tokenizer.json as a static model keeps it: the pieces as `tokenizer` cuts them, without
     the template ([CLS] ... [SEP] would be pooled by model2vec's `encode` otherwise), padding
-    or truncation."""
+    or truncation; with `lowercase`, text lowercased first (a sentence-transformers teacher's
+    do_lower_case, which no reader of the directory would know of otherwise)."""
     spec = json.loads(tokenizer.backend.to_str())
     spec["post_processor"] = spec["padding"] = spec["truncation"] = None
+    if lowercase:
+        rest = [spec["normalizer"]] if spec.get("normalizer") else []
+        spec["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Lowercase"}, *rest]}
     return spec
 
 
@@ -156,16 +160,18 @@ def sentence_modules(normalize: bool) -> list[dict]:
 
 
 def save_static(out: str | Path, vectors: np.ndarray, tokenizer: Tokenizer, config: dict,
-                extra_files: dict[str, str] | None = None) -> Path:
+                extra_files: dict[str, str] | None = None, lowercase: bool = False) -> Path:
     """Write a static model directory at once (bertkit.files.atomic_dir): `vectors` [V, D]
-    (one row per id of `tokenizer`), the tokenizer, config.json (`config` under model2vec's
-    fixed keys) and modules.json; `extra_files` (name -> text) beside them."""
+    (one row per id of `tokenizer`), the tokenizer (`tokenizer_spec`), config.json (`config`
+    under model2vec's fixed keys) and modules.json; `extra_files` (name -> text) beside
+    them."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.shape[0] != tokenizer.vocab_size:
         raise ValueError(f"{vectors.shape[0]} vectors for {tokenizer.vocab_size} tokenizer ids")
     config = {"model_type": MODEL2VEC_TYPE, "architectures": ["StaticModel"], **config,
               "hidden_dim": int(vectors.shape[1]), "embedding_dtype": "float32"}
-    files = {TOKENIZER_FILE: json.dumps(tokenizer_spec(tokenizer), ensure_ascii=False),
+    files = {TOKENIZER_FILE: json.dumps(tokenizer_spec(tokenizer, lowercase),
+                                        ensure_ascii=False),
              CONFIG_FILE: json.dumps(config, indent=2, ensure_ascii=False),
              SENTENCE_MODULES_FILE: json.dumps(sentence_modules(bool(config.get("normalize"))),
                                                indent=2),

@@ -203,6 +203,24 @@ def test_serve_searches_with_it_as_a_sentence_model(distilled, tmp_path):
     assert view["layers"] == [0] and len(view["contexts"]) >= 3
 
 
+def test_a_teacher_that_lowercases_gives_a_tokenizer_that_does(tiny_bert_dir, tmp_path):
+    """A sentence-transformers teacher with do_lower_case over a cased vocabulary: the
+    directory's tokenizer lowercases, for bertkit and model2vec alike."""
+    model2vec = pytest.importorskip("model2vec")
+    base = Embedder.load(tiny_bert_dir)
+    cased = Tokenizer.from_vocab(tiny_bert_dir / "vocab.txt", lowercase=False)
+    Embedder(base.encoder, cased, lowercase=True).save(tmp_path / "teacher")
+    assert Embedder.load(tmp_path / "teacher").lowercase
+    distill_static(DistillOptions(model=tmp_path / "teacher", out=tmp_path / "static",
+                                  dims=4, device="cpu", quiet=True))
+    static = Embedder.load(tmp_path / "static")
+    shouted, plain = static.encode(["The River BANK"]), static.encode(["the river bank"])
+    assert np.abs(plain).sum() > 0
+    np.testing.assert_allclose(shouted, plain, atol=1e-6)
+    theirs = model2vec.StaticModel.from_pretrained(tmp_path / "static")
+    np.testing.assert_allclose(theirs.encode(["The River BANK"]), plain, atol=1e-5)
+
+
 def _no_tokenizer(tiny_bert_dir: Path, tmp_path: Path) -> Path:
     bare = tmp_path / "bare"
     shutil.copytree(tiny_bert_dir, bare)
