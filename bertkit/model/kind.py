@@ -135,6 +135,6 @@ def require_kind(path: str | Path, *kinds: ModelKind) -> Path:
 
 
 __all__ = ["ModelKind", "EMBEDDER_KINDS", "model_kind", "require_kind", "CNN_FILE",
-           "CNN_WEIGHTS_FILE", "ELMO_FILE", "STATIC_VOCAB_FILE", "STATIC_VECTORS_FILE", "SEQ2SEQ_FILE",
-           "RECOMMENDER_FILE", "TASK_FILE", "CONFIG_FILE", "SENTENCE_MODULES_FILE",
-           "TASK_ARCHITECTURES", "MODEL2VEC_TYPE"]
+           "CNN_WEIGHTS_FILE", "ELMO_FILE", "STATIC_VOCAB_FILE", "STATIC_VECTORS_FILE",
+           "SEQ2SEQ_FILE", "RECOMMENDER_FILE", "TASK_FILE", "CONFIG_FILE",
+           "SENTENCE_MODULES_FILE", "TASK_ARCHITECTURES", "MODEL2VEC_TYPE"]
