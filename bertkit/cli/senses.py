@@ -1,8 +1,10 @@
 """Commands on word senses: `wsd split|train|predict|evaluate` (sense embeddings),
-`static train|neighbors|similarity|contexts|analogy|plot` (word2vec, the static baseline) and
-`similarity` (one word's contextual vectors in two texts, layer by layer). Their settings are
-the library's WsdOptions, WsdRun (bertkit.senses) and SkipGramConfig (bertkit.road.word2vec),
-and the options of the commands that only read files and print, here."""
+`static train|neighbors|similarity|contexts|analogy|plot` (word2vec, the static baseline),
+`static distill` (static vectors from a sentence encoder) and `similarity` (one word's
+contextual vectors in two texts, layer by layer). Their settings are the library's WsdOptions,
+WsdRun (bertkit.senses), SkipGramConfig (bertkit.road.word2vec) and DistillOptions
+(bertkit.embeddings.distill_static), and the options of the commands that only read files and
+print, here."""
 from __future__ import annotations
 
 import json
@@ -172,6 +174,16 @@ def run_static_train(files: StaticTrainFiles, config) -> int:
     print(f"{files.out}: {len(model.tokens):,} {model.tokenization.kind} x {model.dim} "
           f"dimensions, {model.stats['pairs']:,} pairs in {model.stats['seconds']:.0f}s, "
           f"final loss {model.stats['final_loss']:.3f}")
+    return 0
+
+
+def run_static_distill(options) -> int:
+    from bertkit.embeddings.distill_static import distill_static
+
+    distill = next(c for c in COMMANDS if c.name == "static distill")
+    result = distill_static(options, command_line(distill, [options]))
+    print(f"{result.path}: {result.pieces:,} of {result.vocab_size:,} pieces x {result.dims} "
+          f"dimensions ({result.explained:.1%} of the teacher's variance)")
     return 0
 
 
@@ -397,6 +409,14 @@ COMMANDS = (
                         "unigram^0.75) or the full softmax (small vocabularies); window, "
                         "frequent-word subsampling. Tokens are lowercase words, or a bertkit "
                         "tokenizer's pieces with --tokenizer."),
+    Command("static distill", run_static_distill,
+            ("bertkit.embeddings.distill_static:DistillOptions",),
+            help="static sentence vectors from a sentence encoder, as model2vec distils them",
+            description="Each vocabulary entry through the teacher alone ([CLS] piece [SEP]), "
+                        "PCA to --dims, weights by rank as Zipf and SIF have them; no data. "
+                        "A sentence's vector is the mean of its pieces'; embed, evaluate and "
+                        "serve take the directory, and so do model2vec and "
+                        "sentence-transformers."),
     Command("static neighbors", run_static_neighbors, (StaticNeighborsOptions,),
             help="nearest words by cosine"),
     Command("static similarity", run_static_similarity, (StaticSimilarityOptions,),

@@ -41,7 +41,8 @@ from bertkit.model.elmo import load_elmo
 from bertkit.model.encoder import Encoder
 from bertkit.model.fetch import resolve_model
 from bertkit.model.hub import load_encoder, save_model
-from bertkit.model.kind import ModelKind, model_kind, require_kind
+from bertkit.model.kind import EMBEDDER_KINDS, ModelKind, model_kind, require_kind
+from bertkit.model.static_encoder import load_static_encoder, load_static_tokenizer
 from bertkit.progress import Progress
 from bertkit.runtime import (auto_precision_override, bf16_warning, choose_precision,
                              resolve_device)
@@ -191,7 +192,8 @@ class Embedder:
                  precision: str = "fp32", standardizer: Standardizer | None = None,
                  workers: int | None = None, max_padding: float = 0.02,
                  pool: str | Sequence[str] = "mean", normalize: bool = False,
-                 lowercase: bool = False, source: str = "the model"):
+                 lowercase: bool = False, known_pieces_only: bool = False,
+                 source: str = "the model"):
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         self.pool = _pool_modes(pool)
@@ -201,6 +203,10 @@ class Embedder:
         """Sentence vectors are scaled to unit length by default (a Normalize module)."""
         self.lowercase = lowercase
         """Texts are lowercased before tokenizing (sentence-transformers' do_lower_case)."""
+        self.known_pieces_only = known_pieces_only
+        """Sentence vectors pool only the text's own known pieces, [CLS], [SEP] and [UNK] left
+        out: a static model's rule (model2vec's), where a transformer's pool every position
+        (sentence-transformers')."""
         self.encoder = encoder.eval()
         self.tokenizer = tokenizer
         self.config = encoder.config
@@ -227,31 +233,40 @@ class Embedder:
              revision: str | None = None) -> "Embedder":
         """Load a bertkit / Hugging Face BERT directory, or a model's name on the Hugging Face
         Hub (`sentence-transformers/all-MiniLM-L6-v2`, at `revision`, fetched into its cache:
-        `bertkit.model.fetch.resolve_model`), or an ELMo directory (`bertkit road elmo`).
+        `bertkit.model.fetch.resolve_model`), an ELMo directory (`bertkit road elmo`) or a
+        static model's (`bertkit static distill`, model2vec's layout).
 
         A sentence-transformers directory (modules.json) sets the default pooling,
-        normalisation, maximum length and lowercasing as sentence-transformers does. Otherwise
-        the maximum length is `sentence_bert_config.json`'s when there is one, else the model's
-        positions, and sentence vectors are token means. A fitted standardizer saved in the
-        directory (`standardize.safetensors`) is loaded, and applied only when a call asks for
+        normalisation, maximum length and lowercasing as sentence-transformers does. A static
+        model's sentence vector is the mean of the text's known pieces, normalized as its
+        config.json says, as model2vec's `encode` computes it. Otherwise the maximum length is
+        `sentence_bert_config.json`'s when there is one, else the model's positions, and
+        sentence vectors are token means. A fitted standardizer saved in the directory
+        (`standardize.safetensors`) is loaded, and applied only when a call asks for
         `standardize=True`.
         """
-        path = require_kind(resolve_model(path, revision), ModelKind.ENCODER, ModelKind.TASK,
-                            ModelKind.ELMO)
+        path = require_kind(resolve_model(path, revision), *EMBEDDER_KINDS)
+        standardizer = None
+        if (path / STANDARDIZER_FILE).is_file():
+            standardizer = Standardizer.load(path / STANDARDIZER_FILE)
+        kind = model_kind(path)
+        if kind is ModelKind.STATIC_SENTENCE:
+            encoder = load_static_encoder(path, device)
+            return cls(encoder, load_static_tokenizer(path), precision=precision,
+                       max_length=max_length, standardizer=standardizer, workers=workers,
+                       normalize=encoder.config.normalize, known_pieces_only=True,
+                       source=str(path))
         sentence = read_sentence_model(path)
         if sentence is not None:
             model_dir = sentence.transformer
             encoder = load_encoder(model_dir, device)
-            standardizer = None
-            if (path / STANDARDIZER_FILE).is_file():
-                standardizer = Standardizer.load(path / STANDARDIZER_FILE)
             return cls(encoder, Tokenizer.load(model_dir), precision=precision,
                        max_length=max_length or sentence.max_seq_length,
                        standardizer=standardizer, workers=workers, pool=sentence.pool,
                        normalize=sentence.normalize, lowercase=sentence.lowercase,
                        source=str(path))
         # An ELMo directory: its LSTM layers stand in for BERT's (same hidden_states interface).
-        encoder = (load_elmo(path, device) if model_kind(path) is ModelKind.ELMO
+        encoder = (load_elmo(path, device) if kind is ModelKind.ELMO
                    else load_encoder(path, device))
         tokenizer = Tokenizer.load(path)
         if max_length is None and (path / "sentence_bert_config.json").is_file():
@@ -260,9 +275,6 @@ class Embedder:
                 max_length = int(st.get("max_seq_length") or 0) or None
             except (UserError, ValueError, TypeError, AttributeError):
                 pass
-        standardizer = None
-        if (path / STANDARDIZER_FILE).is_file():
-            standardizer = Standardizer.load(path / STANDARDIZER_FILE)
         return cls(encoder, tokenizer, max_length=max_length, precision=precision,
                    standardizer=standardizer, workers=workers, source=str(path))
 
@@ -424,13 +436,19 @@ class Embedder:
                        out: np.ndarray | None = None) -> np.ndarray:
         """`embed` on inputs already tokenized, written into `out` when given."""
         modes = self.pool if pool is None else _pool_modes(pool)
-        groups = [[np.arange(len(e.ids))] for e in encoded]
+        groups = [[self._pooled_positions(e)] for e in encoded]
         vectors = self.pool_groups(encoded, groups, layers, combine,
                                    [_POOL_REDUCTION.get(m, m) for m in modes], standardize,
                                    batch_size, progress, "sentences", out=out)
         if self.normalize if normalize is None else normalize:
             vectors[:] = unit_rows(vectors)
         return vectors
+
+    def _pooled_positions(self, e: Encoded) -> np.ndarray:
+        """The positions of one input that its sentence vector pools (`known_pieces_only`)."""
+        if not self.known_pieces_only:
+            return np.arange(len(e.ids))
+        return np.flatnonzero((e.word_ids >= 0) & (e.ids != self.tokenizer.unk_id))
 
     def sentence_width(self, layers: LayerSpec = -1, combine: str = "mean",
                        pool: str | Sequence[str] | None = None) -> int:
@@ -682,9 +700,10 @@ def _reduce(how: str, picked: torch.Tensor, local: torch.Tensor, rank: torch.Ten
     width = picked.shape[1]
     counts = torch.zeros(rows, dtype=picked.dtype, device=picked.device)
     counts.index_add_(0, local, torch.ones_like(local, dtype=picked.dtype))  # [rows]
-    if how == "max":
+    if how == "max":  # a row with no position (a static model's text of unknowns) stays 0
         out = torch.full((rows, width), float("-inf"), dtype=picked.dtype, device=picked.device)
-        return out.scatter_reduce(0, local[:, None].expand_as(picked), picked, "amax")
+        out = out.scatter_reduce(0, local[:, None].expand_as(picked), picked, "amax")
+        return torch.where(counts[:, None] > 0, out, torch.zeros_like(out))
     if how in ("first", "last"):
         ends = counts.long().cumsum(0)  # one past each row's last position
         at = ends - counts.long() if how == "first" else ends - 1
@@ -694,11 +713,11 @@ def _reduce(how: str, picked: torch.Tensor, local: torch.Tensor, rank: torch.Ten
     sums = torch.zeros(rows, width, dtype=picked.dtype, device=picked.device)
     sums.index_add_(0, local, picked if weights is None else picked * weights[:, None])
     if how == "mean":
-        return sums / counts[:, None]
+        return sums / counts.clamp(min=1)[:, None]
     if how == "mean_sqrt_len_tokens":
-        return sums / counts.sqrt()[:, None]
+        return sums / counts.clamp(min=1).sqrt()[:, None]
     total = torch.zeros(rows, dtype=picked.dtype, device=picked.device)
-    return sums / total.index_add_(0, local, weights)[:, None]
+    return sums / total.index_add_(0, local, weights).clamp(min=1)[:, None]
 
 
 def _pool_modes(pool: str | Sequence[str]) -> tuple[str, ...]:

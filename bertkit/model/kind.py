@@ -3,20 +3,23 @@ and `bertkit serve` ask before they load a model.
 
 Each kind is written by one command and read by one loader:
 
-    kind         marker files                       loaded by
-    CNN          cnn.json, cnn.safetensors          finetuning.predict.TaskModel.load
-    ELMO         elmo.json                          model.elmo.load_elmo
-    STATIC       vocab.json, vectors.safetensors    embeddings.static.StaticVectors.load
-    SEQ2SEQ      seq2seq.json                       road.seq2seq.load_seq2seq
-    RECOMMENDER  recommender.json                   road.entities.load_recommender
-    TASK         bertkit_task.json, or config.json  finetuning.predict.TaskModel.load
-                 naming a transformers task head
-    SPARSE       modules.json naming SpladePooling  embeddings.sparse_encoder.SparseEncoder.load,
-                                                    model.info, model.fill_mask
-    ENCODER      config.json or modules.json        model.hub.load_encoder, model.fill_mask,
-                                                    embeddings.embedder.Embedder.load
+    kind             marker files                       loaded by
+    CNN              cnn.json, cnn.safetensors          finetuning.predict.TaskModel.load
+    ELMO             elmo.json                          model.elmo.load_elmo
+    STATIC           vocab.json, vectors.safetensors    embeddings.static.StaticVectors.load
+    SEQ2SEQ          seq2seq.json                       road.seq2seq.load_seq2seq
+    RECOMMENDER      recommender.json                   road.entities.load_recommender
+    STATIC_SENTENCE  config.json of model_type          model.static_encoder.load_static_encoder
+                     "model2vec"
+    TASK             bertkit_task.json, or config.json  finetuning.predict.TaskModel.load
+                     naming a transformers task head
+    SPARSE           modules.json naming SpladePooling  embeddings.sparse_encoder.SparseEncoder.load,
+                                                        model.info, model.fill_mask
+    ENCODER          config.json or modules.json        model.hub.load_encoder, model.fill_mask,
+                                                        embeddings.embedder.Embedder.load
 
-The markers are checked in that order: a CNN directory also holds bertkit_task.json, and an
+The markers are checked in that order: a CNN directory also holds bertkit_task.json, a
+distilled static model's config.json and modules.json would read as an encoder's, and an
 encoder's is the only marker every transformers directory has. The file names are defined here
 once, and the modules that write them import them.
 """
@@ -39,6 +42,8 @@ RECOMMENDER_FILE = "recommender.json"
 TASK_FILE = "bertkit_task.json"
 CONFIG_FILE = "config.json"
 SENTENCE_MODULES_FILE = "modules.json"
+MODEL2VEC_TYPE = "model2vec"
+"""config.json's model_type in a static sentence model's directory (model2vec's layout)."""
 
 TASK_ARCHITECTURES = ("BertForSequenceClassification", "BertForTokenClassification",
                       "BertForQuestionAnswering")
@@ -51,6 +56,7 @@ class ModelKind(enum.Enum):
     CNN = "a convolutional sentence classifier (finetune --model cnn)"
     ELMO = "an ELMo language model (road elmo)"
     STATIC = "static word vectors (static train)"
+    STATIC_SENTENCE = "static sentence vectors (static distill, model2vec)"
     SEQ2SEQ = "a sequence-to-sequence model (road seq2seq)"
     RECOMMENDER = "an entity-embedding recommender (road entities)"
     TASK = "a fine-tuned task model"
@@ -62,18 +68,30 @@ BERTKIT_ONLY = {ModelKind.CNN, ModelKind.ELMO, ModelKind.STATIC, ModelKind.SEQ2S
                 ModelKind.RECOMMENDER}
 """Kinds only bertkit writes: never a model's name in the Hugging Face cache."""
 
+EMBEDDER_KINDS = (ModelKind.ENCODER, ModelKind.TASK, ModelKind.ELMO, ModelKind.STATIC_SENTENCE)
+"""The kinds `bertkit.embeddings.embedder.Embedder.load` reads: what every command that turns
+text into vectors (embed, evaluate's sentence figures, serve's embeddings and search views)
+takes."""
+
 
 def _has(path: Path, *names: str) -> bool:
     return all((path / name).is_file() for name in names)
 
 
-def _names_task_head(path: Path) -> bool:
+def _config(path: Path) -> dict:
+    """config.json as a dict; {} when it is absent or unreadable (the loader of the kind it
+    then reads as names what is wrong with it)."""
     try:
         config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False  # the encoder's loader names what is wrong with it
-    architectures = config.get("architectures") if isinstance(config, dict) else None
-    return bool(architectures) and architectures[0] in TASK_ARCHITECTURES
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _names_task_head(path: Path) -> bool:
+    architectures = _config(path).get("architectures")
+    return bool(architectures) and isinstance(architectures, list) \
+        and architectures[0] in TASK_ARCHITECTURES
 
 
 def _names_splade_pooling(path: Path) -> bool:
@@ -105,6 +123,8 @@ def model_kind(path: str | Path) -> ModelKind:
         return ModelKind.SEQ2SEQ
     if _has(p, RECOMMENDER_FILE):
         return ModelKind.RECOMMENDER
+    if _has(p, CONFIG_FILE) and _config(p).get("model_type") == MODEL2VEC_TYPE:
+        return ModelKind.STATIC_SENTENCE
     if _has(p, CONFIG_FILE) and (_has(p, TASK_FILE) or _names_task_head(p)):
         return ModelKind.TASK
     if _has(p, SENTENCE_MODULES_FILE) and _names_splade_pooling(p):
@@ -131,7 +151,7 @@ def require_kind(path: str | Path, *kinds: ModelKind) -> Path:
     return p
 
 
-__all__ = ["ModelKind", "model_kind", "require_kind", "CNN_FILE", "CNN_WEIGHTS_FILE",
-           "ELMO_FILE", "STATIC_VOCAB_FILE", "STATIC_VECTORS_FILE", "SEQ2SEQ_FILE",
-           "RECOMMENDER_FILE", "TASK_FILE", "CONFIG_FILE", "SENTENCE_MODULES_FILE",
-           "TASK_ARCHITECTURES"]
+__all__ = ["ModelKind", "EMBEDDER_KINDS", "model_kind", "require_kind", "CNN_FILE",
+           "CNN_WEIGHTS_FILE", "ELMO_FILE", "STATIC_VOCAB_FILE", "STATIC_VECTORS_FILE",
+           "SEQ2SEQ_FILE", "RECOMMENDER_FILE", "TASK_FILE", "CONFIG_FILE",
+           "SENTENCE_MODULES_FILE", "TASK_ARCHITECTURES", "MODEL2VEC_TYPE"]

@@ -22,7 +22,7 @@ import torch
 
 from bertkit.files import UserError, read_json
 from bertkit.model.fetch import hub_name
-from bertkit.model.kind import ModelKind, model_kind, require_kind
+from bertkit.model.kind import EMBEDDER_KINDS, ModelKind, model_kind, require_kind
 from bertkit.serve.search import LineIndex, vectors_note
 from bertkit.text.tokenizer import check_pairs
 from bertkit.training.runlog import run_spec
@@ -68,7 +68,8 @@ class ServedModel:
     """"pretrained" (encoder and masked-LM head), "ELECTRA (fill-mask by its generator)",
     "encoder" (no trained head: MiniLM,
     a sentence-transformers or ELMo directory; "encoder, untrained head" when fill-mask was
-    allowed a random one) or the fine-tuned task ("classify", "tag", "qa", ...)."""
+    allowed a random one), "static vectors" (`bertkit static distill`) or the fine-tuned task
+    ("classify", "tag", "qa", ...)."""
     embedder: Any = None
     """bertkit.embeddings.embedder.Embedder over the model's encoder; None for a CNN."""
     filler: Any = None
@@ -127,7 +128,7 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
     from bertkit.model.fill_mask import FillMask
     from bertkit.model.info import info
 
-    path = require_kind(path, ModelKind.CNN, ModelKind.TASK, ModelKind.ENCODER, ModelKind.ELMO)
+    path = require_kind(path, ModelKind.CNN, *EMBEDDER_KINDS)
     kind = model_kind(path)
     own_standardizer = (Standardizer.load(path / STANDARDIZER_FILE)
                         if (path / STANDARDIZER_FILE).is_file() else None)
@@ -161,10 +162,13 @@ def load_served_model(path: str | Path, name: str, device: str | torch.device = 
             return ServedModel(name, path, label, embedder=embedder, filler=filler,
                                sentence=sentence is not None)
     embedder = Embedder.load(path, device)
-    why = ("an ELMo model has no masked-LM head" if kind is ModelKind.ELMO else
-           "its weights have no trained masked-LM head (an encoder-only checkpoint)")
-    return ServedModel(name, path, "encoder", embedder=embedder, no_fill_mask=why,
-                       sentence=sentence is not None)
+    why = {ModelKind.ELMO: "an ELMo model has no masked-LM head",
+           ModelKind.STATIC_SENTENCE: "static vectors have no masked-LM head"}.get(
+        kind, "its weights have no trained masked-LM head (an encoder-only checkpoint)")
+    static = kind is ModelKind.STATIC_SENTENCE  # its vectors are a sentence model's
+    return ServedModel(name, path, "static vectors" if static else "encoder",
+                       embedder=embedder, no_fill_mask=why,
+                       sentence=sentence is not None or static)
 
 
 def _sentence_settings(sentence) -> dict:

@@ -83,6 +83,22 @@ def test_static_vectors(tmp_path):
         Embedder.load(tmp_path / "static")
 
 
+def test_static_sentence_vectors_are_not_taken_for_the_encoder_they_look_like(tmp_path,
+                                                                               tokenizer):
+    from bertkit.model.static_encoder import load_static_encoder, save_static
+
+    vectors = np.ones((tokenizer.vocab_size, 3), dtype=np.float32)
+    save_static(tmp_path / "static", vectors, tokenizer, {"normalize": True})
+    assert (tmp_path / "static" / "modules.json").is_file()  # as a sentence-transformers one
+    assert model_kind(tmp_path / "static") is ModelKind.STATIC_SENTENCE
+    assert load_static_encoder(tmp_path / "static").config.hidden_size == 3
+    (tmp_path / "static" / "modules.json").unlink()  # model2vec's older layout: config.json
+    assert model_kind(tmp_path / "static") is ModelKind.STATIC_SENTENCE
+    hub.save_model(_encoder(), tmp_path / "m")
+    with pytest.raises(UserError, match="a BERT encoder, not static sentence vectors"):
+        load_static_encoder(tmp_path / "m")
+
+
 def test_seq2seq_and_recommender(tmp_path, tokenizer):
     seq = Seq2Seq(Seq2SeqConfig(vocab_size=tokenizer.vocab_size, embed_dim=4, hidden=6))
     save_seq2seq(seq, tokenizer, tmp_path / "s2s")
