@@ -1,0 +1,68 @@
+"""Exact top-k search by cosine in bounded memory: blocks of queries against blocks of the
+corpus, a running top-k per query merged block by block.
+
+The whole query x corpus score matrix is never held: at most `query_block x passage_block`
+scores at once (1,024 x 16,384 float32: 64 MB), plus the running best `k` of each query of the
+block. 100,000 queries against 100,000 passages thus take the vectors' memory and little more.
+The result is the top-k of the full matrix (the same passages, best first); which of two
+passages of exactly equal score comes first is not defined, as in `torch.topk`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+QUERY_BLOCK = 1024
+"""Queries scored at once."""
+PASSAGE_BLOCK = 16384
+"""Passages scored at once against a block of queries."""
+
+
+def unit_rows(vectors: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """The rows as float32 at unit length (a zero row stays zero): their dot products are
+    cosines."""
+    t = torch.as_tensor(np.asarray(vectors) if not torch.is_tensor(vectors) else vectors)
+    return torch.nn.functional.normalize(t.float(), dim=1)
+
+
+def _merge(best: tuple[torch.Tensor, torch.Tensor], block: tuple[torch.Tensor, torch.Tensor],
+           k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best `k` of a running top-k and a block's, best first."""
+    scores = torch.cat([best[0], block[0]], dim=1)
+    indices = torch.cat([best[1], block[1]], dim=1)
+    top, where = scores.topk(min(k, scores.shape[1]), dim=1)
+    return top, indices.gather(1, where)
+
+
+def top_k(queries: torch.Tensor, passages: torch.Tensor, k: int, *,
+          query_block: int = QUERY_BLOCK, passage_block: int = PASSAGE_BLOCK,
+          done: Callable[[int], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores, indices), each `[Q, min(k, N)]`: the `k` passages of highest dot product with
+    each query, best first, for query vectors `[Q, D]` and passage vectors `[N, D]` (unit
+    rows: cosines). `done(n)` is told after each block of n queries."""
+    if queries.dim() != 2 or passages.dim() != 2 or queries.shape[1] != passages.shape[1]:
+        raise ValueError(f"expected [Q, D] and [N, D] vectors, got {tuple(queries.shape)} and "
+                         f"{tuple(passages.shape)}")
+    if k < 1 or query_block < 1 or passage_block < 1:
+        raise ValueError(f"k and the blocks must be at least 1, got {k}, {query_block}, "
+                         f"{passage_block}")
+    k = min(k, len(passages))
+    scores = torch.empty(len(queries), k, dtype=passages.dtype)
+    indices = torch.empty(len(queries), k, dtype=torch.long)
+    for start in range(0, len(queries), query_block):
+        block = queries[start:start + query_block]
+        best = (torch.empty(len(block), 0, dtype=passages.dtype),
+                torch.empty(len(block), 0, dtype=torch.long))
+        for first in range(0, len(passages), passage_block):
+            part = block @ passages[first:first + passage_block].T
+            top, where = part.topk(min(k, part.shape[1]), dim=1)
+            best = _merge(best, (top, where + first), k)
+        scores[start:start + len(block)], indices[start:start + len(block)] = best
+        if done is not None:
+            done(len(block))
+    return scores, indices
+
+
+__all__ = ["PASSAGE_BLOCK", "QUERY_BLOCK", "top_k", "unit_rows"]
