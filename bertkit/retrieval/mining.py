@@ -255,8 +255,8 @@ def write_triplets(out: str | Path, pairs: Sequence[sp.Pair], negatives: Sequenc
     """Write JSON lines `{"anchor", "positive", "negative"}`, a row per pair and negative (a
     pair with none left out); the file appears whole or not at all. Returns the rows."""
     if not any(negatives):
-        raise UserError("no pair has a negative left: raise --range-max, or lower --margin or "
-                        "raise --max-score")
+        raise UserError("no pair has a negative left: raise --range-max, lower --range-min "
+                        "or --margin, or raise --max-score")
     rows = 0
     with atomic_file(out) as f:
         for pair, found in zip(pairs, negatives):
