@@ -221,3 +221,18 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case, messag
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
     assert re.search(message, err), err
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_the_device_reaches_the_model_after_the_inputs_are_read(tmp_path, capsys, monkeypatch):
+    import bertkit.embeddings.embedder
+
+    def load(path, device="cpu", **kwargs):
+        raise UserError(f"reached device={device}")
+
+    monkeypatch.setattr(bertkit.embeddings.embedder.Embedder, "load", load)
+    source = _write_pairs(tmp_path / "pairs.jsonl", _pairs(3, 9))
+    args = ["mine", "--input", str(source), "--model", "m", "--out", str(tmp_path / "o.jsonl")]
+    assert cli.main([*args, "--device", "cpu:0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: reached device=cpu:0"
+    assert cli.main([*args[:2], str(tmp_path / "none.jsonl"), *args[3:]]) == 2
+    assert "none.jsonl: input file does not exist" in capsys.readouterr().err
