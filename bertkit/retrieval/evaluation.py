@@ -20,7 +20,7 @@ from bertkit.embeddings.evaluation import (average_precisions, ndcgs, recalls,
 from bertkit.progress import Progress
 from bertkit.retrieval.beir import BeirSet, read_beir
 from bertkit.retrieval.bm25 import Bm25
-from bertkit.retrieval.search import top_k, unit_rows
+from bertkit.retrieval.search import excluded_rows, leave_out, top_k, unit_rows
 
 DEPTH = 1000
 """Passages ranked per query (BEIR's top 1,000: MAP counts them all)."""
@@ -67,25 +67,14 @@ def ranking_figures(ranked: torch.Tensor, qrels: Sequence[dict[int, int]],
                           passages=passages)
 
 
-def _without_own(indices: torch.Tensor, own: torch.Tensor, depth: int) -> torch.Tensor:
-    """The rankings with each query's own passage (`own[q]`, -1: none) taken out, cut to
-    `depth`; a ranking left short is padded with -1."""
-    keep = indices != own[:, None]
-    out = torch.full((len(indices), depth), -1, dtype=torch.long)
-    for q in range(len(indices)):
-        row = indices[q][keep[q]][:depth]
-        out[q, :len(row)] = row
-    return out
-
-
 def rank(data: BeirSet, embedder=None, *, batch_size: int = 64, depth: int = DEPTH,
          progress: bool = True) -> torch.Tensor:
     """Each query's top `depth` passages `[Q, depth]` (positions; -1 where the corpus is
     shorter), by the cosines of a sentence model (`embedder`: anything with
     sentence-transformers' `encode`), or by BM25 when `embedder` is None."""
     at = data.corpus.index()
-    own = torch.tensor([at.get(qid, -1) for qid in data.queries.ids])
-    wanted = depth + int((own >= 0).any())  # one more where a query's own passage may be first
+    own = [[at[qid]] if qid in at else [] for qid in data.queries.ids]
+    wanted = depth + int(any(own))  # one more where a query's own passage may be first
     bar = Progress("search", len(data.queries.ids), "queries", enabled=progress)
     if embedder is None:
         _, indices = Bm25(data.corpus.texts).top_k(data.queries.texts, wanted,
@@ -97,7 +86,7 @@ def rank(data: BeirSet, embedder=None, *, batch_size: int = 64, depth: int = DEP
         queries = unit_rows(embedder.encode(data.queries.texts, batch_size=batch_size, **shown))
         _, indices = top_k(queries, passages, wanted, done=lambda n: bar.update(add=n))
     bar.finish()
-    return _without_own(indices, own, depth)
+    return leave_out(indices, torch.zeros(indices.shape), excluded_rows(own), depth)[0]
 
 
 def evaluate_beir(path: str | Path, embedder=None, *, batch_size: int = 64,

@@ -34,7 +34,8 @@ from bertkit.finetuning import sentence_pairs as sp
 from bertkit.progress import Progress
 from bertkit.retrieval.beir import read_passages
 from bertkit.retrieval.bm25 import Bm25
-from bertkit.retrieval.search import PASSAGE_BLOCK, QUERY_BLOCK, top_k, unit_rows
+from bertkit.retrieval.search import (PASSAGE_BLOCK, QUERY_BLOCK, excluded_rows, leave_out,
+                                      top_k, unit_rows)
 
 
 @dataclass(kw_only=True)
@@ -124,14 +125,7 @@ def _left_out(queries: list[str], pairs: Sequence[sp.Pair], query_of: list[int],
 def _first_not_left_out(indices: torch.Tensor, scores: torch.Tensor, left_out: list[set[int]],
                         width: int) -> Candidates:
     """Each row's first `width` passages that its query does not leave out."""
-    out = Candidates(torch.full((len(indices), width), -1, dtype=torch.long),
-                     torch.full((len(indices), width), -np.inf, dtype=torch.float32))
-    for q, (row, values) in enumerate(zip(indices.tolist(), scores.tolist())):
-        kept = [(i, s) for i, s in zip(row, values) if i not in left_out[q]][:width]
-        if kept:
-            out.indices[q, :len(kept)] = torch.tensor([i for i, _ in kept])
-            out.scores[q, :len(kept)] = torch.tensor([s for _, s in kept])
-    return out
+    return Candidates(*leave_out(indices, scores.float(), excluded_rows(left_out), width))
 
 
 def choose(candidates: Candidates, positive: torch.Tensor | None,

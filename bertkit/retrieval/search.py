@@ -65,4 +65,31 @@ def top_k(queries: torch.Tensor, passages: torch.Tensor, k: int, *,
     return scores, indices
 
 
-__all__ = ["PASSAGE_BLOCK", "QUERY_BLOCK", "top_k", "unit_rows"]
+def excluded_rows(excluded: list[set[int]] | list[list[int]]) -> torch.Tensor:
+    """`[Q, L]` the passages each query leaves out, ascending, padded with a position no
+    passage has (at least one column): what `leave_out` takes."""
+    width = max(1, max(map(len, excluded), default=0))
+    out = torch.full((len(excluded), width), torch.iinfo(torch.long).max, dtype=torch.long)
+    for q, found in enumerate(excluded):
+        if found:
+            out[q, :len(found)] = torch.tensor(sorted(found), dtype=torch.long)
+    return out
+
+
+def leave_out(indices: torch.Tensor, scores: torch.Tensor, excluded: torch.Tensor,
+              width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's first `width` passages (`indices` `[Q, K]`, best first, with their `scores`)
+    that are not among the row's `excluded` (`excluded_rows`), padded with -1 and -inf."""
+    at = torch.searchsorted(excluded, indices).clamp(max=excluded.shape[1] - 1)
+    keep = excluded.gather(1, at) != indices
+    place = keep.cumsum(1) - 1
+    keep &= place < width
+    rows = torch.arange(len(indices)).unsqueeze(1).expand_as(indices)
+    out = torch.full((len(indices), width), -1, dtype=torch.long)
+    values = torch.full((len(indices), width), -torch.inf, dtype=scores.dtype)
+    out[rows[keep], place[keep]] = indices[keep]
+    values[rows[keep], place[keep]] = scores[keep]
+    return out, values
+
+
+__all__ = ["PASSAGE_BLOCK", "QUERY_BLOCK", "excluded_rows", "leave_out", "top_k", "unit_rows"]

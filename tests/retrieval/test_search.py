@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertkit.retrieval.search import top_k, unit_rows
+from bertkit.retrieval.search import excluded_rows, leave_out, top_k, unit_rows
 
 
 @pytest.mark.parametrize("query_block,passage_block", [(5, 13), (64, 7), (1, 1000), (38, 101)])
@@ -40,3 +40,16 @@ def test_unit_rows_are_cosines_and_a_zero_row_stays_zero():
 def test_mismatched_widths_are_refused():
     with pytest.raises(ValueError, match=r"\[Q, D\] and \[N, D\]"):
         top_k(torch.zeros(2, 3), torch.zeros(4, 5), 1)
+
+
+def test_leave_out_keeps_the_first_passages_not_excluded_as_a_plain_loop():
+    g = torch.Generator().manual_seed(2)
+    indices = torch.stack([torch.randperm(40, generator=g)[:15] for _ in range(30)])
+    scores = torch.rand(30, 15, generator=g).sort(dim=1, descending=True).values
+    excluded = [set(torch.randint(0, 40, (q % 7,), generator=g).tolist()) for q in range(30)]
+    kept, values = leave_out(indices, scores, excluded_rows(excluded), 12)
+    for q in range(30):
+        want = [(i, s) for i, s in zip(indices[q].tolist(), scores[q].tolist())
+                if i not in excluded[q]][:12]
+        want += [(-1, float("-inf"))] * (12 - len(want))
+        assert list(zip(kept[q].tolist(), values[q].tolist())) == want
