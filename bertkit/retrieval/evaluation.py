@@ -20,7 +20,7 @@ from bertkit.embeddings.evaluation import (average_precisions, ndcgs, recalls,
 from bertkit.progress import Progress
 from bertkit.retrieval.beir import BeirSet, read_beir
 from bertkit.retrieval.bm25 import Bm25
-from bertkit.retrieval.search import excluded_rows, leave_out, top_k, unit_rows
+from bertkit.retrieval.search import encode, excluded_rows, leave_out, top_k
 
 DEPTH = 1000
 """Passages ranked per query (BEIR's top 1,000: MAP counts them all)."""
@@ -81,9 +81,10 @@ def rank(data: BeirSet, embedder=None, *, batch_size: int = 64, depth: int = DEP
                                                   done=lambda n: bar.update(add=n))
         indices = torch.from_numpy(indices)
     else:
-        shown = {"show_progress_bar": True} if progress else {}
-        passages = unit_rows(embedder.encode(data.corpus.texts, batch_size=batch_size, **shown))
-        queries = unit_rows(embedder.encode(data.queries.texts, batch_size=batch_size, **shown))
+        passages = encode(embedder, data.corpus.texts, batch_size=batch_size,
+                          progress=progress, what="passages")
+        queries = encode(embedder, data.queries.texts, batch_size=batch_size,
+                         progress=progress, what="queries")
         _, indices = top_k(queries, passages, wanted, done=lambda n: bar.update(add=n))
     bar.finish()
     return leave_out(indices, torch.zeros(indices.shape), excluded_rows(own), depth)[0]

@@ -34,8 +34,8 @@ from bertkit.finetuning import sentence_pairs as sp
 from bertkit.progress import Progress
 from bertkit.retrieval.beir import read_passages
 from bertkit.retrieval.bm25 import Bm25
-from bertkit.retrieval.search import (PASSAGE_BLOCK, QUERY_BLOCK, excluded_rows, leave_out,
-                                      top_k, unit_rows)
+from bertkit.retrieval.search import (PASSAGE_BLOCK, QUERY_BLOCK, encode, excluded_rows,
+                                      leave_out, top_k)
 
 
 @dataclass(kw_only=True)
@@ -172,9 +172,9 @@ def _dots(a: torch.Tensor, a_rows: torch.Tensor, b: torch.Tensor, b_rows: torch.
     return out
 
 
-def _vectors(embedder, texts: Sequence[str], settings: MiningSettings, progress: bool):
-    shown = {"show_progress_bar": True} if progress else {}
-    return unit_rows(embedder.encode(list(texts), batch_size=settings.batch_size, **shown))
+def _vectors(embedder, texts: Sequence[str], settings: MiningSettings, progress: bool,
+             what: str) -> torch.Tensor:
+    return encode(embedder, texts, batch_size=settings.batch_size, progress=progress, what=what)
 
 
 def _positive_scores(embedder, pairs: Sequence[sp.Pair], query_of: torch.Tensor,
@@ -184,7 +184,8 @@ def _positive_scores(embedder, pairs: Sequence[sp.Pair], query_of: torch.Tensor,
     at = {text: i for i, text in enumerate(texts)}
     missing = list(dict.fromkeys(p.positive for p in pairs if p.positive not in at))
     if missing:
-        passages = torch.cat([passages, _vectors(embedder, missing, settings, progress)])
+        passages = torch.cat([passages, _vectors(embedder, missing, settings, progress,
+                                                  "positives")])
         at.update({text: len(texts) + i for i, text in enumerate(missing)})
     rows = torch.tensor([at[p.positive] for p in pairs])
     return _dots(queries, query_of, passages, rows)
@@ -222,8 +223,8 @@ def mine(pairs: Sequence[sp.Pair], passages: Sequence[str], settings: MiningSett
     depth = settings.range_max + max(map(len, left_out))
     lists, positive = [], None
     if embedder is not None:
-        q_vectors = _vectors(embedder, queries, settings, progress)
-        p_vectors = _vectors(embedder, passages, settings, progress)
+        q_vectors = _vectors(embedder, queries, settings, progress, "queries")
+        p_vectors = _vectors(embedder, passages, settings, progress, "passages")
         positive = _positive_scores(embedder, pairs, query_of, q_vectors, p_vectors, passages,
                                     settings, progress)
         scores, indices = _searched("search", len(queries), progress, lambda done: top_k(

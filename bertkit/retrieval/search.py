@@ -6,18 +6,26 @@ scores at once (1,024 x 16,384 float32: 64 MB), plus the running best `k` of eac
 block. 100,000 queries against 100,000 passages thus take the vectors' memory and little more.
 The result is the top-k of the full matrix (the same passages, best first); which of two
 passages of exactly equal score comes first is not defined, as in `torch.topk`.
+
+The vectors come from `encode`, a chunk of texts at a time (a model's inputs for 100,000 texts
+at once would outweigh their vectors), and are compared at unit length: cosines.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
+
+from bertkit.progress import Progress
 
 QUERY_BLOCK = 1024
 """Queries scored at once."""
 PASSAGE_BLOCK = 16384
 """Passages scored at once against a block of queries."""
+ENCODE_CHUNK = 2048
+"""Texts tokenized and encoded by one call of the model: its inputs for all texts at once
+would take more memory than their vectors."""
 
 
 def unit_rows(vectors: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -25,6 +33,20 @@ def unit_rows(vectors: np.ndarray | torch.Tensor) -> torch.Tensor:
     cosines."""
     t = torch.as_tensor(np.asarray(vectors) if not torch.is_tensor(vectors) else vectors)
     return torch.nn.functional.normalize(t.float(), dim=1)
+
+
+def encode(embedder, texts: Sequence[str], *, batch_size: int = 64, progress: bool = True,
+           what: str = "encode") -> torch.Tensor:
+    """Unit vectors `[N, D]` of the texts by a sentence model (anything with
+    sentence-transformers' `encode`), `ENCODE_CHUNK` texts a call, with one progress line."""
+    bar = Progress(what, len(texts), "texts", enabled=progress)
+    parts = []
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        chunk = list(texts[start:start + ENCODE_CHUNK])
+        parts.append(unit_rows(embedder.encode(chunk, batch_size=batch_size)))
+        bar.update(add=len(chunk))
+    bar.finish()
+    return torch.cat(parts) if parts else torch.empty(0, 0)
 
 
 def _merge(best: tuple[torch.Tensor, torch.Tensor], block: tuple[torch.Tensor, torch.Tensor],
@@ -92,4 +114,5 @@ def leave_out(indices: torch.Tensor, scores: torch.Tensor, excluded: torch.Tenso
     return out, values
 
 
-__all__ = ["PASSAGE_BLOCK", "QUERY_BLOCK", "excluded_rows", "leave_out", "top_k", "unit_rows"]
+__all__ = ["ENCODE_CHUNK", "PASSAGE_BLOCK", "QUERY_BLOCK", "encode", "excluded_rows", "leave_out",
+           "top_k", "unit_rows"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertkit.retrieval.search import excluded_rows, leave_out, top_k, unit_rows
+from bertkit.retrieval import search
+from bertkit.retrieval.search import encode, excluded_rows, leave_out, top_k, unit_rows
+from tests.retrieval.conftest import HashEmbedder, sentences
 
 
 @pytest.mark.parametrize("query_block,passage_block", [(5, 13), (64, 7), (1, 1000), (38, 101)])
@@ -53,3 +55,12 @@ def test_leave_out_keeps_the_first_passages_not_excluded_as_a_plain_loop():
                 if i not in excluded[q]][:12]
         want += [(-1, float("-inf"))] * (12 - len(want))
         assert list(zip(kept[q].tolist(), values[q].tolist())) == want
+
+
+def test_encode_in_chunks_gives_the_unit_vectors_of_one_call(monkeypatch, capsys):
+    texts, embedder = sentences(10, 0), HashEmbedder()
+    monkeypatch.setattr(search, "ENCODE_CHUNK", 3)
+    vectors = encode(embedder, texts, what="passages")
+    assert embedder.calls == 4
+    assert torch.allclose(vectors, unit_rows(HashEmbedder().encode(texts)))
+    assert "passages: 10/10 texts" in capsys.readouterr().err
