@@ -75,16 +75,18 @@ def rank(data: BeirSet, embedder=None, *, batch_size: int = 64, depth: int = DEP
     at = data.corpus.index()
     own = [[at[qid]] if qid in at else [] for qid in data.queries.ids]
     wanted = depth + int(any(own))  # one more where a query's own passage may be first
-    bar = Progress("search", len(data.queries.ids), "queries", enabled=progress)
-    if embedder is None:
-        _, indices = Bm25(data.corpus.texts).top_k(data.queries.texts, wanted,
-                                                  done=lambda n: bar.update(add=n))
-        indices = torch.from_numpy(indices)
-    else:
+    if embedder is not None:
         passages = encode(embedder, data.corpus.texts, batch_size=batch_size,
                           progress=progress, what="passages")
         queries = encode(embedder, data.queries.texts, batch_size=batch_size,
                          progress=progress, what="queries")
+    bar = Progress("search" if embedder is not None else "bm25", len(data.queries.ids),
+                   "queries", enabled=progress)
+    if embedder is None:
+        _, found = Bm25(data.corpus.texts).top_k(data.queries.texts, wanted,
+                                                 done=lambda n: bar.update(add=n))
+        indices = torch.from_numpy(found)
+    else:
         _, indices = top_k(queries, passages, wanted, done=lambda n: bar.update(add=n))
     bar.finish()
     return leave_out(indices, torch.zeros(indices.shape), excluded_rows(own), depth)[0]
