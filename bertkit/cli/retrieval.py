@@ -13,8 +13,8 @@ from bertkit.cli.options import Command
 @dataclass(kw_only=True)
 class MineFiles:
     input: Path
-    """Training pairs as `finetune embed` reads them: JSON lines, CSV or TSV with anchor and
-    positive (triplets: their negative is replaced), or query and relevant."""
+    """Training pairs as `finetune embed` reads them: JSON lines, CSV or TSV with anchor (or
+    query) and positive (triplets: their negative is replaced), or query and relevant."""
     passages: Path | None = None
     """Where negatives are looked for: a text file, one passage a line, or JSON lines with
     text (and _id, title: a BEIR corpus.jsonl); none: the positives of --input."""

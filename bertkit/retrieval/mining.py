@@ -107,8 +107,8 @@ def read_training_pairs(path: str | Path) -> list[sp.Pair]:
         return [sp.Pair(t.anchor, t.positive, t.source) for t in sp.read_triplets(path)]
     if kind == "queries":
         return [sp.Pair(q.query, r, q.source) for q in sp.read_queries(path) for r in q.relevant]
-    raise UserError(f"{path}: mine reads pairs (anchor, positive), triplets (anchor, positive, "
-                    f"negative) or queries (query, relevant); this file holds {kind}")
+    raise UserError(f"{path}: mine reads pairs (anchor or query, positive), triplets (anchor, "
+                    f"positive, negative) or queries (query, relevant); this file holds {kind}")
 
 
 def _left_out(queries: list[str], pairs: Sequence[sp.Pair], query_of: list[int],

@@ -151,12 +151,16 @@ def test_a_failed_write_leaves_no_file(tmp_path):
 
 
 def test_read_training_pairs_takes_pairs_triplets_and_queries(tmp_path):
+    """Pairs as anchor or query with positive, triplets, queries with relevant passages."""
     (tmp_path / "q.jsonl").write_text(json.dumps({"query": "a", "relevant": ["b", "c"]}) + "\n")
     assert [(p.anchor, p.positive) for p in read_training_pairs(tmp_path / "q.jsonl")] == [
         ("a", "b"), ("a", "c")]
     (tmp_path / "t.csv").write_text("anchor,positive,negative\nx,y,z\n")
     assert [(p.anchor, p.positive) for p in read_training_pairs(tmp_path / "t.csv")] == [
         ("x", "y")]
+    (tmp_path / "p.jsonl").write_text(json.dumps({"query": "a", "positive": "b"}) + "\n")
+    assert [(p.anchor, p.positive) for p in read_training_pairs(tmp_path / "p.jsonl")] == [
+        ("a", "b")]
     (tmp_path / "s.csv").write_text("sentence1,sentence2,score\nx,y,1\n")
     with pytest.raises(UserError, match="this file holds scored"):
         read_training_pairs(tmp_path / "s.csv")
