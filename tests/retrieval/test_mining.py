@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +19,8 @@ from bertkit.finetuning.tasks.embed import Embed
 from bertkit.retrieval.mining import (Candidates, MiningSettings, choose, collection, merge, mine,
                                       read_training_pairs, write_triplets)
 from tests.retrieval.conftest import sentences
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _pairs(n: int, seed: int, shared: int = 3) -> list[sp.Pair]:
@@ -240,3 +245,33 @@ def test_the_device_reaches_the_model_after_the_inputs_are_read(tmp_path, capsys
     assert capsys.readouterr().err.strip() == "error: reached device=cpu:0"
     assert cli.main([*args[:2], str(tmp_path / "none.jsonl"), *args[3:]]) == 2
     assert "none.jsonl: input file does not exist" in capsys.readouterr().err
+
+
+_KILLED_WRITING = """
+import json, os, signal, sys
+import bertkit.retrieval.mining as mining
+rows = []
+def dumps(obj, **kwargs):
+    rows.append(obj)
+    if len(rows) == 3:  # two rows written, the third on its way
+        os.kill(os.getpid(), signal.SIGKILL)
+    return json.dumps(obj, **kwargs)
+mining.json = type("json", (), {"dumps": staticmethod(dumps)})
+from bertkit.cli.main import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_run_killed_while_writing_leaves_the_previous_output_whole(tmp_path):
+    source = _write_pairs(tmp_path / "pairs.jsonl", _pairs(10, 10))
+    out = tmp_path / "mined.jsonl"
+    out.write_text("the previous output\n")
+    args = ["mine", "--input", str(source), "--bm25", "--quiet", "--out", str(out)]
+    killed = subprocess.run([sys.executable, "-c", _KILLED_WRITING, *args], cwd=REPO)
+    assert killed.returncode == -9
+    assert out.read_text() == "the previous output\n"
+    assert len(list(tmp_path.iterdir())) == 3  # and a hidden temporary, swept by the next run
+    assert subprocess.run([sys.executable, "-m", "bertkit.cli", *args], cwd=REPO,
+                          capture_output=True).returncode == 0
+    assert len(sp.read_triplets(out)) == 3 * 13  # 10 pairs and 3 second positives
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mined.jsonl", "pairs.jsonl"]
