@@ -182,3 +182,13 @@ def test_cli_evaluates_a_beir_directory_with_bm25_and_with_a_model(tmp_path, cap
     assert "ndcg@10" in out and "recall@100" in out and "passages  60" in out
     assert cli.main(["evaluate", "--input", str(path)]) == 2
     assert "give --model (a sentence model) or --bm25" in capsys.readouterr().err
+
+
+def test_bm25_on_another_input_and_no_model_are_one_line(tmp_path, capsys):
+    (tmp_path / "pairs.jsonl").write_text(json.dumps({"anchor": "a", "positive": "b"}) + "\n")
+    assert cli.main(["evaluate", "--input", str(tmp_path / "pairs.jsonl"), "--bm25"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"error: --bm25 ranks the passages of a BEIR directory; {tmp_path / 'pairs.jsonl'} is "
+        f"none")
+    assert cli.main(["evaluate", "--input", str(tmp_path / "pairs.jsonl")]) == 2
+    assert capsys.readouterr().err == "error: --model is needed (the model to evaluate)\n"
