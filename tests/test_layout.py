@@ -91,7 +91,7 @@ FLOORS = (
     ("pretraining",),
     ("embeddings", "senses"),
     ("finetuning",),
-    ("road", "export"),
+    ("road", "export", "retrieval"),
     ("serve", "demo"),
     ("cli",),
 )

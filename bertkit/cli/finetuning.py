@@ -105,14 +105,17 @@ def _with_columns(runner, columns: ColumnOverrides):
 
 @dataclass(kw_only=True)
 class EvaluateOptions:
-    model: Path = field(metadata={"model": True})
-    """Directory written by `bertkit finetune`, or a pretrained model (judged as a language
-    model)."""
+    model: Path | None = field(default=None, metadata={"model": True})
+    """Directory written by `bertkit finetune`, a pretrained model (judged as a language
+    model), or a sentence model; none: --bm25 on a BEIR directory."""
     input: Path
     """Fine-tuned model: labelled file in the task's format. Pretrained model: a directory
     written by `bertkit prepare` (held-out masked tokens), a .jsonl of minimal pairs or a
-    directory of them (BLiMP's layout), or a text file (one text a line). "-": standard
+    directory of them (BLiMP's layout), or a text file (one text a line). Sentence model or
+    --bm25: a BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv). "-": standard
     input."""
+    bm25: bool = False
+    """On a BEIR directory: rank by BM25 (bm25s) instead of a model."""
     json: bool = False
     """Print one JSON object."""
     batch_size: int = 64
@@ -176,6 +179,29 @@ def _evaluate_sentence_model(opts: EvaluateOptions) -> int:
     return 0
 
 
+def _evaluate_beir(opts: EvaluateOptions) -> int:
+    """BEIR's figures of a sentence model, or of BM25, on a BEIR directory."""
+    from bertkit.retrieval.evaluation import evaluate_beir
+
+    if (opts.model is None) == (not opts.bm25):
+        raise UserError(f"{opts.input} is a BEIR directory: give --model (a sentence model) or "
+                        f"--bm25, one of them")
+    embedder = None
+    if opts.model is not None:
+        from bertkit.embeddings.embedder import Embedder
+        from bertkit.runtime import resolve_device
+
+        embedder = Embedder.load(opts.model, device=resolve_device(opts.device))
+    figures = evaluate_beir(opts.input, embedder, batch_size=opts.batch_size,
+                            progress=not opts.quiet).as_dict()
+    if opts.json:
+        print(json.dumps(figures))
+        return 0
+    for key, value in figures.items():
+        print(f"{key:>20}  {value:.4f}" if isinstance(value, float) else f"{key:>20}  {value}")
+    return 0
+
+
 def _print_lm_report(report: dict) -> None:
     """The figures of `evaluate_pretrained` as a table."""
     def show(value):
@@ -201,7 +227,15 @@ def _print_lm_report(report: dict) -> None:
 
 def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
     from bertkit.finetuning.predict import TaskModel
+    from bertkit.retrieval.beir import is_beir_dir
 
+    if is_beir_dir(opts.input):  # before any other kind: a BEIR directory is only that
+        return _evaluate_beir(opts)
+    if opts.bm25:
+        raise UserError(f"--bm25 ranks the passages of a BEIR directory; {opts.input} is none "
+                        f"(corpus.jsonl, queries.jsonl and qrels/)")
+    if opts.model is None:
+        raise UserError("--model is needed (the model to evaluate)")
     if _is_sentence_model(opts.model, opts.input):
         return _evaluate_sentence_model(opts)
     if _is_pretrained(opts.model):
@@ -363,7 +397,10 @@ COMMANDS = (
                         "perplexity (as pretraining logs them); on a .jsonl of minimal pairs "
                         "(sentence_good, sentence_bad) or a directory of them, how often the "
                         "good sentence has the higher pseudo-log-likelihood; on a text file, "
-                        "masked-token figures and pseudo-perplexity of its lines."),
+                        "masked-token figures and pseudo-perplexity of its lines. On a BEIR "
+                        "directory (corpus.jsonl, queries.jsonl, qrels/test.tsv), a sentence "
+                        "model's or BM25's (--bm25) nDCG@10, MRR@10, recall@100 and MAP of the "
+                        "top 1,000 passages of each query."),
     Command("predict", run_predict, (PredictOptions, ColumnOverrides),
             help="run a fine-tuned model over a file, JSON lines (or CoNLL) out"),
 )

@@ -28,14 +28,15 @@ import warnings
 from pathlib import Path
 
 from bertkit import __version__, signals
-from bertkit.cli import (embeddings, export, finetuning, model, pretraining, road, senses, serve,
-                         text)
+from bertkit.cli import (embeddings, export, finetuning, model, pretraining, retrieval, road,
+                         senses, serve, text)
 from bertkit.cli.options import Command
 from bertkit.files import SaidElsewhere, UserError, environment_error
 from bertkit.runlock import RunLock
 
 COMMANDS: tuple[Command, ...] = (*text.COMMANDS, *model.COMMANDS, *pretraining.COMMANDS,
-                                 *finetuning.COMMANDS, *embeddings.COMMANDS, *senses.COMMANDS,
+                                 *finetuning.COMMANDS, *embeddings.COMMANDS, *retrieval.COMMANDS,
+                                 *senses.COMMANDS,
                                  *road.COMMANDS, *export.COMMANDS, *serve.COMMANDS)
 
 GROUPS = {

@@ -8,6 +8,9 @@
   passage first). MRR@10, recall@1, recall@10 and nDCG@10, averaged over the queries, as
   sentence-transformers' InformationRetrievalEvaluator computes them (`retrieval_figures` from
   a similarity matrix, `search_figures` from vectors).
+- The metrics themselves, one function each over ranked relevance grades (`reciprocal_ranks`,
+  `recalls`, `ndcgs` with graded gains, `average_precisions`): the figures above and the
+  BEIR-style evaluation of `bertkit.retrieval.evaluation` both compute through them.
 
 Every function takes `dim` for a Matryoshka model: the vectors cut to their first `dim`
 numbers and renormalised (`bertkit.embeddings.matryoshka.prefix`).
@@ -119,17 +122,53 @@ def _relevance(relevant: Sequence[Collection[int]], passages: int,
     return mask
 
 
+def _discounts(width: int, device: torch.device) -> torch.Tensor:
+    """1/log2(rank + 1) for ranks 1..width: what a hit at each rank is worth in DCG."""
+    return 1 / torch.log2(torch.arange(2, width + 2, dtype=torch.float64, device=device))
+
+
+def reciprocal_ranks(gains: torch.Tensor, k: int) -> torch.Tensor:
+    """Each query's 1/rank of its first relevant passage within the top `k` (0 when there is
+    none). `gains` `[Q, L]`: the relevance grade of the passage at each rank, best first (0: not
+    relevant), as every metric here takes them."""
+    hits = gains[:, :k] > 0
+    first = hits.double().argmax(1).double() + 1  # argmax: the first of equal maxima
+    first = torch.where(hits.any(1), first, math.inf)
+    return 1 / first
+
+
+def recalls(gains: torch.Tensor, relevant: torch.Tensor, k: int) -> torch.Tensor:
+    """Each query's share of its `relevant[q]` relevant passages found within the top `k`."""
+    return (gains[:, :k] > 0).sum(1).double() / relevant.double()
+
+
+def ndcgs(gains: torch.Tensor, ideal: torch.Tensor, k: int) -> torch.Tensor:
+    """Each query's nDCG@k: the gains of its top `k`, a hit at rank r worth its grade over
+    log2(r + 1), over the same sum of its best possible ranking, `ideal[q]` (its grades sorted
+    best first, zero-padded), as trec_eval's ndcg_cut computes it (graded gains, not
+    2^grade - 1). With grades of 1 it is the binary nDCG of sentence-transformers."""
+    top, best = gains[:, :k].double(), ideal[:, :k].double()
+    dcg = (top * _discounts(top.shape[1], top.device)).sum(1)
+    return dcg / (best * _discounts(best.shape[1], best.device)).sum(1)
+
+
+def average_precisions(gains: torch.Tensor, relevant: torch.Tensor, k: int) -> torch.Tensor:
+    """Each query's average precision within the top `k`: the precision at the rank of each
+    relevant passage found, summed over its `relevant[q]` relevant passages (trec_eval's map on a
+    ranking cut at k)."""
+    hits = (gains[:, :k] > 0).double()
+    rank = torch.arange(1, hits.shape[1] + 1, dtype=torch.float64, device=hits.device)
+    return (hits * hits.cumsum(1) / rank).sum(1) / relevant.double()
+
+
 def _per_query(similarity: torch.Tensor, relevant: torch.Tensor, k: int) -> torch.Tensor:
     """`[Q, 4]`: each query's reciprocal rank, recall@1, recall@k and nDCG@k."""
     order = torch.sort(similarity.double(), dim=1, descending=True, stable=True).indices
     hits = relevant.gather(1, order[:, :k]).double()  # [Q, k]
-    rank = torch.arange(1, hits.shape[1] + 1, dtype=torch.float64, device=hits.device)
-    first = torch.where(hits.any(1), hits.argmax(1).double() + 1, math.inf)
-    total = relevant.sum(1).double()
-    discount = 1 / torch.log2(rank + 1)
-    ideal = (discount.cumsum(0))[total.clamp(max=hits.shape[1]).long() - 1]
-    return torch.stack([1 / first, hits[:, 0] / total, hits.sum(1) / total,
-                        (hits * discount).sum(1) / ideal], dim=1)
+    total = relevant.sum(1)
+    ideal = (torch.arange(hits.shape[1], device=hits.device) < total[:, None]).double()
+    return torch.stack([reciprocal_ranks(hits, k), recalls(hits, total, 1),
+                        recalls(hits, total, k), ndcgs(hits, ideal, k)], dim=1)
 
 
 def retrieval_figures(similarity: torch.Tensor, relevant: Sequence[Collection[int]], *,
@@ -162,5 +201,6 @@ def search_figures(queries: torch.Tensor, passages: torch.Tensor,
     return RetrievalFigures(*(float(x) for x in sums / len(queries)), k=k, queries=len(queries))
 
 
-__all__ = ["RetrievalFigures", "StsFigures", "pearson", "ranks", "retrieval_figures",
-           "search_figures", "spearman", "sts_figures"]
+__all__ = ["RetrievalFigures", "StsFigures", "average_precisions", "ndcgs", "pearson", "ranks",
+           "recalls", "reciprocal_ranks", "retrieval_figures", "search_figures", "spearman",
+           "sts_figures"]

@@ -5,8 +5,8 @@ columns are ignored; the kind is told by the columns, `detect_kind`):
 
 | kind | columns | trains with |
 |---|---|---|
-| pairs | `anchor`, `positive` | in-batch negatives |
-| triplets | `anchor`, `positive`, `negative` | in-batch negatives plus a hard negative |
+| pairs | `anchor` (or `query`), `positive` | in-batch negatives |
+| triplets | `anchor` (or `query`), `positive`, `negative` | in-batch negatives plus a hard one |
 | scored | `sentence1`, `sentence2`, `score` (or `text_a`, `text_b`, `score`) | CoSENT, cosine-MSE |
 | nli | `premise`, `hypothesis`, `label` (entailment, neutral or contradiction), optionally `relatedness` (1..5) | see `read_nli` |
 | sentences | a `.txt` file: one sentence a line, blank lines skipped | unsupervised SimCSE |
@@ -84,7 +84,9 @@ KIND_COLUMNS = {
     "queries": ("query", "relevant"),
     "nli": ("premise", "hypothesis", "label"),
     "triplets": ("anchor", "positive", "negative"),
+    "triplets_query": ("query", "positive", "negative"),
     "pairs": ("anchor", "positive"),
+    "pairs_query": ("query", "positive"),
     "scored": ("sentence1", "sentence2", "score"),
     "scored_ab": ("text_a", "text_b", "score"),
 }
@@ -98,11 +100,11 @@ NLI_LABELS = ("entailment", "neutral", "contradiction")
 def _kind_of(columns, where: str) -> str:
     for kind, needed in KIND_COLUMNS.items():
         if set(needed) <= set(columns):
-            return "scored" if kind == "scored_ab" else kind
+            return kind.partition("_")[0]  # scored_ab: scored, pairs_query: pairs, ...
     raise UserError(f"{where}: cannot tell what the file holds from its columns "
-                    f"({', '.join(map(str, columns))}); expected anchor,positive[,negative], "
-                    f"sentence1,sentence2,score, query,relevant or premise,hypothesis,label (a plain text file "
-                    f"of sentences: name it .txt)")
+                    f"({', '.join(map(str, columns))}); expected anchor (or query),positive"
+                    f"[,negative], sentence1,sentence2,score, query,relevant or "
+                    f"premise,hypothesis,label (a plain text file of sentences: name it .txt)")
 
 
 def detect_kind(path: str | Path) -> str:
@@ -151,17 +153,25 @@ def _rows(path: Path, columns: tuple[str, ...]):
     _warn_skipped(path, "rows with an empty text", skipped, first_skipped)
 
 
+def _columns_of(path: Path, kind: str) -> tuple[str, ...]:
+    """The columns of `kind` this file names: `anchor`, or `query` in its place."""
+    present = _first_columns(path)
+    return next((KIND_COLUMNS[k] for k in (kind, f"{kind}_query")
+                 if set(KIND_COLUMNS[k]) <= present), KIND_COLUMNS[kind])
+
+
 def read_pairs(path: str | Path) -> list[Pair]:
-    """(anchor, positive) pairs from the columns `anchor` and `positive`."""
+    """(anchor, positive) pairs from the columns `anchor` (or `query`) and `positive`."""
     p = require_file(path)
-    return [Pair(a, b, f"{p}:{n}") for n, (a, b), _ in _rows(p, KIND_COLUMNS["pairs"])]
+    return [Pair(a, b, f"{p}:{n}") for n, (a, b), _ in _rows(p, _columns_of(p, "pairs"))]
 
 
 def read_triplets(path: str | Path) -> list[Triplet]:
-    """(anchor, positive, negative) triplets from the columns of those names."""
+    """(anchor, positive, negative) triplets from the columns of those names (`query` for
+    `anchor` too)."""
     p = require_file(path)
     return [Triplet(a, b, neg, f"{p}:{n}")
-            for n, (a, b, neg), _ in _rows(p, KIND_COLUMNS["triplets"])]
+            for n, (a, b, neg), _ in _rows(p, _columns_of(p, "triplets"))]
 
 
 def _score(path: Path, number: int, record: dict, column: str,

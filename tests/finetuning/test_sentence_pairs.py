@@ -44,6 +44,17 @@ def test_triplets(tmp_path):
     assert read_pairs(path) == [Pair("q", "yes", f"{path}:2")]  # the negative left aside
 
 
+def test_query_stands_for_anchor_in_pairs_and_triplets(tmp_path):
+    pairs = jsonl(tmp_path / "p.jsonl", [{"query": "q", "positive": "yes"}])
+    assert detect_kind(pairs) == "pairs"
+    assert read_pairs(pairs) == [Pair("q", "yes", f"{pairs}:1")]
+    triplets = write(tmp_path / "t.csv", "query,positive,negative\nq,yes,no\n")
+    assert detect_kind(triplets) == "triplets"
+    assert read_triplets(triplets) == [Triplet("q", "yes", "no", f"{triplets}:2")]
+    queries = jsonl(tmp_path / "q.jsonl", [{"query": "q", "relevant": "yes", "positive": "x"}])
+    assert detect_kind(queries) == "queries"  # relevant: a queries file, as before
+
+
 def test_queries_merge_their_rows_and_keep_negatives_apart(tmp_path):
     jl = jsonl(tmp_path / "q.jsonl", [
         {"query": "q1", "relevant": ["p1", "p2"], "negatives": ["n1", "p1"]},
