@@ -24,7 +24,7 @@ def test_a_run_of_steps_alone_stops_at_the_cap(tmp_path, tiny, capsys, monkeypat
     result = train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
                    save=tiny.no_save, settings={"command": "test", "environment": {}})
     assert result.stopped_by == "max_time"
-    assert 1.0 <= result.train_seconds < 10 and 0 < result.step < 10**7
+    assert 1.0 <= result.train_seconds < 30 and 0 < result.step < 10**7  # one step past 1 s
     assert capsys.readouterr().err.count(LINE) == 1
     record = json.loads((tmp_path / "run" / "training_args.json").read_text())
     assert record["environment"][MAX_TIME] == "1s"
