@@ -171,3 +171,10 @@ def test_import_bertkit_is_cheap():
                            "if m in sys.modules))"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports test files by their name (the tests folders are no packages): a second
+    tests/*/test_x.py stops the whole run at collection ("import file mismatch")."""
+    names = [p.name for p in Path(__file__).parent.rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
