@@ -86,10 +86,10 @@ _TOKEN = re.compile(r"[A-Za-z]+(?='s\b)|'s\b|[A-Za-z]+(?:'[a-z]+)*|\d+|[^\w\s]")
 class SampleDataOptions:
     out: Path = field(metadata={"output": "directory"})
     """Folder for the data sets (made if missing; these files of an earlier run replaced)."""
-    train: int = 3000
+    train_rows: int = 3000
     """Training rows of each task (genre, names, replies); genre's classes share them
     equally."""
-    dev: int = 500
+    dev_rows: int = 500
     """Dev rows of each task, none of them a training row's text."""
     sentences: int = 1000
     """Lines of sentences.txt."""
@@ -101,9 +101,10 @@ class SampleDataOptions:
     def __post_init__(self) -> None:
         self.out = Path(self.out)
         self.cache = default_cache() if self.cache is None else Path(self.cache)
-        for name in ("train", "dev", "sentences"):
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        for flag, value in (("--train-rows", self.train_rows), ("--dev-rows", self.dev_rows),
+                            ("--sentences", self.sentences)):
+            if value < 1:
+                raise UserError(f"{flag} must be at least 1, got {value}")
 
 
 @dataclass(frozen=True)
@@ -312,9 +313,9 @@ def make_sample_data(opts: SampleDataOptions) -> dict[str, int]:
     plays = read_plays(sdist)
     rng = random.Random(opts.seed)
     sets = {"sentences": sentences(plays, opts.sentences, rng),
-            "genre": genre(plays, opts.train, opts.dev, rng),
-            "names": names(plays, opts.train, opts.dev, rng),
-            "replies": replies(plays, opts.train, opts.dev, rng)}
+            "genre": genre(plays, opts.train_rows, opts.dev_rows, rng),
+            "names": names(plays, opts.train_rows, opts.dev_rows, rng),
+            "replies": replies(plays, opts.train_rows, opts.dev_rows, rng)}
     counts = {"sentences.txt": len(sets["sentences"])}
     for task in ("genre", "names", "replies"):
         for split, rows in zip(("train", "dev"), sets[task]):

@@ -88,8 +88,8 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 def _run(out: Path, cache: Path, *extra: str) -> int:
-    return main(["sample-data", "--out", str(out), "--cache", str(cache), "--train", "24",
-                 "--dev", "9", "--sentences", "20", *extra])
+    return main(["sample-data", "--out", str(out), "--cache", str(cache), "--train-rows", "24",
+                 "--dev-rows", "9", "--sentences", "20", *extra])
 
 
 def test_each_file_is_in_the_format_its_command_reads(tmp_path, cache, capsys):
@@ -203,6 +203,6 @@ def test_a_rerun_replaces_its_files_and_keeps_the_users(tmp_path, cache, monkeyp
 
 
 def test_a_size_below_one_is_one_line(tmp_path, cache, capsys):
-    assert _run(tmp_path / "data", cache, "--dev", "0") == 2
+    assert _run(tmp_path / "data", cache, "--dev-rows", "0") == 2
     assert capsys.readouterr().err.strip().splitlines() == \
-        ["error: --dev must be at least 1, got 0"]
+        ["error: --dev-rows must be at least 1, got 0"]
