@@ -85,7 +85,7 @@ _TOKEN = re.compile(r"[A-Za-z]+(?='s\b)|'s\b|[A-Za-z]+(?:'[a-z]+)*|\d+|[^\w\s]")
 @dataclass
 class SampleDataOptions:
     out: Path = field(metadata={"output": "directory"})
-    """Folder for the data sets (made if missing; these files of an earlier run replaced)."""
+    """Directory for the data sets (made if missing; these files of an earlier run replaced)."""
     train_rows: int = 3000
     """Training rows of each task (genre, names, replies); genre's classes share them
     equally."""
