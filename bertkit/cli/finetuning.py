@@ -171,11 +171,7 @@ def _evaluate_sentence_model(opts: EvaluateOptions) -> int:
     model = load(opts.model, device=resolve_device(opts.device))
     with input_file(opts.input) as path:
         scores = evaluate(model, path, opts.batch_size, progress=not opts.quiet)
-    if opts.json:
-        print(json.dumps(scores))
-        return 0
-    for key, value in scores.items():
-        print(f"{key:>20}  {value:.4f}" if isinstance(value, float) else f"{key:>20}  {value}")
+    _print_scores(scores, opts.json)
     return 0
 
 
@@ -194,12 +190,17 @@ def _evaluate_beir(opts: EvaluateOptions) -> int:
         embedder = Embedder.load(opts.model, device=resolve_device(opts.device))
     figures = evaluate_beir(opts.input, embedder, batch_size=opts.batch_size,
                             progress=not opts.quiet).as_dict()
-    if opts.json:
-        print(json.dumps(figures))
-        return 0
-    for key, value in figures.items():
-        print(f"{key:>20}  {value:.4f}" if isinstance(value, float) else f"{key:>20}  {value}")
+    _print_scores(figures, opts.json)
     return 0
+
+
+def _print_scores(scores: dict, as_json: bool) -> None:
+    """A model's figures on stdout: one JSON object, or a line each, numbers to 4 decimals."""
+    if as_json:
+        print(json.dumps(scores))
+        return
+    for key, value in scores.items():
+        print(f"{key:>20}  {value:.4f}" if isinstance(value, float) else f"{key:>20}  {value}")
 
 
 def _print_lm_report(report: dict) -> None:
