@@ -114,6 +114,7 @@ def test_on_a_gpu_auto_is_bf16_where_it_is_native(monkeypatch, name, native, pre
     measuring: bf16 where the GPU multiplies it natively (Ampere on). torch's
     is_bf16_supported() says yes by default where it only emulates bf16 (a V100, a T4),
     whose bf16 matmuls run far slower than fp32's."""
+    monkeypatch.delenv(runtime.AUTO_PRECISION, raising=False)  # the suite may set it
     monkeypatch.setattr(torch.cuda, "is_bf16_supported",
                         lambda including_emulation=True: native or including_emulation)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: name)

@@ -407,6 +407,7 @@ def test_auto_precision_on_a_gpu_is_bf16_only_where_it_is_native(monkeypatch, tm
     bf16 (a V100, a T4), whose bf16 matmuls run far slower than fp32's."""
     from bertkit.embeddings import embedder as module
 
+    monkeypatch.delenv("BERTKIT_AUTO_PRECISION", raising=False)  # the suite may set it
     monkeypatch.setattr(module, "resolve_device", lambda name: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported",
                         lambda including_emulation=True: native or including_emulation)

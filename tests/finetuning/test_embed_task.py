@@ -234,12 +234,20 @@ def test_evaluate_gives_the_sts_figures_of_a_sentence_model(tiny_bert, tmp_path,
     assert main(["evaluate", "--model", str(out), "--input", str(test), "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)
     rows = [json.loads(line) for line in test.read_text().splitlines()]
-    model = st.SentenceTransformer(str(out), device="cpu")
-    a, b = (model.encode([r[k] for r in rows]) for k in ("sentence1", "sentence2"))
-    cosines = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    def cosines(encode):
+        a, b = (encode([r[k] for r in rows]) for k in ("sentence1", "sentence2"))
+        return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+    ours = cosines(Embedder.load(out).encode)
+    theirs = cosines(st.SentenceTransformer(str(out), device="cpu").encode)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)  # the vectors are sentence-transformers'
     gold = [r["score"] for r in rows]
-    assert figures["spearman"] == pytest.approx(spearmanr(cosines, gold)[0], abs=2e-3)  # fp32 near-ties
-    assert figures["pearson"] == pytest.approx(pearsonr(cosines, gold)[0], abs=1e-4)
+    # a briefly trained tiny model puts many pairs' cosines within 1e-6 of each other, whose
+    # ranks then follow the batch's rounding (its padding, its fp32 kernel): the Spearman agrees
+    # to a few swaps, the Pearson to 1e-4
+    assert figures["spearman"] == pytest.approx(spearmanr(theirs, gold)[0], abs=5e-3)
+    assert figures["spearman"] == pytest.approx(spearmanr(ours, gold)[0], abs=5e-3)
+    assert figures["pearson"] == pytest.approx(pearsonr(theirs, gold)[0], abs=1e-4)
     assert figures["pairs"] == 50
     card = (out / "README.md").read_text()  # a sentence-transformers model, with no head
     assert 'library_name: "sentence-transformers"\npipeline_tag: "sentence-similarity"' in card
