@@ -38,14 +38,20 @@ class EmbedFileResult:
     index_path: Path
 
 
-def check_npy_out(out: str | Path) -> Path:
-    """`out` if it names a `.npy` file; else a one-line UserError: the matrix is NumPy's
-    format whatever the name, and `vectors.csv` holding it would mislead every reader."""
+def check_out_suffix(out: str | Path, suffix: str, written_as: str) -> Path:
+    """`out` if its name ends in `suffix`; else a one-line UserError saying how the vectors
+    are `written_as`: a file's format is what it holds whatever the name, and `vectors.csv`
+    holding NumPy's would mislead every reader."""
     out = Path(out)
-    if out.suffix.lower() != ".npy":
-        raise UserError(f"--out {out}: the vectors are written as a NumPy .npy matrix "
-                        f"(numpy.load reads it); name it {out.with_suffix('.npy').name}")
+    if out.suffix.lower() != suffix:
+        raise UserError(f"--out {out}: {written_as}; name it {out.with_suffix(suffix).name}")
     return out
+
+
+def check_npy_out(out: str | Path) -> Path:
+    """`out` if it names a `.npy` file; else a one-line UserError."""
+    return check_out_suffix(out, ".npy", "the vectors are written as a NumPy .npy matrix "
+                                         "(numpy.load reads it)")
 
 
 def index_path_for(out: str | Path) -> Path:

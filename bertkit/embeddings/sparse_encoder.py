@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from bertkit.embeddings.embedder import plan_batches
-from bertkit.embeddings.files import text_chunks
+from bertkit.embeddings.files import check_out_suffix, text_chunks
 from bertkit.embeddings.sparse import (POOLING_DIR, SENTENCE_CONFIG_FILE, SpladeModel,
                                        active_dims, new_model)
 from bertkit.files import UserError, atomic_file, check_not_input, read_json
@@ -174,11 +174,8 @@ class SparseEncoder:
 
 def check_jsonl_out(out: str | Path) -> Path:
     """`out` if it names a .jsonl file (a sparse encoder's vectors); else one error line."""
-    out = Path(out)
-    if out.suffix.lower() != ".jsonl":
-        raise UserError(f"--out {out}: a sparse encoder's vectors are written as JSON lines of "
-                        f"{{token: weight}}; name it {out.with_suffix('.jsonl').name}")
-    return out
+    return check_out_suffix(out, ".jsonl", "a sparse encoder's vectors are written as JSON "
+                                           "lines of {token: weight}")
 
 
 def load_model(model_dir: str | Path) -> SpladeModel:
