@@ -20,8 +20,9 @@ from bertkit.files import UserError
 
 @dataclass(kw_only=True)
 class FinetuneFiles:
-    model: Path = field(metadata={"model": True})
-    """Pretrained BERT directory (bertkit or Hugging Face)."""
+    model: Path | None = field(default=None, metadata={"model": True})
+    """Pretrained BERT directory (bertkit or Hugging Face); none only with --teacher DIR
+    --student-layers N."""
     train: Path
     """Training file: JSONL/CSV/TSV, CoNLL, CoNLL-U or SQuAD JSON (recognised from the file)."""
     dev: Path | None = None
@@ -37,31 +38,36 @@ class CnnFinetuneFiles(FinetuneFiles):
     """The files of a task the CNN family also trains (classify, pair, regress): its --model
     may be `cnn`."""
 
-    model: Path = field(metadata={"model": ("cnn",)})  # `cnn` is no model to fetch
+    model: Path | None = field(default=None, metadata={"model": ("cnn",)})  # `cnn`: no model
     """Pretrained BERT directory (bertkit or Hugging Face), or `cnn`: a convolutional network
-    over the static vectors of --vectors (Kim 2014) instead of BERT."""
+    over the static vectors of --vectors (Kim 2014) instead of BERT; none only with --teacher
+    DIR --student-layers N."""
 
 
-def run_finetune(files: FinetuneFiles, task, cfg, cnn=None) -> int:
+def run_finetune(files: FinetuneFiles, task, cfg, distill=None, cnn=None) -> int:
     """Progress and the baseline beside the result on stderr (a warning when the model does
     not beat it, even with --quiet); the summary, one JSON object, on stdout. `task` is the
-    task with the settings given; `cnn` the CNN family's, for the tasks it trains."""
+    task with the settings given; `distill` the teacher's settings, for the tasks that learn
+    from one; `cnn` the CNN family's, for the tasks it trains."""
     from bertkit.finetuning.baselines import baseline_report
     from bertkit.finetuning.cnn import CnnBackbone
     from bertkit.finetuning.recipe import finetune
 
     tune_runtime()
     cfg = replace(cfg, show_progress=not files.quiet)
+    teacher, student = _teacher(files, task, cfg, distill)
     if cnn is None and str(files.model) == "cnn":
         raise UserError(f"--model cnn trains a label or a number per text (classify, pair, "
                         f"regress), not the {task.name} task")
     backbone = CnnBackbone.load(cnn) if str(files.model) == "cnn" else None
     if backbone is None and cnn is not None and cnn.vectors is not None:
         raise UserError("--vectors is read with --model cnn only")
+    backbone = backbone or student
     family = {"backbone": backbone} if backbone else {}  # BERT: the recipe's default
-    family_options = [cnn] if cnn is not None else []
-    result = finetune(task, cnn.vectors if backbone else files.model, files.train,
-                      files.dev, files.out, cfg,
+    family_options = [o for o in (distill, cnn) if o is not None]
+    model = cnn.vectors if str(files.model) == "cnn" else \
+        teacher.path if student else files.model
+    result = finetune(task, model, files.train, files.dev, files.out, cfg, teacher=teacher,
                       command_line=lambda resolved, settled: command_line(
                           task_command(type(settled)),
                           [files, settled, resolved, *family_options]),
@@ -81,6 +87,23 @@ def run_finetune(files: FinetuneFiles, task, cfg, cnn=None) -> int:
             print(warning, file=sys.stderr)
     print(json.dumps(result.summary()))
     return 0
+
+
+def _teacher(files: FinetuneFiles, task, cfg, distill):
+    """(the teacher, a student backbone of its layers) as --teacher and --student-layers say:
+    (None, None) without a teacher; a model given twice or not at all refused."""
+    layers = distill is not None and distill.student_layers is not None
+    if layers and files.model is not None:
+        raise UserError("--student-layers makes the student of the teacher's layers: give no "
+                        "--model with it")
+    if files.model is None and not layers:
+        raise UserError("--model is required (or --teacher DIR --student-layers N)")
+    if distill is None or not distill.active:
+        return None, None
+    from bertkit.finetuning.teacher import Teacher
+
+    teacher = Teacher.load(distill, task)
+    return teacher, teacher.student(cfg.train_layers) if layers else None
 
 
 @dataclass(kw_only=True)
@@ -318,12 +341,14 @@ def task_command(task: type) -> Command:
     tasks the CNN family trains), the task's settings (its fields but those fine-tuning fills
     in), the training settings and, for the tasks the CNN family trains, its settings."""
     from bertkit.finetuning.cnn import CnnBackbone
+    from bertkit.finetuning.teacher import teaches
 
     doc = " ".join((task.__doc__ or "").split())
     cnn = CnnBackbone.trains(task)
     return Command(f"finetune {task.name}", run_finetune,
                    (CnnFinetuneFiles if cnn else FinetuneFiles, task,
                     "bertkit.finetuning.recipe:FinetuneConfig",
+                    *(["bertkit.finetuning.distillation:Distillation"] if teaches(task) else []),
                     *(["bertkit.finetuning.cnn:CnnOptions"] if cnn else [])),
                    omit=("show_progress",), help=doc.split(". ")[0].rstrip("."),
                    description=f"{_FINETUNE_DESCRIPTION} The {task.name} task: {doc}",

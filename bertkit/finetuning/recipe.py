@@ -44,6 +44,7 @@ from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, atomic_file, check_not_input, write_json
 from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze
 from bertkit.finetuning.baselines import baseline_comparison
+from bertkit.finetuning.batches import EpochBatches
 from bertkit.finetuning.inputs import Item, warn_cut
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.readers import input_file, input_identity, input_name
@@ -208,34 +209,6 @@ def hold_out(examples: list, fraction: float, seed: int, keys: list | None = Non
             [ex for ex, k in zip(examples, keys) if k in held])
 
 
-class EpochBatches:
-    """Shuffled batches in the task's order (`Task.batch_order`: length-bucketed), a new
-    order each epoch; resumable."""
-
-    def __init__(self, items: list[Item], task: Task, batch_size: int, seed: int):
-        self.items, self.task, self.batch_size, self.seed = items, task, batch_size, seed
-        # the pass, and how many of its batches were handed out: a new iterator (a resumed
-        # run's) starts after them
-        self.epoch, self.served = 0, 0
-
-    def __len__(self) -> int:
-        return -(-len(self.items) // self.batch_size)
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
-        order = self.task.batch_order(self.items, self.batch_size, g)
-        for idx in order[self.served:]:
-            self.served += 1  # counted from the pass's start, so a second resume lands right
-            yield self.task.collate([self.items[i] for i in idx])
-        self.epoch, self.served = self.epoch + 1, 0
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "served": self.served}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.served = state["epoch"], state["served"]
-
-
 # Model --------------------------------------------------------------------------------------------
 
 def param_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: float) -> list[dict]:
@@ -269,7 +242,7 @@ class GivenData:
 def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, dev_path,
              out_dir: str | Path, cfg: FinetuneConfig | None = None,
              command_line: Callable[[FinetuneConfig, Task], str] | None = None,
-             backbone: Backbone | None = None) -> FinetuneResult:
+             backbone: Backbone | None = None, teacher=None) -> FinetuneResult:
     """Train a task head (and the encoder) on `train_path`, keep the best dev checkpoint, and
     write it to `out_dir` as a Hugging Face directory with bertkit_task.json. The training and
     dev data are files, "-" (standard input), or rows in memory: dicts as a JSONL file holds
@@ -283,12 +256,14 @@ def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, d
     OUT/training_args.json with `command_line(resolved cfg, settled task)` (the CLI's shell
     line). `backbone` trains another model family in BERT's place
     (`bertkit.finetuning.backbone.Backbone`, e.g. bertkit.finetuning.cnn.CnnBackbone); none:
-    the pretrained encoder of `model_dir`."""
+    the pretrained encoder of `model_dir`. `teacher`: a fine-tuned model of the task whose
+    outputs the student learns (`bertkit.finetuning.teacher.Teacher`; its `student` backbone
+    is N of its layers)."""
     with input_file(train_path) as train, input_file(dev_path) as dev:
         given = GivenData((input_name(train_path), input_name(dev_path)),
                           (input_identity(train_path, train), input_identity(dev_path, dev)))
         return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line, backbone,
-                         given)
+                         given, teacher)
 
 
 def task_of(task: str | type[Task] | Task) -> Task:
@@ -321,6 +296,8 @@ class RunPlan:
     source_card: str | None = None
     """The model card (README.md) of the model fine-tuned from, read before training (one
     that is no UTF-8 text is refused then, not after the run); None where it has none."""
+    distillation: dict = dataclasses.field(default_factory=dict)
+    """A teacher's settings (`Distillation.options`), where a teacher teaches."""
 
 
 def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path | None,
@@ -362,7 +339,7 @@ def plan_run(task: Task, model_dir: str | Path, train_path: Path, dev_path: Path
 def run_options(plan: RunPlan) -> dict:
     """The run's settings as training_args.json records them: the training settings and the
     task's, one flat table (as the command line spells them)."""
-    return {**dataclasses.asdict(plan.cfg), **task_settings(plan.task)}
+    return {**dataclasses.asdict(plan.cfg), **task_settings(plan.task), **plan.distillation}
 
 
 def read_data(plan: RunPlan) -> tuple[Task, list, list]:
@@ -545,11 +522,14 @@ def fingerprint(plan: RunPlan, data: tuple[str, str | None]) -> dict:
 def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: Path,
               dev_path: Path | None, out_dir: str | Path, cfg: FinetuneConfig | None,
               command_line: Callable[[FinetuneConfig, Task], str] | None,
-              backbone: Backbone | None, given: GivenData) -> FinetuneResult:
+              backbone: Backbone | None, given: GivenData, teacher=None) -> FinetuneResult:
     """`finetune` on the files `input_file` gives; `given`: the data as the user gave it."""
     plan = plan_run(task_of(task), model_dir, train_path, dev_path, out_dir,
                     cfg or FinetuneConfig(), backbone, given.names)
     task, train_examples, dev = read_data(plan)  # bad input refused before anything is said
+    lesson = teacher.lesson(task) if teacher else None  # its labels, its unlabelled texts
+    task = lesson.task if lesson else task
+    plan = dataclasses.replace(plan, distillation=teacher.options()) if teacher else plan
     if plan.cfg.precision == "auto":  # measured, as pretraining does: bf16 only where native
         precision = choose_precision(torch.device(plan.cfg.device))[0]
         plan = dataclasses.replace(plan, cfg=dataclasses.replace(plan.cfg, precision=precision))
@@ -566,14 +546,18 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
                             command=command_line(cfg, plan.task) if command_line else None)
     if cfg.show_progress:
         print(settings_block(settings), file=sys.stderr)
-    batches = EpochBatches(training_items(plan, task, train_examples, dev), task,
-                           cfg.batch_size, cfg.seed)
+    items = training_items(plan, task, train_examples, dev)
+    taught = teacher.teach(lesson, plan.backbone.tokenizer, items, train_examples, cfg.device,
+                           cfg.show_progress) if teacher else None
+    batches = EpochBatches(taught.items if taught else items, taught or task, cfg.batch_size,
+                           cfg.seed)
     task = task.with_steps(plan.epochs * len(batches))
     runner = TaskModel(model, plan.backbone.tokenizer, task, torch.device(cfg.device),
                        skip_no_room=True, report_cut=False, source=str(plan.model_dir),
                        progress=cfg.show_progress)
     scores = DevScores(plan, runner, train_examples, dev)
-    result = train(model, lambda m, batch: (task.loss(m, batch), {}), batches,
+    result = train(model, taught.loss if taught else lambda m, batch: (task.loss(m, batch), {}),
+                   batches,
                    train_config(plan, len(batches)), plan.out_dir, evaluate=scores.evaluate,
                    param_groups=param_groups(model, cfg.lr, cfg.head_lr, cfg.weight_decay),
                    save=scores.save, fingerprint=known,

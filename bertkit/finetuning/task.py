@@ -258,6 +258,17 @@ class Task:
         """Raw outputs of one batch, one per item, on the CPU (what `decode_outputs` reads)."""
         raise NotImplementedError
 
+    def teacher_outputs(self, model: nn.Module, batch: dict, items: Sequence[Item]) -> list:
+        """What a teacher of this task gives a student to learn, one per item on the CPU: its
+        head's raw outputs (`finetune --teacher`, bertkit.finetuning.distillation)."""
+        raise UserError(f"the {self.name} task does not learn from a teacher's outputs")
+
+    def taught_loss(self, model: nn.Module, batch: dict, settings) -> torch.Tensor:
+        """One batch's loss learning a teacher's outputs, `batch["teacher"]` (the items'
+        `teacher_outputs` stacked), mixed by `settings.alpha` (a `Distillation`) with the
+        labels' loss where the batch has labels."""
+        raise UserError(f"the {self.name} task does not learn from a teacher's outputs")
+
     def decode_outputs(self, outputs: Sequence, items: Sequence[Item],
                        examples: Sequence) -> list:
         """One prediction per example from the outputs of its items."""

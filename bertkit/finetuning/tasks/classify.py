@@ -15,7 +15,7 @@ from typing import ClassVar, Literal, Sequence
 import torch
 
 from bertkit.files import UserError
-from bertkit.finetuning import baselines, metrics
+from bertkit.finetuning import baselines, distillation, metrics
 from bertkit.finetuning.heads import POOLINGS, SequenceClassifier
 from bertkit.finetuning.inputs import Item
 from bertkit.finetuning.readers import (TEXT_COLUMNS, TextExample, check_labels,
@@ -160,6 +160,19 @@ class TextTask(Task):
     def infer(self, model, batch, items) -> list:
         return list(model(*model_inputs(batch)).float().cpu().unbind(0))
 
+    def teacher_outputs(self, model, batch, items) -> list:
+        return self.infer(model, batch, items)  # the logits: [K] per text
+
+    def taught_loss(self, model, batch, settings) -> torch.Tensor:
+        logits = model(*model_inputs(batch))
+        labels = model.loss(logits, batch["labels"]) if "labels" in batch else None
+        return distillation.mixed(settings.alpha, self.soft_loss(
+            logits, batch["teacher"].to(logits.device), settings.temperature), labels)
+
+    def soft_loss(self, student, teacher, temperature: float) -> torch.Tensor:
+        """The teacher's term: KL between the softened class distributions."""
+        return distillation.soft_kl(student, teacher, temperature)
+
     def decode_outputs(self, outputs, items, examples) -> list[tuple]:
         """(label, probability) per example."""
         out = []
@@ -272,6 +285,12 @@ class Classify(TextTask):
             out.append(([self.labels[k] for k in (p > 0.5).nonzero().flatten().tolist()],
                         p.tolist()))
         return out
+
+    def soft_loss(self, student, teacher, temperature: float) -> torch.Tensor:
+        """Multi-label: each label's softened sigmoid learned as a distribution of its own."""
+        if self.multi_label:
+            return distillation.soft_bce(student, teacher, temperature)
+        return super().soft_loss(student, teacher, temperature)
 
     def score(self, examples, predictions) -> dict:
         if not self.multi_label:

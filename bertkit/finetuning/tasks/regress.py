@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import torch
+import torch.nn.functional as F
+
 from bertkit.finetuning import baselines, metrics
 from bertkit.finetuning.heads import SequenceClassifier
 from bertkit.finetuning.tasks.classify import PAIR_COLUMNS, TextTask, hf_problem
@@ -43,6 +46,10 @@ class Regress(TextTask):
 
     def make_model(self, encoder) -> SequenceClassifier:
         return SequenceClassifier(encoder, 1, self.problem_type, self.pooling or "cls")
+
+    def soft_loss(self, student, teacher, temperature: float) -> torch.Tensor:
+        """The teacher's term: squared error to its score (no distribution to soften)."""
+        return F.mse_loss(student.float(), teacher.float())
 
     def decode_outputs(self, outputs, items, examples) -> list[tuple]:
         """(value, None) per example."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from bertkit.files import UserError
-from bertkit.finetuning import baselines, metrics
+from bertkit.finetuning import baselines, distillation, metrics
 from bertkit.finetuning.crf import CRF, allowed_transitions
 from bertkit.finetuning.heads import TokenClassifier
 from bertkit.finetuning.inputs import (WORD_CASES, Item, encode_words, pad_inputs, piece_cases,
@@ -258,6 +258,20 @@ class Tag(WordTask):
     def loss(self, model, batch) -> torch.Tensor:
         return model.loss(model(*model_inputs(batch), case_ids=batch.get("case_ids")),
                           batch["labels"])
+
+    def teacher_outputs(self, model, batch, items) -> list:
+        """The emissions [T, K] per item (a CRF tagger's too: its transitions stay the
+        student's own)."""
+        logits = model(*model_inputs(batch), case_ids=batch.get("case_ids"))
+        return [logits[row, :len(it.ids)].float().cpu() for row, it in enumerate(items)]
+
+    def taught_loss(self, model, batch, settings) -> torch.Tensor:
+        """KL per word piece (specials and padding left out) of the softened emissions."""
+        logits = model(*model_inputs(batch), case_ids=batch.get("case_ids"))
+        taught = distillation.soft_kl(logits, batch["teacher"].to(logits.device),
+                                      settings.temperature, batch["word_ids"] >= 0)
+        labels = model.loss(logits, batch["labels"]) if "labels" in batch else None
+        return distillation.mixed(settings.alpha, taught, labels)
 
     def infer(self, model, batch, items) -> list:
         """Per item: ("words", best label per word, its probability) for mean decoding, else
