@@ -9,6 +9,7 @@ calls on its head's outputs:
                    (so that the soft term's gradients keep their size as T grows)
     soft_bce       the same for independent sigmoids (multi-label classification)
     mixed          alpha * the teacher's term + (1 - alpha) * the labels' term
+    vector_mse     MSE of a sentence encoder's vectors to the teacher's (of the same width)
     hidden_mse     MSE between the student's layers and the teacher's layers they map to
     student_layers which teacher layers a student of N layers starts from (DistilBERT's
                    initialisation: evenly spaced, the first and the last kept)
@@ -105,8 +106,14 @@ def soft_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float,
     """KL(softmax(teacher / T) || softmax(student / T)) over the last dimension, times T^2,
     averaged over the positions where `mask` (the leading dimensions; none: all) is true."""
     t = temperature
-    log_p = F.log_softmax(teacher.float() / t, -1)
-    log_q = F.log_softmax(student.float() / t, -1)
+    # -inf (a span head's impossible types) to a finite floor, and the positions left out to
+    # 0, so that no NaN reaches the sum or its gradient
+    student, teacher = student.float().clamp(min=PAD_LOGIT), teacher.float().clamp(min=PAD_LOGIT)
+    if mask is not None:
+        student = torch.where(mask[..., None], student, 0.0)
+        teacher = torch.where(mask[..., None], teacher, 0.0)
+    log_p = F.log_softmax(teacher / t, -1)
+    log_q = F.log_softmax(student / t, -1)
     per = (log_p.exp() * (log_p - log_q)).sum(-1) * t * t
     return _mean(per, mask)
 
@@ -123,6 +130,15 @@ def mixed(alpha: float, taught: torch.Tensor, labels: torch.Tensor | None) -> to
     """alpha * the teacher's term + (1 - alpha) * the labels' (a batch without labels, of
     unlabelled texts: the teacher's term alone)."""
     return taught if labels is None else alpha * taught + (1 - alpha) * labels
+
+
+def vector_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """MSE between the student's sentence vectors [B, D] and the teacher's."""
+    if student.shape[-1] != teacher.shape[-1]:
+        raise UserError(f"the student's vectors are {student.shape[-1]} wide, the teacher's "
+                        f"{teacher.shape[-1]}: an embed student learns vectors of the "
+                        f"teacher's width")
+    return F.mse_loss(student.float(), teacher.float())
 
 
 def hidden_mse(student: tuple[torch.Tensor, ...], teacher: tuple[torch.Tensor, ...],
@@ -162,5 +178,5 @@ def _mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return (values * keep).sum() / keep.sum().clamp(min=1)
 
 
-__all__ = ["Distillation", "student_layers", "soft_kl", "soft_bce", "mixed", "hidden_mse",
-           "stack_outputs", "PAD_LOGIT"]
+__all__ = ["Distillation", "student_layers", "soft_kl", "soft_bce", "mixed", "vector_mse",
+           "hidden_mse", "stack_outputs", "PAD_LOGIT"]

@@ -39,6 +39,7 @@ from bertkit.embeddings.evaluation import search_figures, sts_figures
 from bertkit.embeddings.matryoshka import matryoshka_loss
 from bertkit.embeddings.sentence_model import pool_tokens, sentence_model_files
 from bertkit.files import UserError
+from bertkit.finetuning import distillation
 from bertkit.finetuning import sentence_pairs as sp
 from bertkit.finetuning.inputs import Item, length_batches, pad_inputs
 from bertkit.finetuning.task import Defaults, Task, fitted
@@ -295,6 +296,17 @@ class Embed(Task):
     def infer(self, model, batch, items) -> list:
         columns = [c.float().cpu() for c in self.columns(model, batch)]
         return [tuple(c[row] for c in columns) for row in range(len(items))]
+
+    def teacher_outputs(self, model, batch, items) -> list:
+        return self.infer(model, batch, items)  # each column's vector [D] per row
+
+    def taught_loss(self, model, batch, settings) -> torch.Tensor:
+        """MSE of each column's vectors to the teacher's, mixed with the task's own loss."""
+        columns = self.columns(model, batch)
+        taught = sum(distillation.vector_mse(mine, theirs.to(mine.device))
+                     for mine, theirs in zip(columns, batch["teacher"])) / len(columns)
+        return distillation.mixed(settings.alpha, taught,
+                                  self.loss_of(columns, batch.get("labels")))
 
     def decode_outputs(self, outputs, items, examples) -> list:
         """Per example its texts' vectors (None for an example not scored on dev)."""

@@ -24,7 +24,7 @@ from typing import ClassVar, Sequence
 import torch
 
 from bertkit.files import UserError, read_jsonl
-from bertkit.finetuning import baselines, metrics
+from bertkit.finetuning import baselines, distillation, metrics
 from bertkit.finetuning.heads import QuestionAnswerer
 from bertkit.finetuning.inputs import Item, pad_inputs
 from bertkit.finetuning.readers import QAExample, detect_format, read_squad
@@ -318,6 +318,22 @@ class QA(Task):
     def loss(self, model, batch) -> torch.Tensor:
         return model.loss(model(*model_inputs(batch)), batch["start_positions"],
                           batch["end_positions"])
+
+    def teacher_outputs(self, model, batch, items) -> list:
+        """(start logits, end logits) [T] each per window."""
+        start, end = model(*model_inputs(batch))
+        return [(start[row, :len(it.ids)].float().cpu(), end[row, :len(it.ids)].float().cpu())
+                for row, it in enumerate(items)]
+
+    def taught_loss(self, model, batch, settings) -> torch.Tensor:
+        """KL of the start and of the end distributions, summed as the labels' two terms."""
+        start, end = model(*model_inputs(batch))
+        starts, ends = (t.to(start.device) for t in batch["teacher"])
+        t = settings.temperature
+        taught = distillation.soft_kl(start, starts, t) + distillation.soft_kl(end, ends, t)
+        labels = model.loss((start, end), batch["start_positions"], batch["end_positions"]) \
+            if "start_positions" in batch else None
+        return distillation.mixed(settings.alpha, taught, labels)
 
     def infer(self, model, batch, items) -> list:
         """(best span score, first, last, null score, [span, null probability]) per window."""

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.files import UserError, read_jsonl
-from bertkit.finetuning import metrics
+from bertkit.finetuning import distillation, metrics
 from bertkit.finetuning.heads import TaskHead, first_subword_index, head_dropout
 from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
 from bertkit.finetuning.readers import detect_format, holds_tags, read_tagged
@@ -339,6 +339,24 @@ class Spans(WordTask):
         logits, mask = model(*model_inputs(batch), word_ids=batch["word_ids"],
                              num_words=target.shape[1], case_ids=batch.get("case_ids"))
         return span_loss(logits, target, mask, self.null_weight)
+
+    def teacher_outputs(self, model, batch, items) -> list:
+        """Span logits [W, L, K] per item, over its own words."""
+        logits, _ = model(*model_inputs(batch), word_ids=batch["word_ids"],
+                          case_ids=batch.get("case_ids"))
+        return [logits[row, :max(1, max(it.word_ids, default=-1) + 1)].float().cpu()
+                for row, it in enumerate(items)]
+
+    def taught_loss(self, model, batch, settings) -> torch.Tensor:
+        """KL of each span's softened type distribution, over the spans inside a sentence."""
+        teacher = batch["teacher"]  # [B, W, L, K], W the batch's words as collate counts them
+        logits, mask = model(*model_inputs(batch), word_ids=batch["word_ids"],
+                             num_words=teacher.shape[1], case_ids=batch.get("case_ids"))
+        taught = distillation.soft_kl(logits, teacher.to(logits.device), settings.temperature,
+                                      span_mask(mask, logits.shape[2]))
+        labels = span_loss(logits, batch["span_target"], mask, self.null_weight) \
+            if "span_target" in batch else None
+        return distillation.mixed(settings.alpha, taught, labels)
 
     def infer(self, model, batch, items) -> list:
         """Span logits [W, L, K] and word mask [W] per item."""
