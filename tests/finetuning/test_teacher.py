@@ -105,7 +105,7 @@ def test_cli_distils_a_student_that_predict_and_evaluate_read(teacher_dir, task_
     assert hub.load_config(out).num_layers == 2
     args = json.loads((out / "training_args.json").read_text())["options"]
     assert args["teacher"] == str(teacher_dir) and args["student_layers"] == 2
-    assert main(["evaluate", "--model", str(out), "--data", str(task_files["dev"]),
+    assert main(["evaluate", "--model", str(out), "--input", str(task_files["dev"]),
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(
         summary["dev_accuracy"])
