@@ -129,7 +129,8 @@ def test_a_student_of_another_model_learns_through_its_own_tokenizer(
     (["--student-layers", "5"], "--student-layers must be between 1 and the teacher's 4 "
                                 "layers, got 5"),
     (["--student-layers", "2", "--model", "{bert}"], "--student-layers makes the student of "
-                                                      "the teacher's layers: give no --model"),
+                                                      "the teacher's layers: give no --model "
+                                                      "with it"),
     ([], "--model is required (or --teacher DIR --student-layers N)"),
 ])
 def test_bad_input_is_one_line_before_training(teacher_dir, deep_bert, task_files, tmp_path,
