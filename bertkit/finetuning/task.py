@@ -201,6 +201,11 @@ class Task:
         """Examples to predict (labels optional) from a file."""
         return self.read(path)
 
+    def unlabelled(self, path: str | Path, tokenizer: Any) -> list:
+        """Examples without labels from a file (`finetune --unlabeled`), as `read_inputs` reads
+        them and training encodes them; `tokenizer` splits a word task's texts into words."""
+        return self.read_inputs(path)
+
     def with_labels(self, train: Sequence, dev: Sequence) -> "Task":
         """The settings with the label set of `train`; raises naming the line of an unknown
         label in `dev`."""

@@ -36,6 +36,7 @@ from bertkit.model import hub
 from bertkit.model.encoder import Encoder as EncoderModule
 from bertkit.model.kind import ModelKind, model_kind
 from bertkit.progress import Progress
+from bertkit.text.tokenizer import Tokenizer
 
 
 @dataclass
@@ -96,7 +97,7 @@ class Teacher:
         if mine:
             task = dataclasses.replace(task, labels=tuple(theirs))
         unlabeled = [] if self.settings.unlabeled is None else \
-            task.read_inputs(self.settings.unlabeled)
+            task.unlabelled(self.settings.unlabeled, Tokenizer.load(self.path))
         if self.settings.unlabeled is not None and not unlabeled:
             raise UserError(f"{self.settings.unlabeled}: no texts")
         return Lesson(task, unlabeled)

@@ -83,6 +83,14 @@ class WordTask(Task):
         return [ex.text for ex in read_text_examples(p, text_column=self.text_column or "text",
                                                      label_column=None, fmt=fmt)]
 
+    def unlabelled(self, path, tokenizer) -> list:
+        """Sentences; texts split into words as the tokenizer's pre-tokenizer splits them."""
+        inputs = self.read_inputs(path)
+        if not inputs or not isinstance(inputs[0], str):
+            return inputs
+        return [TaggedSentence([t[a:b] for a, b in w], [], t)
+                for t, w in zip(inputs, split_words(tokenizer, inputs))]
+
     def baseline(self, train, test, start) -> dict | None:
         return baselines.most_frequent_tag(train, test)
 
