@@ -268,6 +268,12 @@ class Task:
         head's raw outputs (`finetune --teacher`, bertkit.finetuning.distillation)."""
         raise UserError(f"the {self.name} task does not learn from a teacher's outputs")
 
+    def sentence_teacher(self, path: Path) -> "Task | None":
+        """This task's settings for a sentence encoder as a teacher (a sentence-transformers
+        directory, which is what `finetune embed` writes); None: this task's teacher is a
+        fine-tuned model of the task (bertkit_task.json)."""
+        return None
+
     def taught_loss(self, model: nn.Module, batch: dict, settings) -> torch.Tensor:
         """One batch's loss learning a teacher's outputs, `batch["teacher"]` (the items'
         `teacher_outputs` stacked), mixed by `settings.alpha` (a `Distillation`) with the

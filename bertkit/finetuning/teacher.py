@@ -67,10 +67,11 @@ class Teacher:
         to be a fine-tuned model of the same task, deep enough for --student-layers."""
         path = hub.resolve_model(settings.teacher)
         kind = model_kind(path)
-        if kind is not ModelKind.TASK:
+        found = task.sentence_teacher(path) if kind is ModelKind.ENCODER else None
+        if found is None and kind is not ModelKind.TASK:
             raise UserError(f"{path}: {kind.value}, not a fine-tuned {task.name} model "
                             f"(--teacher)")
-        found = load_task(path)
+        found = found or load_task(path)
         if found.name != task.name:
             raise UserError(f"{path}: a fine-tuned {found.name} model, not a {task.name} one "
                             f"(--teacher)")
@@ -135,9 +136,17 @@ class Teacher:
         n = self.settings.student_layers
         return dist.student_layers(self.config.num_layers, n) if n else []
 
+    def whole(self) -> torch.nn.Module:
+        """The teacher's model, its task's head on its encoder, in eval mode on the CPU."""
+        encoder = EncoderModule(self.config)
+        if model_kind(self.path) is ModelKind.TASK:
+            return load_task_weights(self.task.make_model(encoder), self.path)
+        return self.task.make_model(hub.load_encoder(self.path)).eval()  # a sentence encoder
+
     def _runner(self, device: str) -> TaskModel:
         if self.runner is None:
-            self.runner = TaskModel.load(self.path, device=device)
+            self.runner = TaskModel(self.whole().to(device), Tokenizer.load(self.path),
+                                    self.task, torch.device(device), source=str(self.path))
         return self.runner
 
     def _outputs(self, runner: TaskModel, items: list[Item], show_progress: bool) -> list:
@@ -222,8 +231,7 @@ class StudentEncoder(Encoder):
         self.block_weights = self.config.block_weights
 
     def build(self, task: Task, seed: int) -> torch.nn.Module:
-        whole = load_task_weights(task.make_model(EncoderModule(self.teacher.config)),
-                                  self.teacher.path)
+        whole = self.teacher.whole()
         student = task.make_model(EncoderModule(self.config))
         init_head(student, torch.Generator().manual_seed(seed))  # what the teacher lacks
         state = copy_layers(whole.state_dict(), self.layers)

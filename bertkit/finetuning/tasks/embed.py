@@ -37,7 +37,8 @@ from bertkit.embeddings import losses
 from bertkit.embeddings.batches import unique_batches
 from bertkit.embeddings.evaluation import search_figures, sts_figures
 from bertkit.embeddings.matryoshka import matryoshka_loss
-from bertkit.embeddings.sentence_model import pool_tokens, sentence_model_files
+from bertkit.embeddings.sentence_model import (pool_tokens, read_sentence_model,
+                                               sentence_model_files)
 from bertkit.files import UserError
 from bertkit.finetuning import distillation
 from bertkit.finetuning import sentence_pairs as sp
@@ -296,6 +297,14 @@ class Embed(Task):
     def infer(self, model, batch, items) -> list:
         columns = [c.float().cpu() for c in self.columns(model, batch)]
         return [tuple(c[row] for c in columns) for row in range(len(items))]
+
+    def sentence_teacher(self, path: Path) -> "Embed | None":
+        """A sentence-transformers directory of one pooling mode that bertkit trains: its
+        pooling and normalization (the vectors the student learns)."""
+        model = read_sentence_model(path)
+        if model is None or len(model.pool) != 1 or model.pool[0] not in ("mean", "cls", "max"):
+            return None
+        return dataclasses.replace(self, pooling=model.pool[0], normalize=model.normalize)
 
     def teacher_outputs(self, model, batch, items) -> list:
         return self.infer(model, batch, items)  # each column's vector [D] per row
