@@ -42,7 +42,7 @@ class Distillation:
     """How a student learns from a fine-tuned teacher of the same task."""
     teacher: str | None = None
     """A fine-tuned model directory (or Hub name) of the same task whose outputs the student
-    learns, on the training file and --unlabeled texts."""
+    learns, on the training file and --unlabeled texts (embed: a sentence encoder)."""
     student_layers: int | None = None
     """With --teacher and no --model: the student is N of the teacher's layers, evenly spaced
     with the first and the last kept (DistilBERT's initialisation), with the teacher's head

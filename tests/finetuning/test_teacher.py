@@ -15,11 +15,12 @@ from safetensors.torch import load_file
 
 from bertkit.cli.main import main
 from bertkit.config import EncoderConfig
+from bertkit.files import UserError
 from bertkit.finetuning import recipe
 from bertkit.finetuning.distillation import Distillation
 from bertkit.finetuning.heads import load_task_weights
 from bertkit.finetuning.recipe import finetune
-from bertkit.finetuning.tasks import Classify
+from bertkit.finetuning.tasks import Classify, Embed, Tag
 from bertkit.finetuning.teacher import Teacher, copy_layers
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder, init_weights
@@ -202,3 +203,43 @@ def test_a_resumed_student_equals_an_uninterrupted_one(teacher_dir, task_files, 
         finetune("classify", teacher.path, task_files["train"], task_files["dev"], out,
                  quick_config(**SETTINGS, resume=True), backbone=teacher.student(),
                  teacher=teacher)
+
+
+def test_a_crf_tagger_distils_with_unlabelled_texts_split_into_words(
+        tiny_bert, task_files, quick_config, tmp_path):
+    teacher_dir = tmp_path / "teacher"
+    cfg = quick_config(epochs=2, batch_size=16, precision="fp32")
+    finetune(Tag(crf=True), tiny_bert, task_files["ner_train"], task_files["ner_dev"],
+             teacher_dir, cfg)
+    texts = tmp_path / "more.txt"
+    texts.write_text("mary went to rome .\njohn went to new york .\n")
+    teacher = Teacher.load(Distillation(teacher=str(teacher_dir), student_layers=1,
+                                        unlabeled=texts), Tag(crf=True))
+    lesson = teacher.lesson(Tag(crf=True))
+    assert [s.tokens for s in lesson.unlabeled] == [["mary", "went", "to", "rome", "."],
+                                                    ["john", "went", "to", "new", "york", "."]]
+    result = finetune(Tag(crf=True), teacher_dir, task_files["ner_train"],
+                      task_files["ner_dev"], tmp_path / "student", cfg,
+                      backbone=teacher.student(), teacher=teacher)
+    assert hub.load_config(tmp_path / "student").num_layers == 1
+    assert result.task.labels == teacher.task.labels and result.dev_metrics["f1"] > 0.5
+
+
+def test_an_embed_student_learns_a_sentence_encoders_vectors(tiny_bert, task_files,
+                                                            quick_config, tmp_path):
+    """A sentence-transformers directory (what `finetune embed` writes) is an embed teacher;
+    another kind of model is not."""
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [json.loads(line) for line in task_files["pairs"].read_text().splitlines()]
+    pairs.write_text("".join(json.dumps({"anchor": r["premise"], "positive": r["hypothesis"]})
+                             + "\n" for r in rows[:64]))
+    cfg = quick_config(epochs=1, batch_size=16, precision="fp32")
+    finetune(Embed(), tiny_bert, pairs, None, tmp_path / "teacher", cfg)
+    teacher = Teacher.load(Distillation(teacher=str(tmp_path / "teacher"), student_layers=1),
+                           Embed())
+    result = finetune(Embed(), teacher.path, pairs, None, tmp_path / "student", cfg,
+                      backbone=teacher.student(), teacher=teacher)
+    assert "ndcg@10" in result.dev_metrics
+    assert (tmp_path / "student" / "modules.json").is_file()
+    with pytest.raises(UserError, match="a BERT encoder, not a fine-tuned classify model"):
+        Teacher.load(Distillation(teacher=str(tmp_path / "student")), Classify())
