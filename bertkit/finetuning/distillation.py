@@ -58,8 +58,9 @@ class Distillation:
     teacher's layers they were taken from (0: none; needs the teacher's tokenizer and
     width)."""
     unlabeled: Path | None = None
-    """More training texts without labels, in the format --predict reads for the task (a
-    .txt of one text a line), that the teacher labels: soft targets only."""
+    """More training texts without labels, in a format `bertkit predict` reads for the task
+    (a .txt file of one text a line), that the teacher labels: its outputs their only
+    target."""
 
     def __post_init__(self) -> None:
         if self.teacher is None:
