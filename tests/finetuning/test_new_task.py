@@ -84,7 +84,7 @@ def test_a_config_file_sets_the_new_setting_and_another_tasks_is_skipped(with_lo
                       'loudness = 0.5\nscheme = "BIO"\n')
     args = build_parser().parse_args(["finetune", "loud", "--config", str(config)])
     with pytest.warns(UserWarning, match="scheme is not a setting of this command"):
-        files, task, cfg, _ = args.command.read(args)
+        files, task, cfg, *_ = args.command.read(args)  # then the teacher's, the CNN's
     assert task == Loud(loudness=0.5) and str(files.out) == "o"
     config.write_text('task = "tag"\nmodel = "m"\ntrain = "t.jsonl"\nout = "o"\n')
     assert main(["finetune", "loud", "--config", str(config)]) == 2
