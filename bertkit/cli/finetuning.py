@@ -97,7 +97,8 @@ def _teacher(files: FinetuneFiles, task, cfg, distill):
         raise UserError("--student-layers makes the student of the teacher's layers: give no "
                         "--model with it")
     if files.model is None and not layers:
-        raise UserError("--model is required (or --teacher DIR --student-layers N)")
+        raise UserError("--model is required" + (" (or --teacher DIR --student-layers N)"
+                                                 if distill is not None else ""))
     if distill is None or not distill.active:
         return None, None
     from bertkit.finetuning.teacher import Teacher
