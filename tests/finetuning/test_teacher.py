@@ -20,7 +20,7 @@ from bertkit.finetuning import recipe
 from bertkit.finetuning.distillation import Distillation
 from bertkit.finetuning.heads import load_task_weights
 from bertkit.finetuning.recipe import finetune
-from bertkit.finetuning.tasks import Classify, Embed, Tag
+from bertkit.finetuning.tasks import QA, Classify, Embed, Spans, Tag
 from bertkit.finetuning.teacher import Teacher, copy_layers
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder, init_weights
@@ -243,3 +243,19 @@ def test_an_embed_student_learns_a_sentence_encoders_vectors(tiny_bert, task_fil
     assert (tmp_path / "student" / "modules.json").is_file()
     with pytest.raises(UserError, match="a BERT encoder, not a fine-tuned classify model"):
         Teacher.load(Distillation(teacher=str(tmp_path / "student")), Classify())
+
+
+@pytest.mark.parametrize("task, data", [(Spans(), ("ner_train", "ner_dev")),
+                                        (QA(stride=8), ("squad", None))],
+                         ids=["spans", "qa"])
+def test_spans_and_qa_students_learn_their_teachers_distributions(
+        task, data, tiny_bert, task_files, quick_config, tmp_path):
+    train, dev = (None if d is None else task_files[d] for d in data)
+    cfg = quick_config(epochs=1, batch_size=16, precision="fp32")
+    finetune(task, tiny_bert, train, dev, tmp_path / "teacher", cfg)
+    teacher = Teacher.load(Distillation(teacher=str(tmp_path / "teacher"), student_layers=1),
+                           task)
+    result = finetune(task, teacher.path, train, dev, tmp_path / "student", cfg,
+                      backbone=teacher.student(), teacher=teacher)
+    assert result.stopped_by == "epochs" and "f1" in result.dev_metrics
+    assert hub.load_config(tmp_path / "student").num_layers == 1
