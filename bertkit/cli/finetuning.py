@@ -55,7 +55,7 @@ def run_finetune(files: FinetuneFiles, task, cfg, distill=None, cnn=None) -> int
 
     tune_runtime()
     cfg = replace(cfg, show_progress=not files.quiet)
-    teacher, student = _teacher(files, task, cfg, distill)
+    teacher, student, model = _teacher(files, task, cfg, distill)
     if cnn is None and str(files.model) == "cnn":
         raise UserError(f"--model cnn trains a label or a number per text (classify, pair, "
                         f"regress), not the {task.name} task")
@@ -65,8 +65,7 @@ def run_finetune(files: FinetuneFiles, task, cfg, distill=None, cnn=None) -> int
     backbone = backbone or student
     family = {"backbone": backbone} if backbone else {}  # BERT: the recipe's default
     family_options = [o for o in (distill, cnn) if o is not None]
-    model = cnn.vectors if str(files.model) == "cnn" else \
-        teacher.path if student else files.model
+    model = cnn.vectors if str(files.model) == "cnn" else model
     result = finetune(task, model, files.train, files.dev, files.out, cfg, teacher=teacher,
                       command_line=lambda resolved, settled: command_line(
                           task_command(type(settled)),
@@ -90,8 +89,10 @@ def run_finetune(files: FinetuneFiles, task, cfg, distill=None, cnn=None) -> int
 
 
 def _teacher(files: FinetuneFiles, task, cfg, distill):
-    """(the teacher, a student backbone of its layers) as --teacher and --student-layers say:
-    (None, None) without a teacher; a model given twice or not at all refused."""
+    """(the teacher, the student's backbone, the model fine-tuned) as --teacher,
+    --student-layers and --model say: (None, None, --model) without a teacher; a model given
+    twice or not at all refused. A student of --model whose width differs from the
+    teacher's learns through a projection (`Teacher.student_of`)."""
     layers = distill is not None and distill.student_layers is not None
     if layers and files.model is not None:
         raise UserError("--student-layers makes the student of the teacher's layers: give no "
@@ -100,11 +101,15 @@ def _teacher(files: FinetuneFiles, task, cfg, distill):
         raise UserError("--model is required" + (" (or --teacher DIR --student-layers N)"
                                                  if distill is not None else ""))
     if distill is None or not distill.active:
-        return None, None
+        return None, None, files.model
     from bertkit.finetuning.teacher import Teacher
 
     teacher = Teacher.load(distill, task)
-    return teacher, teacher.student(cfg.train_layers) if layers else None
+    if layers:
+        return teacher, teacher.student(cfg.train_layers), teacher.path
+    if str(files.model) == "cnn":  # the CNN family's own backbone
+        return teacher, None, files.model
+    return teacher, teacher.student_of(files.model, cfg.train_layers, cfg.layer_mix), files.model
 
 
 @dataclass(kw_only=True)

@@ -54,9 +54,9 @@ class Distillation:
     """Weight of the teacher's term in the loss, 1 - alpha the labels' (texts of --unlabeled
     learn the teacher's term alone)."""
     hidden_weight: float = 0.0
-    """Weight of an added loss: MSE between the student's hidden states and those of the
-    teacher's layers they were taken from (0: none; needs the teacher's tokenizer and
-    width)."""
+    """Weight of an added loss: MSE between the student's hidden states (through a learned
+    projection where its width differs) and those of the teacher's layers they map to (0:
+    none; needs the teacher's tokenizer)."""
     unlabeled: Path | None = None
     """More training texts without labels, in a format `bertkit predict` reads for the task
     (a .txt file of one text a line), that the teacher labels: its outputs their only
@@ -137,8 +137,9 @@ def vector_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     """MSE between the student's sentence vectors [B, D] and the teacher's."""
     if student.shape[-1] != teacher.shape[-1]:
         raise UserError(f"the student's vectors are {student.shape[-1]} wide, the teacher's "
-                        f"{teacher.shape[-1]}: an embed student learns vectors of the "
-                        f"teacher's width")
+                        f"{teacher.shape[-1]}: a student of another width learns them through "
+                        f"a projection, which `bertkit.finetuning.teacher.ProjectedEncoder` "
+                        f"builds")
     return F.mse_loss(student.float(), teacher.float())
 
 
@@ -150,7 +151,7 @@ def hidden_mse(student: tuple[torch.Tensor, ...], teacher: tuple[torch.Tensor, .
     if student[0].shape[-1] != teacher[0].shape[-1]:
         raise UserError(f"--hidden-weight compares hidden states of the same width: the "
                         f"student's are {student[0].shape[-1]} wide, the teacher's "
-                        f"{teacher[0].shape[-1]}")
+                        f"{teacher[0].shape[-1]} (a projection, `ProjectedEncoder`, maps them)")
     pairs = [(student[0], teacher[0])] + [(student[i + 1], teacher[k + 1])
                                          for i, k in enumerate(layers)]
     keep = mask.float()[..., None]

@@ -547,7 +547,7 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     if cfg.show_progress:
         print(settings_block(settings), file=sys.stderr)
     items = training_items(plan, task, train_examples, dev)
-    taught = teacher.teach(lesson, plan.backbone.tokenizer, items, train_examples, cfg.device,
+    taught = teacher.teach(lesson, plan.backbone, items, train_examples, cfg.device,
                            cfg.show_progress) if teacher else None
     batches = EpochBatches(taught.items if taught else items, taught or task, cfg.batch_size,
                            cfg.seed)

@@ -274,10 +274,12 @@ class Task:
         fine-tuned model of the task (bertkit_task.json)."""
         return None
 
-    def taught_loss(self, model: nn.Module, batch: dict, settings) -> torch.Tensor:
+    def taught_loss(self, model: nn.Module, batch: dict, settings,
+                    project: Callable | None = None) -> torch.Tensor:
         """One batch's loss learning a teacher's outputs, `batch["teacher"]` (the items'
         `teacher_outputs` stacked), mixed by `settings.alpha` (a `Distillation`) with the
-        labels' loss where the batch has labels."""
+        labels' loss where the batch has labels. `project`: the student's vectors to the
+        teacher's width where they differ (a learned projection; None: the same width)."""
         raise UserError(f"the {self.name} task does not learn from a teacher's outputs")
 
     def decode_outputs(self, outputs: Sequence, items: Sequence[Item],

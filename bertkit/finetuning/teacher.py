@@ -1,7 +1,8 @@
 """A fine-tuned teacher of the task a student is fine-tuned for (`finetune TASK --teacher`).
 
     teacher = Teacher.load(Distillation(teacher="out/big"), Classify())   # checked, loaded
-    backbone = teacher.student(3)          # a student of 3 of its layers (or any Encoder)
+    backbone = teacher.student(3)          # a student of 3 of its layers, or of another
+                                           # encoder: teacher.student_of(model_dir)
     finetune(task, teacher.path, train, dev, out, cfg, backbone=backbone, teacher=teacher)
 
 What the recipe (`bertkit.finetuning.recipe`) asks of it:
@@ -87,6 +88,15 @@ class Teacher:
         """The backbone of a student of --student-layers of the teacher's layers."""
         return StudentEncoder(self, self.settings.student_layers, train_layers)
 
+    def student_of(self, model_dir: str | Path, train_layers: int | None = None,
+                   layer_mix: bool = False) -> Encoder:
+        """The backbone of a student that is the encoder of `model_dir` (--model): one with a
+        learned projection to the teacher's width where its own differs."""
+        plain = Encoder(model_dir, train_layers, layer_mix)
+        if plain.width == self.config.hidden_size:
+            return plain
+        return ProjectedEncoder(model_dir, self.config.hidden_size, train_layers, layer_mix)
+
     # The recipe's steps ---------------------------------------------------------------------------
     def lesson(self, task: Task) -> Lesson:
         """The student's task with the teacher's label order (a label the teacher does not
@@ -103,11 +113,11 @@ class Teacher:
             raise UserError(f"{self.settings.unlabeled}: no texts")
         return Lesson(task, unlabeled)
 
-    def teach(self, lesson: Lesson, tokenizer, items: list[Item], examples: Sequence,
+    def teach(self, lesson: Lesson, backbone, items: list[Item], examples: Sequence,
               device: str, show_progress: bool = True) -> "Taught":
         """The training items and those of the unlabelled texts, each with the teacher's
-        outputs, computed now (the student's `tokenizer` encoded `items` from `examples`)."""
-        task = lesson.task
+        outputs, computed now (the student's `backbone` encoded `items` from `examples`)."""
+        task, tokenizer = lesson.task, backbone.tokenizer
         more = task.encode(tokenizer, lesson.unlabeled, training=True, skip_no_room=True)
         more = [dataclasses.replace(it, example=it.example + len(examples), target=None)
                 for it in more]
@@ -129,7 +139,7 @@ class Teacher:
         taught = [TaughtItem(**{f.name: getattr(it, f.name) for f in dataclasses.fields(Item)},
                              taught=out) for it, out in zip(student, outputs)]
         return Taught(task, taught, self.settings, runner.model if aligned else None,
-                      self.layer_map())
+                      self.layer_map(), isinstance(backbone, ProjectedEncoder))
 
     def layer_map(self) -> list[int]:
         """The teacher's layer each student layer maps to (for the hidden-state loss)."""
@@ -182,9 +192,12 @@ class Taught:
     task (its `batch_order` and `collate`), `train` its `loss`."""
 
     def __init__(self, task: Task, items: list[TaughtItem], settings: dist.Distillation,
-                 teacher_model: torch.nn.Module | None, layers: list[int]):
+                 teacher_model: torch.nn.Module | None, layers: list[int],
+                 projected: bool = False):
         self.task, self.items, self.settings = task, items, settings
         self.teacher_model, self.layers = teacher_model, layers
+        self.projected = projected
+        """Whether the student has a `teacher_projection` (`ProjectedEncoder`)."""
 
     def batch_order(self, items, batch_size: int, generator: torch.Generator) -> list[list[int]]:
         """The task's order over the labelled items and, apart, the unlabelled ones (a batch
@@ -203,18 +216,21 @@ class Taught:
         return batch
 
     def loss(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-        taught = self.task.taught_loss(model, batch, self.settings)
+        project = model.teacher_projection if self.projected else None
+        taught = self.task.taught_loss(model, batch, self.settings, project)
         if not self.settings.hidden_weight:
             return taught, {}
-        hidden = self.hidden_loss(model, batch)
+        hidden = self.hidden_loss(model, batch, project)
         return taught + self.settings.hidden_weight * hidden, {"hidden_loss": hidden.detach()}
 
-    def hidden_loss(self, model: torch.nn.Module, batch: dict) -> torch.Tensor:
-        """MSE of the student's hidden states to those of the teacher's layers they map to."""
+    def hidden_loss(self, model: torch.nn.Module, batch: dict, project=None) -> torch.Tensor:
+        """MSE of the student's hidden states (projected to the teacher's width where it
+        differs) to those of the teacher's layers they map to."""
         inputs = model_inputs(batch)
         with torch.no_grad():
             theirs = self.teacher_model.encoder(*inputs, output_hidden_states=True).hidden_states
         mine = model.encoder(*inputs, output_hidden_states=True).hidden_states
+        mine = tuple(project(h) for h in mine) if project is not None else mine
         layers = self.layers or dist.student_layers(len(theirs) - 1, len(mine) - 1)
         return dist.hidden_mse(mine, theirs, layers, batch["attention_mask"] > 0)
 
@@ -245,6 +261,35 @@ class StudentEncoder(Encoder):
         return student.train()
 
 
+class ProjectedEncoder(Encoder):
+    """A student encoder narrower or wider than its teacher: its model has a learned linear
+    map of its hidden states and vectors to the teacher's width, `teacher_projection`, for
+    the losses that compare them (TinyBERT's W_h, Jiao et al. 2020). Trained and kept in
+    checkpoints with the model, left out of the saved student."""
+
+    def __init__(self, model_dir: str | Path, teacher_width: int,
+                 train_layers: int | None = None, layer_mix: bool = False):
+        super().__init__(model_dir, train_layers, layer_mix)
+        self.teacher_width = teacher_width
+
+    def build(self, task: Task, seed: int) -> torch.nn.Module:
+        model = super().build(task, seed)
+        projection = torch.nn.Linear(self.width, self.teacher_width)
+        g = torch.Generator().manual_seed(seed + 1)  # not the head's draws
+        with torch.no_grad():
+            projection.weight.normal_(0.0, self.width ** -0.5, generator=g)
+            projection.bias.zero_()
+        model.add_module("teacher_projection", projection)
+        return model
+
+    def save(self, model: torch.nn.Module, path: Path, **kwargs) -> Path:
+        projection = model._modules.pop("teacher_projection")  # no part of the student
+        try:
+            return super().save(model, path, **kwargs)
+        finally:
+            model.add_module("teacher_projection", projection)
+
+
 def copy_layers(state: dict, layers: list[int]) -> dict:
     """A teacher's state dict with its encoder blocks `layers` renumbered 0, 1, ... and the
     other blocks left out; everything else (embeddings, head) as it is."""
@@ -260,4 +305,5 @@ def copy_layers(state: dict, layers: list[int]) -> dict:
     return new
 
 
-__all__ = ["Teacher", "teaches", "Taught", "TaughtItem", "Lesson", "StudentEncoder", "copy_layers"]
+__all__ = ["Teacher", "teaches", "Taught", "TaughtItem", "Lesson", "StudentEncoder",
+           "ProjectedEncoder", "copy_layers"]

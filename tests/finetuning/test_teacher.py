@@ -259,3 +259,36 @@ def test_spans_and_qa_students_learn_their_teachers_distributions(
                       backbone=teacher.student(), teacher=teacher)
     assert result.stopped_by == "epochs" and "f1" in result.dev_metrics
     assert hub.load_config(tmp_path / "student").num_layers == 1
+
+
+def test_a_narrower_student_learns_through_a_projection_left_out_of_its_directory(
+        teacher_dir, task_files, quick_config, tmp_path):
+    """A --model student of width 16 under a teacher of 32: the hidden-state loss compares
+    them through a learned projection, trained with the model and not saved with it."""
+    from bertkit.finetuning.predict import TaskModel
+    from bertkit.finetuning.teacher import ProjectedEncoder
+
+    narrow = tmp_path / "narrow"
+    narrow.mkdir()
+    (narrow / "vocab.txt").write_text((teacher_dir / "vocab.txt").read_text())
+    cfg = EncoderConfig(vocab_size=len((narrow / "vocab.txt").read_text().split()),
+                        hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
+                        max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        encoder = Encoder(cfg)
+        init_weights(encoder, cfg)
+    hub.save_model(encoder, narrow / "bert",
+                   tokenizer=Tokenizer.from_vocab(narrow / "vocab.txt"))
+    teacher = _teacher(teacher_dir, hidden_weight=0.5)
+    backbone = teacher.student_of(narrow / "bert")
+    assert isinstance(backbone, ProjectedEncoder)
+    model = backbone.build(teacher.task, seed=0)
+    assert model.teacher_projection.weight.shape == (32, 16)
+    out = tmp_path / "student"
+    result = finetune("classify", narrow / "bert", task_files["train"], task_files["dev"], out,
+                      quick_config(**SETTINGS), backbone=backbone, teacher=teacher)
+    assert result.stopped_by == "epochs"
+    saved = [k for f in out.glob("*.safetensors") for k in load_file(str(f))]
+    assert saved and not any("projection" in k for k in saved)
+    assert TaskModel.load(out).classify("a good film")["label"] in ("positive", "negative")

@@ -163,7 +163,7 @@ class TextTask(Task):
     def teacher_outputs(self, model, batch, items) -> list:
         return self.infer(model, batch, items)  # the logits: [K] per text
 
-    def taught_loss(self, model, batch, settings) -> torch.Tensor:
+    def taught_loss(self, model, batch, settings, project=None) -> torch.Tensor:
         logits = model(*model_inputs(batch))
         labels = model.loss(logits, batch["labels"]) if "labels" in batch else None
         return distillation.mixed(settings.alpha, self.soft_loss(

@@ -309,10 +309,12 @@ class Embed(Task):
     def teacher_outputs(self, model, batch, items) -> list:
         return self.infer(model, batch, items)  # each column's vector [D] per row
 
-    def taught_loss(self, model, batch, settings) -> torch.Tensor:
-        """MSE of each column's vectors to the teacher's, mixed with the task's own loss."""
+    def taught_loss(self, model, batch, settings, project=None) -> torch.Tensor:
+        """MSE of each column's vectors (projected to the teacher's width where it differs) to
+        the teacher's, mixed with the task's own loss."""
         columns = self.columns(model, batch)
-        taught = sum(distillation.vector_mse(mine, theirs.to(mine.device))
+        project = project or (lambda v: v)
+        taught = sum(distillation.vector_mse(project(mine), theirs.to(mine.device))
                      for mine, theirs in zip(columns, batch["teacher"])) / len(columns)
         return distillation.mixed(settings.alpha, taught,
                                   self.loss_of(columns, batch.get("labels")))

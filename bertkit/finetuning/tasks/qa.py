@@ -325,7 +325,7 @@ class QA(Task):
         return [(start[row, :len(it.ids)].float().cpu(), end[row, :len(it.ids)].float().cpu())
                 for row, it in enumerate(items)]
 
-    def taught_loss(self, model, batch, settings) -> torch.Tensor:
+    def taught_loss(self, model, batch, settings, project=None) -> torch.Tensor:
         """KL of the start and of the end distributions, summed as the labels' two terms."""
         start, end = model(*model_inputs(batch))
         starts, ends = (t.to(start.device) for t in batch["teacher"])

@@ -347,7 +347,7 @@ class Spans(WordTask):
         return [logits[row, :max(1, max(it.word_ids, default=-1) + 1)].float().cpu()
                 for row, it in enumerate(items)]
 
-    def taught_loss(self, model, batch, settings) -> torch.Tensor:
+    def taught_loss(self, model, batch, settings, project=None) -> torch.Tensor:
         """KL of each span's softened type distribution, over the spans inside a sentence."""
         teacher = batch["teacher"]  # [B, W, L, K], W the batch's words as collate counts them
         logits, mask = model(*model_inputs(batch), word_ids=batch["word_ids"],

@@ -273,7 +273,7 @@ class Tag(WordTask):
         logits = model(*model_inputs(batch), case_ids=batch.get("case_ids"))
         return [logits[row, :len(it.ids)].float().cpu() for row, it in enumerate(items)]
 
-    def taught_loss(self, model, batch, settings) -> torch.Tensor:
+    def taught_loss(self, model, batch, settings, project=None) -> torch.Tensor:
         """KL per word piece (specials and padding left out) of the softened emissions."""
         logits = model(*model_inputs(batch), case_ids=batch.get("case_ids"))
         taught = distillation.soft_kl(logits, batch["teacher"].to(logits.device),
