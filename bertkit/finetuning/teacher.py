@@ -138,8 +138,10 @@ class Teacher:
             outputs = [by_example[it.example] for it in student]
         taught = [TaughtItem(**{f.name: getattr(it, f.name) for f in dataclasses.fields(Item)},
                              taught=out) for it, out in zip(student, outputs)]
-        return Taught(task, taught, self.settings, runner.model if aligned else None,
-                      self.layer_map(), isinstance(backbone, ProjectedEncoder))
+        beside = runner.model if self.settings.hidden_weight else None
+        self.runner = None  # its outputs are kept: only the hidden-state loss needs it later
+        return Taught(task, taught, self.settings, beside, self.layer_map(),
+                      isinstance(backbone, ProjectedEncoder))
 
     def layer_map(self) -> list[int]:
         """The teacher's layer each student layer maps to (for the hidden-state loss)."""
