@@ -22,8 +22,11 @@ tokenization included; repeats alternate the two, the median kept). The CPU is p
 (`bertkit.runtime.describe`). Every run's dev metrics go to --out.
 
 The full run (3 tasks, 1 teacher + 6 students each, the tasks' default epochs) takes about
-45 minutes alone on 2 cores (an estimate from MiniLM's fine-tuning speed, not measured);
-`--limit N` (N training and dev rows) with `--epochs 1` checks that it runs in a minute or two.
+50 minutes alone on 2 cores: an estimate, not measured, from MiniLM's 3.4 fine-tuning steps
+per second at batch 32 (docs/results.toml, cpu.finetune-speed) and a 3-layer student at about
+twice that: movie reviews 16 minutes (787 teacher steps), SICK 13 (651), WNUT-16 19 (1,210 at
+batch 16), and a few for the teacher's passes and the prediction timings. `--limit N` (N
+training and dev rows) with `--epochs 1` checks that it runs in a few minutes.
 Needs ../shared/data.
 """
 from __future__ import annotations
