@@ -33,6 +33,9 @@ PASSAGES_FILE = "passages.jsonl"
 INDEX_FORMAT = "bertkit-index"
 """index.json's "format": what the file is."""
 INDEX_VERSION = 1
+FUSION_CANDIDATES = 100
+"""Passages each retriever hands a fusion per query (at least): a passage second in one
+ranking and 30th in another must be there to be counted twice."""
 
 
 def corpus_hash(passages: Passages) -> str:
@@ -108,14 +111,14 @@ def build_index(out: str | Path, passages: Passages, models: Sequence[str | Path
 
 def first_stage(retrievers: Sequence[Retriever], queries: Sequence[str], depth: int,
                 fusion: Fusion | None, *, done=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each query's top `depth` (scores, indices): one retriever's, or several fused (a
-    retriever's own top `depth` each)."""
+    """Each query's top `depth` (scores, indices): one retriever's, or several fused (each
+    retriever's own top `depth`, at least `FUSION_CANDIDATES`)."""
     if len(retrievers) > 1 and fusion is None:
         raise UserError("several retrievers need a --fusion (rrf or sum)")
-    rankings = [r.top_k(queries, depth, done=done) for r in retrievers]
     if fusion is None:
-        return rankings[0]
-    return fuse(rankings, fusion, depth)
+        return retrievers[0].top_k(queries, depth, done=done)
+    wide = max(depth, FUSION_CANDIDATES)
+    return fuse([r.top_k(queries, wide, done=done) for r in retrievers], fusion, depth)
 
 
 @dataclass
@@ -153,5 +156,5 @@ class Searcher:
                 for row_s, row_i in zip(scores, indices)]
 
 
-__all__ = ["Hit", "INDEX_FILE", "Index", "PASSAGES_FILE", "Searcher", "build_index",
+__all__ = ["FUSION_CANDIDATES", "Hit", "INDEX_FILE", "Index", "PASSAGES_FILE", "Searcher", "build_index",
            "corpus_hash", "first_stage"]
