@@ -71,8 +71,8 @@ def fusion_named(name: str, weights: Sequence[float] | None, retrievers: int) ->
     """The fusion rule of a command line's `--fusion NAME` (`FUSIONS`) with its `--weights`
     for that many retrievers; a UserError for one retriever, or weights that do not fit."""
     if retrievers < 2:
-        raise UserError(f"--fusion {name} fuses several retrievers: give two or more (--model "
-                        f"A --model B, --bm25)")
+        raise UserError(f"--fusion {name} fuses two or more retrievers; there is "
+                        f"{retrievers}")
     if weights is not None and name != "sum":
         raise UserError("--weights are the weighted sum's (--fusion sum)")
     if weights is not None and len(weights) != retrievers:

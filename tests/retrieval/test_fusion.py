@@ -79,7 +79,7 @@ def test_the_weighted_sum_of_min_max_normalised_scores_is_the_plain_loops():
 def test_the_fusion_names_of_the_command_line():
     assert fusion_named("rrf", None, 2) == ReciprocalRank()
     assert fusion_named("sum", [1, 2, 3], 3) == WeightedSum((1, 2, 3))
-    with pytest.raises(UserError, match="two or more"):
+    with pytest.raises(UserError, match="fuses two or more retrievers; there is 1"):
         fusion_named("rrf", None, 1)
     with pytest.raises(UserError, match="2 given for 3 retrievers"):
         fusion_named("sum", [1, 2], 3)
