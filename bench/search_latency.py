@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402  (the repository on the path first)
 
 from bertkit.retrieval.beir import Passages  # noqa: E402
-from bertkit.retrieval.index import (INDEX_FILE, Index, Searcher, build_index,  # noqa: E402
+from bertkit.retrieval.corpus_index import (INDEX_FILE, Index, Searcher, build_index,  # noqa: E402
                                      corpus_hash)
 from bertkit.retrieval.reranking import RERANK_TOP, load_reranker  # noqa: E402
 from bertkit.runtime import describe  # noqa: E402
@@ -80,7 +80,9 @@ def untrained_sparse(path: Path) -> Path:
     torch.manual_seed(0)
     model = new_model(encoder)
     init_weights(model.mlm, encoder.config)  # the transform and bias; the decoder is tied
-    return save_sparse_model(model, path, Tokenizer.load(minilm()), 256)
+    # passages cut at 128 tokens: the head projects every token onto the vocabulary, the
+    # cost of building the index (a query is shorter either way)
+    return save_sparse_model(model, path, Tokenizer.load(minilm()), 128)
 
 
 def fresh_reranker(path: Path) -> Path:

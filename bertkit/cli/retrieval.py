@@ -1,5 +1,5 @@
 """`bertkit mine`: hard negatives for training pairs (`bertkit.retrieval.mining`), and
-`bertkit index` / `bertkit search`: a corpus indexed, then searched (`bertkit.retrieval.index`).
+`bertkit index` / `bertkit search`: a corpus indexed, then searched (`bertkit.retrieval.corpus_index`).
 Mine's settings are the library's MiningSettings and MiningEncoder; the files each command reads
 and writes, and what it prints, are here. (`bertkit evaluate` on a BEIR directory is in
 `cli/finetuning.py`, beside the other kinds of input evaluate takes.)"""
@@ -69,7 +69,7 @@ class IndexOptions:
 
 def run_index(opts: IndexOptions) -> int:
     from bertkit.retrieval.beir import read_passages
-    from bertkit.retrieval.index import build_index
+    from bertkit.retrieval.corpus_index import build_index
     from bertkit.runtime import resolve_device
 
     if not opts.model and not opts.bm25:
@@ -142,7 +142,7 @@ def _show(query: str, hits) -> None:
 def run_search(opts: SearchOptions) -> int:
     from bertkit.files import atomic_file
     from bertkit.retrieval.fusion import fusion_named
-    from bertkit.retrieval.index import Index, Searcher
+    from bertkit.retrieval.corpus_index import Index, Searcher
     from bertkit.retrieval.reranking import load_reranker
     from bertkit.runtime import resolve_device
 

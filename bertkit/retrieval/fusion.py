@@ -16,7 +16,7 @@ in the order of their position in the corpus.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import ClassVar, Protocol, Sequence
 
 import torch
 
@@ -30,6 +30,9 @@ class Fusion(Protocol):
     """How one ranking's rows become each returned passage's contribution to the fused
     score."""
 
+    description: str
+    """The rule in words."""
+
     def contributions(self, scores: torch.Tensor, found: torch.Tensor, which: int
                       ) -> torch.Tensor:
         """`[Q, L]` float64 for ranking number `which` (its `scores`; `found` true where a
@@ -39,6 +42,8 @@ class Fusion(Protocol):
 @dataclass(frozen=True)
 class ReciprocalRank:
     """Reciprocal-rank fusion, k = RRF_K."""
+
+    description: ClassVar[str] = f"reciprocal-rank fusion (k {RRF_K})"
 
     def contributions(self, scores, found, which):
         ranks = torch.arange(1, scores.shape[1] + 1, dtype=torch.float64)
@@ -50,6 +55,7 @@ class WeightedSum:
     """A weighted sum of min-max normalised scores; `weights` one per ranking (none: 1 each)."""
 
     weights: tuple[float, ...] | None = None
+    description: ClassVar[str] = "a weighted sum of min-max normalised scores"
 
     def contributions(self, scores, found, which):
         s = scores.double().masked_fill(~found, float("nan"))

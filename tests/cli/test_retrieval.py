@@ -11,7 +11,7 @@ from bertkit.cli import main as cli
 from bertkit.retrieval.beir import read_passages
 from bertkit.retrieval.evaluation import evaluate_beir
 from bertkit.retrieval.fusion import ReciprocalRank
-from bertkit.retrieval.index import Index, Searcher
+from bertkit.retrieval.corpus_index import Index, Searcher
 from bertkit.retrieval.reranking import load_reranker
 from bertkit.retrieval.retrievers import Bm25Retriever, open_model
 

@@ -15,7 +15,7 @@ from bertkit.files import UserError
 from bertkit.retrieval.beir import Passages
 from bertkit.retrieval.bm25 import Bm25
 from bertkit.retrieval.fusion import ReciprocalRank, fuse
-from bertkit.retrieval.index import FUSION_CANDIDATES, INDEX_FILE, Index, Searcher, build_index, corpus_hash
+from bertkit.retrieval.corpus_index import FUSION_CANDIDATES, INDEX_FILE, Index, Searcher, build_index, corpus_hash
 from bertkit.retrieval.reranking import load_reranker, rerank
 
 from tests.retrieval.conftest import sentences
