@@ -93,7 +93,9 @@ def build_index(out: str | Path, passages: Passages, models: Sequence[str | Path
     BM25, written into the directory `out` whole or not at all."""
     if not models and not bm25:
         raise UserError("give a model to index with (--model), --bm25, or both")
-    retrievers: list[Retriever] = [open_model(m, device) for m in models]
+    # a directory by its absolute path: `search` may run from another folder
+    retrievers: list[Retriever] = [open_model(Path(m).resolve() if Path(m).exists() else m,
+                                              device) for m in models]
     if bm25:
         retrievers.append(Bm25Retriever())
     for r in retrievers:

@@ -1,7 +1,9 @@
 """A retriever judged on a BEIR directory: each query's top 1,000 passages, by a sentence
-model's cosines (exact, in blocks: `bertkit.retrieval.search`) or by BM25, scored against the
-judgements as BEIR reports it: nDCG@10 (graded), MRR@10, recall@100 and MAP (of the top 1,000),
-averaged over the queries with a relevant passage. The metrics are those of
+model's cosines (exact, in blocks: `bertkit.retrieval.search`), a sparse model's dot products
+or BM25 (`bertkit.retrieval.retrievers`), several fused (`bertkit.retrieval.fusion`), the first
+reranked (`bertkit.retrieval.reranking`), scored against the judgements as BEIR reports it:
+nDCG@10 (graded), MRR@10, recall@100 and MAP (of the top 1,000), averaged over the queries with
+a relevant passage. The metrics are those of
 `bertkit.embeddings.evaluation`, equal to trec_eval's (pytrec_eval) on the same rankings.
 
 As BEIR's evaluation does, a passage whose id is the query's own id is never retrieved for it
