@@ -56,6 +56,9 @@ class IndexOptions:
     or a sparse encoder from `finetune sparse` (an inverted index)."""
     bm25: bool = False
     """Also index by BM25 (bm25s)."""
+    max_terms: int | None = None
+    """A sparse encoder's vectors (of passages, and of queries at search) keep their heaviest
+    this many terms; none: every non-zero one."""
     out: Path = field(metadata={"output": "directory"})
     """Directory for the index (index.json says what built it)."""
     batch_size: int = 64
@@ -74,10 +77,12 @@ def run_index(opts: IndexOptions) -> int:
 
     if not opts.model and not opts.bm25:
         raise UserError("give a model to index with (--model), --bm25, or both")
+    if opts.max_terms is not None and opts.max_terms < 1:
+        raise UserError(f"--max-terms must be at least 1, got {opts.max_terms}")
     passages = read_passages(opts.input)  # bad lines named before any model loads
     index = build_index(opts.out, passages, opts.model, opts.bm25,
                         device=resolve_device(opts.device), batch_size=opts.batch_size,
-                        progress=not opts.quiet)
+                        max_terms=opts.max_terms, progress=not opts.quiet)
     print(f"{opts.out}: {len(passages.ids)} passages by {', '.join(index.describe())}")
     return 0
 

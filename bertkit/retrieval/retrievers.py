@@ -90,14 +90,21 @@ class SparseRetriever:
 
     kind = "sparse"
 
-    def __init__(self, encoder, model: str | None = None, matrix=None):
+    def __init__(self, encoder, model: str | None = None, matrix=None,
+                 max_terms: int | None = None):
         self.encoder, self.model, self.matrix = encoder, model, matrix
+        self.max_terms = max_terms
+        """Each vector (passage or query) keeps its heaviest this many terms; None: all. A
+        trained model's vectors are sparse already; an untrained head weighs every term."""
 
     def _vectors(self, texts: Sequence[str], batch_size: int = 32):
         import scipy.sparse
 
         dense = self.encoder.encode(list(texts), batch_size=batch_size,
                                     convert_to_sparse_tensor=False)
+        if self.max_terms is not None and self.max_terms < dense.shape[1]:
+            top = dense.topk(self.max_terms, dim=1)
+            dense = torch.zeros_like(dense).scatter_(1, top.indices, top.values)
         return scipy.sparse.csr_matrix(dense.numpy().astype(np.float32))
 
     def index(self, texts, *, batch_size=64, progress=True):
@@ -129,7 +136,8 @@ class SparseRetriever:
         import scipy.sparse
 
         scipy.sparse.save_npz(directory / f"{stem}.npz", self.matrix)
-        return {"kind": self.kind, "model": self.model, "file": f"{stem}.npz"}
+        return {"kind": self.kind, "model": self.model, "file": f"{stem}.npz",
+                "max_terms": self.max_terms}
 
 
 class Bm25Retriever:
@@ -154,16 +162,19 @@ class Bm25Retriever:
 
 
 def open_model(path: str | Path, device: str | torch.device = "cpu",
-               precision: str = "fp32") -> DenseRetriever | SparseRetriever:
+               precision: str = "fp32", max_terms: int | None = None
+               ) -> DenseRetriever | SparseRetriever:
     """The retriever of a model directory, not yet indexing anything: a SPLADE model's sparse
-    one, a sentence model's (any model `embed` reads) dense one."""
+    one (its vectors cut to `max_terms`), a sentence model's (any model `embed` reads) dense
+    one."""
     from bertkit.model.kind import EMBEDDER_KINDS, ModelKind, model_kind
 
     kind = model_kind(path)
     if kind is ModelKind.SPARSE:
         from bertkit.embeddings.sparse_encoder import SparseEncoder
 
-        return SparseRetriever(SparseEncoder.load(path, device=device), str(path))
+        return SparseRetriever(SparseEncoder.load(path, device=device), str(path),
+                               max_terms=max_terms)
     if kind in EMBEDDER_KINDS:
         from bertkit.embeddings.embedder import Embedder
 
@@ -180,7 +191,7 @@ def load_retriever(directory: Path, entry: dict, passages: int,
     kind = entry.get("kind")
     if kind == Bm25Retriever.kind:
         return Bm25Retriever(Bm25.load(path, passages))
-    found = open_model(entry["model"], device)
+    found = open_model(entry["model"], device, max_terms=entry.get("max_terms"))
     if found.kind != kind:
         raise UserError(f"{directory}: the index holds {kind} vectors of {entry['model']}, "
                         f"which is now a {found.kind} model")

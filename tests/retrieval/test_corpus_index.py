@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,3 +110,24 @@ def test_a_missing_or_broken_index_is_one_line(built, tmp_path):
     (broken / INDEX_FILE).write_text(json.dumps({**meta, "version": 99}))
     with pytest.raises(UserError, match="version 99"):
         Index.load(broken)
+
+
+def test_sparse_vectors_cut_to_their_heaviest_terms(tmp_path, tiny_sparse_model):
+    passages = corpus(30)
+    out = build_index(tmp_path / "cut", passages, [tiny_sparse_model], max_terms=4,
+                      progress=False)
+    assert json.loads((tmp_path / "cut" / INDEX_FILE).read_text())["retrievers"][0][
+        "max_terms"] == 4
+    sparse, = Index.load(tmp_path / "cut").retrievers
+    assert sparse.max_terms == 4 and (np.diff(sparse.matrix.tocsr().indptr) <= 4).all()
+
+    def cut(vectors):
+        top = vectors.topk(4, dim=1)
+        return torch.zeros_like(vectors).scatter_(1, top.indices, top.values)
+
+    encoder = SparseEncoder.load(tiny_sparse_model)
+    products = cut(encoder.encode(QUERIES, convert_to_sparse_tensor=False)) @ cut(
+        encoder.encode(passages.texts, convert_to_sparse_tensor=False)).T
+    scores, indices = sparse.top_k(QUERIES, 5)
+    assert torch.allclose(scores, products.topk(5, dim=1).values, atol=1e-5)
+    assert out.retrievers[0].max_terms == 4
