@@ -209,7 +209,8 @@ def _evaluate_beir(opts: EvaluateOptions) -> int:
     fusion = None if opts.fusion is None else fusion_named(opts.fusion, opts.weights, count)
     device = resolve_device(opts.device)
     reranker = None if opts.rerank is None else load_reranker(opts.rerank, device,
-                                                                opts.batch_size)
+                                                                opts.batch_size,
+                                                                progress=not opts.quiet)
     retrievers = [open_model(m, device) for m in opts.model] + [Bm25Retriever()] * opts.bm25
     figures = evaluate_beir(opts.input, retrievers=retrievers, fusion=fusion, reranker=reranker,
                             rerank_top=opts.rerank_top, batch_size=opts.batch_size,

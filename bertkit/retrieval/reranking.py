@@ -7,6 +7,7 @@ go to the reranker in one call: its batches are full however few passages each q
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -19,14 +20,18 @@ RERANK_TOP_EVALUATION = 100
 """Passages `evaluate` reranks per query by default (BEIR's reranking of the top 100)."""
 
 
-def load_reranker(path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64):
-    """The cross-encoder of a directory `finetune rerank` wrote; another kind of model is one
-    error line saying what it is."""
+def load_reranker(path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64,
+                  progress: bool = False):
+    """The cross-encoder of a directory `finetune rerank` wrote (with `progress`, each call
+    over many pairs shows how far it is on stderr); another kind of model is one error line
+    saying what it is."""
+    from bertkit.finetuning.predict import TaskModel
     from bertkit.finetuning.reranker import Reranker
     from bertkit.model.kind import ModelKind, require_kind
 
     require_kind(path, ModelKind.TASK)
-    return Reranker.load(path, device=device, batch_size=batch_size)
+    runner = TaskModel.load(path, device=device, batch_size=batch_size)
+    return Reranker(replace(runner, progress=progress))
 
 
 def rerank(reranker, queries: Sequence[str], texts: Sequence[str], scores: torch.Tensor,
