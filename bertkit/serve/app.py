@@ -291,6 +291,12 @@ class ServeOptions:
             raise UserError("give at least one --model DIR, --run DIR or --index DIR")
         if self.index is None and (self.fusion or self.rerank):
             raise UserError("--fusion and --rerank are of the index search: give --index DIR")
+        if self.index is not None:
+            from bertkit.retrieval.corpus_index import INDEX_FILE
+
+            if not (self.index / INDEX_FILE).is_file():
+                raise UserError(f"{self.index}: not an index directory (no {INDEX_FILE}; "
+                                f"`bertkit index` writes one)")
         for number, name in ((self.max_text_chars, "--max-text-chars"),
                              (self.max_top_k, "--max-top-k"),
                              (self.max_attention_tokens, "--max-attention-tokens"),
