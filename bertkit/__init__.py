@@ -36,6 +36,8 @@ _EXPORTS = {
     "FinetuneConfig": "finetuning.recipe", "finetune": "finetuning.recipe",
     "TaskModel": "finetuning.predict", "classify": "finetuning.predict", "tag": "finetuning.predict", "answer": "finetuning.predict",
     "CRF": "finetuning.crf", "Reranker": "finetuning.reranker",
+    # retrieval
+    "Index": "retrieval.corpus_index", "Searcher": "retrieval.corpus_index", "build_index": "retrieval.corpus_index",
     # embeddings and what they show
     "Embedder": "embeddings.embedder", "word_vector": "embeddings.embedder", "word_vectors": "embeddings.embedder",
     "embed": "embeddings.embedder", "SparseEncoder": "embeddings.sparse_encoder",

@@ -134,9 +134,10 @@ def _with_columns(runner, columns: ColumnOverrides):
 
 @dataclass(kw_only=True)
 class EvaluateOptions:
-    model: Path | None = field(default=None, metadata={"model": True})
+    model: list[Path] = field(default_factory=list, metadata={"model": True})
     """Directory written by `bertkit finetune`, a pretrained model (judged as a language
-    model), or a sentence model; none: --bm25 on a BEIR directory."""
+    model), or a sentence model. On a BEIR directory, repeatable: sentence models and sparse
+    encoders, fused by --fusion (with --bm25 or not); none: --bm25 alone."""
     input: Path
     """Fine-tuned model: labelled file in the task's format. Pretrained model: a directory
     written by `bertkit prepare` (held-out masked tokens), a .jsonl of minimal pairs or a
@@ -144,7 +145,18 @@ class EvaluateOptions:
     --bm25: a BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv). "-": standard
     input."""
     bm25: bool = False
-    """On a BEIR directory: rank by BM25 (bm25s) instead of a model."""
+    """On a BEIR directory: rank by BM25 (bm25s), alone or fused with the models."""
+    fusion: Literal["rrf", "sum"] | None = None
+    """On a BEIR directory, how several retrievers combine: rrf (reciprocal-rank fusion, k
+    60) or sum (a weighted sum of min-max normalised scores); none: one retriever."""
+    weights: list[float] | None = None
+    """With --fusion sum: a weight per retriever, in the order of --model, then --bm25; none: 1
+    each."""
+    rerank: Path | None = field(default=None, metadata={"model": True})
+    """On a BEIR directory: a reranker from `finetune rerank` reorders each query's first
+    --rerank-top passages, the rest staying below in their order."""
+    rerank_top: int = 100
+    """Passages reranked per query."""
     json: bool = False
     """Print one JSON object."""
     batch_size: int = 64
@@ -184,7 +196,7 @@ def _is_sentence_model(model: Path, data: Path) -> bool:
         return False
 
 
-def _evaluate_sentence_model(opts: EvaluateOptions) -> int:
+def _evaluate_sentence_model(opts: EvaluateOptions, model_path: Path) -> int:
     """STS figures (or retrieval figures) of a sentence model on a labelled file; a sparse
     model's retrieval figures over dot products, with its vectors' density."""
     from bertkit.cli.embeddings import is_sparse
@@ -195,9 +207,9 @@ def _evaluate_sentence_model(opts: EvaluateOptions) -> int:
     from bertkit.finetuning.tasks.sparse import evaluate_sparse_model
     from bertkit.runtime import resolve_device
 
-    load, evaluate = (SparseEncoder.load, evaluate_sparse_model) if is_sparse(opts.model) \
+    load, evaluate = (SparseEncoder.load, evaluate_sparse_model) if is_sparse(model_path) \
         else (Embedder.load, evaluate_sentence_model)
-    model = load(opts.model, device=resolve_device(opts.device))
+    model = load(model_path, device=resolve_device(opts.device))
     with input_file(opts.input) as path:
         scores = evaluate(model, path, opts.batch_size, progress=not opts.quiet)
     _print_scores(scores, opts.json)
@@ -205,19 +217,32 @@ def _evaluate_sentence_model(opts: EvaluateOptions) -> int:
 
 
 def _evaluate_beir(opts: EvaluateOptions) -> int:
-    """BEIR's figures of a sentence model, or of BM25, on a BEIR directory."""
+    """BEIR's figures of sentence models, sparse encoders and/or BM25, fused and reranked, on
+    a BEIR directory."""
     from bertkit.retrieval.evaluation import evaluate_beir
+    from bertkit.retrieval.fusion import fusion_named
+    from bertkit.retrieval.reranking import load_reranker
+    from bertkit.retrieval.retrievers import Bm25Retriever, open_model
+    from bertkit.runtime import resolve_device
 
-    if (opts.model is None) == (not opts.bm25):
-        raise UserError(f"{opts.input} is a BEIR directory: give --model (a sentence model) or "
-                        f"--bm25, one of them")
-    embedder = None
-    if opts.model is not None:
-        from bertkit.embeddings.embedder import Embedder
-        from bertkit.runtime import resolve_device
-
-        embedder = Embedder.load(opts.model, device=resolve_device(opts.device))
-    figures = evaluate_beir(opts.input, embedder, batch_size=opts.batch_size,
+    count = len(opts.model) + opts.bm25
+    if not count:
+        raise UserError(f"{opts.input} is a BEIR directory: give --model (a sentence model or "
+                        f"a sparse encoder), --bm25, or several with --fusion")
+    if count > 1 and opts.fusion is None:
+        raise UserError(f"{count} retrievers: give --fusion (rrf or sum) to combine them")
+    if opts.weights is not None and opts.fusion is None:
+        raise UserError("--weights are the weighted sum's: give --fusion sum")
+    if opts.rerank_top < 1:
+        raise UserError(f"--rerank-top must be at least 1, got {opts.rerank_top}")
+    fusion = None if opts.fusion is None else fusion_named(opts.fusion, opts.weights, count)
+    device = resolve_device(opts.device)
+    reranker = None if opts.rerank is None else load_reranker(opts.rerank, device,
+                                                                opts.batch_size,
+                                                                progress=not opts.quiet)
+    retrievers = [open_model(m, device) for m in opts.model] + [Bm25Retriever()] * opts.bm25
+    figures = evaluate_beir(opts.input, retrievers=retrievers, fusion=fusion, reranker=reranker,
+                            rerank_top=opts.rerank_top, batch_size=opts.batch_size,
                             progress=not opts.quiet).as_dict()
     _print_scores(figures, opts.json)
     return 0
@@ -261,27 +286,32 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
 
     if is_beir_dir(opts.input):  # before any other kind: a BEIR directory is only that
         return _evaluate_beir(opts)
-    if opts.bm25:
-        raise UserError(f"--bm25 ranks the passages of a BEIR directory; {opts.input} is none "
-                        f"(corpus.jsonl, queries.jsonl and qrels/)")
-    if opts.model is None:
-        raise UserError("--model is needed (the model to evaluate)")
-    if _is_sentence_model(opts.model, opts.input):
-        return _evaluate_sentence_model(opts)
-    if _is_pretrained(opts.model):
+    beir_only = [flag for flag, given in (("--bm25", opts.bm25), ("--fusion", opts.fusion),
+                                          ("--weights", opts.weights), ("--rerank", opts.rerank))
+                 if given]
+    if beir_only:
+        raise UserError(f"{beir_only[0]} ranks the passages of a BEIR directory; {opts.input} "
+                        f"is none (corpus.jsonl, queries.jsonl and qrels/)")
+    if len(opts.model) != 1:
+        raise UserError("--model is needed (the model to evaluate)" if not opts.model
+                        else "several --model are fused on a BEIR directory only; give one")
+    model = opts.model[0]
+    if _is_sentence_model(model, opts.input):
+        return _evaluate_sentence_model(opts, model)
+    if _is_pretrained(model):
         from bertkit.pretraining.evaluation import evaluate_pretrained
 
         from bertkit.finetuning.readers import input_file
 
         with input_file(opts.input) as path:  # "-": standard input
-            report = evaluate_pretrained(opts.model, path, lm, batch_size=opts.batch_size,
+            report = evaluate_pretrained(model, path, lm, batch_size=opts.batch_size,
                                          device=opts.device, progress=not opts.quiet)
         if opts.json:
             print(json.dumps(report))
         else:
             _print_lm_report(report)
         return 0
-    runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
+    runner = TaskModel.load(model, device=opts.device, batch_size=opts.batch_size)
     runner = _with_columns(replace(runner, progress=not opts.quiet), columns)
     scores = runner.evaluate(opts.input)  # a file, or "-": standard input
     if opts.json:
@@ -430,9 +460,10 @@ COMMANDS = (
                         "(sentence_good, sentence_bad) or a directory of them, how often the "
                         "good sentence has the higher pseudo-log-likelihood; on a text file, "
                         "masked-token figures and pseudo-perplexity of its lines. On a BEIR "
-                        "directory (corpus.jsonl, queries.jsonl, qrels/test.tsv), a sentence "
-                        "model's or BM25's (--bm25) nDCG@10, MRR@10, recall@100 and MAP of the "
-                        "top 1,000 passages of each query."),
+                        "directory (corpus.jsonl, queries.jsonl, qrels/test.tsv), the nDCG@10, "
+                        "MRR@10, recall@100 and MAP of the top 1,000 passages of each query by "
+                        "a sentence model, a sparse encoder or BM25 (--bm25), or several fused "
+                        "(--fusion), the first --rerank-top reranked by --rerank."),
     Command("predict", run_predict, (PredictOptions, ColumnOverrides),
             help="run a fine-tuned model over a file, JSON lines (or CoNLL) out"),
 )

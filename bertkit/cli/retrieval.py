@@ -1,13 +1,18 @@
-"""`bertkit mine`: hard negatives for training pairs (`bertkit.retrieval.mining`). Its settings
-are the library's MiningSettings and MiningEncoder; the files it reads and writes, and what it
-prints, are here. (`bertkit evaluate` on a BEIR directory is in `cli/finetuning.py`, beside the
-other kinds of input evaluate takes.)"""
+"""`bertkit mine`: hard negatives for training pairs (`bertkit.retrieval.mining`), and
+`bertkit index` / `bertkit search`: a corpus indexed, then searched (`bertkit.retrieval.corpus_index`).
+Mine's settings are the library's MiningSettings and MiningEncoder; the files each command reads
+and writes, and what it prints, are here. (`bertkit evaluate` on a BEIR directory is in
+`cli/finetuning.py`, beside the other kinds of input evaluate takes.)"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from bertkit.cli.options import Command
+from bertkit.files import UserError
 
 
 @dataclass(kw_only=True)
@@ -41,6 +46,134 @@ def run_mine(files: MineFiles, settings, encoder) -> int:
     return 0
 
 
+@dataclass(kw_only=True)
+class IndexOptions:
+    input: Path
+    """The corpus: JSON lines with text (and _id, title: a BEIR corpus.jsonl), or a text file,
+    one passage a line (its id its line number)."""
+    model: list[Path] = field(default_factory=list, metadata={"model": True})
+    """Model to index with, repeatable: a sentence model (dense vectors, exact cosine search)
+    or a sparse encoder from `finetune sparse` (an inverted index)."""
+    bm25: bool = False
+    """Also index by BM25 (bm25s)."""
+    max_terms: int | None = None
+    """A sparse encoder's vectors (of passages, and of queries at search) keep their heaviest
+    this many terms; none: every non-zero one."""
+    out: Path = field(metadata={"output": "directory"})
+    """Directory for the index (index.json says what built it)."""
+    batch_size: int = 64
+    """Texts per forward pass."""
+    device: str = "auto"
+    """Where the models run: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+
+def run_index(opts: IndexOptions) -> int:
+    from bertkit.retrieval.beir import read_passages
+    from bertkit.retrieval.corpus_index import build_index
+    from bertkit.runtime import resolve_device
+
+    if not opts.model and not opts.bm25:
+        raise UserError("give a model to index with (--model), --bm25, or both")
+    if opts.max_terms is not None and opts.max_terms < 1:
+        raise UserError(f"--max-terms must be at least 1, got {opts.max_terms}")
+    passages = read_passages(opts.input)  # bad lines named before any model loads
+    index = build_index(opts.out, passages, opts.model, opts.bm25,
+                        device=resolve_device(opts.device), batch_size=opts.batch_size,
+                        max_terms=opts.max_terms, progress=not opts.quiet)
+    print(f"{opts.out}: {len(passages.ids)} passages by {', '.join(index.describe())}")
+    return 0
+
+
+@dataclass(kw_only=True)
+class SearchOptions:
+    index: Path
+    """Index directory written by `bertkit index`."""
+    query: list[str] = field(default_factory=list)
+    """A query, repeatable."""
+    input: Path | None = None
+    """Text file of queries, one a line."""
+    top_k: int = 10
+    """Passages shown per query."""
+    fusion: Literal["rrf", "sum"] | None = None
+    """How an index of several retrievers combines them: rrf (reciprocal-rank fusion, k 60) or
+    sum (a weighted sum of min-max normalised scores); none: the index has one."""
+    weights: list[float] | None = None
+    """With --fusion sum: a weight per retriever, in the order of the index (its models, then
+    BM25); none: 1 each."""
+    rerank: Path | None = field(default=None, metadata={"model": True})
+    """Reranker from `finetune rerank`: reorders each query's first --rerank-top passages."""
+    rerank_top: int = 20
+    """Passages reranked per query."""
+    out: Path | None = None
+    """Output JSON lines, one per query: query, ids, scores, texts; none: a table on stdout."""
+    batch_size: int = 64
+    """Pairs per forward pass of the reranker."""
+    device: str = "auto"
+    """Where the models run: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
+    quiet: bool = False
+    """No progress on stderr."""
+
+    def __post_init__(self) -> None:
+        for name in ("top_k", "rerank_top", "batch_size"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got "
+                                f"{getattr(self, name)}")
+
+
+def _queries(opts: SearchOptions) -> list[str]:
+    from bertkit.files import read_lines, require_file
+
+    found = list(opts.query)
+    if opts.input is not None:
+        found += [line.strip() for _, line in read_lines(require_file(opts.input))
+                  if line.strip()]
+    if not found:
+        raise UserError("give a query (--query TEXT) or a file of them (--input)")
+    return found
+
+
+def _show(query: str, hits) -> None:
+    print(f"query: {query}")
+    for rank, hit in enumerate(hits, 1):
+        text = hit.text if len(hit.text) <= 100 else hit.text[:97] + "..."
+        print(f"{rank:>4}  {hit.score:>9.4f}  {hit.id:<12}  {text}")
+    print()
+
+
+def run_search(opts: SearchOptions) -> int:
+    from bertkit.files import atomic_file
+    from bertkit.retrieval.fusion import fusion_named
+    from bertkit.retrieval.corpus_index import Index, Searcher
+    from bertkit.retrieval.reranking import load_reranker
+    from bertkit.runtime import resolve_device
+
+    queries = _queries(opts)
+    if opts.weights is not None and opts.fusion is None:
+        raise UserError("--weights are the weighted sum's: give --fusion sum")
+    device = resolve_device(opts.device)
+    index = Index.load(opts.index, device)
+    fusion = None if opts.fusion is None else fusion_named(opts.fusion, opts.weights,
+                                                          len(index.retrievers))
+    reranker = None if opts.rerank is None else load_reranker(opts.rerank, device,
+                                                                opts.batch_size)
+    found = Searcher(index, fusion, reranker, opts.rerank_top).search(queries, opts.top_k)
+    if opts.out is None:
+        for query, hits in zip(queries, found):
+            _show(query, hits)
+        return 0
+    with atomic_file(opts.out) as f:
+        for query, hits in zip(queries, found):
+            f.write(json.dumps({"query": query, "ids": [h.id for h in hits],
+                                "scores": [h.score for h in hits],
+                                "texts": [h.text for h in hits]}, ensure_ascii=False) + "\n")
+    print(f"{opts.out}: {len(queries)} queries, top {opts.top_k} each", file=sys.stderr)
+    return 0
+
+
 COMMANDS = (
     Command("mine", run_mine, (MineFiles, "bertkit.retrieval.mining:MiningSettings",
                                "bertkit.retrieval.mining:MiningEncoder"),
@@ -51,4 +184,18 @@ COMMANDS = (
                         "positives left out, filtered by --margin and --max-score, the first "
                         "--range-min skipped: --num-negatives of them, written as triplets "
                         "(anchor, positive, negative) that `finetune embed` trains on."),
+    Command("index", run_index, (IndexOptions,),
+            help="index a corpus for search: dense, sparse and BM25",
+            description="Encode the passages of --input by each --model (a sentence model: "
+                        "dense vectors searched exactly by cosine; a sparse encoder from "
+                        "`finetune sparse`: an inverted index of its vectors) and/or index "
+                        "them by BM25 (--bm25), into the directory --out that `bertkit "
+                        "search` and `bertkit serve --index` read."),
+    Command("search", run_search, (SearchOptions,),
+            help="search an index: fused retrievers, the top passages reranked",
+            description="The best --top-k passages of an index (`bertkit index`) for each "
+                        "query: its retrievers' rankings, fused by --fusion when it holds "
+                        "several, then the first --rerank-top reordered by a reranker "
+                        "(--rerank). A table on stdout, or JSON lines in --out."),
 )
+

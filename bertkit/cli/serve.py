@@ -28,6 +28,11 @@ def run_serve(opts) -> int:
                                 ("predict", shown["predict"]),
                                 ("search", shown["search"] and workbench.line_index)) if ok]
         print(f"  {m.name}: {m.kind} ({m.path}); views: {', '.join(what)}", file=sys.stderr)
+    if workbench.searcher is not None:
+        shown = workbench.describe()["index"]
+        print(f"  index: {shown['passages']} passages by {', '.join(shown['retrievers'])}"
+              + (f", top {shown['rerank_top']} reranked" if shown["rerank_top"] else ""),
+              file=sys.stderr)
     workbench.prepare_search()  # the sentence models' vectors of --input, before the address
     serve(workbench, opts.host, opts.port, announce=lambda line: print(line, flush=True))
     return 0
@@ -42,6 +47,7 @@ COMMANDS = (
                         "mask side by side, attention of every layer and head, a word's "
                         "contextual vectors, live training curves, a fine-tuned model's "
                         "predictions, the --input lines nearest to a query by sentence "
-                        "vectors; and the JSON API the page calls (/openapi.json). Needs "
+                        "vectors, the passages of an --index (`bertkit index`) best for a "
+                        "query, fused and reranked as `bertkit search` does; and the JSON API the page calls (/openapi.json). Needs "
                         f"{INSTALL_SERVE}."),
 )

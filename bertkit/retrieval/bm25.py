@@ -7,6 +7,7 @@ k1 = 1.5, b = 0.75).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -40,6 +41,18 @@ class Bm25:
         self.retriever = _bm25s().BM25()
         self.retriever.index(tokenize(passages), show_progress=False)
         self.size = len(passages)
+
+    def save(self, path: str | Path) -> None:
+        """Write the index into a directory, as bm25s saves one."""
+        self.retriever.save(str(path), show_progress=False)
+
+    @classmethod
+    def load(cls, path: str | Path, size: int) -> "Bm25":
+        """The index `save` wrote into `path`, of `size` passages."""
+        self = cls.__new__(cls)  # the index is read, not built from passages
+        self.retriever = _bm25s().BM25.load(str(path), show_progress=False)
+        self.size = size
+        return self
 
     def top_k(self, queries: Sequence[str], k: int, *, block: int = QUERY_BLOCK,
               done: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:

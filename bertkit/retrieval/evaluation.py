@@ -1,7 +1,9 @@
 """A retriever judged on a BEIR directory: each query's top 1,000 passages, by a sentence
-model's cosines (exact, in blocks: `bertkit.retrieval.search`) or by BM25, scored against the
-judgements as BEIR reports it: nDCG@10 (graded), MRR@10, recall@100 and MAP (of the top 1,000),
-averaged over the queries with a relevant passage. The metrics are those of
+model's cosines (exact, in blocks: `bertkit.retrieval.search`), a sparse model's dot products
+or BM25 (`bertkit.retrieval.retrievers`), several fused (`bertkit.retrieval.fusion`), the first
+reranked (`bertkit.retrieval.reranking`), scored against the judgements as BEIR reports it:
+nDCG@10 (graded), MRR@10, recall@100 and MAP (of the top 1,000), averaged over the queries with
+a relevant passage. The metrics are those of
 `bertkit.embeddings.evaluation`, equal to trec_eval's (pytrec_eval) on the same rankings.
 
 As BEIR's evaluation does, a passage whose id is the query's own id is never retrieved for it
@@ -19,8 +21,10 @@ from bertkit.embeddings.evaluation import (average_precisions, ndcgs, recalls,
                                            reciprocal_ranks)
 from bertkit.progress import Progress
 from bertkit.retrieval.beir import BeirSet, read_beir
-from bertkit.retrieval.bm25 import Bm25
-from bertkit.retrieval.search import encode, excluded_rows, leave_out, top_k
+from bertkit.retrieval.fusion import Fusion, fuse
+from bertkit.retrieval.reranking import RERANK_TOP_EVALUATION, rerank
+from bertkit.retrieval.retrievers import Bm25Retriever, DenseRetriever, Retriever
+from bertkit.retrieval.search import excluded_rows, leave_out
 
 DEPTH = 1000
 """Passages ranked per query (BEIR's top 1,000: MAP counts them all)."""
@@ -67,37 +71,48 @@ def ranking_figures(ranked: torch.Tensor, qrels: Sequence[dict[int, int]],
                           passages=passages)
 
 
-def rank(data: BeirSet, embedder=None, *, batch_size: int = 64, depth: int = DEPTH,
-         progress: bool = True) -> torch.Tensor:
+def rank(data: BeirSet, embedder=None, *, retrievers: Sequence[Retriever] | None = None,
+         fusion: Fusion | None = None, reranker=None, rerank_top: int = RERANK_TOP_EVALUATION,
+         batch_size: int = 64, depth: int = DEPTH, progress: bool = True) -> torch.Tensor:
     """Each query's top `depth` passages `[Q, depth]` (positions; -1 where the corpus is
-    shorter), by the cosines of a sentence model (`embedder`: anything with
-    sentence-transformers' `encode`), or by BM25 when `embedder` is None."""
+    shorter): by the cosines of a sentence model (`embedder`: anything with
+    sentence-transformers' `encode`), by BM25 when it is None, or by `retrievers` (not yet
+    indexing: `bertkit.retrieval.retrievers`), several fused by `fusion`; with a `reranker`,
+    each query's first `rerank_top` reordered by it, the rest below."""
+    if retrievers is None:
+        retrievers = [DenseRetriever(embedder) if embedder is not None else Bm25Retriever()]
+    if len(retrievers) > 1 and fusion is None:
+        raise ValueError("several retrievers need a fusion")
     at = data.corpus.index()
     own = [[at[qid]] if qid in at else [] for qid in data.queries.ids]
     wanted = depth + int(any(own))  # one more where a query's own passage may be first
-    if embedder is not None:
-        passages = encode(embedder, data.corpus.texts, batch_size=batch_size,
-                          progress=progress, what="passages")
-        queries = encode(embedder, data.queries.texts, batch_size=batch_size,
-                         progress=progress, what="queries")
-    bar = Progress("search" if embedder is not None else "bm25", len(data.queries.ids),
-                   "queries", enabled=progress)
-    if embedder is None:
-        _, found = Bm25(data.corpus.texts).top_k(data.queries.texts, wanted,
-                                                 done=lambda n: bar.update(add=n))
-        indices = torch.from_numpy(found)
-    else:
-        _, indices = top_k(queries, passages, wanted, done=lambda n: bar.update(add=n))
-    bar.finish()
-    return leave_out(indices, torch.zeros(indices.shape), excluded_rows(own), depth)[0]
+    excluded = excluded_rows(own)
+    rankings = []
+    for r in retrievers:
+        r.index(data.corpus.texts, batch_size=batch_size, progress=progress)
+        bar = Progress(f"search ({r.kind})", len(data.queries.ids), "queries",
+                       enabled=progress)
+        scores, indices = r.top_k(data.queries.texts, wanted, done=lambda n: bar.update(add=n))
+        bar.finish()
+        # a query's own passage (its id in the corpus) left out, as BEIR does
+        indices, scores = leave_out(indices, scores.float(), excluded, depth)
+        rankings.append((scores, indices))
+    scores, indices = fuse(rankings, fusion, depth) if fusion is not None else rankings[0]
+    if reranker is not None:
+        scores, indices = rerank(reranker, data.queries.texts, data.corpus.texts, scores,
+                                 indices, rerank_top)
+    return indices
 
 
-def evaluate_beir(path: str | Path, embedder=None, *, batch_size: int = 64,
+def evaluate_beir(path: str | Path, embedder=None, *, retrievers: Sequence[Retriever] | None = None,
+                  fusion: Fusion | None = None, reranker=None,
+                  rerank_top: int = RERANK_TOP_EVALUATION, batch_size: int = 64,
                   progress: bool = True) -> RankingFigures:
-    """BEIR's figures of a sentence model (`embedder`), or of BM25 when it is None, on a BEIR
-    directory (`bertkit.retrieval.beir`)."""
+    """BEIR's figures on a BEIR directory (`bertkit.retrieval.beir`) of a sentence model
+    (`embedder`), of BM25 when it is None, or of `retrievers` fused and reranked (`rank`)."""
     data = read_beir(path)
-    ranked = rank(data, embedder, batch_size=batch_size, progress=progress)
+    ranked = rank(data, embedder, retrievers=retrievers, fusion=fusion, reranker=reranker,
+                  rerank_top=rerank_top, batch_size=batch_size, progress=progress)
     return ranking_figures(ranked, data.qrels, len(data.corpus.ids))
 
 

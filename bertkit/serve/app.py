@@ -15,7 +15,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from bertkit.files import INSTALL_SERVE, UserError
 from bertkit.serve.workbench import Limits, RequestError, Workbench
@@ -153,6 +153,9 @@ def model_routes(workbench: Workbench) -> dict[str, tuple[Callable[[dict], Any],
     def search(d):
         return workbench.search(d.get("query"), d.get("k", 10), d.get("models"))
 
+    def index_search(d):
+        return workbench.index_search(d.get("query"), d.get("k", 10))
+
     return {
         "/api/fill-mask": (fill_mask, 'each model\'s top-k guesses for every [MASK]: '
                                       '{"text", "top_k"?, "models"?}'),
@@ -166,6 +169,9 @@ def model_routes(workbench: Workbench) -> dict[str, tuple[Callable[[dict], Any],
                                   ' or {"model", "question", "context"}'),
         "/api/search": (search, 'the k lines of --input nearest to a query by cosine, each '
                                 'model side by side: {"query", "k"?, "models"?}'),
+        "/api/index-search": (index_search, 'the k passages of --index best for a query, its '
+                                            'retrievers fused and the first reranked: '
+                                            '{"query", "k"?}'),
     }
 
 
@@ -250,6 +256,17 @@ class ServeOptions:
     at start-up, another encoder on its first search (0: no search view)."""
     senses: Path | None = None
     """Sense-labelled JSON-lines file (the wsd format): occurrences coloured by sense."""
+    index: Path | None = None
+    """Index directory written by `bertkit index`: the index search view answers queries from
+    it, as `bertkit search` does."""
+    fusion: Literal["rrf", "sum"] | None = None
+    """How an --index of several retrievers combines them: rrf (reciprocal-rank fusion, k 60)
+    or sum (min-max normalised scores added); none: the index has one."""
+    rerank: Path | None = field(default=None, metadata={"model": True})
+    """Reranker from `finetune rerank`: reorders the first --rerank-top passages of each
+    index search."""
+    rerank_top: int = 20
+    """Passages reranked per index search."""
     host: str = "127.0.0.1"
     """Address to listen on. The default answers this machine only; any other lets the
     network reach the models (a warning is printed)."""
@@ -270,13 +287,22 @@ class ServeOptions:
 
     def check(self) -> None:
         """The cheap checks, before any model is loaded: a one-line UserError."""
-        if not self.model and not self.run:
-            raise UserError("give at least one --model DIR or --run DIR")
+        if not self.model and not self.run and self.index is None:
+            raise UserError("give at least one --model DIR, --run DIR or --index DIR")
+        if self.index is None and (self.fusion or self.rerank):
+            raise UserError("--fusion and --rerank are of the index search: give --index DIR")
+        if self.index is not None:
+            from bertkit.retrieval.corpus_index import INDEX_FILE
+
+            if not (self.index / INDEX_FILE).is_file():
+                raise UserError(f"{self.index}: not an index directory (no {INDEX_FILE}; "
+                                f"`bertkit index` writes one)")
         for number, name in ((self.max_text_chars, "--max-text-chars"),
                              (self.max_top_k, "--max-top-k"),
                              (self.max_attention_tokens, "--max-attention-tokens"),
                              (self.max_search_k, "--max-search-k"),
-                             (self.sentences, "--sentences")):
+                             (self.sentences, "--sentences"),
+                             (self.rerank_top, "--rerank-top")):
             if number < 1:
                 raise UserError(f"{name} must be at least 1, got {number}")
         if self.search_lines < 0:
@@ -296,7 +322,24 @@ class ServeOptions:
                                allow_untrained_head=self.allow_untrained_head,
                                search_lines=self.search_lines, text_field=self.text_field)
         bench.progress = True
+        bench.searcher = self.searcher()
         return bench
+
+    def searcher(self):
+        """The Searcher over --index (None without one), with its fusion and reranker."""
+        if self.index is None:
+            return None
+        from bertkit.retrieval.corpus_index import Index, Searcher
+        from bertkit.retrieval.fusion import fusion_named
+        from bertkit.retrieval.reranking import load_reranker
+        from bertkit.runtime import resolve_device
+
+        device = resolve_device(self.device)
+        index = Index.load(self.index, device)
+        fusion = None if self.fusion is None else fusion_named(self.fusion, None,
+                                                              len(index.retrievers))
+        reranker = None if self.rerank is None else load_reranker(self.rerank, device)
+        return Searcher(index, fusion, reranker, self.rerank_top)
 
 
 __all__ = ["ServeOptions", "STATIC", "MAX_BODY", "make_app", "require_server_packages", "listen",

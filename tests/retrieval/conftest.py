@@ -66,3 +66,60 @@ def tiny_sentence_model(tmp_path_factory) -> Path:
         init_weights(encoder, cfg)
     embedder = Embedder(encoder, Tokenizer.from_vocab(path / "vocab.txt"), normalize=True)
     return embedder.save(path / "model")
+
+
+def _tiny_vocab(path: Path) -> Tokenizer:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                                              + WORDS) + "\n")
+    return Tokenizer.from_vocab(path / "vocab.txt")
+
+
+TINY = dict(vocab_size=5 + len(WORDS), hidden_size=32, num_layers=2, num_heads=2,
+            intermediate_size=64, max_positions=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_sparse_model(tmp_path_factory) -> Path:
+    """A random 2-layer BERT over WORDS with a head tied to its word embeddings, saved as a
+    SPLADE (SparseEncoder) directory, as `finetune sparse` writes one."""
+    from bertkit.embeddings.sparse import new_model, save_sparse_model
+
+    path = tmp_path_factory.mktemp("tiny-sparse")
+    tokenizer = _tiny_vocab(path)
+    cfg = EncoderConfig(**TINY)
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        encoder = Encoder(cfg)
+        init_weights(encoder, cfg)
+        model = new_model(encoder)
+    return save_sparse_model(model, path / "model", tokenizer, 64)
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker(tmp_path_factory) -> Path:
+    """A random 2-layer BERT over WORDS fine-tuned as a reranker for two steps (`finetune
+    rerank`'s directory: what matters here is its kind and its scores, not its quality)."""
+    import json
+
+    from bertkit.finetuning.recipe import FinetuneConfig, finetune
+    from bertkit.finetuning.tasks import Rerank
+    from bertkit.model import hub
+
+    path = tmp_path_factory.mktemp("tiny-rerank")
+    tokenizer = _tiny_vocab(path)
+    cfg = EncoderConfig(**TINY)
+    with torch.random.fork_rng():
+        torch.manual_seed(2)
+        encoder = Encoder(cfg)
+        init_weights(encoder, cfg)
+    base = hub.save_model(encoder, path / "bert", tokenizer=tokenizer)
+    texts = sentences(64, 5, length=4)
+    rows = [{"anchor": a, "positive": " ".join(reversed(a.split())), "negative": n}
+            for a, n in zip(texts[:32], texts[32:])]
+    train = path / "train.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    finetune(Rerank(), base, train, None, path / "rerank",
+             FinetuneConfig(epochs=1, batch_size=16, lr=1e-3, warmup=0.0, patience=None,
+                            show_progress=False, precision="fp32"))
+    return path / "rerank"

@@ -181,7 +181,7 @@ def test_cli_evaluates_a_beir_directory_with_bm25_and_with_a_model(tmp_path, cap
     out = capsys.readouterr().out
     assert "ndcg@10" in out and "recall@100" in out and "passages  60" in out
     assert cli.main(["evaluate", "--input", str(path)]) == 2
-    assert "give --model (a sentence model) or --bm25" in capsys.readouterr().err
+    assert "give --model (a sentence model or a sparse encoder), --bm25" in capsys.readouterr().err
 
 
 def test_bm25_on_another_input_and_no_model_are_one_line(tmp_path, capsys):

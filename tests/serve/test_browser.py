@@ -279,3 +279,32 @@ def test_search_shows_the_nearest_line_with_its_cosine(browser, search_server):
     browser.find_element(By.ID, "se-go").click()
     wait(browser).until(lambda d: d.find_element(By.ID, "error").is_displayed())
     assert "query is empty" in browser.find_element(By.ID, "error").text
+
+
+@pytest.fixture(scope="module")
+def index_server(minilm_dir, served, tmp_path_factory):
+    """An index of the lines above by all-MiniLM-L6-v2 and BM25, fused by RRF."""
+    from bertkit.retrieval.beir import Passages
+    from bertkit.retrieval.corpus_index import Index, Searcher, build_index
+    from bertkit.retrieval.fusion import ReciprocalRank
+
+    passages = Passages([f"s{i}" for i in range(len(SEARCHED))], list(SEARCHED), [])
+    out = tmp_path_factory.mktemp("index") / "index"
+    build_index(out, passages, [minilm_dir], bm25=True, progress=False)
+    bench = Workbench.load([served.bert])
+    bench.searcher = Searcher(Index.load(out), ReciprocalRank())
+    with running(bench) as address:
+        yield address, bench
+
+
+def test_the_index_view_shows_the_fused_passages(browser, index_server):
+    server, bench = index_server
+    open_view(browser, server, "index")
+    assert "6 passages by dense (" in browser.find_element(By.ID, "ix-note").text
+    type_into(browser, "ix-query", "Someone performs music with an instrument.\n")  # Enter
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".ix-hit"))
+    no_error(browser)
+    hits = browser.find_elements(By.CSS_SELECTOR, ".ix-hit")
+    expected = bench.index_search("Someone performs music with an instrument.", 10)["results"]
+    assert [h.get_attribute("data-id") for h in hits] == [r["id"] for r in expected]
+    assert "guitar" in hits[0].text

@@ -489,6 +489,29 @@ function searchLines() {
   });
 }
 
+function indexForm(info) {
+  if (!info.index) return;
+  const ix = info.index;
+  $("ix-k").max = info.limits.search_k;
+  $("ix-note").textContent = `${ix.passages.toLocaleString("en")} passages by ${ix.retrievers.join(", ")}`
+    + (ix.fusion ? `, fused by ${ix.fusion}` : "") + (ix.rerank_top ? `; the top ${ix.rerank_top} reranked` : "");
+}
+
+function searchIndex() {
+  return run(async () => {
+    const k = parseInt($("ix-k").value, 10) || 10;
+    const data = await api("/api/index-search", { query: $("ix-query").value, k });
+    const list = el("ol", { class: "hits" });
+    for (const hit of data.results) {
+      list.append(el("li", { class: "hit ix-hit", "data-id": hit.id, "data-score": hit.score },
+        el("span", { class: "score", text: hit.score.toFixed(3) }),
+        el("span", { class: "lineno", text: hit.id }),
+        el("span", { class: "text", text: hit.text })));
+    }
+    $("ix-results").replaceChildren(list, el("div", { class: "note", text: `${data.ms} ms` }));
+  });
+}
+
 // Start ---------------------------------------------------------------------------------------
 
 function showView(name) {
@@ -533,15 +556,18 @@ async function start() {
   $("se-go").addEventListener("click", searchLines);
   $("se-query").addEventListener("keydown", (e) => { if (e.key === "Enter") searchLines(); });
   searchForm(info);
+  $("ix-go").addEventListener("click", searchIndex);
+  $("ix-query").addEventListener("keydown", (e) => { if (e.key === "Enter") searchIndex(); });
+  indexForm(info);
   predictForm();
   renderWords();
   const hidden = { fill: !info.models.some((m) => m.fill_mask), attention: !info.models.some((m) => m.attention),
                    embeddings: !info.models.some((m) => m.embeddings), runs: !info.runs.length,
                    predict: !info.models.some((m) => m.predict),
-                   search: !info.search || !info.models.some((m) => m.search) };
+                   search: !info.search || !info.models.some((m) => m.search), index: !info.index };
   for (const b of document.querySelectorAll("#tabs button")) b.hidden = hidden[b.dataset.view];
   const wanted = location.hash.slice(1);
-  const first = [wanted, "fill", "attention", "embeddings", "runs", "predict", "search"].find((v) => v in hidden && !hidden[v]);
+  const first = [wanted, "fill", "attention", "embeddings", "runs", "predict", "search", "index"].find((v) => v in hidden && !hidden[v]);
   showView(first || "fill");
   window.addEventListener("hashchange", () => {
     const view = location.hash.slice(1);
