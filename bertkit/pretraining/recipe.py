@@ -55,7 +55,8 @@ from bertkit.model.hub import (GENERATOR_DIR, has_detector, hub_name, is_electra
 from bertkit.progress import counted
 from bertkit.pretraining import objectives
 from bertkit.pretraining.electra import ElectraSettings
-from bertkit.pretraining.corpus import check_tokenizer, load_manifest
+from bertkit.pretraining.provenance import check_tokenizer
+from bertkit.pretraining.shards import load_manifest
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate
 from bertkit.pretraining.masking import MaskingConfig
