@@ -54,7 +54,8 @@ from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_
                                 with_front_matter)
 from bertkit.progress import counted
 from bertkit.runtime import choose_precision, resolve_device
-from bertkit.training.loop import check_resume, train
+from bertkit.training.loop import train
+from bertkit.training.resume import check_resume
 from bertkit.training.settings import run_settings, settings_block
 
 

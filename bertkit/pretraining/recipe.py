@@ -67,8 +67,8 @@ from bertkit.runtime import allocator, choose_precision, compiles_for, parse_dev
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.checkpoint import (GIVEN, check_fits, model_fingerprint,
                                          saved_fingerprint)
-from bertkit.training.loop import (TrainResult, check_config, check_fresh_start, check_resume,
-                                   train)
+from bertkit.training.loop import TrainResult, check_config, train
+from bertkit.training.resume import check_fresh_start, check_resume
 from bertkit.training.settings import run_settings, settings_block
 
 SBO_FILE = "sbo.safetensors"
