@@ -17,7 +17,7 @@ from bertkit.config import ConfigError, EncoderConfig, TrainConfig
 from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import PretrainingModel
-from bertkit.training import interrupt, loop
+from bertkit.training import interrupt, loop, resume
 from bertkit.training.loop import train
 from bertkit.training.optimizer import default_param_groups, lr_factor, micro_batches
 from bertkit.training.runlog import loss_curves, plot_loss, read_metrics
@@ -120,7 +120,8 @@ def test_between_log_steps_the_progress_moves_and_its_figures_say_which_step_the
 
     from bertkit.progress import Progress
 
-    monkeypatch.setattr(loop, "Progress", functools.partial(Progress, every=0))  # every line
+    # the run's progress is made where its step to resume from is known
+    monkeypatch.setattr(resume, "Progress", functools.partial(Progress, every=0))  # every line
     cfg = TrainConfig(max_steps=6, log_every=4)
     train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
           save=tiny.no_save)
