@@ -46,7 +46,7 @@ from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, fre
 from bertkit.finetuning.baselines import baseline_comparison
 from bertkit.finetuning.inputs import Item, warn_cut
 from bertkit.finetuning.predict import TaskModel
-from bertkit.finetuning.readers import input_file, input_identity, input_name
+from bertkit.finetuning.input_sources import input_file, input_identity, input_name
 from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub

@@ -173,7 +173,7 @@ def check_fits(path: str | Path, fingerprint: dict, ignore: tuple = ()) -> None:
 
 
 # "train.jsonl (sha256 1a2b...)", "<stdin> (sha256 ...)": data known by its bytes, the name
-# only saying which (finetuning.readers.input_identity)
+# only saying which (finetuning.input_sources.input_identity)
 _BY_BYTES = re.compile(r"(.+) \(sha256 ([0-9a-f]+)\)")
 
 
