@@ -229,10 +229,10 @@ def converter(opt: Option) -> Callable[[str], Any]:
 
 
 def model_value(text: str, keywords: tuple[str, ...]) -> Path | str:
-    """A model option's value as given: a Hugging Face Hub name stays a str, for `options._fetched`;
-    a path is a Path, made absolute where losing its "./" to Path would make it read as a
-    name (`./nosuch` is a missing directory, `nosuch` a name), so that whatever reads as a
-    name was given as one."""
+    """A model option's value as given: a Hugging Face Hub name stays a str, for
+    `options._fetched`; a path is a Path, made absolute where losing its "./" to Path would make
+    it read as a name (`./nosuch` is a missing directory, `nosuch` a name), so that whatever
+    reads as a name was given as one."""
     from bertkit.model.fetch import is_hub_name
 
     if text in keywords or not is_hub_name(text):

@@ -173,7 +173,8 @@ class Command:
                 continue
             if opt.duration and isinstance(value, str):
                 value = minutes(value, opt.flag)
-            put_setting(settings[opt.source], opt.path, tuple(value) if opt.container is tuple else value)
+            put_setting(settings[opt.source], opt.path,
+                        tuple(value) if opt.container is tuple else value)
         where = f" (or set it in {config})" if config else ""
         for opt in flags:
             missing = get_setting(settings[opt.source], opt.path) is ABSENT

@@ -15,8 +15,8 @@ in front of it must do (maximum length, lowercasing), so that
 gives what `Embedder.load("m/").encode(texts)` gives, with onnxruntime and no torch model.
 
 The pooling here reads a padded batch and its mask, which a graph with dynamic shapes needs;
-the Embedder pools flat lists of positions (`bertkit.embeddings.batch_tasks.reduce_rows`). Each export
-checks the one against the other on a padded batch (`ExportResult.max_abs_diff`).
+the Embedder pools flat lists of positions (`bertkit.embeddings.batch_tasks.reduce_rows`).
+Each export checks the one against the other on a padded batch (`ExportResult.max_abs_diff`).
 """
 from __future__ import annotations
 

@@ -409,7 +409,8 @@ def _resume_point(out: Path, plan: dict):
     position after them). One made from other inputs or settings is cleared first."""
     if already_prepared(out, plan):
         return None
-    if read_or_none(out / "plan.json") != plan:  # the build directory holds only what prepare wrote
+    if read_or_none(out / "plan.json") != plan:
+        # the build directory holds only what prepare wrote
         shutil.rmtree(out, ignore_errors=True)
         return [], Position()
     shards = []
@@ -425,7 +426,6 @@ def _resume_point(out: Path, plan: dict):
         print(f"prepare: resuming after {len(shards)} finished shard(s)", file=sys.stderr)
         return shards, Position(**shards[-1]["end"])
     return [], Position()
-
 
 
 def _manifest(out: Path, shards: list[dict], tokenizer, fingerprint: str, dtype, plan: dict,

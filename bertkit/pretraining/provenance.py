@@ -113,7 +113,6 @@ def _sizes(request: dict) -> dict:
             "bytes": [f.get("bytes") if isinstance(f, dict) else None for f in files]}
 
 
-
 def read_or_none(path: Path):
     """A file a run wrote, or None when it cannot be read: a plan that cannot be read is not
     this plan, and the directory starts afresh."""

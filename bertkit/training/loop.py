@@ -11,9 +11,9 @@
   Give it `state_dict()` / `load_state_dict()` for an exact resume; otherwise a resume skips
   the batches already seen. Under DDP each rank passes its own share; where every rank's
   position is the same (each builds the global batch and keeps its rows, as pretraining's
-  batches do), a checkpoint resumes on any number of ranks (`resume.rank_state`). Batches that change
-  during the run (pretraining's short-then-long sequences, a scheduled masking rate) take
-  `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
+  batches do), a checkpoint resumes on any number of ranks (`resume.rank_state`). Batches that
+  change during the run (pretraining's short-then-long sequences, a scheduled masking rate)
+  take `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
   steps or by the clock).
 * `evaluate(model) -> dict[str, float]` — called every `cfg.eval_every` steps and at the end,
   with the plain model in eval mode under `torch.no_grad()` and autocast; runs on rank 0 only
