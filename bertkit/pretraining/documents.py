@@ -16,6 +16,7 @@ _SPARE_DOCUMENTS = 100_000
 """Documents remembered (those the hash came nearest to holding out) to top up a short
 held-out split: a bound on memory, and far more than a corpus that needs topping up has."""
 
+
 @dataclass
 class Position:
     """Where the reader stands in the input: enough to resume reading exactly there."""
@@ -27,8 +28,6 @@ class Position:
     in_doc: bool = False
     """The last line read was text (a following text line continues the same document)."""
 
-
-# Input: document counts, reading -----------------------------------------------------------
 
 def plan_documents(sources: list[Source], fraction: float) -> tuple[dict, list[int]]:
     """A first pass over the text: refuse bad input (not UTF-8, invalid JSON, a missing field,
