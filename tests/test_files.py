@@ -86,7 +86,6 @@ _KILLER = textwrap.dedent("""
     import os, shutil, signal, sys
     from pathlib import Path
     import bertkit.files as files
-import bertkit.temporaries as temporaries
 
     target, die_at = Path(sys.argv[1]), int(sys.argv[2])
     calls = 0

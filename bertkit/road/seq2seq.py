@@ -24,18 +24,19 @@ which suits a task where most output words are input words (KJV -> WEB).
 Tokens are WordPiece pieces of a bertkit vocabulary trained on the training text; [CLS] plays
 <s> (start of the output) and [SEP] plays </s> (end of either side). One embedding matrix
 serves source, target and output projection (tied). The pairs, pieces and batches are
-`bertkit.road.seq2seq_data`'s. `run_seq2seq` (`bertkit.road.seq2seq_run`) trains each variant with
-the shared loop (bertkit.training.loop.train) for a time budget on length-bucketed batches,
-with the greedy BLEU of a dev sample at each evaluation (curves.png), and reports BLEU and chrF
-(bertkit.road.bleu) of greedy and beam decoding beside the copy-the-source baseline;
-`translate_file` translates a file and scores it when it has targets.
+`bertkit.road.seq2seq_data`'s. In `bertkit.road.seq2seq_run`: `run_seq2seq` trains each
+variant with the shared loop (bertkit.training.loop.train) for a time budget on
+length-bucketed batches, with the greedy BLEU of a dev sample at each evaluation (curves.png),
+and reports BLEU and chrF (bertkit.road.bleu) of greedy and beam decoding beside the
+copy-the-source baseline; `translate` translates texts with a saved model, `translate_file` a
+file, scored when it has targets.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -47,9 +48,6 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from bertkit.files import atomic_dir, read_json
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.model.kind import SEQ2SEQ_FILE, ModelKind, require_kind
-from bertkit.progress import Progress
-from bertkit.road.seq2seq_data import detokenize, encode_texts, pad_sources
-from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
 CONFIG_FORMAT = "bertkit-seq2seq"
@@ -363,42 +361,3 @@ def load_seq2seq(model_dir: str | Path) -> tuple[Seq2Seq, Tokenizer]:
     model = Seq2Seq(Seq2SeqConfig(**config))
     model.load_state_dict(load_file(str(Path(model_dir) / "model.safetensors")))
     return model.eval(), Tokenizer.load(model_dir)
-
-
-def output_limit(source_pieces: int, max_length: int) -> int:
-    """Most pieces written for a source of this many pieces: max_length, or twice the source
-    and ten more if that is less (a verse's modern form is about as long as the old one; an
-    untrained model that repeats itself stops there)."""
-    return min(max_length, 2 * source_pieces + 10)
-
-
-def translate_with(model: Seq2Seq, tokenizer: Tokenizer, texts: Sequence[str], beam: int = 1,
-                   max_length: int = 200, batch_size: int = 64,
-                   device: str | torch.device = "cpu", progress: bool = False) -> list[str]:
-    """Output texts for `texts`: greedy (beam=1, batched by source length) or beam search of
-    that width; `progress` shows sentences/s and the ETA on stderr (`bertkit.progress`)."""
-    device = resolve_device(device)
-    model.eval().to(device)
-    sources = encode_texts(tokenizer, texts)
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    groups = [order[k:k + batch_size] for k in range(0, len(order), batch_size)] if beam == 1 \
-        else [[i] for i in range(len(sources))]
-    outputs: dict[int, list[int]] = {}
-    bar = Progress("translate", len(sources), "sentences", enabled=progress)
-    for group in groups:
-        src, mask = pad_sources([sources[i] for i in group], model.cfg)
-        src, mask = src.to(device), mask.to(device)
-        limit = output_limit(src.shape[1], max_length)
-        decoded = greedy_decode(model, src, mask, limit) if beam == 1 \
-            else [beam_decode(model, src, mask, limit, beam)]
-        outputs.update((i, d.ids) for i, d in zip(group, decoded))
-        bar.update(len(outputs))
-    bar.finish()
-    return [detokenize(tokenizer.decode(outputs[i])) for i in range(len(sources))]
-
-
-def translate(model_dir: str | Path, texts: Sequence[str], beam: int = 1,
-              max_length: int = 200, device: str | torch.device = "cpu") -> list[str]:
-    """Load a saved model and translate `texts` (greedy at beam=1)."""
-    model, tokenizer = load_seq2seq(model_dir)
-    return translate_with(model, tokenizer, texts, beam, max_length, device=device)

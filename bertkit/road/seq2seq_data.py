@@ -5,18 +5,15 @@ cut into length-bucketed batches (`PairBatches`); `detokenize` undoes WordPiece'
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Sequence
+from pathlib import Path
+from typing import Sequence
 
 import torch
 
 from bertkit.files import UserError, read_jsonl
 from bertkit.model.heads import IGNORE_INDEX
+from bertkit.road.seq2seq import Seq2SeqConfig
 from bertkit.text.tokenizer import Tokenizer
-
-if TYPE_CHECKING:  # the model's module imports this one
-    from pathlib import Path
-
-    from bertkit.road.seq2seq import Seq2SeqConfig
 
 
 def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, str]]:

@@ -1,8 +1,9 @@
 """The run of `bertkit.road.seq2seq` (`bertkit road seq2seq`): each variant (plain, attention,
 copy) trained with the shared loop for a time budget, the greedy BLEU of a dev sample at each
 evaluation (curves.png), BLEU and chrF of greedy and beam decoding beside the copy-the-source
-baseline, and where one output token looked (`attention_map`); `translate_file` translates a
-file and scores it when it has targets.
+baseline, and where one output token looked (`attention_map`); texts translated, greedy or by
+beam search (`translate_with`, `translate` with a saved model), and `translate_file`, which
+translates a file and scores it when it has targets.
 """
 from __future__ import annotations
 
@@ -20,14 +21,58 @@ import torch
 from bertkit.config import TrainConfig
 from bertkit.figures import draw_or_skip, new_figure, save_png
 from bertkit.files import UserError, atomic_file, check_not_input, read_jsonl, read_lines
+from bertkit.progress import Progress
 from bertkit.road.bleu import corpus_bleu, corpus_chrf
-from bertkit.road.seq2seq import (Seq2Seq, Seq2SeqConfig, greedy_decode, load_seq2seq,
-                                  output_limit, save_seq2seq, seq2seq_loss, translate_with)
-from bertkit.road.seq2seq_data import PairBatches, encode_texts, pad_sources, read_pairs
+from bertkit.road.seq2seq import (Seq2Seq, Seq2SeqConfig, beam_decode, greedy_decode,
+                                  load_seq2seq, save_seq2seq, seq2seq_loss)
+from bertkit.road.seq2seq_data import (PairBatches, detokenize, encode_texts, pad_sources,
+                                       read_pairs)
+from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import CLS, PAD, SEP, Tokenizer
 from bertkit.text.vocab import train_tokenizer
 from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
+
+
+# Translating ----------------------------------------------------------------------------------
+
+def output_limit(source_pieces: int, max_length: int) -> int:
+    """Most pieces written for a source of this many pieces: max_length, or twice the source
+    and ten more if that is less (a verse's modern form is about as long as the old one; an
+    untrained model that repeats itself stops there)."""
+    return min(max_length, 2 * source_pieces + 10)
+
+
+def translate_with(model: Seq2Seq, tokenizer: Tokenizer, texts: Sequence[str], beam: int = 1,
+                   max_length: int = 200, batch_size: int = 64,
+                   device: str | torch.device = "cpu", progress: bool = False) -> list[str]:
+    """Output texts for `texts`: greedy (beam=1, batched by source length) or beam search of
+    that width; `progress` shows sentences/s and the ETA on stderr (`bertkit.progress`)."""
+    device = resolve_device(device)
+    model.eval().to(device)
+    sources = encode_texts(tokenizer, texts)
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    groups = [order[k:k + batch_size] for k in range(0, len(order), batch_size)] if beam == 1 \
+        else [[i] for i in range(len(sources))]
+    outputs: dict[int, list[int]] = {}
+    bar = Progress("translate", len(sources), "sentences", enabled=progress)
+    for group in groups:
+        src, mask = pad_sources([sources[i] for i in group], model.cfg)
+        src, mask = src.to(device), mask.to(device)
+        limit = output_limit(src.shape[1], max_length)
+        decoded = greedy_decode(model, src, mask, limit) if beam == 1 \
+            else [beam_decode(model, src, mask, limit, beam)]
+        outputs.update((i, d.ids) for i, d in zip(group, decoded))
+        bar.update(len(outputs))
+    bar.finish()
+    return [detokenize(tokenizer.decode(outputs[i])) for i in range(len(sources))]
+
+
+def translate(model_dir: str | Path, texts: Sequence[str], beam: int = 1,
+              max_length: int = 200, device: str | torch.device = "cpu") -> list[str]:
+    """Load a saved model and translate `texts` (greedy at beam=1)."""
+    model, tokenizer = load_seq2seq(model_dir)
+    return translate_with(model, tokenizer, texts, beam, max_length, device=device)
 
 
 # Attention pictures ----------------------------------------------------------------------------

@@ -14,10 +14,10 @@ from bertkit.cli.main import main
 from bertkit.road.bleu import corpus_bleu, corpus_chrf
 from bertkit.road.seq2seq import (AdditiveAttention, Seq2Seq, Seq2SeqConfig, beam_decode,
                                   copy_mixture, greedy_decode, load_seq2seq, save_seq2seq,
-                                  seq2seq_loss, translate, translate_with)
+                                  seq2seq_loss)
 from bertkit.road.seq2seq_data import collate, detokenize, pad_sources, read_pairs
 from bertkit.road.seq2seq_run import (Seq2SeqOptions, _vocabulary, attention_map,  # noqa
-                                      plot_attention_map, run_seq2seq)
+                                      plot_attention_map, run_seq2seq, translate, translate_with)
 from bertkit.text.vocab import train_tokenizer
 
 V = 23
