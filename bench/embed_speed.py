@@ -96,7 +96,8 @@ def main() -> int:
     except ImportError as e:
         print(f"skipped: {e} (pip install -e '.[test]')")
         return 0
-    from bertkit.embeddings.embedder import Embedder, plan_batches
+    from bertkit.embeddings.embedder import Embedder
+    from bertkit.embeddings.inputs import plan_batches
     from bertkit.model.flops import encoder_flops_per_token
     from bertkit.runtime import DTYPES, matmul_limit
 

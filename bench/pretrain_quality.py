@@ -62,7 +62,7 @@ from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, pretra
 from bertkit.runtime import (choose_precision, describe, keep_freed_memory,  # noqa: E402
                              physical_cores)
 from bertkit.text.tokenizer import Tokenizer  # noqa: E402
-from bertkit.training.loop import autocast  # noqa: E402
+from bertkit.runtime import autocast  # noqa: E402
 
 SIDES = ("bertkit", "bert", "modernbert", "electra")
 DEFAULT_SIDES = SIDES[:3]

@@ -50,7 +50,8 @@ from bertkit.model.encoder import init_weights  # noqa: E402
 from bertkit.model.flops import model_flops_per_token  # noqa: E402
 from bertkit.model.heads import PretrainingModel  # noqa: E402
 from bertkit.runtime import DTYPES, describe, keep_freed_memory, matmul_limit  # noqa: E402
-from bertkit.training.loop import autocast, train  # noqa: E402
+from bertkit.runtime import autocast  # noqa: E402
+from bertkit.training.loop import train  # noqa: E402
 from bertkit.training.optimizer import make_optimizer  # noqa: E402
 
 PAD, UNK, CLS, SEP, MASK = 0, 100, 101, 102, 103  # the BERT uncased vocabulary's ids

@@ -14,7 +14,7 @@ The machine's refusals are user errors too (`environment_error`): a full disk, a
 forbidden directory, a directory where a file is written, memory exhausted. A temporary's name
 says which process made it (`.NAME.PID-HOST.XXXXXXXX.tmp`), so the leftovers of a process killed
 with -9 are recognised and swept by the next run that writes the same output
-(`sweep_leftovers`); nothing else is ever removed.
+(`bertkit.temporaries.sweep_leftovers`); nothing else is ever removed.
 """
 from __future__ import annotations
 
@@ -30,13 +30,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import stat
-import sys
 import tempfile
 import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
+
+from bertkit.temporaries import TEMP_NAME, announce_swept, sweep_leftovers, temp_prefix
 
 
 class UserError(Exception):
@@ -129,78 +129,12 @@ def public_name(path: str | os.PathLike | bytes) -> Path:
         path = os.fsdecode(path)
 
     def public(part: str) -> str:
-        while m := _TEMP.fullmatch(part):  # a temporary of a temporary: a nested atomic_dir
+        while m := TEMP_NAME.fullmatch(part):  # a temporary of a temporary: a nested atomic_dir
             part = m["name"]
         return part
 
     parts = [public(part) for part in Path(path).parts]
     return Path(*parts) if parts else Path(path)
-
-
-# Temporaries and the leftovers of killed processes -------------------------------------------
-
-_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
-_TEMP = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-(?P<host>[0-9a-f]{6})\.[A-Za-z0-9_]+"
-                   r"\.(?P<kind>tmp|old)")
-
-
-def _temp_prefix(name: str) -> str:
-    return f".{name}.{os.getpid()}-{_HOST}."
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # it runs, as another user (or cannot be asked): not ours to sweep
-    return True
-
-
-def temp_in_use(name: str) -> bool:
-    """Whether `name` is a temporary of a process that may still run: one of this host's that
-    runs, or any other host's. False for a name without its maker (a killed process's, from
-    versions that did not name it), and for one whose process is gone."""
-    m = _TEMP.fullmatch(name)
-    return m is not None and (m["host"] != _HOST or _alive(int(m["pid"])))
-
-
-def sweep_leftovers(directory: str | os.PathLike, name: str | None = None,
-                    recursive: bool = False) -> list[Path]:
-    """Remove the temporaries in `directory` (of the output `name`, or all; with `recursive`,
-    in its subdirectories too) that a process on this host made and that no longer runs:
-    what a kill -9 leaves. Returns them (`announce_swept` says so in one line). Only names
-    bertkit gives its temporaries are considered, and never one whose process still runs."""
-    directory = Path(directory)
-    swept: list[Path] = []
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return swept
-    for entry in entries:
-        m = _TEMP.fullmatch(entry.name)
-        if m and (name is None or m["name"] == name) and not temp_in_use(entry.name):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-            swept.append(Path(entry.path))
-        elif recursive and not m and entry.is_dir(follow_symlinks=False):
-            swept += sweep_leftovers(entry.path, None, recursive=True)
-    return swept
-
-
-def announce_swept(swept: list[Path]) -> None:
-    """One line on stderr naming what `sweep_leftovers` removed (nothing when it was none)."""
-    if swept:
-        shown = ", ".join(str(p) for p in swept[:3]) + (f" and {len(swept) - 3} more"
-                                                          if len(swept) > 3 else "")
-        print(f"note: removed {len(swept)} leftover temporar{'y' if len(swept) == 1 else 'ies'} "
-              f"of killed bertkit runs: {shown}", file=sys.stderr)
 
 
 def _make_parent(path: Path) -> None:
@@ -420,7 +354,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         _make_parent(path)
         announce_swept(sweep_leftovers(path.parent, path.name))
-        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp",
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), suffix=".tmp",
                                    dir=path.parent)
     except OSError as e:
         raise environment_error(e, path) or e from None
@@ -472,7 +406,7 @@ def atomic_dir(path: str | os.PathLike, replaces: Iterable[str] = ()) -> Iterato
     try:
         _make_parent(path)
         announce_swept(sweep_leftovers(path.parent, path.name))
-        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path.name), suffix=".tmp",
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(path.name), suffix=".tmp",
                                     dir=path.parent))
         umask = _umask()
         tmp.chmod(0o777 & ~umask)  # mkdtemp makes it owner-only; a model directory is not secret
@@ -509,7 +443,7 @@ def publish_dir(new: str | os.PathLike, path: str | os.PathLike,
     if _exchange(new, path):
         shutil.rmtree(new, ignore_errors=True)  # the old directory now has the new one's name
         return
-    old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path.name), suffix=".old", dir=path.parent))
+    old = Path(tempfile.mkdtemp(prefix=temp_prefix(path.name), suffix=".old", dir=path.parent))
     os.rename(path, old / "dir")
     try:
         os.rename(new, path)

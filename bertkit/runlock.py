@@ -12,7 +12,7 @@ released when the block ends, by an exception too; the CLI turns SIGTERM into an
 runs it. A directory the lock made is removed with it if nothing was written there. A process
 that already holds the lock may take it again (nested calls). Once it holds the lock, a process
 sweeps the temporaries that killed processes left in the directory and beside it
-(`bertkit.files.sweep_leftovers`), with a one-line notice.
+(`bertkit.temporaries.sweep_leftovers`), with a one-line notice.
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ import socket
 import sys
 from pathlib import Path
 
-from bertkit.files import UserError, announce_swept, sweep_leftovers
+from bertkit.files import UserError
+from bertkit.temporaries import announce_swept, sweep_leftovers
 
 LOCK_FILE = ".bertkit.lock"
 

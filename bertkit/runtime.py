@@ -11,6 +11,7 @@ stock step can spend as much time in the kernel as in the matmuls. Two remedies,
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import glob
@@ -318,6 +319,14 @@ def max_time_cap() -> tuple[float, str] | None:
         return parse_minutes(value, f"{MAX_TIME}="), value
     except ConfigError as e:
         raise UserError(str(e).replace("= ", "=", 1)) from None
+
+
+def autocast(device: torch.device, precision: str):
+    """Autocast to the precision a run trains in ("bf16", "fp16"); none for "fp32"."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def choose_precision(device: torch.device | str) -> tuple[str, str]:

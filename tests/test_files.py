@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import bertkit.files as files
+import bertkit.temporaries as temporaries
 from bertkit.files import UserError, atomic_dir, check_not_input, publish_dir
 from bertkit.model.hub import load_pretraining_model, save_model
 
@@ -312,11 +313,12 @@ def test_only_a_dead_processes_temporaries_are_swept(tmp_path, capsys):
                   tmp_path / ".x.npy.backup.tmp", tmp_path / "x.npy.tmp"]  # the user's
         for other in others:
             other.write_bytes(b"keep")
-        assert files.sweep_leftovers(tmp_path, "x.npy") == [stale]
+        assert temporaries.sweep_leftovers(tmp_path, "x.npy") == [stale]
         assert mine.exists() and all(p.exists() for p in others)
         mine.write_bytes(b"new")
     assert (tmp_path / "x.npy").read_bytes() == b"new"
-    assert files.sweep_leftovers(tmp_path) == [tmp_path / f".y.npy.{dead}-{host}.abcdefgh.tmp"]
+    assert temporaries.sweep_leftovers(tmp_path) == [
+        tmp_path / f".y.npy.{dead}-{host}.abcdefgh.tmp"]
     with files.atomic_file(tmp_path / "z.txt") as f:
         f.write("z")
     stale.write_bytes(b"half")

@@ -52,7 +52,7 @@ def run_sparse_embed(files: EmbedFiles, settings, encoder) -> int:
     of token states."""
     from bertkit.embeddings.files import EmbedSettings
     from bertkit.embeddings.sparse_encoder import SparseEncoder, check_jsonl_out
-    from bertkit.finetuning.readers import input_file
+    from bertkit.finetuning.input_sources import input_file
     from bertkit.runtime import resolve_device
 
     check_jsonl_out(files.out)
@@ -83,7 +83,7 @@ def is_sparse(model: Path) -> bool:
 
 def run_embed(files: EmbedFiles, settings, encoder) -> int:
     from bertkit.embeddings.files import check_npy_out
-    from bertkit.finetuning.readers import input_file
+    from bertkit.finetuning.input_sources import input_file
 
     if is_sparse(encoder.model):
         return run_sparse_embed(files, settings, encoder)

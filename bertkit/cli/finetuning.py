@@ -202,7 +202,7 @@ def _evaluate_sentence_model(opts: EvaluateOptions, model_path: Path) -> int:
     from bertkit.cli.embeddings import is_sparse
     from bertkit.embeddings.embedder import Embedder
     from bertkit.embeddings.sparse_encoder import SparseEncoder
-    from bertkit.finetuning.readers import input_file
+    from bertkit.finetuning.input_sources import input_file
     from bertkit.finetuning.tasks.embed import evaluate_sentence_model
     from bertkit.finetuning.tasks.sparse import evaluate_sparse_model
     from bertkit.runtime import resolve_device
@@ -301,7 +301,7 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
     if _is_pretrained(model):
         from bertkit.pretraining.evaluation import evaluate_pretrained
 
-        from bertkit.finetuning.readers import input_file
+        from bertkit.finetuning.input_sources import input_file
 
         with input_file(opts.input) as path:  # "-": standard input
             report = evaluate_pretrained(model, path, lm, batch_size=opts.batch_size,

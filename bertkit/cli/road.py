@@ -32,7 +32,7 @@ def run_neighbours(opts) -> int:
 
 
 def run_seq2seq(opts) -> int:
-    from bertkit.road.seq2seq import run_seq2seq as run
+    from bertkit.road.seq2seq_run import run_seq2seq as run
 
     print(json.dumps(run(opts, _line("road seq2seq", opts)).metrics, indent=2, default=float))
     return 0
@@ -41,7 +41,7 @@ def run_seq2seq(opts) -> int:
 def run_translate(opts) -> int:
     import sys
 
-    from bertkit.road.seq2seq import translate_file
+    from bertkit.road.seq2seq_run import translate_file
 
     outputs, scores = translate_file(opts)
     if opts.out is None:
@@ -77,7 +77,7 @@ COMMANDS = (
                         "beside the global and per-movie mean; nearest movies; a 2-D map."),
     Command("road neighbours", run_neighbours, ("bertkit.road.entities:NeighboursOptions",),
             help="the movies nearest to one by its learned embedding"),
-    Command("road seq2seq", run_seq2seq, ("bertkit.road.seq2seq:Seq2SeqOptions",),
+    Command("road seq2seq", run_seq2seq, ("bertkit.road.seq2seq_run:Seq2SeqOptions",),
             help="GRU encoder-decoder: plain, with additive attention, with attention and "
                  "copying; BLEU and chrF",
             description="Train on parallel JSON lines ({source, target}) for a time budget "
@@ -85,7 +85,7 @@ COMMANDS = (
                         "decode dev greedily and with beam search, score BLEU and chrF beside "
                         "copying the source, and draw the curves and the attention (and "
                         "the generate-or-copy switch p_gen) of one dev pair."),
-    Command("road translate", run_translate, ("bertkit.road.seq2seq:TranslateOptions",),
+    Command("road translate", run_translate, ("bertkit.road.seq2seq_run:TranslateOptions",),
             help="translate texts or a file with a model saved by road seq2seq (BLEU and chrF "
                  "when the file has targets)"),
     Command("road elmo", run_elmo, ("bertkit.road.elmo:ElmoOptions",),

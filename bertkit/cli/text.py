@@ -84,7 +84,7 @@ def text_batches(texts: list[str], input: Path | None, size: int = 1024,
     a line of text, not in a record (a TSV row's text is one text)."""
     split = _split_pair if pairs else (lambda line: (line, None))
     if input is not None:
-        from bertkit.finetuning.readers import STDIN, input_file
+        from bertkit.finetuning.input_sources import STDIN, input_file
 
         if texts:
             raise UserError("give texts as arguments or --input FILE, not both")

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.embeddings.embedder import Embedder, Encoded
+from bertkit.embeddings.embedder import Embedder
+from bertkit.embeddings.inputs import Encoded
 from bertkit.embeddings.pca import pca
 from bertkit.files import UserError
 from bertkit.model.card import CARD_FILE, card_with_section, read_card, with_front_matter

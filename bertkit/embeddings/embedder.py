@@ -13,7 +13,8 @@ Pooling, Normalize, max_seq_length; `bertkit.embeddings.sentence_model`), so tha
 `Embedder.save` writes one. Explicit arguments (pool, normalize, layers) override.
 
 Texts are tokenized into `Encoded` inputs that keep each piece's characters and word, so that
-the vectors of pieces can be pooled back into words (`word_groups`, `WordRef`).
+the vectors of pieces can be pooled back into words (`word_groups`, `WordRef`): all in
+`bertkit.embeddings.inputs`; the batches run as `bertkit.embeddings.batch_tasks` says.
 
 Speed: texts are sorted by token count and batched with neighbours of (nearly) the same
 length, so almost no position is padding; independent batches run on separate cores; the
@@ -25,7 +26,6 @@ negative numbers count from the last (-1, the default, is the last block).
 from __future__ import annotations
 
 import sys
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Literal, Sequence
@@ -33,6 +33,9 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 import torch
 
+from bertkit.embeddings.batch_tasks import Task, on_device, parallel_map, reduce_rows
+from bertkit.embeddings.inputs import (Encoded, Text, WordRef, plan_batches, tokenize_texts,
+                                       warn_truncated, word_groups)
 from bertkit.embeddings.sentence_model import (POOLING_MODES, read_sentence_model,
                                                sentence_model_files)
 from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
@@ -44,9 +47,8 @@ from bertkit.model.hub import load_encoder, save_model
 from bertkit.model.kind import EMBEDDER_KINDS, ModelKind, model_kind, require_kind
 from bertkit.model.static_encoder import load_static_encoder, load_static_tokenizer
 from bertkit.progress import Progress
-from bertkit.runtime import (auto_precision_override, bf16_warning, choose_precision,
-                             resolve_device)
-from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs, cut_warning
+from bertkit.runtime import auto_precision_override, bf16_warning, choose_precision, resolve_device
+from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs
 
 LayerSpec = int | Sequence[int] | str
 """A layer number, a list of them, "last4" or "all"."""
@@ -85,99 +87,6 @@ def resolve_layers(spec: LayerSpec, num_layers: int) -> list[int]:
         out.append(layer % n)
     if not out:
         raise ValueError("no layers selected")
-    return out
-
-
-# Texts as the embedder sees them --------------------------------------------------------------
-
-Text = str | tuple[str, str]
-"""One input: a text, or a pair (text A, text B) encoded as [CLS] A [SEP] B [SEP]."""
-
-
-@dataclass
-class Encoded:
-    """One tokenized input, with what is needed to map pieces back to words and characters."""
-
-    ids: np.ndarray
-    """[T] token ids, [CLS] ... [SEP] (... [SEP])."""
-    type_ids: np.ndarray
-    """[T] segment ids."""
-    offsets: np.ndarray
-    """[T, 2] character span of each piece in its segment's text; (0, 0) for special tokens."""
-    word_ids: np.ndarray
-    """[T] index of the word each piece came from within its segment, -1 for special tokens."""
-    segment: np.ndarray
-    """[T] 0 for text A, 1 for text B, -1 for special tokens."""
-    truncated: bool
-
-
-@dataclass
-class WordRef:
-    """Which word of which input a row of `Embedder.words` is."""
-
-    item: int
-    """Index of the input text."""
-    word: int
-    """Index of the word within its segment (0-based, as the tokenizer splits words)."""
-    segment: int
-    """0 for text A, 1 for text B of a pair."""
-    start: int
-    end: int
-    """Character span of the word in its segment's text."""
-    text: str
-
-
-def word_groups(encoded: Sequence[Encoded],
-                texts: Sequence[Text]) -> tuple[list[list[np.ndarray]], list[WordRef]]:
-    """For each input, the piece positions of each of its words, and a WordRef per word."""
-    groups, refs = [], []
-    for item, (e, text) in enumerate(zip(encoded, texts)):
-        parts = (text,) if isinstance(text, str) else text
-        # A word is a run of pieces with the same (segment, word id); specials have word -1.
-        key = e.segment.astype(np.int64) * (1 << 32) + e.word_ids
-        real = np.flatnonzero(e.word_ids >= 0)
-        mine = []
-        if real.size:
-            starts = real[np.r_[True, key[real][1:] != key[real][:-1]]]
-            ends = np.r_[starts[1:], real[-1] + 1]
-            for s, t in zip(starts, ends):
-                positions = s + np.flatnonzero(key[s:t] == key[s])
-                seg = int(e.segment[s])
-                a, b = int(e.offsets[positions[0], 0]), int(e.offsets[positions[-1], 1])
-                mine.append(positions)
-                refs.append(WordRef(item, int(e.word_ids[s]), seg, a, b, parts[seg][a:b]))
-        groups.append(mine)
-    return groups, refs
-
-
-def tokenize_texts(tokenizer, texts: Sequence[Text], max_length: int, truncation: bool,
-                   names: Sequence[str] | None = None, lowercase: bool = False) -> list[Encoded]:
-    """One Encoded per text, through bertkit's Tokenizer. Over-long texts are cut to
-    max_length (flagged `truncated`) or, with `truncation=False`, rejected (UserError).
-    `lowercase`: texts are lowercased first, as sentence-transformers' do_lower_case."""
-    if lowercase:
-        texts = [t.lower() if isinstance(t, str) else (t[0].lower(), t[1].lower())
-                 for t in texts]
-    firsts = [t if isinstance(t, str) else t[0] for t in texts]
-    seconds = [None if isinstance(t, str) else t[1] for t in texts]
-    pairs = seconds if any(p is not None for p in seconds) else None
-    batch = tokenizer.encode_batch(firsts, pairs, max_length=None if truncation else max_length,
-                                   truncation=False, names=names)
-    encodings = list(batch)
-    over = np.flatnonzero(batch.lengths > max_length)
-    if len(over):  # only the few over-long texts are tokenized a second time
-        cut = tokenizer.encode_batch([firsts[i] for i in over],
-                                     None if pairs is None else [pairs[i] for i in over],
-                                     max_length=max_length, truncation="longest_first")
-        for i, enc in zip(over, cut):
-            encodings[i] = enc
-    out = []
-    for enc, was_cut in zip(encodings, batch.lengths > max_length):
-        word_ids = np.array([-1 if w is None else w for w in enc.word_ids], dtype=np.int64)
-        types = np.asarray(enc.type_ids, dtype=np.int64)
-        out.append(Encoded(np.asarray(enc.ids, dtype=np.int64), types,
-                           np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2), word_ids,
-                           np.where(word_ids >= 0, types, -1), bool(was_cut)))
     return out
 
 
@@ -305,7 +214,7 @@ class Embedder:
 
     def _tasks(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
                first_row: np.ndarray, batch_size: int,
-               reduce: tuple[str, ...]) -> Iterator["_Task"]:
+               reduce: tuple[str, ...]) -> Iterator["Task"]:
         """Batches of texts of similar token counts, with the positions each output row pools.
 
         Longest first, so a batch too big for memory fails at once rather than at the end.
@@ -331,7 +240,7 @@ class Embedder:
                     rank.append(np.arange(len(chosen)))
                     rows.append(first_row[i] + k)
             if rows:
-                yield _Task(ids, types, mask, np.concatenate(flat), np.concatenate(local),
+                yield Task(ids, types, mask, np.concatenate(flat), np.concatenate(local),
                             np.concatenate(rank), np.asarray(rows), B)
 
     def _states(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray, layers: list[int],
@@ -342,7 +251,7 @@ class Embedder:
         autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
                                   enabled=self.precision == "bf16")
         with torch.inference_mode(), autocast:
-            out = self.encoder(_on(ids, dev), _on(types, dev), _on(mask, dev),
+            out = self.encoder(on_device(ids, dev), on_device(types, dev), on_device(mask, dev),
                                output_hidden_states=need_all)
         states = out.hidden_states if need_all else {layers[0]: out.last_hidden_state}
         picked = [states[i].float() for i in layers]
@@ -355,19 +264,19 @@ class Embedder:
         total = torch.stack(picked).sum(0)  # [k, B, T, H] -> [B, T, H]
         return total / len(picked) if combine == "mean" else total
 
-    def _vectors(self, task: "_Task", layers: list[int], combine: str, standardize: bool,
+    def _vectors(self, task: "Task", layers: list[int], combine: str, standardize: bool,
                  reduce: tuple[str, ...]) -> torch.Tensor:
         """One batch's vectors [R, W * len(reduce)] on the model's device, each reduction of
         the row's positions side by side. Nothing here makes the host wait for a GPU (the
         copies in are queued, as the training loop's are); `_run` then copies them out."""
         h = self._states(task.ids, task.types, task.mask, layers, combine, standardize)
         h = h.reshape(-1, h.shape[-1])  # [B*T, W]
-        picked = h.index_select(0, _on(task.flat, h.device))  # [P, W]
-        local, rank = _on(task.local, h.device), _on(task.rank, h.device)
-        out = [_reduce(how, picked, local, rank, len(task.rows)) for how in reduce]
+        picked = h.index_select(0, on_device(task.flat, h.device))  # [P, W]
+        local, rank = on_device(task.local, h.device), on_device(task.rank, h.device)
+        out = [reduce_rows(how, picked, local, rank, len(task.rows)) for how in reduce]
         return out[0] if len(out) == 1 else torch.cat(out, dim=1)
 
-    def _run(self, task: "_Task", layers: list[int], combine: str, standardize: bool,
+    def _run(self, task: "Task", layers: list[int], combine: str, standardize: bool,
              reduce: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """One batch: its output rows and their vectors, back on the host."""
         return task.rows, self._vectors(task, layers, combine, standardize, reduce).cpu().numpy()
@@ -403,7 +312,7 @@ class Embedder:
         bar = Progress(what, sum(len(e.ids) for e in encoded), "tokens",
                        counts={"texts": len(encoded)}, enabled=progress)
         tasks = self._tasks(encoded, groups, first_row, batch_size, reduce)
-        for (rows, vectors), n in _parallel_map(
+        for (rows, vectors), n in parallel_map(
                 lambda t: (self._run(t, layers, combine, standardize, reduce), t), tasks,
                 self.workers if self.device.type == "cpu" else 1):
             out[rows] = vectors
@@ -424,7 +333,7 @@ class Embedder:
         the default (a Normalize module). Returns [N, H] (or [N, k*H] for `combine="concat"`
         over k layers, times the number of pooling modes)."""
         encoded = self.tokenize(texts, truncation)
-        _warn_truncated(encoded, self.max_length)
+        warn_truncated(encoded, self.max_length)
         return self.pool_sentences(encoded, layers=layers, combine=combine, pool=pool,
                                    normalize=normalize, standardize=standardize,
                                    batch_size=batch_size, progress=progress)
@@ -477,7 +386,7 @@ class Embedder:
                       batch_size: int = 32) -> list[np.ndarray]:
         """Every token's vector, special tokens included: one [T_i, H] array per text."""
         encoded = self.tokenize(texts)
-        _warn_truncated(encoded, self.max_length)
+        warn_truncated(encoded, self.max_length)
         groups = [[np.array([t]) for t in range(len(e.ids))] for e in encoded]
         flat = self.pool_groups(encoded, groups, layers, combine, "mean", standardize,
                                 batch_size, False, "texts")
@@ -525,7 +434,7 @@ class Embedder:
         each row is."""
         _check_choice("subword_pool", subword_pool, SUBWORD_POOLS)
         encoded = self.tokenize(texts, truncation)
-        _warn_truncated(encoded, self.max_length)
+        warn_truncated(encoded, self.max_length)
         groups, refs = word_groups(encoded, texts)
         vectors = self.pool_groups(encoded, groups, layers, combine, subword_pool, standardize,
                                    batch_size, progress, "texts")
@@ -615,111 +524,6 @@ def word_vector(model: "Embedder | str | Path", text: str, char_span: tuple[int,
 
 # Helpers ----------------------------------------------------------------------------------------
 
-@dataclass
-class _Task:
-    """One padded batch and the pooling it feeds."""
-
-    ids: np.ndarray
-    types: np.ndarray
-    mask: np.ndarray
-    """[B, T] token ids, segment ids, 1 = real token."""
-    flat: np.ndarray
-    """[P] positions (into the flattened B*T) that are pooled."""
-    local: np.ndarray
-    """[P] which of this batch's output rows each position adds to (ascending)."""
-    rank: np.ndarray
-    """[P] each position's place within its row's group: 0 for the first."""
-    rows: np.ndarray
-    """[R] the output rows, as indices into the whole result."""
-    size: int
-    """Number of texts in the batch."""
-
-
-def plan_batches(lengths: np.ndarray, batch_size: int, max_padding: float = 0.0) -> list[np.ndarray]:
-    """Group texts into batches of at most `batch_size`, longest first, so that padding is at
-    most `max_padding` of each batch's positions (0: only texts of equal length share a
-    batch, so no position is padding and attention needs no mask).
-
-    Longest first: a batch too big for memory fails at once rather than at the end.
-    """
-    order = np.argsort(-lengths, kind="stable")
-    batches, current, real = [], [], 0
-    for i in order:
-        n = len(current)
-        if current:
-            width = int(lengths[current[0]])
-            if n < batch_size and width * (n + 1) - (real + lengths[i]) <= max_padding * width * (n + 1):
-                current.append(i)
-                real += int(lengths[i])
-                continue
-            batches.append(np.asarray(current))
-        current, real = [i], int(lengths[i])
-    if current:
-        batches.append(np.asarray(current))
-    return batches
-
-
-def _parallel_map(fn, tasks: Iterator, workers: int) -> Iterator:
-    """fn over tasks on `workers` threads, each limited to one torch thread (torch releases
-    the GIL inside its kernels); results in completion order, at most 2 x workers in flight."""
-    if workers == 1:
-        yield from map(fn, tasks)
-        return
-    threads = torch.get_num_threads()
-    try:
-        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads,
-                                initargs=(1,)) as pool:
-            pending: set = set()
-            for task in tasks:
-                pending.add(pool.submit(fn, task))
-                if len(pending) >= 2 * workers:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    yield from (f.result() for f in done)
-            for f in pending:
-                yield f.result()
-    finally:
-        # torch also records the workers' count as the default for threads started later.
-        torch.set_num_threads(threads)
-
-
-def _on(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A host array on `device`, the copy queued rather than waited for. To a GPU it goes
-    through pinned memory (torch's caching host allocator keeps the block until the copy is
-    done), as a DataLoader with pin_memory does: from pageable memory the driver may wait."""
-    t = torch.from_numpy(array)
-    if device.type == "cuda":
-        t = t.pin_memory()
-    return t.to(device, non_blocking=True)
-
-
-def _reduce(how: str, picked: torch.Tensor, local: torch.Tensor, rank: torch.Tensor,
-            rows: int) -> torch.Tensor:
-    """[P, W] vectors -> [rows, W]: each row's positions (`local`, ascending: a row's positions
-    are consecutive) reduced as `how` says. Nothing here waits for the device: no bincount
-    (it reads the largest id) and no boolean selection (its size sets a shape)."""
-    width = picked.shape[1]
-    counts = torch.zeros(rows, dtype=picked.dtype, device=picked.device)
-    counts.index_add_(0, local, torch.ones_like(local, dtype=picked.dtype))  # [rows]
-    if how == "max":  # a row with no position (a static model's text of unknowns) stays 0
-        out = torch.full((rows, width), float("-inf"), dtype=picked.dtype, device=picked.device)
-        out = out.scatter_reduce(0, local[:, None].expand_as(picked), picked, "amax")
-        return torch.where(counts[:, None] > 0, out, torch.zeros_like(out))
-    if how in ("first", "last"):
-        ends = counts.long().cumsum(0)  # one past each row's last position
-        at = ends - counts.long() if how == "first" else ends - 1
-        present = (counts > 0).to(picked.dtype)[:, None]  # a row with no position stays 0
-        return picked.index_select(0, at.clamp(0, max(picked.shape[0] - 1, 0))) * present
-    weights = (rank + 1).to(picked.dtype) if how == "weightedmean" else None
-    sums = torch.zeros(rows, width, dtype=picked.dtype, device=picked.device)
-    sums.index_add_(0, local, picked if weights is None else picked * weights[:, None])
-    if how == "mean":
-        return sums / counts.clamp(min=1)[:, None]
-    if how == "mean_sqrt_len_tokens":
-        return sums / counts.clamp(min=1).sqrt()[:, None]
-    total = torch.zeros(rows, dtype=picked.dtype, device=picked.device)
-    return sums / total.index_add_(0, local, weights).clamp(min=1)[:, None]
-
-
 def _pool_modes(pool: str | Sequence[str]) -> tuple[str, ...]:
     modes = (pool,) if isinstance(pool, str) else tuple(pool)
     if not modes:
@@ -734,10 +538,5 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(choices)}")
 
 
-def _warn_truncated(encoded: Sequence[Encoded], max_length: int) -> None:
-    cut_warning(sum(e.truncated for e in encoded), len(encoded), max_length, stacklevel=3)
-
-
-__all__ = ["Embedder", "embed", "word_vector", "word_vectors", "resolve_layers", "plan_batches",
-           "Text", "Encoded", "WordRef", "tokenize_texts", "word_groups", "COMBINES", "POOLS",
-           "SUBWORD_POOLS", "REDUCTIONS", "PRECISIONS"]
+__all__ = ["Embedder", "embed", "word_vector", "word_vectors", "resolve_layers", "COMBINES",
+           "POOLS", "SUBWORD_POOLS", "REDUCTIONS", "PRECISIONS"]

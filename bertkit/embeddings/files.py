@@ -19,7 +19,8 @@ from typing import Iterator, Literal
 
 import numpy as np
 
-from bertkit.embeddings.embedder import Embedder, LayerSpec, Text, resolve_layers, word_groups
+from bertkit.embeddings.embedder import Embedder, LayerSpec, resolve_layers
+from bertkit.embeddings.inputs import Text, word_groups
 from bertkit.embeddings.standardize import Standardizer, unit_rows
 from bertkit.files import UserError, atomic_file, atomic_path, check_not_input
 from bertkit.progress import Progress

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from bertkit.embeddings.embedder import plan_batches
+from bertkit.embeddings.inputs import plan_batches
 from bertkit.embeddings.files import check_out_suffix, text_chunks
 from bertkit.embeddings.sparse import (POOLING_DIR, SENTENCE_CONFIG_FILE, SpladeModel,
                                        active_dims, new_model)

@@ -15,8 +15,8 @@ in front of it must do (maximum length, lowercasing), so that
 gives what `Embedder.load("m/").encode(texts)` gives, with onnxruntime and no torch model.
 
 The pooling here reads a padded batch and its mask, which a graph with dynamic shapes needs;
-the Embedder pools flat lists of positions (`bertkit.embeddings.embedder._reduce`). Each export
-checks the one against the other on a padded batch (`ExportResult.max_abs_diff`).
+the Embedder pools flat lists of positions (`bertkit.embeddings.batch_tasks.reduce_rows`).
+Each export checks the one against the other on a padded batch (`ExportResult.max_abs_diff`).
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertkit.embeddings.embedder import Embedder, Encoded, Text, plan_batches, tokenize_texts
+from bertkit.embeddings.embedder import Embedder
+from bertkit.embeddings.inputs import Encoded, Text, plan_batches, tokenize_texts
 from bertkit.embeddings.sentence_model import pool_tokens, read_sentence_model
 from bertkit.export.graph import (OPSET, ExportResult, onnx_modules, onnx_session,
                                   quantize_model, run_session, write_graph)

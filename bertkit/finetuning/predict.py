@@ -29,7 +29,7 @@ from bertkit.files import UserError, atomic_file, check_not_input
 from bertkit.finetuning.cnn import load_cnn
 from bertkit.finetuning.heads import load_task_weights
 from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
-from bertkit.finetuning.readers import STDIN, input_file, is_source
+from bertkit.finetuning.input_sources import STDIN, input_file, is_source
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import TASKS, load_task
 from bertkit.model import hub

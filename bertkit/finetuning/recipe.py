@@ -47,7 +47,7 @@ from bertkit.finetuning.baselines import baseline_comparison
 from bertkit.finetuning.batches import EpochBatches
 from bertkit.finetuning.inputs import Item, warn_cut
 from bertkit.finetuning.predict import TaskModel
-from bertkit.finetuning.readers import input_file, input_identity, input_name
+from bertkit.finetuning.input_sources import input_file, input_identity, input_name
 from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
@@ -55,7 +55,8 @@ from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_
                                 with_front_matter)
 from bertkit.progress import counted
 from bertkit.runtime import choose_precision, resolve_device
-from bertkit.training.loop import check_resume, train
+from bertkit.training.loop import train
+from bertkit.training.resume import check_resume
 from bertkit.training.settings import run_settings, settings_block
 
 

@@ -28,56 +28,42 @@ Speed: `bertkit.pretraining.wordcache` tokenizes each distinct word once and fin
 distinct word, in `workers` processes. Memory is bounded by the shard size, the chunk size
 and the word cache, not by the corpus. A re-run with the same inputs and settings resumes
 after the last finished shard of the build directory an interrupted run left.
+
+The input's first pass and its reader are `bertkit.pretraining.documents`; what a directory was
+prepared from, and whether it is done, `bertkit.pretraining.provenance`.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
-import heapq
 import os
 import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from bertkit.files import (UserError, check_not_input, environment_error, publish_dir, read_json,
                            sha256_file, write_json)
+from bertkit.pretraining.documents import HeldoutRule, Position, chunks, plan_documents
+from bertkit.pretraining.provenance import (OTHER_DATA, SOURCE_FILE, already_prepared,
+                                            field_read, found_done, read_or_none, refused,
+                                            source_request)
 from bertkit.pretraining.shards import (FORMAT, SPLITS, ShardWriter, load_manifest,
                                         verify_shards)
 from bertkit.pretraining.wordcache import ChunkTokenizer, fast_path_ok, tokenize_chunks
 from bertkit.progress import Progress
 from bertkit.runlock import RunLock
-from bertkit.text.sources import Source, expand, read_units, why_empty
-from bertkit.text.tokenizer import Tokenizer
-
+from bertkit.text.sources import Source, expand, why_empty
+from bertkit.text.tokenizer import Tokenizer, tokenizer_fingerprint, word_starts
 
 MIN_HELDOUT_TOKENS = 1024
 """Below this many held-out tokens (eight sequences of 128; about 150 masked at 15%) held-out
 figures are noise: prepare says so."""
-_SPARE_DOCUMENTS = 100_000
-"""Documents remembered (those the hash came nearest to holding out) to top up a short
-held-out split: a bound on memory, and far more than a corpus that needs topping up has."""
-
 _SHARD_FILE = re.compile(r"\.?shard_\d{5}\..*")
 """A shard file's name (see `bertkit.pretraining.shards`), finished or temporary."""
-
-
-@dataclass
-class _Position:
-    """Where the reader stands in the input: enough to resume reading exactly there."""
-    file: int = 0
-    offset: int = 0
-    line: int = 0
-    doc: int = -1
-    """Index of the last document started (documents are numbered from 0 in input order)."""
-    in_doc: bool = False
-    """The last line read was text (a following text line continues the same document)."""
 
 
 def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.PathLike,
@@ -93,7 +79,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     the text. `out_dir` and the folders `leave_out` (a run's directory around it) are never
     read as corpus, even inside a folder.
     heldout_fraction: share of documents kept out of training, scattered through the corpus
-    (see `_plan_documents`); a corpus of one document gives the last lines of it.
+    (see `documents.plan_documents`); a corpus of one document gives the last lines of it.
     shard_tokens: a shard is closed once it holds at least this many tokens. workers:
     tokenizing processes; 1 = in this process; default: all cores from 8 MB of text on
     (below that, starting processes and filling their word caches costs more than it saves). chunk_bytes: text sent to
@@ -116,7 +102,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
     vocab_size = tokenizer.vocab_size
     dtype = np.dtype(np.uint16 if vocab_size <= 65536 else np.int32)
     fingerprint = tokenizer_fingerprint(tokenizer)
-    layout, text_bytes = _plan_documents(sources, heldout_fraction)
+    layout, text_bytes = plan_documents(sources, heldout_fraction)
     if layout["documents"] == 0:
         raise UserError(f"{files[0]}: no text ({why_empty(sources)})")
     plan = {"format": FORMAT, "tokenizer": fingerprint, "dtype": dtype.name,
@@ -125,7 +111,7 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
             "sources": [{"path": str(f.resolve()), "bytes": f.stat().st_size,
                          "mtime_ns": f.stat().st_mtime_ns} for f in files],
             # only when it matters and is not the default: earlier outputs keep their plan
-            **({"text_field": text_field} if _field_read(sources, text_field) != "text"
+            **({"text_field": text_field} if field_read(sources, text_field) != "text"
                else {}),
             **layout}
     check_not_input(out, [*files, Path(tokenizer_dir)], what="output directory",
@@ -148,13 +134,6 @@ def prepare(corpus_files: Sequence[str | os.PathLike], tokenizer_dir: str | os.P
                 out.rmdir()
 
 
-SOURCE_FILE = "source.json"
-"""What `prepare_text` made the directory from (the file and the tokenizer asked for), beside
-prepare's own files: a later call that asks the same finds it done."""
-_OTHER_DATA = "data was prepared from other text or with another tokenizer"
-"""What a resumed run's data directory that other text would replace is refused for."""
-
-
 def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                  out_dir: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None,
                  vocab_size: int = 16000, text_field: str = "text",
@@ -172,16 +151,16 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
     arguments = [text_file] if isinstance(text_file, (str, os.PathLike)) else list(text_file)
     sources = expand(arguments, text_field, "corpus file", [out_dir, *leave_out])
     out = Path(out_dir)
-    request = _request(sources, text_field,
-                       {"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
-                       if tokenizer is not None
-                       else {"trained": "wordpiece", "vocab_size": vocab_size})
-    if _found_done(out, "manifest.json", request, sources, text_field):
+    request = source_request(sources, text_field,
+                             {"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
+                             if tokenizer is not None
+                             else {"trained": "wordpiece", "vocab_size": vocab_size})
+    if found_done(out, "manifest.json", request, sources, text_field):
         if progress:
             print(f"prepare: {out} is already prepared from {sources[0].path}", file=sys.stderr)
         return load_manifest(out)
     if keep and (out / "manifest.json").is_file():
-        raise _refused(out, sources, _OTHER_DATA, request)
+        raise refused(out, sources, OTHER_DATA, request)
     with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
         if tokenizer is None:
             tokenizer = Path(scratch) / "tokenizer"
@@ -190,85 +169,6 @@ def prepare_text(text_file: str | os.PathLike | Sequence[str | os.PathLike],
                            leave_out=leave_out)
     write_json(out / SOURCE_FILE, {**request, "sha256": [sha256_file(s.path) for s in sources]})
     return manifest
-
-
-def _request(sources: list[Source], text_field: str | list[str], tokenizer: dict) -> dict:
-    """What a directory is asked to be made from (SOURCE_FILE): the files (path, size,
-    modification time), the text field (a shared vocabulary's: of each corpus, where they
-    differ; `_field_read`) and the tokenizer asked for."""
-    files = [{"path": str(s.path.resolve()), "bytes": s.path.stat().st_size,
-              "mtime_ns": s.path.stat().st_mtime_ns} for s in sources]
-    if isinstance(text_field, str):
-        text_field = _field_read(sources, text_field)
-    return {**({"file": files[0]} if len(files) == 1 else {"files": files}),
-            **({"text_field": text_field} if text_field != "text" else {}),
-            "tokenizer": tokenizer}
-
-
-def _field_read(sources: list[Source], text_field: str) -> str:
-    """The text field these sources are read by: `text_field` where one is a record (JSONL,
-    CSV, a table), else the default "text" (plain text is read line by line, whatever the
-    field): another field on plain text asks for the same data, as prepare's plan says."""
-    return text_field if any(s.records for s in sources) else "text"
-
-
-def _found_done(out: Path, marker: str, request: dict, sources: list[Source],
-                given: str | list[str] = "text") -> bool:
-    """Whether `out` (finished: its file `marker` is there) was made as `request` asks, from
-    these files or the same bytes touched, copied or moved (by sha256; then SOURCE_FILE is
-    brought up to date, so that the next call knows at once). `given`: the text field as
-    given, which SOURCE_FILE recorded for plain text too before `_field_read`: such a record
-    is found made as asked."""
-    saved = _json_or_none(out / SOURCE_FILE)
-    digests = saved.pop("sha256", None) if isinstance(saved, dict) else None
-    spelled = {k: v for k, v in request.items() if k != "text_field"}
-    asked = [request, {**spelled, **({"text_field": given} if given != "text" else {})}]
-    sums = functools.cache(lambda: [sha256_file(s.path) for s in sources])
-    if not (out / marker).is_file() or not any(saved == a or (
-            digests is not None and _sizes(saved) == _sizes(a) and digests == sums())
-            for a in asked):
-        return False
-    if saved != request:
-        write_json(out / SOURCE_FILE, {**request, "sha256": digests})
-    return True
-
-
-class OtherText(UserError):
-    """A resumed run's data that the text given now would replace: refused (`keep`)."""
-
-
-def _refused(out: Path, sources: list[Source], what: str, request: dict) -> OtherText:
-    """A resumed run's data that the text given now (`request`) would replace."""
-    return OtherText(f"{out}: this run's {what} than it is given now "
-                     f"({_what_differs(out, sources, request)}); resume with the --data it "
-                     f"started with, or start a new run in another --out")
-
-
-def _what_differs(out: Path, sources: list[Source], request: dict) -> str:
-    """Which of the files given differs from those `out` was made from (SOURCE_FILE), in
-    words: the text field asked (one, or a mixture's corpora's), or the one file changed among
-    many, not the first of them."""
-    saved = _json_or_none(out / SOURCE_FILE)
-    saved = saved if isinstance(saved, dict) else {}
-    field, then = request.get("text_field", "text"), saved.get("text_field", "text")
-    if saved and field != then:
-        return f"text field {field!r} now, {then!r} when it was made"
-    files, digests = saved.get("files", [saved.get("file")]), saved.get("sha256") or []
-    if saved and len(files) != len(sources):
-        return f"{len(sources)} file(s), {len(files)} when it was made"
-    for i, (source, then) in enumerate(zip(sources, files if saved else [])):
-        stat = source.path.stat()
-        if isinstance(then, dict) and then.get("path") == str(source.path.resolve()) and (
-                then.get("bytes"), then.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns):
-            continue
-        digest = sha256_file(source.path)
-        if i < len(digests) and digests[i] == digest:
-            continue
-        if digest in digests:
-            return (f"{source.path}: file {digests.index(digest) + 1} when it was made, "
-                    f"{i + 1} now: the same text in another order")
-        return f"{source.path}: not the bytes it was made from"
-    return f"{sources[0].path}{' ...' if len(sources) > 1 else ''}"
 
 
 def prepare_corpora(corpora: Sequence[str | os.PathLike | Sequence[str | os.PathLike]],
@@ -329,13 +229,13 @@ def _check_before_preparing(sources: list[list[Source]], outs: list[Path],
     from bertkit.text.vocab import count_text
 
     asked = {"fingerprint": tokenizer_fingerprint(Tokenizer.load(tokenizer))}
-    requests = [_request(part, field, asked) for part, field in zip(sources, fields)]
+    requests = [source_request(part, field, asked) for part, field in zip(sources, fields)]
     todo = [(part, out, request) for part, out, request, field
             in zip(sources, outs, requests, fields)
-            if not _found_done(out, "manifest.json", request, part, field)]
+            if not found_done(out, "manifest.json", request, part, field)]
     for part, out, request in todo:
         if keep and (out / "manifest.json").is_file():
-            raise _refused(out, part, _OTHER_DATA, request)
+            raise refused(out, part, OTHER_DATA, request)
     if len(todo) > 1:  # one alone is checked by prepare's first pass
         for part, _, _ in todo:
             count_text(part)
@@ -347,11 +247,11 @@ def _shared_vocabulary(sources: list[list[Source]], out: Path, vocab_size: int,
     from the text fields `fields`, of each corpus), else trained on their text together and
     swapped in whole (`keep`: refused instead)."""
     every = [s for part in sources for s in part]
-    read = [_field_read(part, field) for part, field in zip(sources, fields)]
+    read = [field_read(part, field) for part, field in zip(sources, fields)]
     # one field as before corpora had their own: vocabularies trained then are found again
-    request = _request(every, read[0] if len(set(read)) == 1 else read,
+    request = source_request(every, read[0] if len(set(read)) == 1 else read,
                        {"trained": "wordpiece", "vocab_size": vocab_size})
-    if _found_done(out, "tokenizer.json", request, every,
+    if found_done(out, "tokenizer.json", request, every,
                    fields[0] if len(set(fields)) == 1 else fields):
         if progress:
             print(f"prepare: {out} is already trained on {every[0].path}"
@@ -359,7 +259,7 @@ def _shared_vocabulary(sources: list[list[Source]], out: Path, vocab_size: int,
                   file=sys.stderr)
         return out
     if keep:
-        raise _refused(out, every, "vocabulary was trained on other text", request)
+        raise refused(out, every, "vocabulary was trained on other text", request)
     with tempfile.TemporaryDirectory(prefix="bertkit-vocab-") as scratch:
         _train_vocabulary(sources, vocab_size, Path(scratch) / "tokenizer", progress)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -391,14 +291,6 @@ def _train_vocabulary(parts: list[list[Source]], vocab_size: int, out: Path,
                              f"{every[0].path}{more}")
 
 
-def _sizes(request: dict) -> dict:
-    """A `prepare_text` request with only the sizes of its files, not their paths and times:
-    what it shares with the same bytes touched, copied or moved."""
-    files = request.get("files", [request.get("file")])
-    return {**{k: v for k, v in request.items() if k not in ("file", "files")},
-            "bytes": [f.get("bytes") if isinstance(f, dict) else None for f in files]}
-
-
 def _note(line: str) -> None:
     print(f"prepare: {line}", file=sys.stderr)
 
@@ -408,12 +300,12 @@ def _prepare_beside(sources, text_bytes, tokenizer, out: Path, plan: dict, finge
     """Build the new output in `.OUT.prepare` beside `out`, check it, then swap it in: until
     then `out` keeps the previous output, whole. The build directory survives an interrupted
     run (a re-run resumes from its finished shards) and is deleted on bad input."""
-    if _json_or_none(out / "plan.json") == plan and (out / "manifest.json").is_file():
+    if already_prepared(out, plan):
         if progress:
             print(f"prepare: {out} is already prepared from these files", file=sys.stderr)
         return read_json(out / "manifest.json")
     build = out.parent / f".{out.name}.prepare"
-    if not build.exists() and _json_or_none(out / "plan.json") == plan:
+    if not build.exists() and read_or_none(out / "plan.json") == plan:
         _seed(build, out)  # an output left unfinished by an earlier version: keep its shards
     try:
         manifest = _prepare(sources, text_bytes, tokenizer, build, plan, fingerprint, dtype,
@@ -451,7 +343,7 @@ def _owned(out: Path) -> list[str]:
     """The files an earlier `prepare` wrote into `out` (relative paths), which the new output
     replaces: those its manifest lists, and its shard files by their names. Anything else in
     `out` is the user's and is kept."""
-    manifest = _json_or_none(out / "manifest.json") if (out / "manifest.json").is_file() else None
+    manifest = read_or_none(out / "manifest.json") if (out / "manifest.json").is_file() else None
     owned = ["manifest.json", "plan.json", "token_counts.npy", "word_starts.npy"]
     if isinstance(manifest, dict) and isinstance(manifest.get("files"), list):
         owned += [f for f in manifest["files"] if isinstance(f, str)]
@@ -476,14 +368,14 @@ def _prepare(sources, text_bytes, tokenizer, out: Path, plan: dict, fingerprint:
     write_json(out / "plan.json", plan)
 
     tokenizer_json = (out / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8")
-    first = next(_chunks(sources, _Position(), 1 << 16, None), ([], [], None))[0]
+    first = next(chunks(sources, Position(), 1 << 16, None), ([], [], None))[0]
     probe = ChunkTokenizer(tokenizer_json, fast=True, dtype=dtype, cache_words=cache_words)
     fast = fast_path_ok(probe, first[:400])
-    heldout = _HeldoutRule(plan["heldout"])
-    reader = _chunks(sources, position, plan["chunk_bytes"], plan["cut_line"])
+    heldout = HeldoutRule(plan["heldout"])
+    reader = chunks(sources, position, plan["chunk_bytes"], plan["cut_line"])
     sizes = text_bytes  # of the text read, decompressed: what the positions count
 
-    def bytes_before(p: _Position) -> int:
+    def bytes_before(p: Position) -> int:
         return sum(sizes[:p.file]) + p.offset if p.file < len(sizes) else sum(sizes)
 
     meter = Progress("prepare", sum(sizes), "MB", done=bytes_before(position), scale=1e6,
@@ -512,154 +404,18 @@ def _prepare(sources, text_bytes, tokenizer, out: Path, plan: dict, fingerprint:
     return manifest
 
 
-# Input: document counts, reading -----------------------------------------------------------
-
-def _plan_documents(sources: list[Source], fraction: float) -> tuple[dict, list[int]]:
-    """A first pass over the text: refuse bad input (not UTF-8, invalid JSON, a missing field,
-    corrupt compressed data) before writing anything, and choose the held-out documents.
-    Returns the layout and the bytes of text of each source (what reading positions count).
-
-    Each document is held out with probability `fraction` (a hash of
-    its index, so the choice is scattered through the corpus and repeatable), unless it is
-    larger than 2 x fraction of the corpus (one huge document would make the held-out split
-    lopsided). When chance leaves the held-out documents under half the asked share of the bytes
-    (a small corpus), the documents whose hash came nearest are added until they reach it (none
-    that would pass twice the share), so that a small corpus does not hold out one five-token
-    document; at least one is held out when there are two or more. A corpus that is one
-    document of text has its last 1% of lines (at least one) made a second, held-out
-    document."""
-    documents, first_doc_lines, size = 0, 0, 0
-    chosen: list[tuple[int, int]] = []  # (doc, size) of the documents the hash holds out
-    smallest = (float("inf"), -1)
-    spare: list[tuple[float, int, int]] = []  # a max-heap on the hash: (-hash, doc, size)
-
-    def close(doc: int, size: int) -> None:
-        nonlocal smallest
-        if doc < 0:
-            return
-        h = _unit_hash(doc)
-        if h < fraction:
-            chosen.append((doc, size))
-        elif len(spare) < _SPARE_DOCUMENTS:
-            heapq.heappush(spare, (-h, doc, size))
-        elif h < -spare[0][0]:
-            heapq.heapreplace(spare, (-h, doc, size))
-        smallest = min(smallest, (size, doc))
-
-    text_bytes = []
-    for source in sources:
-        in_doc, read = False, 0
-        for _, unit, end in read_units(source):
-            text = source.records or bool(unit.strip())
-            if text and (source.records or not in_doc):
-                close(documents - 1, size)
-                documents, size = documents + 1, 0
-            in_doc = text
-            size += end - read
-            read = end
-            first_doc_lines += text and documents == 1
-        text_bytes.append(read)
-    close(documents - 1, size)
-    # The size of the corpus is known only now (compressed files, tables): documents too
-    # large to hold out are dropped from the choice here.
-    total = sum(text_bytes)
-    cap = max(2 * fraction * total, 1 << 16)
-    heldout = [doc for doc, size in chosen if size <= cap]
-    held_bytes = sum(size for _, size in chosen if size <= cap)
-    cut = None
-    if documents == 1 and not sources[0].records and first_doc_lines >= 2 and fraction > 0:
-        tail_start = first_doc_lines - max(1, round(first_doc_lines * 0.01)) + 1
-        seen = 0
-        for number, unit, _ in read_units(sources[0]):
-            seen += bool(unit.strip())
-            if seen == tail_start:
-                cut = [0, number]
-                break
-        heldout = [1]
-    else:
-        if documents >= 2 and held_bytes < fraction * total / 2:
-            for _, doc, size in sorted(spare, reverse=True):  # nearest hash first
-                if held_bytes >= fraction * total:
-                    break
-                if size <= cap and held_bytes + size <= 2 * fraction * total:
-                    heldout.append(doc)  # never twice the share asked
-                    held_bytes += size
-            heldout.sort()
-        if not heldout and documents >= 2 and fraction > 0:
-            heldout = [smallest[1]]
-    return {"documents": documents, "heldout": heldout, "cut_line": cut}, text_bytes
-
-
-def _unit_hash(i: int) -> float:
-    """A fixed pseudo-random number in [0, 1) for document i (splitmix64)."""
-    z = (i + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
-
-
-class _HeldoutRule:
-    """Is each of these document indices one of the held-out documents?"""
-
-    def __init__(self, heldout: list[int]):
-        self.heldout = np.asarray(sorted(heldout), dtype=np.int64)
-
-    def __call__(self, doc: np.ndarray) -> np.ndarray:
-        return np.isin(np.asarray(doc, dtype=np.int64), self.heldout)
-
-
-def _chunks(sources: list[Source], start: _Position, chunk_bytes: int,
-            cut_line) -> Iterator[tuple[list[str], list[int], _Position]]:
-    """Yield (lines, document index of each line, position after the chunk), from `start`."""
-    lines: list[str] = []
-    docs: list[int] = []
-    size = 0
-    pos = _Position(**vars(start))
-    cut = tuple(cut_line) if cut_line else None
-    for index in range(start.file, len(sources)):
-        source = sources[index]
-        if index != pos.file:
-            pos = _Position(file=index, doc=pos.doc)
-        for number, text, end in read_units(source, (pos.line, pos.offset)):
-            size += end - pos.offset
-            pos.line, pos.offset = number, end
-            if source.records:
-                pos.doc += 1
-                for paragraph in text.split("\n"):
-                    if paragraph := paragraph.strip():
-                        lines.append(paragraph)
-                        docs.append(pos.doc)
-            else:
-                line = text.strip()
-                if not line:
-                    pos.in_doc = False
-                    continue
-                if not pos.in_doc or (index, pos.line) == cut:
-                    pos.doc += 1
-                pos.in_doc = True
-                lines.append(line)
-                docs.append(pos.doc)
-            if size >= chunk_bytes:
-                yield lines, docs, _Position(**vars(pos))
-                lines, docs, size = [], [], 0
-        pos.in_doc = False
-    if lines or size:
-        yield lines, docs, _Position(file=len(sources), doc=pos.doc)
-
-
 def _resume_point(out: Path, plan: dict):
     """None when the build directory `out` is finished for this plan; else (complete shards,
     position after them). One made from other inputs or settings is cleared first."""
-    plan_file = out / "plan.json"
-    same = plan_file.is_file() and _json_or_none(plan_file) == plan
-    if same and (out / "manifest.json").is_file():
+    if already_prepared(out, plan):
         return None
-    if not same:  # the build directory holds only what prepare wrote
+    if read_or_none(out / "plan.json") != plan:
+        # the build directory holds only what prepare wrote
         shutil.rmtree(out, ignore_errors=True)
-        return [], _Position()
+        return [], Position()
     shards = []
     while (record := out / "shards" / f"shard_{len(shards):05d}.json").is_file() \
-            and (finished := _json_or_none(record)) is not None:
+            and (finished := read_or_none(record)) is not None:
         shards.append(finished)
     for stale in (out / "shards").glob("*"):
         index = int(stale.name.split("_")[1].split(".")[0]) if stale.name.startswith(
@@ -668,17 +424,8 @@ def _resume_point(out: Path, plan: dict):
             stale.unlink()
     if shards:
         print(f"prepare: resuming after {len(shards)} finished shard(s)", file=sys.stderr)
-        return shards, _Position(**shards[-1]["end"])
-    return [], _Position()
-
-
-def _json_or_none(path: Path):
-    """A file a run wrote, or None when it cannot be read: a plan that cannot be read is not
-    this plan, and the directory starts afresh."""
-    try:
-        return read_json(path)
-    except UserError:
-        return None
+        return shards, Position(**shards[-1]["end"])
+    return [], Position()
 
 
 def _manifest(out: Path, shards: list[dict], tokenizer, fingerprint: str, dtype, plan: dict,
@@ -711,40 +458,3 @@ def _manifest(out: Path, shards: list[dict], tokenizer, fingerprint: str, dtype,
             "sources": plan["sources"], "shards": shards}
 
 
-# Tokenizer identity --------------------------------------------------------------------------
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    """sha256 of what decides the ids: the kind, lower-casing and the pieces in id order."""
-    vocab = tokenizer.get_vocab()
-    pieces = sorted(vocab, key=vocab.__getitem__)
-    h = hashlib.sha256(f"{tokenizer.kind}\n{tokenizer.do_lower_case}\n".encode())
-    h.update("\n".join(pieces).encode("utf-8"))
-    return h.hexdigest()[:32]
-
-
-def check_tokenizer(data_dir: str | os.PathLike, tokenizer) -> None:
-    """Refuse a tokenizer (or a model directory's tokenizer) other than the data's."""
-    if isinstance(tokenizer, (str, os.PathLike)):
-        source, tokenizer = str(tokenizer), Tokenizer.load(tokenizer)
-    else:
-        source = "the tokenizer"
-    manifest = load_manifest(data_dir)
-    if tokenizer_fingerprint(tokenizer) != manifest["tokenizer"]["fingerprint"]:
-        raise UserError(f"{source}: tokenizer does not match the data in {data_dir} (vocabulary "
-                        f"of {tokenizer.vocab_size} vs {manifest['tokenizer']['vocab_size']} "
-                        f"pieces, or other pieces): prepare the corpus with this tokenizer")
-
-
-def word_starts(tokenizer) -> np.ndarray:
-    """bool [vocab]: the piece begins a word. WordPiece: no `##`; Unigram: a leading `▁`
-    (punctuation after a word is then part of it). Special tokens count as starts."""
-    vocab = tokenizer.get_vocab()
-    starts = np.ones(tokenizer.vocab_size, dtype=bool)
-    ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
-    if tokenizer.kind == "unigram":
-        flags = np.fromiter((p.startswith("\u2581") for p in vocab), dtype=bool, count=len(vocab))
-    else:
-        flags = np.fromiter((not p.startswith("##") for p in vocab), dtype=bool, count=len(vocab))
-    starts[ids] = flags
-    starts[list(tokenizer.special_ids)] = True
-    return starts

@@ -51,14 +51,15 @@ from bertkit.files import UserError, format_suffix, read_jsonl, read_lines
 from bertkit.model.generate import log_likelihoods, next_token_scores
 from bertkit.model.heads import ElectraModel, SpanBoundaryHead
 from bertkit.model.hub import has_detector, load_electra, load_pretraining_model, resolve_model
-from bertkit.pretraining.corpus import check_tokenizer, load_manifest, word_starts
+from bertkit.pretraining.provenance import check_tokenizer
+from bertkit.pretraining.shards import load_manifest
 from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
 from bertkit.pretraining.recipe import SBO_FILE
 from bertkit.progress import Progress
 from bertkit.text.sources import is_dataset_dir, numbered_texts
-from bertkit.text.tokenizer import Tokenizer, cut_warning
+from bertkit.text.tokenizer import Tokenizer, cut_warning, word_starts
 
 GOOD, BAD = "sentence_good", "sentence_bad"
 PLL_METRICS = ("original", "word-l2r")

@@ -55,7 +55,8 @@ from bertkit.model.hub import (GENERATOR_DIR, has_detector, hub_name, is_electra
 from bertkit.progress import counted
 from bertkit.pretraining import objectives
 from bertkit.pretraining.electra import ElectraSettings
-from bertkit.pretraining.corpus import check_tokenizer, load_manifest
+from bertkit.pretraining.provenance import check_tokenizer
+from bertkit.pretraining.shards import load_manifest
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate
 from bertkit.pretraining.masking import MaskingConfig
@@ -66,8 +67,8 @@ from bertkit.runtime import allocator, choose_precision, compiles_for, parse_dev
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.checkpoint import (GIVEN, check_fits, model_fingerprint,
                                          saved_fingerprint)
-from bertkit.training.loop import (TrainResult, check_config, check_fresh_start, check_resume,
-                                   train)
+from bertkit.training.loop import TrainResult, check_config, train
+from bertkit.training.resume import check_fresh_start, check_resume
 from bertkit.training.settings import run_settings, settings_block
 
 SBO_FILE = "sbo.safetensors"

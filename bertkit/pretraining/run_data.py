@@ -28,9 +28,10 @@ import torch.distributed as dist
 from bertkit import signals
 from bertkit.files import UserError, check_not_input, sha256_file
 from bertkit.model.hub import is_model_dir
-from bertkit.pretraining.corpus import (SOURCE_FILE, OtherText, check_tokenizer, load_manifest,
-                                        prepare_corpora, prepare_text)
+from bertkit.pretraining.corpus import prepare_corpora, prepare_text
 from bertkit.pretraining.mixture import MixedCorpus, parse_mixture
+from bertkit.pretraining.provenance import SOURCE_FILE, OtherText, check_tokenizer
+from bertkit.pretraining.shards import load_manifest
 from bertkit.text.sources import expand
 from bertkit.training.checkpoint import GIVEN, latest_checkpoint, saved_fingerprint
 

@@ -43,10 +43,10 @@ from bertkit.model.elmo import (ElmoConfig, ElmoLM, ElmoOutput, flip, load_elmo,
                                reverse_index, save_elmo)
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining.shards import load_manifest, load_split
-from bertkit.runtime import choose_precision, resolve_device
+from bertkit.runtime import autocast, choose_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.text.vocab import train_tokenizer
-from bertkit.training.loop import autocast, train
+from bertkit.training.loop import train
 from bertkit.training.settings import run_settings
 
 def next_piece_labels(input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

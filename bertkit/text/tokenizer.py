@@ -21,6 +21,7 @@ scores, so loading a Unigram tokenizer needs tokenizer.json).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import warnings
@@ -469,6 +470,32 @@ class Tokenizer:
     def __repr__(self) -> str:
         return (f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, "
                 f"lowercase={self.do_lower_case})")
+
+
+# Identity: what decides the ids, and which pieces begin words ------------------------------
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """sha256 of what decides the ids: the kind, lower-casing and the pieces in id order."""
+    vocab = tokenizer.get_vocab()
+    pieces = sorted(vocab, key=vocab.__getitem__)
+    h = hashlib.sha256(f"{tokenizer.kind}\n{tokenizer.do_lower_case}\n".encode())
+    h.update("\n".join(pieces).encode("utf-8"))
+    return h.hexdigest()[:32]
+
+
+def word_starts(tokenizer) -> np.ndarray:
+    """bool [vocab]: the piece begins a word. WordPiece: no `##`; Unigram: a leading `▁`
+    (punctuation after a word is then part of it). Special tokens count as starts."""
+    vocab = tokenizer.get_vocab()
+    starts = np.ones(tokenizer.vocab_size, dtype=bool)
+    ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
+    if tokenizer.kind == "unigram":
+        flags = np.fromiter((p.startswith("\u2581") for p in vocab), dtype=bool, count=len(vocab))
+    else:
+        flags = np.fromiter((not p.startswith("##") for p in vocab), dtype=bool, count=len(vocab))
+    starts[ids] = flags
+    starts[list(tokenizer.special_ids)] = True
+    return starts
 
 
 def check_fits(tokenizer: "Tokenizer", config, where) -> None:

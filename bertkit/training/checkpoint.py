@@ -30,7 +30,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertkit.files import UserError, announce_swept, atomic_dir, sha256_file, temp_in_use
+from bertkit.files import UserError, atomic_dir, sha256_file
+from bertkit.temporaries import announce_swept, temp_in_use
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 _FILES = ("model.safetensors", "optimizer.safetensors", "state.safetensors", "state.json")
@@ -172,7 +173,7 @@ def check_fits(path: str | Path, fingerprint: dict, ignore: tuple = ()) -> None:
 
 
 # "train.jsonl (sha256 1a2b...)", "<stdin> (sha256 ...)": data known by its bytes, the name
-# only saying which (finetuning.readers.input_identity)
+# only saying which (finetuning.input_sources.input_identity)
 _BY_BYTES = re.compile(r"(.+) \(sha256 ([0-9a-f]+)\)")
 
 

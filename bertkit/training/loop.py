@@ -11,9 +11,9 @@
   Give it `state_dict()` / `load_state_dict()` for an exact resume; otherwise a resume skips
   the batches already seen. Under DDP each rank passes its own share; where every rank's
   position is the same (each builds the global batch and keeps its rows, as pretraining's
-  batches do), a checkpoint resumes on any number of ranks (`_rank_state`). Batches that change
-  during the run (pretraining's short-then-long sequences, a scheduled masking rate) take
-  `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
+  batches do), a checkpoint resumes on any number of ranks (`resume.rank_state`). Batches that
+  change during the run (pretraining's short-then-long sequences, a scheduled masking rate)
+  take `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
   steps or by the clock).
 * `evaluate(model) -> dict[str, float]` — called every `cfg.eval_every` steps and at the end,
   with the plain model in eval mode under `torch.no_grad()` and autocast; runs on rank 0 only
@@ -32,7 +32,7 @@
   to explain its own refusals (pretraining's --data as typed).
 * `settings` — the run's record (`bertkit.training.settings.run_settings`), written as
   `training_args.json` once the checkpoint to resume, if any, is loaded: a resume refused
-  (`check_resume`: another model, other data or settings) leaves `out_dir` as it was, the
+  (`resume.check_resume`: another model, other data or settings) leaves `out_dir` as it was, the
   record of the run its checkpoints belong to included.
 
 Writes into `out_dir`: `training_args.json` (given `settings`), `metrics.jsonl` (one JSON
@@ -52,16 +52,16 @@ Not here: device, dtype and seed are arguments; the process group, if any, is se
 caller (`torchrun` + `torch.distributed.init_process_group`) and detected.
 
 `train` reads as the loop it runs: `_optimisation_step` (micro-batches, autocast, clipping,
-schedule, the periodic log), `_check_stop` (time, signals), `_evaluate_and_keep_best`,
-`_checkpoint`, then `_finish`; the fixed setup is a `_Run`, what changes a `_State`.
+schedule, the periodic log), `_check_stop` (time, signals), `evaluate_and_keep_best`,
+`_checkpoint`, then `_finish`; the fixed setup is a `Run`, what changes a `State`
+(`bertkit.training.run_state`). Resuming: `bertkit.training.resume`; evaluating and keeping
+the best weights: `bertkit.training.best`; signals: `bertkit.training.interrupt`.
 """
 from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,25 +69,25 @@ from typing import Callable, Iterable
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file, save
+from safetensors.torch import load_file
 from torch import nn
 
 from bertkit import signals
 from bertkit.config import TrainConfig
 from bertkit.figures import draw_or_skip
-from bertkit.files import UserError, atomic_file
+from bertkit.files import UserError
 from bertkit.model.hub import save_model
-from bertkit.progress import Progress
 from bertkit.runlock import LOCK_FILE, RunLock
-from bertkit.runtime import (MAX_TIME, SharedCores, bf16_warning, choose_precision,
+from bertkit.runtime import (MAX_TIME, SharedCores, autocast, bf16_warning, choose_precision,
                              compiles_for, max_time_cap, resolve_device)
+from bertkit.training.best import evaluate_and_keep_best, evaluation_due, run_evaluation
+from bertkit.training.checkpoint import rng_state, save_checkpoint, set_rng_state
+from bertkit.training.interrupt import StopSignal
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
-from bertkit.training.checkpoint import (GIVEN, check_fits, latest_checkpoint, load_checkpoint,
-                                         model_fingerprint, rng_state, save_checkpoint,
-                                         set_rng_state)
-from bertkit.training.runlog import (MetricsLog, format_metrics, plot_loss, progress_note,
-                                     summary_writer)
+from bertkit.training.resume import check_resume, resume_or_seed, run_fingerprint
+from bertkit.training.run_state import Feed, Run, State, final_step, num_tokens, to_device
+from bertkit.training.runlog import plot_loss, progress_note, summary_writer
 from bertkit.training.settings import write_settings
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
@@ -129,13 +129,6 @@ class TrainResult:
                 **train, **self.eval_metrics}
 
 
-def autocast(device: torch.device, precision: str):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
-
-
 class _Objective(nn.Module):
     """model + loss_fn as one module, so that DDP sees the whole loss inside its forward."""
 
@@ -146,178 +139,6 @@ class _Objective(nn.Module):
 
     def forward(self, batch: dict):
         return self.loss_fn(self.model, batch)
-
-
-class _Feed:
-    """Endless batches from an iterable: a new pass when one ends, and a resumable position."""
-
-    def __init__(self, batches: Iterable[dict]):
-        self.batches, self.epoch, self.index, self.it = batches, 0, 0, None
-
-    def next(self) -> dict:
-        if self.it is None:
-            self.it = iter(self.batches)
-        try:
-            batch = next(self.it)
-        except StopIteration:
-            if self.index == 0:
-                raise UserError("the training data yields no batches") from None
-            self.epoch, self.index, self.it = self.epoch + 1, 0, iter(self.batches)
-            batch = next(self.it)
-        self.index += 1
-        return batch
-
-    def set_progress(self, fraction: float) -> None:
-        if hasattr(self.batches, "set_progress"):
-            self.batches.set_progress(fraction)
-
-    def close(self) -> None:
-        """Stop the iterator (and any prefetching thread behind it)."""
-        if hasattr(self.it, "close"):
-            self.it.close()
-        self.it = None
-
-    def state_dict(self) -> dict:
-        state = {"epoch": self.epoch, "index": self.index}
-        if hasattr(self.batches, "state_dict"):
-            state["batches"] = self.batches.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.index, self.it = state["epoch"], state["index"], None
-        if "batches" in state and hasattr(self.batches, "load_state_dict"):
-            self.batches.load_state_dict(state["batches"])
-            return
-        self.it = iter(self.batches)
-        for _ in range(self.index):
-            next(self.it)
-
-
-class _StopSignal:
-    """Ctrl-C / SIGTERM set a flag the loop checks after each step; a second Ctrl-C aborts.
-    `last_checkpoint` (a rank of several): the step of the latest checkpoint, said beside a
-    save that needs every rank (torchrun's SIGTERM after a peer's kill -9 reaches a rank that
-    cannot save; under bertkit-torchrun it then ends silent, SaidElsewhere)."""
-
-    def __init__(self, announce: bool, last_checkpoint: Callable[[], int] | None = None):
-        self.signum: int | None = None
-        self.announce = announce
-        self.last_checkpoint = last_checkpoint
-        self.previous: dict = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                # watched: a rank stuck in a collective whose peer died exits all the same
-                self.previous[sig] = signals.handle(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signals.restore(sig, handler)
-
-    def _handle(self, signum, frame):
-        # a second Ctrl-C aborts; so does any signal after one: torchrun passes its launcher's
-        # second Ctrl-C on as SIGTERM (two SIGTERMs, the launcher's and the scheduler's, do not)
-        if self.signum is not None and signal.SIGINT in (signum, self.signum):
-            raise KeyboardInterrupt
-        self.signum = signum
-        if self.announce:
-            print(f"\n{signal.Signals(signum).name}: {self._promise()}", file=sys.stderr,
-                  flush=True)
-
-    def _promise(self) -> str:
-        if self.last_checkpoint is None:
-            return "finishing this step and saving a checkpoint (Ctrl-C again to abort)"
-        step = self.last_checkpoint()
-        latest = f"the latest stays step {step}'s" if step >= 0 else "there is none yet"
-        return (f"finishing this step, then saving a checkpoint if no rank has left the run "
-                f"(else {latest}; Ctrl-C again to abort)")
-
-
-def _to_device(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
-
-
-def _num_tokens(batch: dict) -> int:
-    """Real tokens in a CPU batch, counted without touching the device."""
-    if "num_tokens" in batch:
-        return int(batch["num_tokens"])
-    if "attention_mask" in batch:
-        return int(batch["attention_mask"].sum())
-    return int(batch["input_ids"].numel())
-
-
-# The loop's state --------------------------------------------------------------------------
-
-@dataclass
-class _Run:
-    """What stays fixed through a run: the model and its optimiser, the data, the log."""
-    cfg: TrainConfig
-    device: torch.device
-    out_dir: Path
-    model: nn.Module
-    objective: nn.Module
-    """model + loss_fn, compiled and/or wrapped in DDP as asked."""
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    feed: _Feed
-    fingerprint: dict
-    """The model's shapes and the caller's fingerprint (`run_fingerprint`)."""
-    evaluate: Callable[[nn.Module], dict] | None
-    target_count: Callable[[dict], torch.Tensor] | None
-    show_progress: bool
-    distributed: bool
-    """A process group is set up (torchrun): the ranks train together under DDP."""
-    rank: int
-    world: int
-    log: MetricsLog | None = None
-    """Opened once the step to resume from is known."""
-    progress: Progress | None = None
-    """The live bar or periodic lines on stderr; the log's lines go through it."""
-    cores: SharedCores | None = None
-    """A run of one process on the CPU: watches for other processes on its cores."""
-    settings: dict | None = None
-    """The run's record, its precision resolved: written once the checkpoint is loaded."""
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.out_dir / "checkpoints"
-
-
-@dataclass
-class _State:
-    """What changes step by step; the counters are what a checkpoint saves."""
-    step: int = 0
-    tokens: int = 0
-    train_seconds: float = 0.0
-    best_value: float | None = None
-    best_step: int | None = None
-    evals_since_best: int = 0
-    stopped_by: str | None = None
-    last_eval_step: int = -1
-    last_checkpoint_step: int = -1
-    train_metrics: dict[str, float] = field(default_factory=dict)
-    eval_metrics: dict[str, float] = field(default_factory=dict)
-    # figures summed since the last log line
-    sums: dict[str, torch.Tensor] = field(default_factory=dict)
-    window_steps: int = 0
-    window_tokens: int = 0
-    window_seconds: float = 0.0
-    micro_batches: int = 1
-    """Micro-batches of the step being taken (batch growth changes it)."""
-    logged_at: int | None = None
-    """The step whose figures train_metrics holds (None: none logged in this process yet)."""
-
-    def saved(self) -> dict:
-        return {"step": self.step, "tokens": self.tokens, "train_seconds": self.train_seconds,
-                "best_value": self.best_value, "best_step": self.best_step,
-                "evals_since_best": self.evals_since_best}
 
 
 # The loop -----------------------------------------------------------------------------------
@@ -342,17 +163,17 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
         run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
                      target_count, fingerprint, resolve_device(device), find_unused_parameters,
                      show_progress, settings)
-        state = _resume_or_seed(run, latest)  # the last refusals: OUT is still as it was
+        state = resume_or_seed(run, latest)  # the last refusals: OUT is still as it was
         try:
             if run.main and run.settings is not None:
                 write_settings(out_dir, run.settings)
-            with _StopSignal(announce=run.main and show_progress, last_checkpoint=(
+            with StopSignal(announce=run.main and show_progress, last_checkpoint=(
                     (lambda: state.last_checkpoint_step) if run.distributed else None)) as stop:
                 while not _reached_max_steps(run, state):
                     _optimisation_step(run, state)
                     _check_stop(run, state, stop)
-                    if _evaluation_due(run, state):
-                        _evaluate_and_keep_best(run, state)
+                    if evaluation_due(run, state):
+                        evaluate_and_keep_best(run, state)
                     if (cfg.save_every and state.step % cfg.save_every == 0) \
                             or state.stopped_by == "interrupted":
                         _checkpoint(run, state)
@@ -417,7 +238,7 @@ def check_config(cfg: TrainConfig, device: torch.device) -> None:
 
 
 def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target_count,
-           fingerprint, device, find_unused_parameters, show_progress, settings) -> _Run:
+           fingerprint, device, find_unused_parameters, show_progress, settings) -> Run:
     """Check the options, make the optimiser and the wrapped objective."""
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
@@ -445,10 +266,10 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
         objective = nn.parallel.DistributedDataParallel(
             objective, device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=find_unused_parameters)
-    return _Run(cfg=cfg, device=device, out_dir=out_dir, model=model, objective=objective,
+    return Run(cfg=cfg, device=device, out_dir=out_dir, model=model, objective=objective,
                 optimizer=optimizer,
                 scaler=torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16"),
-                feed=_Feed(batches), evaluate=evaluate, target_count=target_count,
+                feed=Feed(batches), evaluate=evaluate, target_count=target_count,
                 fingerprint=run_fingerprint(model, fingerprint),
                 show_progress=show_progress, distributed=distributed, rank=rank, world=world,
                 cores=SharedCores(torch.get_num_threads())
@@ -471,116 +292,14 @@ def _capped(cfg: TrainConfig, settings: dict | None, announce: bool):
     return cfg.replace(max_time=cap[0]), settings
 
 
-def run_fingerprint(model: nn.Module, fingerprint: dict | None) -> dict:
-    """What a checkpoint records of its run: the model's shapes and the caller's
-    `fingerprint` (data, objective, settings), not the world size: a run resumes on any
-    number of ranks (`_rank_state`)."""
-    return {"model": model_fingerprint(model), **(fingerprint or {})}
-
-
-def check_fresh_start(out_dir: Path, resume: bool) -> Path | None:
-    """The latest checkpoint under `out_dir`; without `resume`, having one is refused (a
-    command that prepares its data calls this first, so that it is refused before that)."""
-    latest = latest_checkpoint(Path(out_dir) / "checkpoints")
-    if latest is not None and not resume:
-        raise UserError(f"{out_dir}: holds checkpoints of an earlier run: resume it "
-                        f"(--resume) or choose another output directory (a finished run is "
-                        f"extended by --resume with a larger --max-steps)")
-    return latest
-
-
-def check_resume(out_dir: str | Path, resume: bool, model: nn.Module,
-                 fingerprint: dict | None) -> Path | None:
-    """The checkpoint a run goes on from (None: it starts afresh), refused in one line when
-    the run may not: checkpoints without `resume` (`check_fresh_start`), or a checkpoint made
-    for another model shape, other data or other settings (`fingerprint` as `train` takes
-    it). `train` runs it before it prints or writes anything; a caller that prints first (its
-    settings, the model) runs it before that, once it has built the model."""
-    latest = check_fresh_start(Path(out_dir), resume)
-    if latest is not None:
-        check_fits(latest, run_fingerprint(model, fingerprint), ignore=("world_size", GIVEN))
-    return latest
-
-
-def _resume_or_seed(run: _Run, latest: Path | None) -> _State:
-    """The state of `latest`, the checkpoint to resume (`check_resume`), else a fresh one
-    (and the seed)."""
-    cfg, root, state = run.cfg, run.checkpoints, _State()
-    if latest is not None:
-        saved = load_checkpoint(latest, model=run.model, optimizer=run.optimizer,
-                                fingerprint=run.fingerprint, ignore=("world_size", GIVEN))
-        state = _State(**{k: saved[k] for k in _State().saved()})
-        run.scaler.load_state_dict(saved["scaler"])
-        rng, feed = _rank_state(run, latest, saved["ranks"], state.step)
-        set_rng_state(rng)
-        run.feed.load_state_dict(feed)
-        state.last_checkpoint_step = state.step
-    else:
-        if cfg.resume and run.main:
-            print(f"no checkpoint in {root}: starting afresh", file=sys.stderr)
-        torch.manual_seed(cfg.seed + run.rank)  # dropout's draws; see _own_rng
-    # first=0 and the run's whole training time: the rate and ETA count the steps before a
-    # resume too, as its time budget does
-    run.progress = Progress("train", cfg.max_steps, "steps", rate=False,
-                            time_limit=None if cfg.max_time is None else 60 * cfg.max_time,
-                            enabled=run.main and run.show_progress)
-    run.log = MetricsLog(run.out_dir, run.main, state.step, tensorboard=cfg.tensorboard,
-                         progress=run.progress)
-    if latest is not None:
-        run.log.say(f"resumed from {latest} at step {state.step}")
-    return state
-
-
-def _rank_state(run: _Run, where: Path, ranks: list[dict], step: int) -> tuple[dict, dict]:
-    """This rank's generators and data position from a checkpoint of `len(ranks)` ranks.
-
-    On as many ranks, each takes its own. On another number, the data position must be one
-    for all, and mean the same for any number of ranks: batches that build the global batch
-    and keep their rows, as pretraining's do (whose state checks the global batch), continue
-    with exactly the rows and masks of an uninterrupted run. A rank the checkpoint had takes
-    its generators, a new one seeds torch's from (seed, rank, step) (dropout's draws: with
-    dropout no two world sizes draw alike anyway)."""
-    if len(ranks) == run.world:
-        return ranks[run.rank]["rng"], ranks[run.rank]["feed"]
-    if any(not _same(r["feed"], ranks[0]["feed"]) for r in ranks[1:]):
-        raise UserError(f"{where}: checkpoint was made by {len(ranks)} ranks, each at its own "
-                        f"place in the data: resume it with {len(ranks)} ranks (this run has "
-                        f"{run.world})")
-    if run.main:
-        print(f"note: {where} was made by {len(ranks)} rank(s); {run.world} continue it with "
-              f"the same global batch", file=sys.stderr)
-    if run.rank < len(ranks):
-        return ranks[run.rank]["rng"], ranks[0]["feed"]
-    rng = dict(ranks[0]["rng"])
-    seed = ((run.cfg.seed * 1_000_003 + run.rank) * 1_000_003 + step) % 2 ** 63
-    rng["torch"] = torch.Generator().manual_seed(seed).get_state()
-    rng.pop("cuda", None)
-    torch.cuda.manual_seed_all(seed)  # dropout on a GPU draws from these, not from torch's
-    return rng, ranks[0]["feed"]
-
-
-def _same(a, b) -> bool:
-    """Whether two saved states (dicts, lists, numbers, tensors, arrays) are equal."""
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) \
-            and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
-    if hasattr(a, "shape"):  # NumPy
-        return hasattr(b, "shape") and a.shape == b.shape and bool((a == b).all())
-    return a == b
-
-
-def _reached_max_steps(run: _Run, state: _State) -> bool:
+def _reached_max_steps(run: Run, state: State) -> bool:
     if run.cfg.max_steps is not None and state.step >= run.cfg.max_steps:
         state.stopped_by = "max_steps"
         return True
     return False
 
 
-def _micro_weights(run: _Run, micro: list[dict]):
+def _micro_weights(run: Run, micro: list[dict]):
     """Each micro-batch's share of the step's gradient: by its targets when counted (all
     ranks together), else equal."""
     if run.target_count is None:
@@ -602,7 +321,7 @@ def _out_of_memory(e: BaseException) -> bool:
     return "DefaultCPUAllocator: can't allocate memory" in str(e)
 
 
-def _optimisation_step(run: _Run, state: _State) -> None:
+def _optimisation_step(run: Run, state: State) -> None:
     """One optimiser step: cfg.grad_accum micro-batches forward and backward under autocast,
     then clipping, the scheduled learning rate and the update; then the progress log."""
     cfg = run.cfg
@@ -610,8 +329,8 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     count = micro_batches(cfg, state.step + 1, state.train_seconds)
     run.feed.set_progress(run_progress(cfg, state.step + 1, state.train_seconds))
     micro = [run.feed.next() for _ in range(count)]
-    n_tokens = sum(_num_tokens(b) for b in micro) * run.world
-    micro = [_to_device(b, run.device) for b in micro]
+    n_tokens = sum(num_tokens(b) for b in micro) * run.world
+    micro = [to_device(b, run.device) for b in micro]
     state.micro_batches = count
     try:
         _accumulate_gradients(run, state, micro)
@@ -630,7 +349,7 @@ def _optimisation_step(run: _Run, state: _State) -> None:
     state.window_tokens += n_tokens
     state.train_seconds += elapsed
     state.window_seconds += elapsed
-    if state.step % cfg.log_every == 0 or _final_step(run, state):
+    if state.step % cfg.log_every == 0 or final_step(run, state):
         _log_window(run, state, time.perf_counter() - started - elapsed)
     # every step moves the bar, the time and the tokens; the figures read from the device (a
     # host sync) change at log steps only, say which, and a plain line waits for the first
@@ -639,7 +358,7 @@ def _optimisation_step(run: _Run, state: _State) -> None:
             state.tokens, state.train_metrics, state.logged_at))
 
 
-def _log_window(run: _Run, state: _State, waited: float = 0.0) -> None:
+def _log_window(run: Run, state: State, waited: float = 0.0) -> None:
     """The steps since the last log line into metrics.jsonl and the progress. `waited`:
     time spent waiting on the device, only visible after the log's sync."""
     _log_training(run, state)
@@ -655,7 +374,7 @@ def _log_window(run: _Run, state: _State, waited: float = 0.0) -> None:
         state.tokens, state.train_metrics, state.logged_at))
 
 
-def _accumulate_gradients(run: _Run, state: _State, micro: list[dict]) -> None:
+def _accumulate_gradients(run: Run, state: State, micro: list[dict]) -> None:
     weights = _micro_weights(run, micro)
     for i, batch in enumerate(micro):
         last = i == len(micro) - 1
@@ -671,7 +390,7 @@ def _accumulate_gradients(run: _Run, state: _State, micro: list[dict]) -> None:
             state.sums[k] = state.sums[k] + v if k in state.sums else v
 
 
-def _update(run: _Run, state: _State) -> None:
+def _update(run: Run, state: State) -> None:
     cfg, optimizer = run.cfg, run.optimizer
     run.scaler.unscale_(optimizer)
     if cfg.clip_norm > 0:
@@ -687,11 +406,7 @@ def _update(run: _Run, state: _State) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _final_step(run: _Run, state: _State) -> bool:
-    return run.cfg.max_steps is not None and state.step >= run.cfg.max_steps
-
-
-def _log_training(run: _Run, state: _State) -> None:
+def _log_training(run: Run, state: State) -> None:
     """The mean figures since the last log line, over every rank: the host sync, once per
     cfg.log_every steps."""
     names = sorted(state.sums)
@@ -703,16 +418,16 @@ def _log_training(run: _Run, state: _State) -> None:
     state.train_metrics["learning_rate"] = run.optimizer.param_groups[0]["lr"]
 
 
-def _write_training_record(run: _Run, state: _State) -> None:
+def _write_training_record(run: Run, state: State) -> None:
     run.log.record({"step": state.step, "split": "train", "tokens": state.tokens,
                     "seconds": round(state.train_seconds, 3), **state.train_metrics})
     state.sums, state.window_steps, state.window_tokens, state.window_seconds = {}, 0, 0, 0.0
 
 
-def _check_stop(run: _Run, state: _State, stop: _StopSignal) -> None:
+def _check_stop(run: Run, state: State, stop: StopSignal) -> None:
     """Out of time, or a signal: ranks agree at log steps (one all-reduce); a single process
     stops after any step."""
-    logged = state.step % run.cfg.log_every == 0 or _final_step(run, state)
+    logged = state.step % run.cfg.log_every == 0 or final_step(run, state)
     if run.distributed and not logged:
         return
     # 2: a signal, 1: out of time; the ranks take the largest, so a signal that reached one
@@ -733,55 +448,7 @@ def _check_stop(run: _Run, state: _State, stop: _StopSignal) -> None:
             _log_window(run, state)
 
 
-def _evaluation_due(run: _Run, state: _State) -> bool:
-    every = run.cfg.eval_every and state.step % run.cfg.eval_every == 0
-    return run.evaluate is not None and bool(
-        every or _final_step(run, state) or state.stopped_by == "max_time")
-
-
-def _evaluate(run: _Run, state: _State) -> None:
-    """`evaluate` on rank 0 in eval mode, its figures sent to every rank and recorded."""
-    result = [None]
-    if run.main:
-        run.model.eval()
-        with torch.no_grad(), autocast(run.device, run.cfg.precision):
-            result[0] = {k: float(v) for k, v in run.evaluate(run.model).items()}
-        run.model.train()
-    if run.distributed:
-        signals.wait(dist.barrier(async_op=True))  # the others wait for rank 0 in Python
-        dist.broadcast_object_list(result, src=0)
-    state.eval_metrics, state.last_eval_step = result[0], state.step
-    run.log.record({"step": state.step, "split": "eval",
-                    "seconds": round(state.train_seconds, 3), **state.eval_metrics})
-    run.log.say(f"eval step {state.step}  {format_metrics(state.eval_metrics)}")
-
-
-def _evaluate_and_keep_best(run: _Run, state: _State) -> None:
-    """Evaluate; keep the weights of the best `cfg.best_metric` so far; stop early after
-    `cfg.patience` evaluations without a better one."""
-    cfg = run.cfg
-    _evaluate(run, state)
-    if cfg.best_metric is None:
-        return
-    if cfg.best_metric not in state.eval_metrics:
-        raise UserError(f"best metric {cfg.best_metric!r} is not among the evaluation's "
-                        f"figures ({', '.join(state.eval_metrics)})")
-    value = state.eval_metrics[cfg.best_metric]
-    if state.best_value is None or (value > state.best_value if cfg.best_mode == "max"
-                                    else value < state.best_value):
-        state.best_value, state.best_step, state.evals_since_best = value, state.step, 0
-        if run.main:
-            _save_best(run.checkpoints, run.model, value, state.step)
-        return
-    state.evals_since_best += 1
-    if cfg.patience is not None and state.evals_since_best >= cfg.patience:
-        run.log.say(f"early stop: {cfg.best_metric} has not improved for "
-                    f"{state.evals_since_best} evaluations (best {state.best_value:.4g} at "
-                    f"step {state.best_step})")
-        state.stopped_by = "early_stop"
-
-
-def _checkpoint(run: _Run, state: _State) -> None:
+def _checkpoint(run: Run, state: State) -> None:
     """Every rank's generators and data position, gathered; rank 0 writes."""
     ranks = [{"rng": rng_state(), "feed": run.feed.state_dict()}]
     if run.distributed:
@@ -800,13 +467,13 @@ def _checkpoint(run: _Run, state: _State) -> None:
         run.log.say(f"saved a checkpoint at step {state.step}; continue with --resume")
 
 
-def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] | None) -> None:
+def _finish(run: Run, state: State, save: Callable[[nn.Module, Path], object] | None) -> None:
     """The last evaluation, the loss plot, the best weights back if asked, the final model."""
     cfg, interrupted = run.cfg, state.stopped_by == "interrupted"
     run.feed.close()
     run.progress.finish(done=state.step)  # an interruption between log steps: its own step
     if run.evaluate is not None and state.last_eval_step != state.step and not interrupted:
-        _evaluate(run, state)
+        run_evaluation(run, state)
     run.log.close()
     if run.main:
         draw_or_skip(lambda: plot_loss(run.out_dir / "metrics.jsonl", run.out_dir / "loss.png",
@@ -827,13 +494,5 @@ def _finish(run: _Run, state: _State, save: Callable[[nn.Module, Path], object] 
         signals.wait(dist.barrier(async_op=True))
 
 
-def _save_best(root: Path, model: nn.Module, value: float, step: int) -> None:
-    """The best weights so far, kept apart from the rotating checkpoints."""
-    root.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-    with atomic_file(root / "best.safetensors", "wb") as f:
-        f.write(save(state, metadata={"value": repr(value), "step": str(step)}))
+__all__ = ["train", "TrainResult", "check_config"]
 
-
-__all__ = ["train", "TrainResult", "autocast", "check_config", "check_fresh_start",
-           "check_resume", "run_fingerprint"]

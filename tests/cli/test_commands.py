@@ -14,7 +14,7 @@ import torch
 
 from bertkit.cli import main as cli
 from bertkit.cli.finetuning import task_commands
-from bertkit.cli.options import show
+from bertkit.cli.fields import show
 from bertkit.files import UserError
 
 # `finetune` is a command per task (`finetune tag`), each with its own flags

@@ -12,9 +12,10 @@ from typing import Literal
 
 import pytest
 
-from bertkit.cli import options
+from bertkit.cli import fields
 from bertkit.cli.main import build_parser
-from bertkit.cli.options import Command, command_line, field_docs
+from bertkit.cli.fields import field_docs
+from bertkit.cli.options import Command, command_line
 from bertkit.files import UserError
 
 
@@ -130,13 +131,13 @@ def test_without_source_the_flags_still_work(monkeypatch):
         raise OSError("could not get source code")
 
     monkeypatch.setattr(inspect, "getsource", no_source)
-    options._field_docs.cache_clear()  # docs are read once per class: read them again here
+    fields._field_docs.cache_clear()  # docs are read once per class: read them again here
     try:
         assert field_docs(Opts) == {}
         assert "(default: 3)" in parser().format_help()
         assert parse("--path", "p", "--count", "5")[0].count == 5
     finally:
-        options._field_docs.cache_clear()
+        fields._field_docs.cache_clear()
 
 
 def test_the_library_options_all_have_help():

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from bertkit.cli.main import main
-from bertkit.embeddings.embedder import Embedder, embed, plan_batches, resolve_layers, word_vector
+from bertkit.embeddings.embedder import Embedder, embed, resolve_layers, word_vector
+from bertkit.embeddings.inputs import plan_batches
 from bertkit.embeddings.files import embed_file, index_path_for
 from bertkit.embeddings.standardize import Standardizer
 from bertkit.files import UserError

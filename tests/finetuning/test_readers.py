@@ -485,8 +485,8 @@ def test_a_squad_message_points_at_the_line_of_the_id(tmp_path):
 def test_input_file_stages_stdin_and_rows_for_the_readers(tmp_path):
     import io
 
-    from bertkit.finetuning.readers import (TextExample, input_file, is_source,
-                                            read_tagged, read_text_examples)
+    from bertkit.finetuning.input_sources import input_file, is_source
+    from bertkit.finetuning.readers import TextExample, read_tagged, read_text_examples
 
     given = tmp_path / "a.jsonl"
     with input_file(given) as path:
@@ -541,7 +541,7 @@ def test_input_identity_knows_stdin_and_rows_again_by_their_bytes(tmp_path):
     # rows in is named anew each run, so that a resumed run knows them by their bytes
     import io
 
-    from bertkit.finetuning.readers import input_file, input_identity
+    from bertkit.finetuning.input_sources import input_file, input_identity
 
     def known_as(source, text=None):
         with input_file(source, stdin=None if text is None else io.StringIO(text)) as path:
@@ -562,7 +562,7 @@ def test_input_identity_knows_a_file_by_its_bytes_and_names_it_by_its_path(tmp_p
     # another path (or piped in) are the same data: the digest is what a resume compares
     import io
 
-    from bertkit.finetuning.readers import input_file, input_identity
+    from bertkit.finetuning.input_sources import input_file, input_identity
 
     def known_as(source, text=None):
         with input_file(source, stdin=None if text is None else io.StringIO(text)) as path:

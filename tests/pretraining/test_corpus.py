@@ -13,7 +13,8 @@ import pytest
 
 from bertkit.cli.main import main
 from bertkit.files import UserError
-from bertkit.pretraining.corpus import check_tokenizer, prepare
+from bertkit.pretraining.corpus import prepare
+from bertkit.pretraining.provenance import check_tokenizer
 from bertkit.pretraining.shards import load_manifest, load_split
 from bertkit.text.tokenizer import Tokenizer
 from synthetic_corpus import make_tokenizer, write_corpus
@@ -431,7 +432,8 @@ def test_the_text_field_of_plain_text_is_not_part_of_its_request(tmp_path, tok_d
     # plain text is read line by line: another --text-field asks for the same directory, a
     # resumed run's (`keep`) included; a directory whose record names the field as earlier
     # versions wrote it is found done when the same field is given again
-    from bertkit.pretraining.corpus import SOURCE_FILE, prepare_text
+    from bertkit.pretraining.corpus import prepare_text
+    from bertkit.pretraining.provenance import SOURCE_FILE
 
     text, data = tmp_path / "corpus.txt", tmp_path / "data"
     write_corpus(text, docs=30)
@@ -446,7 +448,8 @@ def test_the_text_field_of_plain_text_is_not_part_of_its_request(tmp_path, tok_d
     assert capsys.readouterr().err.count("already prepared from") == 3
 
 def test_prepare_text_with_a_given_tokenizer_and_its_bad_input(tmp_path, tok_dir):
-    from bertkit.pretraining.corpus import prepare_text, tokenizer_fingerprint
+    from bertkit.pretraining.corpus import prepare_text
+    from bertkit.text.tokenizer import tokenizer_fingerprint
 
     text = tmp_path / "corpus.txt"
     write_corpus(text)
@@ -475,7 +478,8 @@ def _files(root: Path) -> dict:
 
 def test_prepare_corpora_shares_one_vocabulary_and_finds_everything_done(tmp_path, monkeypatch):
     from bertkit.pretraining import corpus as corpus_module
-    from bertkit.pretraining.corpus import prepare_corpora, tokenizer_fingerprint
+    from bertkit.pretraining.corpus import prepare_corpora
+    from bertkit.text.tokenizer import tokenizer_fingerprint
     from bertkit.text import vocab
 
     texts, other = tmp_path / "texts", tmp_path / "b.txt"

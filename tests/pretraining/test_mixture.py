@@ -21,11 +21,11 @@ from safetensors.torch import load_file
 
 from bertkit.cli.main import main
 from bertkit.files import UserError, sha256_file
-from bertkit.pretraining.corpus import prepare, tokenizer_fingerprint
+from bertkit.pretraining.corpus import prepare
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.mixture import (MixedBatches, allocate, mixture_spec, parse_mixture,
                                         schedule)
-from bertkit.text.tokenizer import Tokenizer
+from bertkit.text.tokenizer import Tokenizer, tokenizer_fingerprint
 from synthetic_corpus import make_tokenizer, write_corpus
 
 

@@ -12,11 +12,12 @@ import torch
 from bertkit.files import UserError
 from bertkit.cli.main import main
 from bertkit.road.bleu import corpus_bleu, corpus_chrf
-from bertkit.road.seq2seq import (AdditiveAttention, Seq2Seq, Seq2SeqConfig, Seq2SeqOptions,
-                                  attention_map, beam_decode, collate, copy_mixture,
-                                  greedy_decode, load_seq2seq, pad_sources, plot_attention_map,
-                                  read_pairs, run_seq2seq, save_seq2seq, seq2seq_loss,
-                                  translate, translate_with, detokenize, _vocabulary)  # noqa
+from bertkit.road.seq2seq import (AdditiveAttention, Seq2Seq, Seq2SeqConfig, beam_decode,
+                                  copy_mixture, greedy_decode, load_seq2seq, save_seq2seq,
+                                  seq2seq_loss)
+from bertkit.road.seq2seq_data import collate, detokenize, pad_sources, read_pairs
+from bertkit.road.seq2seq_run import (Seq2SeqOptions, _vocabulary, attention_map,  # noqa
+                                      plot_attention_map, run_seq2seq, translate, translate_with)
 from bertkit.text.vocab import train_tokenizer
 
 V = 23

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from bertkit.config import TrainConfig
-from bertkit.training import loop
+from bertkit.training import loop, resume, run_state
 
 
 class _Reduced(Exception):
@@ -39,7 +39,7 @@ def _run(device: torch.device, **cfg) -> SimpleNamespace:
 def test_the_stop_flag_is_reduced_on_the_runs_device(collectives):
     run = _run(torch.device("meta"))
     with pytest.raises(_Reduced):
-        loop._check_stop(run, loop._State(step=1), SimpleNamespace(signum=None))
+        loop._check_stop(run, run_state.State(step=1), SimpleNamespace(signum=None))
     assert collectives == [torch.device("meta")]
 
 
@@ -61,6 +61,6 @@ def test_a_rank_the_checkpoint_lacked_seeds_its_gpu_generators_too(monkeypatch, 
     run.rank, run.world = 2, 3
     saved = {"rng": {"torch": torch.get_rng_state(), "cuda": [torch.get_rng_state()]},
              "feed": {"epoch": 0, "index": 5}}
-    rng, _ = loop._rank_state(run, tmp_path, [saved, saved], step=5)
+    rng, _ = resume.rank_state(run, tmp_path, [saved, saved], step=5)
     assert "cuda" not in rng and len(seeded) == 1
     assert torch.equal(rng["torch"], torch.Generator().manual_seed(seeded[0]).get_state())

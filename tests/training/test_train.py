@@ -17,7 +17,7 @@ from bertkit.config import ConfigError, EncoderConfig, TrainConfig
 from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.model.heads import PretrainingModel
-from bertkit.training import loop
+from bertkit.training import interrupt, loop, resume
 from bertkit.training.loop import train
 from bertkit.training.optimizer import default_param_groups, lr_factor, micro_batches
 from bertkit.training.runlog import loss_curves, plot_loss, read_metrics
@@ -120,7 +120,8 @@ def test_between_log_steps_the_progress_moves_and_its_figures_say_which_step_the
 
     from bertkit.progress import Progress
 
-    monkeypatch.setattr(loop, "Progress", functools.partial(Progress, every=0))  # every line
+    # the run's progress is made where its step to resume from is known
+    monkeypatch.setattr(resume, "Progress", functools.partial(Progress, every=0))  # every line
     cfg = TrainConfig(max_steps=6, log_every=4)
     train(tiny.model(), objectives.mlm_loss, tiny.FakeBatches(), cfg, tmp_path / "run",
           save=tiny.no_save)
@@ -320,7 +321,7 @@ def test_ranks_agree_on_why_they_stop(monkeypatch, mine, peers, stopped_by):
     (signal.SIGINT, signal.SIGTERM, True),  # torchrun's launcher passes a second Ctrl-C so
     (signal.SIGTERM, signal.SIGTERM, False)])  # the scheduler's and the launcher's SIGTERM
 def test_a_second_ctrl_c_aborts(first, second, aborts):
-    stop = loop._StopSignal(announce=False)
+    stop = interrupt.StopSignal(announce=False)
     stop._handle(first, None)
     if aborts:
         with pytest.raises(KeyboardInterrupt):
@@ -339,7 +340,7 @@ def test_a_second_ctrl_c_aborts(first, second, aborts):
 def test_a_signal_promises_a_checkpoint_only_where_it_can_be_kept(capsys, last, promise):
     """A rank of several saves with the others: torchrun's SIGTERM after a peer's kill -9
     reaches a rank that cannot, and must not have been told it would."""
-    stop = loop._StopSignal(announce=True, last_checkpoint=last)
+    stop = interrupt.StopSignal(announce=True, last_checkpoint=last)
     stop._handle(signal.SIGTERM, None)
     assert capsys.readouterr().err == f"\nSIGTERM: {promise}\n"
 
