@@ -11,7 +11,8 @@ one process, against the teacher itself: SICK dev Spearman and sentences per sec
    static model (bertkit's Embedder) and model2vec's (model2vec's `encode`).
 3. Sentences per second of each on SICK dev's distinct sentences: the median of --repeats
    encodings of all of them, the models taking turns; bertkit's static vectors are also timed
-   through model2vec's `encode`, which reads the same directory.
+   through model2vec's `encode`, which reads the same directory (the largest difference
+   between the two readers' vectors is printed too: they should agree to 1e-5).
 
 Prints the CPU, the date and a Markdown table; --json writes the figures too.
 """
@@ -127,13 +128,15 @@ def main() -> None:
                 ("bertkit static distill, model2vec encode", ours_m2v.encode, None),
                 ("model2vec distill, model2vec encode", theirs.encode, seconds["model2vec"])]
         rates = speeds([encode for _, encode, _ in rows], texts, args.repeats)
+        agree = float(np.abs(ours.encode(texts) - ours_m2v.encode(texts)).max())
         figures = [{"model": name, "spearman": spearman(encode, a, b, gold),
                     "sentences_per_s": rate, "distill_s": took}
                    for (name, encode, took), rate in zip(rows, rates)]
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     load = os.getloadavg()[0]  # other work on the machine slows every figure here
     print(f"\n{date}, {len(gold)} SICK dev pairs, {len(texts)} distinct sentences, "
-          f"--dims {args.dims}, load average {load:.1f}\n")
+          f"--dims {args.dims}, load average {load:.1f}; bertkit's static vectors by "
+          f"bertkit and by model2vec differ by at most {agree:.1e}\n")
     print("| model | SICK dev Spearman | sentences/s | distillation |")
     print("|---|---|---|---|")
     for f in figures:
@@ -141,7 +144,8 @@ def main() -> None:
         print(f"| {f['model']} | {f['spearman']:.4f} | {f['sentences_per_s']:,.0f} | {took} |")
     if args.json:
         args.json.write_text(json.dumps({"cpu": cpu_model(), "date": date, "dims": args.dims,
-                                         "load": load, "rows": figures}, indent=2) + "\n")
+                                         "load": load, "readers_differ_by": agree,
+                                         "rows": figures}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from bertkit.embeddings.inputs import (Encoded, Text, WordRef, plan_batches, tok
                                        warn_truncated, word_groups)
 from bertkit.embeddings.sentence_model import (POOLING_MODES, read_sentence_model,
                                                sentence_model_files)
+from bertkit.embeddings.static_pooling import encoded_means, static_sentences
 from bertkit.embeddings.standardize import STANDARDIZER_FILE, Standardizer, unit_rows
 from bertkit.files import UserError, read_json
 from bertkit.model.elmo import load_elmo
@@ -332,6 +333,11 @@ class Embedder:
         directory's Pooling, else "mean"). `normalize` scales each row to unit length; None:
         the default (a Normalize module). Returns [N, H] (or [N, k*H] for `combine="concat"`
         over k layers, times the number of pooling modes)."""
+        if self._static_mean(layers, pool, standardize, texts):
+            vectors = static_sentences(self.encoder.embeddings.weight, self.tokenizer, texts,
+                                       self.max_length, truncation, self.lowercase)
+            return unit_rows(vectors) if (self.normalize if normalize is None else normalize) \
+                else vectors
         encoded = self.tokenize(texts, truncation)
         warn_truncated(encoded, self.max_length)
         return self.pool_sentences(encoded, layers=layers, combine=combine, pool=pool,
@@ -345,13 +351,23 @@ class Embedder:
                        out: np.ndarray | None = None) -> np.ndarray:
         """`embed` on inputs already tokenized, written into `out` when given."""
         modes = self.pool if pool is None else _pool_modes(pool)
-        groups = [[self._pooled_positions(e)] for e in encoded]
-        vectors = self.pool_groups(encoded, groups, layers, combine,
-                                   [_POOL_REDUCTION.get(m, m) for m in modes], standardize,
-                                   batch_size, progress, "sentences", out=out)
+        vectors = encoded_means(self.encoder.embeddings.weight, encoded, self.tokenizer.unk_id,
+                                out) if self._static_mean(layers, pool, standardize) else \
+            self.pool_groups(encoded, [[self._pooled_positions(e)] for e in encoded], layers,
+                             combine, [_POOL_REDUCTION.get(m, m) for m in modes], standardize,
+                             batch_size, progress, "sentences", out=out)
         if self.normalize if normalize is None else normalize:
             vectors[:] = unit_rows(vectors)
         return vectors
+
+    def _static_mean(self, layers: LayerSpec, pool: str | Sequence[str] | None,
+                     standardize: bool, texts: Sequence[Text] = ()) -> bool:
+        """A static model's mean of known pieces, which bertkit.embeddings.static_pooling
+        computes at once, without batches (texts: single ones, not pairs)."""
+        return (self.known_pieces_only and not standardize
+                and all(isinstance(t, str) for t in texts)
+                and resolve_layers(layers, self.config.num_layers) == [0]
+                and (self.pool if pool is None else _pool_modes(pool)) == ("mean",))
 
     def _pooled_positions(self, e: Encoded) -> np.ndarray:
         """The positions of one input that its sentence vector pools (`known_pieces_only`)."""
