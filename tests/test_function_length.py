@@ -23,7 +23,6 @@ MODULE_EXCEPTIONS: dict[str, str] = {
     "pretraining/recipe.py": "being cut on the objectives branch (issue 58)",
     "pretraining/evaluation.py": "being cut into held-out scoring, pseudo-log-likelihood and "
                                  "minimal pairs, and detection (issue 58)",
-    "serve/workbench.py": "being cut on the search branch (issue 58)",
 }
 
 
