@@ -48,6 +48,7 @@ from bertkit.pretraining import objectives  # noqa: E402
 from bertkit.config import TrainConfig, preset  # noqa: E402
 from bertkit.model.encoder import init_weights  # noqa: E402
 from bertkit.model.flops import model_flops_per_token  # noqa: E402
+from bertkit.peaks import utilisation  # noqa: E402
 from bertkit.model.heads import PretrainingModel  # noqa: E402
 from bertkit.runtime import DTYPES, describe, keep_freed_memory, matmul_limit  # noqa: E402
 from bertkit.runtime import autocast  # noqa: E402
@@ -328,6 +329,10 @@ def compare(args: argparse.Namespace, architecture: str, limits: dict[str, float
                     print(f"{objective:9} {precision:5} {label:17} {min(values):8,.0f} / "
                           f"{medians[label]:8,.0f} / {max(values):8,.0f} {mfu:6.1%}  {ratio}",
                           flush=True)
+                    if device.type == "cuda":  # MFU as published figures give it, too
+                        print(" " * 34 + utilisation(medians[label] * flops, limits[precision],
+                                                     torch.cuda.get_device_name(device),
+                                                     precision), flush=True)
 
 
 if __name__ == "__main__":
