@@ -10,7 +10,7 @@ by default, and predict them. `mask_frac=0.8, random_frac=0.1` corrupts the samp
 transformers' run_mlm.py evaluates (its collator's 80/10/10: a tenth of the sample replaced by
 pieces drawn uniformly from the vocabulary, a tenth left as it is, all of it scored), so that
 a figure can be set beside that script's eval_accuracy. On a prepared data directory,
-`heldout_scores` is `objectives.evaluate_lm` over the held-out split, with the batches
+`heldout_scores` is `held_out.held_out_figures` over the held-out split, with the batches
 pretraining evaluates on, so the figures equal what `bertkit pretrain` logs for the same
 settings.
 
@@ -44,18 +44,18 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
 from bertkit.files import UserError, format_suffix, read_jsonl, read_lines
 from bertkit.model.generate import log_likelihoods, next_token_scores
-from bertkit.model.heads import ElectraModel, SpanBoundaryHead
+from bertkit.model.heads import ElectraModel
 from bertkit.model.hub import has_detector, load_electra, load_pretraining_model, resolve_model
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest, word_starts
 from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
-from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
-from bertkit.pretraining.recipe import SBO_FILE
+from bertkit.pretraining.objective import Objective
+from bertkit.pretraining.held_out import held_out_figures
+from bertkit.pretraining.objectives import OBJECTIVES, objective_named
 from bertkit.progress import Progress
 from bertkit.text.sources import is_dataset_dir, numbered_texts
 from bertkit.text.tokenizer import Tokenizer, cut_warning
@@ -360,7 +360,7 @@ MIN_SCORED_TOKENS = 100
 is then over 5 points): `heldout_scores` says so."""
 
 
-def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_len: int = 128,
+def heldout_batches(data_dir: str | os.PathLike, *, objective: str | Objective = "mlm", seq_len: int = 128,
                     batch_size: int = 16, eval_batches: int = 40, seed: int = 0,
                     whole_word: bool = False, mask_rate: float = 0.15,
                     row_ends: str = "sentence", mask_frac: float | None = None,
@@ -384,20 +384,17 @@ def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_
     return batches
 
 
-def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: str = "mlm",
+def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *,
+                   objective: str | Objective = "mlm",
                    seq_len: int = 128, batch_size: int = 16, eval_batches: int = 40,
                    seed: int = 0, whole_word: bool = False, mask_rate: float = 0.15,
                    row_ends: str = "sentence", mask_frac: float | None = None,
                    random_frac: float | None = None,
                    device: str | torch.device = "cpu") -> dict[str, float]:
-    """`objectives.evaluate_lm` over `heldout_batches`: accuracy, loss, perplexity, tokens
+    """`held_out.held_out_figures` over `heldout_batches`: accuracy, loss, perplexity, tokens
     (and nsp_accuracy for mlm+nsp, sbo_loss for span when the model has the span head)."""
-    if (objective == "electra") != isinstance(model, ElectraModel):
-        raise UserError("held-out figures of an ELECTRA directory (a discriminator with its "
-                        "generator/) are the electra objective's, and only theirs")
-    if objective == "span" and getattr(model, "sbo", None) is None:
-        raise UserError("the span objective's held-out figures need the span-boundary head "
-                        "(sbo.safetensors); evaluate with --objective mlm")
+    objective = objective_named(objective)
+    objective.check_model(model)
     batches = heldout_batches(data_dir, objective=objective, seq_len=seq_len,
                               batch_size=batch_size, eval_batches=eval_batches, seed=seed,
                               whole_word=whole_word, mask_rate=mask_rate, row_ends=row_ends,
@@ -406,7 +403,7 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: 
     was_training = model.training
     model.eval()
     try:
-        figures = evaluate_lm(model, batches, objective, device)
+        figures = held_out_figures(model, batches, objective, device)
     finally:
         model.train(was_training)
     # An accuracy of 0 out of nothing, or of a handful, must not pass for a figure.
@@ -788,11 +785,9 @@ def _heldout_figures(model: nn.Module, model_dir: str | os.PathLike, data: Path,
     model by next-token prediction, the span objective with the directory's span head."""
     if causal:
         opts = dataclasses.replace(opts, objective="clm")
-    if opts.objective == "span":
-        if (Path(model_dir) / SBO_FILE).is_file():
-            model.sbo = SpanBoundaryHead(model.config).to(device)
-            model.sbo.load_state_dict(load_file(str(Path(model_dir) / SBO_FILE)))
-    return heldout_scores(model, data, objective=opts.objective, seq_len=opts.seq_len,
+    objective = objective_named(opts.objective)
+    model = objective.load_parts(model, Path(model_dir), device)
+    return heldout_scores(model, data, objective=objective, seq_len=opts.seq_len,
                           batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches,
                           seed=opts.seed, whole_word=opts.whole_word, mask_rate=opts.mask_rate,
                           row_ends=opts.row_ends, mask_frac=opts.mask_frac,

@@ -22,7 +22,6 @@ was trained (`card_section`), below the --init directory's card if it has one.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -35,8 +34,6 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
-from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from bertkit import signals
@@ -45,16 +42,16 @@ from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderCon
 from bertkit.files import SaidElsewhere, UserError, atomic_file
 from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_card,
                                 with_front_matter)
-from bertkit.model.create import local_attention_fields, new_pretraining_model
-from bertkit.model.encoder import init_weights, num_parameters
+from bertkit.model.create import local_attention_fields
+from bertkit.model.encoder import num_parameters
 from bertkit.model.fetch import is_hub_name, resolve_model
-from bertkit.model.heads import ElectraModel, PretrainingModel, SpanBoundaryHead, generator_config
-from bertkit.model.hub import (GENERATOR_DIR, has_detector, hub_name, is_electra_dir,
-                               is_model_dir, load_config, load_electra, load_pretraining_model,
-                               save_electra, save_model)
+from bertkit.model.hub import hub_name
 from bertkit.progress import counted
-from bertkit.pretraining import objectives
 from bertkit.pretraining.electra import ElectraSettings
+from bertkit.pretraining.held_out import held_out_figures
+from bertkit.pretraining.objective import Objective
+from bertkit.pretraining.objectives import (OBJECTIVES, SBO_FILE, objective_named,
+                                            objective_type)
 from bertkit.pretraining.corpus import check_tokenizer, load_manifest
 from bertkit.pretraining.examples import ROW_ENDS, LengthSchedule, PretrainingBatches
 from bertkit.pretraining.mixture import MixedBatches, allocate
@@ -70,7 +67,6 @@ from bertkit.training.loop import (TrainResult, check_config, check_fresh_start,
                                    train)
 from bertkit.training.settings import run_settings, settings_block
 
-SBO_FILE = "sbo.safetensors"
 DEFAULT_PRESET = "mini"
 """The size a fresh model gets without --preset: the best held-out quality for an afternoon
 on a laptop CPU (docs/recipe.md, "Choosing the recipe")."""
@@ -169,7 +165,7 @@ class PretrainOptions:
     dropout: float | None = None
     """Dropout of a fresh model (hidden and attention); none: the architecture's (0 for
     "modern", 0.1 for "bert")."""
-    objective: str = field(default="mlm", metadata={"choices": objectives.OBJECTIVES})
+    objective: str = field(default="mlm", metadata={"choices": OBJECTIVES})
     """"mlm" (masked language model, as RoBERTa: packed, no NSP), "mlm+nsp" (BERT's: with
     next-sentence prediction, NSP; "bert" only), "span" (SpanBERT), "clm" (causal: left to
     right, as GPT), "electra" (replaced-token detection: a small generator and the
@@ -230,9 +226,7 @@ class PretrainOptions:
         if self.init is not None and (self.local_window, self.global_every) != (None, None):
             raise UserError("--local-window and --global-every shape a fresh model; --init "
                             "DIR keeps its own")
-        if self.objective not in objectives.OBJECTIVES:
-            raise UserError(f"unknown objective {self.objective!r}; choose one of "
-                            f"{', '.join(objectives.OBJECTIVES)}")
+        objective_named(self.objective)  # an unknown name refused
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.seq_len < 8 or self.batch_size < 1:
@@ -342,60 +336,29 @@ def peer_failure(e: BaseException, rank: int, timeout: float) -> UserError | Non
     return None
 
 
-def _electra_to_pretrain(opts: PretrainOptions, cfg: EncoderConfig | None,
-                         seed: int) -> ElectraModel:
-    """ELECTRA's generator and discriminator: fresh, the discriminator of `cfg`, or loaded
-    from an --init run directory of the electra objective (with its generator/)."""
-    if opts.init is not None:
-        if not is_model_dir(opts.init / GENERATOR_DIR):
-            raise UserError(f"{opts.init}: --objective electra continues an ELECTRA run "
-                            f"directory, which holds its generator in {GENERATOR_DIR}/")
-        with torch.random.fork_rng(devices=[]):
-            return load_electra(opts.init).train()
-    with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
-        model = ElectraModel(cfg, generator_config(cfg, opts.electra.generator_fraction))
-    init_weights(model, cfg, torch.Generator().manual_seed(seed))
-    return model
+def the_objective(opts: PretrainOptions) -> Objective:
+    """The objective --objective names, with its settings."""
+    kind = objective_type(opts.objective)
+    settings = [value for f in dataclasses.fields(opts) if kind.Settings is not None
+                and isinstance(value := getattr(opts, f.name), kind.Settings)]
+    return kind(settings[0] if settings else None)
 
 
-def model_to_pretrain(opts: PretrainOptions, vocab_size: int,
-                      seed: int) -> PretrainingModel | ElectraModel:
-    """The model to train: a fresh preset initialised from `seed` or a loaded directory, plus
-    the SBO head for the span objective; ELECTRA's pair for electra. torch's global generator
-    is left where it was."""
-    generator = torch.Generator().manual_seed(seed)
+def model_to_pretrain(opts: PretrainOptions, vocab_size: int, seed: int) -> nn.Module:
+    """The model to train: a fresh preset initialised from `seed` or a loaded directory, made
+    ready for the objective (`Objective.fit`). torch's global generator is left where it
+    was."""
+    objective = the_objective(opts)
     if opts.init is not None:
         check_tokenizer(opts.data, opts.init)
-    if opts.objective == "electra":
-        model = _electra_to_pretrain(
-            opts, None if opts.init is not None else _fresh_config(opts, vocab_size), seed)
-    elif opts.init is not None:
-        with torch.random.fork_rng(devices=[]):  # heads the directory lacks draw globally
-            model = load_pretraining_model(opts.init)
+        model = objective.loaded_model(opts.init)
     else:
-        model = new_pretraining_model(_fresh_config(opts, vocab_size), seed)
-        model.not_loaded = frozenset(model.state_dict())  # all of it at its initial draw
+        model = objective.fresh_model(_fresh_config(opts, vocab_size), seed)
     cfg = model.config
     if opts.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
                         f"{cfg.max_positions} positions")
-    if opts.objective == "electra":
-        return model
-    if opts.objective == "mlm+nsp" and model.nsp is None:
-        raise UserError(f"--objective mlm+nsp needs a next-sentence head, which the "
-                        f"{cfg.architecture} architecture has not; use --architecture bert")
-    if opts.objective == "span":
-        with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
-            model.sbo = SpanBoundaryHead(cfg)
-        init_weights(model.sbo, cfg, generator)
-        if opts.init is not None and (opts.init / SBO_FILE).is_file():
-            model.sbo.load_state_dict(load_file(str(opts.init / SBO_FILE)))
-    # Heads the objective never reads get no gradient; DDP needs every trained weight used.
-    if opts.objective != "mlm+nsp":
-        for head in (model.nsp, model.encoder.pooler):
-            if head is not None:
-                head.requires_grad_(False)
-    return model
+    return objective.fit(model, opts.init, seed)
 
 
 def _fresh_config(opts: PretrainOptions, vocab_size: int) -> EncoderConfig:
@@ -411,57 +374,15 @@ def _fresh_config(opts: PretrainOptions, vocab_size: int) -> EncoderConfig:
         raise UserError(str(e)) from None
 
 
-def untrained_heads(model: PretrainingModel | ElectraModel, objective: str) -> list[str]:
-    """The heads ("nsp", "encoder.pooler") a run does not save: those at their initial draw
-    (a fresh model's; those the --init directory lacked: a BertModel's, as sentence-transformers
-    ships them, has no NSP head) that `objective` does not train. Saved, their random weights
-    would load in BertForPreTraining as if learned; left out, transformers says they are newly
-    initialised."""
-    if objective == "mlm+nsp" or isinstance(model, ElectraModel):
-        return []
-    heads = {"nsp": model.nsp, "encoder.pooler": model.encoder.pooler}
-    return [name for name, head in heads.items() if head is not None
-            and any(f"{name}.{k}" in model.not_loaded for k in head.state_dict())]
+def untrained_heads(model: nn.Module, objective: str | Objective) -> list[str]:
+    """The heads a run of `objective` does not save (`Objective.untrained_parts`)."""
+    return objective_named(objective).untrained_parts(model)
 
 
-@contextlib.contextmanager
-def _detached(model: nn.Module, names: list[str]):
-    """`model` with its submodules `names` ("sbo", "encoder.pooler") set to None, for as long
-    as the block runs: what `hub.save_model` must not see."""
-    held = []
-    for name in names:
-        parent, _, attr = name.rpartition(".")
-        owner = model.get_submodule(parent)
-        held.append((owner, attr, getattr(owner, attr)))
-        setattr(owner, attr, None)
-    try:
-        yield model
-    finally:
-        for owner, attr, module in reversed(held):
-            setattr(owner, attr, module)
-
-
-def save_pretrained(model: PretrainingModel | ElectraModel, path: Path, tokenizer,
-                    causal: bool = False, leave_out: list[str] | None = None) -> None:
-    """A Hugging Face directory; the SBO head, if any, beside it in sbo.safetensors. `causal`
-    (a clm run) writes `"is_decoder": true` in config.json, what `bertkit generate` asks for;
-    the heads in `leave_out` (`untrained_heads`) are not saved: a BERT without NSP and pooler
-    as BertForMaskedLM (BertLMHeadModel if causal).
-    An ElectraModel: the discriminator, and its generator in GENERATOR_DIR (`hub.save_electra`)."""
-    if isinstance(model, ElectraModel):
-        save_electra(model, path, tokenizer=tokenizer)
-        return
-    extra = {}
-    if model.sbo is not None:
-        extra[SBO_FILE] = safetensors_bytes(
-            {k: v.detach().cpu().contiguous() for k, v in model.sbo.state_dict().items()})
-    headless = model.nsp is not None and {"nsp", "encoder.pooler"} <= set(leave_out or [])
-    with _detached(model, ["sbo", *(leave_out or [])]):
-        # without NSP and pooler, a BERT is the transformers class that has neither
-        save_model(model, path, tokenizer=tokenizer, extra_files=extra,
-                   architectures=[("BertLMHeadModel" if causal else "BertForMaskedLM")]
-                   if headless else None,
-                   extra_config={"is_decoder": True} if causal else None)
+def save_pretrained(model: nn.Module, path: Path, tokenizer,
+                    objective: str | Objective = "mlm") -> None:
+    """The model as `objective` saves it (`Objective.save`): a Hugging Face directory."""
+    objective_named(objective).save(model, path, tokenizer)
 
 
 def _heldout_batches(opts: PretrainOptions, data_kwargs: dict, seed: int,
@@ -584,16 +505,15 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
             if not held:
                 print("warning: the held-out split is empty: no evaluation", file=sys.stderr)
 
-        def evaluate(m):
-            return objectives.evaluate_lm(m, held, opts.objective, device)
+        objective = the_objective(opts)
 
-        result = train(model, objectives.loss_for(opts.objective, opts.electra.detection_weight),
-                       batches, cfg, opts.out,
+        def evaluate(m):
+            return held_out_figures(m, held, objective, device)
+
+        result = train(model, objective.loss, batches, cfg, opts.out,
                        evaluate=evaluate if held else None,
-                       save=lambda m, path: save_pretrained(
-                           m, path, tokenizer, opts.objective == "clm",
-                           leave_out=untrained_heads(m, opts.objective)),
-                       target_count=objectives.target_count(opts.objective),
+                       save=lambda m, path: objective.save(m, path, tokenizer),
+                       target_count=objective.target_count,
                        fingerprint=fingerprint, device=device,
                        settings=settings,
                        find_unused_parameters=False)  # model_to_pretrain froze the unused heads
@@ -612,8 +532,7 @@ def _front_matter(opts: PretrainOptions) -> dict[str, str | None]:
     """The card's fields the hub files the model by: transformers loads it, as a fill-mask
     model (clm: text generation; electra's discriminator: no pipeline), continued from
     --init's hub model if named so."""
-    tag = {"clm": "text-generation", "electra": None}.get(opts.objective, "fill-mask")
-    return {"library_name": "transformers", "pipeline_tag": tag,
+    return {"library_name": "transformers", "pipeline_tag": the_objective(opts).pipeline_tag,
             "base_model": None if opts.init is None else hub_name(opts.init)}
 
 
@@ -622,7 +541,7 @@ _LISTED_SOURCES = 5
 """Corpus files the card names before it counts the rest."""
 
 
-def card_section(opts: PretrainOptions, model: PretrainingModel | ElectraModel,
+def card_section(opts: PretrainOptions, model: nn.Module,
                  parts: list[tuple[Path, float]], result: TrainResult,
                  init_card: str | None = None) -> str:
     """The model card's section on a finished run (`bertkit.model.card`): the corpus files,
@@ -633,7 +552,7 @@ def card_section(opts: PretrainOptions, model: PretrainingModel | ElectraModel,
     init = hub_name(opts.init) or opts.init if opts.init is not None else None
     size = f"preset `{opts.preset}`" if init is None else f"continued from `{init}`"
     above = f" The card above is `{init}`'s." if init_card and init_card.strip() else ""
-    masked = "" if opts.objective == "clm" else f", {_rate(opts.masking)} masked"
+    masked = f", {_rate(opts.masking)} masked" if the_objective(opts).masks else ""
     lead = (f"This model was pretrained by `bertkit pretrain` on {_corpus_names(parts)}: a "
             f"\"{c.architecture}\" encoder ({size}) of {counted(c.num_layers, 'layer')}, hidden "
             f"size {c.hidden_size}, {counted(c.num_heads, 'attention head')}, "
@@ -675,7 +594,7 @@ def _held_out(figures: dict) -> str:
 
 def _data_kwargs(opts: PretrainOptions) -> dict:
     """What PretrainingBatches takes from the options, beside the batch size and seed."""
-    return dict(objective=opts.objective, seq_len=opts.seq_len, masking=opts.masking,
+    return dict(objective=the_objective(opts), seq_len=opts.seq_len, masking=opts.masking,
                 row_ends=opts.row_ends)
 
 
@@ -700,27 +619,22 @@ def _train_batches(opts: PretrainOptions, parts: list[tuple[Path, float]], rank:
                           switch_at=opts.early_fraction)
 
 
-def _announce(opts: PretrainOptions, model: PretrainingModel, parts: list[tuple[Path, float]],
+def _announce(opts: PretrainOptions, model: nn.Module, parts: list[tuple[Path, float]],
               device: torch.device, world: int, settings: dict, why: str) -> None:
     """The settings, the precision and why, the model and batch shape, on stderr."""
-    cfg, masking = opts.train, opts.masking
+    cfg, masking, objective = opts.train, opts.masking, the_objective(opts)
     print(settings_block(settings), file=sys.stderr)
     print(f"precision {cfg.precision}: {why}", file=sys.stderr)
     source = opts.preset or hub_name(opts.init) or opts.init  # a snapshot by its Hub name
     print(f"model: {source} ({model.config.architecture}) with "
           f"{num_parameters(model) / 1e6:.1f}M parameters, objective {opts.objective}, "
-          # a left-to-right model predicts every token: no masking to report
-          f"{'' if opts.objective == 'clm' else f'{_rate(masking)} masked, '}"
+          f"{f'{_rate(masking)} masked, ' if objective.masks else ''}"
           f"{_shape(opts)} tokens per batch{_accumulation(cfg)}"
           f", precision {cfg.precision}, {counted(world, 'rank')} on "
           f"{device if world == 1 else opts.device}, "
           f"{counted(torch.get_num_threads(), 'thread')}", file=sys.stderr)
-    if isinstance(model, ElectraModel):
-        g = model.generator.config
-        blocks = num_parameters(model.generator.encoder.blocks) / 1e6
-        print(f"electra: generator of hidden size {g.hidden_size}, {g.num_heads} head(s), "
-              f"feed-forward {g.intermediate_size} ({blocks:.1f}M block parameters), "
-              f"detection loss weight {opts.electra.detection_weight:g}", file=sys.stderr)
+    if (line := objective.describe(model)) is not None:
+        print(line, file=sys.stderr)
     if len(parts) > 1:
         print("data: a mixture of " + ", ".join(f"{d} ({w:.0%})" for d, w in parts)
               + ", each batch from one corpus", file=sys.stderr)
@@ -772,23 +686,10 @@ def _shapes(opts: PretrainOptions, latest: Path) -> dict | None:
     if opts.init is None and not (isinstance(rows, list) and rows and isinstance(rows[0], int)):
         return None
     try:
-        if opts.init is None:
-            cfg = _fresh_config(opts, rows[0])
-            generator = generator_config(cfg, opts.electra.generator_fraction)
-        else:
-            cfg = load_config(opts.init)
-            if opts.objective == "electra" and not (is_electra_dir(opts.init)
-                                                    and has_detector(opts.init)):
-                return None
-            generator = load_config(opts.init / GENERATOR_DIR) \
-                if opts.objective == "electra" else None
+        cfg = _fresh_config(opts, rows[0]) if opts.init is None else None
         with torch.device("meta"), torch.random.fork_rng(devices=[]):
-            if opts.objective == "electra":
-                return model_fingerprint(ElectraModel(cfg, generator))
-            model = PretrainingModel(cfg)
-            if opts.objective == "span":
-                model.sbo = SpanBoundaryHead(cfg)
-            return model_fingerprint(model)
+            model = the_objective(opts).skeleton(cfg, opts.init)
+            return None if model is None else model_fingerprint(model)
     except (UserError, ValueError):  # ValueError: a generator that cannot share the embeddings
         return None
 
@@ -796,7 +697,8 @@ def _shapes(opts: PretrainOptions, latest: Path) -> dict | None:
 def _settings_fingerprint(opts: PretrainOptions) -> dict:
     """The settings of `_fingerprint`: known before the data is prepared."""
     cfg = opts.train
-    return {"objective": opts.objective,
+    objective = the_objective(opts)
+    return {"objective": objective.name,
             "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             # only when not "anywhere": checkpoints of rows cut anywhere resume
             **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),
@@ -806,8 +708,7 @@ def _settings_fingerprint(opts: PretrainOptions) -> dict:
             "masking": {k: v for k, v in dataclasses.asdict(opts.masking).items()
                         if k != "mlm_prob_final" or v is not None},
             "grad_accum": cfg.grad_accum,
-            **({"electra": dataclasses.asdict(opts.electra)} if opts.objective == "electra"
-               else {}),
+            **objective.fingerprint(),
             # only when set: checkpoints written before batch growth still resume
             **({"grad_accum_final": cfg.grad_accum_final}
                if cfg.grad_accum_final is not None else {})}

@@ -14,6 +14,8 @@ from safetensors.torch import load_file
 
 from bertkit.cli.main import main
 
+pytestmark = pytest.mark.slow  # two short pretraining runs
+
 OLD = Path(__file__).resolve().parents[1] / "data" / "old_pretrain_runs"
 
 
