@@ -562,6 +562,6 @@ def test_a_tiny_held_out_split_is_flagged_and_an_empty_one_refused(prepared, mon
     heldout_scores(model, data, seq_len=32, batch_size=32, eval_batches=3)
     assert capsys.readouterr().err == ""  # enough tokens: nothing said
     figures = {"eval_loss": 0.0, "eval_acc": 0.0, "eval_ppl": 1.0, "eval_tokens": 0.0}
-    monkeypatch.setattr(evaluation, "evaluate_lm", lambda *a, **k: figures)
+    monkeypatch.setattr(evaluation, "held_out_figures", lambda *a, **k: figures)
     with pytest.raises(UserError, match=r"held-out split gives no masked tokens to score"):
         heldout_scores(model, data, seq_len=16, batch_size=1, eval_batches=1)
