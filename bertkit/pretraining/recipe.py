@@ -23,7 +23,6 @@ was trained (`card_section`), below the --init directory's card if it has one.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import itertools
 import os
 import shlex
@@ -36,12 +35,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertkit import signals
 from bertkit.config import (ARCHITECTURES, Architecture, ConfigError, EncoderConfig, PRESETS,
                             Precision, Schedule, TrainConfig, preset)
-from bertkit.files import SaidElsewhere, UserError, atomic_file
-from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_card,
-                                with_front_matter)
+from bertkit.files import UserError
+from bertkit.model.card import card_figure, read_card, write_card
 from bertkit.model.create import local_attention_fields
 from bertkit.model.encoder import num_parameters
 from bertkit.model.fetch import is_hub_name, resolve_model
@@ -59,8 +56,10 @@ from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.run_data import (TEXT_DATA, check_resumed_data, data_fingerprint,
                                           data_parts, given_data)
 from bertkit.runlock import RunLock
-from bertkit.runtime import allocator, choose_precision, compiles_for, parse_device
+from bertkit.runtime import allocator, choose_precision, compiles_for
 from bertkit.text.tokenizer import Tokenizer
+from bertkit.training.distributed import (peer_failure, rank_device, rank_info,
+                                          start_distributed)
 from bertkit.training.checkpoint import (GIVEN, check_fits, model_fingerprint,
                                          saved_fingerprint)
 from bertkit.training.loop import (TrainResult, check_config, check_fresh_start, check_resume,
@@ -256,86 +255,6 @@ class PretrainOptions:
         return max(1, round(self.batch_size * self.seq_len / self.early_seq_len))
 
 
-def _device(requested: str | None) -> torch.device:
-    """The run's device: "cuda" (or none, given a GPU) is this rank's LOCAL_RANK GPU under
-    torchrun; one GPU named for every rank of a node is refused (NCCL: "Duplicate GPU")."""
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    if requested in (None, "auto"):
-        return torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
-    device = parse_device(requested)
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", local)
-    if device.type == "cuda" and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > 1:
-        raise UserError(f"--device {requested}: every rank on this node would use that one GPU; "
-                        f"give --device cuda (each rank takes its LOCAL_RANK GPU)")
-    return device
-
-
-def start_distributed(device: torch.device, timeout: float = 600.0) -> bool:
-    """Join the process group `torchrun` describes in the environment; False when alone.
-    `timeout`: seconds any collective waits for its peers before it fails (gloo raises; NCCL's
-    watchdog ends the process, with the TORCH_NCCL_ASYNC_ERROR_HANDLING=1 torchrun sets)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
-        return False
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's worker: stop when its agent dies
-        signals.end_with_parent()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    wait = datetime.timedelta(seconds=timeout)
-    store = restart_store(os.environ, wait)
-    # device_id: NCCL connects now, while every rank is here (not inside the first collective,
-    # a native wait a signal cannot stop), and barriers know the rank's GPU
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=wait,
-                            **({"device_id": device} if device.type == "cuda" else {}),
-                            **({} if store is None else dict(
-                                store=store, rank=int(os.environ["RANK"]),
-                                world_size=int(os.environ["WORLD_SIZE"]))))
-    return True
-
-
-def restart_store(env, timeout: datetime.timedelta):
-    """The store a restarted torchrun worker must meet its peers in, or None for torch's own.
-
-    torchrun (torch 2.13) keeps one TCPStore, its agent's, for every restart of a job, and
-    its workers join it under no prefix of their round: a restarted worker reads the
-    addresses the dead round left there, connects to a port nobody listens on, and its peer
-    waits for it in native code (issue 43's hang after kill -9). With one agent, its restart
-    count is the round: a prefix of it keeps the rounds apart. With several agents the
-    counts differ (an agent that restarts for another's failure counts none): there only the
-    launcher can, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (bertkit-torchrun sets it), and
-    rank 0 says so."""
-    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return None
-    if int(env.get("GROUP_WORLD_SIZE", "1")) > 1:
-        if env.get("RANK") == "0" and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
-            print("warning: torchrun keeps one TCPStore across restarts: a restarted run can "
-                  "hang at start; set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun, or "
-                  "launch with bertkit-torchrun", file=sys.stderr)
-        return None
-    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
-                          timeout=timeout)
-    return dist.PrefixStore(f"bertkit/restart-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}",
-                            store)
-
-
-def peer_failure(e: BaseException, rank: int, timeout: float) -> UserError | None:
-    """The one-line error for a collective that failed because another rank is gone or
-    silent, or None for any other error. gloo says so only in its message (a RuntimeError).
-    A rank whose peer's process ended says nothing under bertkit-torchrun (`SaidElsewhere`):
-    that rank printed why it left (its `error: ...` line, its traceback) or torchrun's report
-    names its kill, and a second line would only repeat that something failed."""
-    text = str(e)
-    if "Connection closed by peer" in text or "Connection reset by peer" in text:
-        line = (f"rank {rank}: another rank left the run (its process ended: its own output "
-                f"or the launcher's log says why)")
-        quiet = os.environ.get(SaidElsewhere.launcher) == "1"
-        return SaidElsewhere(line) if quiet else UserError(line)
-    if "Timed out waiting" in text or (isinstance(e, dist.DistError) and "imeout" in text):
-        return UserError(f"rank {rank}: the other ranks did not answer within --dist-timeout "
-                         f"{timeout:g} s (a rank or node died, hangs, or waits longer on rank 0)")
-    return None
-
-
 def the_objective(opts: PretrainOptions) -> Objective:
     """The objective --objective names, with its settings."""
     kind = objective_type(opts.objective)
@@ -446,7 +365,7 @@ def pretrain(opts: PretrainOptions,
     the shell line recorded in OUT/training_args.json (the CLI's; none from a library call)."""
     check_split(opts, int(os.environ.get("WORLD_SIZE", "1")))
     opts = _fetched(opts)
-    device = _device(opts.device)
+    device = rank_device(opts.device)
     joined = start_distributed(device, opts.dist_timeout)
     try:
         return _pretrain(opts, device, command_line)
@@ -473,7 +392,7 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
     """`pretrain` in the process group, if any, it has joined. The output directory's lock and
     every check of the data and options come first: a refusal is the only thing printed, and
     nothing is measured (the bf16 timing of precision "auto") before it."""
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    rank, world = rank_info()
     with RunLock(opts.out, enabled=rank == 0):  # train() takes it again, as the same process
         check_config(opts.train, device)
         # --init's card, copied into the model's at the end: one that cannot be is refused now
@@ -518,11 +437,8 @@ def _pretrain(opts: PretrainOptions, device: torch.device,
                        settings=settings,
                        find_unused_parameters=False)  # model_to_pretrain froze the unused heads
         if rank == 0 and result.stopped_by != "interrupted":  # a model was saved: its card
-            with atomic_file(opts.out / CARD_FILE) as f:
-                f.write(with_front_matter(
-                    card_with_section(card, CARD_TITLE,
-                                      card_section(opts, model, parts, result, card)),
-                    _front_matter(opts)))
+            write_card(opts.out, card, CARD_TITLE, card_section(opts, model, parts, result, card),
+                       _front_matter(opts))
         return result
 
 
@@ -716,5 +632,5 @@ def _settings_fingerprint(opts: PretrainOptions) -> dict:
 
 __all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET", "pretrain",
            "resolve", "model_to_pretrain", "save_pretrained", "untrained_heads",
-           "start_distributed", "restart_store", "peer_failure", "SBO_FILE"]
+           "SBO_FILE"]
 
