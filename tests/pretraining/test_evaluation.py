@@ -449,7 +449,8 @@ def prepared(tmp_path_factory, tiny):
 def test_heldout_scores_of_a_prepared_directory_equal_evaluate_lm(prepared, tmp_path,
                                                                  objective, masking):
     from bertkit.pretraining.masking import MaskingConfig
-    from bertkit.pretraining.recipe import PretrainMasking, PretrainOptions, _heldout_batches
+    from bertkit.pretraining.options import PretrainMasking, PretrainOptions
+    from bertkit.pretraining.plan import _heldout_batches
 
     data, tokenizer = prepared
     model = _model(tokenizer, seed=4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertkit.pretraining import recipe
+from bertkit.pretraining import options, plan
 
 
 @pytest.mark.parametrize("given,chosen,said", [
@@ -14,9 +14,9 @@ from bertkit.pretraining import recipe
 def test_the_settings_under_torchrun_name_the_device_every_rank_uses(given, chosen, said):
     """Not auto (the rank's GPU is chosen per rank) and not rank 0's cuda:0 (refused for two
     ranks): the --device that the recorded command gives every rank again."""
-    opts = recipe.PretrainOptions(data="d", out="o", device=given, train=recipe.PretrainSchedule(
+    opts = options.PretrainOptions(data="d", out="o", device=given, train=options.PretrainSchedule(
         max_steps=1, precision="fp32", compile=False))
-    resolved, _ = recipe.resolve(opts, chosen, world=2)
+    resolved, _ = plan.resolve(opts, chosen, world=2)
     assert resolved.device == said
     alone = str(chosen) if given in (None, "auto") else given
-    assert recipe.resolve(opts, chosen, world=1)[0].device == alone
+    assert plan.resolve(opts, chosen, world=1)[0].device == alone
