@@ -18,6 +18,7 @@ import itertools
 import os
 import shlex
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -437,10 +438,16 @@ def _resumed_model(opts: PretrainOptions, objective: Objective, latest: Path,
     rows = saved_fingerprint(latest).get("model", {}).get(_WORD_ROWS)
     known = isinstance(rows, list) and rows and isinstance(rows[0], int)
     model = None
-    if opts.init is not None or known:
-        model = model_to_pretrain(opts, objective, rows[0] if known else 0)
+    # what loading said (heads the directory lacks) is said once the checkpoint fits: a
+    # refusal is the only line printed
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        if opts.init is not None or known:
+            model = model_to_pretrain(opts, objective, rows[0] if known else 0)
     check_fits(latest, settings if model is None else run_fingerprint(model, settings),
                ignore=_NEEDS_THE_DATA + (("model",) if model is None else ()))
+    for w in said:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return model
 
 
