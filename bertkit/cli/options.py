@@ -98,6 +98,9 @@ def _field_docs(cls: type) -> dict[str, str]:
                     and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
                     and isinstance(after.value.value, str)):
                 docs[node.target.id] = " ".join(after.value.value.split())
+    for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+        if f.metadata.get("doc"):  # a field made by code, which no source shows
+            docs.setdefault(f.name, f.metadata["doc"])
     return docs
 
 
@@ -143,6 +146,9 @@ class Option:
     model: tuple[str, ...] | None = None
     """A model (`metadata={"model": True}`, or the words it takes that are no model): a Hub
     name given here is fetched before the command runs; None: no model."""
+    group: str | None = None
+    """The heading the help lists it under (a nested dataclass's field with
+    `metadata={"group": TITLE}`: pretrain's "--objective electra"); None: the command's."""
 
     @property
     def dest(self) -> str:
@@ -186,8 +192,8 @@ def _scalar_kind(tp, metadata) -> tuple[type, tuple | None]:
     raise TypeError(f"no command-line flag for the type {tp}")
 
 
-def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str, ...]
-                ) -> list[Option]:
+def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str, ...],
+                group: str | None = None) -> list[Option]:
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     found = []
@@ -197,7 +203,7 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
             continue
         tp, optional = _unwrap(hints[f.name])
         if dataclasses.is_dataclass(tp):
-            found += _options_of(tp, source, path, omit)
+            found += _options_of(tp, source, path, omit, f.metadata.get("group", group))
             continue
         nargs = container = None
         origin = get_origin(tp)
@@ -223,7 +229,7 @@ def _options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str
                             f.metadata.get("metavar"), kind is Path and is_output(f),
                             kind is Path and f.metadata.get("output") == "directory",
                             bool(f.metadata.get("weighted")), f.metadata.get("flag"),
-                            _duration(cls, f, kind, nargs), _model(cls, f, kind)))
+                            _duration(cls, f, kind, nargs), _model(cls, f, kind), group))
     return found
 
 
@@ -346,7 +352,11 @@ class Command:
             # "--max-time -5m" a value, refused in one line as no duration; argparse before
             # 3.13 takes only "-5" and "-.5" for values and "-5m" for an unknown flag
             parser._negative_number_matcher = _NEGATIVE
+        groups: dict[str | None, argparse._ActionsContainer] = {None: parser}
         for opt in flags:
+            if opt.group not in groups:
+                groups[opt.group] = parser.add_argument_group(opt.group)
+            target = groups[opt.group]
             help = opt.help
             if opt.duration:
                 help += " Also with units: 30s, 10m, 1.5h, 1h30m; a bare number is minutes."
@@ -362,13 +372,13 @@ class Command:
                                       if opt.choices else
                                       "DURATION" if opt.duration else opt.name.upper())
             if opt.kind is bool and opt.nargs is None:
-                parser.add_argument(opt.flag, "--no-" + opt.flag[2:], dest=opt.dest,
+                target.add_argument(opt.flag, "--no-" + opt.flag[2:], dest=opt.dest,
                                     action=_Switch, default=argparse.SUPPRESS, help=help)
             elif opt.positional:  # optional here: it may come from --config
-                parser.add_argument(opt.dest, nargs="*" if opt.nargs else "?", default=None,
+                target.add_argument(opt.dest, nargs="*" if opt.nargs else "?", default=None,
                                     type=_converter(opt), metavar=metavar, help=help)
             else:  # a list flag given twice keeps both: --model A --model B is --model A B
-                action = parser.add_argument(
+                action = target.add_argument(
                     opt.flag, dest=opt.dest, nargs=opt.nargs, type=_converter(opt),
                     default=argparse.SUPPRESS, metavar=metavar, help=help,
                     **({"action": "extend"} if opt.nargs == "+" else {}))

@@ -148,16 +148,21 @@ class Objective:
 
     # The run's record ---------------------------------------------------------------------
     def fingerprint(self) -> dict:
-        """What of its settings a checkpoint must share to be resumed (beside its name)."""
-        return {}
+        """What of its settings a checkpoint must share to be resumed (beside its name): all
+        of them."""
+        if self.settings is None:
+            return {}
+        return {self.settings_key(): dataclasses.asdict(self.settings)}
 
     def describe(self, model: nn.Module) -> str | None:
         """A line on what the run trains, beside the model's (none: nothing more)."""
         return None
 
-    def record(self) -> dict:
-        """Its settings as training_args.json keeps them."""
-        return {} if self.settings is None else dataclasses.asdict(self.settings)
+    @classmethod
+    def settings_key(cls) -> str:
+        """Where its settings are kept: the field of the pretraining options, the --config
+        table, the checkpoint's fingerprint entry (its name, as an identifier)."""
+        return cls.name.replace("+", "_").replace("-", "_")
 
 
 def save_pretraining_model(model: PretrainingModel, path: Path, tokenizer, *,

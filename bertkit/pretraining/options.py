@@ -5,15 +5,18 @@ of them; nothing else in the library reads them.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.config import ARCHITECTURES, Architecture, PRESETS, Precision, Schedule, TrainConfig
 from bertkit.files import UserError
 from bertkit.model.create import local_attention_fields
-from bertkit.pretraining.electra import ElectraSettings
+from bertkit.pretraining import objectives
 from bertkit.pretraining.examples import ROW_ENDS
 from bertkit.pretraining.masking import MaskingConfig
+from bertkit.pretraining.objective import Objective
 from bertkit.pretraining.objectives import OBJECTIVES, objective_named
 
 DEFAULT_PRESET = "mini"
@@ -49,7 +52,9 @@ class PretrainSchedule(TrainConfig):
 
 
 @dataclass
-class PretrainOptions:
+class PretrainSettings:
+    """`PretrainOptions` less the objectives' own settings, which `options_class` adds, one
+    field each, from the objectives of the moment."""
     data: Path = field(metadata={"weighted": True})
     """Directory written by `bertkit prepare` (shards, manifest.json, tokenizer/); or a corpus
     to prepare into OUT/data first, found there by later runs: a text file (one sentence or
@@ -96,8 +101,6 @@ class PretrainOptions:
     next-sentence prediction, NSP; "bert" only), "span" (SpanBERT), "clm" (causal: left to
     right, as GPT), "electra" (replaced-token detection: a small generator and the
     discriminator, saved at the top, with the generator in OUT/generator)."""
-    electra: ElectraSettings = field(default_factory=ElectraSettings)
-    """--objective electra: the generator's size and the weight of the detection loss."""
     masking: PretrainMasking = field(default_factory=PretrainMasking)
     """Masking rate, the [MASK] / random / unchanged split, whole words, spans."""
     seq_len: int = 128
@@ -153,6 +156,7 @@ class PretrainOptions:
             raise UserError("--local-window and --global-every shape a fresh model; --init "
                             "DIR keeps its own")
         objective_named(self.objective)  # an unknown name refused
+        _check_objective_settings(self)
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.seq_len < 8 or self.batch_size < 1:
@@ -182,4 +186,45 @@ class PretrainOptions:
         return max(1, round(self.batch_size * self.seq_len / self.early_seq_len))
 
 
-__all__ = ["PretrainOptions", "PretrainMasking", "PretrainSchedule", "DEFAULT_PRESET"]
+def _check_objective_settings(opts: PretrainSettings) -> None:
+    """Refuse a setting of another objective than --objective's, in one line (as `finetune`
+    refuses another task's): given, it would be silently ignored."""
+    for f in dataclasses.fields(opts):
+        owner = f.metadata.get("objective")
+        if owner is None or owner == opts.objective:
+            continue
+        given, default = getattr(opts, f.name), f.default_factory()
+        for setting in dataclasses.fields(given):
+            if getattr(given, setting.name) != getattr(default, setting.name):
+                raise UserError(f"--{setting.name.replace('_', '-')} is a setting of "
+                                f"--objective {owner}, not of {opts.objective}")
+
+
+@functools.cache
+def options_class(types: tuple[type[Objective], ...]) -> type:
+    """PretrainOptions for the objectives `types`: PretrainSettings, --objective's choices
+    theirs, and a field for each one's `Settings` (its flags, shown as its group in the help:
+    "--objective electra")."""
+    fields = [("objective", str, dataclasses.field(
+        default="mlm", metadata={"choices": tuple(t.name for t in types)}))]
+    fields += [(t.settings_key(), t.Settings, dataclasses.field(
+        default_factory=t.Settings, metadata={
+            "objective": t.name, "group": f"--objective {t.name}",
+            "doc": f"--objective {t.name}'s own settings ({t.summary})."}))
+               for t in types if t.Settings is not None]
+    cls = dataclasses.make_dataclass("PretrainOptions", fields, bases=(PretrainSettings,))
+    cls.__module__ = __name__
+    cls.__doc__ = "The settings of `bertkit pretrain`, the objectives' own included."
+    return cls
+
+
+def __getattr__(name: str):
+    # PretrainOptions is made from the objectives listed when it is asked for: a new one's
+    # settings become flags with nothing else changed
+    if name == "PretrainOptions":
+        return options_class(tuple(objectives.OBJECTIVE_TYPES))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["PretrainOptions", "PretrainSettings", "PretrainMasking", "PretrainSchedule",
+           "DEFAULT_PRESET", "options_class"]

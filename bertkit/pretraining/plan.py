@@ -188,9 +188,7 @@ def _accumulation(cfg: TrainConfig) -> str:
 def the_objective(opts: PretrainOptions) -> Objective:
     """The objective --objective names, with its settings."""
     kind = objective_type(opts.objective)
-    settings = [value for f in dataclasses.fields(opts) if kind.Settings is not None
-                and isinstance(value := getattr(opts, f.name), kind.Settings)]
-    return kind(settings[0] if settings else None)
+    return kind(None if kind.Settings is None else getattr(opts, kind.settings_key()))
 
 
 def model_to_pretrain(opts: PretrainOptions, objective: Objective, vocab_size: int) -> nn.Module:

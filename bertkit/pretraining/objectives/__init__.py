@@ -24,9 +24,10 @@ OBJECTIVES = tuple(o.name for o in OBJECTIVE_TYPES)
 """The objectives' names, as --objective takes them."""
 
 
-def objective_type(name: str, types: Sequence[type[Objective]] = OBJECTIVE_TYPES
+def objective_type(name: str, types: Sequence[type[Objective]] | None = None
                    ) -> type[Objective]:
-    """The objective class called `name`."""
+    """The objective class called `name` (of `types`; none: OBJECTIVE_TYPES as it is now)."""
+    types = OBJECTIVE_TYPES if types is None else types
     for t in types:
         if t.name == name:
             return t
@@ -35,7 +36,7 @@ def objective_type(name: str, types: Sequence[type[Objective]] = OBJECTIVE_TYPES
 
 
 def objective_named(name: "str | Objective", settings=None,
-                    types: Sequence[type[Objective]] = OBJECTIVE_TYPES) -> Objective:
+                    types: Sequence[type[Objective]] | None = None) -> Objective:
     """The objective `name` with `settings` (its Settings' defaults where None); an Objective
     is returned as it is."""
     if isinstance(name, Objective):

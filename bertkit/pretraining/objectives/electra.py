@@ -5,7 +5,6 @@ in OUT/generator (`hub.save_electra`). What a user asks of the trained model: wh
 text look replaced (`bertkit.model.detect`), and fill-mask of its generator."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import torch
@@ -109,9 +108,6 @@ class Electra(Objective):
 
     def save(self, model: nn.Module, path: Path, tokenizer) -> None:
         save_electra(model, path, tokenizer=tokenizer)
-
-    def fingerprint(self) -> dict:
-        return {"electra": dataclasses.asdict(self.settings)}
 
     def describe(self, model: nn.Module) -> str | None:
         g = model.generator.config
