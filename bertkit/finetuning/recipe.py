@@ -427,7 +427,7 @@ class DevScores:
         baseline = task.baseline(self.train_examples, self.dev, self._score_the_start)
         if baseline is not None:
             final["baseline"] = baseline
-        mix = getattr(model, "layer_mix", None)  # a module of the model, not of the task
+        mix = model.layer_mix  # a module of the model, not of the task
         if mix is not None:  # what the task took from each layer, in numbers and a picture
             final["layer_weights"] = mix.layer_weights().detach().cpu().tolist()
             final["layer_mix_gamma"] = float(mix.gamma.detach())

@@ -399,7 +399,8 @@ def _electra_parts(model: ElectraModel, tokenizer) -> tuple[tuple, tuple]:
     cfg = model.config
     disc = {"encoder." + k: v for k, v in _cpu_state(model.encoder).items()}
     head = {"detector." + k: v for k, v in _cpu_state(model.detector).items()}
-    gen, gcfg = model.generator, getattr(model.generator, "config", None)
+    gen = model.generator
+    gcfg = None if gen is None else gen.config
     if cfg.architecture == "bert":
         electra = {"model_type": "electra"}
         return ((to_hf_state_dict({**disc, **head}, "electra.", "electra"),

@@ -148,8 +148,8 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
 
 
 def _max_length(model: nn.Module, tokenizer) -> int:
-    config = getattr(model, "config", None)
-    return int(getattr(config, "max_positions", tokenizer.model_max_length))
+    """The longest input: the model's positions (every model judged here has its config)."""
+    return int(model.config.max_positions)
 
 
 def _encode(tokenizer, texts: Sequence[str], max_length: int, truncate: bool,
