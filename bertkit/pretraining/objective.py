@@ -10,6 +10,7 @@ run that differ from one objective to another, and the shape of the examples it 
     save         the trained model written;  load_parts: what of a saved directory it reads
     fingerprint  what a checkpoint must have been trained with to be resumed
     describe     the line the run prints about it; pipeline_tag: its card's
+    query        how a user asks the trained model what it learned
 
 The recipe, the batches and `evaluate` call these and never ask which objective they hold;
 the objectives themselves are listed once, in `bertkit.pretraining.objectives.OBJECTIVES`.
@@ -68,6 +69,9 @@ class Objective:
     """Whether it masks tokens (a masking rate to report)."""
     label_key: ClassVar[str] = "mlm_labels"
     """The batch's targets, counted to weigh micro-batches and ranks."""
+    query: ClassVar[str] = 'bertkit fill-mask --model {model} "The cat sat on the [MASK]."'
+    """How a user asks the trained model what it learned (its card shows it): a command
+    line, {model} the model's directory."""
 
     def __init__(self, settings=None):
         self.settings = settings if settings is not None or self.Settings is None \

@@ -323,7 +323,9 @@ def card_section(opts: PretrainOptions, model: nn.Module,
             f"{counted(result.step, 'step')} on {result.tokens:,} tokens ({_shape(opts)} "
             f"tokens per batch{_accumulation(cfg)}), learning rate {cfg.lr:g} ({cfg.schedule} "
             f"schedule), precision {cfg.precision}, seed {cfg.seed}.")
+    ask = the_objective(opts).query.format(model=shlex.quote(str(opts.out)))
     return "\n\n".join([lead, _held_out(result.eval_metrics),
+                        f"Ask it what it learned:\n\n```bash\n{ask}\n```",
                         f"Use it:\n\n```bash\nbertkit finetune classify --model "
                         f"{shlex.quote(str(opts.out))} --train train.jsonl --dev dev.jsonl "
                         f"--out runs/clf\n```"])

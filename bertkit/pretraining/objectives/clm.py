@@ -29,6 +29,7 @@ class LeftToRight(Objective):
     pipeline_tag = "text-generation"
     masks = False  # it predicts every token: no masking rate to report
     label_key = "clm_labels"
+    query = 'bertkit generate --model {model} "The cat"'
 
     def loss(self, model: nn.Module, batch: dict):
         return clm_loss(model, batch)

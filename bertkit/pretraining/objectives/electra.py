@@ -52,6 +52,7 @@ class Electra(Objective):
     examples = ExampleShape(replacement_draws=True)
     Settings = ElectraSettings
     pipeline_tag = None  # transformers has no pipeline for a discriminator
+    query = 'bertkit detect --model {model} "The cat ate on the mat."'
 
     def fresh_model(self, cfg, seed: int) -> nn.Module:
         with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally

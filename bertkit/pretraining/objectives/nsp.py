@@ -41,6 +41,8 @@ class NextSentence(Objective):
     name = "mlm+nsp"
     summary = "BERT's: with next-sentence prediction, NSP; \"bert\" only"
     examples = ExampleShape(rows="pairs")
+    query = ('bertkit next-sentence --model {model} --first "I went to the store." '
+             '--second "I bought some milk."')
 
     def fit(self, model: nn.Module, init: Path | None, seed: int) -> nn.Module:
         if model.nsp is None:
