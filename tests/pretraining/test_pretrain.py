@@ -402,12 +402,12 @@ def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, mo
     assert "tokenizer does not match the data" in _error(
         capsys, base + ["--init", str(other), "--seq-len", "32"])
 
-    from bertkit.pretraining import objectives
+    from bertkit.pretraining.objectives import MaskedLM
 
-    def oom(model, batch):
+    def oom(self, model, batch):
         raise torch.OutOfMemoryError("out of memory: you tried to allocate 1 GB")
 
-    monkeypatch.setattr(objectives, "mlm_loss", oom)
+    monkeypatch.setattr(MaskedLM, "loss", oom)
     line = _error(capsys, base + ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8"])
     assert "out of memory for a batch of 8 x 32 tokens: lower the batch size" in line
     assert not out.exists()
