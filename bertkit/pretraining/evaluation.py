@@ -51,7 +51,8 @@ from bertkit.pretraining.detection_scores import DETECTION_SCORING, detection_lo
 from bertkit.pretraining.examples import ROW_ENDS
 from bertkit.pretraining.held_out_split import (MIN_SCORED_TOKENS, corruption,  # noqa: F401
                                                 heldout_batches, heldout_scores)
-from bertkit.pretraining.objectives import OBJECTIVES, objective_named
+from bertkit.pretraining.objectives import (OBJECTIVES, Electra, LeftToRight, MaskedLM,
+                                            objective_named)
 from bertkit.pretraining.pseudo_likelihood import (BAD, DEFAULT_GROUP, FILE_GROUP,  # noqa: F401
                                                    GOOD, PLL_METRICS, is_pairs_file,
                                                    minimal_pairs, pseudo_log_likelihood,
@@ -288,7 +289,7 @@ def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: 
                         f"(generator/): it judges minimal pairs, not masked tokens")
     if inp.is_dir() and not pairs and not is_dataset_dir(inp):
         return {"kind": "heldout", **heldout_scores(
-            model, inp, objective="electra", seq_len=opts.seq_len,
+            model, inp, objective=Electra(), seq_len=opts.seq_len,
             batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches, seed=opts.seed,
             whole_word=opts.whole_word, mask_rate=opts.mask_rate, row_ends=opts.row_ends,
             mask_frac=opts.mask_frac, random_frac=opts.random_frac, device=device)}
@@ -298,7 +299,7 @@ def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: 
                                    model, tokenizer, sentences, 4 * batch_size, device))
         return {"kind": "minimal_pairs", "scored_by": DETECTION_SCORING,
                 "score": "sum of log P(original) over the pieces", **report}
-    generator = dataclasses.replace(opts, objective="mlm")
+    generator = dataclasses.replace(opts, objective=MaskedLM.name)
     return {**_text_figures(model.generator, tokenizer, inp, generator, batch_size, device),
             "scored_by": "generator"}
 
@@ -394,7 +395,7 @@ def _heldout_figures(model: nn.Module, model_dir: str | os.PathLike, data: Path,
     """`heldout_scores` of a prepared directory as `evaluate_pretrained` asks: a left-to-right
     model by next-token prediction, the span objective with the directory's span head."""
     if causal:
-        opts = dataclasses.replace(opts, objective="clm")
+        opts = dataclasses.replace(opts, objective=LeftToRight.name)
     objective = objective_named(opts.objective)
     model = objective.load_parts(model, Path(model_dir), device)
     return heldout_scores(model, data, objective=objective, seq_len=opts.seq_len,
