@@ -25,7 +25,7 @@ _EXPORTS = {
     # pretraining
     "prepare": "pretraining.corpus", "PretrainingBatches": "pretraining.examples", "MaskingConfig": "pretraining.masking",
     "mask_tokens": "pretraining.masking", "whole_word_mask": "pretraining.masking", "span_mask": "pretraining.masking",
-    "PretrainOptions": "pretraining.recipe", "PretrainSchedule": "pretraining.recipe",
+    "PretrainOptions": "pretraining.options", "PretrainSchedule": "pretraining.options",
     "pretrain": "pretraining.recipe", "prepare_text": "pretraining.corpus",
     "prepare_corpora": "pretraining.corpus",
     "masked_token_scores": "pretraining.evaluation", "pseudo_log_likelihood": "pretraining.evaluation",

@@ -144,7 +144,8 @@ def run_demo(opts: DemoOptions) -> dict:
     """Run the pipeline; returns (and writes to demo.json) the figures and predictions."""
     from bertkit.pretraining.corpus import prepare
     from bertkit.model.fill_mask import fill_mask
-    from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, pretrain
+    from bertkit.pretraining.options import PretrainOptions, PretrainSchedule
+    from bertkit.pretraining.recipe import pretrain
     from bertkit.text.sources import expand
     from bertkit.text.vocab import train_tokenizer
 

@@ -47,6 +47,9 @@ def _field_docs(cls: type) -> dict[str, str]:
                     and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
                     and isinstance(after.value.value, str)):
                 docs[node.target.id] = " ".join(after.value.value.split())
+    for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+        if f.metadata.get("doc"):  # a field made by code, which no source shows
+            docs.setdefault(f.name, f.metadata["doc"])
     return docs
 
 
@@ -92,6 +95,9 @@ class Option:
     model: tuple[str, ...] | None = None
     """A model (`metadata={"model": True}`, or the words it takes that are no model): a Hub
     name given here is fetched before the command runs; None: no model."""
+    group: str | None = None
+    """The heading the help lists it under (a nested dataclass's field with
+    `metadata={"group": TITLE}`: pretrain's "--objective electra"); None: the command's."""
 
     @property
     def dest(self) -> str:
@@ -135,8 +141,8 @@ def _scalar_kind(tp, metadata) -> tuple[type, tuple | None]:
     raise TypeError(f"no command-line flag for the type {tp}")
 
 
-def options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str, ...]
-                ) -> list[Option]:
+def options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str, ...],
+               group: str | None = None) -> list[Option]:
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     found = []
@@ -146,7 +152,7 @@ def options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str,
             continue
         tp, optional = unwrap(hints[f.name])
         if dataclasses.is_dataclass(tp):
-            found += options_of(tp, source, path, omit)
+            found += options_of(tp, source, path, omit, f.metadata.get("group", group))
             continue
         nargs = container = None
         origin = get_origin(tp)
@@ -172,7 +178,7 @@ def options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str,
                             f.metadata.get("metavar"), kind is Path and is_output(f),
                             kind is Path and f.metadata.get("output") == "directory",
                             bool(f.metadata.get("weighted")), f.metadata.get("flag"),
-                            _duration(cls, f, kind, nargs), _model(cls, f, kind)))
+                            _duration(cls, f, kind, nargs), _model(cls, f, kind), group))
     return found
 
 

@@ -1,5 +1,7 @@
 """Commands on a model directory: `init` (a fresh model sized to a tokenizer), `info`,
-`fill-mask` and `generate` (text from a left-to-right model)."""
+`fill-mask`, `next-sentence` (a next-sentence head asked about two sentences), `detect`
+(an ELECTRA discriminator's replaced tokens) and `generate` (text from a left-to-right
+model)."""
 from __future__ import annotations
 
 import json
@@ -102,6 +104,59 @@ def run_fill_mask(opts: FillMaskOptions) -> int:
     return 0
 
 
+@dataclass(kw_only=True)
+class NextSentenceOptions:
+    model: Path = field(metadata={"model": True})
+    """Model directory pretrained with next-sentence prediction (--objective mlm+nsp)."""
+    first: str
+    """Sentence A."""
+    second: str
+    """Sentence B: is it A's continuation, or a random sentence?"""
+    json: bool = False
+    """One {"first", "second", "is_next"} object."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
+
+
+def run_next_sentence(opts: NextSentenceOptions) -> int:
+    from bertkit.model.next_sentence import NextSentence
+
+    is_next = NextSentence.load(opts.model, device=opts.device)(opts.first, opts.second)
+    if opts.json:
+        print(json.dumps({"first": opts.first, "second": opts.second, "is_next": is_next},
+                         ensure_ascii=False))
+    else:
+        print(f"P(B follows A) = {is_next:.4f}")
+    return 0
+
+
+@dataclass(kw_only=True)
+class DetectOptions:
+    model: Path = field(metadata={"model": True})
+    """ELECTRA directory (pretrained with --objective electra)."""
+    text: list[str] = field(metadata={"positional": True})
+    """Texts to judge."""
+    json: bool = False
+    """One {"text", "tokens": [{"token", "start", "end", "replaced"}, ...]} per text."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
+    ..."""
+
+
+def run_detect(opts: DetectOptions) -> int:
+    from bertkit.model.detect import ReplacedTokens
+
+    detect = ReplacedTokens.load(opts.model, device=opts.device)
+    for text, tokens in zip(opts.text, detect.batch(opts.text)):
+        if opts.json:
+            print(json.dumps({"text": text, "tokens": tokens}, ensure_ascii=False))
+            continue
+        print(text)
+        print("  " + "  ".join(f"{t['token']} {t['replaced']:.2f}" for t in tokens))
+    return 0
+
+
 def run_generate(opts) -> int:
     from bertkit.model.generate import generate
 
@@ -121,6 +176,15 @@ COMMANDS = (
             help="a randomly initialised model sized to a tokenizer"),
     Command("fill-mask", run_fill_mask, (FillMaskOptions,),
             help="the model's top-k guesses for each [MASK]"),
+    Command("next-sentence", run_next_sentence, (NextSentenceOptions,),
+            help="whether sentence B follows sentence A, by a model's next-sentence head",
+            description="The probability a model pretrained with next-sentence prediction "
+                        "(--objective mlm+nsp) gives to B being A's continuation rather than "
+                        "a random sentence."),
+    Command("detect", run_detect, (DetectOptions,),
+            help="which tokens of a text an ELECTRA discriminator judges replaced",
+            description="Per token, the probability that an ELECTRA discriminator "
+                        "(--objective electra) gives to its having been replaced."),
     Command("generate", run_generate, ("bertkit.model.generate:GenerateOptions",),
             help="continue a prompt with a model pretrained with --objective clm",
             description="Left to right, one piece at a time: greedy, or sampled with a "

@@ -120,7 +120,11 @@ class Command:
             # "--max-time -5m" a value, refused in one line as no duration; argparse before
             # 3.13 takes only "-5" and "-.5" for values and "-5m" for an unknown flag
             parser._negative_number_matcher = _NEGATIVE
+        groups: dict[str | None, argparse._ActionsContainer] = {None: parser}
         for opt in flags:
+            if opt.group not in groups:
+                groups[opt.group] = parser.add_argument_group(opt.group)
+            target = groups[opt.group]
             help = opt.help
             if opt.duration:
                 help += " Also with units: 30s, 10m, 1.5h, 1h30m; a bare number is minutes."
@@ -136,13 +140,13 @@ class Command:
                                       if opt.choices else
                                       "DURATION" if opt.duration else opt.name.upper())
             if opt.kind is bool and opt.nargs is None:
-                parser.add_argument(opt.flag, "--no-" + opt.flag[2:], dest=opt.dest,
+                target.add_argument(opt.flag, "--no-" + opt.flag[2:], dest=opt.dest,
                                     action=Switch, default=argparse.SUPPRESS, help=help)
             elif opt.positional:  # optional here: it may come from --config
-                parser.add_argument(opt.dest, nargs="*" if opt.nargs else "?", default=None,
+                target.add_argument(opt.dest, nargs="*" if opt.nargs else "?", default=None,
                                     type=converter(opt), metavar=metavar, help=help)
             else:  # a list flag given twice keeps both: --model A --model B is --model A B
-                action = parser.add_argument(
+                action = target.add_argument(
                     opt.flag, dest=opt.dest, nargs=opt.nargs, type=converter(opt),
                     default=argparse.SUPPRESS, metavar=metavar, help=help,
                     **({"action": "extend"} if opt.nargs == "+" else {}))

@@ -92,7 +92,7 @@ def run_sample_data(opts: SampleDataOptions) -> int:
 
 
 PRETRAIN = Command(
-    "pretrain", run_pretrain, ("bertkit.pretraining.recipe:PretrainOptions",),
+    "pretrain", run_pretrain, ("bertkit.pretraining.options:PretrainOptions",),
     help="pretrain a BERT-style encoder on a corpus or prepared shards (mixed by proportion)",
     description="Pretrain a fresh --preset or continue an --init model on a corpus "
                 "(prepared into OUT/data first) or the shards of `bertkit prepare`, or on "

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     from bertkit.runtime import physical_cores
 
     # torch 2.13's torchrun keeps one TCPStore across restarts, where restarted workers of
-    # several nodes read the addresses of the dead round (bertkit.pretraining.recipe.restart_store)
+    # several nodes read the addresses of the dead round (bertkit.training.distributed.restart_store)
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     args = parse_args(argv)
     if "OMP_NUM_THREADS" not in os.environ:

@@ -75,10 +75,9 @@ class ExportOptions:
 class _Graph(nn.Module):
     """What is traced: named tensor inputs -> a tuple of output tensors."""
 
-    def __init__(self, model: nn.Module, kind: str, segments: bool):
+    def __init__(self, model: nn.Module, kind: str, segments: bool, cases: bool):
         super().__init__()
-        self.model, self.kind, self.segments = model, kind, segments
-        self.cases = getattr(model, "word_case", None) is not None
+        self.model, self.kind, self.segments, self.cases = model, kind, segments, cases
 
     def forward(self, input_ids, *rest):
         words = ()
@@ -191,9 +190,15 @@ def _kind_of(kind: str, task) -> str:
     return "spans" if task is not None and task.name == "spans" else kind
 
 
+def _graph(model: nn.Module, kind: str, task, cfg) -> _Graph:
+    """What is traced of `model`: a fine-tuned one's case input too, where it has one."""
+    cases = task is not None and model.word_case is not None  # a TaskHead's declared part
+    return _Graph(model, _kind_of(kind, task), cfg.architecture == "bert", cases).eval()
+
+
 def max_difference(model: nn.Module, kind: str, task, session, cfg) -> float:
     """Largest |onnx - torch| over a batch of another size and length than the traced one."""
-    graph = _Graph(model, _kind_of(kind, task), cfg.architecture == "bert").eval()
+    graph = _graph(model, kind, task, cfg)
     inputs = example_inputs(cfg, batch=3, length=min(cfg.max_positions, 21), seed=1,
                             words=graph.kind == "spans", cases=graph.cases)
     with torch.inference_mode():
@@ -214,7 +219,7 @@ def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
     if dev is not None and task is None:
         raise UserError(f"--dev scores a fine-tuned model; {path} is not one")
     cfg = hub.load_config(path)
-    graph = _Graph(module, _kind_of(kind, task), cfg.architecture == "bert").eval()
+    graph = _graph(module, kind, task, cfg)
     inputs = example_inputs(cfg, words=graph.kind == "spans", cases=graph.cases)
     names, outputs = list(inputs), output_names(kind, task)
     axes = {name: {0: "batch", 1: "words" if name.startswith("word_") else "sequence"}

@@ -67,6 +67,16 @@ class TaskHead(nn.Module):
     """Child modules transformers has a place for; other non-encoder children go to
     task_head.safetensors."""
 
+    def __init__(self):
+        super().__init__()
+        # the optional parts every task model has, None until given (a child module then)
+        self.layer_mix: ScalarMix | None = None
+        """ELMo's learned mix of all layers, which the head then reads (`finetune
+        --layer-mix`, given by `backbone.build_task_model`); None: the last layer."""
+        self.word_case: nn.Embedding | None = None
+        """Each piece's word case embedded and added to the encoder's input (`finetune tag
+        --case-feature`, given by the task); None: no such input."""
+
     def hf_config(self) -> dict:
         """config.json entries the transformers class reads (beyond id2label / label2id)."""
         return {}
@@ -77,8 +87,7 @@ class TaskHead(nn.Module):
         (`finetune --layer-mix`, bertkit.model.scalar_mix), ELMo's learned mix of all layers.
         With a `word_case` embedding (`finetune --case-feature`), `case_ids` [B, T] (each
         piece's word case, inputs.WORD_CASES) add it to the encoder's input."""
-        mix = getattr(self, "layer_mix", None)  # child modules, absent unless asked for
-        case = getattr(self, "word_case", None)
+        mix, case = self.layer_mix, self.word_case
         extra = None if case is None or case_ids is None else case(case_ids)  # [B, T, H]
         if mix is None:
             return self.encoder(input_ids, token_type_ids, attention_mask,
@@ -93,7 +102,7 @@ class TaskHead(nn.Module):
     def transformers_reads_it(self) -> bool:
         """Whether the transformers class `architecture` computes what this model does: not
         with a word-case input (no transformers class takes one) or a mean-pooled head."""
-        return getattr(self, "word_case", None) is None
+        return self.word_case is None
 
 
 class SequenceClassifier(TaskHead):
@@ -124,7 +133,7 @@ class SequenceClassifier(TaskHead):
                     else attention_mask)[..., None].to(h.dtype)  # [B, T, 1]
             mean = (h * keep).sum(1) / keep.sum(1).clamp(min=1)  # [B, H]
             return self.classifier(self.dropout(mean))  # [B, K]
-        if getattr(self, "layer_mix", None) is not None:  # every layer at [CLS], mixed
+        if self.layer_mix is not None:  # every layer at [CLS], mixed
             h = self.token_states(input_ids, token_type_ids, attention_mask)
             cls = h.flatten(0, 1)[cls_rows(input_ids)]  # [B, H]
         else:  # the head reads [CLS] alone, so the last block runs at [CLS] alone
@@ -257,9 +266,8 @@ def init_head(model: nn.Module, generator: torch.Generator) -> None:
                 nn.init.ones_(m.weight)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-    case = getattr(model, "word_case", None)
-    if case is not None:  # fine-tuning starts from the pretrained model's own input
-        nn.init.zeros_(case.weight)
+    if model.word_case is not None:  # fine-tuning starts from the pretrained model's input
+        nn.init.zeros_(model.word_case.weight)
 
 
 class _Exported(nn.Module):
@@ -312,7 +320,7 @@ def save_task_model(model: TaskHead, path: str | Path, *, task: dict, tokenizer=
         extra_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
         extra_config["label2id"] = {name: i for i, name in enumerate(labels)}
     task_json = dict(task, head=model.head_spec())
-    if getattr(model, "layer_mix", None) is not None:  # its weights go to task_head.safetensors
+    if model.layer_mix is not None:  # its weights go to task_head.safetensors
         task_json["head"]["layer_mix"] = model.layer_mix.num_layers
     files = {TASK_FILE: (json.dumps(task_json, indent=2, ensure_ascii=False) + "\n").encode()}
     extra = _extra_state(model)

@@ -41,7 +41,7 @@ from torch import nn
 
 from bertkit.config import ConfigError, TrainConfig, parse_minutes
 from bertkit.figures import draw_or_skip
-from bertkit.files import UserError, atomic_file, check_not_input, write_json
+from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze
 from bertkit.finetuning.baselines import baseline_comparison
 from bertkit.finetuning.batches import EpochBatches
@@ -51,8 +51,7 @@ from bertkit.finetuning.input_sources import input_file, input_identity, input_n
 from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
-from bertkit.model.card import (CARD_FILE, card_figure, card_with_section, read_card,
-                                with_front_matter)
+from bertkit.model.card import card_figure, read_card, write_card
 from bertkit.progress import counted
 from bertkit.runtime import choose_precision, resolve_device
 from bertkit.training.loop import train
@@ -406,18 +405,16 @@ class DevScores:
         baseline = task.baseline(self.train_examples, self.dev, self._score_the_start)
         if baseline is not None:
             final["baseline"] = baseline
-        mix = getattr(model, "layer_mix", None)  # a module of the model, not of the task
+        mix = model.layer_mix  # a module of the model, not of the task
         if mix is not None:  # what the task took from each layer, in numbers and a picture
             final["layer_weights"] = mix.layer_weights().detach().cpu().tolist()
             final["layer_mix_gamma"] = float(mix.gamma.detach())
         task.save_model(self.plan.backbone, model, path, tokenizer=self.plan.backbone.tokenizer,
                         labels=list(task.label_names()) or None)
-        with atomic_file(path / CARD_FILE) as f:  # beside the model, as dev_metrics.json
-            f.write(with_front_matter(
-                card_with_section(self.plan.source_card, CARD_TITLE,
-                                  card_section(self.plan, task, final, model)),
-                {"library_name": task.library_name, "pipeline_tag": task.pipeline_tag,
-                 "base_model": hub.hub_name(self.plan.model_name)}))
+        write_card(path, self.plan.source_card, CARD_TITLE,  # beside dev_metrics.json
+                   card_section(self.plan, task, final, model),
+                   {"library_name": task.library_name, "pipeline_tag": task.pipeline_tag,
+                    "base_model": hub.hub_name(self.plan.model_name)})
         write_json(path / "dev_metrics.json", final)
         if mix is not None:
             from bertkit.embeddings.plots import plot_layer_weights  # matplotlib only here

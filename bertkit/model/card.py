@@ -14,7 +14,7 @@ import json
 import re
 from pathlib import Path
 
-from bertkit.files import UserError
+from bertkit.files import UserError, atomic_file
 
 CARD_FILE = "README.md"
 
@@ -78,4 +78,15 @@ def card_figure(name: str, value) -> str | None:
     return f"{value:,.0f}" if name.endswith("_tokens") else f"{value:.4f}"
 
 
-__all__ = ["CARD_FILE", "read_card", "card_with_section", "with_front_matter", "card_figure"]
+def write_card(model_dir: str | Path, source_card: str | None, title: str, section: str,
+               front_matter: dict[str, str | None]) -> None:
+    """The card of a model a command made, as README.md in `model_dir`: the card of the model
+    it was made from (`source_card`, None: none) with the section `## title` on what the
+    command did, and the front matter's `fields` the hub files the new model by
+    (`with_front_matter`). Pretraining and fine-tuning write theirs here."""
+    with atomic_file(Path(model_dir) / CARD_FILE) as f:
+        f.write(with_front_matter(card_with_section(source_card, title, section), front_matter))
+
+
+__all__ = ["CARD_FILE", "read_card", "card_with_section", "with_front_matter", "card_figure",
+           "write_card"]

@@ -245,7 +245,7 @@ class Encoder(nn.Module):
     """
 
     def __init__(self, cfg: EncoderConfig, fast: bool = True,
-                 embeddings: Embeddings | None = None):
+                 embeddings: Embeddings | None = None, pooler: bool = True):
         super().__init__()
         self.config = cfg
         self.fast = fast
@@ -256,7 +256,9 @@ class Encoder(nn.Module):
         self.project = (nn.Linear(cfg.embedding_width, cfg.hidden_size, bias=not modern)
                         if cfg.embedding_width != cfg.hidden_size else None)
         self.blocks = nn.ModuleList(Block(cfg, fast, i) for i in range(cfg.num_layers))
-        self.pooler = None if modern else nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        # "bert"'s pooler, unless the model built reads no pooled [CLS] (ELECTRA's networks)
+        self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if pooler and not modern \
+            else None
         # pre-LN leaves the residual stream unnormalised: one LN after the last block
         self.final_norm = (nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=False)
                            if modern else None)

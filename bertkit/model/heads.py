@@ -97,14 +97,17 @@ class PretrainingModel(nn.Module):
     """
 
     def __init__(self, cfg: EncoderConfig, sbo: SpanBoundaryHead | None = None,
-                 fast: bool = True, embeddings: Embeddings | None = None):
+                 fast: bool = True, embeddings: Embeddings | None = None,
+                 next_sentence: bool = True):
         super().__init__()
         self.config = cfg
         self.fast = fast
-        self.encoder = Encoder(cfg, fast, embeddings)  # `embeddings`: shared (ELECTRA)
+        # `embeddings`: shared (ELECTRA); without the next-sentence head, no pooler either
+        self.encoder = Encoder(cfg, fast, embeddings, pooler=next_sentence)
         self.mlm = MaskedLMHead(cfg, self.encoder.embeddings.word)
         # transformers' ModernBERT has no next-sentence head (RoBERTa showed it does not help)
-        self.nsp = NextSentenceHead(cfg) if cfg.architecture == "bert" else None
+        self.nsp = NextSentenceHead(cfg) if next_sentence and cfg.architecture == "bert" \
+            else None
         self.sbo = sbo
         # the weights at their initial draw: all of a fresh model's, those a loaded directory
         # lacked (`hub.load_pretraining_model`): a run that does not train them must not save
@@ -184,15 +187,14 @@ class ElectraModel(nn.Module):
                              "same architecture and embedding width")
         self.config = cfg
         self.fast = fast
-        self.encoder = Encoder(cfg, fast)
-        self.encoder.pooler = None  # detection reads every token, [CLS] no more than others
+        # detection reads every token, [CLS] no more than others: no pooler
+        self.encoder = Encoder(cfg, fast, pooler=False)
         self.detector = ReplacedTokenHead(cfg)
         self.generator = None
         if generator_cfg is not None:
             self.generator = PretrainingModel(generator_cfg, fast=fast,
-                                              embeddings=self.encoder.embeddings)
-            self.generator.nsp = None
-            self.generator.encoder.pooler = None
+                                              embeddings=self.encoder.embeddings,
+                                              next_sentence=False)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:

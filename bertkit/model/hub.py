@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from typing import Sequence
 from pathlib import Path
 
 import torch
@@ -350,11 +351,14 @@ def _write_model(where: Path, hf: dict, config: dict, tokenizer) -> None:
 
 def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
                architectures: list[str] | None = None, extra_config: dict | None = None,
-               extra_files: dict[str, bytes] | None = None) -> Path:
+               extra_files: dict[str, bytes] | None = None,
+               leave_out: Sequence[str] = ()) -> Path:
     """Write a Hugging Face directory for `module` (an Encoder or a model with `.encoder`).
 
     The directory appears complete or not at all. `tokenizer` (a bertkit Tokenizer) adds
-    vocab.txt and the tokenizer files; `extra_config` adds keys such as `id2label`.
+    vocab.txt and the tokenizer files; `extra_config` adds keys such as `id2label`;
+    `leave_out` names submodules ("sbo", "encoder.pooler") whose weights are not written:
+    those without a Hugging Face name, and heads never trained.
     """
     cfg = module.config if isinstance(module, Encoder) else module.encoder.config
     modern = cfg.architecture == "modern"
@@ -364,7 +368,9 @@ def save_model(module: nn.Module, path: str | Path, *, tokenizer=None,
         prefix = NAMES[cfg.architecture].prefix
         default_arch = ["ModernBertForMaskedLM" if modern else "BertForPreTraining"]
     config = _hf_config(cfg, architectures or default_arch, extra_config, tokenizer)
-    hf = to_hf_state_dict(_cpu_state(module), prefix, cfg.architecture)
+    state = {k: v for k, v in _cpu_state(module).items()
+             if not k.startswith(tuple(f"{name}." for name in leave_out))}
+    hf = to_hf_state_dict(state, prefix, cfg.architecture)
     if config["architectures"] in (["BertForMaskedLM"], ["BertLMHeadModel"]):
         # transformers' BertForMaskedLM (and BertLMHeadModel) has neither pooler nor NSP head:
         # leave them out so it loads with no unexpected keys (an MLM-only run never trains them).
@@ -393,7 +399,8 @@ def _electra_parts(model: ElectraModel, tokenizer) -> tuple[tuple, tuple]:
     cfg = model.config
     disc = {"encoder." + k: v for k, v in _cpu_state(model.encoder).items()}
     head = {"detector." + k: v for k, v in _cpu_state(model.detector).items()}
-    gen, gcfg = model.generator, getattr(model.generator, "config", None)
+    gen = model.generator
+    gcfg = None if gen is None else gen.config
     if cfg.architecture == "bert":
         electra = {"model_type": "electra"}
         return ((to_hf_state_dict({**disc, **head}, "electra.", "electra"),

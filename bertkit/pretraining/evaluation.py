@@ -10,7 +10,7 @@ by default, and predict them. `mask_frac=0.8, random_frac=0.1` corrupts the samp
 transformers' run_mlm.py evaluates (its collator's 80/10/10: a tenth of the sample replaced by
 pieces drawn uniformly from the vocabulary, a tenth left as it is, all of it scored), so that
 a figure can be set beside that script's eval_accuracy. On a prepared data directory,
-`heldout_scores` is `objectives.evaluate_lm` over the held-out split, with the batches
+`heldout_scores` is `held_out.held_out_figures` over the held-out split, with the batches
 pretraining evaluates on, so the figures equal what `bertkit pretrain` logs for the same
 settings.
 
@@ -32,42 +32,41 @@ in eval mode for the call and given back in the mode it was in.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
-from bertkit.files import UserError, format_suffix, read_jsonl, read_lines
-from bertkit.model.generate import log_likelihoods, next_token_scores
-from bertkit.model.heads import ElectraModel, SpanBoundaryHead
+from bertkit.files import UserError
+from bertkit.model.generate import next_token_scores
 from bertkit.model.hub import has_detector, load_electra, load_pretraining_model, resolve_model
 from bertkit.pretraining.provenance import check_tokenizer
 from bertkit.pretraining.shards import load_manifest
-from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
-from bertkit.pretraining.masking import MaskingConfig
-from bertkit.pretraining.objectives import OBJECTIVES, evaluate_lm
-from bertkit.pretraining.recipe import SBO_FILE
-from bertkit.progress import Progress
+from bertkit.pretraining.detection_scores import DETECTION_SCORING, detection_log_likelihood
+from bertkit.pretraining.examples import ROW_ENDS
+from bertkit.pretraining.held_out_split import (MIN_SCORED_TOKENS, corruption,  # noqa: F401
+                                                heldout_batches, heldout_scores)
+from bertkit.pretraining.objectives import (OBJECTIVES, Electra, LeftToRight, MaskedLM,
+                                            objective_named)
+from bertkit.pretraining.pseudo_likelihood import (BAD, DEFAULT_GROUP, FILE_GROUP,  # noqa: F401
+                                                   GOOD, PLL_METRICS, is_pairs_file,
+                                                   minimal_pairs, pseudo_log_likelihood,
+                                                   pseudo_perplexity, read_pairs)
+from bertkit.pretraining.sentence_rows import encode as _encode
+from bertkit.pretraining.sentence_rows import eval_mode as _eval_mode
+from bertkit.pretraining.sentence_rows import masked_logits as _masked_logits
+from bertkit.pretraining.sentence_rows import max_length as _max_length
+from bertkit.pretraining.sentence_rows import padded as _padded
+from bertkit.pretraining.sentence_rows import word_begins
 from bertkit.text.sources import is_dataset_dir, numbered_texts
-from bertkit.text.tokenizer import Tokenizer, cut_warning, word_starts
+from bertkit.text.tokenizer import Tokenizer
 
-GOOD, BAD = "sentence_good", "sentence_bad"
-PLL_METRICS = ("original", "word-l2r")
-DEFAULT_GROUP = "UID"
-"""The grouping field of BLiMP lines, used when the pairs carry it and no other is asked for."""
-FILE_GROUP = "file"
-"""The field `read_pairs` gives the pairs of a directory (their file's name): the grouping
-where they carry no UID."""
 
 
 @dataclass
@@ -137,84 +136,7 @@ class LMEvalOptions:
                             "--eval-batches at least 1")
 
 
-@contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        model.train(was_training)
-
-
-def _max_length(model: nn.Module, tokenizer) -> int:
-    config = getattr(model, "config", None)
-    return int(getattr(config, "max_positions", tokenizer.model_max_length))
-
-
-def _encode(tokenizer, texts: Sequence[str], max_length: int, truncate: bool,
-            names: Sequence[str] | None = None):
-    """(flat ids [P], lengths [S], is-special [P]) of the texts with [CLS] / [SEP]."""
-    batch = tokenizer.encode_batch(list(texts), max_length=max_length,
-                                   truncation="longest_first" if truncate else False,
-                                   with_offsets=False, names=names)
-    cut_warning(int(batch.cut.sum()), len(batch), max_length, stacklevel=3)
-    flat, lengths = batch.flat_ids()
-    special = np.isin(flat, np.fromiter(tokenizer.special_ids, dtype=np.int64))
-    return flat, lengths, special
-
-
-def _padded(flat: np.ndarray, lengths: np.ndarray, pad_id: int) -> np.ndarray:
-    """int64 [S, longest]: the texts' ids, padded."""
-    real = np.arange(int(lengths.max(initial=1)))[None, :] < lengths[:, None]
-    ids = np.full(real.shape, pad_id, dtype=np.int64)
-    ids[real] = flat
-    return ids
-
-
-def _masked_logits(model: nn.Module, rows: np.ndarray, lengths: np.ndarray,
-                   positions: np.ndarray, mask_id: int, device: torch.device,
-                   also_masked: np.ndarray | None = None, inputs: np.ndarray | None = None):
-    """rows [C, T] of ids (lengths [C] real tokens), positions [N] flat indices into C*T:
-    (log-probabilities over the vocabulary [N, V] at those positions, their original ids [N]),
-    with [MASK] put at every position (or the ids `inputs` [N] there) and at the flat indices
-    `also_masked`, which are not predicted."""
-    ids = torch.from_numpy(rows).to(device)
-    attention = (torch.arange(rows.shape[1])[None, :] < torch.from_numpy(lengths)[:, None])
-    pos = torch.from_numpy(positions).to(device)
-    targets = ids.flatten()[pos]
-    if inputs is None:
-        ids = ids.flatten().index_fill(0, pos, mask_id)
-    else:
-        ids = ids.flatten().index_copy(0, pos, torch.from_numpy(inputs).to(device))
-    if also_masked is not None and len(also_masked):
-        ids = ids.index_fill(0, torch.from_numpy(also_masked).to(device), mask_id)
-    ids = ids.view(rows.shape)
-    logits = model(ids, torch.zeros_like(ids), attention.long().to(device), positions=pos)[0]
-    return F.log_softmax(logits.float(), dim=-1), targets
-
-
 # Masked-token accuracy, loss and perplexity --------------------------------------------------
-
-def _word_begins(tokenizer, flat: np.ndarray, special: np.ndarray) -> np.ndarray:
-    """bool [P]: the non-special piece begins a word (`word_starts`, or it follows a special
-    token); a word is such a piece and the pieces after it."""
-    return (word_starts(tokenizer)[flat] | np.roll(special, 1)) & ~special
-
-
-def _corruption(mask_frac: float | None, random_frac: float | None, default_mask: float,
-                default_random: float) -> tuple[float, float]:
-    """(mask_frac, random_frac) with the input's defaults where None; a split past 1 is the
-    user's error."""
-    mask = default_mask if mask_frac is None else mask_frac
-    random = default_random if random_frac is None else random_frac
-    if mask + random > 1 + 1e-9:
-        raise UserError(f"--mask-frac {mask} and --random-frac {random} add up to more than 1 "
-                        f"(where one is not given, it is {default_mask} and {default_random} "
-                        f"for this input)")
-    return mask, random
-
 
 def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str],
                         mask_rate: float = 0.15, seed: int = 0, batch_size: int = 64,
@@ -298,7 +220,7 @@ class _MaskedSample:
         text_of = np.repeat(np.arange(len(lengths)), lengths)
         if not whole_word:
             return cls(_sample(np.where(special, -1, text_of), len(lengths), mask_rate, seed))
-        begins = _word_begins(tokenizer, flat, special)
+        begins = word_begins(tokenizer, flat, special)
         word_of = np.cumsum(begins) - 1
         chosen_word = _sample(text_of[begins], len(lengths), mask_rate, seed)
         return cls(~special & chosen_word[np.maximum(word_of, 0)], word_of, chosen_word,
@@ -356,321 +278,6 @@ def _sample(text_of: np.ndarray, texts: int, mask_rate: float, seed: int) -> np.
     return (rank < k[owner]) & (text_of >= 0)
 
 
-MIN_SCORED_TOKENS = 100
-"""Fewer masked tokens than this and held-out figures are noise (an accuracy's standard error
-is then over 5 points): `heldout_scores` says so."""
-
-
-def heldout_batches(data_dir: str | os.PathLike, *, objective: str = "mlm", seq_len: int = 128,
-                    batch_size: int = 16, eval_batches: int = 40, seed: int = 0,
-                    whole_word: bool = False, mask_rate: float = 0.15,
-                    row_ends: str = "sentence", mask_frac: float | None = None,
-                    random_frac: float | None = None) -> list[dict]:
-    """The held-out batches `bertkit pretrain` evaluates on for these settings (its --seed is
-    `seed`; pretraining draws the held-out masks from seed + 1). mask_frac, random_frac: the
-    80/10/10 split, pretraining's defaults where None."""
-    default = MaskingConfig()
-    mask_frac, random_frac = _corruption(mask_frac, random_frac, default.mask_frac,
-                                         default.random_frac)
-    held = PretrainingBatches(data_dir, objective=objective, seq_len=seq_len,
-                              batch_size=batch_size, split="heldout", seed=seed + 1, prefetch=0,
-                              masking=MaskingConfig(mlm_prob=mask_rate, whole_word=whole_word,
-                                                    mask_frac=mask_frac, random_frac=random_frac),
-                              row_ends=row_ends)
-    batches = []
-    for batch in held:
-        batches.append(batch)
-        if len(batches) == eval_batches:
-            return batches
-    return batches
-
-
-def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *, objective: str = "mlm",
-                   seq_len: int = 128, batch_size: int = 16, eval_batches: int = 40,
-                   seed: int = 0, whole_word: bool = False, mask_rate: float = 0.15,
-                   row_ends: str = "sentence", mask_frac: float | None = None,
-                   random_frac: float | None = None,
-                   device: str | torch.device = "cpu") -> dict[str, float]:
-    """`objectives.evaluate_lm` over `heldout_batches`: accuracy, loss, perplexity, tokens
-    (and nsp_accuracy for mlm+nsp, sbo_loss for span when the model has the span head)."""
-    if (objective == "electra") != isinstance(model, ElectraModel):
-        raise UserError("held-out figures of an ELECTRA directory (a discriminator with its "
-                        "generator/) are the electra objective's, and only theirs")
-    if objective == "span" and getattr(model, "sbo", None) is None:
-        raise UserError("the span objective's held-out figures need the span-boundary head "
-                        "(sbo.safetensors); evaluate with --objective mlm")
-    batches = heldout_batches(data_dir, objective=objective, seq_len=seq_len,
-                              batch_size=batch_size, eval_batches=eval_batches, seed=seed,
-                              whole_word=whole_word, mask_rate=mask_rate, row_ends=row_ends,
-                              mask_frac=mask_frac, random_frac=random_frac)
-    device = torch.device(device)
-    was_training = model.training
-    model.eval()
-    try:
-        figures = evaluate_lm(model, batches, objective, device)
-    finally:
-        model.train(was_training)
-    # An accuracy of 0 out of nothing, or of a handful, must not pass for a figure.
-    if figures["eval_tokens"] == 0:
-        raise UserError(f"{data_dir}: the held-out split gives no masked tokens to score; "
-                        f"prepare it with more text or a larger --heldout")
-    if figures["eval_tokens"] < MIN_SCORED_TOKENS:
-        print(f"warning: {data_dir}: only {int(figures['eval_tokens'])} masked tokens of the "
-              f"held-out split scored: these figures are noise (prepare it with more text or a "
-              f"larger --heldout)", file=sys.stderr)
-    # the names pretraining logs, without the split's prefix (README, "Metric names")
-    return {k.removeprefix("eval_"): v for k, v in figures.items()}
-
-
-# Pseudo-log-likelihood ------------------------------------------------------------------------
-
-def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
-         device: torch.device, truncate: bool = False,
-         names: Sequence[str] | None = None, metric: str = "original",
-         progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pseudo-log-likelihood float64 [S], scored pieces int64 [S], scored words int64 [S])
-    of distinct sentences (words by `_word_begins`: a sentence cut to fit counts only the
-    words it kept). `progress`: the masked copies scored, their rate and the ETA on stderr
-    (a forward pass a piece: minutes for a few thousand lines on a CPU)."""
-    if metric not in PLL_METRICS:
-        raise ValueError(f"unknown PLL metric {metric!r}; choose one of {PLL_METRICS}")
-    flat, lengths, special = _encode(tokenizer, sentences, _max_length(model, tokenizer),
-                                     truncate, names)
-    text_of = np.repeat(np.arange(len(sentences)), lengths)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-    # One masked copy per non-special piece: (its sentence, its position in the sentence),
-    # ordered by the sentence's length so that a batch pads little.
-    piece = np.flatnonzero(~special)
-    copy_sentence = text_of[piece]
-    copy_position = piece - starts[copy_sentence]
-    # word-l2r: the pieces after a copy's piece up to the next word start (a special token
-    # starts a word too, so a word never runs past its sentence's [SEP]) are masked with it.
-    if metric == "word-l2r":
-        begins = np.flatnonzero(word_starts(tokenizer)[flat] | special)
-        ends = np.append(begins, len(flat))[np.searchsorted(begins, piece, side="right")]
-        copy_later = ends - piece - 1
-    else:
-        copy_later = np.zeros(len(piece), dtype=np.int64)
-    order = np.argsort(lengths[copy_sentence], kind="stable")
-    copy_sentence, copy_position = copy_sentence[order], copy_position[order]
-    copy_later = copy_later[order]
-    padded = _padded(flat, lengths, tokenizer.pad_id)
-    scores = np.zeros(len(sentences), dtype=np.float64)
-    bar = Progress("pseudo-log-likelihood", len(order), "masked copies", enabled=progress)
-    with _eval_mode(model):
-        for start in range(0, len(order), batch_size):
-            s = copy_sentence[start:start + batch_size]
-            T = int(lengths[s].max())
-            positions = np.arange(len(s)) * T + copy_position[start:start + batch_size]
-            later = copy_later[start:start + batch_size]
-            # flat indices positions[i] + 1 ... positions[i] + later[i], for every copy i
-            also = (np.repeat(positions, later) + 1
-                    + np.arange(int(later.sum())) - np.repeat(np.cumsum(later) - later, later))
-            logp, targets = _masked_logits(model, padded[s, :T], lengths[s], positions,
-                                           tokenizer.mask_id, device, also)
-            np.add.at(scores, s, logp.gather(1, targets[:, None]).squeeze(1).double().cpu()
-                      .numpy())
-            bar.update(add=len(s))
-    bar.finish()
-    words = text_of[_word_begins(tokenizer, flat, special)]
-    return (scores, np.bincount(copy_sentence, minlength=len(sentences)),
-            np.bincount(words, minlength=len(sentences)))
-
-
-def _distinct_pll(model, tokenizer, sentences: Sequence[str], batch_size: int, device,
-                  truncate: bool = False, metric: str = "original",
-                  progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`_pll` of each sentence, each distinct sentence scored once: equal sentences get equal
-    scores exactly, whatever batch they would have fallen into."""
-    distinct = list(dict.fromkeys(sentences))
-    index = {s: i for i, s in enumerate(distinct)}
-    where = np.fromiter((index[s] for s in sentences), dtype=np.int64, count=len(sentences))
-    scores, pieces, words = _pll(model, tokenizer, distinct, batch_size, torch.device(device),
-                                 truncate, names=[f"sentence {s[:60]!r}" for s in distinct],
-                                 metric=metric, progress=progress)
-    return scores[where], pieces[where], words[where]
-
-
-def pseudo_log_likelihood(model: nn.Module, tokenizer, sentences: Sequence[str],
-                          batch_size: int = 256, device: str | torch.device = "cpu",
-                          metric: str = "original", progress: bool = False) -> list[float]:
-    """One float per sentence: the sum over its non-special pieces of log P(piece | the
-    sentence with that piece masked), natural log; metric "word-l2r": with the later pieces
-    of the piece's word masked too. batch_size: masked copies per forward pass; progress:
-    how many are scored, on stderr. A sentence longer than the model's positions is a
-    UserError naming it."""
-    return _distinct_pll(model, tokenizer, list(sentences), batch_size, device,
-                         metric=metric, progress=progress)[0].tolist()
-
-
-def pseudo_perplexity(model: nn.Module, tokenizer, texts: Sequence[str], batch_size: int = 256,
-                      device: str | torch.device = "cpu", truncate: bool = True,
-                      metric: str = "original", progress: bool = False) -> dict[str, float]:
-    """pseudo_perplexity = exp(-sum PLL / pieces) over all texts, with pseudo_log_likelihood
-    (the sum), pieces and texts, the PLL by `metric` (see `pseudo_log_likelihood`). Texts
-    longer than the model's positions are cut to fit (`truncate`) or refused.
-
-    pseudo_perplexity_per_word = exp(-sum PLL / words), words as the tokenizer splits the text
-    before it cuts pieces (WordPiece: at spaces and punctuation). Two vocabularies of one kind
-    cut the same text into the same words but into different numbers of pieces, so this, not
-    the per-piece figure, compares them; with metric "word-l2r", since the "original" PLL
-    gives a word more help from its own neighbouring pieces the more pieces it is cut into."""
-    scores, pieces, words = _distinct_pll(model, tokenizer, list(texts), batch_size, device,
-                                          truncate, metric, progress)
-    total, n, w = float(scores.sum()), int(pieces.sum()), int(words.sum())
-    if n == 0:
-        raise UserError("no pieces to score: the texts are empty")
-    return {"pseudo_perplexity": math.exp(-total / n), "pseudo_log_likelihood": total,
-            "pieces": n, "texts": len(scores), "words": w,
-            "pseudo_perplexity_per_word": math.exp(-total / w)}
-
-
-# Minimal pairs --------------------------------------------------------------------------------
-
-def _check_pair(pair, where: str) -> None:
-    if not isinstance(pair, Mapping):
-        raise UserError(f"{where}: expected a JSON object with {GOOD!r} and {BAD!r}")
-    for key in (GOOD, BAD):
-        if key not in pair:
-            raise UserError(f"{where}: no {key!r}")
-        if not isinstance(pair[key], str):
-            raise UserError(f"{where}: {key!r} is {type(pair[key]).__name__}, not a string")
-        if not pair[key].strip():
-            raise UserError(f"{where}: {key!r} is empty")
-
-
-def read_pairs(path: str | os.PathLike) -> list[dict]:
-    """The minimal pairs of a JSON-lines file, one object a line with the strings
-    "sentence_good" and "sentence_bad" (other fields kept, for grouping), or of every .jsonl
-    file of a directory, by name (BLiMP's layout: a file per paradigm), each pair given the
-    field "file", its file's name without .jsonl, where it has none. Blank lines are
-    skipped; anything else wrong is a UserError naming the file and line."""
-    p = Path(path)
-    if not p.is_dir():
-        return _read_pair_file(p)
-    files = _jsonl_files(p)
-    if not files:
-        raise UserError(f"{p}: no .jsonl files of minimal pairs in this directory")
-    return [{**pair, FILE_GROUP: pair.get(FILE_GROUP, f.stem)}
-            for f in files for pair in _read_pair_file(f)]
-
-
-def _read_pair_file(path: Path) -> list[dict]:
-    pairs = []
-    for number, obj in read_jsonl(path, "minimal-pairs file"):
-        _check_pair(obj, f"{path}:{number}")
-        pairs.append(obj)
-    if not pairs:
-        raise UserError(f"{path}: no minimal pairs (an empty file)")
-    return pairs
-
-
-def _jsonl_files(directory: Path) -> list[Path]:
-    return sorted(f for f in directory.iterdir() if format_suffix(f) == ".jsonl" and f.is_file())
-
-
-def is_pairs_file(path: str | os.PathLike) -> bool:
-    """A .jsonl file whose first record has a "sentence_good" or "sentence_bad" field, or a
-    directory that is no `bertkit prepare` output (no manifest.json) whose first .jsonl file
-    is one."""
-    p = Path(path)
-    if p.is_dir():
-        files = [] if (p / "manifest.json").exists() else _jsonl_files(p)
-        return bool(files) and is_pairs_file(files[0])
-    if format_suffix(p) != ".jsonl" or not p.is_file():
-        return False
-    for _, line in read_lines(p):
-        if line.strip():
-            return f'"{GOOD}"' in line or f'"{BAD}"' in line
-    return False
-
-
-def _pair_figures(good: np.ndarray, bad: np.ndarray) -> dict[str, float]:
-    wins = (good > bad) + 0.5 * (good == bad)
-    return {"accuracy": float(wins.mean()), "pairs": len(good),
-            "mean_pll_difference": float((good - bad).mean())}
-
-
-def minimal_pairs(model: nn.Module, tokenizer, pairs: Sequence[Mapping],
-                  group_by: str | None = None, batch_size: int = 256,
-                  device: str | torch.device = "cpu", metric: str = "original",
-                  progress: bool = False) -> dict:
-    """How often the model's pseudo-log-likelihood (by `metric`, see `pseudo_log_likelihood`)
-    prefers the good sentence of each pair (a left-to-right model, config.json "is_decoder":
-    its log-likelihood, `log_likelihoods`).
-
-    Returns accuracy (good > bad counts 1, a tie 1/2), pairs, mean_pll_difference (good minus
-    bad, nats), group_by and groups: {value: the same three figures} per value of the field
-    `group_by` (None: "UID" when some pair has it, else "file" when some pair has that, as
-    `read_pairs` gives the pairs of a directory, else no groups; "" : no groups), and with
-    groups mean_group_accuracy, the mean of their accuracies, each group counted once (BLiMP's
-    overall figure: the mean over its paradigms). A pair without the field falls in the group
-    "(none)".
-    """
-    if not pairs:
-        raise UserError("no minimal pairs to score")
-    for i, pair in enumerate(pairs):
-        _check_pair(pair, f"pair {i + 1}")
-    if group_by is None:
-        group_by = next((g for g in (DEFAULT_GROUP, FILE_GROUP) if any(g in p for p in pairs)),
-                        "")
-    elif group_by and not any(group_by in p for p in pairs):
-        raise UserError(f"no pair has the field {group_by!r} to group by")
-    sentences = [p[GOOD] for p in pairs] + [p[BAD] for p in pairs]
-    if isinstance(model, ElectraModel):
-        scores = np.asarray(detection_log_likelihood(model, tokenizer, sentences, batch_size,
-                                                     device))
-    elif model.config.causal:
-        scores = np.asarray(log_likelihoods(model, tokenizer, sentences, batch_size, device))
-    else:
-        scores, _, _ = _distinct_pll(model, tokenizer, sentences, batch_size, device,
-                                     metric=metric, progress=progress)
-    good, bad = scores[:len(pairs)], scores[len(pairs):]
-    groups = {}
-    if group_by:
-        values = np.array([str(p.get(group_by, "(none)")) for p in pairs], dtype=object)
-        for value in sorted(set(values)):
-            chosen = values == value
-            groups[value] = _pair_figures(good[chosen], bad[chosen])
-    mean_group = float(np.mean([g["accuracy"] for g in groups.values()])) if groups else None
-    return {**_pair_figures(good, bad), "mean_group_accuracy": mean_group,
-            "group_by": group_by or None, "groups": groups}
-
-
-def detection_log_likelihood(model: ElectraModel, tokenizer, sentences: Sequence[str],
-                             batch_size: int = 256,
-                             device: str | torch.device = "cpu") -> list[float]:
-    """ELECTRA's discriminator as a scorer: per sentence, the sum over its non-special pieces
-    of log P(original) = log sigmoid(-logit), natural log, from one pass over the sentence as
-    it is (no copies, no [MASK]). Each distinct sentence is scored once; a sentence longer
-    than the model's positions is a UserError naming it."""
-    distinct = list(dict.fromkeys(sentences))
-    flat, lengths, special = _encode(tokenizer, distinct, _max_length(model, tokenizer), False,
-                                     names=[f"sentence {s[:60]!r}" for s in distinct])
-    starts = np.concatenate(([0], lengths.cumsum()[:-1])).astype(np.int64)
-    scores = np.zeros(len(distinct))
-    order = np.argsort(lengths, kind="stable")
-    device = torch.device(device)
-    with _eval_mode(model):
-        for i in range(0, len(order), batch_size):
-            chunk = order[i:i + batch_size]
-            pick = np.concatenate([np.arange(starts[c], starts[c] + lengths[c]) for c in chunk])
-            rows = _padded(flat[pick], lengths[chunk], tokenizer.pad_id)
-            keep = _padded(~special[pick], lengths[chunk], 0).astype(bool)
-            ids = torch.from_numpy(rows).to(device)
-            attention = (torch.arange(rows.shape[1])[None, :]
-                         < torch.from_numpy(lengths[chunk])[:, None]).long().to(device)
-            logits = model(ids, torch.zeros_like(ids), attention).float()  # [C, T]
-            original = F.logsigmoid(-logits) * torch.from_numpy(keep).to(device)
-            scores[chunk] = original.sum(-1).double().cpu().numpy()
-    index = {s: i for i, s in enumerate(distinct)}
-    return [float(scores[index[s]]) for s in sentences]
-
-
-DETECTION_SCORING = "replaced-token detection"
-"""How `evaluate` names the ELECTRA discriminator's sentence score (`detection_log_likelihood`)."""
-
-
 def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: LMEvalOptions,
                       batch_size: int, device) -> dict:
     """`evaluate_pretrained` of an ELECTRA directory: held-out figures of both networks
@@ -683,16 +290,17 @@ def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: 
                         f"(generator/): it judges minimal pairs, not masked tokens")
     if inp.is_dir() and not pairs and not is_dataset_dir(inp):
         return {"kind": "heldout", **heldout_scores(
-            model, inp, objective="electra", seq_len=opts.seq_len,
+            model, inp, objective=Electra(), seq_len=opts.seq_len,
             batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches, seed=opts.seed,
             whole_word=opts.whole_word, mask_rate=opts.mask_rate, row_ends=opts.row_ends,
             mask_frac=opts.mask_frac, random_frac=opts.random_frac, device=device)}
     if pairs:
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
-                               batch_size=4 * batch_size, device=device)
+                               scorer=lambda sentences: detection_log_likelihood(
+                                   model, tokenizer, sentences, 4 * batch_size, device))
         return {"kind": "minimal_pairs", "scored_by": DETECTION_SCORING,
                 "score": "sum of log P(original) over the pieces", **report}
-    generator = dataclasses.replace(opts, objective="mlm")
+    generator = dataclasses.replace(opts, objective=MaskedLM.name)
     return {**_text_figures(model.generator, tokenizer, inp, generator, batch_size, device),
             "scored_by": "generator"}
 
@@ -773,7 +381,7 @@ def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
     if causal:
         return {"kind": "next_token", **next_token_scores(model, tokenizer, lines, batch_size,
                                                           device)}
-    mask_frac, random_frac = _corruption(opts.mask_frac, opts.random_frac, 1.0, 0.0)
+    mask_frac, random_frac = corruption(opts.mask_frac, opts.random_frac, 1.0, 0.0)
     masked = masked_token_scores(model, tokenizer, lines, mask_rate=opts.mask_rate,
                                  seed=opts.seed, batch_size=batch_size, device=device,
                                  mask_frac=mask_frac, random_frac=random_frac,
@@ -788,12 +396,10 @@ def _heldout_figures(model: nn.Module, model_dir: str | os.PathLike, data: Path,
     """`heldout_scores` of a prepared directory as `evaluate_pretrained` asks: a left-to-right
     model by next-token prediction, the span objective with the directory's span head."""
     if causal:
-        opts = dataclasses.replace(opts, objective="clm")
-    if opts.objective == "span":
-        if (Path(model_dir) / SBO_FILE).is_file():
-            model.sbo = SpanBoundaryHead(model.config).to(device)
-            model.sbo.load_state_dict(load_file(str(Path(model_dir) / SBO_FILE)))
-    return heldout_scores(model, data, objective=opts.objective, seq_len=opts.seq_len,
+        opts = dataclasses.replace(opts, objective=LeftToRight.name)
+    objective = objective_named(opts.objective)
+    model = objective.load_parts(model, Path(model_dir), device)
+    return heldout_scores(model, data, objective=objective, seq_len=opts.seq_len,
                           batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches,
                           seed=opts.seed, whole_word=opts.whole_word, mask_rate=opts.mask_rate,
                           row_ends=opts.row_ends, mask_frac=opts.mask_frac,
@@ -803,4 +409,4 @@ def _heldout_figures(model: nn.Module, model_dir: str | os.PathLike, data: Path,
 __all__ = ["LMEvalOptions", "masked_token_scores", "heldout_batches", "heldout_scores",
            "pseudo_log_likelihood", "pseudo_perplexity", "read_pairs", "is_pairs_file",
            "minimal_pairs", "evaluate_pretrained", "GOOD", "BAD", "DEFAULT_GROUP", "FILE_GROUP",
-           "PLL_METRICS"]
+           "PLL_METRICS", "detection_log_likelihood", "DETECTION_SCORING", "MIN_SCORED_TOKENS"]

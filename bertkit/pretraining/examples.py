@@ -74,7 +74,8 @@ from bertkit.model.heads import IGNORE_INDEX
 from bertkit.pretraining.masking import (MaskingConfig, mask_tokens, mlm_prob_at, sampling_probs,
                                          span_mask, special_tokens_mask, whole_word_mask)
 from bertkit.pretraining.electra import draw_uniform
-from bertkit.pretraining.objectives import OBJECTIVES
+from bertkit.pretraining.objective import Objective
+from bertkit.pretraining.objectives import objective_named
 
 ROW_ENDS = ("sentence", "anywhere", "whole-sentences")
 """Where the text of a packed mlm / clm row ends: at a sentence end, anywhere, or at a sentence
@@ -96,12 +97,11 @@ class _Plan:
 class PretrainingBatches:
     """Endless, resumable, rank-sliced batches of one objective; see the module docstring."""
 
-    def __init__(self, data_dir, *, objective: str, seq_len: int, batch_size: int,
+    def __init__(self, data_dir, *, objective: str | Objective, seq_len: int, batch_size: int,
                  split: str = "train", seed: int = 0, rank: int = 0, world_size: int = 1,
                  masking: MaskingConfig | None = None, short_seq_prob: float = 0.1,
                  prefetch: int = 2, row_ends: str = "sentence"):
-        if objective not in OBJECTIVES:
-            raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+        objective = objective_named(objective)
         if row_ends not in ROW_ENDS:
             raise UserError(f"row ends must be one of {', '.join(ROW_ENDS)}, got {row_ends!r}")
         if seq_len < 8:
@@ -110,7 +110,8 @@ class PretrainingBatches:
             raise UserError(f"bad batch_size {batch_size} / rank {rank} / world_size {world_size}")
         self.data_dir = Path(data_dir)
         manifest = load_manifest(data_dir)
-        self.objective, self.seq_len, self.batch_size = objective, seq_len, batch_size
+        self.shape = objective.examples
+        self.objective, self.seq_len, self.batch_size = objective.name, seq_len, batch_size
         self.split, self.seed, self.rank, self.world_size = split, seed, rank, world_size
         self.global_batch = batch_size * world_size
         self.masking = masking or MaskingConfig()
@@ -138,7 +139,7 @@ class PretrainingBatches:
         self.sampling_probs = sampling_probs(counts, self.vocab_size, self.special_ids,
                                              uniform=self.masking.uniform_random)
         self._index_split(load_split(data_dir, split))
-        self._code = zlib.crc32(f"{objective}/{split}".encode())
+        self._code = zlib.crc32(f"{self.objective}/{split}".encode())
         first = self._plan(0)
         if len(first.a_start) == 0:
             raise UserError(f"{data_dir}: the {split} split has no text to make examples from")
@@ -184,7 +185,7 @@ class PretrainingBatches:
     def _plan(self, epoch: int) -> _Plan:
         rng = self._rng(epoch)
         L = self.seq_len - 2
-        if self.objective in ("mlm", "clm", "electra"):
+        if self.shape.rows == "packed":
             total = int(self.doc_stream[-1])
             shift = int(rng.integers(0, L)) if total >= 2 * L else 0
             if self.row_ends == "whole-sentences":
@@ -199,7 +200,7 @@ class PretrainingBatches:
             if n == 0 and total > 0:  # less text than one row: one padded row
                 plan = _Plan(np.zeros(0, np.int64), np.zeros(1, np.int64),
                              np.full(1, total, dtype=np.int64))
-        elif self.objective == "span":
+        elif self.shape.rows == "documents":
             blocks = -(-self.doc_len // L)
             doc = np.repeat(np.arange(len(self.doc_len)), blocks)
             j = np.arange(len(doc)) - np.repeat(np.cumsum(blocks) - blocks, blocks)
@@ -354,7 +355,7 @@ class PretrainingBatches:
         mine = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
         T = self.seq_len
         batch = {}
-        if self.objective == "clm":
+        if self.shape.targets == "next-token":
             labels = torch.full_like(ids, IGNORE_INDEX)
             labels[:, :-1] = torch.where(attention[:, 1:] > 0, ids[:, 1:], IGNORE_INDEX)
             batch["clm_labels"] = labels[mine]
@@ -367,7 +368,7 @@ class PretrainingBatches:
                           random_frac=m.random_frac,
                           max_predictions=m.max_predictions, generator=g)
             span = None
-            if self.objective == "span":
+            if self.shape.targets == "spans":
                 span = span_mask(ids, special, self.word_starts[ids], span_p=m.span_p,
                                  max_span_words=m.max_span_words, **common)
                 masked, labels = span.input_ids, span.labels
@@ -383,7 +384,7 @@ class PretrainingBatches:
             targets = torch.full((self.num_predictions,), IGNORE_INDEX, dtype=torch.long)
             targets[:n] = labels.reshape(-1)[flat]
             batch["mlm_positions"], batch["mlm_labels"] = positions, targets
-            if self.objective == "electra":
+            if self.shape.replacement_draws:
                 # drawn for the global batch, as the masks are: any number of ranks samples alike
                 uniform = draw_uniform(tuple(ids.shape), g)[mine].reshape(-1)
                 batch["sample_uniform"] = torch.zeros(self.num_predictions)

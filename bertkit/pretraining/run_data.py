@@ -37,7 +37,7 @@ from bertkit.training.checkpoint import GIVEN, latest_checkpoint, saved_fingerpr
 
 
 class DataOptions(Protocol):
-    """The options the data is read with: those of `recipe.PretrainOptions`, which document
+    """The options the data is read with: those of `options.PretrainOptions`, which document
     them."""
     data: Path
     out: Path

@@ -150,16 +150,19 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
           target_count: Callable[[dict], torch.Tensor] | None = None,
           fingerprint: dict | None = None, device: str | torch.device = "cpu",
           find_unused_parameters: bool = True, show_progress: bool = True,
-          settings: dict | None = None) -> TrainResult:
-    """Train `model` on `batches` with `loss_fn` per `cfg`; see the module docstring."""
+          settings: dict | None = None, checked: bool = False) -> TrainResult:
+    """Train `model` on `batches` with `loss_fn` per `cfg`; see the module docstring.
+    `checked`: the caller holds out_dir's lock and has checked the checkpoint it resumes
+    against this model and `fingerprint` (`check_resume`), which train does not do again."""
     out_dir = Path(out_dir)
     first_rank = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-    with _own_rng(), RunLock(out_dir, enabled=first_rank):  # one run writes into out_dir
+    with _own_rng(), RunLock(out_dir, enabled=first_rank and not checked):  # one writer
         # nothing there but the lock (this run's, or its caller's): all that is written is
         # this run's, and removed if it fails before its first step
         fresh = first_rank and all(p.name == LOCK_FILE for p in out_dir.iterdir())
         # a checkpoint of another run is refused before anything is printed or written
-        latest = check_resume(out_dir, cfg.resume, model, fingerprint)
+        latest = check_fresh_start(out_dir, cfg.resume) if checked \
+            else check_resume(out_dir, cfg.resume, model, fingerprint)
         run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
                      target_count, fingerprint, resolve_device(device), find_unused_parameters,
                      show_progress, settings)

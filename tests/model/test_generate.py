@@ -21,7 +21,7 @@ from bertkit.model.generate import (GenerationConfig, generate, generate_ids, is
                                     top_k_filter, top_p_filter)
 from bertkit.model.heads import PretrainingModel
 from bertkit.pretraining.evaluation import evaluate_pretrained, minimal_pairs
-from bertkit.pretraining.recipe import save_pretrained
+from bertkit.pretraining.objectives import objective_named
 from bertkit.text.tokenizer import Tokenizer
 
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "a", "hat", "and", "."]
@@ -42,7 +42,7 @@ def _model_dir(root, causal: bool):
         g = torch.Generator().manual_seed(1)
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.3)
-    save_pretrained(model, root / "model", tokenizer, causal=causal)
+    objective_named("clm" if causal else "mlm").save(model, root / "model", tokenizer)
     return root / "model"
 
 
@@ -241,7 +241,7 @@ def test_evaluate_judges_a_clm_model_left_to_right_on_a_prepared_directory(tmp_p
     with torch.random.fork_rng():
         model = PretrainingModel(cfg)
     init_weights(model, cfg, torch.Generator().manual_seed(0))
-    save_pretrained(model, tmp_path / "clm", tokenizer, causal=True)
+    objective_named("clm").save(model, tmp_path / "clm", tokenizer)
     settings = dict(seq_len=32, pretrain_batch_size=4, eval_batches=2)
     # whatever --objective says, a causal model is judged on next tokens
     default = evaluate_pretrained(tmp_path / "clm", tmp_path / "data", LMEvalOptions(**settings))

@@ -18,7 +18,7 @@ from bertkit.model.attention import attention_weights
 from bertkit.model.encoder import Encoder, attend, build_attention_mask, cls_rows, init_weights
 from bertkit.model.hub import load_config
 from bertkit.model.local_attention import Band, local_attention
-from bertkit.pretraining import recipe
+from bertkit.pretraining import plan, recipe
 
 TINY = dict(architecture="modern", vocab_size=101, hidden_size=32, num_layers=3, num_heads=4,
             intermediate_size=48, max_positions=128, layer_norm_eps=1e-5, hidden_dropout=0.0,
@@ -188,9 +188,9 @@ def test_pretrain_flags_reach_the_fresh_config(tmp_path, capsys, monkeypatch):
     assert main(["pretrain", "--data", str(tmp_path / "d"), "--out", str(tmp_path / "o"),
                  "--max-steps", "1", "--preset", "tiny", "--local-window", "64",
                  "--global-every", "2"]) == 130
-    cfg = recipe._fresh_config(seen[0], 120)
+    cfg = plan._fresh_config(seen[0], 120)
     assert (cfg.architecture, cfg.local_window, cfg.global_every) == ("modern", 64, 2)
-    assert recipe._fresh_config(recipe.PretrainOptions(data="d", out="o"), 120).local_window == 0
+    assert plan._fresh_config(plan.PretrainOptions(data="d", out="o"), 120).local_window == 0
     line = refused(capsys, ["pretrain", "--data", str(tmp_path / "d"), "--out",
                             str(tmp_path / "o"), "--max-steps", "1", "--init", str(tmp_path),
                             "--local-window", "64"])

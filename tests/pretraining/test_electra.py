@@ -156,7 +156,8 @@ def _batch(seed=0, B=3):
 def test_total_loss_is_generator_mlm_plus_weight_times_detection(architecture, weight):
     model = _tiny_electra(architecture).eval()
     batch = _batch()
-    loss, metrics = objectives.loss_for("electra", weight)(model, batch)
+    loss, metrics = objectives.loss_for(
+        "electra", electra.ElectraSettings(detection_weight=weight))(model, batch)
     # the same by hand: the generator's full logits, the loop's sample, the loop's labels
     gen_logits, _, _ = model.generator(batch["input_ids"], batch["token_type_ids"],
                                        batch["attention_mask"])

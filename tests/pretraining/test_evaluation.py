@@ -18,7 +18,7 @@ from bertkit.files import UserError
 from bertkit.model.encoder import init_weights
 from bertkit.config import TrainConfig
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
-from bertkit.pretraining import objectives
+from bertkit.pretraining import held_out_split, objectives
 from bertkit.pretraining.evaluation import (heldout_scores, is_pairs_file, masked_token_scores,
                                             minimal_pairs, pseudo_log_likelihood,
                                             pseudo_perplexity, read_pairs)
@@ -449,7 +449,8 @@ def prepared(tmp_path_factory, tiny):
 def test_heldout_scores_of_a_prepared_directory_equal_evaluate_lm(prepared, tmp_path,
                                                                  objective, masking):
     from bertkit.pretraining.masking import MaskingConfig
-    from bertkit.pretraining.recipe import PretrainMasking, PretrainOptions, _heldout_batches
+    from bertkit.pretraining.options import PretrainMasking, PretrainOptions
+    from bertkit.pretraining.plan import _heldout_batches
 
     data, tokenizer = prepared
     model = _model(tokenizer, seed=4)
@@ -562,6 +563,6 @@ def test_a_tiny_held_out_split_is_flagged_and_an_empty_one_refused(prepared, mon
     heldout_scores(model, data, seq_len=32, batch_size=32, eval_batches=3)
     assert capsys.readouterr().err == ""  # enough tokens: nothing said
     figures = {"eval_loss": 0.0, "eval_acc": 0.0, "eval_ppl": 1.0, "eval_tokens": 0.0}
-    monkeypatch.setattr(evaluation, "evaluate_lm", lambda *a, **k: figures)
+    monkeypatch.setattr(held_out_split, "held_out_figures", lambda *a, **k: figures)
     with pytest.raises(UserError, match=r"held-out split gives no masked tokens to score"):
         heldout_scores(model, data, seq_len=16, batch_size=1, eval_batches=1)

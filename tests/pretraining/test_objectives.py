@@ -174,5 +174,7 @@ def test_evaluate_weights_by_tokens_and_reports_perplexity(tiny):
 
 
 def test_unknown_objective():
-    with pytest.raises(ValueError, match="choose one of mlm, mlm\\+nsp, span, clm, electra"):
+    from bertkit.files import UserError
+
+    with pytest.raises(UserError, match="choose one of mlm, mlm\\+nsp, span, clm, electra"):
         objectives.loss_for("xlnet")

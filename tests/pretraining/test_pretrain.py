@@ -246,12 +246,12 @@ def _saved_for_mlm(init: Path, out: Path) -> set[str]:
     saves, and that the model keeps the heads it saved without."""
     transformers = pytest.importorskip("transformers")
     from bertkit.model.hub import load_pretraining_model
-    from bertkit.pretraining.recipe import save_pretrained, untrained_heads
+    from bertkit.pretraining.objectives import objective_named
 
     with pytest.warns(UserWarning, match="no weights for"):
         model = load_pretraining_model(init)
-    assert untrained_heads(model, "mlm+nsp") == []  # trained: saved
-    save_pretrained(model, out, None, leave_out=untrained_heads(model, "mlm"))
+    assert objective_named("mlm+nsp").untrained_parts(model) == []  # trained: saved
+    objective_named("mlm").save(model, out, None)
     assert model.nsp is not None and model.encoder.pooler is not None  # left out of the save only
     _, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
     assert not info["unexpected_keys"], info
@@ -402,12 +402,12 @@ def test_bad_input_is_one_line_and_writes_nothing(prepared, tmp_path, capsys, mo
     assert "tokenizer does not match the data" in _error(
         capsys, base + ["--init", str(other), "--seq-len", "32"])
 
-    from bertkit.pretraining import objectives
+    from bertkit.pretraining.objectives import MaskedLM
 
-    def oom(model, batch):
+    def oom(self, model, batch):
         raise torch.OutOfMemoryError("out of memory: you tried to allocate 1 GB")
 
-    monkeypatch.setattr(objectives, "mlm_loss", oom)
+    monkeypatch.setattr(MaskedLM, "loss", oom)
     line = _error(capsys, base + ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8"])
     assert "out of memory for a batch of 8 x 32 tokens: lower the batch size" in line
     assert not out.exists()
@@ -710,7 +710,8 @@ def test_the_run_records_its_settings_and_its_command_reproduces_it(prepared, tm
 def test_compile_unset_is_on_for_a_cuda_device_with_triton_and_a_given_choice_stays(
         tmp_path, monkeypatch, triton):
     from bertkit.files import UserError
-    from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, resolve
+    from bertkit.pretraining.options import PretrainOptions, PretrainSchedule
+    from bertkit.pretraining.plan import resolve
     from bertkit.training.loop import check_config
 
     real = importlib.util.find_spec
@@ -895,13 +896,13 @@ def test_continued_pretraining_keeps_the_init_card_above_its_section(prepared, t
 
 def test_an_init_card_that_is_not_utf8_is_one_error_before_the_data_or_training(
         prepared, tmp_path, capsys, monkeypatch):
-    from bertkit.pretraining import recipe
+    from bertkit.pretraining import plan
 
     first = tmp_path / "first"
     assert _cli(["pretrain", "--data", str(prepared), "--out", str(first), "--max-steps", "1",
                  *TINY]) == 0
     (first / "README.md").write_bytes(b"# Caf\xe9\n")
-    monkeypatch.setattr(recipe, "data_parts", lambda *a, **k: pytest.fail("data read first"))
+    monkeypatch.setattr(plan, "data_parts", lambda *a, **k: pytest.fail("data read first"))
     out = tmp_path / "more"
     line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out), "--init",
                            str(first), "--max-steps", "1", *TINY[2:]])

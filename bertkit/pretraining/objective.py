@@ -1,0 +1,187 @@
+"""What every pretraining objective is: the `Objective` class, whose methods are the steps of a
+run that differ from one objective to another, and the shape of the examples it reads.
+
+    examples     how the text is cut into rows and which targets a batch carries
+    fresh_model  a model of a fresh config, initialised from a seed;  loaded_model: --init's
+    fit          the model made ready for this objective (heads added, unused heads frozen)
+    loss         one batch's (loss, metrics);  target_count: the tokens it predicts
+    held_out     one held-out batch's terms;  figures: the objective's own held-out figures
+    untrained_parts  what is left at its initial draw and so not saved
+    save         the trained model written;  load_parts: what of a saved directory it reads
+    fingerprint  what a checkpoint must have been trained with to be resumed
+    describe     the line the run prints about it; pipeline_tag: its card's
+    query        how a user asks the trained model what it learned
+
+The recipe, the batches and `evaluate` call these and never ask which objective they hold;
+the objectives themselves are listed once, in `bertkit.pretraining.objectives.OBJECTIVES`.
+The base class is the masked language model of RoBERTa (packed rows, no next sentence): an
+objective overrides what it does otherwise, and may wrap another and add a loss.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar, Literal
+
+import torch
+from torch import nn
+
+from bertkit.config import EncoderConfig
+from bertkit.files import UserError
+from bertkit.model.create import new_pretraining_model
+from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
+from bertkit.model.hub import load_config, load_pretraining_model, save_model
+
+Rows = Literal["packed", "documents", "pairs"]
+Targets = Literal["masked", "spans", "next-token"]
+
+
+@dataclass(frozen=True)
+class ExampleShape:
+    """How `examples.PretrainingBatches` cuts the text and what targets it draws."""
+    rows: Rows = "packed"
+    """"packed": rows cut from the documents back to back (RoBERTa); "documents": each row
+    from one document (SpanBERT); "pairs": two segments, the second following or random
+    (BERT's next-sentence pairs)."""
+    targets: Targets = "masked"
+    """"masked": masked tokens (mlm_positions, mlm_labels); "spans": masked spans with their
+    boundaries (span_left, span_right, span_offset); "next-token": clm_labels."""
+    replacement_draws: bool = False
+    """One uniform number per masked token (sample_uniform): ELECTRA's generator samples."""
+
+
+Add = Callable[[str, torch.Tensor], None]
+
+
+class Objective:
+    """A pretraining objective; see the module docstring. An instance holds its settings
+    (`Settings`, a dataclass whose fields are the objective's own flags, or None)."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    """What `--objective NAME` does, for the help."""
+    examples: ClassVar[ExampleShape] = ExampleShape()
+    Settings: ClassVar[type | None] = None
+    pipeline_tag: ClassVar[str | None] = "fill-mask"
+    """The Hugging Face pipeline its saved model serves (the card's front matter)."""
+    masks: ClassVar[bool] = True
+    """Whether it masks tokens (a masking rate to report)."""
+    label_key: ClassVar[str] = "mlm_labels"
+    """The batch's targets, counted to weigh micro-batches and ranks."""
+    query: ClassVar[str] = 'bertkit fill-mask --model {model} "The cat sat on the [MASK]."'
+    """How a user asks the trained model what it learned (its card shows it): a command
+    line, {model} the model's directory."""
+
+    def __init__(self, settings=None):
+        self.settings = settings if settings is not None or self.Settings is None \
+            else self.Settings()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.settings!r})"
+
+    # The model ----------------------------------------------------------------------------
+    def fresh_model(self, cfg: EncoderConfig, seed: int) -> nn.Module:
+        """A fresh model of `cfg` initialised from `seed`, every weight at its first draw."""
+        model = new_pretraining_model(cfg, seed)
+        model.not_loaded = frozenset(model.state_dict())  # all of it at its initial draw
+        return model
+
+    def loaded_model(self, init: Path) -> nn.Module:
+        """The model of the directory --init names."""
+        with torch.random.fork_rng(devices=[]):  # heads the directory lacks draw globally
+            return load_pretraining_model(init)
+
+    def skeleton(self, cfg: EncoderConfig | None, init: Path | None) -> nn.Module | None:
+        """The modules of the model `fresh_model` (of `cfg`) or `loaded_model` (of `init`)
+        and `fit` make, for their shapes only (the caller builds it on the meta device);
+        None where they are not known without the weights."""
+        return PretrainingModel(cfg if init is None else load_config(init))
+
+    def fit(self, model: nn.Module, init: Path | None, seed: int) -> nn.Module:
+        """`model` ready to train: heads it never reads get no gradient (DDP needs every
+        trained weight used)."""
+        for head in (model.nsp, model.encoder.pooler):
+            if head is not None:
+                head.requires_grad_(False)
+        return model
+
+    def load_parts(self, model: nn.Module, model_dir: Path, device) -> nn.Module:
+        """A saved directory's model with the parts of this objective that live beside the
+        Hugging Face weights (none: the model as it is)."""
+        return model
+
+    def check_model(self, model: nn.Module) -> None:
+        """Refuse a model this objective cannot score (`evaluate`'s held-out figures)."""
+        if not isinstance(model, PretrainingModel):
+            raise UserError("held-out figures of an ELECTRA directory (a discriminator with "
+                            "its generator/) are the electra objective's, and only theirs")
+
+    # Training -----------------------------------------------------------------------------
+    def loss(self, model: nn.Module, batch: dict):
+        """(scalar loss, {name: scalar tensor}) of one batch."""
+        raise NotImplementedError
+
+    def target_count(self, batch: dict) -> torch.Tensor:
+        """Number of predicted tokens in a batch, to weigh micro-batches and ranks exactly."""
+        return (batch[self.label_key] != IGNORE_INDEX).sum()
+
+    # Held-out figures ---------------------------------------------------------------------
+    def held_out(self, model: nn.Module, batch: dict, add: Add, judged: list):
+        """One held-out batch: its LM terms (summed loss, correct, count); the objective's
+        other sums go to `add`, per-token judgements to `judged`."""
+        raise NotImplementedError
+
+    def figures(self, values: dict[str, float], judged: list) -> dict[str, float]:
+        """The objective's own held-out figures from the sums `held_out` added."""
+        return {}
+
+    # Saving -------------------------------------------------------------------------------
+    def untrained_parts(self, model: nn.Module) -> list[str]:
+        """The heads ("nsp", "encoder.pooler") a run does not save: those at their initial
+        draw (a fresh model's; those the --init directory lacked) that it does not train.
+        Saved, their random weights would load in BertForPreTraining as if learned."""
+        heads = {"nsp": model.nsp, "encoder.pooler": model.encoder.pooler}
+        return [name for name, head in heads.items() if head is not None
+                and any(f"{name}.{k}" in model.not_loaded for k in head.state_dict())]
+
+    def save(self, model: nn.Module, path: Path, tokenizer) -> None:
+        """The trained model as a Hugging Face directory, less `untrained_parts`: a BERT
+        without NSP and pooler as BertForMaskedLM."""
+        save_pretraining_model(model, path, tokenizer, leave_out=self.untrained_parts(model))
+
+    # The run's record ---------------------------------------------------------------------
+    def fingerprint(self) -> dict:
+        """What of its settings a checkpoint must share to be resumed (beside its name): all
+        of them."""
+        if self.settings is None:
+            return {}
+        return {self.settings_key(): dataclasses.asdict(self.settings)}
+
+    def describe(self, model: nn.Module) -> str | None:
+        """A line on what the run trains, beside the model's (none: nothing more)."""
+        return None
+
+    @classmethod
+    def settings_key(cls) -> str:
+        """Where its settings are kept: the field of the pretraining options, the --config
+        table, the checkpoint's fingerprint entry (its name, as an identifier)."""
+        return cls.name.replace("+", "_").replace("-", "_")
+
+
+def save_pretraining_model(model: PretrainingModel, path: Path, tokenizer, *,
+                           leave_out: list[str] = (), causal: bool = False,
+                           extra_files: dict[str, bytes] | None = None) -> None:
+    """A PretrainingModel as a Hugging Face directory, the modules in `leave_out` not saved
+    (a BERT without NSP and pooler as the transformers class that has neither:
+    BertForMaskedLM, BertLMHeadModel if `causal`); `causal` also writes `"is_decoder":
+    true`, what `bertkit generate` asks for."""
+    headless = model.nsp is not None and {"nsp", "encoder.pooler"} <= set(leave_out)
+    save_model(model, path, tokenizer=tokenizer, extra_files=extra_files,
+               leave_out=["sbo", *leave_out],
+               architectures=[("BertLMHeadModel" if causal else "BertForMaskedLM")]
+               if headless else None,
+               extra_config={"is_decoder": True} if causal else None)
+
+
+__all__ = ["Objective", "ExampleShape", "Rows", "Targets", "save_pretraining_model"]
