@@ -85,7 +85,8 @@ from bertkit.training.checkpoint import rng_state, save_checkpoint, set_rng_stat
 from bertkit.training.interrupt import StopSignal
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
-from bertkit.training.resume import check_resume, resume_or_seed, run_fingerprint
+from bertkit.training.resume import (check_fresh_start, check_resume, resume_or_seed,
+                                     run_fingerprint)
 from bertkit.training.run_state import Feed, Run, State, final_step, num_tokens, to_device
 from bertkit.training.runlog import plot_loss, progress_note, summary_writer
 from bertkit.training.settings import write_settings

@@ -37,7 +37,7 @@ def test_the_valid_file_reads(fuzz):
     path = fuzz.dir / "valid.toml"
     path.write_bytes(VALID)
     with pytest.warns(UserWarning, match="scheme is not a setting of this command; ignored"):
-        files, task, config, _cnn = _read(path)  # scheme: tag's, once one file held all
+        files, task, config, *_ = _read(path)  # scheme: tag's, once one file held all
     assert (config.epochs, config.max_length, task.multi_label) == (2, 64, False)
 
 
