@@ -138,8 +138,8 @@ def _corrupt(path, name: str, line: int, text: str) -> None:
 
 
 @pytest.mark.parametrize("name,line,text,message", [
-    ("corpus.jsonl", 4, '{"_id": "p0", "text": "again"}', "corpus.jsonl:4: id 'p0' is already "
-                                                          "the id of .*corpus.jsonl:1"),
+    ("corpus.jsonl", 4, '{"_id": "p0", "text": "again"}', "corpus.jsonl:4: duplicate id 'p0', "
+                                                          "first at .*corpus.jsonl:1"),
     ("qrels/test.tsv", 3, "q1\tnowhere\t1", r"test.tsv:3: document 'nowhere' is not in "),
     ("qrels/test.tsv", 2, "nobody\tp3\t1", r"test.tsv:2: query 'nobody' is not in "),
     ("qrels/test.tsv", 2, "q1\tp3\thigh", r"test.tsv:2: score 'high' is not a whole number"),
