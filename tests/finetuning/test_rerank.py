@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from huggingface_hub import ModelCard
 
 from bertkit.cli.main import main
 from bertkit.finetuning import heads
@@ -303,8 +304,12 @@ def test_cross_encoder_and_transformers_read_the_directory_as_bertkit_does(minil
     np.testing.assert_allclose(ours, logits, atol=1e-5)
 
     assert isinstance(load_task(out), Rerank)  # a reranker, not a one-output regression
-    card = (out / "README.md").read_text()
-    assert 'pipeline_tag: "text-ranking"' in card
+    card = ModelCard((out / "README.md").read_text()).data.to_dict()  # as the hub reads it
+    assert card["pipeline_tag"] == "text-ranking" and card["library_name"] == \
+        "sentence-transformers"
+    # CrossEncoder's cards' tags, in place of the sentence encoder's (sentence-similarity...)
+    assert card["tags"] == ["sentence-transformers", "cross-encoder", "reranker"]
+    assert card["license"] == "apache-2.0" and "snli" in card["datasets"]  # the rest kept
     query, documents = PAIRS[0][0], [p for _, p in PAIRS]
     reranker = Reranker.load(out)
     with pytest.warns(UserWarning, match="longer than 64 tokens"):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
 from bertkit.cli.main import main
 from bertkit.config import EncoderConfig
@@ -158,7 +159,10 @@ def test_sentence_transformers_reads_the_trained_directory_as_bertkit_does(tiny_
     theirs = st.SparseEncoder(str(out), device="cpu").encode(texts)
     torch.testing.assert_close(ours.to_dense(), theirs.to_dense(), atol=1e-5, rtol=0)
     card = (out / "README.md").read_text()
-    assert 'library_name: "sentence-transformers"\npipeline_tag: "feature-extraction"' in card
+    front = ModelCard(card).data.to_dict()  # as the hub reads it
+    assert (front["library_name"], front["pipeline_tag"]) == ("sentence-transformers",
+                                                              "feature-extraction")
+    assert front["tags"] == ["sentence-transformers", "sparse-encoder", "sparse", "splade"]
     assert "bertkit embed --model" in card and "SparseEncoder.load" in card
     assert not (out / "bertkit_task.json").exists()
     assert json.loads((out / "config_sentence_transformers.json").read_text())["model_type"] \
