@@ -216,6 +216,20 @@ def test_resume_equals_an_uninterrupted_run(tiny_bert_dropout, tmp_path, monkeyp
     _assert_same_model(tmp_path / "whole", tmp_path / "parts")
 
 
+@pytest.mark.slow
+def test_kill_9_then_resume_equals_an_uninterrupted_run(tiny_bert_dropout, tmp_path, capsys):
+    from tests.finetuning.test_resume import kill_9_then_resume
+
+    train, dev = make_file(tmp_path, "triplets", 160), make_file(tmp_path, "queries", 16, seed=1)
+    # 20 steps an epoch, 60 in all: time enough to stop the process well before its end
+    args = ["finetune", "rerank", "--model", str(tiny_bert_dropout), "--train", str(train),
+            "--dev", str(dev), "--in-batch-negatives", "--epochs", "3", "--batch-size", "8",
+            "--lr", "1e-3", "--head-lr", "1e-3", "--warmup", "0", "--patience", "none",
+            "--precision", "fp32", "--save-every", "5", "--quiet"]
+    kill_9_then_resume(args, tmp_path / "whole", tmp_path / "cut", tmp_path / "err")
+    assert "resumed from" in capsys.readouterr().err
+
+
 def test_dev_figures_are_the_ranked_candidates(tiny_bert):
     """nDCG@10 and MRR@10 of each query's own candidates, counted by hand; BCE and accuracy
     over every pair."""

@@ -245,6 +245,22 @@ def test_resume_equals_an_uninterrupted_run(tiny_mlm, tmp_path, monkeypatch):
     _assert_same_model(tmp_path / "whole", tmp_path / "parts")
 
 
+@pytest.mark.slow
+def test_kill_9_then_resume_equals_an_uninterrupted_run(tiny_mlm, tmp_path, capsys):
+    from tests.finetuning.test_resume import kill_9_then_resume
+
+    train = pairs_file(tmp_path / "train.jsonl", 240)
+    dev = pairs_file(tmp_path / "dev.jsonl", 24, seed=1)
+    # 30 steps an epoch, 60 in all, the regulariser warming up over the first half
+    args = ["finetune", "sparse", "--model", str(tiny_mlm), "--train", str(train), "--dev",
+            str(dev), "--query-reg", "0.05", "--doc-reg", "0.05", "--reg-warmup", "0.5",
+            "--epochs", "2", "--batch-size", "8", "--lr", "2e-3", "--head-lr", "2e-3",
+            "--warmup", "0", "--patience", "none", "--precision", "fp32", "--save-every", "5",
+            "--quiet"]
+    kill_9_then_resume(args, tmp_path / "whole", tmp_path / "cut", tmp_path / "err")
+    assert "resumed from" in capsys.readouterr().err
+
+
 def test_the_step_never_makes_the_host_wait(tiny_mlm, step_syncs, tmp_path):
     """The warm-up reads the step count on the device: no value comes back to the host."""
     train = pairs_file(tmp_path / "train.jsonl", 48, kind="queries")
