@@ -65,8 +65,8 @@ class ExportOptions:
     task: Kind = "auto"
     """What the graph returns: "encoder" (last_hidden_state), "fill-mask" (the logits of the
     masked-language-model head, MLM), "sentence" (the sentence vector: a sentence-transformers
-    directory's pooling and normalisation, else mean pooling), or "auto": a fine-tuned model's logits (a
-    reranker's: one relevance score per text pair), else the sentence vector of a
+    directory's pooling and normalisation, else mean pooling), or "auto": a fine-tuned
+    model's logits (a reranker's: one relevance score per text pair), else the sentence vector of a
     sentence-transformers directory, else a sparse encoder's vector over the vocabulary,
     else the MLM logits when the directory has an MLM head, else the encoder's states."""
     quantize: bool = False
