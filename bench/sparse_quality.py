@@ -59,21 +59,29 @@ def start_model(out: Path, seed: int, max_length: int) -> Path:
     return sparse.save_sparse_model(model, out, backbone.tokenizer, max_length)
 
 
-def retrieved(encoder, dev: sbs.DevSet) -> dict:
-    """BEIR's figures of full retrieval by dot products of `encoder`'s sparse vectors (either
-    library's SparseEncoder), and their density."""
-    from bertkit.embeddings.sparse import active_dims, dot_products
+def retrieved(encoder, dev: sbs.DevSet, block: int = 1024) -> dict:
+    """BEIR's figures of full retrieval by dot products of `encoder`'s vectors (either
+    library's SparseEncoder), and their density. The passages are encoded `block` at a time,
+    dense, and scored at once: a whole corpus of dense-ish vectors (an untrained head's) as a
+    sparse tensor would take gigabytes."""
     from bertkit.retrieval.search import excluded_rows, leave_out
 
-    documents = encoder.encode(dev.data.corpus.texts, batch_size=32).coalesce()
-    queries = encoder.encode(dev.data.queries.texts, batch_size=32).coalesce()
-    scores = dot_products(queries, documents)
+    def vectors(texts):
+        return encoder.encode(texts, batch_size=32, convert_to_sparse_tensor=False).float()
+
+    queries = vectors(dev.data.queries.texts)
+    texts = dev.data.corpus.texts
+    scores, nonzero = torch.empty(len(queries), len(texts)), 0
+    for start in range(0, len(texts), block):
+        documents = vectors(texts[start:start + block])
+        scores[:, start:start + len(documents)] = queries @ documents.T
+        nonzero += int((documents != 0).sum())
     at = dev.data.corpus.index()
     own = [[at[qid]] if qid in at else [] for qid in dev.data.queries.ids]
     top = torch.topk(scores, min(DEPTH + 1, scores.shape[1]), dim=1)
     ranked = leave_out(top.indices, top.values, excluded_rows(own), DEPTH)[0]
-    return {**dev.figures(ranked), "query_active_dims": active_dims(queries),
-            "corpus_active_dims": active_dims(documents)}
+    return {**dev.figures(ranked), "query_active_dims": float((queries != 0).sum(1).mean()),
+            "corpus_active_dims": nonzero / len(texts)}
 
 
 def run_bertkit(args, seed: int, start: Path, train: Path, dev: Path, out: Path) -> dict:
