@@ -80,7 +80,8 @@ def retrieved(encoder, dev: sbs.DevSet, block: int = 1024) -> dict:
     own = [[at[qid]] if qid in at else [] for qid in dev.data.queries.ids]
     top = torch.topk(scores, min(DEPTH + 1, scores.shape[1]), dim=1)
     ranked = leave_out(top.indices, top.values, excluded_rows(own), DEPTH)[0]
-    return {**dev.figures(ranked), "query_active_dims": float((queries != 0).sum(1).mean()),
+    return {**dev.figures(ranked),
+            "query_active_dims": float((queries != 0).sum(1).float().mean()),
             "corpus_active_dims": nonzero / len(texts)}
 
 
