@@ -111,7 +111,7 @@ def run_sentence_transformers(args, seed: int, start: Path, rows: list[dict], ou
                       query_regularizer_weight=5e-5, document_regularizer_weight=3e-5)
     training = SparseEncoderTrainingArguments(
         output_dir=str(out / "trainer"), num_train_epochs=args.epochs,
-        per_device_train_batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=0.1,
+        per_device_train_batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=0.1,
         weight_decay=0.01, seed=seed, save_strategy="no", report_to="none",
         logging_steps=50, use_cpu=True, disable_tqdm=True,
         batch_sampler=BatchSamplers.NO_DUPLICATES)
