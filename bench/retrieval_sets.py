@@ -1,14 +1,27 @@
-"""Two retrieval test sets in BEIR's layout, built from the development data, for
-`bertkit evaluate --input DIR` (docs/retrieval.md's figures):
+"""Two retrieval development sets in BEIR's layout, and the training triplets held out from
+them, built from the development data, for `bertkit evaluate --input DIR` (docs/retrieval.md's
+figures) and the side-by-side training benches (bench/rerank_quality.py,
+bench/sparse_quality.py):
 
-  sick/   SICK's premises as queries; the hypotheses each entails are its relevant passages,
-          among every sentence of SICK's train and dev files (a premise is a passage too,
-          under the same id as its query, so it is never retrieved for itself).
-  squad/  the answerable questions of the SQuAD 2.0 subset as queries, each one's paragraph
-          relevant, among the subset's paragraphs (titled by their article) and 3,000
-          paragraphs of 40 words or more drawn (seed 0) from english_books.txt as distractors.
+  sick/   SICK dev's premises as queries; the hypotheses each entails (in the dev file) are its
+          relevant passages, among every sentence of SICK's train and dev files (a premise is
+          a passage too, under the same id as its query, so it is never retrieved for itself).
+  squad/  the answerable questions of every other paragraph of each article of the SQuAD 2.0
+          subset (the 1st, 3rd, ...: a fixed half, the subset has only three articles) as
+          queries, each one's paragraph relevant, among all the subset's paragraphs (titled by
+          their article) and 3,000 paragraphs of 40 words or more drawn (seed 0) from
+          english_books.txt as distractors.
+  train-triplets.jsonl
+          anchor / positive / negative rows, as `finetune rerank`, `finetune sparse` and
+          `finetune embed` read them: SICK train's premises, each with a hypothesis it
+          entails and one it contradicts (`bertkit.finetuning.sentence_pairs.read_nli`; a
+          premise that is a sick/ query left out), and the answerable questions of the other
+          paragraphs of SQuAD, each with its paragraph as positive and as negative the
+          passage of squad/'s corpus that BM25 ranks highest, the paragraph itself left out
+          (`bertkit.retrieval.mining`). Shuffled (seed 0), so that the first N rows mix both.
 
-Deterministic: the same data gives the same directories, byte for byte.
+No query of a development set is the anchor of a training row, and no SQuAD paragraph has
+questions on both sides. Deterministic: the same data gives the same files, byte for byte.
 
     .venv/bin/python bench/retrieval_sets.py --data DATA_DIR --out OUT_DIR
     bertkit evaluate --model MODEL --input OUT_DIR/sick
@@ -24,14 +37,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bertkit.files import read_jsonl, read_lines  # noqa: E402  (the repository on the path first)
+from bertkit.files import atomic_file, read_jsonl, read_lines  # noqa: E402  (the repository first)
+from bertkit.finetuning.sentence_pairs import Pair, read_nli  # noqa: E402
 from bertkit.retrieval.beir import write_beir  # noqa: E402
+from bertkit.retrieval.mining import MiningSettings, mine  # noqa: E402
 
 DISTRACTORS = 3000
 MIN_WORDS = 40
+TRIPLETS_FILE = "train-triplets.jsonl"
 
 
-def sick(data: Path, out: Path) -> Path:
+def sick(data: Path, out: Path) -> tuple[Path, list[dict]]:
+    """The sick/ set (dev premises against every SICK sentence) and the training triplets of
+    SICK train whose premise is none of its queries."""
     ids: dict[str, str] = {}  # sentence -> id, in the order first seen
     entails: dict[str, dict[str, None]] = {}
     for name in ("sick.train.jsonl", "sick.dev.jsonl"):
@@ -39,12 +57,16 @@ def sick(data: Path, out: Path) -> Path:
             premise, hypothesis = row["premise"].strip(), row["hypothesis"].strip()
             for text in (premise, hypothesis):
                 ids.setdefault(text, f"s{len(ids)}")
-            if row["label"] == "entailment" and hypothesis != premise:
+            if name == "sick.dev.jsonl" and row["label"] == "entailment" \
+                    and hypothesis != premise:
                 entails.setdefault(premise, {})[hypothesis] = None
     corpus = [{"_id": pid, "title": "", "text": text} for text, pid in ids.items()]
     queries = [{"_id": ids[p], "text": p} for p in entails]
     qrels = [(ids[p], ids[h], 1) for p, hs in entails.items() for h in hs]
-    return write_beir(out / "sick", corpus, queries, qrels)
+    triplets = [{"anchor": t.anchor, "positive": t.positive, "negative": t.negative}
+                for t in read_nli(data / "nli" / "sick.train.jsonl").triplets
+                if t.anchor.strip() not in entails]
+    return write_beir(out / "sick", corpus, queries, qrels), triplets
 
 
 def _book_paragraphs(path: Path, count: int, seed: int = 0) -> list[str]:
@@ -52,35 +74,59 @@ def _book_paragraphs(path: Path, count: int, seed: int = 0) -> list[str]:
     return random.Random(seed).sample(long, count)
 
 
-def squad(data: Path, out: Path) -> Path:
+def squad(data: Path, out: Path) -> tuple[Path, list[dict]]:
+    """The squad/ set (questions of every other paragraph against all paragraphs and book
+    distractors) and the training triplets of the other paragraphs' questions, each with a
+    BM25-mined negative from the set's corpus."""
     articles = json.loads((data / "qa" / "squad2_subset.dev.json").read_text(encoding="utf-8"))
-    corpus, queries, qrels = [], [], []
+    corpus, queries, qrels, pairs = [], [], [], []
     for a, article in enumerate(articles["data"]):
+        title = article["title"].replace("_", " ")
         for k, paragraph in enumerate(article["paragraphs"]):
-            pid = f"squad-{a}-{k}"
-            corpus.append({"_id": pid, "title": article["title"].replace("_", " "),
-                           "text": paragraph["context"].strip()})
+            pid, text = f"squad-{a}-{k}", paragraph["context"].strip()
+            corpus.append({"_id": pid, "title": title, "text": text})
             for qa in paragraph["qas"]:
-                if not qa.get("is_impossible") and qa["answers"]:
+                if qa.get("is_impossible") or not qa["answers"]:
+                    continue
+                if k % 2 == 0:
                     queries.append({"_id": qa["id"], "text": qa["question"].strip()})
                     qrels.append((qa["id"], pid, 1))
+                else:  # the passage as BEIR joins title and text, as the dev set shows it
+                    pairs.append(Pair(qa["question"].strip(), f"{title} {text}"))
     for i, text in enumerate(_book_paragraphs(data / "corpus" / "english_books.txt",
                                               DISTRACTORS)):
         corpus.append({"_id": f"book-{i}", "title": "", "text": text})
-    return write_beir(out / "squad", corpus, queries, qrels)
+    passages = [f"{c['title']} {c['text']}".strip() for c in corpus]
+    negatives = mine(pairs, passages, MiningSettings(num_negatives=1, bm25=True),
+                     progress=False)
+    triplets = [{"anchor": p.anchor, "positive": p.positive, "negative": passages[n[0]]}
+                for p, n in zip(pairs, negatives) if n]
+    return write_beir(out / "squad", corpus, queries, qrels), triplets
+
+
+def write_triplets(path: Path, rows: list[dict], seed: int = 0) -> Path:
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    with atomic_file(path) as f:
+        f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, required=True,
                         help="the data folder (nli/, qa/, corpus/)")
-    parser.add_argument("--out", type=Path, required=True, help="where sick/ and squad/ go")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="where sick/, squad/ and train-triplets.jsonl go")
     args = parser.parse_args(argv)
-    for build in (sick, squad):
-        path = build(args.data, args.out)
-        counts = [sum(1 for line in open(path / name, encoding="utf-8") if line.strip())
-                  for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")]
+    triplets = {}
+    for name, build in (("sick", sick), ("squad", squad)):
+        path, triplets[name] = build(args.data, args.out)
+        counts = [sum(1 for line in open(path / f, encoding="utf-8") if line.strip())
+                  for f in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")]
         print(f"{path}: {counts[0]} passages, {counts[1]} queries, {counts[2] - 1} judgements")
+    path = write_triplets(args.out / TRIPLETS_FILE, triplets["sick"] + triplets["squad"])
+    print(f"{path}: {len(triplets['sick'])} SICK and {len(triplets['squad'])} SQuAD triplets")
     return 0
 
 

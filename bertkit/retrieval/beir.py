@@ -44,7 +44,7 @@ class Passages:
 
     def add(self, pid: str, text: str, source: str, seen: dict[str, str]) -> None:
         if pid in seen:
-            raise UserError(f"{source}: id {pid!r} is already the id of {seen[pid]}")
+            raise UserError(f"{source}: duplicate id {pid!r}, first at {seen[pid]}")
         seen[pid] = source
         self.ids.append(pid)
         self.texts.append(text)

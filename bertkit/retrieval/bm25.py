@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from bertkit.files import UserError
+from bertkit.files import UserError, install_extra
 
 QUERY_BLOCK = 1000
 """Queries retrieved by one call of bm25s (progress is told between calls)."""
@@ -22,7 +22,7 @@ def _bm25s():
     try:
         import bm25s
     except ImportError:
-        raise UserError("--bm25 needs the bm25s library: pip install 'bertkit[retrieval]'") \
+        raise UserError(f"--bm25 needs the bm25s library: {install_extra('retrieval')}") \
             from None
     return bm25s
 

@@ -263,3 +263,40 @@ def test_the_command_writes_and_reports(tmp_path, tokenizer, capsys):
     assert main(["export", "onnx", "--model", str(tmp_path / "m"), "--out",
                  str(tmp_path / "x.onnx"), "--dev", str(tmp_path / "m" / "config.json")]) == 2
     assert capsys.readouterr().err.startswith("error: --dev scores a fine-tuned model")
+
+
+PAIRS = [("what was the film", "the film was good ."),
+         ("who went to rome", "mary went to rome . the plot was awful . a film was great"),
+         ("good", "bad")]
+
+
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
+def test_a_reranker_graph_scores_text_pairs_as_bertkit_and_cross_encoder(tmp_path, tokenizer,
+                                                                         architecture):
+    """A (query, passage) pair in, one relevance logit out: the Reranker's, and (a BERT has the
+    segments it reads) sentence-transformers' CrossEncoder's with an identity activation."""
+    from bertkit.export.sentence import padded_batch
+    from bertkit.finetuning.reranker import Reranker
+    from bertkit.finetuning.tasks import Rerank
+
+    cfg, task = _config(architecture), Rerank()
+    model = task.make_model(Encoder(cfg, fast=False))
+    init_weights(model, cfg, torch.Generator().manual_seed(4))
+    init_head(model, torch.Generator().manual_seed(5))
+    save_task_model(model, tmp_path / "r", task=task.to_json(), tokenizer=tokenizer)
+    result = export_onnx(tmp_path / "r", tmp_path / "r.onnx")
+    segments = ["token_type_ids"] if architecture == "bert" else []
+    assert (result.kind, result.inputs, result.outputs) == \
+        ("rerank", ["input_ids", *segments, "attention_mask"], ["logits"])
+    assert result.max_abs_diff < 1e-4
+    encoded = tokenizer.encode_batch([q for q, _ in PAIRS], [p for _, p in PAIRS],
+                                     with_offsets=False)
+    got, = run_session(onnx_session(result.path), padded_batch(list(encoded)))
+    assert got.shape == (len(PAIRS), 1)
+    ours = Reranker.load(tmp_path / "r").predict(PAIRS)
+    np.testing.assert_allclose(got[:, 0], ours, atol=1e-4, rtol=0)
+    if architecture == "bert":
+        st = pytest.importorskip("sentence_transformers")
+        theirs = st.CrossEncoder(str(tmp_path / "r"), device="cpu").predict(
+            PAIRS, activation_fn=torch.nn.Identity())
+        np.testing.assert_allclose(got[:, 0], theirs, atol=1e-4, rtol=0)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from huggingface_hub import ModelCard
 
 from bertkit.cli.main import main
 from bertkit.finetuning import heads
@@ -215,6 +216,20 @@ def test_resume_equals_an_uninterrupted_run(tiny_bert_dropout, tmp_path, monkeyp
     _assert_same_model(tmp_path / "whole", tmp_path / "parts")
 
 
+@pytest.mark.slow
+def test_kill_9_then_resume_equals_an_uninterrupted_run(tiny_bert_dropout, tmp_path, capsys):
+    from tests.finetuning.test_resume import kill_9_then_resume
+
+    train, dev = make_file(tmp_path, "triplets", 160), make_file(tmp_path, "queries", 16, seed=1)
+    # 20 steps an epoch, 60 in all: time enough to stop the process well before its end
+    args = ["finetune", "rerank", "--model", str(tiny_bert_dropout), "--train", str(train),
+            "--dev", str(dev), "--in-batch-negatives", "--epochs", "3", "--batch-size", "8",
+            "--lr", "1e-3", "--head-lr", "1e-3", "--warmup", "0", "--patience", "none",
+            "--precision", "fp32", "--save-every", "5", "--quiet"]
+    kill_9_then_resume(args, tmp_path / "whole", tmp_path / "cut", tmp_path / "err")
+    assert "resumed from" in capsys.readouterr().err
+
+
 def test_dev_figures_are_the_ranked_candidates(tiny_bert):
     """nDCG@10 and MRR@10 of each query's own candidates, counted by hand; BCE and accuracy
     over every pair."""
@@ -303,8 +318,12 @@ def test_cross_encoder_and_transformers_read_the_directory_as_bertkit_does(minil
     np.testing.assert_allclose(ours, logits, atol=1e-5)
 
     assert isinstance(load_task(out), Rerank)  # a reranker, not a one-output regression
-    card = (out / "README.md").read_text()
-    assert 'pipeline_tag: "text-ranking"' in card
+    card = ModelCard((out / "README.md").read_text()).data.to_dict()  # as the hub reads it
+    assert card["pipeline_tag"] == "text-ranking" and card["library_name"] == \
+        "sentence-transformers"
+    # CrossEncoder's cards' tags, in place of the sentence encoder's (sentence-similarity...)
+    assert card["tags"] == ["sentence-transformers", "cross-encoder", "reranker"]
+    assert card["license"] == "apache-2.0" and "snli" in card["datasets"]  # the rest kept
     query, documents = PAIRS[0][0], [p for _, p in PAIRS]
     reranker = Reranker.load(out)
     with pytest.warns(UserWarning, match="longer than 64 tokens"):

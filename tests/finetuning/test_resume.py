@@ -452,6 +452,31 @@ def _start_and_wait_for_a_checkpoint(args: list[str], out: Path, err_file: Path,
     return proc
 
 
+def main_on_one_thread(args: list[str]) -> int:
+    """The command in this process, on one thread as the processes of `_bertkit` run
+    (OMP_NUM_THREADS=1): a run resumed there ends as one run here, bit for bit."""
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(1)
+        try:
+            return main(args)
+        finally:
+            torch.set_num_threads(threads)
+
+
+def kill_9_then_resume(args: list[str], whole: Path, cut: Path, err: Path) -> None:
+    """`args` run to its end into `whole` here; into `cut` as a process killed with kill -9
+    once it has saved a checkpoint, then resumed here: both end alike."""
+    assert main_on_one_thread(args + ["--out", str(whole)]) == 0
+    proc = _start_and_wait_for_a_checkpoint(args + ["--out", str(cut)], cut, err)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (cut / "model.safetensors").exists()
+    assert main_on_one_thread(args + ["--out", str(cut), "--resume"]) == 0
+    _assert_same_model(whole, cut)
+
+
 @pytest.fixture(scope="module")
 def cli_uninterrupted(tiny_bert_dropout, task_files, tmp_path_factory) -> Path:
     """The command run to its end in this process, on one thread as the processes below run

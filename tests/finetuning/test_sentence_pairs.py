@@ -187,3 +187,22 @@ def test_the_real_sick_files(shared_data):
         assert nli.scored[0].score == pytest.approx((records[0]["relatedness"] - 1) / 4)
     train = read_nli(shared_data / "nli" / "sick.train.jsonl")
     assert (len(train.triplets), len(train.pairs)) == (349, 1628)
+
+
+@pytest.mark.parametrize("task", ["rerank", "sparse", "embed"])
+def test_a_triplet_file_of_empty_texts_is_one_line_before_any_training(task, tiny_bert,
+                                                                       tmp_path, capsys):
+    from bertkit.cli.main import main
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("".join(json.dumps(row) + "\n" for row in (
+        {"anchor": "the film", "positive": "", "negative": "bad"},
+        {"anchor": "  ", "positive": "good", "negative": "bad"},
+        {"anchor": "a plot", "positive": "great", "negative": ""})))
+    out = tmp_path / "never"
+    assert main(["finetune", task, "--model", str(tiny_bert), "--train", str(empty),
+                 "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"error: {empty}:1: no examples: every row has an empty text "
+                            f"(3 rows, this the first)\n")
+    assert captured.out == "" and not out.exists()

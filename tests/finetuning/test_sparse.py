@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
 from bertkit.cli.main import main
 from bertkit.config import EncoderConfig
@@ -158,7 +159,10 @@ def test_sentence_transformers_reads_the_trained_directory_as_bertkit_does(tiny_
     theirs = st.SparseEncoder(str(out), device="cpu").encode(texts)
     torch.testing.assert_close(ours.to_dense(), theirs.to_dense(), atol=1e-5, rtol=0)
     card = (out / "README.md").read_text()
-    assert 'library_name: "sentence-transformers"\npipeline_tag: "feature-extraction"' in card
+    front = ModelCard(card).data.to_dict()  # as the hub reads it
+    assert (front["library_name"], front["pipeline_tag"]) == ("sentence-transformers",
+                                                              "feature-extraction")
+    assert front["tags"] == ["sentence-transformers", "sparse-encoder", "sparse", "splade"]
     assert "bertkit embed --model" in card and "SparseEncoder.load" in card
     assert not (out / "bertkit_task.json").exists()
     assert json.loads((out / "config_sentence_transformers.json").read_text())["model_type"] \
@@ -239,6 +243,22 @@ def test_resume_equals_an_uninterrupted_run(tiny_mlm, tmp_path, monkeypatch):
     finetune(task, tiny_mlm, train, dev, tmp_path / "parts",
              dataclasses.replace(cfg, resume=True))
     _assert_same_model(tmp_path / "whole", tmp_path / "parts")
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_equals_an_uninterrupted_run(tiny_mlm, tmp_path, capsys):
+    from tests.finetuning.test_resume import kill_9_then_resume
+
+    train = pairs_file(tmp_path / "train.jsonl", 240)
+    dev = pairs_file(tmp_path / "dev.jsonl", 24, seed=1)
+    # 30 steps an epoch, 60 in all, the regulariser warming up over the first half
+    args = ["finetune", "sparse", "--model", str(tiny_mlm), "--train", str(train), "--dev",
+            str(dev), "--query-reg", "0.05", "--doc-reg", "0.05", "--reg-warmup", "0.5",
+            "--epochs", "2", "--batch-size", "8", "--lr", "2e-3", "--head-lr", "2e-3",
+            "--warmup", "0", "--patience", "none", "--precision", "fp32", "--save-every", "5",
+            "--quiet"]
+    kill_9_then_resume(args, tmp_path / "whole", tmp_path / "cut", tmp_path / "err")
+    assert "resumed from" in capsys.readouterr().err
 
 
 def test_the_step_never_makes_the_host_wait(tiny_mlm, step_syncs, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -138,8 +139,8 @@ def _corrupt(path, name: str, line: int, text: str) -> None:
 
 
 @pytest.mark.parametrize("name,line,text,message", [
-    ("corpus.jsonl", 4, '{"_id": "p0", "text": "again"}', "corpus.jsonl:4: id 'p0' is already "
-                                                          "the id of .*corpus.jsonl:1"),
+    ("corpus.jsonl", 4, '{"_id": "p0", "text": "again"}', "corpus.jsonl:4: duplicate id 'p0', "
+                                                          "first at .*corpus.jsonl:1"),
     ("qrels/test.tsv", 3, "q1\tnowhere\t1", r"test.tsv:3: document 'nowhere' is not in "),
     ("qrels/test.tsv", 2, "nobody\tp3\t1", r"test.tsv:2: query 'nobody' is not in "),
     ("qrels/test.tsv", 2, "q1\tp3\thigh", r"test.tsv:2: score 'high' is not a whole number"),
@@ -156,6 +157,27 @@ def test_bad_beir_input_is_one_line_with_file_and_line(tmp_path, capsys, name, l
     assert cli.main(["evaluate", "--input", str(path), "--bm25"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("name,line,text,message", [
+    ("qrels/test.tsv", 3, "q1\tnowhere\t1", r"test.tsv:3: document 'nowhere' is not in "),
+    ("corpus.jsonl", 4, '{"_id": "p0", "text": "again"}', r"corpus.jsonl:4: duplicate id 'p0'"),
+])
+def test_bad_beir_input_with_a_model_is_one_line_before_any_encoding(
+        tmp_path, capsys, monkeypatch, tiny_sentence_model, name, line, text, message):
+    from bertkit.retrieval import evaluation
+
+    def never(*args, **kwargs):
+        raise AssertionError("encoded a bad directory")
+
+    monkeypatch.setattr(evaluation, "encode", never)
+    path = _beir(tmp_path)
+    _corrupt(path, name, line, text)
+    assert cli.main(["evaluate", "--input", str(path), "--model", str(tiny_sentence_model),
+                     "--device", "cpu"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert re.match(f"error: .*{message}", captured.err), captured.err
 
 
 def test_passages_from_text_lines_or_json_lines(tmp_path):

@@ -200,7 +200,7 @@ def test_cli_mines_with_a_tiny_model_and_bm25(tmp_path, capsys, tiny_sentence_mo
 
 
 @pytest.mark.parametrize("case,message", [
-    ("duplicate", r"corpus.jsonl:2: id 'd0' is already the id of .*corpus.jsonl:1"),
+    ("duplicate", r"corpus.jsonl:2: duplicate id 'd0', first at .*corpus.jsonl:1"),
     ("empty", r"pairs.jsonl: .*empty"),
     ("neither", r"give --model \(a sentence model\), --bm25, or both"),
     ("margin", "--margin and --max-score compare the model's cosines"),

@@ -107,6 +107,8 @@ class Rerank(Task):
     verb: ClassVar[str] = "rerank"
     pipeline_tag: ClassVar[str] = "text-ranking"
     library_name: ClassVar[str] = "sentence-transformers"
+    card_tags: ClassVar[tuple[str, ...]] = ("sentence-transformers", "cross-encoder",
+                                            "reranker")  # as CrossEncoder's own cards
 
     objective: Literal["auto", "bce", "listwise", "margin-mse"] = dataclasses.field(
         default="auto", metadata={"flag": "loss"})

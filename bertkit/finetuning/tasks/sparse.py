@@ -42,6 +42,8 @@ class Sparse(Task):
     verb: ClassVar[str] = "embed"
     pipeline_tag: ClassVar[str] = "feature-extraction"
     library_name: ClassVar[str] = "sentence-transformers"
+    card_tags: ClassVar[tuple[str, ...]] = ("sentence-transformers", "sparse-encoder", "sparse",
+                                            "splade")  # as SparseEncoder's own SPLADE cards
 
     query_reg: float = sparse.DEFAULT_QUERY_REG
     """Weight of the FLOPS regulariser on the queries' vectors (higher: sparser queries)."""
