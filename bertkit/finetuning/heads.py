@@ -246,8 +246,6 @@ def first_subword_index(word_ids: torch.Tensor, num_words: int):
     return index.masked_fill(~mask, 0), mask
 
 
-
-
 # Initialising, saving, loading -------------------------------------------------------------------
 
 def init_head(model: nn.Module, generator: torch.Generator) -> None:
@@ -256,6 +254,9 @@ def init_head(model: nn.Module, generator: torch.Generator) -> None:
     std = model.encoder.config.initializer_range
     for name, child in model.named_children():
         if name == "encoder":
+            continue
+        if name == "word_case":  # fine-tuning starts from the pretrained model's input
+            nn.init.zeros_(child.weight)
             continue
         for m in child.modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -266,8 +267,6 @@ def init_head(model: nn.Module, generator: torch.Generator) -> None:
                 nn.init.ones_(m.weight)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-    if model.word_case is not None:  # fine-tuning starts from the pretrained model's input
-        nn.init.zeros_(model.word_case.weight)
 
 
 class _Exported(nn.Module):

@@ -405,7 +405,8 @@ class DevScores:
         baseline = task.baseline(self.train_examples, self.dev, self._score_the_start)
         if baseline is not None:
             final["baseline"] = baseline
-        mix = model.layer_mix  # a module of the model, not of the task
+        # a module of the model, declared where the backbone built it (--layer-mix)
+        mix = model.layer_mix if self.plan.cfg.layer_mix else None
         if mix is not None:  # what the task took from each layer, in numbers and a picture
             final["layer_weights"] = mix.layer_weights().detach().cpu().tolist()
             final["layer_mix_gamma"] = float(mix.gamma.detach())

@@ -165,12 +165,12 @@ def test_bad_beir_input_is_one_line_with_file_and_line(tmp_path, capsys, name, l
 ])
 def test_bad_beir_input_with_a_model_is_one_line_before_any_encoding(
         tmp_path, capsys, monkeypatch, tiny_sentence_model, name, line, text, message):
-    from bertkit.retrieval import evaluation
+    from bertkit.retrieval import retrievers
 
     def never(*args, **kwargs):
         raise AssertionError("encoded a bad directory")
 
-    monkeypatch.setattr(evaluation, "encode", never)
+    monkeypatch.setattr(retrievers, "encode", never)  # the dense retriever's encoding
     path = _beir(tmp_path)
     _corrupt(path, name, line, text)
     assert cli.main(["evaluate", "--input", str(path), "--model", str(tiny_sentence_model),
