@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
-import re
 import subprocess
 import sys
 import time
