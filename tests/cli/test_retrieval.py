@@ -97,7 +97,7 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, index_dir, tiny_sen
         f.write(json.dumps({"_id": "doc2", "text": "again"}) + "\n")
     out = tmp_path / "never"
     assert cli.main(["index", "--input", str(corpus), "--bm25", "--out", str(out)]) == 2
-    assert capsys.readouterr().err == (f"error: {corpus}:6: id 'doc2' is already the id of "
+    assert capsys.readouterr().err == (f"error: {corpus}:6: duplicate id 'doc2', first at "
                                        f"{corpus}:3\n")
     assert not out.exists()
     cases = [
