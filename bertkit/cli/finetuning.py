@@ -59,6 +59,9 @@ def run_finetune(files: FinetuneFiles, task, cfg, distill=None, cnn=None) -> int
     if cnn is None and str(files.model) == "cnn":
         raise UserError(f"--model cnn trains a label or a number per text (classify, pair, "
                         f"regress), not the {task.name} task")
+    if str(files.model) == "cnn" and (cfg.layer_mix or cfg.train_layers is not None):
+        raise UserError(f"--{'layer-mix' if cfg.layer_mix else 'train-layers'} chooses among a "
+                        f"transformer's layers; --model cnn has none")
     backbone = CnnBackbone.load(cnn) if str(files.model) == "cnn" else None
     if backbone is None and cnn is not None and cnn.vectors is not None:
         raise UserError("--vectors is read with --model cnn only")
@@ -106,7 +109,7 @@ def _teacher(files: FinetuneFiles, task, cfg, distill):
 
     teacher = Teacher.load(distill, task)
     if layers:
-        return teacher, teacher.student(cfg.train_layers), teacher.path
+        return teacher, teacher.student(cfg.train_layers, cfg.layer_mix), teacher.path
     if str(files.model) == "cnn":  # the CNN family's own backbone
         return teacher, None, files.model
     return teacher, teacher.student_of(files.model, cfg.train_layers, cfg.layer_mix), files.model

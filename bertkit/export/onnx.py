@@ -45,7 +45,7 @@ from bertkit.export.sparse import export_sparse
 from bertkit.files import UserError
 from bertkit.finetuning.heads import first_subword_index, load_task_weights
 from bertkit.finetuning.inputs import WORD_CASES
-from bertkit.finetuning.predict import TaskModel
+from bertkit.finetuning.predict import TaskModel, fits_encoder
 from bertkit.finetuning.tasks import load_task
 from bertkit.model import hub
 from bertkit.model.encoder import Encoder, init_weights
@@ -282,7 +282,8 @@ def dev_scores(path: Path, task, model: nn.Module, onnx_path: Path, quantized: P
     """The task's metrics on `dev` with PyTorch and each graph."""
     tokenizer = Tokenizer.load(path)
     examples = task.read(dev)
-    scores = {"pytorch": TaskModel(model, tokenizer, task).evaluate(examples)}
+    check = fits_encoder(tokenizer, hub.load_config(path), path)
+    scores = {"pytorch": TaskModel(model, tokenizer, task, check_inputs=check).evaluate(examples)}
     for name, graph in (("onnx", onnx_path), ("onnx-int8", quantized)):
         if graph is not None:
             runner = TaskModel(OnnxForward(onnx_session(graph), model), tokenizer, task)

@@ -19,7 +19,6 @@ from bertkit.finetuning import heads
 from bertkit.finetuning.inputs import Item, check_fit
 from bertkit.finetuning.task import Task
 from bertkit.model import hub
-from bertkit.model.scalar_mix import ScalarMix
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -76,7 +75,10 @@ class Encoder:
         self.train_layers, self.layer_mix = train_layers, layer_mix
 
     def check_task(self, task: Task) -> None:
-        """Every task has a head for a transformer encoder."""
+        """Every task has a head for a transformer encoder; a layer mix only some."""
+        if self.layer_mix and not task.mixes_layers:
+            raise UserError(f"--layer-mix is for tasks whose head reads the encoder's layers; "
+                            f"{task.name}'s does not")
 
     def build(self, task: Task, seed: int) -> nn.Module:
         return build_task_model(task, self.model_dir, seed, self.train_layers, self.layer_mix)
@@ -94,9 +96,7 @@ def build_task_model(task: Task, model_dir: str | Path, seed: int,
                      train_layers: int | None = None, layer_mix: bool = False) -> nn.Module:
     """The pretrained encoder of `model_dir` with the task's head, initialised from `seed`
     (with `layer_mix`, the head reads a learned mix of all layers)."""
-    model = task.make_model(hub.load_encoder(model_dir))
-    if layer_mix:
-        model.layer_mix = ScalarMix(model.encoder.config.num_layers + 1)
+    model = heads.task_model(task, hub.load_encoder(model_dir), layer_mix)
     heads.init_head(model, torch.Generator().manual_seed(seed))
     task.load_pretrained(model, Path(model_dir))
     freeze(model, train_layers)

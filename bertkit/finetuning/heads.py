@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ from torch import nn
 
 from bertkit.model import hub
 from bertkit.files import UserError
+from bertkit.finetuning.inputs import WORD_CASES
 from bertkit.model.encoder import Encoder, cls_rows, init_weights
 from bertkit.model.heads import IGNORE_INDEX
 from bertkit.model.kind import TASK_FILE
@@ -55,6 +57,28 @@ def head_dropout(encoder: Encoder) -> float:
     return encoder.config.hidden_dropout if p is None else float(p)
 
 
+@dataclass(frozen=True)
+class Parts:
+    """The optional parts of a task model, declared to its constructor."""
+    layer_mix: bool = False
+    """The head reads ELMo's learned mix of all layers (`finetune --layer-mix`)."""
+    word_case: bool = False
+    """Each piece's word case is an input beside its id (`finetune tag --case-feature`)."""
+
+
+class WordCaseInput(nn.Module):
+    """An embedding of each piece's word case (inputs.WORD_CASES), added to the encoder's
+    input embeddings. It starts at zero, so that fine-tuning starts from the pretrained
+    model's input (the heads' random initialisation does not reach it)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(len(WORD_CASES), width))  # [cases, H]
+
+    def forward(self, case_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(case_ids, self.weight)  # [B, T] -> [B, T, H]
+
+
 class TaskHead(nn.Module):
     """An encoder with a head: how it is saved for transformers. Subclasses set the class
     attributes, hold `.encoder`, and name their head modules as transformers does."""
@@ -67,15 +91,17 @@ class TaskHead(nn.Module):
     """Child modules transformers has a place for; other non-encoder children go to
     task_head.safetensors."""
 
-    def __init__(self):
+    def __init__(self, encoder: Encoder, parts: Parts | None = None):
         super().__init__()
-        # the optional parts every task model has, None until given (a child module then)
-        self.layer_mix: ScalarMix | None = None
-        """ELMo's learned mix of all layers, which the head then reads (`finetune
-        --layer-mix`, given by `backbone.build_task_model`); None: the last layer."""
-        self.word_case: nn.Embedding | None = None
-        """Each piece's word case embedded and added to the encoder's input (`finetune tag
-        --case-feature`, given by the task); None: no such input."""
+        parts = parts or Parts()
+        self.encoder = encoder
+        width, depth = encoder.config.hidden_size, encoder.config.num_layers
+        self.layer_mix = ScalarMix(depth + 1) if parts.layer_mix else None
+        """ELMo's learned mix of the embeddings and every layer, which the head then reads;
+        None: the last layer."""
+        self.word_case = WordCaseInput(width) if parts.word_case else None
+        """Each piece's word case embedded and added to the encoder's input; None: no such
+        input."""
 
     def hf_config(self) -> dict:
         """config.json entries the transformers class reads (beyond id2label / label2id)."""
@@ -114,13 +140,13 @@ class SequenceClassifier(TaskHead):
     hf_heads = ("classifier",)
 
     def __init__(self, encoder: Encoder, num_labels: int,
-                 problem_type: str = "single_label_classification", pooling: str = "cls"):
-        super().__init__()
+                 problem_type: str = "single_label_classification", pooling: str = "cls",
+                 parts: Parts | None = None):
+        super().__init__(encoder, parts)
         if problem_type not in PROBLEM_TYPES:
             raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {problem_type!r}")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-        self.encoder = encoder
         self.problem_type = problem_type
         self.pooling = pooling
         self.dropout = nn.Dropout(head_dropout(encoder))
@@ -169,9 +195,9 @@ class TokenClassifier(TaskHead):
     uses_pooler = False
     hf_heads = ("classifier",)
 
-    def __init__(self, encoder: Encoder, num_labels: int, crf: nn.Module | None = None):
-        super().__init__()
-        self.encoder = encoder
+    def __init__(self, encoder: Encoder, num_labels: int, crf: nn.Module | None = None,
+                 parts: Parts | None = None):
+        super().__init__(encoder, parts)
         self.dropout = nn.Dropout(head_dropout(encoder))
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
         self.crf = crf
@@ -208,9 +234,8 @@ class QuestionAnswerer(TaskHead):
     uses_pooler = False
     hf_heads = ("qa_outputs",)
 
-    def __init__(self, encoder: Encoder):
-        super().__init__()
-        self.encoder = encoder
+    def __init__(self, encoder: Encoder, parts: Parts | None = None):
+        super().__init__(encoder, parts)
         self.qa_outputs = nn.Linear(encoder.config.hidden_size, 2)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
@@ -254,9 +279,6 @@ def init_head(model: nn.Module, generator: torch.Generator) -> None:
     std = model.encoder.config.initializer_range
     for name, child in model.named_children():
         if name == "encoder":
-            continue
-        if name == "word_case":  # fine-tuning starts from the pretrained model's input
-            nn.init.zeros_(child.weight)
             continue
         for m in child.modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -347,14 +369,31 @@ def read_task_file(path: str | Path) -> dict | None:
         raise UserError(f"{file}: not valid JSON ({e})") from None
 
 
+def saved_parts(path: str | Path) -> Parts:
+    """The optional parts a saved task model's head declares in its bertkit_task.json (the
+    word case is a setting of the task itself, which builds it)."""
+    head = (read_task_file(path) or {}).get("head") or {}
+    return Parts(layer_mix=bool(head.get("layer_mix")))
+
+
+def task_model(task, encoder: Encoder, layer_mix: bool = False) -> nn.Module:
+    """`task.make_model` (a finetuning Task's) of `encoder`; the layer mix asked for only when
+    wanted, so that a task of the user's whose `make_model` takes the encoder alone builds."""
+    return task.make_model(encoder, layer_mix=True) if layer_mix else task.make_model(encoder)
+
+
+def load_task_model(task, path: str | Path, device: str | torch.device = "cpu") -> TaskHead:
+    """The task model of a saved directory: `task` (a finetuning Task) builds it with the parts
+    the directory declares, and its weights are loaded; in eval mode on `device`."""
+    model = task_model(task, Encoder(hub.load_config(path)), saved_parts(path).layer_mix)
+    return load_task_weights(model, path, device)
+
+
 def load_task_weights(model: TaskHead, path: str | Path,
                       device: str | torch.device = "cpu") -> TaskHead:
-    """Fill `model` (built by its task for the saved config) with the weights of a directory
+    """Fill `model` (built by its task for the saved config, with the `saved_parts`) with the weights of a directory
     written by `save_task_model` or by transformers' task models; returns it in eval mode."""
     p = Path(path)
-    mix_layers = ((read_task_file(p) or {}).get("head") or {}).get("layer_mix")
-    if mix_layers:
-        model.layer_mix = ScalarMix(int(mix_layers))
     encoder_state, rest = hub.from_hf_state_dict(hub.load_weights(p),
                                                  model.encoder.config.architecture)
     init_weights(model, model.encoder.config)
@@ -376,7 +415,8 @@ def load_task_weights(model: TaskHead, path: str | Path,
     return model.to(device).eval()
 
 
-__all__ = ["TaskHead", "SequenceClassifier", "TokenClassifier", "QuestionAnswerer",
+__all__ = ["Parts", "WordCaseInput", "saved_parts", "TaskHead", "SequenceClassifier",
+           "TokenClassifier", "QuestionAnswerer",
            "first_subword_index", "init_head", "save_task_model", "read_task_file",
-           "load_task_weights", "head_dropout", "problem_loss", "TASK_FILE", "HEAD_FILE",
+           "task_model", "load_task_model", "load_task_weights", "head_dropout", "problem_loss", "TASK_FILE", "HEAD_FILE",
            "PROBLEM_TYPES", "POOLINGS"]

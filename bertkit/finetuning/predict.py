@@ -21,19 +21,19 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from bertkit.config import EncoderConfig
 from bertkit.files import UserError, atomic_file, check_not_input
 from bertkit.finetuning.cnn import load_cnn
-from bertkit.finetuning.heads import load_task_weights
+from bertkit.finetuning.heads import load_task_model
 from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
 from bertkit.finetuning.input_sources import STDIN, input_file, is_source
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import TASKS, load_task
 from bertkit.model import hub
-from bertkit.model.encoder import Encoder
 from bertkit.model.kind import ModelKind, model_kind
 from bertkit.progress import Progress
 from bertkit.runtime import resolve_device
@@ -67,6 +67,11 @@ def run_model(model: torch.nn.Module, task: Task, items: Sequence[Item], batch_s
     return out
 
 
+def fits_encoder(tokenizer, config: EncoderConfig, where) -> Callable[[Sequence[Item]], None]:
+    """The check of inputs for a transformer of `config` (`inputs.check_fit`), naming `where`."""
+    return lambda items: check_fit(items, tokenizer, config, where)
+
+
 @dataclass
 class TaskModel:
     """A fine-tuned model with its tokenizer and task, ready to predict."""
@@ -83,6 +88,9 @@ class TaskModel:
     cut (fine-tuning's repeated dev evaluations turn it off and say it once)."""
     source: str = "the model"
     """The model's name (its directory) in messages."""
+    check_inputs: Callable[[Sequence[Item]], None] | None = None
+    """Refuses (UserError) inputs the model cannot run, before they run: `fits_encoder`'s
+    check for a transformer; None: a network of its own vocabulary (`--model cnn`)."""
     progress: bool = False
     """Show how far a run of the model over the inputs is on stderr (bertkit.progress: a live
     bar on a terminal, a line every few seconds elsewhere), with examples/s."""
@@ -108,9 +116,10 @@ class TaskModel:
             return cls(model, tokenizer, task, resolve_device(device), batch_size,
                        source=str(path))
         task, device = load_task(path, task_types), resolve_device(device)
-        model = load_task_weights(task.make_model(Encoder(hub.load_config(path))), path, device)
-        return cls(model, Tokenizer.load(path), task, device, batch_size,
-                   source=str(path))
+        model = load_task_model(task, path, device)
+        tokenizer = Tokenizer.load(path)
+        return cls(model, tokenizer, task, device, batch_size, source=str(path),
+                   check_inputs=fits_encoder(tokenizer, model.encoder.config, path))
 
     def with_task(self, task: Task) -> "TaskModel":
         """The same model (shared, not copied) predicting with other task settings."""
@@ -135,9 +144,8 @@ class TaskModel:
         if self.ran is not None and self.ran[0] is examples and self.ran[1] is self.model:
             return self.ran[2], self.ran[3]
         items = self.task.encode(self.tokenizer, examples, skip_no_room=self.skip_no_room)
-        config = getattr(getattr(self.model, "encoder", None), "config", None)
-        if config is not None:
-            check_fit(items, self.tokenizer, config, self.source)
+        if self.check_inputs is not None:
+            self.check_inputs(items)
         if self.report_cut:
             warn_cut(items, len(examples), self.task.max_length)
         return items, run_model(self.model, self.task, items, self.batch_size, self.device,
@@ -262,5 +270,5 @@ def answer(model: "TaskModel | str | Path", question, context):
     return _model(model).answer(question, context)
 
 
-__all__ = ["TaskModel", "run_model", "classify", "tag", "answer", "predict_file",
+__all__ = ["TaskModel", "fits_encoder", "run_model", "classify", "tag", "answer", "predict_file",
            "PREDICTION_SHAPES", "FORMATS", "conll_lines"]

@@ -554,7 +554,7 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     task = task.with_steps(plan.epochs * len(batches))
     runner = TaskModel(model, plan.backbone.tokenizer, task, torch.device(cfg.device),
                        skip_no_room=True, report_cut=False, source=str(plan.model_dir),
-                       progress=cfg.show_progress)
+                       progress=cfg.show_progress, check_inputs=plan.backbone.check_fit)
     scores = DevScores(plan, runner, train_examples, dev)
     result = train(model, taught.loss if taught else lambda m, batch: (task.loss(m, batch), {}),
                    batches,

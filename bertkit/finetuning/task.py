@@ -152,6 +152,8 @@ class Task:
     """What the Hugging Face hub files the saved model under (its card's front matter)."""
     library_name: ClassVar[str] = "transformers"
     """The library that loads the saved model, as the hub names it."""
+    mixes_layers: ClassVar[bool] = True
+    """Whether its head can read a learned mix of all layers (`finetune --layer-mix`)."""
     card_tags: ClassVar[tuple[str, ...]] = ()
     """The card's tags, in place of the source model's, where the saved model is another
     kind (a reranker, a sparse encoder); empty: the source's are kept."""
@@ -246,8 +248,9 @@ class Task:
         return length_batches([len(it.ids) for it in items], batch_size, generator)
 
     # Model --------------------------------------------------------------------------------------
-    def make_model(self, encoder: nn.Module) -> nn.Module:
-        """The encoder with this task's head (not initialised)."""
+    def make_model(self, encoder: nn.Module, layer_mix: bool = False) -> nn.Module:
+        """The encoder with this task's head (not initialised); with `layer_mix` (only where
+        `mixes_layers`), the head reads ELMo's learned mix of all layers."""
         raise NotImplementedError
 
     def load_pretrained(self, model: nn.Module, model_dir: Path) -> None:

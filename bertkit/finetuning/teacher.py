@@ -28,9 +28,9 @@ import torch
 from bertkit.files import UserError
 from bertkit.finetuning import distillation as dist
 from bertkit.finetuning.backbone import Encoder, freeze
-from bertkit.finetuning.heads import init_head, load_task_weights
+from bertkit.finetuning.heads import init_head, load_task_model, task_model
 from bertkit.finetuning.inputs import Item, length_batches
-from bertkit.finetuning.predict import TaskModel
+from bertkit.finetuning.predict import TaskModel, fits_encoder
 from bertkit.finetuning.task import Task, model_inputs
 from bertkit.finetuning.tasks import load_task
 from bertkit.model import hub
@@ -84,9 +84,10 @@ class Teacher:
     def options(self) -> dict:
         return self.settings.options()
 
-    def student(self, train_layers: int | None = None) -> "StudentEncoder":
+    def student(self, train_layers: int | None = None,
+                layer_mix: bool = False) -> "StudentEncoder":
         """The backbone of a student of --student-layers of the teacher's layers."""
-        return StudentEncoder(self, self.settings.student_layers, train_layers)
+        return StudentEncoder(self, self.settings.student_layers, train_layers, layer_mix)
 
     def student_of(self, model_dir: str | Path, train_layers: int | None = None,
                    layer_mix: bool = False) -> Encoder:
@@ -150,15 +151,16 @@ class Teacher:
 
     def whole(self) -> torch.nn.Module:
         """The teacher's model, its task's head on its encoder, in eval mode on the CPU."""
-        encoder = EncoderModule(self.config)
         if model_kind(self.path) is ModelKind.TASK:
-            return load_task_weights(self.task.make_model(encoder), self.path)
+            return load_task_model(self.task, self.path)
         return self.task.make_model(hub.load_encoder(self.path)).eval()  # a sentence encoder
 
     def _runner(self, device: str) -> TaskModel:
         if self.runner is None:
-            self.runner = TaskModel(self.whole().to(device), Tokenizer.load(self.path),
-                                    self.task, torch.device(device), source=str(self.path))
+            tokenizer = Tokenizer.load(self.path)
+            self.runner = TaskModel(self.whole().to(device), tokenizer, self.task,
+                                    torch.device(device), source=str(self.path),
+                                    check_inputs=fits_encoder(tokenizer, self.config, self.path))
         return self.runner
 
     def _outputs(self, runner: TaskModel, items: list[Item], show_progress: bool) -> list:
@@ -241,8 +243,9 @@ class StudentEncoder(Encoder):
     """A backbone of N of a teacher's layers, evenly spaced with the first and the last kept,
     its embeddings, head and tokenizer the teacher's (DistilBERT's initialisation)."""
 
-    def __init__(self, teacher: Teacher, layers: int, train_layers: int | None = None):
-        super().__init__(teacher.path, train_layers)
+    def __init__(self, teacher: Teacher, layers: int, train_layers: int | None = None,
+                 layer_mix: bool = False):
+        super().__init__(teacher.path, train_layers, layer_mix)
         self.teacher, self.layers = teacher, dist.student_layers(teacher.config.num_layers,
                                                                  layers)
         self.config = dataclasses.replace(self.config, num_layers=layers)
@@ -250,11 +253,13 @@ class StudentEncoder(Encoder):
 
     def build(self, task: Task, seed: int) -> torch.nn.Module:
         whole = self.teacher.whole()
-        student = task.make_model(EncoderModule(self.config))
+        student = task_model(task, EncoderModule(self.config), self.layer_mix)
         init_head(student, torch.Generator().manual_seed(seed))  # what the teacher lacks
         state = copy_layers(whole.state_dict(), self.layers)
-        mismatch = [k for k, v in student.state_dict().items()
-                    if k not in state or state[k].shape != v.shape]
+        # a mix weighs its own model's layers: the student's starts afresh
+        state = {k: v for k, v in state.items() if not k.startswith("layer_mix.")}
+        mismatch = [k for k, v in student.state_dict().items() if not k.startswith("layer_mix.")
+                    and (k not in state or state[k].shape != v.shape)]
         if mismatch:
             raise UserError(f"{self.teacher.path}: the teacher's head differs from the "
                             f"student's ({mismatch[0]}): give the teacher's task settings")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import ClassVar, NamedTuple, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -48,6 +48,10 @@ class ElmoConfig:
     """Longest input the Embedder hands over (an LSTM has no limit of its own)."""
     pad_id: int = 0
     """Id of [PAD]."""
+    architecture: ClassVar[str] = "elmo"
+    """What the Embedder and the explorer call it (an `EncoderConfig` says "bert" or "modern")."""
+    num_heads: ClassVar[int] = 0
+    """Attention heads: none, so no attention to look at."""
 
     @property
     def hidden_size(self) -> int:

@@ -60,6 +60,11 @@ class NextSentenceHead(nn.Linear):
         super().__init__(cfg.hidden_size, 2)
 
 
+SBO_FILE = "sbo.safetensors"
+"""Where a span-boundary head is saved beside its model: transformers has no place for it and
+ignores the file."""
+
+
 class SpanBoundaryHead(nn.Module):
     """SpanBERT's span-boundary objective: predict each token of a masked span from the two
     tokens just outside it and its offset in the span.
@@ -203,5 +208,5 @@ class ElectraModel(nn.Module):
         return self.detector(h)
 
 
-__all__ = ["IGNORE_INDEX", "MaskedLMHead", "NextSentenceHead", "SpanBoundaryHead",
+__all__ = ["IGNORE_INDEX", "MaskedLMHead", "NextSentenceHead", "SpanBoundaryHead", "SBO_FILE",
            "PretrainingModel", "ReplacedTokenHead", "ElectraModel", "generator_config"]

@@ -36,7 +36,7 @@ from bertkit.config import ConfigError, EncoderConfig
 from bertkit.files import UserError, atomic_dir, read_json
 from bertkit.model.encoder import Encoder, init_weights
 from bertkit.model.fetch import hf_cache_dir, hub_name, resolve_model  # noqa: F401 - one API
-from bertkit.model.heads import ElectraModel, PretrainingModel
+from bertkit.model.heads import SBO_FILE, ElectraModel, PretrainingModel, SpanBoundaryHead
 
 # Encoder-internal name prefixes, ours -> Hugging Face BertModel; {i} is the layer (q/k/v apart).
 _ENCODER_NAMES = [
@@ -310,14 +310,18 @@ def load_encoder(path: str | Path, device: str | torch.device = "cpu",
 
 
 def load_pretraining_model(path: str | Path, device: str | torch.device = "cpu",
-                           revision: str | None = None) -> PretrainingModel:
-    """Encoder + MLM + NSP heads; heads the directory lacks are initialised (with a warning)
+                           revision: str | None = None,
+                           span_boundary: bool = False) -> PretrainingModel:
+    """Encoder + MLM + NSP heads, and with `span_boundary` SpanBERT's head (from the
+    directory's sbo.safetensors); heads the directory lacks are initialised (with a warning)
     and named in the model's `not_loaded`."""
     path = resolve_model(path, revision)
     cfg = load_config(path)
     encoder_state, other = from_hf_state_dict(load_weights(path), cfg.architecture)
-    model = PretrainingModel(cfg)
+    model = PretrainingModel(cfg, sbo=SpanBoundaryHead(cfg) if span_boundary else None)
     init_weights(model, cfg, _missing_weights_generator())
+    if span_boundary and (path / SBO_FILE).is_file():
+        other.update({f"sbo.{k}": v for k, v in load_file(str(path / SBO_FILE)).items()})
     model.not_loaded = frozenset(load_state_into(model, encoder_state, other, path))
     return model.to(device).eval()
 

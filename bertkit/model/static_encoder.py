@@ -59,7 +59,9 @@ class StaticConfig:
     num_layers: int = 0
     """Layers above the lookup: none, so layer 0 (= -1) is the only one."""
     num_heads: int = 0
+    """Attention heads: none, so no attention to look at."""
     architecture: str = "static"
+    """What the Embedder and the explorer call it."""
 
 
 class StaticOutput(NamedTuple):

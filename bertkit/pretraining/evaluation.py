@@ -45,7 +45,7 @@ from torch import nn
 
 from bertkit.files import UserError
 from bertkit.model.generate import next_token_scores
-from bertkit.model.hub import has_detector, load_electra, load_pretraining_model, resolve_model
+from bertkit.model.hub import has_detector, load_config, load_electra, resolve_model
 from bertkit.pretraining.provenance import check_tokenizer
 from bertkit.pretraining.shards import load_manifest
 from bertkit.pretraining.detection_scores import DETECTION_SCORING, detection_log_likelihood
@@ -346,15 +346,15 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
         check_tokenizer(inp, tokenizer)
     if has_detector(model_dir):
         return _evaluate_electra(model_dir, inp, pairs, tokenizer, opts, batch_size, device)
-    model = load_pretraining_model(model_dir, device)
+    # A left-to-right model is judged as one: next-token figures, whatever --objective says.
+    causal = load_config(model_dir).causal
+    objective = objective_named(LeftToRight.name if causal else opts.objective)
+    model = objective.saved_model(Path(model_dir), device)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise UserError(f"{model_dir}: the tokenizer's {tokenizer.vocab_size} pieces do not fit "
                         f"the model's vocabulary of {model.config.vocab_size}")
-    # A left-to-right model is judged as one: next-token figures, whatever --objective says.
-    causal = model.config.causal
     if inp.is_dir() and not pairs and not is_dataset_dir(inp):
-        return {"kind": "heldout", **_heldout_figures(model, model_dir, inp, opts, causal,
-                                                      device)}
+        return {"kind": "heldout", **_heldout_figures(model, objective, inp, opts, device)}
     if pairs:
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
                                batch_size=4 * batch_size, device=device, metric=opts.pll,
@@ -391,14 +391,10 @@ def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
     return {"kind": "text", **masked, **pseudo, "pll": opts.pll}
 
 
-def _heldout_figures(model: nn.Module, model_dir: str | os.PathLike, data: Path,
-                     opts: LMEvalOptions, causal: bool, device) -> dict[str, float]:
-    """`heldout_scores` of a prepared directory as `evaluate_pretrained` asks: a left-to-right
-    model by next-token prediction, the span objective with the directory's span head."""
-    if causal:
-        opts = dataclasses.replace(opts, objective=LeftToRight.name)
-    objective = objective_named(opts.objective)
-    model = objective.load_parts(model, Path(model_dir), device)
+def _heldout_figures(model: nn.Module, objective, data: Path, opts: LMEvalOptions,
+                     device) -> dict[str, float]:
+    """`heldout_scores` of a prepared directory as `evaluate_pretrained` asks: by the
+    objective's figures (a left-to-right model's: next-token prediction)."""
     return heldout_scores(model, data, objective=objective, seq_len=opts.seq_len,
                           batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches,
                           seed=opts.seed, whole_word=opts.whole_word, mask_rate=opts.mask_rate,

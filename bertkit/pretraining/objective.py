@@ -7,7 +7,7 @@ run that differ from one objective to another, and the shape of the examples it 
     loss         one batch's (loss, metrics);  target_count: the tokens it predicts
     held_out     one held-out batch's terms;  figures: the objective's own held-out figures
     untrained_parts  what is left at its initial draw and so not saved
-    save         the trained model written;  load_parts: what of a saved directory it reads
+    save         the trained model written;  saved_model: a saved directory's, as it scores it
     fingerprint  what a checkpoint must have been trained with to be resumed
     describe     the line the run prints about it; pipeline_tag: its card's
     query        how a user asks the trained model what it learned
@@ -106,10 +106,10 @@ class Objective:
                 head.requires_grad_(False)
         return model
 
-    def load_parts(self, model: nn.Module, model_dir: Path, device) -> nn.Module:
-        """A saved directory's model with the parts of this objective that live beside the
-        Hugging Face weights (none: the model as it is)."""
-        return model
+    def saved_model(self, model_dir: Path, device) -> nn.Module:
+        """A saved directory's model as `evaluate` scores it with this objective, with the
+        parts of it that live beside the Hugging Face weights."""
+        return load_pretraining_model(model_dir, device)
 
     def check_model(self, model: nn.Module) -> None:
         """Refuse a model this objective cannot score (`evaluate`'s held-out figures)."""

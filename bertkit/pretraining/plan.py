@@ -43,7 +43,7 @@ from bertkit.pretraining.objective import Objective
 from bertkit.pretraining.objectives import objective_type
 from bertkit.pretraining.options import PretrainOptions
 from bertkit.pretraining.run_data import (TEXT_DATA, check_resumed_data, data_fingerprint,
-                                          data_parts, given_data)
+                                          DataOptions, data_parts, given_data)
 from bertkit.runtime import allocator, choose_precision, compiles_for
 from bertkit.text.tokenizer import Tokenizer
 from bertkit.training.checkpoint import GIVEN, check_fits, saved_fingerprint
@@ -121,7 +121,9 @@ class PretrainPlan:
         latest = check_fresh_start(opts.out, opts.train.resume)
         model = None if latest is None else _resumed_model(opts, objective, latest, settings)
         given = given_data(opts.data)
-        parts = data_parts(opts, rank, keep=latest is not None, resumed=latest)
+        parts = data_parts(DataOptions(opts.data, opts.out, opts.tokenizer, opts.init,
+                                       opts.vocab_size, opts.text_field),
+                           rank, keep=latest is not None, resumed=latest)
         fingerprint = _fingerprint(opts, parts, given, latest, settings)  # other data refused
         data = parts[0][0]
         load_manifest(data)
@@ -141,7 +143,7 @@ class PretrainPlan:
                            ignore=("world_size", GIVEN))
         resolved, why = resolve(_as_used(opts, model, parts, tokenizer.vocab_size), device,
                                 world)
-        recorded = run_settings({"options": resolved}, device=device,
+        recorded = run_settings({"options": dataclasses.asdict(resolved)}, device=device,
                                 precision=resolved.train.precision,
                                 command=command_line(resolved) if command_line else None)
         return cls(dataclasses.replace(resolved, data=data), objective, device, rank, world,

@@ -1,7 +1,7 @@
 """The data a pretraining run trains on: what `pretrain --data` names, and where it is
 prepared.
 
-    parts = data_parts(opts, rank)      # [(prepared directory, share)], shares summing to 1
+    parts = data_parts(options, rank)   # [(prepared directory, share)], shares summing to 1
 
 --data names a directory made by `bertkit prepare` (taken as it is), a corpus to prepare
 (a file, folder, glob or `datasets` directory: prepared into OUT/data, `TEXT_DATA`, by rank
@@ -21,7 +21,7 @@ import json
 import re
 import shlex
 from pathlib import Path
-from typing import Protocol
+from dataclasses import dataclass
 
 import torch.distributed as dist
 
@@ -36,15 +36,22 @@ from bertkit.text.sources import expand
 from bertkit.training.checkpoint import GIVEN, latest_checkpoint, saved_fingerprint
 
 
-class DataOptions(Protocol):
-    """The options the data is read with: those of `options.PretrainOptions`, which document
-    them."""
+@dataclass(frozen=True)
+class DataOptions:
+    """The settings the data is read with, as the run's plan hands them over (`bertkit
+    pretrain --help` documents each under its flag)."""
     data: Path
+    """--data: a prepared directory, a corpus to prepare, or a mixture."""
     out: Path
+    """--out: the run's directory, where a corpus is prepared (OUT/data)."""
     tokenizer: Path | None
+    """--tokenizer: the vocabulary a corpus is prepared with."""
     init: Path | None
+    """--init: the model whose vocabulary prepares a corpus when no --tokenizer is given."""
     vocab_size: int
+    """--vocab-size: of a vocabulary trained on the corpus."""
     text_field: str
+    """--text-field: the field of JSON and `datasets` records that holds the text."""
 
 
 def data_fingerprint(parts: list[tuple[Path, float]], resumed: str | None = None) -> str:

@@ -52,8 +52,8 @@ class ServedModel:
                                "sentence_model": self.sentence}
         if self.embedder is not None:
             cfg = self.embedder.config
-            out.update(architecture=getattr(cfg, "architecture", "elmo"),
-                       layers=cfg.num_layers, heads=getattr(cfg, "num_heads", 0),
+            out.update(architecture=cfg.architecture,
+                       layers=cfg.num_layers, heads=cfg.num_heads,
                        hidden_size=cfg.hidden_size, max_length=self.embedder.max_length,
                        mask_token=self.mask_token,
                        search_vectors=vectors_note(self.embedder, self.sentence))
@@ -64,7 +64,7 @@ class ServedModel:
 
     @property
     def has_attention(self) -> bool:
-        return self.embedder is not None and hasattr(self.embedder.encoder, "blocks")
+        return self.embedder is not None and self.embedder.config.num_heads > 0
 
     @property
     def mask_token(self) -> str:

@@ -11,7 +11,7 @@ import torch
 from bertkit.cli.main import main
 from bertkit.config import EncoderConfig
 from bertkit.files import UserError
-from bertkit.finetuning.predict import TaskModel
+from bertkit.finetuning.predict import TaskModel, fits_encoder
 from bertkit.finetuning.readers import TaggedSentence
 from bertkit.finetuning.tasks import Classify, Pair, Tag
 from bertkit.model import hub
@@ -27,7 +27,8 @@ def _runner(model_dir, task, **config) -> TaskModel:
     cfg = hub.load_config(model_dir).replace(**config)
     encoder = Encoder(cfg)
     init_weights(encoder, cfg, torch.Generator().manual_seed(0))
-    return TaskModel(task.make_model(encoder), tokenizer, task, source="m-dir")
+    return TaskModel(task.make_model(encoder), tokenizer, task, source="m-dir",
+                     check_inputs=fits_encoder(tokenizer, cfg, "m-dir"))
 
 
 def _cut_lines(caught) -> list[str]:

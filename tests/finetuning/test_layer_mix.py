@@ -17,11 +17,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_a_mix_with_one_dominating_weight_reads_that_layer(tiny_bert):
-    from bertkit.finetuning.heads import TokenClassifier
-    model = TokenClassifier(hub.load_encoder(tiny_bert), 3).eval()
+    from bertkit.finetuning.heads import Parts, TokenClassifier
+    encoder = hub.load_encoder(tiny_bert)
     ids = torch.tensor([[2, 7, 8, 9, 3]])
-    plain = model.token_states(ids)
-    model.layer_mix = ScalarMix(model.encoder.config.num_layers + 1)
+    plain = TokenClassifier(encoder, 3).eval().token_states(ids)
+    model = TokenClassifier(encoder, 3, parts=Parts(layer_mix=True)).eval()
+    assert model.layer_mix.num_layers == encoder.config.num_layers + 1  # declared, built
     with torch.no_grad():
         model.layer_mix.weights.fill_(0.0)
         model.layer_mix.weights[-1] = 40.0
@@ -69,6 +70,29 @@ def test_the_cli_flag(tiny_bert, task_files, tmp_path):
                  str(tmp_path / "c"), "--layer-mix", "--epochs", "1", "--quiet"]) == 0
     runner = TaskModel.load(tmp_path / "c")
     assert isinstance(runner.model.layer_mix, ScalarMix)
+
+
+@pytest.mark.parametrize("task", ["embed", "sparse"])
+def test_a_task_whose_head_reads_no_layers_refuses_the_flag(tiny_bert, tmp_path, task, capsys):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("anchor\tpositive\na cat sits\ta cat is sitting\nthe dog runs\ta dog runs\n")
+    code = main(["finetune", task, "--model", str(tiny_bert), "--train", str(pairs),
+                 "--out", str(tmp_path / "o"), "--layer-mix"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --layer-mix is for tasks whose head reads the encoder's layers; "
+        f"{task}'s does not")
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_cnn_refuses_the_transformer_layer_flags(task_files, tmp_path, capsys):
+    for flag in (["--layer-mix"], ["--train-layers", "0"]):
+        code = main(["finetune", "classify", "--model", "cnn", "--train",
+                     str(task_files["train"]), "--out", str(tmp_path / "o"), *flag])
+        assert code == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"error: {flag[0]} chooses among a transformer's layers; --model cnn "
+                       f"has none")
 
 
 def test_plot_layer_mix_draws_every_run(tmp_path, capsys):

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.model.encoder import init_weights
-from bertkit.model.heads import IGNORE_INDEX, SpanBoundaryHead
+from bertkit.model.heads import IGNORE_INDEX, PretrainingModel, SpanBoundaryHead
 from bertkit.pretraining import objectives
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -70,9 +70,8 @@ def test_mlm_nsp_loss_matches_transformers_bert_for_pretraining(tmp_path, tiny):
 
 def test_span_boundary_head_reads_boundaries_and_offsets(tiny):
     cfg = tiny.config()
-    model = tiny.model()
-    model.sbo = SpanBoundaryHead(cfg)
-    init_weights(model.sbo, cfg)
+    model = PretrainingModel(cfg, sbo=SpanBoundaryHead(cfg))
+    init_weights(model, cfg)
     batch = _batch(tiny)
     loss, metrics = objectives.span_loss(model, batch)
     torch.testing.assert_close(loss, metrics["mlm_loss"] + metrics["sbo_loss"])

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+
+from bertkit.cli.main import main
 
 PACKAGE = Path(__file__).resolve().parents[2] / "bertkit"
 READERS = {"pretraining/options.py", "pretraining/plan.py"}
@@ -57,3 +60,54 @@ def test_the_check_has_teeth(tmp_path):
     tree = ast.parse("from bertkit.pretraining.options import PretrainOptions\n"
                      "def f(o: 'PretrainOptions'):\n    return o.seq_len\n")
     assert _names(tree)
+
+
+OPTIONS_MODULE = "bertkit.pretraining.options"
+"""Where the options' own methods are: the data itself, not a room it passes through."""
+
+
+def _modules_holding_the_options(argv: list[str], calls: int) -> list[str]:
+    """The library module of each of the first `calls` calls whose frame holds the run's
+    options (a PretrainOptions among its arguments), in the order the run makes them."""
+    seen: list[str] = []
+
+    def profile(frame, event, arg):
+        if event != "call" or len(seen) >= calls:
+            return
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("bertkit.") and module != OPTIONS_MODULE and any(
+                type(v).__name__ == "PretrainOptions" for v in frame.f_locals.values()):
+            seen.append(module)
+
+    sys.setprofile(profile)
+    try:
+        assert main(argv) == 0
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def _returns(modules: list[str]) -> int:
+    """How often the sequence comes back to a module it had left."""
+    visits = [m for i, m in enumerate(modules) if i == 0 or m != modules[i - 1]]
+    return sum(m in visits[:i] for i, m in enumerate(visits))
+
+
+def test_followed_as_data_the_options_go_one_way(prepared, tmp_path, capsys):
+    """Run as a user runs it, the options pass from the command line to the recipe to the plan
+    and stop there: the plan made of them is what the run reads."""
+    modules = _modules_holding_the_options(
+        ["pretrain", "--data", str(prepared), "--out", str(tmp_path / "run"), "--preset",
+         "tiny", "--seq-len", "32", "--batch-size", "4", "--max-steps", "1",
+         "--precision", "fp32"], calls=400)
+    capsys.readouterr()
+    assert modules[0].startswith("bertkit.cli.")  # read from the command line
+    assert "bertkit.pretraining.plan" in modules
+    outside = {m for m in modules if not m.startswith("bertkit.cli.")} - {
+        "bertkit.pretraining.recipe", "bertkit.pretraining.plan"}
+    assert not outside, outside
+    assert _returns(modules) <= 5, modules
+
+
+def test_returns_are_counted():
+    assert _returns(["a", "a", "b", "c", "b", "a", "a"]) == 2

@@ -16,7 +16,7 @@ import torch
 
 from bertkit.files import UserError
 from bertkit.finetuning import baselines, distillation, metrics
-from bertkit.finetuning.heads import POOLINGS, SequenceClassifier
+from bertkit.finetuning.heads import POOLINGS, Parts, SequenceClassifier
 from bertkit.finetuning.inputs import Item
 from bertkit.finetuning.readers import (TEXT_COLUMNS, TextExample, check_labels,
                                         collect_labels, detect_format, read_text_examples)
@@ -153,9 +153,9 @@ class TextTask(Task):
         return self.labels.index(label) if label in self.labels else None
 
     # Model --------------------------------------------------------------------------------------
-    def make_model(self, encoder) -> SequenceClassifier:
+    def make_model(self, encoder, layer_mix: bool = False) -> SequenceClassifier:
         return SequenceClassifier(encoder, len(self.labels), self.problem_type,
-                                  self.pooling or "cls")
+                                  self.pooling or "cls", Parts(layer_mix=layer_mix))
 
     def infer(self, model, batch, items) -> list:
         return list(model(*model_inputs(batch)).float().cpu().unbind(0))

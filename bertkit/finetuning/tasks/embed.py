@@ -103,6 +103,7 @@ class Embed(Task):
     verb: ClassVar[str] = "embed"
     pipeline_tag: ClassVar[str] = "sentence-similarity"
     library_name: ClassVar[str] = "sentence-transformers"
+    mixes_layers: ClassVar[bool] = False  # its vectors pool the last layer
 
     objective: Literal["auto", "mnrl", "cosent", "cosine-mse", "simcse"] = dataclasses.field(
         default="auto", metadata={"flag": "loss"})
@@ -243,7 +244,7 @@ class Embed(Task):
         return batch
 
     # Model --------------------------------------------------------------------------------------
-    def make_model(self, encoder) -> SentenceEncoder:
+    def make_model(self, encoder, layer_mix: bool = False) -> SentenceEncoder:
         rate = self.dropout
         config = encoder.config
         if rate is None and self.objective == "simcse" and \

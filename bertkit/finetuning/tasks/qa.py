@@ -25,7 +25,7 @@ import torch
 
 from bertkit.files import UserError, read_jsonl
 from bertkit.finetuning import baselines, distillation, metrics
-from bertkit.finetuning.heads import QuestionAnswerer
+from bertkit.finetuning.heads import Parts, QuestionAnswerer
 from bertkit.finetuning.inputs import Item, pad_inputs
 from bertkit.finetuning.readers import QAExample, detect_format, read_squad
 from bertkit.finetuning.task import Defaults, Task, fitted, model_inputs
@@ -312,8 +312,8 @@ class QA(Task):
         return batch
 
     # Model --------------------------------------------------------------------------------------
-    def make_model(self, encoder) -> QuestionAnswerer:
-        return QuestionAnswerer(encoder)
+    def make_model(self, encoder, layer_mix: bool = False) -> QuestionAnswerer:
+        return QuestionAnswerer(encoder, Parts(layer_mix=layer_mix))
 
     def loss(self, model, batch) -> torch.Tensor:
         return model.loss(model(*model_inputs(batch)), batch["start_positions"],

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.finetuning import baselines, metrics
-from bertkit.finetuning.heads import SequenceClassifier
+from bertkit.finetuning.heads import Parts, SequenceClassifier
 from bertkit.finetuning.tasks.classify import PAIR_COLUMNS, TextTask, hf_problem
 
 
@@ -44,8 +44,9 @@ class Regress(TextTask):
             batch["labels"] = batch["labels"].float()
         return batch
 
-    def make_model(self, encoder) -> SequenceClassifier:
-        return SequenceClassifier(encoder, 1, self.problem_type, self.pooling or "cls")
+    def make_model(self, encoder, layer_mix: bool = False) -> SequenceClassifier:
+        return SequenceClassifier(encoder, 1, self.problem_type, self.pooling or "cls",
+                                  Parts(layer_mix=layer_mix))
 
     def soft_loss(self, student, teacher, temperature: float) -> torch.Tensor:
         """The teacher's term: squared error to its score (no distribution to soften)."""

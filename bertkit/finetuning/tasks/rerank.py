@@ -37,7 +37,8 @@ import torch
 from bertkit.files import UserError
 from bertkit.finetuning import ranking
 from bertkit.finetuning import sentence_pairs as sp
-from bertkit.finetuning.heads import SequenceClassifier, load_task_weights, read_task_file
+from bertkit.finetuning.heads import (Parts, SequenceClassifier, load_task_model,
+                                      read_task_file)
 from bertkit.finetuning.inputs import Item, pad_inputs
 from bertkit.finetuning.task import Defaults, Task, fitted, model_inputs, text_lines
 from bertkit.model import hub
@@ -90,8 +91,8 @@ class RelevanceHead(SequenceClassifier):
     """BertForSequenceClassification with one output, saved as sentence-transformers' cross
     encoders are: one label, identity as the activation of its scores."""
 
-    def __init__(self, encoder: Encoder, pooling: str = "cls"):
-        super().__init__(encoder, 1, "regression", pooling)
+    def __init__(self, encoder: Encoder, pooling: str = "cls", parts: Parts | None = None):
+        super().__init__(encoder, 1, "regression", pooling, parts)
 
     def hf_config(self) -> dict:
         # no problem_type: transformers would take "regression" for a regression model
@@ -307,8 +308,8 @@ class Rerank(Task):
         return batch
 
     # Model --------------------------------------------------------------------------------------
-    def make_model(self, encoder) -> RelevanceHead:
-        return RelevanceHead(encoder, self.pooling or "cls")
+    def make_model(self, encoder, layer_mix: bool = False) -> RelevanceHead:
+        return RelevanceHead(encoder, self.pooling or "cls", Parts(layer_mix=layer_mix))
 
     def loss(self, model, batch) -> torch.Tensor:
         logits = model(*model_inputs(batch))[:, 0]  # [N]
@@ -498,7 +499,7 @@ def teacher_scorer(path: str | Path, batch_size: int = 64) -> ranking.PairScorer
         from bertkit.embeddings.embedder import Embedder  # a sentence encoder's teacher only
 
         return ranking.cosine_scorer(Embedder.load(p, device=device), batch_size)
-    model = load_task_weights(task.make_model(Encoder(hub.load_config(p))), p, device)
+    model = load_task_model(task, p, device)
     tokenizer = Tokenizer.load(p)
     return lambda queries, passages: ranking.model_scores(
         model, task, tokenizer, [RerankExample(q, (x,)) for q, x in zip(queries, passages)],

@@ -26,7 +26,7 @@ from torch import nn
 
 from bertkit.files import UserError, read_jsonl
 from bertkit.finetuning import distillation, metrics
-from bertkit.finetuning.heads import TaskHead, first_subword_index, head_dropout
+from bertkit.finetuning.heads import Parts, TaskHead, first_subword_index, head_dropout
 from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
 from bertkit.finetuning.readers import detect_format, holds_tags, read_tagged
 from bertkit.finetuning.task import fitted, model_inputs
@@ -222,9 +222,8 @@ class SpanTagger(TaskHead):
     uses_pooler = True
 
     def __init__(self, encoder: Encoder, num_types: int, max_width: int = 8,
-                 ffn_size: int = 150):
-        super().__init__()
-        self.encoder = encoder
+                 ffn_size: int = 150, parts: Parts | None = None):
+        super().__init__(encoder, parts)
         self.span_head = SpanHead(encoder.config.hidden_size, num_types, max_width, ffn_size,
                                   head_dropout(encoder))
 
@@ -330,9 +329,9 @@ class Spans(WordTask):
         return batch
 
     # Model --------------------------------------------------------------------------------------
-    def make_model(self, encoder) -> SpanTagger:
-        return self.with_case_input(
-            SpanTagger(encoder, len(self.labels), self.max_width, self.ffn_size))
+    def make_model(self, encoder, layer_mix: bool = False) -> SpanTagger:
+        return SpanTagger(encoder, len(self.labels), self.max_width, self.ffn_size,
+                          self.parts(layer_mix))
 
     def loss(self, model, batch) -> torch.Tensor:
         target = batch["span_target"]  # [B, W, L], W counted when the batch was built

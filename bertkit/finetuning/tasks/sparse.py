@@ -42,6 +42,7 @@ class Sparse(Task):
     verb: ClassVar[str] = "embed"
     pipeline_tag: ClassVar[str] = "feature-extraction"
     library_name: ClassVar[str] = "sentence-transformers"
+    mixes_layers: ClassVar[bool] = False  # its weights are the masked-LM head's, on the last layer
     card_tags: ClassVar[tuple[str, ...]] = ("sentence-transformers", "sparse-encoder", "sparse",
                                             "splade")  # as SparseEncoder's own SPLADE cards
 
@@ -109,7 +110,7 @@ class Sparse(Task):
         return self._embed.collate(items)
 
     # Model --------------------------------------------------------------------------------------
-    def make_model(self, encoder) -> sparse.SpladeModel:
+    def make_model(self, encoder, layer_mix: bool = False) -> sparse.SpladeModel:
         return sparse.new_model(encoder)
 
     def load_pretrained(self, model, model_dir: Path) -> None:

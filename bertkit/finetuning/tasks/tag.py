@@ -19,8 +19,8 @@ import torch
 from bertkit.files import UserError
 from bertkit.finetuning import baselines, distillation, metrics
 from bertkit.finetuning.crf import CRF, allowed_transitions
-from bertkit.finetuning.heads import TokenClassifier
-from bertkit.finetuning.inputs import (WORD_CASES, Item, encode_words, pad_inputs, piece_cases,
+from bertkit.finetuning.heads import Parts, TokenClassifier
+from bertkit.finetuning.inputs import (Item, encode_words, pad_inputs, piece_cases,
                                       words_cut)
 from bertkit.finetuning.readers import (TaggedSentence, check_tags, detect_format, holds_tokens,
                                         read_tagged, read_text_examples, tagging_labels)
@@ -98,12 +98,9 @@ class WordTask(Task):
         """An item's `case_ids` (None without the case feature)."""
         return piece_cases(sentence.tokens, word_ids) if self.case_feature else None
 
-    def with_case_input(self, model):
-        """`model` given the word-case embedding when the task has the case feature."""
-        if self.case_feature:
-            model.word_case = torch.nn.Embedding(len(WORD_CASES),
-                                                 model.encoder.config.hidden_size)
-        return model
+    def parts(self, layer_mix: bool) -> Parts:
+        """Its model's optional parts: the word-case input with the case feature."""
+        return Parts(layer_mix=layer_mix, word_case=bool(self.case_feature))
 
     def pipeline(self, runner, texts: Sequence[str] | str):
         """Per text: entities [{"label", "text", "start", "end", "score"}] with character
@@ -258,10 +255,10 @@ class Tag(WordTask):
         return batch
 
     # Model --------------------------------------------------------------------------------------
-    def make_model(self, encoder) -> TokenClassifier:
+    def make_model(self, encoder, layer_mix: bool = False) -> TokenClassifier:
         crf = CRF(len(self.labels), allowed_transitions(self.labels, self.scheme)) \
             if self.crf else None
-        return self.with_case_input(TokenClassifier(encoder, len(self.labels), crf))
+        return TokenClassifier(encoder, len(self.labels), crf, self.parts(layer_mix))
 
     def loss(self, model, batch) -> torch.Tensor:
         return model.loss(model(*model_inputs(batch), case_ids=batch.get("case_ids")),

@@ -8,22 +8,20 @@ The span-boundary head has no Hugging Face counterpart: it is saved beside the m
 trained model: `bertkit fill-mask`."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from bertkit.files import UserError
+from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights
-from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
-from bertkit.model.hub import load_config
+from bertkit.model.heads import SBO_FILE, PretrainingModel, SpanBoundaryHead
+from bertkit.model.hub import load_config, load_pretraining_model
 from bertkit.pretraining.objective import ExampleShape, Objective, save_pretraining_model
 from bertkit.pretraining.vocab_loss import decode_terms, mean_terms, mlm_forward, vocab_terms
-
-SBO_FILE = "sbo.safetensors"
-
 
 def _span_forward(model: nn.Module, batch: dict):
     """(MLM terms, span-boundary terms) on the same targets, from one pass; the boundary
@@ -48,23 +46,29 @@ class SpanBoundary(Objective):
     summary = "SpanBERT"
     examples = ExampleShape(rows="documents", targets="spans")
 
+    def fresh_model(self, cfg, seed: int) -> nn.Module:
+        model = new_pretraining_model(cfg, seed, span_boundary=True)
+        model.not_loaded = frozenset(model.state_dict())  # all of it at its initial draw
+        return model
+
+    def loaded_model(self, init: Path) -> nn.Module:
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            # a directory of another objective has no span head: `fit` draws it
+            warnings.filterwarnings("ignore", message=r".*: no weights for sbo\.")
+            return load_pretraining_model(init, span_boundary=True)
+
     def fit(self, model: nn.Module, init: Path | None, seed: int) -> nn.Module:
-        with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
-            model.sbo = SpanBoundaryHead(model.config)
-        init_weights(model.sbo, model.config, torch.Generator().manual_seed(seed))
-        if init is not None and (init / SBO_FILE).is_file():
-            model.sbo.load_state_dict(load_file(str(init / SBO_FILE)))
+        if any(k.startswith("sbo.") for k in model.not_loaded):  # a new head: the run's draw
+            init_weights(model.sbo, model.config, torch.Generator().manual_seed(seed))
         return super().fit(model, init, seed)
 
     def skeleton(self, cfg, init: Path | None) -> nn.Module | None:
         cfg = cfg if init is None else load_config(init)
         return PretrainingModel(cfg, sbo=SpanBoundaryHead(cfg))
 
-    def load_parts(self, model: nn.Module, model_dir: Path, device) -> nn.Module:
-        if (Path(model_dir) / SBO_FILE).is_file():
-            model.sbo = SpanBoundaryHead(model.config).to(device)
-            model.sbo.load_state_dict(load_file(str(Path(model_dir) / SBO_FILE)))
-        return model
+    def saved_model(self, model_dir: Path, device) -> nn.Module:
+        return load_pretraining_model(model_dir, device,
+                                      span_boundary=(Path(model_dir) / SBO_FILE).is_file())
 
     def check_model(self, model: nn.Module) -> None:
         super().check_model(model)
