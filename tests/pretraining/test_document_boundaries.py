@@ -6,10 +6,12 @@ attention paths."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 import torch
 
+from bertkit.cli.main import main
 from bertkit.config import EncoderConfig
 from bertkit.files import UserError
 from bertkit.model.encoder import document_positions, init_weights
@@ -17,6 +19,7 @@ from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
 from bertkit.pretraining.corpus import prepare
 from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.objectives import objective_named
+from bertkit.training.checkpoint import saved_fingerprint
 from synthetic_corpus import make_tokenizer, write_corpus
 
 SEP = 3
@@ -161,3 +164,61 @@ def test_the_loss_of_packed_rows_is_that_of_their_documents_alone(data, objectiv
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+# The command line -------------------------------------------------------------------------------
+
+RUN = ["--preset", "tiny", "--seq-len", "32", "--batch-size", "8", "--early-fraction", "0",
+       "--log-every", "2", "--eval-batches", "2", "--save-every", "2", "--precision", "fp32",
+       "--device", "cpu"]
+
+
+def _error(capsys, args) -> str:
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: "), err
+    return err.strip().splitlines()[-1]
+
+
+def test_the_help_shows_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--document-boundaries, --no-document-boundaries" in shown
+    assert "DataCollatorWithFlattening" in shown
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_the_setting_is_recorded_and_a_resume_with_another_is_refused(prepared, tmp_path,
+                                                                       capsys):
+    out = tmp_path / "run"
+    args = ["pretrain", "--data", str(prepared), "--out", str(out), *RUN]
+    assert main(args + ["--document-boundaries", "--max-steps", "2"]) == 0
+    recorded = json.loads((out / "training_args.json").read_text())
+    assert recorded["options"]["document_boundaries"] is True
+    assert "--document-boundaries" in recorded["command"]
+    assert saved_fingerprint(out / "checkpoints" / "step-00000002")["document_boundaries"]
+    capsys.readouterr()
+    line = _error(capsys, args + ["--max-steps", "4", "--resume"])
+    assert "checkpoint was made with document_boundaries = True" in line
+    assert main(args + ["--document-boundaries", "--max-steps", "4", "--resume"]) == 0
+    plain = tmp_path / "plain"  # the default records it off, and its checkpoints not at all
+    assert main(["pretrain", "--data", str(prepared), "--out", str(plain), *RUN,
+                 "--max-steps", "2"]) == 0
+    assert json.loads((plain / "training_args.json").read_text())["options"][
+        "document_boundaries"] is False
+    assert "document_boundaries" not in saved_fingerprint(plain / "checkpoints" /
+                                                          "step-00000002")
+    line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(plain), *RUN,
+                           "--document-boundaries", "--max-steps", "4", "--resume"])
+    assert "checkpoint was made with document_boundaries = None, this run has True" in line
+
+
+def test_the_flag_is_refused_where_rows_are_not_packed(prepared, tmp_path, capsys):
+    out = tmp_path / "run"
+    line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out), *RUN,
+                           "--objective", "span", "--document-boundaries", "--max-steps", "2"])
+    assert line == ("error: --document-boundaries keeps the documents of a packed row apart "
+                    "(--objective mlm, clm, electra); --objective span's rows are not packed")
+    assert not out.exists()
