@@ -5,6 +5,7 @@ documents run alone, forward and gradients within 1e-5, for both architectures a
 attention paths."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -17,6 +18,7 @@ from bertkit.files import UserError
 from bertkit.model.encoder import document_positions, init_weights
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
 from bertkit.pretraining.corpus import prepare
+from bertkit.pretraining.evaluation import LMEvalOptions, evaluate_pretrained
 from bertkit.pretraining.examples import ROW_ENDS, PretrainingBatches
 from bertkit.pretraining.objectives import objective_named
 from bertkit.training.checkpoint import saved_fingerprint
@@ -203,6 +205,16 @@ def test_the_setting_is_recorded_and_a_resume_with_another_is_refused(prepared, 
     line = _error(capsys, args + ["--max-steps", "4", "--resume"])
     assert "checkpoint was made with document_boundaries = True" in line
     assert main(args + ["--document-boundaries", "--max-steps", "4", "--resume"]) == 0
+    # `evaluate` scores the held-out rows as the run recorded it packed them: its last figures
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in logged if "eval_loss" in r][-1]
+    judged = LMEvalOptions(seq_len=32, pretrain_batch_size=8, eval_batches=2, mask_rate=0.4)
+    got = evaluate_pretrained(out, prepared, judged)
+    assert (got["loss"], got["accuracy"]) == pytest.approx(
+        (last["eval_loss"], last["eval_accuracy"]), abs=1e-6)
+    across = evaluate_pretrained(out, prepared, dataclasses.replace(
+        judged, document_boundaries=False))
+    assert across["loss"] != pytest.approx(got["loss"], abs=1e-6)
     plain = tmp_path / "plain"  # the default records it off, and its checkpoints not at all
     assert main(["pretrain", "--data", str(prepared), "--out", str(plain), *RUN,
                  "--max-steps", "2"]) == 0
