@@ -234,3 +234,25 @@ def test_the_flag_is_refused_where_rows_are_not_packed(prepared, tmp_path, capsy
     assert line == ("error: --document-boundaries keeps the documents of a packed row apart "
                     "(--objective mlm, clm, electra); --objective span's rows are not packed")
     assert not out.exists()
+
+
+def test_electra_runs_each_document_alone_in_both_networks(data):
+    batch = next(b for b in batches(data, "electra", True) if "document_ids" in b)
+    cfg = EncoderConfig(**TINY, architecture="modern")
+    chosen = objective_named("electra")
+    model = chosen.fresh_model(cfg, 0)
+    with torch.no_grad():
+        detected = model(batch["input_ids"], None, batch.get("attention_mask"),
+                         batch["document_ids"])  # [B, T]
+        for r in range(batch["input_ids"].shape[0]):
+            docs = batch["document_ids"][r]
+            real = int(batch.get("attention_mask", torch.ones_like(batch["input_ids"]))[r].sum())
+            for d in docs[:real].unique().tolist():
+                at = torch.nonzero(docs[:real] == d).squeeze(1)
+                s, e = int(at[0]), int(at[-1]) + 1
+                torch.testing.assert_close(detected[r, s:e],
+                                           model(batch["input_ids"][r:r + 1, s:e])[0],
+                                           atol=1e-5, rtol=1e-5)
+        plain = {k: v for k, v in batch.items() if k != "document_ids"}
+        kept, across = chosen.loss(model, batch)[0], chosen.loss(model, plain)[0]
+    assert torch.isfinite(kept) and kept != across  # the training loss reads them
