@@ -425,4 +425,5 @@ def _document_boundaries(opts: LMEvalOptions, model_dir: str | os.PathLike, obje
 __all__ = ["LMEvalOptions", "masked_token_scores", "heldout_batches", "heldout_scores",
            "pseudo_log_likelihood", "pseudo_perplexity", "read_pairs", "is_pairs_file",
            "minimal_pairs", "evaluate_pretrained", "GOOD", "BAD", "DEFAULT_GROUP", "FILE_GROUP",
-           "PLL_METRICS", "detection_log_likelihood", "DETECTION_SCORING", "MIN_SCORED_TOKENS"]
+           "PLL_METRICS", "detection_log_likelihood", "DETECTION_SCORING", "MIN_SCORED_TOKENS",
+           "recorded_document_boundaries"]
