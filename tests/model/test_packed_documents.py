@@ -106,3 +106,14 @@ def test_rows_read_alone_equal_the_documents_alone(kind, fast):
     for rows in (many, few):
         h, = model.forward_rows(ids, None, attention, rows, document_ids=documents)
         torch.testing.assert_close(h, alone[rows], atol=1e-5, rtol=1e-5)
+
+
+def test_few_rows_under_a_dense_local_window_read_their_own_query_row():
+    """A [T, T] window mask (a local layer of a short input, no padding) at as few rows as
+    sequences: each query keeps its own row of the mask."""
+    model = model_of("modern-local", True)
+    ids = torch.randint(5, 101, (2, 20), generator=torch.Generator().manual_seed(2))
+    rows = torch.tensor([3, 37])
+    h, = model.forward_rows(ids, None, None, rows)
+    torch.testing.assert_close(h, model(ids).last_hidden_state.reshape(-1, 32)[rows],
+                               atol=1e-5, rtol=1e-5)
