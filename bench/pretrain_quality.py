@@ -19,6 +19,10 @@ evaluation are not counted):
   by the same collator, the head and the loss at the masked rows only (`sparse_prediction`),
   lr 2e-3 with the same warm-up and decay, fp32 (bf16 autocast where
   `bertkit.runtime.choose_precision` measures bf16 faster).
+- bertkit-documents (only when --sides names it): the bertkit side with
+  `--document-boundaries` (each document of a packed row attended to alone, its positions
+  from 0), every other option at its default; its side of a data directory's held-out split
+  is packed so too.
 - electra (only when --sides names it): the bertkit side with `--objective electra`, every
   other option at its default. It is judged as its directory allows: the held-out figures and
   accuracies are its small generator's (not the discriminator's quality: fine-tune it with
@@ -56,7 +60,8 @@ from bertkit.files import UserError, atomic_dir, read_jsonl, read_lines, write_j
 from bertkit.model.heads import IGNORE_INDEX  # noqa: E402
 from bertkit.model.hub import is_electra_dir, load_electra, load_pretraining_model  # noqa: E402
 from bertkit.pretraining.evaluation import (heldout_scores, masked_token_scores,  # noqa: E402
-                                            minimal_pairs, read_pairs)
+                                            minimal_pairs, read_pairs,
+                                            recorded_document_boundaries)
 from bertkit.pretraining.examples import PretrainingBatches  # noqa: E402
 from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, pretrain  # noqa: E402
 from bertkit.runtime import (choose_precision, describe, keep_freed_memory,  # noqa: E402
@@ -64,7 +69,7 @@ from bertkit.runtime import (choose_precision, describe, keep_freed_memory,  # n
 from bertkit.text.tokenizer import Tokenizer  # noqa: E402
 from bertkit.runtime import autocast  # noqa: E402
 
-SIDES = ("bertkit", "bert", "modernbert", "electra")
+SIDES = ("bertkit", "bert", "modernbert", "electra", "bertkit-documents")
 DEFAULT_SIDES = SIDES[:3]
 SEQ_LEN = 128  # run_mlm.py's block size
 WARMUP = 0.06
@@ -191,9 +196,11 @@ def run_modernbert(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.devic
 # bertkit's default ------------------------------------------------------------------------------
 
 def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device,
-                objective: str = "mlm", side: str = "bertkit") -> dict:
+                objective: str = "mlm", side: str = "bertkit",
+                document_boundaries: bool = False) -> dict:
     result = pretrain(PretrainOptions(data=args.data, out=args.out / side, preset=args.preset,
                                       device=str(device), objective=objective,
+                                      document_boundaries=document_boundaries,
                                       train=PretrainSchedule(max_time=args.minutes,
                                                              seed=args.seed)))
     return {"steps": result.step, "tokens": result.tokens,
@@ -202,15 +209,20 @@ def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device,
             "batch_size": PretrainOptions.batch_size,
             "early_seq_len": PretrainOptions.early_seq_len,
             "early_fraction": PretrainOptions.early_fraction,
-            "row_ends": PretrainOptions.row_ends}
+            "row_ends": PretrainOptions.row_ends, "document_boundaries": document_boundaries}
 
 
 def run_electra(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> dict:
     return run_bertkit(args, tokenizer, hf_tokenizer, device, "electra", "electra")
 
 
+def run_bertkit_documents(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> dict:
+    return run_bertkit(args, tokenizer, hf_tokenizer, device, side="bertkit-documents",
+                       document_boundaries=True)
+
+
 RUNNERS = {"bertkit": run_bertkit, "bert": run_bert, "modernbert": run_modernbert,
-           "electra": run_electra}
+           "electra": run_electra, "bertkit-documents": run_bertkit_documents}
 
 
 # Judging: the same functions for every side -----------------------------------------------------
@@ -246,9 +258,11 @@ def judge(model_dir: Path, heldout, pairs: list[dict], device: torch.device) -> 
     tokenizer = Tokenizer.load(model_dir)
     lm = model.generator if electra else model
     if isinstance(heldout, Path):  # a prepared directory's held-out split, as pretraining's
+        objective = "electra" if electra else "mlm"
         masked = heldout_scores(model, heldout, mask_rate=HELDOUT_MASK_RATE, seed=HELDOUT_SEED,
-                                batch_size=32, device=device,
-                                objective="electra" if electra else "mlm")
+                                batch_size=32, device=device, objective=objective,
+                                document_boundaries=recorded_document_boundaries(model_dir,
+                                                                                 objective))
     else:
         masked = masked_token_scores(lm, tokenizer, heldout, mask_rate=HELDOUT_MASK_RATE,
                                      seed=HELDOUT_SEED, device=device)

@@ -108,8 +108,14 @@ class Rotary(nn.Module):
         inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # [D/2]
 
-    def angles(self, T: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin), each [T, D], in fp32."""
+    def angles(self, T: int, device: torch.device, positions: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin), each [T, D], in fp32; at `positions` [B, T] (a packed row's, which
+        restart at each document), each [B, 1, T, D]."""
+        if positions is not None:
+            freqs = positions.float()[..., None] * self.inv_freq.to(device)  # [B, T, D/2]
+            freqs = torch.cat([freqs, freqs], dim=-1)[:, None]  # [B, 1, T, D]
+            return freqs.cos(), freqs.sin()
         freqs = torch.arange(T, device=device, dtype=torch.float)[:, None] \
             * self.inv_freq.to(device)[None, :]  # [T, D/2]
         freqs = torch.cat([freqs, freqs], dim=-1)  # [T, D]
@@ -204,14 +210,29 @@ class Block(nn.Module):
         return self.ffn_norm(x + self.ffn(x))
 
 
-def build_attention_mask(padding: torch.Tensor | None, T: int, causal: bool,
-                         device: torch.device, window: int = 0) -> torch.Tensor | None:
-    """Boolean SDPA mask (True = may attend) from a [B, T] 1/0 padding mask; `window` > 0
-    keeps each token to the tokens within window // 2 of it (local attention).
+def document_positions(documents: torch.Tensor) -> torch.Tensor:
+    """Position ids [B, T] that restart at 0 where each document of a packed row starts, from
+    its document ids [B, T] (non-decreasing along each row), as transformers'
+    DataCollatorWithFlattening gives them."""
+    T = documents.shape[-1]
+    i = torch.arange(T, device=documents.device).expand_as(documents)  # [B, T]
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    return i - torch.where(starts, i, 0).cummax(-1).values
 
-    Returns None when every position may attend (no padding, bidirectional, global), which
-    lets SDPA take its fastest kernel. On a GPU that check would wait for the device, so there
-    a given mask is always used (the data side leaves it out of full batches).
+
+def build_attention_mask(padding: torch.Tensor | None, T: int, causal: bool,
+                         device: torch.device, window: int = 0,
+                         documents: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Boolean SDPA mask (True = may attend) from a [B, T] 1/0 padding mask; `window` > 0
+    keeps each token to the tokens within window // 2 of it (local attention); `documents`
+    [B, T] (a packed row's document ids) keeps each token to its own document's, a
+    block-diagonal [B, 1, T, T] mask.
+
+    Returns None when every position may attend (no padding, bidirectional, global, one
+    document a row), which lets SDPA take its fastest kernel. On a GPU that check would wait
+    for the device, so there a given mask is always used (the data side leaves it out of full
+    batches, and the document ids out of batches of one document a row).
     """
     pairs = None  # [T, T] or None
     if causal:
@@ -220,6 +241,9 @@ def build_attention_mask(padding: torch.Tensor | None, T: int, causal: bool,
         i = torch.arange(T, device=device)
         near = (i[:, None] - i[None, :]).abs() <= window // 2  # [T, T]
         pairs = near if pairs is None else pairs & near
+    if documents is not None:
+        same = documents[:, None, :, None] == documents[:, None, None, :]  # [B, 1, T, T]
+        pairs = same if pairs is None else same & pairs
     if padding is None or (reads_are_free(padding) and bool(padding.all())):
         return pairs
     keys = padding.bool()[:, None, None, :]  # [B, 1, 1, T]
@@ -266,28 +290,33 @@ class Encoder(nn.Module):
             [Rotary(cfg.head_dim, cfg.rope_theta), Rotary(cfg.head_dim, cfg.local_rope_theta)]
         ) if modern else None  # [global, local]
 
-    def embed(self, input_ids: torch.Tensor,
-              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+              position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The first block's input [B, T, H]: the embeddings, projected where their width
-        differs from the blocks'."""
-        x = self.embeddings(input_ids, token_type_ids)  # [B, T, E]
+        differs from the blocks'; `position_ids` [B, T] (none: 0 to T - 1) place "bert"'s
+        learned positions."""
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, T, E]
         return x if self.project is None else self.project(x)
 
     def layer_inputs(self, attention_mask: torch.Tensor | None, T: int, causal: bool,
-                     device: torch.device, blocked: bool = True) -> list[tuple]:
+                     device: torch.device, blocked: bool = True,
+                     documents: torch.Tensor | None = None) -> list[tuple]:
         """(mask, rope) for each block: global and local layers differ in both. With `fast`
         (and `blocked`), a local layer of a long input gets its mask unbuilt, a `Band` that
         `fast.Attend` computes block by block: a [T, T] mask would cost T^2 for a window's
-        worth of keys."""
+        worth of keys. `documents` [B, T]: each token attends within its document, whose
+        rotary positions restart at 0."""
         cfg = self.config
+        positions = document_positions(documents) if documents is not None else None
         kinds = {}
         for is_global in {cfg.is_global(i) for i in range(cfg.num_layers)}:
             window = 0 if is_global else cfg.local_window
             if self.fast and blocked and fast_paths.blocks_pay(T, window):
-                mask = Band(attention_mask, window)
+                mask = Band(attention_mask, window, documents)
             else:
-                mask = build_attention_mask(attention_mask, T, causal, device, window)
-            rope = (self.rotary[0 if is_global else 1].angles(T, device)
+                mask = build_attention_mask(attention_mask, T, causal, device, window,
+                                            documents)
+            rope = (self.rotary[0 if is_global else 1].angles(T, device, positions)
                     if self.rotary is not None else None)
             kinds[is_global] = (mask, rope)
         return [kinds[cfg.is_global(i)] for i in range(cfg.num_layers)]
@@ -295,17 +324,22 @@ class Encoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, *, causal: bool | None = None,
                 output_hidden_states: bool = False,
-                extra_embeddings: torch.Tensor | None = None) -> EncoderOutput:
+                extra_embeddings: torch.Tensor | None = None,
+                document_ids: torch.Tensor | None = None) -> EncoderOutput:
         """input_ids, token_type_ids, attention_mask: [B, T]. `causal=True` lets each token
         see only itself and the tokens to its left (the left-to-right variant); None runs the
         model as its config says it was trained (`config.causal`).
         `extra_embeddings` [B, T, H] is added to the embeddings before the first block: an
-        input a task brings of its own (the tagging tasks' word-case embedding)."""
+        input a task brings of its own (the tagging tasks' word-case embedding).
+        `document_ids` [B, T]: rows packed from several documents, each position's (numbered
+        along its row, non-decreasing): each document is then run as if alone, attending
+        within itself, its positions from 0."""
         causal = self.config.causal if causal is None else causal
-        x = self.embed(input_ids, token_type_ids)  # [B, T, H]
+        x = self.embed(input_ids, token_type_ids, _positions(document_ids))  # [B, T, H]
         if extra_embeddings is not None:
             x = x + extra_embeddings.to(x.dtype)
-        inputs = self.layer_inputs(attention_mask, input_ids.shape[1], causal, x.device)
+        inputs = self.layer_inputs(attention_mask, input_ids.shape[1], causal, x.device,
+                                   documents=document_ids)
         states = [x] if output_hidden_states else None
         for block, (mask, rope) in zip(self.blocks, inputs):
             x = block(x, mask, causal, rope)
@@ -318,19 +352,20 @@ class Encoder(nn.Module):
         return EncoderOutput(x, self.pool(x[:, 0]), tuple(states) if states is not None else None)
 
     def forward_rows(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
-                     attention_mask: torch.Tensor | None,
-                     *rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                     attention_mask: torch.Tensor | None, *rows: torch.Tensor,
+                     document_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         """The last block's output at some rows only: for each tensor of flat indices into
         B*T in `rows` ([N_i], any order, repeats allowed), one [N_i, H] tensor, equal to the
-        same rows of `forward(...).last_hidden_state`.
+        same rows of `forward(..., document_ids=document_ids).last_hidden_state`.
 
         A head that reads a few positions (the masked ones, [CLS]) needs nothing else; with
         `fast` the last block's output projection and feed-forward then run on those rows
         only (`fast.block_at_rows`).
         """
         wanted = rows[0] if len(rows) == 1 else torch.cat(rows)  # [N]
-        x = self.embed(input_ids, token_type_ids)  # [B, T, H]
-        inputs = self.layer_inputs(attention_mask, input_ids.shape[1], False, x.device)
+        x = self.embed(input_ids, token_type_ids, _positions(document_ids))  # [B, T, H]
+        inputs = self.layer_inputs(attention_mask, input_ids.shape[1], False, x.device,
+                                   documents=document_ids)
         for block, (mask, rope) in zip(self.blocks[:-1], inputs[:-1]):
             x = block(x, mask, False, rope)
         last, (mask, rope) = self.blocks[-1], inputs[-1]
@@ -347,6 +382,11 @@ class Encoder(nn.Module):
         """[CLS] outputs [B, H] -> the pooled sentence vectors [B, H]: tanh(W h + b) for
         "bert", h itself for "modern"."""
         return cls if self.pooler is None else torch.tanh(self.pooler(cls))
+
+
+def _positions(documents: torch.Tensor | None) -> torch.Tensor | None:
+    """`document_positions` of a packed batch's document ids; None without them."""
+    return None if documents is None else document_positions(documents)
 
 
 def cls_rows(input_ids: torch.Tensor) -> torch.Tensor:
@@ -394,5 +434,5 @@ def num_parameters(module: nn.Module) -> int:
 
 
 __all__ = ["Embeddings", "Rotary", "rotate", "SelfAttention", "Block", "Encoder", "EncoderOutput", "attend", "set_dropout",
-           "build_attention_mask", "cls_rows", "init_weights", "num_parameters",
+           "build_attention_mask", "document_positions", "cls_rows", "init_weights", "num_parameters",
            "activation_fn"]

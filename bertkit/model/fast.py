@@ -125,7 +125,8 @@ class Attend:
                  dropout_p: float) -> torch.Tensor:
         if isinstance(mask, Band):  # a long input's local layer, on any device (with
             # dropout, SDPA's slow CPU fallback, but over the band's scores only)
-            return local_attention(q, k, v, mask.padding, mask.window, causal, dropout_p)
+            return local_attention(q, k, v, mask.padding, mask.window, causal, dropout_p,
+                                   mask.documents)
         if q.device.type != "cpu":
             return self.fused(q, k, v, mask, causal, dropout_p)
         if dropout_p > 0.0:
@@ -199,12 +200,24 @@ def attention_at_rows(attn: nn.Module, x: torch.Tensor, mask: torch.Tensor | Non
         q = q.transpose(1, 2).reshape(B * T, A, D).index_select(0, rows)  # [N, A, D]
         seq = torch.div(rows, T, rounding_mode="floor")  # [N]
         k, v = k.index_select(0, seq), v.index_select(0, seq)  # 2 x [N, A, T, D]
-        mask = mask.index_select(0, seq) if mask is not None else None  # [N, 1, 1, T]
+        mask = _mask_at_rows(mask, seq, rows - seq * T, B, T)  # [N, 1, 1, T]
         y = attn.attend(q.view(N, A, 1, D), k, v, mask, False, p)  # [N, A, 1, D]
         return attn.out(y.reshape(N, H))
     # Many rows: attention for every token, the output projection only at the rows.
     y = attn.attend(q, k, v, mask, False, p).transpose(1, 2).reshape(B * T, H)  # [B*T, H]
     return attn.out(y.index_select(0, rows))  # [N, H]
+
+
+def _mask_at_rows(mask: torch.Tensor | None, seq: torch.Tensor, at: torch.Tensor, B: int,
+                  T: int) -> torch.Tensor | None:
+    """The keys each of N queries (sequence `seq` [N], position `at` [N]) may see:
+    [N, 1, 1, T], of a mask of one row of keys per sequence ([B, 1, 1, T], padding) or of one
+    per query ([T, T] or [B, 1, T, T]: a local window, packed documents)."""
+    if mask is None:
+        return None
+    if mask.dim() == 4 and mask.shape[-2] == 1:
+        return mask.index_select(0, seq)
+    return mask.expand(B, 1, T, T)[seq, :, at].unsqueeze(-2)
 
 
 def block_at_rows(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,

@@ -202,9 +202,12 @@ class ElectraModel(nn.Module):
                                               next_sentence=False)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The discriminator's logits [B, T], > 0 where it judges a token replaced."""
-        h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+                attention_mask: torch.Tensor | None = None,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The discriminator's logits [B, T], > 0 where it judges a token replaced;
+        `document_ids` as `Encoder.forward` takes them (rows packed from several documents)."""
+        h = self.encoder(input_ids, token_type_ids, attention_mask,
+                         document_ids=document_ids).last_hidden_state
         return self.detector(h)
 
 

@@ -30,6 +30,9 @@ class Band(NamedTuple):
     """[B, T] True (or 1) at the tokens that may be attended to; None: all of them."""
     window: int
     """Each token sees the tokens within window // 2 of its own."""
+    documents: torch.Tensor | None = None
+    """[B, T] the document of each token of a packed row: each sees its own document's only;
+    None: one document a row."""
 
 
 def key_blocks(x: torch.Tensor, b: int, before: int, after: int) -> torch.Tensor:
@@ -44,10 +47,10 @@ def key_blocks(x: torch.Tensor, b: int, before: int, after: int) -> torch.Tensor
 
 
 def band_mask(padding: torch.Tensor | None, T: int, window: int, b: int, causal: bool,
-              device: torch.device) -> torch.Tensor:
+              device: torch.device, documents: torch.Tensor | None = None) -> torch.Tensor:
     """Which key of each stretch of `key_blocks` each query may see: [B or 1, n, b, W],
     True inside the band |i - j| <= window // 2 (and j <= i when causal), at keys that exist
-    and are not padding."""
+    and are not padding (and of the query's document, given `documents` [B, T])."""
     before, after = 1, 0 if causal else 1
     r = torch.arange(b, device=device)[:, None]  # [b, 1] query within its block
     c = torch.arange((before + 1 + after) * b, device=device)[None, :]  # [1, W] key in its stretch
@@ -58,14 +61,21 @@ def band_mask(padding: torch.Tensor | None, T: int, window: int, b: int, causal:
     keys = (torch.ones(1, T, dtype=torch.bool, device=device) if padding is None
             else padding.bool())  # [B, T]
     keys = key_blocks(keys[:, :, None], b, before, after)[..., 0]  # [B, n, W], False beyond T
-    return near & keys[:, :, None, :]  # [B, n, b, W]
+    mask = near & keys[:, :, None, :]  # [B, n, b, W]
+    if documents is None:
+        return mask
+    of_query = key_blocks(documents[:, :, None], b, 0, 0)[..., 0]  # [B, n, b]
+    of_key = key_blocks(documents[:, :, None], b, before, after)[..., 0]  # [B, n, W]
+    return mask & (of_query[..., :, None] == of_key[..., None, :])  # [B, n, b, W]
 
 
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     padding: torch.Tensor | None, window: int, causal: bool,
-                    dropout_p: float = 0.0) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) + mask) v under the mask `Band(padding, window)` (and causal),
-    block by block, dropout on the weights; q, k, v: [B, A, T, D] -> [B, A, T, D].
+                    dropout_p: float = 0.0, documents: torch.Tensor | None = None
+                    ) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) + mask) v under the mask `Band(padding, window, documents)`
+    (and causal), block by block, dropout on the weights; q, k, v: [B, A, T, D] ->
+    [B, A, T, D].
 
     Each block is one SDPA call's query rows (the fused kernels of the device, which never
     keep the [b, W] weights for the backward pass): [A, B x n, b, D] against [A, B x n, W, D],
@@ -73,7 +83,7 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     B, A, T, D = q.shape
     b = max(1, window // 2)
     before, after = 1, 0 if causal else 1
-    mask = band_mask(padding, T, window, b, causal, q.device)  # [B or 1, n, b, W]
+    mask = band_mask(padding, T, window, b, causal, q.device, documents)  # [B or 1, n, b, W]
     n = mask.shape[1]
     # A query with no key at all may see its whole stretch instead and its output is then set
     # to 0: a row of nothing but masked keys is NaN in some of SDPA's kernels (CUDA's

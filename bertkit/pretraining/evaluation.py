@@ -51,7 +51,8 @@ from bertkit.pretraining.shards import load_manifest
 from bertkit.pretraining.detection_scores import DETECTION_SCORING, detection_log_likelihood
 from bertkit.pretraining.examples import ROW_ENDS
 from bertkit.pretraining.held_out_split import (MIN_SCORED_TOKENS, corruption,  # noqa: F401
-                                                heldout_batches, heldout_scores)
+                                                heldout_batches, heldout_scores,
+                                                recorded_document_boundaries)
 from bertkit.pretraining.objectives import (OBJECTIVES, Electra, LeftToRight, MaskedLM,
                                             objective_named)
 from bertkit.pretraining.pseudo_likelihood import (BAD, DEFAULT_GROUP, FILE_GROUP,  # noqa: F401
@@ -112,6 +113,10 @@ class LMEvalOptions:
     """Prepared directory: pretraining's --seq-len."""
     row_ends: str = field(default="sentence", metadata={"choices": ROW_ENDS})
     """Prepared directory: pretraining's --row-ends."""
+    document_boundaries: bool | None = None
+    """Prepared directory: pretraining's --document-boundaries (each document of a packed
+    row scored as if alone); none: as the model's run recorded it (its training_args.json),
+    else off."""
     pretrain_batch_size: int = 16
     """Prepared directory: pretraining's --batch-size (the held-out batches depend on it)."""
     eval_batches: int = 40
@@ -293,7 +298,9 @@ def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: 
             model, inp, objective=Electra(), seq_len=opts.seq_len,
             batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches, seed=opts.seed,
             whole_word=opts.whole_word, mask_rate=opts.mask_rate, row_ends=opts.row_ends,
-            mask_frac=opts.mask_frac, random_frac=opts.random_frac, device=device)}
+            mask_frac=opts.mask_frac, random_frac=opts.random_frac,
+            document_boundaries=_document_boundaries(opts, model_dir, Electra()),
+            device=device)}
     if pairs:
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
                                scorer=lambda sentences: detection_log_likelihood(
@@ -399,10 +406,20 @@ def _heldout_figures(model: nn.Module, objective, data: Path, opts: LMEvalOption
                           batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches,
                           seed=opts.seed, whole_word=opts.whole_word, mask_rate=opts.mask_rate,
                           row_ends=opts.row_ends, mask_frac=opts.mask_frac,
-                          random_frac=opts.random_frac, device=device)
+                          random_frac=opts.random_frac,
+                          document_boundaries=_document_boundaries(opts, model_dir, objective),
+                          device=device)
+
+
+def _document_boundaries(opts: LMEvalOptions, model_dir: str | os.PathLike, objective) -> bool:
+    """--document-boundaries as given, else as the model's run recorded it."""
+    if opts.document_boundaries is not None:
+        return opts.document_boundaries
+    return recorded_document_boundaries(model_dir, objective)
 
 
 __all__ = ["LMEvalOptions", "masked_token_scores", "heldout_batches", "heldout_scores",
            "pseudo_log_likelihood", "pseudo_perplexity", "read_pairs", "is_pairs_file",
            "minimal_pairs", "evaluate_pretrained", "GOOD", "BAD", "DEFAULT_GROUP", "FILE_GROUP",
-           "PLL_METRICS", "detection_log_likelihood", "DETECTION_SCORING", "MIN_SCORED_TOKENS"]
+           "PLL_METRICS", "detection_log_likelihood", "DETECTION_SCORING", "MIN_SCORED_TOKENS",
+           "recorded_document_boundaries"]

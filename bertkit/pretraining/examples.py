@@ -15,6 +15,13 @@ Examples, rebuilt for every epoch from (seed, epoch):
   FULL-SENTENCES) each row also starts where a sentence starts: as many whole sentences as fit,
   then padding (about a fifth of a 64-token row on books), and no text left out.
 - "clm": the same packed rows, with next-token labels and no masking (left-to-right baseline).
+- With `document_boundaries` (mlm, clm, electra: packed rows) each batch also says which
+  document each position of a row is from (`document_ids`), and the model runs each document
+  of a row as if alone: attention stays inside it and its positions start at 0, as
+  transformers' DataCollatorWithFlattening packs. [CLS] belongs to the row's first document,
+  the closing [SEP] and any padding to its last; a document cut between two rows starts again
+  at position 0 in the second. clm does not predict the next document's first token from the
+  [SEP] that ends a document (as a document run alone has nothing after it).
 - "electra": the rows and masks of "mlm", and one uniform number per prediction with which
   ELECTRA's generator samples its replacement (`pretraining/electra.py`).
 - "mlm+nsp" (BERT): [CLS] A [SEP] B [SEP] pairs made by the original create_instances_from_
@@ -51,6 +58,8 @@ Each batch is a dict of CPU tensors:
     span_left, span_right, span_offset [N]      span: flat indices of the boundary tokens
         x_{s-1}, x_{e+1} of the span of each target and its 0-based offset in the span
     clm_labels [B, T]                           clm: next token, -100 after the last one
+    document_ids [B, T]         document_boundaries: each position's document, numbered from
+        0 along its row; only in batches where some row holds more than one
     sample_uniform [N]                          electra: uniform in [0, 1), the sample's draw
     num_tokens int                              non-padding tokens (for tokens/s)
 """
@@ -100,10 +109,14 @@ class PretrainingBatches:
     def __init__(self, data_dir, *, objective: str | Objective, seq_len: int, batch_size: int,
                  split: str = "train", seed: int = 0, rank: int = 0, world_size: int = 1,
                  masking: MaskingConfig | None = None, short_seq_prob: float = 0.1,
-                 prefetch: int = 2, row_ends: str = "sentence"):
+                 prefetch: int = 2, row_ends: str = "sentence",
+                 document_boundaries: bool = False):
         objective = objective_named(objective)
         if row_ends not in ROW_ENDS:
             raise UserError(f"row ends must be one of {', '.join(ROW_ENDS)}, got {row_ends!r}")
+        if document_boundaries and objective.examples.rows != "packed":
+            raise UserError(f"document boundaries are kept in rows packed from several "
+                            f"documents; --objective {objective.name}'s rows are not packed")
         if seq_len < 8:
             raise UserError(f"sequence length {seq_len} is too short (at least 8)")
         if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size:
@@ -117,6 +130,7 @@ class PretrainingBatches:
         self.masking = masking or MaskingConfig()
         self.short_seq_prob = short_seq_prob
         self.row_ends = row_ends
+        self.document_boundaries = document_boundaries
         # A batch built ahead would mask at the rate of an earlier step: with a rate that
         # changes during the run, each is built when it is taken (on 2 CPU cores a 12-minute
         # run so built trained within 0.5% of the steps of one prefetching).
@@ -349,15 +363,28 @@ class PretrainingBatches:
         attention = (col <= la + lb + 2).astype(np.int64)
         return ids, types, attention
 
+    def _documents(self, plan: _Plan, slots: np.ndarray) -> torch.Tensor:
+        """[GB, T] the document of each position of packed rows, numbered from 0 along each
+        row: [CLS] is the first text token's, the closing [SEP] and padding the last's."""
+        ex = plan.order[slots]
+        la = plan.a_len[ex][:, None]
+        col = np.clip(np.arange(self.seq_len)[None, :] - 1, 0, la - 1)
+        doc = np.searchsorted(self.doc_stream, plan.a_start[ex][:, None] + col,
+                              side="right") - 1
+        return torch.from_numpy(doc - doc[:, :1])
+
     def _build(self, plan: _Plan, cursor: int, g: torch.Generator) -> dict:
         slots = np.arange(cursor * self.global_batch, (cursor + 1) * self.global_batch)
         ids, types, attention = (torch.from_numpy(a) for a in self._rows(plan, slots))
+        documents = self._documents(plan, slots) if self.document_boundaries else None
         mine = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
         T = self.seq_len
         batch = {}
         if self.shape.targets == "next-token":
             labels = torch.full_like(ids, IGNORE_INDEX)
             labels[:, :-1] = torch.where(attention[:, 1:] > 0, ids[:, 1:], IGNORE_INDEX)
+            if documents is not None:  # a document's end does not predict the next one
+                labels[:, :-1][documents[:, 1:] != documents[:, :-1]] = IGNORE_INDEX
             batch["clm_labels"] = labels[mine]
             masked = ids
         else:
@@ -408,6 +435,9 @@ class PretrainingBatches:
             # Only batches with padding carry a mask: without one SDPA takes its fastest
             # kernel (FlashAttention on a GPU), and the model need not look at it.
             batch["attention_mask"] = attention
+        if documents is not None and bool(documents[mine][:, -1].any()):
+            # likewise only batches with a row of several documents carry their ids
+            batch["document_ids"] = documents[mine].contiguous()
         return batch
 
     # Iteration and state --------------------------------------------------------------------

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from bertkit.files import UserError
+from bertkit.files import UserError, read_json
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.held_out import held_out_figures
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objective import Objective
 from bertkit.pretraining.objectives import objective_named
+from bertkit.training.settings import SETTINGS_FILE
 
 
 def corruption(mask_frac: float | None, random_frac: float | None, default_mask: float,
@@ -39,10 +41,11 @@ def heldout_batches(data_dir: str | os.PathLike, *, objective: str | Objective =
                     batch_size: int = 16, eval_batches: int = 40, seed: int = 0,
                     whole_word: bool = False, mask_rate: float = 0.15,
                     row_ends: str = "sentence", mask_frac: float | None = None,
-                    random_frac: float | None = None) -> list[dict]:
+                    random_frac: float | None = None,
+                    document_boundaries: bool = False) -> list[dict]:
     """The held-out batches `bertkit pretrain` evaluates on for these settings (its --seed is
     `seed`; pretraining draws the held-out masks from seed + 1). mask_frac, random_frac: the
-    80/10/10 split, pretraining's defaults where None."""
+    80/10/10 split, pretraining's defaults where None; document_boundaries: pretraining's."""
     default = MaskingConfig()
     mask_frac, random_frac = corruption(mask_frac, random_frac, default.mask_frac,
                                          default.random_frac)
@@ -50,7 +53,7 @@ def heldout_batches(data_dir: str | os.PathLike, *, objective: str | Objective =
                               batch_size=batch_size, split="heldout", seed=seed + 1, prefetch=0,
                               masking=MaskingConfig(mlm_prob=mask_rate, whole_word=whole_word,
                                                     mask_frac=mask_frac, random_frac=random_frac),
-                              row_ends=row_ends)
+                              row_ends=row_ends, document_boundaries=document_boundaries)
     batches = []
     for batch in held:
         batches.append(batch)
@@ -64,7 +67,7 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *,
                    seq_len: int = 128, batch_size: int = 16, eval_batches: int = 40,
                    seed: int = 0, whole_word: bool = False, mask_rate: float = 0.15,
                    row_ends: str = "sentence", mask_frac: float | None = None,
-                   random_frac: float | None = None,
+                   random_frac: float | None = None, document_boundaries: bool = False,
                    device: str | torch.device = "cpu") -> dict[str, float]:
     """`held_out.held_out_figures` over `heldout_batches`: accuracy, loss, perplexity, tokens
     (and nsp_accuracy for mlm+nsp, sbo_loss for span when the model has the span head)."""
@@ -73,7 +76,8 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *,
     batches = heldout_batches(data_dir, objective=objective, seq_len=seq_len,
                               batch_size=batch_size, eval_batches=eval_batches, seed=seed,
                               whole_word=whole_word, mask_rate=mask_rate, row_ends=row_ends,
-                              mask_frac=mask_frac, random_frac=random_frac)
+                              mask_frac=mask_frac, random_frac=random_frac,
+                              document_boundaries=document_boundaries)
     device = torch.device(device)
     was_training = model.training
     model.eval()
@@ -93,4 +97,18 @@ def heldout_scores(model: nn.Module, data_dir: str | os.PathLike, *,
     return {k.removeprefix("eval_"): v for k, v in figures.items()}
 
 
-__all__ = ["heldout_batches", "heldout_scores", "corruption", "MIN_SCORED_TOKENS"]
+def recorded_document_boundaries(model_dir: str | os.PathLike,
+                                 objective: str | Objective) -> bool:
+    """Whether the run that wrote `model_dir` kept document boundaries in its packed rows
+    (--document-boundaries, as its training_args.json records it): its held-out rows are
+    then scored so too. Off for an objective whose rows are not packed, and for a directory
+    without the record (a model of another toolkit, a run before the setting)."""
+    path = Path(model_dir) / SETTINGS_FILE
+    if objective_named(objective).examples.rows != "packed" or not path.is_file():
+        return False
+    options = read_json(path, "run settings").get("options")
+    return isinstance(options, dict) and options.get("document_boundaries") is True
+
+
+__all__ = ["heldout_batches", "heldout_scores", "corruption", "MIN_SCORED_TOKENS",
+           "recorded_document_boundaries"]

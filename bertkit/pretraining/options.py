@@ -111,6 +111,13 @@ class PretrainSettings:
     minutes, docs/recipe.md), "anywhere" (the corpus cut into back-to-back rows) or
     "whole-sentences" (each row also starts at a sentence start, as RoBERTa's FULL-SENTENCES:
     the sentences that fit, then padding)."""
+    document_boundaries: bool = False
+    """Rows packed from several documents (mlm, clm, electra) run each document as if alone:
+    its tokens attend only within it and its positions restart at 0, as transformers'
+    DataCollatorWithFlattening ("packing with position ids") and ModernBERT's unpadded
+    training pack; a document cut between two rows starts again at 0 in the second. Off:
+    attention runs across the documents of a row, as RoBERTa's FULL-SENTENCES
+    (docs/pretraining.md, "Document boundaries")."""
     early_seq_len: int = 64
     """Sequence length of the first --early-fraction of the run, with as many more sequences
     per batch (about the same tokens per step); then --seq-len (BERT: 128 for 90% of its steps,
@@ -165,6 +172,7 @@ class PretrainSettings:
         if self.row_ends not in ROW_ENDS:
             raise UserError(f"unknown --row-ends {self.row_ends!r}; choose one of "
                             f"{', '.join(ROW_ENDS)}")
+        _check_document_boundaries(self)
         if self.early_seq_len < 8:
             raise UserError(f"--early-seq-len must be at least 8 (got {self.early_seq_len})")
         if not self.dist_timeout > 0:
@@ -184,6 +192,16 @@ class PretrainSettings:
         if not self.short_first:
             return self.batch_size
         return max(1, round(self.batch_size * self.seq_len / self.early_seq_len))
+
+
+def _check_document_boundaries(opts: PretrainSettings) -> None:
+    """Refuse --document-boundaries where the rows are not packed: given, it would do
+    nothing."""
+    if opts.document_boundaries and objective_named(opts.objective).examples.rows != "packed":
+        packed = [t.name for t in objectives.OBJECTIVE_TYPES if t.examples.rows == "packed"]
+        raise UserError(f"--document-boundaries keeps the documents of a packed row apart "
+                        f"(--objective {', '.join(packed)}); --objective {opts.objective}'s "
+                        f"rows are not packed")
 
 
 def _check_objective_settings(opts: PretrainSettings) -> None:

@@ -363,7 +363,7 @@ def _held_out(figures: dict) -> str:
 def _data_kwargs(opts: PretrainOptions, objective: Objective) -> dict:
     """What PretrainingBatches takes from the options, beside the batch size and seed."""
     return dict(objective=objective, seq_len=opts.seq_len, masking=opts.masking,
-                row_ends=opts.row_ends)
+                row_ends=opts.row_ends, document_boundaries=opts.document_boundaries)
 
 
 def _train_batches(opts: PretrainOptions, objective: Objective,
@@ -462,6 +462,8 @@ def _settings_fingerprint(opts: PretrainOptions, objective: Objective) -> dict:
             "seq_len": opts.seq_len, "batch_size": opts.batch_size,
             # only when not "anywhere": checkpoints of rows cut anywhere resume
             **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),
+            # only when on: checkpoints of runs before the setting resume
+            **({"document_boundaries": True} if opts.document_boundaries else {}),
             **({"early_seq_len": opts.early_seq_len, "early_fraction": opts.early_fraction}
                if opts.short_first else {}),
             # mlm_prob_final only when set: earlier checkpoints still resume

@@ -58,10 +58,11 @@ def mean_terms(terms, prefix: str):
 def mlm_forward(model: nn.Module, batch: dict, *more_rows: torch.Tensor):
     """The encoder on a batch: the last block's output at the selected positions [N, H] (the
     MLM head is left to `vocab_terms`), and a list of its outputs at each tensor of
-    `more_rows`. The last block runs only at these rows (`Encoder.forward_rows`)."""
+    `more_rows`. The last block runs only at these rows (`Encoder.forward_rows`); rows packed
+    from several documents (`document_ids`) run each document as if alone."""
     h, *more = model.encoder.forward_rows(batch["input_ids"], batch.get("token_type_ids"),
                                           batch.get("attention_mask"), batch["mlm_positions"],
-                                          *more_rows)
+                                          *more_rows, document_ids=batch.get("document_ids"))
     return h, more
 
 

@@ -13,7 +13,8 @@ from bertkit.pretraining.vocab_loss import decode_terms, mean_terms
 
 def _clm_terms(model: nn.Module, batch: dict):
     h = model.encoder(batch["input_ids"], batch.get("token_type_ids"),
-                      batch.get("attention_mask"), causal=True).last_hidden_state  # [B, T, H]
+                      batch.get("attention_mask"), causal=True,
+                      document_ids=batch.get("document_ids")).last_hidden_state  # [B, T, H]
     return decode_terms(model, h.reshape(-1, h.shape[-1]), batch["clm_labels"].reshape(-1))
 
 

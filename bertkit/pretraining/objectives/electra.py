@@ -29,7 +29,8 @@ def _electra_forward(model: nn.Module, batch: dict):
     logits = generator.mlm(z).float()  # [N, V]: the sample needs them, not only the loss
     sampled = electra.sample_tokens(logits, batch["sample_uniform"])
     ids, replaced = electra.corrupt(batch["input_ids"], batch["mlm_positions"], labels, sampled)
-    detected = model(ids, batch.get("token_type_ids"), batch.get("attention_mask"))  # [B, T]
+    detected = model(ids, batch.get("token_type_ids"), batch.get("attention_mask"),
+                     batch.get("document_ids"))  # [B, T]
     terms = electra.detection_terms(detected, replaced, batch.get("attention_mask"))
     return logit_terms(logits, labels), terms, detected, replaced
 
