@@ -361,7 +361,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
         raise UserError(f"{model_dir}: the tokenizer's {tokenizer.vocab_size} pieces do not fit "
                         f"the model's vocabulary of {model.config.vocab_size}")
     if inp.is_dir() and not pairs and not is_dataset_dir(inp):
-        return {"kind": "heldout", **_heldout_figures(model, objective, inp, opts, device)}
+        return {"kind": "heldout", **_heldout_figures(model, model_dir, objective, inp, opts,
+                                                      device)}
     if pairs:
         report = minimal_pairs(model, tokenizer, read_pairs(inp), group_by=opts.group_by,
                                batch_size=4 * batch_size, device=device, metric=opts.pll,
@@ -398,10 +399,11 @@ def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
     return {"kind": "text", **masked, **pseudo, "pll": opts.pll}
 
 
-def _heldout_figures(model: nn.Module, objective, data: Path, opts: LMEvalOptions,
-                     device) -> dict[str, float]:
+def _heldout_figures(model: nn.Module, model_dir: Path, objective, data: Path,
+                     opts: LMEvalOptions, device) -> dict[str, float]:
     """`heldout_scores` of a prepared directory as `evaluate_pretrained` asks: by the
-    objective's figures (a left-to-right model's: next-token prediction)."""
+    objective's figures (a left-to-right model's: next-token prediction), its rows packed as
+    the model's run packed them."""
     return heldout_scores(model, data, objective=objective, seq_len=opts.seq_len,
                           batch_size=opts.pretrain_batch_size, eval_batches=opts.eval_batches,
                           seed=opts.seed, whole_word=opts.whole_word, mask_rate=opts.mask_rate,
