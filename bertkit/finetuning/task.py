@@ -11,6 +11,7 @@ and its line in `bertkit.finetuning.tasks.TASKS`.
     read       labelled examples from a file;  read_inputs: what `bertkit predict` reads
     with_labels  the label set collected from training (checked against dev); check: on test
     encode     examples -> model inputs (`Item`s);  collate: items -> a padded batch
+    training_batch  collate's batch, with what a task draws per training batch
     batch_order  one epoch's batches of items (length-bucketed; a bi-encoder's: no text twice)
     make_model the encoder with the task's head;  loss: one batch's loss
     load_pretrained  what of the model directory the task starts from beside the encoder
@@ -238,6 +239,11 @@ class Task:
         if items[0].target is not None:
             batch["labels"] = torch.tensor([it.target for it in items])
         return batch
+
+    def training_batch(self, items: Sequence[Item], generator: torch.Generator) -> dict:
+        """A training batch of items: `collate`'s, where a task draws something per batch (a
+        reranker's sampled in-batch negatives) drawn from `generator`, the batch's own."""
+        return self.collate(items)
 
     def batch_order(self, items: Sequence[Item], batch_size: int,
                     generator: torch.Generator) -> list[list[int]]:
