@@ -154,6 +154,8 @@ class Task:
     library_name: ClassVar[str] = "transformers"
     """The library that loads the saved model, as the hub names it."""
     card_tags: ClassVar[tuple[str, ...]] = ()
+    memory_advice: ClassVar[str] = "lower --batch-size or --max-length"
+    """What a user does about a training step that may not fit in memory."""
     """The card's tags, in place of the source model's, where the saved model is another
     kind (a reranker, a sparse encoder); empty: the source's are kept."""
 
@@ -244,6 +246,11 @@ class Task:
         """A training batch of items: `collate`'s, where a task draws something per batch (a
         reranker's sampled in-batch negatives) drawn from `generator`, the batch's own."""
         return self.collate(items)
+
+    def step_inputs(self, batch_size: int) -> int:
+        """The most inputs a training step of `batch_size` items runs through the model at
+        once, what its memory is estimated by: one an item."""
+        return batch_size
 
     def batch_order(self, items: Sequence[Item], batch_size: int,
                     generator: torch.Generator) -> list[list[int]]:

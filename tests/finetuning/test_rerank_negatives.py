@@ -2,24 +2,27 @@
 batch's generator, reproducibly, uniformly, and never a row's own positive (nor its query's);
 the loss over a sampled batch equals a plain loop over its rows' candidates; `auto` takes them
 for triplets and NLI files only and explicit settings are kept; the chunked step's gradients
-equal the whole step's; the setting resolved is recorded, parsed from the command line, and
-a few triplets train end to end."""
+equal the whole step's; a step that may not fit is said before training; the setting
+resolved is recorded, parsed from the command line, and a few triplets train end to end."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import warnings
 
 import pytest
 import torch
 
 from bertkit.cli.main import main
 from bertkit.files import UserError
-from bertkit.finetuning import heads
+from bertkit.finetuning import backbone, heads
 from bertkit.finetuning.ranking import sample_in_batch
+from bertkit.finetuning.recipe import FinetuneConfig, finetune
 from bertkit.finetuning.tasks import Rerank
 from bertkit.finetuning.tasks.rerank import IN_BATCH_NEGATIVES
 from bertkit.model import hub
+from bertkit.model.memory import step_activation_bytes
 from bertkit.text.tokenizer import Tokenizer
 
 from tests.finetuning.test_rerank import _write, make_file
@@ -228,3 +231,25 @@ def test_a_bad_count_is_one_line_and_writes_nothing(tiny_bert, tmp_path, capsys)
     assert capsys.readouterr().err == \
         "error: --in-batch-negatives is read by --loss listwise, not bce\n"
     assert not out.exists()
+
+
+def test_finetune_warns_before_training(tiny_bert, tmp_path, monkeypatch):
+    """A reranker's step of in-batch negatives on a machine said to hold 1 MiB: one warning
+    naming the pairs at once and what to lower; none once --mini-batch-size bounds them."""
+    monkeypatch.setattr(backbone, "device_memory", lambda device: 2 ** 20)
+    train = make_file(tmp_path, "triplets", 8)
+    cfg = FinetuneConfig(epochs=1, batch_size=4, max_length=32, precision="fp32",
+                         show_progress=False, patience=None)
+    with pytest.warns(UserWarning) as said:
+        finetune(Rerank(), tiny_bert, train, None, tmp_path / "a", cfg)
+    lines = [str(w.message) for w in said if "activations" in str(w.message)]
+    # 4 rows, each at most its positive, 4 negatives and 4 drawn from the batch
+    assert lines == [f"a step of 36 inputs of up to 32 tokens may need about 0.0 GiB for its "
+                     f"activations, of 0.0 GiB here: {Rerank.memory_advice}"]
+    small = step_activation_bytes(hub.load_config(tiny_bert), 1, 32)
+    monkeypatch.setattr(backbone, "device_memory", lambda device: int(small * 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        with pytest.raises(UserWarning):  # 36 pairs at once: still too many
+            finetune(Rerank(), tiny_bert, train, None, tmp_path / "b", cfg)
+        finetune(Rerank(mini_batch_size=1), tiny_bert, train, None, tmp_path / "c", cfg)

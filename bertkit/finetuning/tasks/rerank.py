@@ -119,6 +119,9 @@ class Rerank(Task):
     library_name: ClassVar[str] = "sentence-transformers"
     card_tags: ClassVar[tuple[str, ...]] = ("sentence-transformers", "cross-encoder",
                                             "reranker")  # as CrossEncoder's own cards
+    memory_advice: ClassVar[str] = ("lower --batch-size, --max-length, --negatives or "
+                                    "--in-batch-negatives, or run the pairs a chunk at a time, "
+                                    "--mini-batch-size N")
 
     objective: Literal["auto", "bce", "listwise", "margin-mse"] = dataclasses.field(
         default="auto", metadata={"flag": "loss"})
@@ -365,6 +368,13 @@ class Rerank(Task):
             positive, negatives, index >= 0,
             None if cross is None else logits[cross.clamp(min=0)],
             None if cross is None else cross >= 0)
+
+    def step_inputs(self, batch_size: int) -> int:
+        """The pairs of a step's rows (its positive, negatives and in-batch negatives each;
+        bce: a pair an item), `mini_batch_size` of them at once where given."""
+        per_row = 1 if self.objective == "bce" else 2 if self.objective == "margin-mse" \
+            else 1 + self.negatives + (self.in_batch_negatives or 0)
+        return min(batch_size * per_row, self.mini_batch_size or batch_size * per_row)
 
     def _logits(self, model, batch) -> torch.Tensor:
         """The logit of each of the batch's pairs [N]: `mini_batch_size` at a time where
