@@ -398,7 +398,8 @@ def _help(capsys) -> str:
 def test_the_help_lists_the_tasks_flags(capsys):
     text = _help(capsys)
     for flag in ("--loss {auto,bce,listwise,margin-mse}", "--negatives NEGATIVES",
-                 "--in-batch-negatives", "--teacher TEACHER", "--score-range",
+                 "--in-batch-negatives N", "--mini-batch-size N", "--teacher TEACHER",
+                 "--score-range",
                  "--epochs", "--max-length"):
         assert flag in text, flag
     assert "(default: 4)" in text

@@ -129,16 +129,16 @@ class Rerank(Task):
     triplets, queries and NLI files."""
     negatives: int = 4
     """Negatives per relevant passage in a training row, a query's own taken in turn."""
-    in_batch_negatives: int | None = None
+    in_batch_negatives: int | None = dataclasses.field(default=None, metadata={"metavar": "N"})
     """listwise: N of the batch's other positives drawn at random as negatives of each row
-    (all of them where fewer; 0: none), N more pairs through the model a row. Default: 4
-    for triplets and NLI files, 0 for pairs and queries. A triplet's negative (an NLI file's
+    (all of them where fewer; 0: off), N more pairs through the model a row; none: 4 for
+    triplets and NLI files, 0 for pairs and queries. A triplet's negative (an NLI file's
     contradiction) is a hard negative of its own query: trained on those alone, a reranker
     learns to spot that relation, not relevance, and scores unrelated passages high."""
-    mini_batch_size: int | None = None
+    mini_batch_size: int | None = dataclasses.field(default=None, metadata={"metavar": "N"})
     """Run a step's pairs through the model N at a time, each chunk's activations recomputed
-    in the backward pass, so that memory holds one chunk's (as GradCache): the same
-    gradients for a second forward pass. Default: all at once."""
+    in the backward pass, so that memory holds one chunk's (as GradCache, Gao et al. 2021):
+    the same gradients for a second forward pass; none: all at once."""
     teacher: str | None = None
     """margin-mse: a reranker directory (its logits) or a sentence encoder (its cosines)
     whose margins s(q, p+) - s(q, p-) are learned."""
