@@ -12,6 +12,7 @@ and its line in `bertkit.finetuning.tasks.TASKS`.
     with_labels  the label set collected from training (checked against dev); check: on test
     encode     examples -> model inputs (`Item`s);  collate: items -> a padded batch
     training_batch  collate's batch, with what a task draws per training batch
+    step_inputs  the inputs a training step runs through the model at once (its memory)
     batch_order  one epoch's batches of items (length-bucketed; a bi-encoder's: no text twice)
     make_model the encoder with the task's head;  loss: one batch's loss
     load_pretrained  what of the model directory the task starts from beside the encoder
@@ -154,10 +155,10 @@ class Task:
     library_name: ClassVar[str] = "transformers"
     """The library that loads the saved model, as the hub names it."""
     card_tags: ClassVar[tuple[str, ...]] = ()
-    memory_advice: ClassVar[str] = "lower --batch-size or --max-length"
-    """What a user does about a training step that may not fit in memory."""
     """The card's tags, in place of the source model's, where the saved model is another
     kind (a reranker, a sparse encoder); empty: the source's are kept."""
+    memory_advice: ClassVar[str] = "lower --batch-size or --max-length"
+    """What a user does about a training step that may not fit in memory (`step_inputs`)."""
 
     max_length: int = fitted(128)
     """Longest input in tokens (the training setting `--max-length`, or the task's default)."""

@@ -2,11 +2,12 @@
 device that holds them: for the one line that warns of a step unlikely to fit.
 
 A block keeps for its backward pass, for b sequences of s tokens, h wide, a heads and an
-intermediate layer I wide, sb(18h + 4I) + 5as^2 b values' bytes at 2 bytes a value: the count
-of Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer Models"
-(sbh(34 + 5as/h) where I = 4h). It is counted here at 4 bytes a value whatever the precision:
-autocast keeps the softmax, the norms and the residual stream in fp32, and on the CPU bf16 is
-often emulated in fp32. The weights, their gradients and the optimiser's state come on top.
+intermediate layer I wide, sb(18h + 4I) + 5as^2 b bytes in 16-bit precision: the count of
+Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer Models"
+(sbh(34 + 5as/h) where I = 4h). It is doubled here, 4 bytes a value whatever the precision:
+autocast keeps the softmax and the norms in fp32, and a warning had better err high
+(tests/model/test_step_memory.py: within 0.6 and 1.5 times what autograd keeps in fp32). The
+weights, their gradients and the optimiser's state come on top.
 """
 from __future__ import annotations
 
