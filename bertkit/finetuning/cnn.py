@@ -229,6 +229,9 @@ class CnnBackbone:
     def check_fit(self, items) -> None:
         """Nothing to check: the ids are those of the network's own vocabulary."""
 
+    def activation_bytes(self, inputs: int, length: int) -> None:
+        """Not estimated: a convolution over word vectors keeps little."""
+
     @classmethod
     def load(cls, options: CnnOptions) -> "CnnBackbone":
         if options.vectors is None:

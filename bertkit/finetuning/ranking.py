@@ -10,6 +10,11 @@ Losses (logits are the model's one output per (query, passage) pair):
     margin_mse_loss  the squared error between the student's margin s(q, p+) - s(q, p-) and
                      the teacher's (Hofstätter et al. 2020)
 
+and what bounds a step's memory: `sample_in_batch` draws a few of the batch's other positives
+per row as its negatives (sentence-transformers' cross-encoder MultipleNegativesRankingLoss
+samples `num_negatives`, 4, the same way), and `chunked_logits` runs the pairs through the
+model a chunk at a time, each chunk's activations recomputed in the backward pass.
+
 Shapes: B rows (one positive each), K negatives a row, N pairs.
 """
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from bertkit.embeddings.evaluation import retrieval_figures
 from bertkit.finetuning.inputs import length_batches
@@ -61,6 +67,32 @@ def margin_mse_loss(positive: torch.Tensor, negative: torch.Tensor,
     """Mean squared error of the student's margins s(q, p+) - s(q, p-) [B] against the
     teacher's [B]."""
     return F.mse_loss(positive.float() - negative.float(), teacher_margin.float())
+
+
+def sample_in_batch(allowed: torch.Tensor, count: int,
+                    generator: torch.Generator) -> torch.Tensor:
+    """[B, B] bool: for each row i, `count` of the columns j that `allowed` [B, B] marks (row
+    j's positive may be a negative of row i), drawn uniformly without replacement from
+    `generator`; all of them where a row has no more than `count`."""
+    keys = torch.rand(allowed.shape, generator=generator).masked_fill(~allowed, 2.0)
+    rank = keys.argsort(dim=1).argsort(dim=1)  # each column's place in its row's draw
+    return allowed & (rank < count)
+
+
+def chunked_logits(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
+                   size: int) -> torch.Tensor:
+    """The model's first output [N] over the rows of `inputs` (ids, type ids, mask), `size`
+    rows at a time, each chunk under activation checkpointing: its activations are dropped
+    after its forward and recomputed (the same dropout drawn again) when the backward pass
+    reaches it, so that a step holds one chunk's activations and every pair's logit, not all
+    the pairs' activations. The gradient is the unchunked one: GradCache's (Gao et al. 2021)
+    memory at GradCache's cost, a second forward pass, inside the one backward the training
+    loop calls."""
+    def logits(*chunk: torch.Tensor) -> torch.Tensor:
+        return model(*chunk)[:, 0]
+    return torch.cat([checkpoint(logits, *(x[start:start + size] for x in inputs),
+                                 use_reentrant=False)
+                      for start in range(0, len(inputs[0]), size)])
 
 
 # Figures ----------------------------------------------------------------------------------------
@@ -126,5 +158,6 @@ def cosine_scorer(embedder, batch_size: int = 64) -> PairScorer:
     return score
 
 
-__all__ = ["PairScorer", "bce_loss", "listwise_loss", "margin_mse_loss", "ranking_figures",
+__all__ = ["PairScorer", "bce_loss", "listwise_loss", "margin_mse_loss", "sample_in_batch",
+           "chunked_logits", "ranking_figures",
            "pointwise_figures", "model_scores", "cosine_scorer"]

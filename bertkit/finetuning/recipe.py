@@ -42,7 +42,7 @@ from torch import nn
 from bertkit.config import ConfigError, TrainConfig, parse_minutes
 from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, check_not_input, write_json
-from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze
+from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze, warn_memory
 from bertkit.finetuning.baselines import baseline_comparison
 from bertkit.finetuning.batches import EpochBatches
 from bertkit.finetuning.inputs import Item, warn_cut
@@ -546,6 +546,7 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
                             command=command_line(cfg, plan.task) if command_line else None)
     if cfg.show_progress:
         print(settings_block(settings), file=sys.stderr)
+    warn_memory(plan.backbone, task, cfg.batch_size, torch.device(cfg.device))
     items = training_items(plan, task, train_examples, dev)
     taught = teacher.teach(lesson, plan.backbone, items, train_examples, cfg.device,
                            cfg.show_progress) if teacher else None

@@ -11,6 +11,8 @@ and its line in `bertkit.finetuning.tasks.TASKS`.
     read       labelled examples from a file;  read_inputs: what `bertkit predict` reads
     with_labels  the label set collected from training (checked against dev); check: on test
     encode     examples -> model inputs (`Item`s);  collate: items -> a padded batch
+    training_batch  collate's batch, with what a task draws per training batch
+    step_inputs  the inputs a training step runs through the model at once (its memory)
     batch_order  one epoch's batches of items (length-bucketed; a bi-encoder's: no text twice)
     make_model the encoder with the task's head;  loss: one batch's loss
     load_pretrained  what of the model directory the task starts from beside the encoder
@@ -157,6 +159,8 @@ class Task:
     card_tags: ClassVar[tuple[str, ...]] = ()
     """The card's tags, in place of the source model's, where the saved model is another
     kind (a reranker, a sparse encoder); empty: the source's are kept."""
+    memory_advice: ClassVar[str] = "lower --batch-size or --max-length"
+    """What a user does about a training step that may not fit in memory (`step_inputs`)."""
 
     max_length: int = fitted(128)
     """Longest input in tokens (the training setting `--max-length`, or the task's default)."""
@@ -240,6 +244,16 @@ class Task:
         if items[0].target is not None:
             batch["labels"] = torch.tensor([it.target for it in items])
         return batch
+
+    def training_batch(self, items: Sequence[Item], generator: torch.Generator) -> dict:
+        """A training batch of items: `collate`'s, where a task draws something per batch (a
+        reranker's sampled in-batch negatives) drawn from `generator`, the batch's own."""
+        return self.collate(items)
+
+    def step_inputs(self, batch_size: int) -> int:
+        """The most inputs a training step of `batch_size` items runs through the model at
+        once, what its memory is estimated by: one an item."""
+        return batch_size
 
     def batch_order(self, items: Sequence[Item], batch_size: int,
                     generator: torch.Generator) -> list[list[int]]:

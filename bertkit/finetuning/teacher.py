@@ -193,7 +193,7 @@ def _one_each(items: Sequence[Item], examples: Sequence) -> bool:
 
 class Taught:
     """The loop's batches and loss when a teacher teaches: `EpochBatches` takes it for the
-    task (its `batch_order` and `collate`), `train` its `loss`."""
+    task (its `batch_order` and `training_batch`), `train` its `loss`."""
 
     def __init__(self, task: Task, items: list[TaughtItem], settings: dist.Distillation,
                  teacher_model: torch.nn.Module | None, layers: list[int],
@@ -215,7 +215,13 @@ class Taught:
         return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
     def collate(self, items: Sequence[TaughtItem]) -> dict:
-        batch = self.task.collate(items)
+        return self._with_teacher(self.task.collate(items), items)
+
+    def training_batch(self, items: Sequence[TaughtItem], generator: torch.Generator) -> dict:
+        return self._with_teacher(self.task.training_batch(items, generator), items)
+
+    @staticmethod
+    def _with_teacher(batch: dict, items: Sequence[TaughtItem]) -> dict:
         batch["teacher"] = dist.stack_outputs([it.taught for it in items])
         return batch
 

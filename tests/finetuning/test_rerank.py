@@ -112,7 +112,7 @@ def test_a_batchs_loss_scores_the_pairs_its_rows_name(tiny_bert, tmp_path):
     """The collated batch and the loss's gathers against each row's candidates scored one pair
     at a time: (query, positive), (query, its negatives), (query, every other row's positive)."""
     train = make_file(tmp_path, "triplets", 6)
-    task = dataclasses.replace(Rerank(in_batch_negatives=True).configure(train),
+    task = dataclasses.replace(Rerank(in_batch_negatives=16).configure(train),
                                max_length=32, pooling="cls")
     tokenizer = Tokenizer.load(tiny_bert)
     examples = task.read(train)
@@ -163,8 +163,9 @@ def _entropy(p: float) -> float:
 
 
 @pytest.mark.parametrize("kind,settings,loss", [
-    ("triplets", {}, "listwise"),
-    ("nli", {}, "bce"),
+    ("triplets", {"in_batch_negatives": 0}, "listwise"),
+    ("nli", {"in_batch_negatives": 0}, "listwise"),
+    ("nli", {"objective": "bce"}, "bce"),
     ("scored", {}, "bce"),
     ("queries", {"teacher": "TEACHER"}, "margin-mse"),
 ])
@@ -192,7 +193,8 @@ def test_each_loss_trains_down(kind, settings, loss, tiny_bert, tmp_path):
     assert -result.dev_metrics["bce"] == pytest.approx(best, abs=1e-6)  # the best one kept
 
 
-@pytest.mark.parametrize("settings", [{}, {"in_batch_negatives": True}, {"objective": "bce"}])
+@pytest.mark.parametrize("settings", [{}, {"in_batch_negatives": 2}, {"objective": "bce"},
+                                      {"mini_batch_size": 5}])
 def test_the_step_never_makes_the_host_wait(settings, step_syncs, tiny_bert, tmp_path):
     train = make_file(tmp_path, "triplets", 48)
     result = finetune(Rerank(**settings), tiny_bert, train, None, tmp_path / "out",
@@ -205,7 +207,7 @@ def test_resume_equals_an_uninterrupted_run(tiny_bert_dropout, tmp_path, monkeyp
 
     train, dev = make_file(tmp_path, "triplets", 64), make_file(tmp_path, "queries", 16, seed=1)
     cfg = FinetuneConfig(epochs=2, evals_per_epoch=2, **QUICK)
-    task = Rerank(in_batch_negatives=True)
+    task = Rerank(in_batch_negatives=2)
     finetune(task, tiny_bert_dropout, train, dev, tmp_path / "whole", cfg)
     _signal_at(monkeypatch, 3)
     stopped = finetune(task, tiny_bert_dropout, train, dev, tmp_path / "parts", cfg)
@@ -223,7 +225,7 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tiny_bert_dropout, tmp_p
     train, dev = make_file(tmp_path, "triplets", 160), make_file(tmp_path, "queries", 16, seed=1)
     # 20 steps an epoch, 60 in all: time enough to stop the process well before its end
     args = ["finetune", "rerank", "--model", str(tiny_bert_dropout), "--train", str(train),
-            "--dev", str(dev), "--in-batch-negatives", "--epochs", "3", "--batch-size", "8",
+            "--dev", str(dev), "--in-batch-negatives", "2", "--epochs", "3", "--batch-size", "8",
             "--lr", "1e-3", "--head-lr", "1e-3", "--warmup", "0", "--patience", "none",
             "--precision", "fp32", "--save-every", "5", "--quiet"]
     kill_9_then_resume(args, tmp_path / "whole", tmp_path / "cut", tmp_path / "err")
@@ -396,7 +398,8 @@ def _help(capsys) -> str:
 def test_the_help_lists_the_tasks_flags(capsys):
     text = _help(capsys)
     for flag in ("--loss {auto,bce,listwise,margin-mse}", "--negatives NEGATIVES",
-                 "--in-batch-negatives", "--teacher TEACHER", "--score-range",
+                 "--in-batch-negatives N", "--mini-batch-size N", "--teacher TEACHER",
+                 "--score-range",
                  "--epochs", "--max-length"):
         assert flag in text, flag
     assert "(default: 4)" in text

@@ -7,7 +7,7 @@ one output. It reads the files `finetune embed` reads (`bertkit.finetuning.sente
 | pairs `anchor,positive` | its positives / the positives of the queries after it | listwise |
 | triplets `anchor,positive,negative` | its positives / its negatives | listwise |
 | queries `query,relevant[,negatives]` | `relevant` / `negatives` | listwise |
-| NLI `premise,hypothesis,label` | entailments / contradictions | bce |
+| NLI `premise,hypothesis,label` | entailments / contradictions | listwise |
 | scored pairs `sentence1,sentence2,score` | the score as a soft label in [0, 1] | bce |
 
 Rows are grouped by query. A query with no negative in the file borrows the relevant passages
@@ -15,8 +15,15 @@ of the `BORROWED_NEGATIVES` queries after it (cyclically), so that a file of pai
 something to tell apart. Training rows: each relevant passage with `negatives` of its query's
 negatives, taken in turn. `bce` learns every pair of the rows (relevant 1, negative 0),
 `listwise` each row's softmax over its positive and negatives (with `in_batch_negatives` also
-the other rows' positives), `margin-mse` the margin s(q, p+) - s(q, p-) that `teacher` gives
-each (positive, negative) of the rows (`bertkit.finetuning.ranking`).
+that many of the other rows' positives, drawn per batch), `margin-mse` the margin
+s(q, p+) - s(q, p-) that `teacher` gives each (positive, negative) of the rows
+(`bertkit.finetuning.ranking`).
+
+A triplet's or an NLI file's negative is a hard negative of its own query, a contradiction of
+the premise: a reranker that sees only those learns to spot that relation, not relevance, and
+scores unrelated passages high. So those files take `IN_BATCH_NEGATIVES` of the batch's other
+positives a row by default (`in_batch_negatives` None, resolved by `configure`). Each is one
+more pair through the model a row; `mini_batch_size` bounds what a step holds at once.
 
 On dev each query's candidates (its passages) are ranked by the logit: nDCG@10 (kept by) and
 MRR@10; a file of single scored pairs gives BCE and accuracy instead (kept by -BCE). The model
@@ -48,6 +55,9 @@ from bertkit.runtime import resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
 LOSSES = ("bce", "listwise", "margin-mse")
+IN_BATCH_NEGATIVES = 4
+"""In-batch negatives a row of triplets or NLI takes by default: sentence-transformers'
+default `num_negatives` of its cross-encoder MultipleNegativesRankingLoss."""
 BORROWED_NEGATIVES = 9
 """Negatives a query without any borrows from the queries after it: with its relevant passage,
 ten candidates, what nDCG@10 ranks."""
@@ -110,16 +120,26 @@ class Rerank(Task):
     library_name: ClassVar[str] = "sentence-transformers"
     card_tags: ClassVar[tuple[str, ...]] = ("sentence-transformers", "cross-encoder",
                                             "reranker")  # as CrossEncoder's own cards
+    memory_advice: ClassVar[str] = ("lower --batch-size, --max-length, --negatives or "
+                                    "--in-batch-negatives, or run the pairs a chunk at a time, "
+                                    "--mini-batch-size N")
 
     objective: Literal["auto", "bce", "listwise", "margin-mse"] = dataclasses.field(
         default="auto", metadata={"flag": "loss"})
-    """auto: margin-mse with --teacher, else bce for scored pairs and NLI files, listwise
-    for pairs, triplets and queries."""
+    """auto: margin-mse with --teacher, else bce for scored pairs, listwise for pairs,
+    triplets, queries and NLI files."""
     negatives: int = 4
     """Negatives per relevant passage in a training row, a query's own taken in turn."""
-    in_batch_negatives: bool = False
-    """listwise: also the batch's other positives as negatives of each row (B - 1 more pairs
-    through the model a row)."""
+    in_batch_negatives: int | None = dataclasses.field(default=None, metadata={"metavar": "N"})
+    """listwise: N of the batch's other positives drawn at random as negatives of each row
+    (all of them where fewer; 0: off), N more pairs through the model a row; none: 4 for
+    triplets and NLI files, 0 for pairs and queries. A triplet's negative (an NLI file's
+    contradiction) is a hard negative of its own query: trained on those alone, a reranker
+    learns to spot that relation, not relevance, and scores unrelated passages high."""
+    mini_batch_size: int | None = dataclasses.field(default=None, metadata={"metavar": "N"})
+    """Run a step's pairs through the model N at a time, each chunk's activations recomputed
+    in the backward pass, so that memory holds one chunk's (as GradCache, Gao et al. 2021):
+    the same gradients for a second forward pass; none: all at once."""
     teacher: str | None = None
     """margin-mse: a reranker directory (its logits) or a sentence encoder (its cosines)
     whose margins s(q, p+) - s(q, p-) are learned."""
@@ -139,6 +159,7 @@ class Rerank(Task):
             raise UserError(f"{train_path}: a reranker learns from pairs, triplets, queries, "
                             f"scored pairs or an NLI file, not sentences")
         objective = self.objective if self.objective != "auto" else self._auto_loss(kind)
+        in_batch = self._in_batch(kind, objective)
         if kind == "scored" and objective != "bce":
             raise UserError(f"{train_path}: scored pairs train --loss bce, not {objective} "
                             f"(which needs negatives)")
@@ -148,18 +169,36 @@ class Rerank(Task):
             raise UserError(f"--teacher is read by --loss margin-mse, not {objective}")
         if self.negatives < 1:
             raise UserError(f"--negatives must be at least 1, got {self.negatives}")
+        if self.mini_batch_size is not None and self.mini_batch_size < 1:
+            raise UserError(f"--mini-batch-size must be at least 1, got {self.mini_batch_size}")
         if self.score_range and len(self.score_range) != 2:
             raise UserError(f"--score-range takes LOW HIGH, got {len(self.score_range)} values")
         if self.teacher:
             teacher_task(self.teacher)  # a teacher of another kind refused before training
-        return dataclasses.replace(self, objective=objective, kind=kind)
+        return dataclasses.replace(self, objective=objective, kind=kind,
+                                   in_batch_negatives=in_batch)
 
     def _auto_loss(self, kind: str) -> str:
-        """A teacher's margins when given one; else labelled pairs (scored, NLI) pointwise,
-        and a query's passages (pairs, triplets, queries) as lists."""
+        """A teacher's margins when given one; else scored pairs pointwise, and a query's
+        passages (pairs, triplets, queries, NLI) as lists."""
         if self.teacher:
             return "margin-mse"
-        return "bce" if kind in ("scored", "nli") else "listwise"
+        return "bce" if kind == "scored" else "listwise"
+
+    def _in_batch(self, kind: str, objective: str) -> int:
+        """The in-batch negatives a row takes: as given, else IN_BATCH_NEGATIVES where the
+        file's negatives are hard negatives of their own query (triplets, NLI) and the loss
+        reads them (listwise); pairs borrow other queries' positives already, and queries
+        name their own negatives."""
+        if self.in_batch_negatives is None:
+            return IN_BATCH_NEGATIVES if objective == "listwise" and \
+                kind in ("triplets", "nli") else 0
+        if self.in_batch_negatives < 0:
+            raise UserError(f"--in-batch-negatives must be 0 or more, got "
+                            f"{self.in_batch_negatives}")
+        if self.in_batch_negatives and objective != "listwise":
+            raise UserError(f"--in-batch-negatives is read by --loss listwise, not {objective}")
+        return self.in_batch_negatives
 
     def for_backbone(self, model) -> "Rerank":
         if model.architecture is None:
@@ -285,6 +324,11 @@ class Rerank(Task):
         return margin.tolist()
 
     def collate(self, items) -> dict:
+        """`training_batch`'s, training rows' in-batch negatives drawn by a generator seeded 0
+        (a run draws each batch's from a generator of its own)."""
+        return self.training_batch(items, torch.Generator().manual_seed(0))
+
+    def training_batch(self, items, generator: torch.Generator) -> dict:
         if not isinstance(items[0].extra, RerankRow):
             batch = super().collate(items)
             if "labels" in batch:
@@ -301,7 +345,7 @@ class Rerank(Task):
                  "negative_index": torch.tensor([n + [-1] * (width - len(n)) for n in negative],
                                                 dtype=torch.long).view(len(items), width)}
         if items[0].extra.encode_pairs is not None:
-            batch["cross_index"] = _cross_pairs(items, pairs)
+            batch["cross_index"] = _cross_pairs(items, pairs, self.in_batch_negatives, generator)
         batch.update(pad_inputs([Item(0, ids, types) for ids, types in pairs]))
         if items[0].target is not None:
             batch["labels"] = torch.tensor([float(it.target) for it in items])
@@ -312,7 +356,7 @@ class Rerank(Task):
         return RelevanceHead(encoder, self.pooling or "cls", Parts(layer_mix=layer_mix))
 
     def loss(self, model, batch) -> torch.Tensor:
-        logits = model(*model_inputs(batch))[:, 0]  # [N]
+        logits = self._logits(model, batch)  # [N]
         if self.objective == "bce":
             return ranking.bce_loss(logits, batch["labels"])
         positive = logits[batch["positive_index"]]  # [B]
@@ -325,6 +369,22 @@ class Rerank(Task):
             positive, negatives, index >= 0,
             None if cross is None else logits[cross.clamp(min=0)],
             None if cross is None else cross >= 0)
+
+    def step_inputs(self, batch_size: int) -> int:
+        """The pairs of a step's rows (its positive, negatives and in-batch negatives each;
+        bce: a pair an item), `mini_batch_size` of them at once where given."""
+        per_row = 1 if self.objective == "bce" else 2 if self.objective == "margin-mse" \
+            else 1 + self.negatives + (self.in_batch_negatives or 0)
+        return min(batch_size * per_row, self.mini_batch_size or batch_size * per_row)
+
+    def _logits(self, model, batch) -> torch.Tensor:
+        """The logit of each of the batch's pairs [N]: `mini_batch_size` at a time where
+        training (nothing to recompute otherwise)."""
+        inputs = model_inputs(batch)
+        size = self.mini_batch_size
+        if size and torch.is_grad_enabled() and len(inputs[0]) > size:
+            return ranking.chunked_logits(model, inputs, size)
+        return model(*inputs)[:, 0]
 
     def infer(self, model, batch, items) -> list:
         return list(model(*model_inputs(batch))[:, 0].float().cpu().unbind(0))
@@ -454,13 +514,16 @@ def _encode_pairs(tokenizer, max_length: int, queries: Sequence[str],
     return [(e.ids, e.type_ids, bool(cut)) for e, cut in zip(enc, enc.cut)]
 
 
-def _cross_pairs(items: Sequence[Item], pairs: list) -> torch.Tensor:
-    """[B, B]: where in `pairs` (appended to here) (query i, positive of row j) is, for each
-    row j that may be a negative of row i (another query, a passage not relevant to it);
-    -1 elsewhere."""
+def _cross_pairs(items: Sequence[Item], pairs: list, count: int,
+                 generator: torch.Generator) -> torch.Tensor:
+    """[B, B]: where in `pairs` (appended to here) (query i, positive of row j) is, for
+    `count` rows j drawn from `generator` among those that may be a negative of row i
+    (another query, a passage not relevant to it); -1 elsewhere."""
     rows = [it.extra for it in items]
-    wanted = [(i, j) for i, a in enumerate(rows) for j, b in enumerate(rows)
-              if i != j and a.query != b.query and b.positive not in a.relevant]
+    allowed = torch.tensor([[i != j and a.query != b.query and b.positive not in a.relevant
+                             for j, b in enumerate(rows)] for i, a in enumerate(rows)],
+                           dtype=torch.bool)
+    wanted = ranking.sample_in_batch(allowed, count, generator).nonzero().tolist()
     index = torch.full((len(rows), len(rows)), -1, dtype=torch.long)
     encoded = rows[0].encode_pairs([rows[i].query for i, _ in wanted],
                                    [rows[j].positive for _, j in wanted])
@@ -507,4 +570,4 @@ def teacher_scorer(path: str | Path, batch_size: int = 64) -> ranking.PairScorer
 
 
 __all__ = ["Rerank", "RerankExample", "RerankRow", "RelevanceHead", "LOSSES",
-           "BORROWED_NEGATIVES", "teacher_task", "teacher_scorer"]
+           "IN_BATCH_NEGATIVES", "BORROWED_NEGATIVES", "teacher_task", "teacher_scorer"]
