@@ -21,6 +21,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -121,13 +122,15 @@ class PretrainPlan:
         latest = check_fresh_start(opts.out, opts.train.resume)
         model = None if latest is None else _resumed_model(opts, objective, latest, settings)
         given = given_data(opts.data)
-        parts = data_parts(opts, rank, keep=latest is not None, resumed=latest)
+        parts = data_parts(_data_options(opts, objective), rank, keep=latest is not None,
+                           resumed=latest)
         fingerprint = _fingerprint(opts, parts, given, latest, settings)  # other data refused
         data = parts[0][0]
         load_manifest(data)
         tokenizer = Tokenizer.load(data / "tokenizer")
-        if opts.init is not None:
-            check_tokenizer(data, opts.init)
+        for model_dir in (opts.init, objective.data_tokenizer()):
+            if model_dir is not None:
+                check_tokenizer(data, model_dir)
         # the command line keeps the text file; what follows reads its prepared directory
         prepared = dataclasses.replace(opts, data=data)
         batches = _train_batches(prepared, objective, parts, rank, world)  # checks the sums
@@ -191,6 +194,17 @@ def the_objective(opts: PretrainOptions) -> Objective:
     """The objective --objective names, with its settings."""
     kind = objective_type(opts.objective)
     return kind(None if kind.Settings is None else getattr(opts, kind.settings_key()))
+
+
+def _data_options(opts: PretrainOptions, objective: Objective):
+    """What the data is found or prepared with (`run_data.DataOptions`): the options, a text
+    --data without --tokenizer or --init prepared with the tokenizer the objective reads (a
+    teacher's) in place of a vocabulary trained on it."""
+    needed = objective.data_tokenizer()
+    if needed is None or opts.tokenizer is not None or opts.init is not None:
+        return opts
+    return SimpleNamespace(data=opts.data, out=opts.out, tokenizer=None, init=needed,
+                           vocab_size=opts.vocab_size, text_field=opts.text_field)
 
 
 def model_to_pretrain(opts: PretrainOptions, objective: Objective, vocab_size: int) -> nn.Module:
