@@ -142,8 +142,8 @@ class PretrainPlan:
             if latest is not None:  # a checkpoint that records no vocabulary: checked now
                 check_fits(latest, run_fingerprint(model, fingerprint),
                            ignore=("world_size", GIVEN))
-        resolved, why = resolve(_as_used(opts, model, parts, tokenizer.vocab_size), device,
-                                world)
+        resolved, why = resolve(_as_used(opts, model, parts, tokenizer.vocab_size,
+                                         objective.data_tokenizer() is not None), device, world)
         recorded = run_settings({"options": resolved}, device=device,
                                 precision=resolved.train.precision,
                                 command=command_line(resolved) if command_line else None)
@@ -274,13 +274,15 @@ def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
 
 
 def _as_used(opts: PretrainOptions, model: torch.nn.Module, parts: list[tuple[Path, float]],
-             vocab_size: int) -> PretrainOptions:
+             vocab_size: int, given_tokenizer: bool = False) -> PretrainOptions:
     """`opts` as the run uses them where it never read them, for its settings and record: the
     architecture of an --init model, and the size of a vocabulary not trained in this run
-    (--init's, --tokenizer's, that of prepared --data), not the defaults for a fresh one."""
+    (--init's, --tokenizer's, the objective's where `given_tokenizer` (a teacher's), that of
+    prepared --data), not the defaults for a fresh one."""
     if opts.init is not None:
         opts = dataclasses.replace(opts, architecture=model.config.architecture)
-    trained_here = opts.init is None and opts.tokenizer is None and any(
+    given_tokenizer = given_tokenizer or opts.init is not None or opts.tokenizer is not None
+    trained_here = not given_tokenizer and any(
         data.is_relative_to(opts.out / TEXT_DATA) for data, _ in parts)
     return opts if trained_here else dataclasses.replace(opts, vocab_size=vocab_size)
 

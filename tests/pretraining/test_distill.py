@@ -323,3 +323,29 @@ def test_two_ranks_under_torchrun_train_every_weight(prepared, teachers, tmp_pat
     assert "2 ranks" in done.stderr
     train = [r for r in _records(out) if r.get("split") == "train"]
     assert [r["step"] for r in train] == [1, 2, 3] and all("hidden_loss" in r for r in train)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_all_minilm_teaches_a_student_on_text_prepared_with_its_tokenizer(minilm_dir, tiny,
+                                                                          prepared, tmp_path,
+                                                                          capsys):
+    """A real teacher (all-MiniLM-L6-v2: 6 layers, 384 wide, 12 heads) and a text --data
+    without --tokenizer: prepared with the teacher's WordPiece, not a vocabulary of its own;
+    data of another tokenizer is refused."""
+    err = _error(capsys, _pretrain(prepared, tmp_path / "no", minilm_dir, "--max-steps", "1"))
+    assert "tokenizer does not match the data" in err
+    corpus = tiny.write_corpus(tmp_path / "corpus.txt")
+    out = tmp_path / "student"
+    assert _pretrain(corpus, out, minilm_dir, "--hidden-weight", "1", "--max-steps", "6",
+                     "--eval-every", "6") == 0
+    assert "WordPiece" not in capsys.readouterr().err  # no vocabulary trained on the text
+    manifest = json.loads((out / "data" / "manifest.json").read_text())
+    assert manifest["tokenizer"]["vocab_size"] == 30522
+    train = [r for r in _records(out) if r.get("split") == "train"]
+    assert len(train) == 6 and all(math.isfinite(r["relation_loss"]) and
+                                   math.isfinite(r["hidden_loss"]) for r in train)
+    evals = [r for r in _records(out) if r.get("split") == "eval"]
+    assert "eval_relation_loss" in evals[-1] and "eval_hidden_loss" in evals[-1]
+    record = json.loads((out / "training_args.json").read_text())
+    assert record["options"]["vocab_size"] == 30522  # the teacher's, not a default
