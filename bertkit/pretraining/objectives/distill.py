@@ -103,11 +103,19 @@ class Distill(MaskedLM):
             raise UserError(f"--teacher-layer {layer}: the teacher has {cfg.num_layers} layers")
         return layer - 1
 
-    def teacher(self, device: torch.device) -> Encoder:
-        """The teacher on `device`, in eval mode, without gradients."""
+    def loaded_teacher(self) -> Encoder:
+        """The teacher, in eval mode, without gradients: loaded once, where it was."""
         if self._teacher is None:
-            self._teacher = load_encoder(self.teacher_dir()).requires_grad_(False)
-        return self._teacher.to(device).eval()
+            self._teacher = load_encoder(self.teacher_dir()).requires_grad_(False).eval()
+        return self._teacher
+
+    def teacher(self, device: torch.device) -> Encoder:
+        """The teacher on `device` (moved only where it is elsewhere: a compiled step sees no
+        move)."""
+        teacher = self.loaded_teacher()
+        if teacher.embeddings.word.weight.device != device:
+            teacher.to(device)
+        return teacher
 
     def data_tokenizer(self) -> Path | None:
         return self.teacher_dir()
@@ -127,7 +135,7 @@ class Distill(MaskedLM):
         return PretrainingModel(cfg, to_teacher=self._projection(cfg))
 
     def fit(self, model: nn.Module, init: Path | None, seed: int) -> nn.Module:
-        teacher = self.teacher_config()
+        teacher = self.loaded_teacher().config  # loaded before the first step, checked
         self.teacher_layer(teacher)
         if self.settings.relation_weight > 0:
             check_widths(self.settings.relation_heads, {"student": model.config.hidden_size,
