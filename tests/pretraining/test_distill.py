@@ -252,6 +252,17 @@ def test_other_bad_teachers_and_settings_are_one_line(prepared, teachers, tmp_pa
     assert not out.exists()
 
 
+def test_evaluate_sends_a_distilled_model_to_the_masked_lm_figures(prepared, teachers,
+                                                                   capsys):
+    """`evaluate` has no teacher to run: --objective distill is refused in one line, and the
+    student is judged as the masked LM it is."""
+    args = ["evaluate", "--model", str(teachers / "same"), "--input", str(prepared),
+            "--seq-len", "32", "--pretrain-batch-size", "8", "--eval-batches", "2"]
+    err = _error(capsys, main(args + ["--objective", "distill"]))
+    assert "evaluate with --objective mlm" in err
+    assert main(args + ["--objective", "mlm"]) == 0
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_a_resume_with_another_teacher_is_refused(prepared, teachers, tmp_path, capsys):
