@@ -19,8 +19,7 @@ query-query, key-key and value-value relations; the loss is their sum.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +35,7 @@ BERT widths (384, 768, 1024); MiniLM v2 used 48 for its base-size students and 6
 class DistillSettings:
     """The distill objective's own settings (--objective distill); masking is MLM's."""
 
-    teacher: Path | None = field(default=None, metadata={"model": True})
+    teacher: str | None = None
     """A pretrained BERT-family encoder directory (or Hub name) whose tokenizer the data was
     prepared with: the student learns its self-attention relations and/or hidden states
     beside the masked LM. It runs beside the student, in eval mode without gradients, and is
@@ -57,7 +56,7 @@ class DistillSettings:
     (DistilBERT, TinyBERT); 0: none."""
 
     def __post_init__(self) -> None:
-        self.teacher = Path(self.teacher) if self.teacher is not None else None
+        self.teacher = str(self.teacher) if self.teacher is not None else None
         if self.teacher_layer is not None and self.teacher_layer < 1:
             raise UserError(f"--teacher-layer counts from 1, got {self.teacher_layer}")
         if self.relation_heads < 1:
