@@ -220,6 +220,7 @@ def model_to_pretrain(opts: PretrainOptions, objective: Objective, vocab_size: i
     if opts.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
                         f"{cfg.max_positions} positions")
+    objective.check_seq_len(opts.seq_len)
     return objective.fit(model, opts.init, seed)
 
 

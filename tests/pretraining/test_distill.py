@@ -112,8 +112,8 @@ def test_the_layer_walk_gives_the_encoders_states_and_attention(architecture):
 
 @pytest.fixture(scope="module")
 def teachers(prepared, tmp_path_factory):
-    """Two tiny teachers with the data's tokenizer (one as wide as the tiny student, one
-    wider) and one with another tokenizer."""
+    """Tiny teachers with the data's tokenizer (one as wide as the tiny student, one wider,
+    one of 16 positions) and one with another tokenizer."""
     from bertkit.text.vocab import train_tokenizer
 
     root = tmp_path_factory.mktemp("teachers")
@@ -125,6 +125,7 @@ def teachers(prepared, tmp_path_factory):
                       encoding="utf-8")
     train_tokenizer([corpus], vocab_size=60, out=root / "othertok", progress=False)
     init_model("tiny", root / "othertok", root / "other", seed=9)
+    init_model("tiny", prepared / "tokenizer", root / "short", seed=10, max_positions=16)
     return root
 
 
@@ -250,6 +251,9 @@ def test_other_bad_teachers_and_settings_are_one_line(prepared, teachers, tmp_pa
     assert "both 0" in _error(capsys, _pretrain(
         prepared, out, teachers / "same", "--relation-weight", "0", "--max-steps", "1"))
     assert not out.exists()
+    assert "longer than the teacher's 16 positions" in _error(capsys, _pretrain(
+        prepared, out, teachers / "short", "--max-steps", "1"))
+    assert not (out / "model.safetensors").exists()
 
 
 def test_evaluate_sends_a_distilled_model_to_the_masked_lm_figures(prepared, teachers,

@@ -120,6 +120,12 @@ class Distill(MaskedLM):
     def data_tokenizer(self) -> Path | None:
         return self.teacher_dir()
 
+    def check_seq_len(self, seq_len: int) -> None:
+        positions = self.teacher_config().max_positions
+        if seq_len > positions:
+            raise UserError(f"--seq-len {seq_len} is longer than the teacher's {positions} "
+                            f"positions")
+
     # The model ------------------------------------------------------------------------------
     def _projection(self, cfg: EncoderConfig) -> nn.Linear | None:
         """A new projection of the student's states to the teacher's width, where they are
