@@ -76,7 +76,10 @@ class Distill(MaskedLM):
 
     def __init__(self, settings=None):
         super().__init__(settings)
-        self._teacher: Encoder | None = None  # loaded on first use: building the run is cheap
+        # found and loaded once, when first asked for (the run's checks, fitting the student):
+        # a Hub name is fetched once, and objectives made only to be named load nothing
+        self._dir: Path | None = None
+        self._teacher: Encoder | None = None
 
     # The teacher ----------------------------------------------------------------------------
     def teacher_dir(self) -> Path:
@@ -84,10 +87,12 @@ class Distill(MaskedLM):
         if self.settings.teacher is None:
             raise UserError("--objective distill needs --teacher DIR: a pretrained BERT-family "
                             "encoder whose tokenizer the data was prepared with")
-        try:
-            return require_kind(self.settings.teacher, ModelKind.ENCODER)
-        except UserError as e:
-            raise UserError(f"--teacher: {e}") from None
+        if self._dir is None:
+            try:
+                self._dir = require_kind(self.settings.teacher, ModelKind.ENCODER)
+            except UserError as e:
+                raise UserError(f"--teacher: {e}") from None
+        return self._dir
 
     def teacher_config(self) -> EncoderConfig:
         """The teacher's config, refused in one line where it is no BERT-family encoder's."""
