@@ -364,3 +364,22 @@ def test_all_minilm_teaches_a_student_on_text_prepared_with_its_tokenizer(minilm
     assert "eval_relation_loss" in evals[-1] and "eval_hidden_loss" in evals[-1]
     record = json.loads((out / "training_args.json").read_text())
     assert record["options"]["vocab_size"] == 30522  # the teacher's, not a default
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_library_call_trains_with_the_settings_given(prepared, teachers, tmp_path):
+    from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule, pretrain
+
+    out = tmp_path / "api"
+    result = pretrain(PretrainOptions(
+        data=prepared, out=out, preset="tiny", objective="distill", seq_len=32, batch_size=8,
+        eval_batches=2, early_fraction=0,
+        distill=DistillSettings(teacher=str(teachers / "wide"), relation_heads=8,
+                                relation_weight=0.5, hidden_weight=2.0),
+        train=PretrainSchedule(max_steps=3, precision="fp32", log_every=1)))
+    assert result.step == 3 and "eval_hidden_loss" in result.eval_metrics
+    train = [r for r in _records(out) if r.get("split") == "train"]
+    assert all(r["loss"] == pytest.approx(r["mlm_loss"] + 0.5 * r["relation_loss"]
+                                          + 2.0 * r["hidden_loss"], rel=1e-4) for r in train)
+    record = json.loads((out / "training_args.json").read_text())
+    assert record["options"]["distill"]["relation_heads"] == 8
