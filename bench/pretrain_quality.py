@@ -28,6 +28,10 @@ evaluation are not counted):
   accuracies are its small generator's (not the discriminator's quality: fine-tune it with
   bench/finetune_seeds.py for that), with the discriminator's detection accuracy and AUC on a
   data directory's split; minimal pairs are scored by the discriminator.
+- distill (only when --sides names it, with --teacher DIR): the bertkit side with `--objective
+  distill --teacher DIR` (MiniLM v2's self-attention relations of the teacher beside the masked
+  LM), every other option at its default; --data must be prepared with the teacher's tokenizer.
+  Its directory is a masked LM's, judged as the bertkit side's.
 The transformers schedules run on elapsed time: progress = training seconds / budget.
 
 All three read the train split of --data through bertkit's own reader (`PretrainingBatches`):
@@ -59,6 +63,7 @@ from bertkit.config import PRESETS, preset  # noqa: E402
 from bertkit.files import UserError, atomic_dir, read_jsonl, read_lines, write_json  # noqa: E402
 from bertkit.model.heads import IGNORE_INDEX  # noqa: E402
 from bertkit.model.hub import is_electra_dir, load_electra, load_pretraining_model  # noqa: E402
+from bertkit.pretraining.distillation import DistillSettings  # noqa: E402
 from bertkit.pretraining.evaluation import (heldout_scores, masked_token_scores,  # noqa: E402
                                             minimal_pairs, read_pairs,
                                             recorded_document_boundaries)
@@ -69,7 +74,7 @@ from bertkit.runtime import (choose_precision, describe, keep_freed_memory,  # n
 from bertkit.text.tokenizer import Tokenizer  # noqa: E402
 from bertkit.runtime import autocast  # noqa: E402
 
-SIDES = ("bertkit", "bert", "modernbert", "electra", "bertkit-documents")
+SIDES = ("bertkit", "bert", "modernbert", "electra", "bertkit-documents", "distill")
 DEFAULT_SIDES = SIDES[:3]
 SEQ_LEN = 128  # run_mlm.py's block size
 WARMUP = 0.06
@@ -196,11 +201,10 @@ def run_modernbert(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.devic
 # bertkit's default ------------------------------------------------------------------------------
 
 def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device,
-                objective: str = "mlm", side: str = "bertkit",
-                document_boundaries: bool = False) -> dict:
+                objective: str = "mlm", side: str = "bertkit", **settings) -> dict:
+    """`settings`: the objective's own (PretrainOptions' field of its name)."""
     result = pretrain(PretrainOptions(data=args.data, out=args.out / side, preset=args.preset,
-                                      device=str(device), objective=objective,
-                                      document_boundaries=document_boundaries,
+                                      device=str(device), objective=objective, **settings,
                                       train=PretrainSchedule(max_time=args.minutes,
                                                              seed=args.seed)))
     return {"steps": result.step, "tokens": result.tokens,
@@ -209,7 +213,8 @@ def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device,
             "batch_size": PretrainOptions.batch_size,
             "early_seq_len": PretrainOptions.early_seq_len,
             "early_fraction": PretrainOptions.early_fraction,
-            "row_ends": PretrainOptions.row_ends, "document_boundaries": document_boundaries}
+            "row_ends": PretrainOptions.row_ends,
+            "document_boundaries": settings.get("document_boundaries", False)}
 
 
 def run_electra(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> dict:
@@ -221,8 +226,14 @@ def run_bertkit_documents(args, tokenizer: Tokenizer, hf_tokenizer, device: torc
                        document_boundaries=True)
 
 
+def run_distill(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device) -> dict:
+    return run_bertkit(args, tokenizer, hf_tokenizer, device, "distill", "distill",
+                       distill=DistillSettings(teacher=str(args.teacher)))
+
+
 RUNNERS = {"bertkit": run_bertkit, "bert": run_bert, "modernbert": run_modernbert,
-           "electra": run_electra, "bertkit-documents": run_bertkit_documents}
+           "electra": run_electra, "bertkit-documents": run_bertkit_documents,
+           "distill": run_distill}
 
 
 # Judging: the same functions for every side -----------------------------------------------------
@@ -314,6 +325,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="seed of every side: its initial weights, data order and masks")
     p.add_argument("--reference-batch-size", type=int, default=32,
                    help="sequences per step of the transformers sides (bertkit: its default)")
+    p.add_argument("--teacher", default=None,
+                   help="the distill side's teacher: a BERT-family directory or Hub name whose "
+                   "tokenizer --data was prepared with")
     p.add_argument("--log-every", type=int, default=10,
                    help="steps between the transformers sides' progress lines (bertkit: its own)")
     args = p.parse_args(argv)
@@ -321,6 +335,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [s for s in args.sides if s not in SIDES]
     if unknown or not args.sides:
         p.error(f"--sides takes a subset of {', '.join(SIDES)}, got {', '.join(unknown) or 'none'}")
+    if ("distill" in args.sides) != (args.teacher is not None):
+        p.error("--teacher DIR goes with the distill side, and the distill side with it")
     if (args.minutes <= 0 or args.max_heldout_lines < 1 or args.log_every < 1
             or args.reference_batch_size < 1):
         p.error("--minutes, --max-heldout-lines, --log-every and --reference-batch-size must be "

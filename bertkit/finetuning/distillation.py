@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.files import UserError
+from bertkit.pretraining.distillation import states_mse
 
 PAD_LOGIT = -1e4
 """What pads a teacher's per-token logits to a batch's length: no probability (as the QA
@@ -154,9 +155,7 @@ def hidden_mse(student: tuple[torch.Tensor, ...], teacher: tuple[torch.Tensor, .
                         f"{teacher[0].shape[-1]} (a projection, `ProjectedEncoder`, maps them)")
     pairs = [(student[0], teacher[0])] + [(student[i + 1], teacher[k + 1])
                                          for i, k in enumerate(layers)]
-    keep = mask.float()[..., None]
-    total = sum(((s.float() - t.float()) ** 2 * keep).sum() for s, t in pairs)
-    return total / (keep.sum() * student[0].shape[-1] * len(pairs)).clamp(min=1)
+    return sum(states_mse(s, t, mask) for s, t in pairs) / len(pairs)
 
 
 def stack_outputs(outputs: list, pad: float = PAD_LOGIT):

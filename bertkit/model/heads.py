@@ -97,13 +97,16 @@ class PretrainingModel(nn.Module):
 
     `sbo` optionally adds SpanBERT's span-boundary head; it has no Hugging Face name, so
     `hub.save_model` must not see it (pretraining saves it apart, in sbo.safetensors).
+    `to_teacher` optionally projects the last hidden states to a teacher's width (pretraining's
+    distillation, `pretraining/objectives/distill.py`); saved in checkpoints, never in the
+    Hugging Face directory.
     `fast` is the encoder's switch (`bertkit.model.fast`); the losses read it too, to fuse the
     vocabulary projection with the cross-entropy.
     """
 
     def __init__(self, cfg: EncoderConfig, sbo: SpanBoundaryHead | None = None,
                  fast: bool = True, embeddings: Embeddings | None = None,
-                 next_sentence: bool = True):
+                 next_sentence: bool = True, to_teacher: nn.Linear | None = None):
         super().__init__()
         self.config = cfg
         self.fast = fast
@@ -114,6 +117,7 @@ class PretrainingModel(nn.Module):
         self.nsp = NextSentenceHead(cfg) if next_sentence and cfg.architecture == "bert" \
             else None
         self.sbo = sbo
+        self.to_teacher = to_teacher
         # the weights at their initial draw: all of a fresh model's, those a loaded directory
         # lacked (`hub.load_pretraining_model`): a run that does not train them must not save
         # them as if they were learned

@@ -9,6 +9,8 @@ run that differ from one objective to another, and the shape of the examples it 
     untrained_parts  what is left at its initial draw and so not saved
     save         the trained model written;  saved_model: a saved directory's, as it scores it
     fingerprint  what a checkpoint must have been trained with to be resumed
+    data_tokenizer  a model whose tokenizer the data must be prepared with (a teacher's)
+    check_seq_len   rows too long for a part beside the model (a teacher's positions) refused
     describe     the line the run prints about it; pipeline_tag: its card's
     query        how a user asks the trained model what it learned
 
@@ -160,6 +162,16 @@ class Objective:
 
     def describe(self, model: nn.Module) -> str | None:
         """A line on what the run trains, beside the model's (none: nothing more)."""
+        return None
+
+    def check_seq_len(self, seq_len: int) -> None:
+        """Refuse rows of `seq_len` tokens that a part of the objective other than the model
+        cannot read (a teacher's positions); none: every length the model reads."""
+
+    def data_tokenizer(self) -> Path | None:
+        """A model directory whose tokenizer the run's data must have been prepared with (a
+        text --data is prepared with it where neither --tokenizer nor --init is given); None:
+        any."""
         return None
 
     @classmethod

@@ -100,7 +100,9 @@ class PretrainSettings:
     """"mlm" (masked language model, as RoBERTa: packed, no NSP), "mlm+nsp" (BERT's: with
     next-sentence prediction, NSP; "bert" only), "span" (SpanBERT), "clm" (causal: left to
     right, as GPT), "electra" (replaced-token detection: a small generator and the
-    discriminator, saved at the top, with the generator in OUT/generator)."""
+    discriminator, saved at the top, with the generator in OUT/generator), "distill" (masked
+    language model and a --teacher's self-attention relations, MiniLM v2, and/or hidden
+    states)."""
     masking: PretrainMasking = field(default_factory=PretrainMasking)
     """Masking rate, the [MASK] / random / unchanged split, whole words, spans."""
     seq_len: int = 128

@@ -121,15 +121,15 @@ class PretrainPlan:
         latest = check_fresh_start(opts.out, opts.train.resume)
         model = None if latest is None else _resumed_model(opts, objective, latest, settings)
         given = given_data(opts.data)
-        parts = data_parts(DataOptions(opts.data, opts.out, opts.tokenizer, opts.init,
-                                       opts.vocab_size, opts.text_field),
-                           rank, keep=latest is not None, resumed=latest)
+        parts = data_parts(_data_options(opts, objective), rank, keep=latest is not None,
+                           resumed=latest)
         fingerprint = _fingerprint(opts, parts, given, latest, settings)  # other data refused
         data = parts[0][0]
         load_manifest(data)
         tokenizer = Tokenizer.load(data / "tokenizer")
-        if opts.init is not None:
-            check_tokenizer(data, opts.init)
+        for model_dir in (opts.init, objective.data_tokenizer()):
+            if model_dir is not None:
+                check_tokenizer(data, model_dir)
         # the command line keeps the text file; what follows reads its prepared directory
         prepared = dataclasses.replace(opts, data=data)
         batches = _train_batches(prepared, objective, parts, rank, world)  # checks the sums
@@ -141,8 +141,8 @@ class PretrainPlan:
             if latest is not None:  # a checkpoint that records no vocabulary: checked now
                 check_fits(latest, run_fingerprint(model, fingerprint),
                            ignore=("world_size", GIVEN))
-        resolved, why = resolve(_as_used(opts, model, parts, tokenizer.vocab_size), device,
-                                world)
+        resolved, why = resolve(_as_used(opts, model, parts, tokenizer.vocab_size,
+                                         objective.data_tokenizer() is not None), device, world)
         recorded = run_settings({"options": dataclasses.asdict(resolved)}, device=device,
                                 precision=resolved.train.precision,
                                 command=command_line(resolved) if command_line else None)
@@ -195,6 +195,17 @@ def the_objective(opts: PretrainOptions) -> Objective:
     return kind(None if kind.Settings is None else getattr(opts, kind.settings_key()))
 
 
+def _data_options(opts: PretrainOptions, objective: Objective) -> DataOptions:
+    """What the data is found or prepared with (`run_data.DataOptions`): the options, a text
+    --data without --tokenizer or --init prepared with the tokenizer the objective reads (a
+    teacher's) in place of a vocabulary trained on it."""
+    needed = objective.data_tokenizer()
+    init = opts.init if needed is None or opts.tokenizer is not None or opts.init is not None \
+        else needed
+    return DataOptions(opts.data, opts.out, opts.tokenizer, init, opts.vocab_size,
+                       opts.text_field)
+
+
 def model_to_pretrain(opts: PretrainOptions, objective: Objective, vocab_size: int) -> nn.Module:
     """The model to train: a fresh preset initialised from --seed, its vocabulary of
     `vocab_size`, or --init's, made ready for the objective (`Objective.fit`). torch's global
@@ -208,6 +219,7 @@ def model_to_pretrain(opts: PretrainOptions, objective: Objective, vocab_size: i
     if opts.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
                         f"{cfg.max_positions} positions")
+    objective.check_seq_len(opts.seq_len)
     return objective.fit(model, opts.init, seed)
 
 
@@ -262,13 +274,15 @@ def resolve(opts: PretrainOptions, device: torch.device, world: int = 1
 
 
 def _as_used(opts: PretrainOptions, model: torch.nn.Module, parts: list[tuple[Path, float]],
-             vocab_size: int) -> PretrainOptions:
+             vocab_size: int, given_tokenizer: bool = False) -> PretrainOptions:
     """`opts` as the run uses them where it never read them, for its settings and record: the
     architecture of an --init model, and the size of a vocabulary not trained in this run
-    (--init's, --tokenizer's, that of prepared --data), not the defaults for a fresh one."""
+    (--init's, --tokenizer's, the objective's where `given_tokenizer` (a teacher's), that of
+    prepared --data), not the defaults for a fresh one."""
     if opts.init is not None:
         opts = dataclasses.replace(opts, architecture=model.config.architecture)
-    trained_here = opts.init is None and opts.tokenizer is None and any(
+    given_tokenizer = given_tokenizer or opts.init is not None or opts.tokenizer is not None
+    trained_here = not given_tokenizer and any(
         data.is_relative_to(opts.out / TEXT_DATA) for data, _ in parts)
     return opts if trained_here else dataclasses.replace(opts, vocab_size=vocab_size)
 

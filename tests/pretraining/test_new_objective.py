@@ -65,7 +65,7 @@ def _pretrain(data, out, *more) -> int:
 def test_a_new_objective_gets_its_flag_and_trains_evaluates_saves_and_resumes_with_it(
         with_loud, prepared, tmp_path, capsys):
     text = _help(capsys)
-    assert "{mlm,mlm+nsp,span,clm,electra,loud}" in text
+    assert "{mlm,mlm+nsp,span,clm,electra,distill,loud}" in text
     assert ("--objective loud: --loudness LOUDNESS How much the loss is scaled by. "
             "(default: 1.0)") in text
     assert "--objective electra: --generator-fraction" in text  # each its own heading

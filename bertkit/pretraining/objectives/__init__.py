@@ -12,6 +12,7 @@ from bertkit.files import UserError
 from bertkit.pretraining.held_out import held_out_figures
 from bertkit.pretraining.objective import Objective
 from bertkit.pretraining.objectives.clm import LeftToRight, clm_loss
+from bertkit.pretraining.objectives.distill import Distill
 from bertkit.pretraining.objectives.electra import Electra, electra_loss
 from bertkit.pretraining.objectives.mlm import MaskedLM, mlm_loss
 from bertkit.pretraining.objectives.nsp import NextSentence, mlm_nsp_loss, nsp_terms
@@ -19,7 +20,7 @@ from bertkit.pretraining.objectives.span import SBO_FILE, SpanBoundary, span_los
 from bertkit.pretraining.vocab_loss import logit_terms, mlm_forward, vocab_terms
 
 OBJECTIVE_TYPES: tuple[type[Objective], ...] = (MaskedLM, NextSentence, SpanBoundary,
-                                                LeftToRight, Electra)
+                                                LeftToRight, Electra, Distill)
 OBJECTIVES = tuple(o.name for o in OBJECTIVE_TYPES)
 """The objectives' names, as --objective takes them."""
 
@@ -62,7 +63,7 @@ def evaluate_lm(model, batches, objective: "str | Objective",
 
 __all__ = ["OBJECTIVE_TYPES", "OBJECTIVES", "objective_type", "objective_named", "loss_for",
            "target_count", "Objective", "MaskedLM", "NextSentence", "SpanBoundary",
-           "LeftToRight", "Electra", "SBO_FILE", "mlm_loss", "mlm_nsp_loss", "span_loss",
-           "clm_loss", "electra_loss", "nsp_terms", "logit_terms", "mlm_forward",
+           "LeftToRight", "Electra", "Distill", "SBO_FILE", "mlm_loss", "mlm_nsp_loss",
+           "span_loss", "clm_loss", "electra_loss", "nsp_terms", "logit_terms", "mlm_forward",
            "vocab_terms", "evaluate_lm"]
 
