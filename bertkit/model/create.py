@@ -10,27 +10,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from bertkit.config import PRESETS, Architecture, ConfigError, EncoderConfig
 from bertkit.config import preset as preset_config
 from bertkit.files import UserError
 from bertkit.model.hub import resolve_model, save_model
 from bertkit.model.encoder import init_weights
-from bertkit.model.heads import PretrainingModel, SpanBoundaryHead
+from bertkit.model.heads import PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
 
 
 def new_pretraining_model(config: EncoderConfig, seed: int,
-                          span_boundary: bool = False) -> PretrainingModel:
+                          extra: dict[str, nn.Module] | None = None) -> PretrainingModel:
     """A PretrainingModel initialised as BERT does from its own `torch.Generator` seeded with
     `seed`: the same weights every time, and torch's global generator neither used nor moved.
-    With `span_boundary`, SpanBERT's head too (drawn last, so that the rest is drawn as
-    without it)."""
+    `extra`: the optional heads given to its constructor (`sbo`, `to_teacher`), drawn last,
+    so that the rest is drawn as without them."""
     # Building the modules draws their default init from the global generator; fork it so the
     # caller's stream is left where it was (init_weights then overwrites every weight).
     with torch.random.fork_rng(devices=[]):
-        model = PretrainingModel(config, sbo=SpanBoundaryHead(config) if span_boundary
-                                 else None)
+        model = PretrainingModel(config, **(extra or {}))
     init_weights(model, config, torch.Generator().manual_seed(seed))
     return model
 

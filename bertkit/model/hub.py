@@ -36,7 +36,7 @@ from bertkit.config import ConfigError, EncoderConfig
 from bertkit.files import UserError, atomic_dir, read_json
 from bertkit.model.encoder import Encoder, init_weights
 from bertkit.model.fetch import hf_cache_dir, hub_name, resolve_model  # noqa: F401 - one API
-from bertkit.model.heads import SBO_FILE, ElectraModel, PretrainingModel, SpanBoundaryHead
+from bertkit.model.heads import ElectraModel, PretrainingModel
 
 # Encoder-internal name prefixes, ours -> Hugging Face BertModel; {i} is the layer (q/k/v apart).
 _ENCODER_NAMES = [
@@ -264,12 +264,13 @@ def load_weights(path: str | Path, revision: str | None = None) -> dict[str, tor
 
 
 def load_state_into(module: nn.Module, encoder_state: dict, other_state: dict,
-                    where: str | Path) -> list[str]:
+                    where: str | Path, quiet: tuple[str, ...] = ()) -> list[str]:
     """Load translated weights into `module` (an Encoder, or a model with `.encoder`).
 
     Shapes must match. Returns the names of `module`'s weights the checkpoint lacked (left at
-    their initial values), after warning about them; weights the module has no place for are
-    ignored (a BertForPreTraining checkpoint loaded as a bare encoder).
+    their initial values), after warning about them (but those of the submodules `quiet`
+    names); weights the module has no place for are ignored (a BertForPreTraining checkpoint
+    loaded as a bare encoder).
     """
     prefix = "" if isinstance(module, Encoder) else "encoder."
     state = {prefix + k: v for k, v in encoder_state.items()}
@@ -286,8 +287,9 @@ def load_state_into(module: nn.Module, encoder_state: dict, other_state: dict,
         raise UserError(f"{where}: encoder weights missing ({missing[0]}, ...): not a BERT "
                         f"checkpoint of this shape")
     module.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
-    if missing:
-        warnings.warn(f"{where}: no weights for {', '.join(missing)}; initialised randomly",
+    told = [k for k in missing if not k.startswith(tuple(f"{q}." for q in quiet))]
+    if told:
+        warnings.warn(f"{where}: no weights for {', '.join(told)}; initialised randomly",
                       stacklevel=2)
     return missing
 
@@ -310,19 +312,20 @@ def load_encoder(path: str | Path, device: str | torch.device = "cpu",
 
 
 def load_pretraining_model(path: str | Path, device: str | torch.device = "cpu",
-                           revision: str | None = None,
-                           span_boundary: bool = False) -> PretrainingModel:
-    """Encoder + MLM + NSP heads, and with `span_boundary` SpanBERT's head (from the
-    directory's sbo.safetensors); heads the directory lacks are initialised (with a warning)
-    and named in the model's `not_loaded`."""
+                           revision: str | None = None, extra: dict[str, nn.Module] | None = None,
+                           extra_state: dict[str, torch.Tensor] | None = None) -> PretrainingModel:
+    """Encoder + MLM + NSP heads; heads the directory lacks are initialised (with a warning)
+    and named in the model's `not_loaded`. `extra`: optional heads beside the Hugging Face
+    ones given to the constructor (`sbo`, `to_teacher`), their weights from `extra_state`
+    ("sbo.…" names) where it has them, else at their first draw without a warning."""
     path = resolve_model(path, revision)
     cfg = load_config(path)
     encoder_state, other = from_hf_state_dict(load_weights(path), cfg.architecture)
-    model = PretrainingModel(cfg, sbo=SpanBoundaryHead(cfg) if span_boundary else None)
+    model = PretrainingModel(cfg, **(extra or {}))
     init_weights(model, cfg, _missing_weights_generator())
-    if span_boundary and (path / SBO_FILE).is_file():
-        other.update({f"sbo.{k}": v for k, v in load_file(str(path / SBO_FILE)).items()})
-    model.not_loaded = frozenset(load_state_into(model, encoder_state, other, path))
+    other.update(extra_state or {})
+    model.not_loaded = frozenset(load_state_into(model, encoder_state, other, path,
+                                                 quiet=tuple(extra or ())))
     return model.to(device).eval()
 
 

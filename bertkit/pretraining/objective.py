@@ -32,6 +32,7 @@ from torch import nn
 from bertkit.config import EncoderConfig
 from bertkit.files import UserError
 from bertkit.model.create import new_pretraining_model
+from bertkit.model.encoder import init_weights
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
 from bertkit.model.hub import load_config, load_pretraining_model, save_model
 
@@ -83,26 +84,47 @@ class Objective:
         return f"{type(self).__name__}({self.settings!r})"
 
     # The model ----------------------------------------------------------------------------
+    def extra_heads(self, cfg: EncoderConfig) -> dict[str, nn.Module]:
+        """Its own heads beside the Hugging Face ones, given to the model's constructor
+        (`PretrainingModel`'s `sbo`, `to_teacher`); none by default."""
+        return {}
+
+    def extra_state(self, model_dir: Path) -> dict[str, torch.Tensor]:
+        """Their weights, as a directory it saved keeps them beside the Hugging Face ones
+        (model names: "sbo.…"); none: drawn afresh."""
+        return {}
+
+    def _heads(self, cfg: EncoderConfig) -> dict[str, nn.Module]:
+        with torch.random.fork_rng(devices=[]):  # the modules' default init draws globally
+            return self.extra_heads(cfg)
+
     def fresh_model(self, cfg: EncoderConfig, seed: int) -> nn.Module:
         """A fresh model of `cfg` initialised from `seed`, every weight at its first draw."""
-        model = new_pretraining_model(cfg, seed)
+        model = new_pretraining_model(cfg, seed, self._heads(cfg))
         model.not_loaded = frozenset(model.state_dict())  # all of it at its initial draw
         return model
 
     def loaded_model(self, init: Path) -> nn.Module:
         """The model of the directory --init names."""
         with torch.random.fork_rng(devices=[]):  # heads the directory lacks draw globally
-            return load_pretraining_model(init)
+            return load_pretraining_model(init, extra=self._heads(load_config(init)),
+                                          extra_state=self.extra_state(init))
 
     def skeleton(self, cfg: EncoderConfig | None, init: Path | None) -> nn.Module | None:
         """The modules of the model `fresh_model` (of `cfg`) or `loaded_model` (of `init`)
         and `fit` make, for their shapes only (the caller builds it on the meta device);
         None where they are not known without the weights."""
-        return PretrainingModel(cfg if init is None else load_config(init))
+        cfg = cfg if init is None else load_config(init)
+        return PretrainingModel(cfg, **self._heads(cfg))
 
     def fit(self, model: nn.Module, init: Path | None, seed: int) -> nn.Module:
-        """`model` ready to train: heads it never reads get no gradient (DDP needs every
-        trained weight used)."""
+        """`model` ready to train: its own heads that no directory gave drawn from the run's
+        seed (a generator of their own, apart from the rest's draws); heads it never reads
+        get no gradient (DDP needs every trained weight used)."""
+        for name in self._heads(model.config):
+            if any(k.startswith(f"{name}.") for k in model.not_loaded):
+                init_weights(model.get_submodule(name), model.config,
+                             torch.Generator().manual_seed(seed))
         for head in (model.nsp, model.encoder.pooler):
             if head is not None:
                 head.requires_grad_(False)
@@ -111,7 +133,9 @@ class Objective:
     def saved_model(self, model_dir: Path, device) -> nn.Module:
         """A saved directory's model as `evaluate` scores it with this objective, with the
         parts of it that live beside the Hugging Face weights."""
-        return load_pretraining_model(model_dir, device)
+        return load_pretraining_model(model_dir, device,
+                                      extra=self._heads(load_config(model_dir)),
+                                      extra_state=self.extra_state(model_dir))
 
     def check_model(self, model: nn.Module) -> None:
         """Refuse a model this objective cannot score (`evaluate`'s held-out figures)."""

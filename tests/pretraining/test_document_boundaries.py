@@ -232,7 +232,7 @@ def test_the_flag_is_refused_where_rows_are_not_packed(prepared, tmp_path, capsy
     line = _error(capsys, ["pretrain", "--data", str(prepared), "--out", str(out), *RUN,
                            "--objective", "span", "--document-boundaries", "--max-steps", "2"])
     assert line == ("error: --document-boundaries keeps the documents of a packed row apart "
-                    "(--objective mlm, clm, electra); --objective span's rows are not packed")
+                    "(--objective mlm, clm, electra, distill); --objective span's rows are not packed")
     assert not out.exists()
 
 

@@ -24,9 +24,8 @@ from torch import nn
 
 from bertkit.config import EncoderConfig
 from bertkit.files import UserError, sha256_file
-from bertkit.model.encoder import Encoder, init_weights
-from bertkit.model.heads import PretrainingModel
-from bertkit.model.hub import load_config, load_encoder
+from bertkit.model.encoder import Encoder
+from bertkit.model.hub import load_config, load_encoder, load_pretraining_model
 from bertkit.model.kind import CONFIG_FILE, ModelKind, require_kind
 from bertkit.pretraining.distillation import (DistillSettings, check_widths, relation_kl,
                                               states_mse)
@@ -141,9 +140,14 @@ class Distill(MaskedLM):
         with torch.random.fork_rng(devices=[]):  # the module's default init draws globally
             return nn.Linear(cfg.hidden_size, width)
 
-    def skeleton(self, cfg, init: Path | None) -> nn.Module | None:
-        cfg = cfg if init is None else load_config(init)
-        return PretrainingModel(cfg, to_teacher=self._projection(cfg))
+    def extra_heads(self, cfg) -> dict[str, nn.Module]:
+        projection = self._projection(cfg)
+        return {} if projection is None else {"to_teacher": projection}
+
+    def saved_model(self, model_dir: Path, device) -> nn.Module:
+        """The masked LM alone: the projection is never saved, and `evaluate` has no
+        teacher."""
+        return load_pretraining_model(model_dir, device)
 
     def fit(self, model: nn.Module, init: Path | None, seed: int) -> nn.Module:
         teacher = self.loaded_teacher().config  # loaded before the first step, checked
@@ -151,9 +155,6 @@ class Distill(MaskedLM):
         if self.settings.relation_weight > 0:
             check_widths(self.settings.relation_heads, {"student": model.config.hidden_size,
                                                         "teacher": teacher.hidden_size})
-        model.to_teacher = self._projection(model.config)
-        if model.to_teacher is not None:
-            init_weights(model.to_teacher, model.config, torch.Generator().manual_seed(seed))
         return super().fit(model, init, seed)
 
     def check_model(self, model: nn.Module) -> None:

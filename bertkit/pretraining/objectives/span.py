@@ -8,16 +8,14 @@ The span-boundary head has no Hugging Face counterpart: it is saved beside the m
 trained model: `bertkit fill-mask`."""
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from bertkit.files import UserError
-from bertkit.model.create import new_pretraining_model
-from bertkit.model.encoder import init_weights
 from bertkit.model.heads import SBO_FILE, PretrainingModel, SpanBoundaryHead
 from bertkit.model.hub import load_config, load_pretraining_model
 from bertkit.pretraining.objective import ExampleShape, Objective, save_pretraining_model
@@ -46,29 +44,22 @@ class SpanBoundary(Objective):
     summary = "SpanBERT"
     examples = ExampleShape(rows="documents", targets="spans")
 
-    def fresh_model(self, cfg, seed: int) -> nn.Module:
-        model = new_pretraining_model(cfg, seed, span_boundary=True)
-        model.not_loaded = frozenset(model.state_dict())  # all of it at its initial draw
-        return model
+    def extra_heads(self, cfg) -> dict[str, nn.Module]:
+        return {"sbo": SpanBoundaryHead(cfg)}
 
-    def loaded_model(self, init: Path) -> nn.Module:
-        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-            # a directory of another objective has no span head: `fit` draws it
-            warnings.filterwarnings("ignore", message=r".*: no weights for sbo\.")
-            return load_pretraining_model(init, span_boundary=True)
-
-    def fit(self, model: nn.Module, init: Path | None, seed: int) -> nn.Module:
-        if any(k.startswith("sbo.") for k in model.not_loaded):  # a new head: the run's draw
-            init_weights(model.sbo, model.config, torch.Generator().manual_seed(seed))
-        return super().fit(model, init, seed)
+    def extra_state(self, model_dir: Path) -> dict[str, torch.Tensor]:
+        file = Path(model_dir) / SBO_FILE
+        return {f"sbo.{k}": v for k, v in load_file(str(file)).items()} if file.is_file() \
+            else {}
 
     def skeleton(self, cfg, init: Path | None) -> nn.Module | None:
         cfg = cfg if init is None else load_config(init)
         return PretrainingModel(cfg, sbo=SpanBoundaryHead(cfg))
 
     def saved_model(self, model_dir: Path, device) -> nn.Module:
-        return load_pretraining_model(model_dir, device,
-                                      span_boundary=(Path(model_dir) / SBO_FILE).is_file())
+        if not (Path(model_dir) / SBO_FILE).is_file():  # held-out figures are then refused
+            return load_pretraining_model(model_dir, device)
+        return super().saved_model(model_dir, device)
 
     def check_model(self, model: nn.Module) -> None:
         super().check_model(model)
