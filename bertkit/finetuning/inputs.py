@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from bertkit.text.tokenizer import check_fits, check_pairs, cut_warning
+from bertkit.text.windows import Windows, split, windowed_span
 
 
 @dataclass
@@ -117,6 +118,40 @@ def check_fit(items: Sequence[Item], tokenizer, config, where) -> None:
         check_pairs(config, where)
 
 
+def window_items(items: Sequence[Item], max_length: int
+                 ) -> tuple[list[Item], list[Windows | None]]:
+    """The items longer than `max_length` split into windows (`bertkit.text.windows`): every
+    item's windows (an item that fits: itself) in order, and per item its Windows (None where
+    it fits). UserError naming the example whose first text leaves no room."""
+    out, splits = [], []
+    for it in items:
+        if len(it.ids) <= max_length:
+            out.append(it)
+            splits.append(None)
+            continue
+        w = split(len(it.ids), windowed_span(it.type_ids), max_length, f"example {it.example + 1}")
+        out += [Item(it.example, _take(it.ids, held), _take(it.type_ids, held),
+                     _take(it.word_ids, held), None, it.extra, False, _take(it.case_ids, held))
+                for held in w.positions]
+        splits.append(w)
+    return out, splits
+
+
+def pool_window_outputs(outputs: Sequence, splits: Sequence[Windows | None], pool) -> list:
+    """Per item of `window_items`, its output: its own, or `pool(its windows' outputs,
+    its Windows)`."""
+    pooled, k = [], 0
+    for w in splits:
+        n = 1 if w is None else len(w.positions)
+        pooled.append(outputs[k] if w is None else pool(outputs[k:k + n], w))
+        k += n
+    return pooled
+
+
+def _take(values: list[int] | None, held: np.ndarray) -> list[int] | None:
+    return None if values is None else np.asarray(values)[held].tolist()
+
+
 def length_batches(lengths: Sequence[int], batch_size: int,
                    generator: torch.Generator | None = None) -> list[list[int]]:
     """Index batches of similar lengths. With a generator (training): shuffle, sort by length
@@ -138,4 +173,5 @@ def length_batches(lengths: Sequence[int], batch_size: int,
 
 
 __all__ = ["Item", "pad_inputs", "encode_words", "WORD_CASES", "word_case", "piece_cases",
-           "words_cut", "warn_cut", "check_fit", "length_batches"]
+           "words_cut", "warn_cut", "check_fit", "length_batches", "window_items",
+           "pool_window_outputs"]

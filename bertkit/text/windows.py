@@ -30,11 +30,6 @@ import numpy as np
 
 from bertkit.files import UserError
 
-LONG_INPUTS = ("cut", "windows")
-"""What a command does with an input longer than the model: cut it (the default) or read it
-in windows."""
-
-
 @dataclass(frozen=True)
 class Windows:
     """The windows of one input of `length` positions."""
@@ -113,5 +108,42 @@ def split(length: int, span: tuple[int, int], max_length: int, where: str = "inp
     return Windows(positions, owner, shared)
 
 
-__all__ = ["LONG_INPUTS", "Windows", "windowed_span", "window_starts", "central_window",
-           "split"]
+@dataclass(frozen=True)
+class WindowRows:
+    """Single texts encoded back to back ([CLS] ... [SEP] each), as windows back to back."""
+
+    source: np.ndarray
+    """[P] per piece of the windows, its index among the texts' pieces."""
+    lengths: np.ndarray
+    """[R] each window's length."""
+    text_of: np.ndarray
+    """[R] the text each window is of."""
+    owned: np.ndarray
+    """[P] bool: the piece is in the window where it is most central (specials: always)."""
+
+
+def window_rows(lengths: np.ndarray, max_length: int) -> WindowRows:
+    """The windows of texts of `lengths` encoded back to back, each at most `max_length`
+    long; a text that fits is one window, itself."""
+    source, sizes, text_of, owned = [], [], [], []
+    start = 0
+    for text, n in enumerate(np.asarray(lengths).tolist()):
+        if n <= max_length:
+            parts = [(np.arange(n), np.ones(n, dtype=bool))]
+        else:
+            w = split(n, (1, n - 1), max_length)
+            parts = [(held, w.owned(k)) for k, held in enumerate(w.positions)]
+        for held, mine in parts:
+            source.append(start + held)
+            owned.append(mine)
+            sizes.append(len(held))
+            text_of.append(text)
+        start += n
+    if not source:
+        return WindowRows(*(np.zeros(0, dtype=np.int64),) * 3, np.zeros(0, dtype=bool))
+    return WindowRows(np.concatenate(source), np.asarray(sizes, dtype=np.int64),
+                      np.asarray(text_of, dtype=np.int64), np.concatenate(owned))
+
+
+__all__ = ["Windows", "windowed_span", "window_starts", "central_window",
+           "split", "WindowRows", "window_rows"]
