@@ -167,8 +167,9 @@ class EvaluateOptions:
     long_inputs: Literal["cut", "windows"] = "cut"
     """An input longer than the model's length: cut to it, or run in windows half a window
     apart. A fine-tuned classify, pair or regress model predicts from the mean of the windows'
-    logits (a qa model always windows long contexts); a pretrained model on a text file or
-    minimal pairs scores each piece in the window where it is most central."""
+    logits, a tag or spans model labels each word from the window where it is most central (a
+    qa model always windows long contexts); a pretrained model on a text file scores each
+    piece in the window where it is most central."""
     quiet: bool = False
     """No progress on stderr."""
 
@@ -368,8 +369,9 @@ class PredictOptions:
     long_inputs: Literal["cut", "windows"] = "cut"
     """An input longer than the model's --max-length: cut to it, or run in windows half a
     window apart; classify, pair and regress then predict from the mean of the windows'
-    logits (a pair's second text windowed, its first kept whole). A qa model always windows
-    long contexts (--stride); the other tasks refuse windows."""
+    logits (a pair's second text windowed, its first kept whole), tag and spans label each
+    word from the window where it is most central. A qa model always windows long contexts
+    (--stride); the other tasks refuse windows."""
     quiet: bool = False
     """No progress on stderr."""
 

@@ -131,21 +131,44 @@ def window_items(items: Sequence[Item], max_length: int
             continue
         w = split(len(it.ids), windowed_span(it.type_ids), max_length, f"example {it.example + 1}")
         out += [Item(it.example, _take(it.ids, held), _take(it.type_ids, held),
-                     _take(it.word_ids, held), None, it.extra, False, _take(it.case_ids, held))
-                for held in w.positions]
+                     _window_words(it.word_ids, held), None, it.extra, False,
+                     _take(it.case_ids, held)) for held in w.positions]
         splits.append(w)
     return out, splits
 
 
-def pool_window_outputs(outputs: Sequence, splits: Sequence[Windows | None], pool) -> list:
+def pool_window_outputs(outputs: Sequence, items: Sequence[Item],
+                        splits: Sequence[Windows | None], pool) -> list:
     """Per item of `window_items`, its output: its own, or `pool(its windows' outputs,
-    its Windows)`."""
+    its Windows, the item)`."""
     pooled, k = [], 0
-    for w in splits:
+    for it, w in zip(items, splits):
         n = 1 if w is None else len(w.positions)
-        pooled.append(outputs[k] if w is None else pool(outputs[k:k + n], w))
+        pooled.append(outputs[k] if w is None else pool(outputs[k:k + n], w, it))
         k += n
     return pooled
+
+
+def first_window_word(word_ids: Sequence[int], held: np.ndarray) -> int:
+    """The first word a window (the positions `held` of an item) holds a piece of: a window
+    numbers its words from it, as an input of its own would."""
+    words = np.asarray(word_ids)[held]
+    return int(words[words >= 0].min(initial=0))
+
+
+def word_windows(word_ids: Sequence[int], windows: Windows) -> np.ndarray:
+    """[words] per word of an item, the window where its first piece is most central: the
+    window its label is read from."""
+    words = np.asarray(word_ids)
+    found, first = np.unique(words, return_index=True)
+    return windows.owner[first[found >= 0]]
+
+
+def _window_words(word_ids: list[int] | None, held: np.ndarray) -> list[int] | None:
+    if word_ids is None:
+        return None
+    words = np.asarray(word_ids)[held]
+    return np.where(words >= 0, words - first_window_word(word_ids, held), -1).tolist()
 
 
 def _take(values: list[int] | None, held: np.ndarray) -> list[int] | None:
@@ -174,4 +197,4 @@ def length_batches(lengths: Sequence[int], batch_size: int,
 
 __all__ = ["Item", "pad_inputs", "encode_words", "WORD_CASES", "word_case", "piece_cases",
            "words_cut", "warn_cut", "check_fit", "length_batches", "window_items",
-           "pool_window_outputs"]
+           "pool_window_outputs", "first_window_word", "word_windows"]

@@ -90,7 +90,8 @@ class TaskModel:
     windows: bool = False
     """Inputs longer than the task's max_length are run in windows and their outputs pooled
     as the task says (`Task.pool_windows`: classify, pair and regress average the windows'
-    logits), instead of cut. A qa model windows its contexts whatever this says."""
+    logits, tag and spans read each word from its most central window), instead of cut. A qa
+    model windows its contexts whatever this says."""
     ran: tuple[Sequence, torch.nn.Module, list[Item], list] | None = None
     """(examples, model, items, outputs): the outputs of `remembering`, which `outputs` returns
     for that list of examples while the model is that one."""
@@ -100,7 +101,8 @@ class TaskModel:
             raise UserError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.windows and self.task.reads_windows is False:
             raise UserError(f"--long-inputs windows: a {self.task.name} model reads no windows "
-                            f"(classify, pair and regress models do); leave the inputs cut")
+                            f"(classify, pair, regress, tag and spans models do); leave the "
+                            f"inputs cut")
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64,
@@ -154,7 +156,7 @@ class TaskModel:
         runs, splits = window_items(items, self.task.max_length) if windowed else (items, [])
         outputs = run_model(self.model, self.task, runs, self.batch_size, self.device,
                             what if self.progress else None)
-        return items, pool_window_outputs(outputs, splits, self.task.pool_windows) \
+        return items, pool_window_outputs(outputs, items, splits, self.task.pool_windows) \
             if windowed else outputs
 
     def predict(self, examples: Sequence, what: str = "predict") -> list:

@@ -292,9 +292,10 @@ class Task:
         teacher's width where they differ (a learned projection; None: the same width)."""
         raise UserError(f"the {self.name} task does not learn from a teacher's outputs")
 
-    def pool_windows(self, outputs: Sequence, windows: Windows) -> Any:
-        """The output of a long input (as `infer` gives one per item) from the outputs of
-        its `windows`, where `reads_windows` is True."""
+    def pool_windows(self, outputs: Sequence, windows: Windows, item: Item) -> Any:
+        """The output of a long `item` (as `infer` gives one per item) from the outputs of
+        its `windows`, where `reads_windows` is True. A window's words are numbered from the
+        first it holds (`bertkit.finetuning.inputs.first_window_word`)."""
         raise NotImplementedError
 
     def decode_outputs(self, outputs: Sequence, items: Sequence[Item],

@@ -13,7 +13,7 @@ from bertkit.cli.main import main
 from bertkit.files import UserError
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.recipe import finetune
-from bertkit.finetuning.tasks import Tag
+from bertkit.finetuning.tasks import Rerank
 from bertkit.text.windows import split, windowed_span
 
 LONG = " ".join(["the movie was good and the plot was awful ."] * 3)  # 30 pieces
@@ -110,5 +110,5 @@ def test_the_flag_is_in_help_and_a_task_that_reads_no_windows_refuses_it(capsys)
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "--long-inputs {cut,windows}" in capsys.readouterr().out
-    with pytest.raises(UserError, match="^--long-inputs windows: a tag model reads no windows"):
-        TaskModel(torch.nn.Linear(1, 1), None, Tag(labels=("O",)), windows=True)
+    with pytest.raises(UserError, match="^--long-inputs windows: a rerank model reads no windows"):
+        TaskModel(torch.nn.Linear(1, 1), None, Rerank(), windows=True)

@@ -174,7 +174,7 @@ class TextTask(Task):
         """The teacher's term: KL between the softened class distributions."""
         return distillation.soft_kl(student, teacher, temperature)
 
-    def pool_windows(self, outputs, windows) -> torch.Tensor:
+    def pool_windows(self, outputs, windows, item) -> torch.Tensor:
         """The mean of the windows' logits (a pair's: of windows over its second text)."""
         return torch.stack(list(outputs)).mean(0)
 
