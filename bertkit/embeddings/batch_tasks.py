@@ -1,7 +1,8 @@
 """How the embedder runs its batches: one padded batch and the pooling it feeds (`Task`),
 tasks run on several threads at once (`parallel_map`), host arrays copied to the device without
 waiting (`on_device`), and a batch's pooled positions reduced into its rows on the device
-(`reduce_rows`; `reduce_groups` for the token vectors of one input), for `bertkit.embeddings.embedder`.
+(`reduce_rows`; `reduce_groups` for the token vectors of one input), for
+`bertkit.embeddings.embedder`.
 """
 from __future__ import annotations
 

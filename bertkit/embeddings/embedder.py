@@ -120,8 +120,7 @@ class Embedder:
         out: a static model's rule (model2vec's), where a transformer's pool every position
         (sentence-transformers')."""
         self.windows = windows
-        """Inputs longer than `max_length` are read in windows (`bertkit.text.windows`), not
-        cut: a token's vector from its most central window, sentence vectors pooling those."""
+        """Inputs longer than `max_length` are read in windows (bertkit.text.windows), not cut."""
         self.encoder = encoder.eval()
         self.tokenizer = tokenizer
         self.config = encoder.config
@@ -158,8 +157,7 @@ class Embedder:
         `sentence_bert_config.json`'s when there is one, else the model's positions, and
         sentence vectors are token means. A fitted standardizer saved in the directory
         (`standardize.safetensors`) is loaded, and applied only when a call asks for
-        `standardize=True`. `windows`: inputs longer than the maximum length are read in
-        windows (`Embedder.windows`), not cut.
+        `standardize=True`; `windows=True` reads longer inputs in windows (`Embedder.windows`).
         """
         path = require_kind(resolve_model(path, revision), *EMBEDDER_KINDS)
         standardizer = None
@@ -217,8 +215,8 @@ class Embedder:
             check_pairs(self.config, self.source)
         encoded = tokenize_texts(self.tokenizer, texts, sys.maxsize if self.windows else
                                  self.max_length, truncation, names, self.lowercase)
-        for i, e in enumerate(encoded):
-            if len(e.ids) > self.max_length:  # only with `windows`: a pair's first text fits
+        for i, e in enumerate(encoded if self.windows else ()):  # a pair's first text fits
+            if len(e.ids) > self.max_length:
                 split(len(e.ids), windowed_span(e.type_ids), self.max_length,
                       names[i] if names is not None else f"input {i + 1}")
         return encoded
@@ -324,13 +322,10 @@ class Embedder:
         # the first ETA far too long.
         bar = Progress(what, sum(len(e.ids) for e in encoded), "tokens",
                        counts={"texts": len(encoded)}, enabled=progress)
-        fits = [i for i, e in enumerate(encoded) if len(e.ids) <= self.max_length]
-        if len(fits) < len(encoded):  # only with `windows`: tokenize cuts otherwise
-            long = [i for i, e in enumerate(encoded) if len(e.ids) > self.max_length]
-            self._pool_windowed(long, encoded, groups, first_row, layers, combine, reduce,
-                                standardize, batch_size, out)
-            encoded, groups, first_row = ([encoded[i] for i in fits], [groups[i] for i in fits],
-                                          first_row[fits])
+        if self.windows:  # else tokenize cut every input to fit
+            encoded, groups, first_row = self._pool_windowed(
+                encoded, groups, first_row, layers, combine, reduce, standardize, batch_size,
+                out, bar)
         tasks = self._tasks(encoded, groups, first_row, batch_size, reduce)
         for (rows, vectors), n in parallel_map(
                 lambda t: (self._run(t, layers, combine, standardize, reduce), t), tasks,
@@ -340,28 +335,33 @@ class Embedder:
         bar.finish()
         return out
 
-    def _pool_windowed(self, long: list[int], encoded: Sequence[Encoded],
-                       groups: Sequence[list[np.ndarray]], first_row: np.ndarray,
-                       layers: list[int], combine: str, reduce: tuple[str, ...],
-                       standardize: bool, batch_size: int, out: np.ndarray) -> None:
-        """`pool_groups` of the inputs `long`, longer than `max_length`: each window run as an
-        input, a token's vector from its most central (`Windows.assemble`), pooled as ever."""
+    def _pool_windowed(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
+                       first_row: np.ndarray, layers: list[int], combine: str,
+                       reduce: tuple[str, ...], standardize: bool, batch_size: int,
+                       out: np.ndarray, bar: Progress) -> tuple[list, list, np.ndarray]:
+        """`pool_groups` of the inputs longer than `max_length`: each window run as an input,
+        a token's vector from its most central (`Windows.assemble`), pooled as ever. Returns
+        the (encoded, groups, first_row) of the inputs that fit, left to do."""
+        fits = np.array([len(e.ids) <= self.max_length for e in encoded], dtype=bool)
+        if fits.all():
+            return encoded, groups, first_row
+        long = np.flatnonzero(~fits).tolist()
         splits = [split(len(encoded[i].ids), windowed_span(encoded[i].type_ids),
                         self.max_length, f"input {i + 1}") for i in long]
-        pieces = [encoded[i].window(held) for i, w in zip(long, splits)
-                  for held in w.positions]
+        pieces = [encoded[i].window(held) for i, w in zip(long, splits) for held in w.positions]
         flat = self.pool_groups(pieces, [[np.array([t]) for t in range(len(e.ids))]
                                          for e in pieces], layers, combine, "mean",
                                 standardize, batch_size, False, "windows")
-        bounds = np.cumsum([0] + [len(e.ids) for e in pieces])
-        k = 0
+        windows, k = np.split(flat, np.cumsum([len(e.ids) for e in pieces])[:-1]), 0
         for i, w in zip(long, splits):
-            tokens = w.assemble([flat[bounds[k + j]:bounds[k + j + 1]]
-                                 for j in range(len(w.positions))])
+            tokens = w.assemble(windows[k:k + len(w.positions)])
             k += len(w.positions)
             if groups[i]:
                 rows = first_row[i] + np.arange(len(groups[i]))
                 out[rows] = reduce_groups(torch.from_numpy(tokens), groups[i], reduce).numpy()
+            bar.update(add=len(encoded[i].ids), texts=1)
+        keep = np.flatnonzero(fits)
+        return [encoded[i] for i in keep], [groups[i] for i in keep], first_row[keep]
 
     # Public API ------------------------------------------------------------------------------
 
