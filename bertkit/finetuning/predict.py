@@ -106,21 +106,21 @@ class TaskModel:
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64,
-             task_types: Sequence[type[Task]] = TASKS) -> "TaskModel":
+             task_types: Sequence[type[Task]] = TASKS, windows: bool = False) -> "TaskModel":
         """The model of a directory written by `bertkit finetune` or by transformers; its task
         is found by name among `task_types`. A model's name is looked up in the local Hugging
         Face cache. One written by `finetune --model cnn` holds the convolutional family's
-        network (bertkit.finetuning.cnn)."""
+        network (bertkit.finetuning.cnn). `windows`: long inputs read in windows, not cut."""
 
         path = hub.resolve_model(path)
         if model_kind(path) is ModelKind.CNN:
             model, tokenizer, task = load_cnn(path, device, task_types)
             return cls(model, tokenizer, task, resolve_device(device), batch_size,
-                       source=str(path))
+                       source=str(path), windows=windows)
         task, device = load_task(path, task_types), resolve_device(device)
         model = load_task_weights(task.make_model(Encoder(hub.load_config(path))), path, device)
         return cls(model, Tokenizer.load(path), task, device, batch_size,
-                   source=str(path))
+                   source=str(path), windows=windows)
 
     def with_task(self, task: Task) -> "TaskModel":
         """The same model (shared, not copied) predicting with other task settings."""

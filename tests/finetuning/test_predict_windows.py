@@ -13,7 +13,7 @@ from bertkit.cli.main import main
 from bertkit.files import UserError
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.recipe import finetune
-from bertkit.finetuning.tasks import Rerank
+from bertkit.finetuning.tasks import Regress, Rerank
 from bertkit.text.windows import split, windowed_span
 
 LONG = " ".join(["the movie was good and the plot was awful ."] * 3)  # 30 pieces
@@ -22,7 +22,7 @@ SHORT = "the film was great"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tiny_bert, quick_config, task_files):
-    """A classifier and a pair classifier of max_length 16, trained one short epoch (their
+    """A classifier, a pair classifier and a regressor of max_length 16, trained one short epoch (their
     predictions need not be right, only computed)."""
     d = tmp_path_factory.mktemp("windows")
     before = torch.get_num_threads()
@@ -31,6 +31,8 @@ def models(tmp_path_factory, tiny_bert, quick_config, task_files):
              quick_config(epochs=1, batch_size=32, max_length=16))
     finetune("pair", tiny_bert, task_files["pairs"], None, d / "pair",
              quick_config(epochs=1, batch_size=32, max_length=16, dev_fraction=0.2))
+    finetune(Regress(label_column="score"), tiny_bert, task_files["train"], task_files["dev"],
+             d / "regress", quick_config(epochs=1, batch_size=32, max_length=16))
     torch.set_num_threads(before)
     return d
 
@@ -71,6 +73,13 @@ def test_a_long_text_is_classified_by_the_mean_of_its_windows_logits(models, tmp
     assert win[0]["score"] != pytest.approx(cut[0]["score"], abs=1e-5)
 
 
+def test_a_long_text_s_number_is_the_mean_of_its_windows(models):
+    out = TaskModel.load(models / "regress", windows=True).classify([LONG, SHORT])
+    model = TaskModel.load(models / "regress")
+    assert out[0]["score"] == pytest.approx(float(_window_logits(model, LONG)[0]), abs=1e-5)
+    assert out[1] == model.classify([SHORT])[0]
+
+
 def test_windows_equal_the_plain_run_where_every_input_fits(models, task_files, tmp_path,
                                                             capsys):
     for model in ("cls", "pair"):
@@ -90,8 +99,7 @@ def test_a_pair_windows_its_second_text_and_refuses_a_first_that_leaves_no_room(
                                                                                 tmp_path,
                                                                                 capsys):
     model = TaskModel.load(models / "pair")
-    windowed = TaskModel.load(models / "pair")
-    windowed.windows = True
+    windowed = TaskModel.load(models / "pair", windows=True)
     out = windowed.classify([SHORT], [LONG])[0]
     probs = torch.softmax(_window_logits(model, SHORT, LONG), -1)
     assert out["score"] == pytest.approx(float(probs.max()), abs=1e-5)
@@ -103,6 +111,19 @@ def test_a_pair_windows_its_second_text_and_refuses_a_first_that_leaves_no_room(
                                        "special ones) leaves no room in 16 tokens for a window "
                                        "of the second; shorten it\n")
     assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_evaluate_refuses_windows_for_a_sentence_model(tiny_bert, tmp_path, capsys):
+    from bertkit.embeddings.embedder import Embedder
+
+    Embedder.load(tiny_bert).save(tmp_path / "st")
+    pairs = tmp_path / "sts.jsonl"
+    pairs.write_text(json.dumps({"sentence1": "a", "sentence2": "b", "score": 1.0}) + "\n")
+    assert main(["evaluate", "--model", str(tmp_path / "st"), "--input", str(pairs),
+                 "--long-inputs", "windows"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --long-inputs windows reads a fine-tuned model's inputs")
+    assert len(err.splitlines()) == 1
 
 
 def test_the_flag_is_in_help_and_a_task_that_reads_no_windows_refuses_it(capsys):
