@@ -44,7 +44,7 @@ class EmbedFiles:
 
 # What a sparse model's vectors are made without: the settings of pooled token states.
 _DENSE_ONLY = ("layers", "combine", "pool", "words", "subword_pool", "normalize",
-               "standardize", "standardizer")
+               "standardize", "standardizer", "long_inputs")
 
 
 def run_sparse_embed(files: EmbedFiles, settings, encoder) -> int:

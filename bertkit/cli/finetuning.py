@@ -167,6 +167,12 @@ class EvaluateOptions:
     device: str = "auto"
     """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
     ..."""
+    long_inputs: Literal["cut", "windows"] = "cut"
+    """An input longer than the model's length: cut to it, or run in windows half a window
+    apart. A fine-tuned classify, pair or regress model predicts from the mean of the windows'
+    logits, a tag or spans model labels each word from the window where it is most central (a
+    qa model always windows long contexts); a pretrained model on a text file scores each
+    piece in the window where it is most central."""
     quiet: bool = False
     """No progress on stderr."""
 
@@ -287,6 +293,11 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
     from bertkit.finetuning.predict import TaskModel
     from bertkit.retrieval.beir import is_beir_dir
 
+    windows = opts.long_inputs == "windows"
+    if windows and (is_beir_dir(opts.input) or (len(opts.model) == 1 and _is_sentence_model(
+            opts.model[0], opts.input))):
+        raise UserError("--long-inputs windows reads a fine-tuned model's inputs, or text by a "
+                        "pretrained model; a sentence model's or a BEIR directory's are cut")
     if is_beir_dir(opts.input):  # before any other kind: a BEIR directory is only that
         return _evaluate_beir(opts)
     beir_only = [flag for flag, given in (("--bm25", opts.bm25), ("--fusion", opts.fusion),
@@ -308,14 +319,15 @@ def run_evaluate(opts: EvaluateOptions, columns: ColumnOverrides, lm) -> int:
 
         with input_file(opts.input) as path:  # "-": standard input
             report = evaluate_pretrained(model, path, lm, batch_size=opts.batch_size,
-                                         device=opts.device, progress=not opts.quiet)
+                                         device=opts.device, progress=not opts.quiet,
+                                         windows=windows)
         if opts.json:
             print(json.dumps(report))
         else:
             _print_lm_report(report)
         return 0
     runner = TaskModel.load(model, device=opts.device, batch_size=opts.batch_size)
-    runner = _with_columns(replace(runner, progress=not opts.quiet), columns)
+    runner = _with_columns(replace(runner, progress=not opts.quiet, windows=windows), columns)
     scores = runner.evaluate(opts.input)  # a file, or "-": standard input
     if opts.json:
         print(json.dumps(scores, default=float))
@@ -357,6 +369,12 @@ class PredictOptions:
     device: str = "auto"
     """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
     ..."""
+    long_inputs: Literal["cut", "windows"] = "cut"
+    """An input longer than the model's --max-length: cut to it, or run in windows half a
+    window apart; classify, pair and regress then predict from the mean of the windows'
+    logits (a pair's second text windowed, its first kept whole), tag and spans label each
+    word from the window where it is most central. A qa model always windows long contexts
+    (--stride); the other tasks refuse windows."""
     quiet: bool = False
     """No progress on stderr."""
 
@@ -365,7 +383,8 @@ def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
     from bertkit.finetuning.predict import TaskModel, predict_file
 
     runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
-    runner = _with_columns(replace(runner, progress=not opts.quiet), columns)
+    runner = _with_columns(replace(runner, progress=not opts.quiet,
+                                   windows=opts.long_inputs == "windows"), columns)
     n = predict_file(runner, opts.input, opts.out, opts.format)
     print(f"{n} predictions" + (f" written to {opts.out}" if opts.out else ""), file=sys.stderr)
     return 0

@@ -1,7 +1,8 @@
 """How the embedder runs its batches: one padded batch and the pooling it feeds (`Task`),
 tasks run on several threads at once (`parallel_map`), host arrays copied to the device without
 waiting (`on_device`), and a batch's pooled positions reduced into its rows on the device
-(`reduce_rows`), for `bertkit.embeddings.embedder`.
+(`reduce_rows`; `reduce_groups` for the token vectors of one input), for
+`bertkit.embeddings.embedder`.
 """
 from __future__ import annotations
 
@@ -92,3 +93,14 @@ def reduce_rows(how: str, picked: torch.Tensor, local: torch.Tensor, rank: torch
         return sums / counts.clamp(min=1).sqrt()[:, None]
     total = torch.zeros(rows, dtype=picked.dtype, device=picked.device)
     return sums / total.index_add_(0, local, weights).clamp(min=1)[:, None]
+
+
+def reduce_groups(tokens: torch.Tensor, groups: list[np.ndarray],
+                  reduce: tuple[str, ...]) -> torch.Tensor:
+    """[len(groups), W * len(reduce)]: each group of rows of one input's token vectors
+    `tokens` [T, W] reduced as a batch's are (`reduce_rows`), the reductions side by side."""
+    flat = torch.from_numpy(np.concatenate(groups))
+    local = torch.from_numpy(np.repeat(np.arange(len(groups)), [len(g) for g in groups]))
+    rank = torch.from_numpy(np.concatenate([np.arange(len(g)) for g in groups]))
+    picked = tokens.index_select(0, flat)
+    return torch.cat([reduce_rows(how, picked, local, rank, len(groups)) for how in reduce], 1)

@@ -33,7 +33,8 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 import torch
 
-from bertkit.embeddings.batch_tasks import Task, on_device, parallel_map, reduce_rows
+from bertkit.embeddings.batch_tasks import (Task, on_device, parallel_map, reduce_groups,
+                                            reduce_rows)
 from bertkit.embeddings.inputs import (Encoded, Text, WordRef, plan_batches, tokenize_texts,
                                        warn_truncated, word_groups)
 from bertkit.embeddings.sentence_model import (POOLING_MODES, read_sentence_model,
@@ -50,6 +51,7 @@ from bertkit.model.static_encoder import load_static_encoder, load_static_tokeni
 from bertkit.progress import Progress
 from bertkit.runtime import auto_precision_override, bf16_warning, choose_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs
+from bertkit.text.windows import split, windowed_span
 
 LayerSpec = int | Sequence[int] | str
 """A layer number, a list of them, "last4" or "all"."""
@@ -103,7 +105,7 @@ class Embedder:
                  workers: int | None = None, max_padding: float = 0.02,
                  pool: str | Sequence[str] = "mean", normalize: bool = False,
                  lowercase: bool = False, known_pieces_only: bool = False,
-                 source: str = "the model"):
+                 windows: bool = False, source: str = "the model"):
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         self.pool = _pool_modes(pool)
@@ -117,6 +119,8 @@ class Embedder:
         """Sentence vectors pool only the text's own known pieces, [CLS], [SEP] and [UNK] left
         out: a static model's rule (model2vec's), where a transformer's pool every position
         (sentence-transformers')."""
+        self.windows = windows
+        """Inputs longer than `max_length` are read in windows (bertkit.text.windows), not cut."""
         self.encoder = encoder.eval()
         self.tokenizer = tokenizer
         self.config = encoder.config
@@ -140,7 +144,7 @@ class Embedder:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
              max_length: int | None = None, workers: int | None = None,
-             revision: str | None = None) -> "Embedder":
+             revision: str | None = None, windows: bool = False) -> "Embedder":
         """Load a bertkit / Hugging Face BERT directory, or a model's name on the Hugging Face
         Hub (`sentence-transformers/all-MiniLM-L6-v2`, at `revision`, fetched into its cache:
         `bertkit.model.fetch.resolve_model`), an ELMo directory (`bertkit road elmo`) or a
@@ -153,7 +157,7 @@ class Embedder:
         `sentence_bert_config.json`'s when there is one, else the model's positions, and
         sentence vectors are token means. A fitted standardizer saved in the directory
         (`standardize.safetensors`) is loaded, and applied only when a call asks for
-        `standardize=True`.
+        `standardize=True`; `windows=True` reads longer inputs in windows (`Embedder.windows`).
         """
         path = require_kind(resolve_model(path, revision), *EMBEDDER_KINDS)
         standardizer = None
@@ -165,7 +169,7 @@ class Embedder:
             return cls(encoder, load_static_tokenizer(path), precision=precision,
                        max_length=max_length, standardizer=standardizer, workers=workers,
                        normalize=encoder.config.normalize, known_pieces_only=True,
-                       source=str(path))
+                       windows=windows, source=str(path))
         sentence = read_sentence_model(path)
         if sentence is not None:
             model_dir = sentence.transformer
@@ -174,7 +178,7 @@ class Embedder:
                        max_length=max_length or sentence.max_seq_length,
                        standardizer=standardizer, workers=workers, pool=sentence.pool,
                        normalize=sentence.normalize, lowercase=sentence.lowercase,
-                       source=str(path))
+                       windows=windows, source=str(path))
         # An ELMo directory: its LSTM layers stand in for BERT's (same hidden_states interface).
         encoder = (load_elmo(path, device) if kind is ModelKind.ELMO
                    else load_encoder(path, device))
@@ -186,7 +190,8 @@ class Embedder:
             except (UserError, ValueError, TypeError, AttributeError):
                 pass
         return cls(encoder, tokenizer, max_length=max_length, precision=precision,
-                   standardizer=standardizer, workers=workers, source=str(path))
+                   standardizer=standardizer, workers=workers, windows=windows,
+                   source=str(path))
 
     def save(self, path: str | Path) -> Path:
         """Write a model directory that is also a sentence-transformers one: the encoder and
@@ -205,11 +210,16 @@ class Embedder:
                  names: Sequence[str] | None = None) -> list[Encoded]:
         """Tokenize with offsets and word ids; over-long inputs are cut to `max_length`
         (`truncation=True`, flagged `truncated`) or rejected with a UserError naming the input
-        (`names[i]`, e.g. "FILE:LINE", else "input i+1")."""
+        (`names[i]`, e.g. "FILE:LINE", else "input i+1"); with `windows`, kept whole."""
         if any(not isinstance(t, str) for t in texts):
             check_pairs(self.config, self.source)
-        return tokenize_texts(self.tokenizer, texts, self.max_length, truncation, names,
-                              self.lowercase)
+        encoded = tokenize_texts(self.tokenizer, texts, sys.maxsize if self.windows else
+                                 self.max_length, truncation, names, self.lowercase)
+        for i, e in enumerate(encoded if self.windows else ()):  # a pair's first text fits
+            if len(e.ids) > self.max_length:
+                split(len(e.ids), windowed_span(e.type_ids), self.max_length,
+                      names[i] if names is not None else f"input {i + 1}")
+        return encoded
 
     # The forward pass -------------------------------------------------------------------------
 
@@ -312,6 +322,10 @@ class Embedder:
         # the first ETA far too long.
         bar = Progress(what, sum(len(e.ids) for e in encoded), "tokens",
                        counts={"texts": len(encoded)}, enabled=progress)
+        if self.windows:  # else tokenize cut every input to fit
+            encoded, groups, first_row = self._pool_windowed(
+                encoded, groups, first_row, layers, combine, reduce, standardize, batch_size,
+                out, bar)
         tasks = self._tasks(encoded, groups, first_row, batch_size, reduce)
         for (rows, vectors), n in parallel_map(
                 lambda t: (self._run(t, layers, combine, standardize, reduce), t), tasks,
@@ -320,6 +334,34 @@ class Embedder:
             bar.update(add=int(n.mask.sum()), texts=n.size)
         bar.finish()
         return out
+
+    def _pool_windowed(self, encoded: Sequence[Encoded], groups: Sequence[list[np.ndarray]],
+                       first_row: np.ndarray, layers: list[int], combine: str,
+                       reduce: tuple[str, ...], standardize: bool, batch_size: int,
+                       out: np.ndarray, bar: Progress) -> tuple[list, list, np.ndarray]:
+        """`pool_groups` of the inputs longer than `max_length`: each window run as an input,
+        a token's vector from its most central (`Windows.assemble`), pooled as ever. Returns
+        the (encoded, groups, first_row) of the inputs that fit, left to do."""
+        fits = np.array([len(e.ids) <= self.max_length for e in encoded], dtype=bool)
+        if fits.all():
+            return encoded, groups, first_row
+        long = np.flatnonzero(~fits).tolist()
+        splits = [split(len(encoded[i].ids), windowed_span(encoded[i].type_ids),
+                        self.max_length, f"input {i + 1}") for i in long]
+        pieces = [encoded[i].window(held) for i, w in zip(long, splits) for held in w.positions]
+        flat = self.pool_groups(pieces, [[np.array([t]) for t in range(len(e.ids))]
+                                         for e in pieces], layers, combine, "mean",
+                                standardize, batch_size, False, "windows")
+        windows, k = np.split(flat, np.cumsum([len(e.ids) for e in pieces])[:-1]), 0
+        for i, w in zip(long, splits):
+            tokens = w.assemble(windows[k:k + len(w.positions)])
+            k += len(w.positions)
+            if groups[i]:
+                rows = first_row[i] + np.arange(len(groups[i]))
+                out[rows] = reduce_groups(torch.from_numpy(tokens), groups[i], reduce).numpy()
+            bar.update(add=len(encoded[i].ids), texts=1)
+        keep = np.flatnonzero(fits)
+        return [encoded[i] for i in keep], [groups[i] for i in keep], first_row[keep]
 
     # Public API ------------------------------------------------------------------------------
 
@@ -364,7 +406,7 @@ class Embedder:
                      standardize: bool, texts: Sequence[Text] = ()) -> bool:
         """A static model's mean of known pieces, which bertkit.embeddings.static_pooling
         computes at once, without batches (texts: single ones, not pairs)."""
-        return (self.known_pieces_only and not standardize
+        return (self.known_pieces_only and not standardize and not self.windows
                 and all(isinstance(t, str) for t in texts)
                 and resolve_layers(layers, self.config.num_layers) == [0]
                 and (self.pool if pool is None else _pool_modes(pool)) == ("mean",))

@@ -84,8 +84,9 @@ def count_rows(embedder: Embedder, path: Path, words: bool, chunk_lines: int,
                text_field: str = "text") -> tuple[int, int, int]:
     """(texts, rows, tokens) of a file: the rows are its texts, or with `words` its words."""
     lines = rows = tokens = 0
-    for _, texts in text_chunks(path, chunk_lines, text_field):
-        encoded = embedder.tokenize(texts)
+    for places, texts in text_chunks(path, chunk_lines, text_field):
+        encoded = embedder.tokenize(texts, names=[
+            f"{place.get('file', path)}:{place['line']}" for place in places])
         lines += len(texts)
         tokens += sum(len(e.ids) for e in encoded)
         rows += sum(len(g) for g in word_groups(encoded, texts)[0]) if words else len(texts)
@@ -108,7 +109,8 @@ def embed_file(embedder: Embedder, input_path: str | Path, out: str | Path, *,
     row is, and which file when the input is several.
     Streams the file in chunks, so memory does not grow with its size: a first pass checks
     the text and counts rows, the second embeds into a memory-mapped file. Lines longer than
-    the model are cut (counted and warned about). Both files appear complete or not at all.
+    the model are cut (counted and warned about), or read in windows where the embedder
+    says so (`Embedder.windows`). Both files appear complete or not at all.
     `pool` and `normalize` None: the embedder's defaults for sentence vectors (a
     sentence-transformers directory's Pooling and Normalize), no normalising for words.
     """
@@ -231,6 +233,11 @@ class EmbedSettings:
     text_field: str = "text"
     """The field of a JSONL object, or the column of a CSV, TSV or table, that holds the
     text."""
+    long_inputs: Literal["cut", "windows"] = "cut"
+    """A text longer than the model's length (--max-length): cut to it, or read whole in
+    windows half a window apart, each token's vector from the window where it is most
+    central, a sentence vector pooling those (a pair's second text is windowed, its first
+    kept whole)."""
     quiet: bool = False
     """No progress on stderr."""
 
@@ -240,6 +247,7 @@ class EmbedSettings:
         embedder's own and implies `standardize`."""
         if self.standardizer:
             embedder.standardizer = Standardizer.load(self.standardizer)
+        embedder.windows = self.long_inputs == "windows"
         return embed_file(embedder, input_path, out, words=self.words, layers=self.layers,
                           combine=self.combine, pool=self.pool, subword_pool=self.subword_pool,
                           normalize=self.normalize,

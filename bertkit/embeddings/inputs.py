@@ -32,6 +32,12 @@ class Encoded:
     """[T] 0 for text A, 1 for text B, -1 for special tokens."""
     truncated: bool
 
+    def window(self, held: np.ndarray) -> "Encoded":
+        """The input made of the positions `held` of this one: a window of a long input
+        (`bertkit.text.windows`), run as an input of its own."""
+        return Encoded(self.ids[held], self.type_ids[held], self.offsets[held],
+                       self.word_ids[held], self.segment[held], False)
+
 
 @dataclass
 class WordRef:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from bertkit.text.tokenizer import check_fits, check_pairs, cut_warning
+from bertkit.text.windows import Windows, split, windowed_span
 
 
 @dataclass
@@ -117,6 +118,63 @@ def check_fit(items: Sequence[Item], tokenizer, config, where) -> None:
         check_pairs(config, where)
 
 
+def window_items(items: Sequence[Item], max_length: int
+                 ) -> tuple[list[Item], list[Windows | None]]:
+    """The items longer than `max_length` split into windows (`bertkit.text.windows`): every
+    item's windows (an item that fits: itself) in order, and per item its Windows (None where
+    it fits). UserError naming the example whose first text leaves no room."""
+    out, splits = [], []
+    for it in items:
+        if len(it.ids) <= max_length:
+            out.append(it)
+            splits.append(None)
+            continue
+        w = split(len(it.ids), windowed_span(it.type_ids), max_length, f"example {it.example + 1}")
+        out += [Item(it.example, _take(it.ids, held), _take(it.type_ids, held),
+                     _window_words(it.word_ids, held), None, it.extra, False,
+                     _take(it.case_ids, held)) for held in w.positions]
+        splits.append(w)
+    return out, splits
+
+
+def pool_window_outputs(outputs: Sequence, items: Sequence[Item],
+                        splits: Sequence[Windows | None], pool) -> list:
+    """Per item of `window_items`, its output: its own, or `pool(its windows' outputs,
+    its Windows, the item)`."""
+    pooled, k = [], 0
+    for it, w in zip(items, splits):
+        n = 1 if w is None else len(w.positions)
+        pooled.append(outputs[k] if w is None else pool(outputs[k:k + n], w, it))
+        k += n
+    return pooled
+
+
+def first_window_word(word_ids: Sequence[int], held: np.ndarray) -> int:
+    """The first word a window (the positions `held` of an item) holds a piece of: a window
+    numbers its words from it, as an input of its own would."""
+    words = np.asarray(word_ids)[held]
+    return int(words[words >= 0].min(initial=0))
+
+
+def word_windows(word_ids: Sequence[int], windows: Windows) -> np.ndarray:
+    """[words] per word of an item, the window where its first piece is most central: the
+    window its label is read from."""
+    words = np.asarray(word_ids)
+    found, first = np.unique(words, return_index=True)
+    return windows.owner[first[found >= 0]]
+
+
+def _window_words(word_ids: list[int] | None, held: np.ndarray) -> list[int] | None:
+    if word_ids is None:
+        return None
+    words = np.asarray(word_ids)[held]
+    return np.where(words >= 0, words - first_window_word(word_ids, held), -1).tolist()
+
+
+def _take(values: list[int] | None, held: np.ndarray) -> list[int] | None:
+    return None if values is None else np.asarray(values)[held].tolist()
+
+
 def length_batches(lengths: Sequence[int], batch_size: int,
                    generator: torch.Generator | None = None) -> list[list[int]]:
     """Index batches of similar lengths. With a generator (training): shuffle, sort by length
@@ -138,4 +196,5 @@ def length_batches(lengths: Sequence[int], batch_size: int,
 
 
 __all__ = ["Item", "pad_inputs", "encode_words", "WORD_CASES", "word_case", "piece_cases",
-           "words_cut", "warn_cut", "check_fit", "length_batches"]
+           "words_cut", "warn_cut", "check_fit", "length_batches", "window_items",
+           "pool_window_outputs", "first_window_word", "word_windows"]

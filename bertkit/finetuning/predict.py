@@ -29,7 +29,8 @@ from bertkit.config import EncoderConfig
 from bertkit.files import UserError, atomic_file, check_not_input
 from bertkit.finetuning.cnn import load_cnn
 from bertkit.finetuning.heads import load_task_model
-from bertkit.finetuning.inputs import Item, check_fit, length_batches, warn_cut
+from bertkit.finetuning.inputs import (Item, check_fit, length_batches, pool_window_outputs,
+                                      warn_cut, window_items)
 from bertkit.finetuning.input_sources import STDIN, input_file, is_source
 from bertkit.finetuning.task import Task
 from bertkit.finetuning.tasks import TASKS, load_task
@@ -94,6 +95,11 @@ class TaskModel:
     progress: bool = False
     """Show how far a run of the model over the inputs is on stderr (bertkit.progress: a live
     bar on a terminal, a line every few seconds elsewhere), with examples/s."""
+    windows: bool = False
+    """Inputs longer than the task's max_length are run in windows and their outputs pooled
+    as the task says (`Task.pool_windows`: classify, pair and regress average the windows'
+    logits, tag and spans read each word from its most central window), instead of cut. A qa
+    model windows its contexts whatever this says."""
     ran: tuple[Sequence, torch.nn.Module, list[Item], list] | None = None
     """(examples, model, items, outputs): the outputs of `remembering`, which `outputs` returns
     for that list of examples while the model is that one."""
@@ -101,25 +107,30 @@ class TaskModel:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise UserError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.windows and self.task.reads_windows is False:
+            raise UserError(f"--long-inputs windows: a {self.task.name} model reads no windows "
+                            f"(classify, pair, regress, tag and spans models do); leave the "
+                            f"inputs cut")
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64,
-             task_types: Sequence[type[Task]] = TASKS) -> "TaskModel":
+             task_types: Sequence[type[Task]] = TASKS, windows: bool = False) -> "TaskModel":
         """The model of a directory written by `bertkit finetune` or by transformers; its task
         is found by name among `task_types`. A model's name is looked up in the local Hugging
         Face cache. One written by `finetune --model cnn` holds the convolutional family's
-        network (bertkit.finetuning.cnn)."""
+        network (bertkit.finetuning.cnn). `windows`: long inputs read in windows, not cut."""
 
         path = hub.resolve_model(path)
         if model_kind(path) is ModelKind.CNN:
             model, tokenizer, task = load_cnn(path, device, task_types)
             return cls(model, tokenizer, task, resolve_device(device), batch_size,
-                       source=str(path))
+                       source=str(path), windows=windows)
         task, device = load_task(path, task_types), resolve_device(device)
         model = load_task_model(task, path, device)
         tokenizer = Tokenizer.load(path)
         return cls(model, tokenizer, task, device, batch_size, source=str(path),
-                   check_inputs=fits_encoder(tokenizer, model.encoder.config, path))
+                   check_inputs=fits_encoder(tokenizer, model.encoder.config, path),
+                   windows=windows)
 
     def with_task(self, task: Task) -> "TaskModel":
         """The same model (shared, not copied) predicting with other task settings."""
@@ -143,13 +154,19 @@ class TaskModel:
         the run in its progress."""
         if self.ran is not None and self.ran[0] is examples and self.ran[1] is self.model:
             return self.ran[2], self.ran[3]
-        items = self.task.encode(self.tokenizer, examples, skip_no_room=self.skip_no_room)
+        windowed = self.windows and self.task.reads_windows
+        # Encoded whole (nothing is that long), then windowed to the task's max_length
+        task = dataclasses.replace(self.task, max_length=1 << 30) if windowed else self.task
+        items = task.encode(self.tokenizer, examples, skip_no_room=self.skip_no_room)
         if self.check_inputs is not None:
             self.check_inputs(items)
         if self.report_cut:
             warn_cut(items, len(examples), self.task.max_length)
-        return items, run_model(self.model, self.task, items, self.batch_size, self.device,
-                                what if self.progress else None)
+        runs, splits = window_items(items, self.task.max_length) if windowed else (items, [])
+        outputs = run_model(self.model, self.task, runs, self.batch_size, self.device,
+                            what if self.progress else None)
+        return items, pool_window_outputs(outputs, items, splits, self.task.pool_windows) \
+            if windowed else outputs
 
     def predict(self, examples: Sequence, what: str = "predict") -> list:
         """One prediction per example, as the task decodes it."""

@@ -44,6 +44,7 @@ from bertkit.files import UserError, compression_of, format_suffix, read_jsonl, 
 from bertkit.finetuning.inputs import Item, length_batches, pad_inputs
 from bertkit.finetuning.readers import TEXT_COLUMNS, detect_format
 from bertkit.text.sources import Source, csv_rows, find_delimiter
+from bertkit.text.windows import Windows
 
 
 class Runner(Protocol):
@@ -164,6 +165,12 @@ class Task:
 
     max_length: int = fitted(128)
     """Longest input in tokens (the training setting `--max-length`, or the task's default)."""
+
+    reads_windows: ClassVar[bool | None] = False
+    """How `--long-inputs windows` applies to the task's models: True, an input longer than
+    max_length is run in windows (`bertkit.text.windows`) and `pool_windows` makes one output
+    of theirs; None, the task reads long inputs in windows of its own (qa: its doc stride);
+    False, it reads no windows (the flag is refused)."""
 
     # Settings -----------------------------------------------------------------------------------
     def configure(self, train_path: Path) -> "Task":
@@ -301,6 +308,12 @@ class Task:
         labels' loss where the batch has labels. `project`: the student's vectors to the
         teacher's width where they differ (a learned projection; None: the same width)."""
         raise UserError(f"the {self.name} task does not learn from a teacher's outputs")
+
+    def pool_windows(self, outputs: Sequence, windows: Windows, item: Item) -> Any:
+        """The output of a long `item` (as `infer` gives one per item) from the outputs of
+        its `windows`, where `reads_windows` is True. A window's words are numbered from the
+        first it holds (`bertkit.finetuning.inputs.first_window_word`)."""
+        raise NotImplementedError
 
     def decode_outputs(self, outputs: Sequence, items: Sequence[Item],
                        examples: Sequence) -> list:

@@ -67,6 +67,7 @@ from bertkit.pretraining.sentence_rows import padded as _padded
 from bertkit.pretraining.sentence_rows import word_begins
 from bertkit.text.sources import is_dataset_dir, numbered_texts
 from bertkit.text.tokenizer import Tokenizer
+from bertkit.text.windows import window_rows
 
 
 
@@ -146,8 +147,8 @@ class LMEvalOptions:
 def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str],
                         mask_rate: float = 0.15, seed: int = 0, batch_size: int = 64,
                         device: str | torch.device = "cpu", mask_frac: float | None = None,
-                        random_frac: float | None = None,
-                        whole_word: bool = False) -> dict[str, float]:
+                        random_frac: float | None = None, whole_word: bool = False,
+                        windows: bool = False) -> dict[str, float]:
     """accuracy, loss (mean cross-entropy, nats), perplexity (exp loss) and tokens over a fixed
     sample of masked pieces of `texts` (strings): of each text, round(mask_rate * pieces) (at
     least one) of its non-special pieces, drawn from a generator seeded with `seed`, replaced
@@ -164,6 +165,10 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str],
     piece does not (a smaller vocabulary cuts more words, and a word's second piece is easier
     to guess than a whole word).
 
+    windows: a text longer than the model's positions is read whole, in windows
+    (`bertkit.text.windows`), each window masking the sample's pieces it holds and predicting
+    those where it is most central; the sample is drawn from the whole texts.
+
     A directory written by `bertkit prepare` is scored by `heldout_scores`, with pretraining's
     batches.
     """
@@ -178,8 +183,9 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str],
         raise ValueError(f"mask_frac {mask_frac} and random_frac {random_frac} must be in "
                          f"[0, 1] and add up to at most 1")
     texts = list(texts)
-    flat, lengths, special = _encode(tokenizer, texts, _max_length(model, tokenizer),
-                                     truncate=True)
+    longest = _max_length(model, tokenizer)
+    flat, lengths, special = _encode(tokenizer, texts, None if windows else longest,
+                                     truncate=not windows)
     sample = _MaskedSample.draw(tokenizer, flat, lengths, special, mask_rate, seed, whole_word)
     inputs = None
     if mask_frac < 1:
@@ -191,8 +197,13 @@ def masked_token_scores(model: nn.Module, tokenizer, texts: Sequence[str],
                                    dtype=torch.int64).numpy()
         inputs = np.where(u < mask_frac, tokenizer.mask_id,
                           np.where(u < mask_frac + random_frac, random_ids, flat))
+    scored = None
+    if windows:
+        rows = window_rows(lengths, longest)
+        flat, lengths, sample = flat[rows.source], rows.lengths, sample.taken(rows.source)
+        inputs, scored = None if inputs is None else inputs[rows.source], rows.owned
     loss_sum, correct, count = _score_sample(model, tokenizer, flat, lengths, sample, inputs,
-                                             batch_size, torch.device(device))
+                                             batch_size, torch.device(device), scored)
     if count == 0:
         raise UserError("no pieces to score: the texts are empty")
     loss = loss_sum / count
@@ -231,13 +242,24 @@ class _MaskedSample:
         return cls(~special & chosen_word[np.maximum(word_of, 0)], word_of, chosen_word,
                    np.zeros(len(chosen_word), dtype=np.int64))
 
+    def taken(self, source: np.ndarray) -> _MaskedSample:
+        """The sample of the pieces `source` (windows of the texts), words shared."""
+        return dataclasses.replace(self, chosen=self.chosen[source], word_of=None
+                                   if self.word_of is None else self.word_of[source])
+
 
 def _score_sample(model: nn.Module, tokenizer, flat: np.ndarray, lengths: np.ndarray,
                   sample: _MaskedSample, inputs: np.ndarray | None, batch_size: int,
-                  device: torch.device) -> tuple[float, int, int]:
+                  device: torch.device, scored: np.ndarray | None = None
+                  ) -> tuple[float, int, int]:
     """(summed loss, right, predicted) over the sample, `batch_size` texts per forward pass
-    in order of length; `inputs` [P]: what each piece becomes (None: [MASK])."""
+    in order of length; `inputs` [P]: what each piece becomes (None: [MASK]). `scored` [P]
+    (windows): the sample's pieces predicted here; the rest are only corrupted."""
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    if scored is not None:
+        hidden = sample.chosen & ~scored
+        flat = np.where(hidden, tokenizer.mask_id if inputs is None else inputs, flat)
+        sample = dataclasses.replace(sample, chosen=sample.chosen & scored)
     padded = _padded(flat, lengths, tokenizer.pad_id)
     corrupted = None if inputs is None else _padded(inputs, lengths, tokenizer.pad_id)
     flat_at = _padded(np.arange(len(flat)), lengths, -1) if sample.wrong is not None else None
@@ -316,7 +338,8 @@ def _evaluate_electra(model_dir: Path, inp: Path, pairs: bool, tokenizer, opts: 
 
 def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathLike,
                         options: LMEvalOptions | None = None, batch_size: int = 64,
-                        device: str | torch.device = "cpu", progress: bool = False) -> dict:
+                        device: str | torch.device = "cpu", progress: bool = False,
+                        windows: bool = False) -> dict:
     """Judge the pretrained model of `model_dir` on `input_path`, by what the input is:
 
     - a directory written by `bertkit prepare`: held-out masked-token accuracy, loss and
@@ -334,6 +357,8 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
     batch_size: texts per forward pass for masked-token scores; masked copies per forward pass
     (four times as many) for pseudo-log-likelihoods. progress: the pseudo-log-likelihoods'
     progress on stderr, a forward pass a piece (the other figures take one a text or batch).
+    windows: a masked LM's text file, its lines longer than the model read in windows
+    (`masked_token_scores`, `pseudo_perplexity`), where they are cut by default.
     """
     opts = options or LMEvalOptions()
     if batch_size < 1:
@@ -351,10 +376,17 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
                             f"minimal-pair .jsonl files nor a `datasets` directory of texts")
         load_manifest(inp)
         check_tokenizer(inp, tokenizer)
+    if has_detector(model_dir) and windows:
+        raise UserError("--long-inputs windows: an ELECTRA directory is judged by its "
+                        "generator and detector as they are, its texts cut")
     if has_detector(model_dir):
         return _evaluate_electra(model_dir, inp, pairs, tokenizer, opts, batch_size, device)
     # A left-to-right model is judged as one: next-token figures, whatever --objective says.
     causal = load_config(model_dir).causal
+    if windows and (causal or pairs or (inp.is_dir() and not is_dataset_dir(inp))):
+        raise UserError(f"--long-inputs windows: {inp} is no text file for a masked LM (its "
+                        f"lines are scored in windows; held-out rows, minimal pairs and a "
+                        f"left-to-right model's next tokens are not)")
     objective = objective_named(LeftToRight.name if causal else opts.objective)
     model = objective.saved_model(Path(model_dir), device)
     if tokenizer.vocab_size > model.config.vocab_size:
@@ -370,11 +402,13 @@ def evaluate_pretrained(model_dir: str | os.PathLike, input_path: str | os.PathL
         scored_by = ({"scored_by": "log-likelihood"} if causal else
                      {"scored_by": "pseudo-log-likelihood", "pll": opts.pll})
         return {"kind": "minimal_pairs", **scored_by, **report}
-    return _text_figures(model, tokenizer, inp, opts, batch_size, device, causal, progress)
+    return _text_figures(model, tokenizer, inp, opts, batch_size, device, causal, progress,
+                         windows)
 
 
 def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
-                  batch_size: int, device, causal: bool = False, progress: bool = False) -> dict:
+                  batch_size: int, device, causal: bool = False, progress: bool = False,
+                  windows: bool = False) -> dict:
     """A text file's non-blank lines (or the texts of its records, `numbered_texts`):
     masked-token scores and pseudo-perplexity (kind "text"), or for a left-to-right model
     next-token figures (kind "next_token")."""
@@ -393,9 +427,10 @@ def _text_figures(model: nn.Module, tokenizer, inp: Path, opts: LMEvalOptions,
     masked = masked_token_scores(model, tokenizer, lines, mask_rate=opts.mask_rate,
                                  seed=opts.seed, batch_size=batch_size, device=device,
                                  mask_frac=mask_frac, random_frac=random_frac,
-                                 whole_word=opts.whole_word)
+                                 whole_word=opts.whole_word, windows=windows)
     pseudo = pseudo_perplexity(model, tokenizer, lines, batch_size=4 * batch_size,
-                               device=device, metric=opts.pll, progress=progress)
+                               device=device, metric=opts.pll, progress=progress,
+                               windows=windows)
     return {"kind": "text", **masked, **pseudo, "pll": opts.pll}
 
 

@@ -18,6 +18,7 @@ from bertkit.pretraining.sentence_rows import (encode, eval_mode, masked_logits,
                                                padded, word_begins)
 from bertkit.progress import Progress
 from bertkit.text.tokenizer import word_starts
+from bertkit.text.windows import window_rows
 
 GOOD, BAD = "sentence_good", "sentence_bad"
 PLL_METRICS = ("original", "word-l2r")
@@ -31,20 +32,29 @@ where they carry no UID."""
 def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
          device: torch.device, truncate: bool = False,
          names: Sequence[str] | None = None, metric: str = "original",
-         progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         progress: bool = False,
+         windows: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pseudo-log-likelihood float64 [S], scored pieces int64 [S], scored words int64 [S])
     of distinct sentences (words by `word_begins`: a sentence cut to fit counts only the
     words it kept). `progress`: the masked copies scored, their rate and the ETA on stderr
-    (a forward pass a piece: minutes for a few thousand lines on a CPU)."""
+    (a forward pass a piece: minutes for a few thousand lines on a CPU). `windows`: a
+    sentence longer than the model is read in windows, each piece scored in the window where
+    it is most central (`bertkit.text.windows`)."""
     if metric not in PLL_METRICS:
         raise ValueError(f"unknown PLL metric {metric!r}; choose one of {PLL_METRICS}")
-    flat, lengths, special = encode(tokenizer, sentences, max_length(model, tokenizer),
-                                     truncate, names)
-    text_of = np.repeat(np.arange(len(sentences)), lengths)
+    flat, lengths, special = encode(tokenizer, sentences, None if windows else
+                                    max_length(model, tokenizer), truncate, names)
+    words = np.repeat(np.arange(len(sentences)), lengths)[word_begins(tokenizer, flat, special)]
+    row_text, owned = np.arange(len(sentences)), True  # a row a sentence, every piece scored
+    if windows:
+        rows = window_rows(lengths, max_length(model, tokenizer))
+        flat, special, lengths = flat[rows.source], special[rows.source], rows.lengths
+        row_text, owned = rows.text_of, rows.owned
+    text_of = np.repeat(np.arange(len(lengths)), lengths)
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
     # One masked copy per non-special piece: (its sentence, its position in the sentence),
     # ordered by the sentence's length so that a batch pads little.
-    piece = np.flatnonzero(~special)
+    piece = np.flatnonzero(~special & owned)
     copy_sentence = text_of[piece]
     copy_position = piece - starts[copy_sentence]
     # word-l2r: the pieces after a copy's piece up to the next word start (a special token
@@ -59,7 +69,7 @@ def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
     copy_sentence, copy_position = copy_sentence[order], copy_position[order]
     copy_later = copy_later[order]
     rows = padded(flat, lengths, tokenizer.pad_id)
-    scores = np.zeros(len(sentences), dtype=np.float64)
+    scores = np.zeros(len(lengths), dtype=np.float64)
     bar = Progress("pseudo-log-likelihood", len(order), "masked copies", enabled=progress)
     with eval_mode(model):
         for start in range(0, len(order), batch_size):
@@ -76,14 +86,15 @@ def _pll(model: nn.Module, tokenizer, sentences: Sequence[str], batch_size: int,
                       .numpy())
             bar.update(add=len(s))
     bar.finish()
-    words = text_of[word_begins(tokenizer, flat, special)]
-    return (scores, np.bincount(copy_sentence, minlength=len(sentences)),
+    return (np.bincount(row_text, scores, minlength=len(sentences)),
+            np.bincount(row_text[copy_sentence], minlength=len(sentences)),
             np.bincount(words, minlength=len(sentences)))
 
 
 def _distinct_pll(model, tokenizer, sentences: Sequence[str], batch_size: int, device,
                   truncate: bool = False, metric: str = "original",
-                  progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  progress: bool = False,
+                  windows: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`_pll` of each sentence, each distinct sentence scored once: equal sentences get equal
     scores exactly, whatever batch they would have fallen into."""
     distinct = list(dict.fromkeys(sentences))
@@ -91,7 +102,7 @@ def _distinct_pll(model, tokenizer, sentences: Sequence[str], batch_size: int, d
     where = np.fromiter((index[s] for s in sentences), dtype=np.int64, count=len(sentences))
     scores, pieces, words = _pll(model, tokenizer, distinct, batch_size, torch.device(device),
                                  truncate, names=[f"sentence {s[:60]!r}" for s in distinct],
-                                 metric=metric, progress=progress)
+                                 metric=metric, progress=progress, windows=windows)
     return scores[where], pieces[where], words[where]
 
 
@@ -109,10 +120,12 @@ def pseudo_log_likelihood(model: nn.Module, tokenizer, sentences: Sequence[str],
 
 def pseudo_perplexity(model: nn.Module, tokenizer, texts: Sequence[str], batch_size: int = 256,
                       device: str | torch.device = "cpu", truncate: bool = True,
-                      metric: str = "original", progress: bool = False) -> dict[str, float]:
+                      metric: str = "original", progress: bool = False,
+                      windows: bool = False) -> dict[str, float]:
     """pseudo_perplexity = exp(-sum PLL / pieces) over all texts, with pseudo_log_likelihood
     (the sum), pieces and texts, the PLL by `metric` (see `pseudo_log_likelihood`). Texts
-    longer than the model's positions are cut to fit (`truncate`) or refused.
+    longer than the model's positions are cut to fit (`truncate`) or refused, or with
+    `windows` read in windows, each piece scored in the one where it is most central.
 
     pseudo_perplexity_per_word = exp(-sum PLL / words), words as the tokenizer splits the text
     before it cuts pieces (WordPiece: at spaces and punctuation). Two vocabularies of one kind
@@ -120,7 +133,7 @@ def pseudo_perplexity(model: nn.Module, tokenizer, texts: Sequence[str], batch_s
     the per-piece figure, compares them; with metric "word-l2r", since the "original" PLL
     gives a word more help from its own neighbouring pieces the more pieces it is cut into."""
     scores, pieces, words = _distinct_pll(model, tokenizer, list(texts), batch_size, device,
-                                          truncate, metric, progress)
+                                          truncate, metric, progress, windows)
     total, n, w = float(scores.sum()), int(pieces.sum()), int(words.sum())
     if n == 0:
         raise UserError("no pieces to score: the texts are empty")

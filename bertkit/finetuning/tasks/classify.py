@@ -55,6 +55,7 @@ class TextTask(Task):
 
     problem_type: ClassVar[str] = "single_label_classification"
     """The head's loss (`bertkit.finetuning.heads.problem_loss`), for any model family."""
+    reads_windows: ClassVar[bool | None] = True
 
     @property
     def pairs(self) -> bool:
@@ -172,6 +173,10 @@ class TextTask(Task):
     def soft_loss(self, student, teacher, temperature: float) -> torch.Tensor:
         """The teacher's term: KL between the softened class distributions."""
         return distillation.soft_kl(student, teacher, temperature)
+
+    def pool_windows(self, outputs, windows, item) -> torch.Tensor:
+        """The mean of the windows' logits (a pair's: of windows over its second text)."""
+        return torch.stack(list(outputs)).mean(0)
 
     def decode_outputs(self, outputs, items, examples) -> list[tuple]:
         """(label, probability) per example."""

@@ -247,6 +247,7 @@ def decode_answers(windows: list[Window], scores, firsts, lasts, nulls, probabil
 class QA(Task):
     """Extractive question answering, SQuAD 1.1 or 2.0 (unanswerable questions)."""
     name: ClassVar[str] = "qa"
+    reads_windows: ClassVar[bool | None] = None  # its contexts' windows, `stride` apart
     defaults: ClassVar[Defaults] = Defaults(epochs=3, batch_size=16, max_length=384,
                                             small_model_lr=None)
     verb: ClassVar[str] = "answer"

@@ -27,7 +27,8 @@ from torch import nn
 from bertkit.files import UserError, read_jsonl
 from bertkit.finetuning import distillation, metrics
 from bertkit.finetuning.heads import Parts, TaskHead, first_subword_index, head_dropout
-from bertkit.finetuning.inputs import Item, encode_words, pad_inputs, words_cut
+from bertkit.finetuning.inputs import (Item, encode_words, first_window_word, pad_inputs,
+                                      word_windows, words_cut)
 from bertkit.finetuning.readers import detect_format, holds_tags, read_tagged
 from bertkit.finetuning.task import fitted, model_inputs
 from bertkit.finetuning.tagging import spans_to_tags, tags_to_spans
@@ -262,6 +263,7 @@ class SpanTagger(TaskHead):
 class Spans(WordTask):
     """Entities as word spans, nested or not; its labels are the entity types."""
     name: ClassVar[str] = "spans"
+    reads_windows: ClassVar[bool | None] = True
 
     nested: bool = fitted(False)
     """Whether training has overlapping entities (else overlapping candidates are resolved)."""
@@ -362,6 +364,14 @@ class Spans(WordTask):
         logits, wmask = model(*model_inputs(batch), word_ids=batch["word_ids"],
                               case_ids=batch.get("case_ids"))
         return [(logits[r].float().cpu(), wmask[r].cpu()) for r in range(len(items))]
+
+    def pool_windows(self, outputs, windows, item) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each span's logits from the window where its first word's first piece is most
+        central (a span that runs past that window's last word scores NULL there, as one past
+        a sentence's end does)."""
+        rows = [outputs[k][0][w - first_window_word(item.word_ids, windows.positions[k])]
+                for w, k in enumerate(word_windows(item.word_ids, windows))]
+        return torch.stack(rows), torch.ones(len(rows), dtype=torch.bool)
 
     def decode_outputs(self, outputs, items, examples
                        ) -> list[list[tuple[int, int, str, float]]]:

@@ -20,7 +20,8 @@ from bertkit.files import UserError
 from bertkit.finetuning import baselines, distillation, metrics
 from bertkit.finetuning.crf import CRF, allowed_transitions
 from bertkit.finetuning.heads import Parts, TokenClassifier
-from bertkit.finetuning.inputs import (Item, encode_words, pad_inputs, piece_cases,
+from bertkit.finetuning.inputs import (Item, encode_words, first_window_word,
+                                      pad_inputs, piece_cases, word_windows,
                                       words_cut)
 from bertkit.finetuning.readers import (TaggedSentence, check_tags, detect_format, holds_tokens,
                                         read_tagged, read_text_examples, tagging_labels)
@@ -177,6 +178,7 @@ class WordTask(Task):
 class Tag(WordTask):
     """A label per word."""
     name: ClassVar[str] = "tag"
+    reads_windows: ClassVar[bool | None] = True
 
     scheme: Literal["IO", "BIO", "BIOES"] | None = None
     """Re-tag the data in IO, BIO or BIOES as it is read; none keeps the data's scheme."""
@@ -293,6 +295,26 @@ class Tag(WordTask):
         probs = torch.softmax(logits.float(), -1).max(-1).values
         return [(lab, p[m].tolist(), m.tolist()) for lab, p, m in
                 zip(labels, probs.cpu(), mask.cpu())]
+
+    def pool_windows(self, outputs, windows, item) -> tuple:
+        """Each word's label (and probability) from the window where its first piece is most
+        central; with a CRF, each window's own best path, so a tag may follow another across
+        the seam where no single path would put it."""
+        if outputs[0][0] == "words":  # per window: its words' best labels, from its first word
+            owner = word_windows(item.word_ids, windows)
+            base = [first_window_word(item.word_ids, held) for held in windows.positions]
+            picked = [(outputs[k][1][w - base[k]], outputs[k][2][w - base[k]])
+                      for w, k in enumerate(owner)]
+            return "words", [b for b, _ in picked], [p for _, p in picked]
+        labels, probs = {}, {}
+        for k, ((lab, prob, mask), held) in enumerate(zip(outputs, windows.positions)):
+            kept = [j for j, m in enumerate(mask[:len(held)]) if m]
+            for j, label, p in zip(kept, lab, prob):
+                if windows.owner[held[j]] == k and not windows.shared[held[j]]:
+                    labels[int(held[j])], probs[int(held[j])] = label, p
+        kept = sorted(labels)
+        return ([labels[t] for t in kept], [probs[t] for t in kept],
+                [t in labels for t in range(len(item.ids))])
 
     def decode_outputs(self, outputs, items, examples) -> list[tuple[list[str], list[float]]]:
         """(word tags, word scores) per sentence."""
