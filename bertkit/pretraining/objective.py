@@ -2,8 +2,11 @@
 run that differ from one objective to another, and the shape of the examples it reads.
 
     examples     how the text is cut into rows and which targets a batch carries
+    extra_heads  its own heads beside the Hugging Face ones, given to the model's constructor;
+                 extra_state: their weights as a directory it saved keeps them
     fresh_model  a model of a fresh config, initialised from a seed;  loaded_model: --init's
-    fit          the model made ready for this objective (heads added, unused heads frozen)
+    fit          the model made ready for this objective (its new heads drawn from the run's
+                 seed, unused heads frozen)
     loss         one batch's (loss, metrics);  target_count: the tokens it predicts
     held_out     one held-out batch's terms;  figures: the objective's own held-out figures
     untrained_parts  what is left at its initial draw and so not saved
