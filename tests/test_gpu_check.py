@@ -23,7 +23,7 @@ SCRIPT = REPO / "bench" / "gpu_check.sh"
 WORDS = ("the a film story was good bad long short we they saw read it and but very quite "
          "river bank money water light dark house garden night morning").split()
 STEPS = ["env", "tests", "pretrain-bert", "pretrain-bert-compiled", "pretrain-modern",
-         "pretrain-modern-compiled", "recipe", "heldout", "finetune", "embed"]
+         "pretrain-modern-compiled", "recipe", "heldout", "finetune", "embed", "long"]
 COMPILED = {"pretrain-bert-compiled", "pretrain-modern-compiled"}  # not in a dry run
 # a dry run's pretrain-bert step runs both architectures' tables in one process
 TOGETHER = {"pretrain-modern": "skipped: dry run: run in pretrain-bert's process"}
@@ -90,6 +90,8 @@ def test_the_dry_run_runs_every_step_and_writes_one_folder(tmp_path):
     assert (out / "recipe" / "model.safetensors").is_file()
     heldout = (out / "08-heldout.log").read_text()
     assert "accuracy" in heldout and heldout.count("bertkit.cli evaluate") == 2
+    long = (out / "11-long.log").read_text()
+    assert "blocked" in long and "cosine to transformers" in long
 
 
 def test_only_runs_the_steps_it_names(tmp_path):
