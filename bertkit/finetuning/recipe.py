@@ -44,7 +44,8 @@ from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze
 from bertkit.finetuning.baselines import baseline_comparison
-from bertkit.finetuning.batches import EpochBatches
+from bertkit.finetuning.batches import EpochBatches, rank_targets
+from bertkit.finetuning.data_parallel import check_ranks, ranks_joined
 from bertkit.finetuning.inputs import Item, warn_cut
 from bertkit.finetuning.predict import TaskModel
 from bertkit.finetuning.input_sources import input_file, input_identity, input_name
@@ -54,6 +55,7 @@ from bertkit.model import hub
 from bertkit.model.card import card_figure, read_card, write_card
 from bertkit.progress import counted
 from bertkit.runtime import choose_precision, resolve_device
+from bertkit.training.distributed import rank_info
 from bertkit.training.loop import train
 from bertkit.training.resume import check_resume
 from bertkit.training.settings import run_settings, settings_block
@@ -111,7 +113,10 @@ class FinetuneConfig:
     start if there is none."""
     device: str = "auto"
     """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda,
-    cuda:1, ..."""
+    cuda:1, ...; under torchrun, auto and cuda give each rank its LOCAL_RANK GPU."""
+    dist_timeout: float = 600.0
+    """Under torchrun: seconds a rank waits for the others in one collective (rank 0's dev
+    evaluation and save included) before the run stops with one line."""
     tensorboard: bool = False
     """Also write the logged figures as TensorBoard scalars into OUT/tensorboard (needs the
     tensorboard package)."""
@@ -132,7 +137,7 @@ class FinetuneConfig:
                      "save_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise bad(name, "at least 1")
-        for name in ("lr", "head_lr", "max_time"):
+        for name in ("lr", "head_lr", "max_time", "dist_timeout"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise bad(name, "positive")
         for name in ("weight_decay", "train_layers"):
@@ -145,7 +150,8 @@ class FinetuneConfig:
 
 
 # How a run is driven, not what it learns: free to differ between a run and its resume.
-_RUN_CONTROL = ("save_every", "resume", "device", "tensorboard", "show_progress")
+_RUN_CONTROL = ("save_every", "resume", "device", "dist_timeout", "tensorboard",
+                "show_progress")
 
 
 @dataclass
@@ -258,8 +264,13 @@ def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, d
     (`bertkit.finetuning.backbone.Backbone`, e.g. bertkit.finetuning.cnn.CnnBackbone); none:
     the pretrained encoder of `model_dir`. `teacher`: a fine-tuned model of the task whose
     outputs the student learns (`bertkit.finetuning.teacher.Teacher`; its `student` backbone
-    is N of its layers)."""
-    with input_file(train_path) as train, input_file(dev_path) as dev:
+    is N of its layers). Under torchrun the same call trains data-parallel
+    (`bertkit.finetuning.data_parallel`): each rank takes its share of every batch of
+    `cfg.batch_size` examples, and rank 0 writes."""
+    cfg = cfg or FinetuneConfig()
+    with ranks_joined(cfg.device, cfg.dist_timeout) as device, input_file(train_path) as train, \
+            input_file(dev_path) as dev:
+        cfg = cfg if device is None else dataclasses.replace(cfg, device=str(device))
         given = GivenData((input_name(train_path), input_name(dev_path)),
                           (input_identity(train_path, train), input_identity(dev_path, dev)))
         return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line, backbone,
@@ -526,6 +537,9 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     """`finetune` on the files `input_file` gives; `given`: the data as the user gave it."""
     plan = plan_run(task_of(task), model_dir, train_path, dev_path, out_dir,
                     cfg or FinetuneConfig(), backbone, given.names)
+    rank, world = rank_info()
+    if rank:  # rank 0 speaks for the run
+        plan = dataclasses.replace(plan, cfg=dataclasses.replace(plan.cfg, show_progress=False))
     task, train_examples, dev = read_data(plan)  # bad input refused before anything is said
     lesson = teacher.lesson(task) if teacher else None  # its labels, its unlabelled texts
     task = lesson.task if lesson else task
@@ -547,10 +561,11 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     if cfg.show_progress:
         print(settings_block(settings), file=sys.stderr)
     items = training_items(plan, task, train_examples, dev)
+    check_ranks(len(items), world, plan.names[0])
     taught = teacher.teach(lesson, plan.backbone, items, train_examples, cfg.device,
                            cfg.show_progress) if teacher else None
     batches = EpochBatches(taught.items if taught else items, taught or task, cfg.batch_size,
-                           cfg.seed)
+                           cfg.seed, rank, world)
     task = task.with_steps(plan.epochs * len(batches))
     runner = TaskModel(model, plan.backbone.tokenizer, task, torch.device(cfg.device),
                        skip_no_room=True, report_cut=False, source=str(plan.model_dir),
@@ -561,11 +576,12 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
                    train_config(plan, len(batches)), plan.out_dir, evaluate=scores.evaluate,
                    param_groups=param_groups(model, cfg.lr, cfg.head_lr, cfg.weight_decay),
                    save=scores.save, fingerprint=known,
-                   device=cfg.device, show_progress=cfg.show_progress, settings=settings)
+                   target_count=rank_targets if world > 1 else None, device=cfg.device, show_progress=cfg.show_progress, settings=settings)
     if result.stopped_by == "interrupted":  # the loop said where its checkpoint is
         return FinetuneResult(plan.out_dir, {}, result.step, result.train_seconds,
                               result.stopped_by, result.best_step, task)
-    shutil.rmtree(plan.out_dir / "checkpoints", ignore_errors=True)  # the best one is the model
+    if rank == 0:
+        shutil.rmtree(plan.out_dir / "checkpoints", ignore_errors=True)  # the best: the model
     # The step budget is the epochs: say so rather than "max_steps".
     stopped_by = "epochs" if result.stopped_by == "max_steps" else result.stopped_by
     final, saved = scores.final, scores.runner.task

@@ -15,6 +15,7 @@ and its line in `bertkit.finetuning.tasks.TASKS`.
     make_model the encoder with the task's head;  loss: one batch's loss
     load_pretrained  what of the model directory the task starts from beside the encoder
     with_steps the settings given the run's length in steps (a loss scheduled over the run)
+    target_count  how many targets a batch's loss averages over (ranks' weights)
     infer      one batch's raw outputs;  decode_outputs: outputs -> predictions
     score      metrics of predictions against labelled examples;  baseline: a trivial one's
     selection  the dev figure the best checkpoint is kept by;  tune: thresholds fitted on dev
@@ -261,6 +262,12 @@ class Task:
 
     def loss(self, model: nn.Module, batch: dict) -> torch.Tensor:
         return model.loss(model(*model_inputs(batch)), batch["labels"])
+
+    def target_count(self, batch: dict) -> float:
+        """How many targets `loss` averages over in `batch` (collated, on the CPU): the
+        weight of a rank's share of a global batch under torchrun, so that the ranks' losses
+        make the mean over the whole batch. By default its rows: a mean over examples."""
+        return batch["input_ids"].shape[0]
 
     def infer(self, model: nn.Module, batch: dict, items: Sequence[Item]) -> list:
         """Raw outputs of one batch, one per item, on the CPU (what `decode_outputs` reads)."""

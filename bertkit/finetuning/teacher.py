@@ -217,6 +217,10 @@ class Taught:
         batch["teacher"] = dist.stack_outputs([it.taught for it in items])
         return batch
 
+    def target_count(self, batch: dict) -> float:
+        """The task's count (`Task.target_count`): its loss's targets where labels teach too."""
+        return self.task.target_count(batch)
+
     def loss(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         project = model.teacher_projection if self.projected else None
         taught = self.task.taught_loss(model, batch, self.settings, project)

@@ -325,6 +325,11 @@ class Rerank(Task):
             None if cross is None else logits[cross.clamp(min=0)],
             None if cross is None else cross >= 0)
 
+    def target_count(self, batch) -> float:
+        # the listwise and margin losses are means over queries, bce's over pairs
+        return batch["positive_index"].shape[0] if "positive_index" in batch \
+            else batch["input_ids"].shape[0]
+
     def infer(self, model, batch, items) -> list:
         return list(model(*model_inputs(batch))[:, 0].float().cpu().unbind(0))
 
