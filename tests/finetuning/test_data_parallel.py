@@ -1,0 +1,296 @@
+"""`bertkit finetune` under torchrun, two gloo processes on the CPU: each task's run equals one
+process with the same global batch (the loss of every step, the saved model), a short last
+batch included (a rank left without a row runs a stand-in at weight zero); in-batch negatives
+gathered across the ranks give the gradients of the whole batch; a worker killed with kill -9
+under --max-restarts is restarted and finishes; a checkpoint resumes at another number of
+ranks; more processes than training examples is refused in one line."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.cli.main import main
+from bertkit.embeddings.losses import cosent_loss, multiple_negatives_ranking_loss
+from tests.finetuning.conftest import ner, sentiment, write_conll, write_jsonl
+from tests.finetuning.test_embed_task import make_file
+from tests.finetuning.test_resume import _signal_at
+
+pytestmark = [pytest.mark.slow]
+
+PYTHON = sys.executable
+TOLERANCE = 2e-5
+"""Weights of one process and of two agree to this: the same rows, targets and schedule, the
+sums taken in another order (two halves all-reduced). A step moves them by about lr = 1e-2."""
+LOSS_TOLERANCE = 1e-5
+UNDETERMINED = ".attention.self.key.bias"
+"""Left out of the comparison: softmax ignores a score added to every key alike, so the key
+bias's gradient is zero but for rounding, which Adam divides by its own tiny size (eps 1e-8)
+into steps of the learning rate's order: one process and two move it by their own noise."""
+QUICK = ["--precision", "fp32", "--warmup", "0", "--lr", "1e-2", "--head-lr", "1e-2",
+         "--seed", "0", "--quiet"]
+
+
+def _env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT"):
+        env.pop(name, None)
+    return env
+
+
+def _args(task: str, model: Path, train: Path, dev: Path, out: Path, *more: str) -> list[str]:
+    return ["finetune", task, "--model", str(model), "--train", str(train), "--dev", str(dev),
+            "--out", str(out), *QUICK, *more]
+
+
+def _one_process(args: list[str], status: int = 0) -> None:
+    """The run in this process, one thread as each rank has; it exits with `status`."""
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            patch.delenv(name, raising=False)
+        patch.setenv("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(1)
+        try:
+            assert main(args) == status
+        finally:
+            torch.set_num_threads(threads)
+
+
+def _torchrun(args: list[str], *launcher: str, module: str = "torch.distributed.run",
+              ranks: int = 2) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", module, "--standalone", "--nproc_per_node", str(ranks),
+                           *launcher, "-m", "bertkit.cli", *args],
+                          env=_env(), capture_output=True, text=True, timeout=180)
+
+
+def _two_ranks(args: list[str]) -> str:
+    done = _torchrun(args)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def _losses(out: Path) -> list[tuple[int, float]]:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in records if r["split"] == "train"]
+
+
+def _assert_same_run(one: Path, two: Path, atol: float = TOLERANCE) -> None:
+    """The loss curve within LOSS_TOLERANCE, the saved weights within `atol`."""
+    a, b = _losses(one), _losses(two)
+    assert [s for s, _ in a] == [s for s, _ in b] and len(a) >= 4
+    for (step, x), (_, y) in zip(a, b):
+        assert abs(x - y) <= LOSS_TOLERANCE, (step, x, y)
+    wa, wb = load_file(str(one / "model.safetensors")), load_file(str(two / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for k in (k for k in wa if not k.endswith(UNDETERMINED)):
+        torch.testing.assert_close(wa[k], wb[k], atol=atol, rtol=0, msg=k)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, Path]:
+    """41 sentences to classify (batches of 8: the last holds one row, which rank 1 takes
+    while rank 0 runs a stand-in), 40 tagged ones, 40 pairs."""
+    d = tmp_path_factory.mktemp("ddp")
+    return {"train": write_jsonl(d / "train.jsonl", sentiment(41, 1)),
+            "dev": write_jsonl(d / "dev.jsonl", sentiment(20, 2)),
+            "ner_train": write_conll(d / "train.conll", ner(40, 3)),
+            "ner_dev": write_conll(d / "dev.conll", ner(16, 4)),
+            "pairs": make_file(d, "pairs", 40), "pairs_dev": make_file(d, "pairs", 16, seed=1)}
+
+
+CLASSIFY = ("--epochs", "3", "--batch-size", "8", "--patience", "9")
+
+
+@pytest.fixture(scope="module")
+def classify_one(data, tiny_bert, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("one") / "run"
+    _one_process(_args("classify", tiny_bert, data["train"], data["dev"], out, *CLASSIFY))
+    return out
+
+
+@pytest.fixture(scope="module")
+def classify_two(data, tiny_bert, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("two") / "run"
+    stdout = _two_ranks(_args("classify", tiny_bert, data["train"], data["dev"], out,
+                              *CLASSIFY))
+    # rank 0 alone reports and writes
+    assert len(stdout.splitlines()) == 1 and json.loads(stdout)["steps"] == 18
+    assert not (out / "checkpoints").exists()
+    return out
+
+
+def test_classify_on_two_ranks_equals_one_process(classify_one, classify_two):
+    _assert_same_run(classify_one, classify_two)
+    assert json.loads((classify_one / "dev_metrics.json").read_text()).keys() == \
+        json.loads((classify_two / "dev_metrics.json").read_text()).keys()
+    card = (classify_two / "README.md").read_text()
+    assert "batch size: 8" in card  # the global batch, as the user gave it
+
+
+def test_tag_on_two_ranks_equals_one_process(data, tiny_bert, tmp_path):
+    """Without a CRF the loss is a mean over labelled word pieces, which the ranks' shares
+    hold unequally (batches of 7 split 3 and 4): weighted by them, the step is one process's."""
+    args = ("--epochs", "2", "--batch-size", "7", "--no-crf")
+    _one_process(_args("tag", tiny_bert, data["ner_train"], data["ner_dev"], tmp_path / "one",
+                       *args))
+    _two_ranks(_args("tag", tiny_bert, data["ner_train"], data["ner_dev"], tmp_path / "two",
+                     *args))
+    _assert_same_run(tmp_path / "one", tmp_path / "two")
+
+
+def test_embed_with_gathered_negatives_on_two_ranks_equals_one_process(data, tiny_bert,
+                                                                       tmp_path):
+    """--gather-across-devices: each rank's anchors meet the positives of both ranks' shares,
+    the in-batch negatives of one process's batch of 8."""
+    args = ("--epochs", "2", "--batch-size", "8", "--lr", "1e-3", "--gather-across-devices",
+            "--symmetric")
+    _one_process(_args("embed", tiny_bert, data["pairs"], data["pairs_dev"], tmp_path / "one",
+                       *args))
+    _two_ranks(_args("embed", tiny_bert, data["pairs"], data["pairs_dev"], tmp_path / "two",
+                     *args))
+    _assert_same_run(tmp_path / "one", tmp_path / "two")
+
+
+_GATHER = """
+import sys, torch, torch.distributed as dist
+from bertkit.embeddings.losses import cosent_loss, multiple_negatives_ranking_loss
+from bertkit.training.gather import gather_rows
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+shares = [[int(i) for i in part.split(",") if i] for part in sys.argv[1].split("/")]
+torch.manual_seed(0)
+layer = torch.nn.Linear(6, 5)
+inputs, scores = torch.randn(5, 2, 6), torch.rand(5)
+mine = shares[rank] or [0]  # a rank without a row runs a stand-in
+rows = len(shares[rank])
+a, p = layer(inputs[mine, 0]), layer(inputs[mine, 1])
+a, p, s = gather_rows(a, rows), gather_rows(p, rows), gather_rows(scores[mine], rows)
+loss = multiple_negatives_ranking_loss(a, p, symmetric=True) + cosent_loss(a, p, s)
+(loss * rows * world / 5).backward()  # the loop's weights: they sum to the ranks' number
+for param in layer.parameters():  # DDP's average
+    dist.all_reduce(param.grad)
+    param.grad /= world
+torch.save({"loss": loss.detach(), "grads": [q.grad for q in layer.parameters()]},
+           sys.argv[2] + f"/rank{rank}.pt")
+"""
+
+
+@pytest.mark.parametrize("shares", ["0,1,2/3,4", "/0,1,2,3,4"])
+def test_gathered_rows_give_the_loss_and_gradients_of_the_whole_batch(shares, tmp_path):
+    """MNRL (both ways) and CoSENT over vectors gathered from two gloo processes, shares of
+    3 and 2 rows or of 0 (a stand-in) and 5: every rank's loss and the averaged gradients are
+    those of one process's batch of 5."""
+    script = tmp_path / "gather.py"
+    script.write_text(_GATHER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    ranks = [subprocess.Popen([PYTHON, str(script), shares, str(tmp_path)],
+                              env=dict(env, RANK=str(r)), stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    for rank in ranks:
+        assert rank.wait(timeout=120) == 0, rank.stderr.read()[-3000:]
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(6, 5)
+    inputs, scores = torch.randn(5, 2, 6), torch.rand(5)
+    a, p = layer(inputs[:, 0]), layer(inputs[:, 1])
+    loss = multiple_negatives_ranking_loss(a, p, symmetric=True) + cosent_loss(a, p, scores)
+    loss.backward()
+    for r in range(2):
+        got = torch.load(tmp_path / f"rank{r}.pt", weights_only=True)
+        torch.testing.assert_close(got["loss"], loss.detach(), atol=1e-6, rtol=0)
+        for mine, whole in zip(got["grads"], layer.parameters()):
+            torch.testing.assert_close(mine, whole.grad, atol=1e-5, rtol=1e-5)
+    assert float(layer.weight.grad.abs().max()) > 1e-3  # the gradients are not all zero
+
+
+def _workers(agent: subprocess.Popen) -> list[int]:
+    return [int(p) for p in subprocess.run(["pgrep", "-P", str(agent.pid)],
+                                           capture_output=True, text=True).stdout.split()]
+
+
+def _stopped_at_a_checkpoint(args: list[str], out: Path, *launcher: str) -> tuple:
+    """torchrun started on `args`, its two workers frozen (SIGSTOP) once the first checkpoint
+    is written: (the agent, the workers' pids)."""
+    agent = subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone",
+                              "--nproc_per_node", "2", *launcher, "-m", "bertkit.cli", *args],
+                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+    deadline = time.time() + 90
+    while not list((out / "checkpoints").glob("step-*")) and time.time() < deadline:
+        assert agent.poll() is None, agent.stdout.read()[-3000:]
+        time.sleep(0.01)
+    workers = _workers(agent)
+    assert len(workers) == 2, workers
+    for worker in workers:
+        os.kill(worker, signal.SIGSTOP)
+    assert not (out / "model.safetensors").exists()
+    return agent, workers
+
+
+def test_a_worker_killed_with_kill_9_is_restarted_and_finishes(data, tiny_bert, classify_one,
+                                                                 tmp_path):
+    out = tmp_path / "run"
+    args = _args("classify", tiny_bert, data["train"], data["dev"], out, *CLASSIFY,
+                 "--save-every", "2", "--resume")
+    agent, workers = _stopped_at_a_checkpoint(args, out, "--max-restarts", "1")
+    try:
+        os.kill(workers[1], signal.SIGKILL)
+        os.kill(workers[0], signal.SIGCONT)
+        log = agent.communicate(timeout=150)[0]
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+    assert agent.returncode == 0, log[-4000:]
+    assert "exitcode: -9" in log and "resumed from" in log, log[-4000:]
+    _assert_same_run(classify_one, out)
+
+
+def test_two_ranks_resumed_as_one(data, tiny_bert, classify_one, tmp_path):
+    out = tmp_path / "run"
+    args = _args("classify", tiny_bert, data["train"], data["dev"], out, *CLASSIFY,
+                 "--save-every", "2")
+    agent, workers = _stopped_at_a_checkpoint(args, out)
+    for worker in workers:
+        os.kill(worker, signal.SIGKILL)
+    agent.communicate(timeout=60)
+    _one_process(args + ["--resume"])
+    _assert_same_run(classify_one, out)
+
+
+def test_one_rank_resumed_as_two(data, tiny_bert, classify_one, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    args = _args("classify", tiny_bert, data["train"], data["dev"], out, *CLASSIFY)
+    _signal_at(monkeypatch, 7)  # SIGTERM: the step finishes and a checkpoint is saved
+    _one_process(args, status=130)
+    monkeypatch.undo()
+    assert list((out / "checkpoints").glob("step-*"))
+    _two_ranks(args + ["--resume"])
+    _assert_same_run(classify_one, out)
+
+
+def test_more_processes_than_training_examples_is_refused_in_one_line(data, tiny_bert,
+                                                                      tmp_path):
+    two = write_jsonl(tmp_path / "two.jsonl", [{"text": "a good film", "label": "positive"},
+                                               {"text": "a bad film", "label": "negative"}])
+    done = _torchrun(_args("classify", tiny_bert, two, data["dev"], tmp_path / "run"),
+                     module="bertkit.cli.torchrun", ranks=3)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert lines == [f"error: {two}: 2 training example(s) for 3 processes: each process "
+                     f"needs one; run fewer processes (torchrun --nproc_per_node)"], \
+        done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "run" / "model.safetensors").exists()
