@@ -2,7 +2,7 @@
 (`bertkit.training.distributed`, as pretraining joins them), each on its own device, and the
 run's training examples checked against their number.
 
-    with ranks_joined(cfg.device, cfg.dist_timeout) as device:   # None in one process
+    with ranks_joined(cfg.device, cfg.dist_timeout, {"--train": train_path}) as device:
         ...   # finetune: every rank builds the same plan and batches and keeps its share
 
 What each rank does is decided elsewhere: the global batch of --batch-size examples split into
@@ -14,22 +14,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import torch.distributed as dist
 
 from bertkit.files import UserError
+from bertkit.finetuning.input_sources import STDIN
 from bertkit.training.distributed import peer_failure, rank_device, start_distributed
 
 
 @contextlib.contextmanager
-def ranks_joined(device: str, timeout: float):
+def ranks_joined(device: str, timeout: float, sources: dict):
     """Under torchrun (WORLD_SIZE above 1): this rank's device (`rank_device`: its
     LOCAL_RANK GPU for auto and cuda), in the process group joined for the block and left
-    after it; a collective whose peer is gone ends in one line (`peer_failure`). In one
-    process: None, and nothing is joined."""
+    after it; a collective whose peer is gone ends in one line (`peer_failure`); the data
+    `sources` checked first (`check_sources`). In one process: None, and nothing is joined."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         yield None
         return
+    check_sources(sources)
     mine = rank_device(device)
     joined = start_distributed(mine, timeout)
     try:
@@ -43,6 +46,15 @@ def ranks_joined(device: str, timeout: float):
             dist.destroy_process_group()
 
 
+def check_sources(sources: dict) -> None:
+    """Under torchrun every rank reads the data itself: standard input, which one rank would
+    drain before the others, is refused (`sources`: flag -> what it was given)."""
+    for flag, source in sources.items():
+        if isinstance(source, (str, Path)) and str(source) == STDIN:
+            raise UserError(f"{flag} -: under torchrun every process reads the data itself; "
+                            f"give a file")
+
+
 def check_ranks(count: int, world: int, name: str) -> None:
     """Refuse more processes than training examples: a rank would have no row to train on in
     any step."""
@@ -51,4 +63,4 @@ def check_ranks(count: int, world: int, name: str) -> None:
                         f"process needs one; run fewer processes (torchrun --nproc_per_node)")
 
 
-__all__ = ["ranks_joined", "check_ranks"]
+__all__ = ["ranks_joined", "check_sources", "check_ranks"]

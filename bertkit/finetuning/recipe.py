@@ -268,8 +268,9 @@ def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, d
     (`bertkit.finetuning.data_parallel`): each rank takes its share of every batch of
     `cfg.batch_size` examples, and rank 0 writes."""
     cfg = cfg or FinetuneConfig()
-    with ranks_joined(cfg.device, cfg.dist_timeout) as device, input_file(train_path) as train, \
-            input_file(dev_path) as dev:
+    sources = {"--train": train_path, "--dev": dev_path}
+    with ranks_joined(cfg.device, cfg.dist_timeout, sources) as device, \
+            input_file(train_path) as train, input_file(dev_path) as dev:
         cfg = cfg if device is None else dataclasses.replace(cfg, device=str(device))
         given = GivenData((input_name(train_path), input_name(dev_path)),
                           (input_identity(train_path, train), input_identity(dev_path, dev)))

@@ -21,6 +21,8 @@ from safetensors.torch import load_file
 
 from bertkit.cli.main import main
 from bertkit.embeddings.losses import cosent_loss, multiple_negatives_ranking_loss
+from bertkit.files import UserError
+from bertkit.finetuning.data_parallel import ranks_joined
 from tests.finetuning.conftest import ner, sentiment, write_conll, write_jsonl
 from tests.finetuning.test_embed_task import make_file
 from tests.finetuning.test_resume import _signal_at
@@ -162,6 +164,17 @@ def test_embed_with_gathered_negatives_on_two_ranks_equals_one_process(data, tin
     _assert_same_run(tmp_path / "one", tmp_path / "two")
 
 
+def test_a_teacher_teaches_on_two_ranks_as_in_one_process(data, tiny_bert, classify_one,
+                                                           tmp_path):
+    """--teacher: its outputs computed on every rank, its loss weighted as the task's."""
+    args = ("--epochs", "1", "--batch-size", "8", "--teacher", str(classify_one))
+    _one_process(_args("classify", tiny_bert, data["train"], data["dev"], tmp_path / "one",
+                       *args))
+    _two_ranks(_args("classify", tiny_bert, data["train"], data["dev"], tmp_path / "two",
+                     *args))
+    _assert_same_run(tmp_path / "one", tmp_path / "two")
+
+
 _GATHER = """
 import sys, torch, torch.distributed as dist
 from bertkit.embeddings.losses import cosent_loss, multiple_negatives_ranking_loss
@@ -294,3 +307,11 @@ def test_more_processes_than_training_examples_is_refused_in_one_line(data, tiny
                      f"needs one; run fewer processes (torchrun --nproc_per_node)"], \
         done.stderr[-3000:]
     assert "Traceback" not in done.stderr and not (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_standard_input_is_refused_under_torchrun(monkeypatch):
+    """Every rank reads the data itself: one would drain standard input before the others."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError, match="^--train -: under torchrun every process reads"):
+        with ranks_joined("cpu", 5.0, {"--train": "-", "--dev": None}):
+            pass
