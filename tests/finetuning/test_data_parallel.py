@@ -1,7 +1,7 @@
 """`bertkit finetune` under torchrun, two gloo processes on the CPU: each task's run equals one
 process with the same global batch (the loss of every step, the saved model), a short last
-batch included (a rank left without a row runs a stand-in at weight zero); in-batch negatives
-gathered across the ranks give the gradients of the whole batch; a worker killed with kill -9
+batch included (a rank left without a row runs a stand-in at weight zero), embed's in-batch
+negatives gathered across the ranks, a teacher's lesson; a worker killed with kill -9
 under --max-restarts is restarted and finishes; a checkpoint resumes at another number of
 ranks; more processes than training examples is refused in one line."""
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,6 @@ import torch
 from safetensors.torch import load_file
 
 from bertkit.cli.main import main
-from bertkit.embeddings.losses import cosent_loss, multiple_negatives_ranking_loss
 from bertkit.files import UserError
 from bertkit.finetuning.data_parallel import ranks_joined
 from tests.finetuning.conftest import ner, sentiment, write_conll, write_jsonl
@@ -173,61 +171,6 @@ def test_a_teacher_teaches_on_two_ranks_as_in_one_process(data, tiny_bert, class
     _two_ranks(_args("classify", tiny_bert, data["train"], data["dev"], tmp_path / "two",
                      *args))
     _assert_same_run(tmp_path / "one", tmp_path / "two")
-
-
-_GATHER = """
-import sys, torch, torch.distributed as dist
-from bertkit.embeddings.losses import cosent_loss, multiple_negatives_ranking_loss
-from bertkit.training.gather import gather_rows
-
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-shares = [[int(i) for i in part.split(",") if i] for part in sys.argv[1].split("/")]
-torch.manual_seed(0)
-layer = torch.nn.Linear(6, 5)
-inputs, scores = torch.randn(5, 2, 6), torch.rand(5)
-mine = shares[rank] or [0]  # a rank without a row runs a stand-in
-rows = len(shares[rank])
-a, p = layer(inputs[mine, 0]), layer(inputs[mine, 1])
-a, p, s = gather_rows(a, rows), gather_rows(p, rows), gather_rows(scores[mine], rows)
-loss = multiple_negatives_ranking_loss(a, p, symmetric=True) + cosent_loss(a, p, s)
-(loss * rows * world / 5).backward()  # the loop's weights: they sum to the ranks' number
-for param in layer.parameters():  # DDP's average
-    dist.all_reduce(param.grad)
-    param.grad /= world
-torch.save({"loss": loss.detach(), "grads": [q.grad for q in layer.parameters()]},
-           sys.argv[2] + f"/rank{rank}.pt")
-"""
-
-
-@pytest.mark.parametrize("shares", ["0,1,2/3,4", "/0,1,2,3,4"])
-def test_gathered_rows_give_the_loss_and_gradients_of_the_whole_batch(shares, tmp_path):
-    """MNRL (both ways) and CoSENT over vectors gathered from two gloo processes, shares of
-    3 and 2 rows or of 0 (a stand-in) and 5: every rank's loss and the averaged gradients are
-    those of one process's batch of 5."""
-    script = tmp_path / "gather.py"
-    script.write_text(_GATHER)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
-    ranks = [subprocess.Popen([PYTHON, str(script), shares, str(tmp_path)],
-                              env=dict(env, RANK=str(r)), stderr=subprocess.PIPE, text=True)
-             for r in range(2)]
-    for rank in ranks:
-        assert rank.wait(timeout=120) == 0, rank.stderr.read()[-3000:]
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(6, 5)
-    inputs, scores = torch.randn(5, 2, 6), torch.rand(5)
-    a, p = layer(inputs[:, 0]), layer(inputs[:, 1])
-    loss = multiple_negatives_ranking_loss(a, p, symmetric=True) + cosent_loss(a, p, scores)
-    loss.backward()
-    for r in range(2):
-        got = torch.load(tmp_path / f"rank{r}.pt", weights_only=True)
-        torch.testing.assert_close(got["loss"], loss.detach(), atol=1e-6, rtol=0)
-        for mine, whole in zip(got["grads"], layer.parameters()):
-            torch.testing.assert_close(mine, whole.grad, atol=1e-5, rtol=1e-5)
-    assert float(layer.weight.grad.abs().max()) > 1e-3  # the gradients are not all zero
 
 
 def _workers(agent: subprocess.Popen) -> list[int]:
