@@ -324,8 +324,10 @@ class Embed(Task):
         project = project or (lambda v: v)
         taught = sum(distillation.vector_mse(project(mine), theirs.to(mine.device))
                      for mine, theirs in zip(columns, batch["teacher"])) / len(columns)
-        return distillation.mixed(settings.alpha, taught,
-                                  self.loss_of(columns, batch.get("labels")))
+        own = (columns, batch.get("labels"))
+        if self.gather_across_devices:  # the task's own loss over the whole batch
+            own = gathered(*own, batch.get(RANK_ROWS))
+        return distillation.mixed(settings.alpha, taught, self.loss_of(*own))
 
     def decode_outputs(self, outputs, items, examples) -> list:
         """Per example its texts' vectors (None for an example not scored on dev)."""
