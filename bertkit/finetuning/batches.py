@@ -6,7 +6,9 @@ process would) and keeps its share: rank r of W takes the rows from r * n // W t
 (r + 1) * n // W of a batch of n, so the shares differ by one row at most and, laid end to end
 in rank order, are the batch. A rank left without a row (the epoch's last batch shorter than
 the ranks) runs a copy of the batch's last row at weight zero: DDP needs every rank in each
-step. Each share carries its count of targets (`Task.target_count`), by which the loop weighs
+step. A share is collated by `Task.collate_share`, which sees the whole batch: rerank's
+in-batch negatives pair a share's queries with every row's positive. Each share carries its
+count of targets (`Task.target_count`), by which the loop weighs
 the ranks' losses, so that W processes take the step one process takes on the whole batch;
 and its number of real rows (`rank_rows`), for losses that gather the batch back
 (`bertkit.training.gather`). Every rank's position in the data is the same: a checkpoint of W
@@ -55,8 +57,8 @@ class EpochBatches:
     def _collate(self, idx: list[int]) -> dict:
         if self.world == 1:
             return self.task.collate([self.items[i] for i in idx])
-        share = rank_share(idx, self.rank, self.world)
-        batch = self.task.collate([self.items[i] for i in share or idx[-1:]])
+        share = rank_share(list(range(len(idx))), self.rank, self.world)
+        batch = self.task.collate_share([self.items[i] for i in idx], share or [len(idx) - 1])
         batch[RANK_ROWS] = len(share)
         batch[RANK_TARGETS] = float(self.task.target_count(batch)) if share else 0.0
         return batch

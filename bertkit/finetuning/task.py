@@ -11,6 +11,7 @@ and its line in `bertkit.finetuning.tasks.TASKS`.
     read       labelled examples from a file;  read_inputs: what `bertkit predict` reads
     with_labels  the label set collected from training (checked against dev); check: on test
     encode     examples -> model inputs (`Item`s);  collate: items -> a padded batch
+    collate_share  a rank's share of a global batch, collated (torchrun)
     batch_order  one epoch's batches of items (length-bucketed; a bi-encoder's: no text twice)
     make_model the encoder with the task's head;  loss: one batch's loss
     load_pretrained  what of the model directory the task starts from beside the encoder
@@ -239,6 +240,12 @@ class Task:
         if items[0].target is not None:
             batch["labels"] = torch.tensor([it.target for it in items])
         return batch
+
+    def collate_share(self, items: Sequence[Item], share: Sequence[int]) -> dict:
+        """Under torchrun, a rank's share of a global batch `items` (`share`: its positions)
+        collated: by default the share alone; a task whose rows meet the batch's others
+        at collation (rerank's in-batch negatives) reads them all."""
+        return self.collate([items[i] for i in share])
 
     def batch_order(self, items: Sequence[Item], batch_size: int,
                     generator: torch.Generator) -> list[list[int]]:

@@ -217,6 +217,11 @@ class Taught:
         batch["teacher"] = dist.stack_outputs([it.taught for it in items])
         return batch
 
+    def collate_share(self, items: Sequence[TaughtItem], share: Sequence[int]) -> dict:
+        batch = self.task.collate_share(items, share)
+        batch["teacher"] = dist.stack_outputs([items[i].taught for i in share])
+        return batch
+
     def target_count(self, batch: dict) -> float:
         """The task's count (`Task.target_count`): its loss's targets where labels teach too."""
         return self.task.target_count(batch)

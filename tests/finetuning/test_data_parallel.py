@@ -21,6 +21,8 @@ from safetensors.torch import load_file
 from bertkit.cli.main import main
 from bertkit.files import UserError
 from bertkit.finetuning.data_parallel import ranks_joined
+from bertkit.finetuning.recipe import FinetuneConfig, plan_run, read_data, training_items
+from bertkit.finetuning.tasks.rerank import Rerank
 from tests.finetuning.conftest import ner, sentiment, write_conll, write_jsonl
 from tests.finetuning.test_embed_task import make_file
 from tests.finetuning.test_resume import _signal_at
@@ -160,6 +162,47 @@ def test_embed_with_gathered_negatives_on_two_ranks_equals_one_process(data, tin
     _two_ranks(_args("embed", tiny_bert, data["pairs"], data["pairs_dev"], tmp_path / "two",
                      *args))
     _assert_same_run(tmp_path / "one", tmp_path / "two")
+
+
+def _triplets(path: Path, pairs: Path) -> Path:
+    """Queries with a positive and another row's positive as a negative."""
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    return write_jsonl(path, [{"query": r["anchor"], "positive": r["positive"],
+                               "negative": rows[(i + 7) % len(rows)]["positive"]}
+                              for i, r in enumerate(rows)])
+
+
+def test_rerank_shares_with_in_batch_negatives_make_the_whole_batchs_loss(data, tiny_bert,
+                                                                           tmp_path):
+    """--in-batch-negatives: a cross-encoder reads a query and a passage together, so each
+    rank's share pairs its queries with the positives of the whole batch (`collate_share`):
+    the shares' losses, weighted by their queries as the loop weighs the ranks, are the
+    whole batch's loss, and so are their gradients."""
+    train = _triplets(tmp_path / "train.jsonl", data["pairs"])
+    dev = _triplets(tmp_path / "dev.jsonl", data["pairs_dev"])
+    plan = plan_run(Rerank(in_batch_negatives=True), tiny_bert, train, dev, tmp_path / "run",
+                    FinetuneConfig(show_progress=False), None)
+    task, examples, held = read_data(plan)
+    batch = training_items(plan, task, examples, held)[:7]
+    model = plan.backbone.build(task, 0)
+
+    def loss_and_grads(collated: list[dict]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        loss = sum(task.loss(model, b) * task.target_count(b) / len(batch) for b in collated)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    whole, whole_grads = loss_and_grads([task.collate(batch)])
+    shared, shared_grads = loss_and_grads([task.collate_share(batch, [0, 1, 2]),
+                                           task.collate_share(batch, [3, 4, 5, 6])])
+    torch.testing.assert_close(shared, whole, atol=1e-6, rtol=0)
+    assert len(shared_grads) == len(whole_grads)
+    for mine, theirs in zip(shared_grads, whole_grads):
+        torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=1e-5)
+    # the cross pairs are what they add: without them the shares' loss is another
+    alone = sum(task.loss(model, task.collate(batch[s])) * (s.stop - s.start) / len(batch)
+                for s in (slice(0, 3), slice(3, 7)))
+    assert abs(float(alone.detach()) - float(whole)) > 1e-3
 
 
 def test_a_teacher_teaches_on_two_ranks_as_in_one_process(data, tiny_bert, classify_one,
