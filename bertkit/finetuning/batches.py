@@ -8,11 +8,10 @@ in rank order, are the batch. A rank left without a row (the epoch's last batch 
 the ranks) runs a copy of the batch's last row at weight zero: DDP needs every rank in each
 step. A share is collated by `Task.collate_share`, which sees the whole batch: rerank's
 in-batch negatives pair a share's queries with every row's positive. Each share carries its
-count of targets (`Task.target_count`), by which the loop weighs
-the ranks' losses, so that W processes take the step one process takes on the whole batch;
-and its number of real rows (`rank_rows`), for losses that gather the batch back
-(`bertkit.training.gather`). Every rank's position in the data is the same: a checkpoint of W
-ranks resumes on any number.
+count of targets (`Task.target_count`), by which the loop weighs the ranks' losses, so that W
+processes take the step one process takes on the whole batch, and its number of real rows
+(`rank_rows`), for losses that gather the batch back (`bertkit.training.gather`). Every
+rank's position in the data is the same: a checkpoint of W ranks resumes on any number.
 """
 from __future__ import annotations
 

@@ -577,7 +577,8 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
                    train_config(plan, len(batches)), plan.out_dir, evaluate=scores.evaluate,
                    param_groups=param_groups(model, cfg.lr, cfg.head_lr, cfg.weight_decay),
                    save=scores.save, fingerprint=known,
-                   target_count=rank_targets if world > 1 else None, device=cfg.device, show_progress=cfg.show_progress, settings=settings)
+                   target_count=rank_targets if world > 1 else None, device=cfg.device,
+                   show_progress=cfg.show_progress, settings=settings)
     if result.stopped_by == "interrupted":  # the loop said where its checkpoint is
         return FinetuneResult(plan.out_dir, {}, result.step, result.train_seconds,
                               result.stopped_by, result.best_step, task)
