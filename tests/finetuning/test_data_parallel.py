@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from bertkit.files import UserError
 from bertkit.finetuning.data_parallel import ranks_joined
 from bertkit.finetuning.recipe import FinetuneConfig, plan_run, read_data, training_items
 from bertkit.finetuning.tasks.rerank import Rerank
-from tests.finetuning.conftest import ner, sentiment, write_conll, write_jsonl
+from tests.finetuning.conftest import PEOPLE, sentiment, write_conll, write_jsonl
 from tests.finetuning.test_embed_task import make_file
 from tests.finetuning.test_resume import _signal_at
 
@@ -102,13 +103,27 @@ def _assert_same_run(one: Path, two: Path, atol: float = TOLERANCE) -> None:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, Path]:
     """41 sentences to classify (batches of 8: the last holds one row, which rank 1 takes
-    while rank 0 runs a stand-in), 40 tagged ones, 40 pairs."""
+    while rank 0 runs a stand-in), 40 with names tagged, 40 pairs."""
     d = tmp_path_factory.mktemp("ddp")
     return {"train": write_jsonl(d / "train.jsonl", sentiment(41, 1)),
             "dev": write_jsonl(d / "dev.jsonl", sentiment(20, 2)),
-            "ner_train": write_conll(d / "train.conll", ner(40, 3)),
-            "ner_dev": write_conll(d / "dev.conll", ner(16, 4)),
-            "pairs": make_file(d, "pairs", 40), "pairs_dev": make_file(d, "pairs", 16, seed=1)}
+            "pairs": make_file(d, "pairs", 40), "pairs_dev": make_file(d, "pairs", 16, seed=1),
+            "names": write_conll(d / "names.conll", _names(40, 5)),
+            "names_dev": write_conll(d / "names_dev.conll", _names(16, 6))}
+
+
+def _names(n: int, seed: int) -> list[list[tuple[str, str]]]:
+    """Sentences of 4 to 6 words, some split in two pieces ("film ##s"), holding 0 to 6
+    names: rows of like length (a batch's) with unlike numbers of words and of entity spans,
+    the targets that the tag and spans losses average over."""
+    rng = random.Random(seed)
+
+    def word() -> tuple[str, str]:
+        if rng.random() < 0.4:
+            return rng.choice(PEOPLE), "B-PER"
+        return rng.choice(["film", "plot", "movie"]) + "s" * (rng.random() < 0.5), "O"
+
+    return [[word() for _ in range(rng.randint(4, 6))] for _ in range(n)]
 
 
 CLASSIFY = ("--epochs", "3", "--batch-size", "8", "--patience", "9")
@@ -144,9 +159,9 @@ def test_tag_on_two_ranks_equals_one_process(data, tiny_bert, tmp_path):
     """Without a CRF the loss is a mean over labelled word pieces, which the ranks' shares
     hold unequally (batches of 7 split 3 and 4): weighted by them, the step is one process's."""
     args = ("--epochs", "2", "--batch-size", "7", "--no-crf")
-    _one_process(_args("tag", tiny_bert, data["ner_train"], data["ner_dev"], tmp_path / "one",
+    _one_process(_args("tag", tiny_bert, data["names"], data["names_dev"], tmp_path / "one",
                        *args))
-    _two_ranks(_args("tag", tiny_bert, data["ner_train"], data["ner_dev"], tmp_path / "two",
+    _two_ranks(_args("tag", tiny_bert, data["names"], data["names_dev"], tmp_path / "two",
                      *args))
     _assert_same_run(tmp_path / "one", tmp_path / "two")
 
@@ -161,6 +176,21 @@ def test_embed_with_gathered_negatives_on_two_ranks_equals_one_process(data, tin
                        *args))
     _two_ranks(_args("embed", tiny_bert, data["pairs"], data["pairs_dev"], tmp_path / "two",
                      *args))
+    _assert_same_run(tmp_path / "one", tmp_path / "two")
+
+
+@pytest.mark.parametrize("task,train,dev,more", [
+    # the loss a mean over the spans inside the sentences, NULL ones weighing 0.25
+    ("spans", "names", "names_dev", ("--batch-size", "7")),
+    # the ranking loss's negatives and the FLOPS regulariser of the whole batch
+    ("sparse", "pairs", "pairs_dev", ("--batch-size", "8", "--lr", "1e-3",
+                                      "--gather-across-devices"))])
+def test_spans_and_gathered_sparse_on_two_ranks_equal_one_process(task, train, dev, more, data,
+                                                                   tiny_bert, tmp_path):
+    args = _args(task, tiny_bert, data[train], data[dev], tmp_path / "one", "--epochs", "1",
+                 *more)
+    _one_process(args)
+    _two_ranks([str(tmp_path / "two") if a == str(tmp_path / "one") else a for a in args])
     _assert_same_run(tmp_path / "one", tmp_path / "two")
 
 
