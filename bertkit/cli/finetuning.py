@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -53,7 +54,7 @@ def run_finetune(files: FinetuneFiles, task, cfg, distill=None, cnn=None) -> int
     from bertkit.finetuning.cnn import CnnBackbone
     from bertkit.finetuning.recipe import finetune
 
-    tune_runtime()
+    tune_runtime(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     cfg = replace(cfg, show_progress=not files.quiet)
     teacher, student, model = _teacher(files, task, cfg, distill)
     if cnn is None and str(files.model) == "cnn":
@@ -76,6 +77,8 @@ def run_finetune(files: FinetuneFiles, task, cfg, distill=None, cnn=None) -> int
                       **family)
     if result.stopped_by == "interrupted":  # the loop said: checkpoint saved, go on with --resume
         return 130
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun rank 0 reports the run
+        return 0
     if not files.quiet:
         print(f"saved {result.out_dir}: {result.steps} steps, {result.train_seconds:.0f} s, "
               + ("finished its epochs" if result.stopped_by == "epochs"

@@ -41,19 +41,21 @@ def bce_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def listwise_loss(positive: torch.Tensor, negatives: torch.Tensor | None = None,
                   negative_mask: torch.Tensor | None = None, cross: torch.Tensor | None = None,
-                  cross_mask: torch.Tensor | None = None) -> torch.Tensor:
+                  cross_mask: torch.Tensor | None = None, first: int = 0) -> torch.Tensor:
     """Mean over rows of -log softmax(candidates)[positive]. Row i's candidates: its positive
     [B], its negatives [B, K] where `negative_mask` [B, K] is true (rows have different
-    counts), and with `cross` [B, B] (cross[i, j] = s(q_i, p_j), the batch's other positives
-    scored against q_i) those j != i where `cross_mask` is true: another row of the same
-    query, or whose positive is one of row i's relevant passages, is no negative of it."""
+    counts), and with `cross` [B, B'] (cross[i, j] = s(q_i, p_j), the batch's other positives
+    scored against q_i) those j != first + i where `cross_mask` is true: another row of the
+    same query, or whose positive is one of row i's relevant passages, is no negative of it.
+    `first`: the rows are a share of a batch of B' rows, starting at that row (B' = B: 0)."""
     columns = [positive.float()[:, None]]
     if negatives is not None:
         keep = torch.ones_like(negatives, dtype=torch.bool) if negative_mask is None \
             else negative_mask
         columns.append(negatives.float().masked_fill(~keep, float("-inf")))
     if cross is not None:
-        keep = ~torch.eye(len(cross), dtype=torch.bool, device=cross.device)
+        rows = torch.arange(cross.shape[0], device=cross.device)[:, None] + first
+        keep = rows != torch.arange(cross.shape[1], device=cross.device)[None, :]
         if cross_mask is not None:
             keep &= cross_mask
         columns.append(cross.float().masked_fill(~keep, float("-inf")))

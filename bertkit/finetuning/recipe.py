@@ -44,16 +44,18 @@ from bertkit.figures import draw_or_skip
 from bertkit.files import UserError, check_not_input, write_json
 from bertkit.finetuning.backbone import Backbone, Encoder, build_task_model, freeze, warn_memory
 from bertkit.finetuning.baselines import baseline_comparison
-from bertkit.finetuning.batches import EpochBatches
+from bertkit.finetuning.batches import EpochBatches, rank_targets
+from bertkit.finetuning.data_parallel import check_ranks, ranks_joined
 from bertkit.finetuning.inputs import Item, warn_cut
 from bertkit.finetuning.predict import TaskModel
+from bertkit.finetuning.run_card import CARD_TITLE, card_section
 from bertkit.finetuning.input_sources import input_file, input_identity, input_name
 from bertkit.finetuning.task import Task, task_settings
 from bertkit.finetuning.tasks import task_type
 from bertkit.model import hub
-from bertkit.model.card import card_figure, read_card, write_card
-from bertkit.progress import counted
+from bertkit.model.card import read_card, write_card
 from bertkit.runtime import choose_precision, resolve_device
+from bertkit.training.distributed import rank_info
 from bertkit.training.loop import train
 from bertkit.training.resume import check_resume
 from bertkit.training.settings import run_settings, settings_block
@@ -111,7 +113,10 @@ class FinetuneConfig:
     start if there is none."""
     device: str = "auto"
     """Where the model trains: auto (CUDA when there is one, else the CPU), cpu, cuda,
-    cuda:1, ..."""
+    cuda:1, ...; under torchrun, auto and cuda give each rank its LOCAL_RANK GPU."""
+    dist_timeout: float = 600.0
+    """Under torchrun: seconds a rank waits for the others in one collective (rank 0's dev
+    evaluation and save included) before the run stops with one line."""
     tensorboard: bool = False
     """Also write the logged figures as TensorBoard scalars into OUT/tensorboard (needs the
     tensorboard package)."""
@@ -132,7 +137,7 @@ class FinetuneConfig:
                      "save_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise bad(name, "at least 1")
-        for name in ("lr", "head_lr", "max_time"):
+        for name in ("lr", "head_lr", "max_time", "dist_timeout"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise bad(name, "positive")
         for name in ("weight_decay", "train_layers"):
@@ -145,7 +150,9 @@ class FinetuneConfig:
 
 
 # How a run is driven, not what it learns: free to differ between a run and its resume.
-_RUN_CONTROL = ("save_every", "resume", "device", "tensorboard", "show_progress")
+_RUN_CONTROL = ("save_every", "resume", "device", "dist_timeout", "tensorboard",
+                "show_progress")
+_WHEN_ON = ("gather_across_devices",)  # newer than some checkpoints: recorded only when on
 
 
 @dataclass
@@ -258,8 +265,14 @@ def finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path, d
     (`bertkit.finetuning.backbone.Backbone`, e.g. bertkit.finetuning.cnn.CnnBackbone); none:
     the pretrained encoder of `model_dir`. `teacher`: a fine-tuned model of the task whose
     outputs the student learns (`bertkit.finetuning.teacher.Teacher`; its `student` backbone
-    is N of its layers)."""
-    with input_file(train_path) as train, input_file(dev_path) as dev:
+    is N of its layers). Under torchrun the same call trains data-parallel
+    (`bertkit.finetuning.data_parallel`): each rank takes its share of every batch of
+    `cfg.batch_size` examples, and rank 0 writes."""
+    cfg = cfg or FinetuneConfig()
+    sources = {"--train": train_path, "--dev": dev_path}
+    with ranks_joined(cfg.device, cfg.dist_timeout, sources) as device, \
+            input_file(train_path) as train, input_file(dev_path) as dev:
+        cfg = cfg if device is None else dataclasses.replace(cfg, device=str(device))
         given = GivenData((input_name(train_path), input_name(dev_path)),
                           (input_identity(train_path, train), input_identity(dev_path, dev)))
         return _finetune(task, model_dir, train, dev, out_dir, cfg, command_line, backbone,
@@ -426,75 +439,6 @@ class DevScores:
                          path / "layer_weights.png")
 
 
-# The model card ---------------------------------------------------------------------------------
-
-CARD_TITLE = "Fine-tuned with bertkit"
-_NOT_SCORES = ("layer_mix_gamma",)
-"""Numbers of dev_metrics.json that are no dev score."""
-
-
-def card_section(plan: RunPlan, task: Task, final: dict, model: nn.Module) -> str:
-    """The model card's section on a run (`bertkit.model.card`), in the shape of transformers'
-    Trainer's card: the model fine-tuned from and the data, the dev scores of dev_metrics.json
-    (`final`) beside the baseline's, the training settings, how to use the model. No date,
-    time or machine in it: the same run writes the same card."""
-    head = any(p.requires_grad and not n.startswith("encoder.")
-               for n, p in model.named_parameters())  # a sentence encoder may have none
-    return "\n\n".join([_card_lead(plan, task), _card_scores(final),
-                        _card_settings(plan.cfg, head), _card_use(plan, task)])
-
-
-def _card_lead(plan: RunPlan, task: Task) -> str:
-    train, dev = (None if n is None else Path(n).name for n in plan.names)
-    made = "a fine-tuned version of" if isinstance(plan.backbone, Encoder) else "built on"
-    held = f"`{dev}`" if dev else f"{plan.cfg.dev_fraction:.0%} of `{train}` held out"
-    above = f" The card above is `{plan.model_name}`'s." \
-        if plan.source_card and plan.source_card.strip() else ""
-    return (f"This model is {made} `{plan.model_name}`, trained by `bertkit finetune` for the "
-            f"`{task.name}` task on `{train}`.{above} It achieves the following results on the "
-            f"evaluation set, {held} (`dev_metrics.json` holds them all):")
-
-
-def _card_scores(final: dict) -> str:
-    """The dev figures of dev_metrics.json (its top-level numbers), with the baseline's."""
-    names = [k for k, v in final.items()
-             if card_figure(k, v) is not None and k not in _NOT_SCORES]
-    baseline = final.get("baseline") or {}
-    if not baseline:
-        return "\n".join(["| figure | dev |", "|---|---|",
-                          *(f"| {k} | {card_figure(k, final[k])} |" for k in names)])
-    predictor = baseline.get("predictor") or "a trivial predictor fitted on the training data"
-    return "\n".join([f"| figure | dev | baseline ({predictor}) |", "|---|---|---|",
-                      *(f"| {k} | {card_figure(k, final[k])} | "
-                        f"{card_figure(k, baseline.get(k)) or ''} |" for k in names)])
-
-
-def _card_settings(cfg: FinetuneConfig, head: bool) -> str:
-    """The training hyperparameters, as training_args.json records them; the head's learning
-    rate where the model has a head of its own (`head`)."""
-    head_lr = f" (the head's {cfg.head_lr:g})" if head else ""
-    trained = None if cfg.train_layers is None else \
-        "encoder frozen, the head alone trained" if cfg.train_layers == 0 else \
-        f"encoder: its top {counted(cfg.train_layers, 'block')} trained"
-    lines = [f"epochs: {cfg.epochs}" if cfg.epochs else None,
-             f"time budget: {cfg.max_time:g} minutes" if cfg.max_time else None,
-             f"learning rate: {cfg.lr:g}{head_lr}, {cfg.warmup:.0%} warm-up then linear decay, "
-             f"weight decay {cfg.weight_decay:g}",
-             f"batch size: {cfg.batch_size}", f"max length: {cfg.max_length} tokens",
-             trained,
-             "the head reads a learned mix of all layers" if cfg.layer_mix else None,
-             f"seed: {cfg.seed}", f"precision: {cfg.precision}"]
-    return "Training hyperparameters:\n\n" + "\n".join(f"- {line}" for line in lines if line)
-
-
-def _card_use(plan: RunPlan, task: Task) -> str:
-    """How to run the model: the command line and the Python call the README shows."""
-    name = Path(plan.names[1] or plan.names[0]).name
-    data = "examples.jsonl" if name.startswith("<") else name  # "<stdin>", "<rows>"
-    shell, python = task.usage(str(plan.out_dir), data)
-    return f"Use it:\n\n```bash\n{shell}\n```\n\n```python\n{python}\n```"
-
-
 def train_config(plan: RunPlan, steps_per_epoch: int) -> TrainConfig:
     """The loop's settings: evaluations per epoch, and the step budget of the epochs or, with
     a time budget and no --epochs, the clock."""
@@ -514,7 +458,8 @@ def fingerprint(plan: RunPlan, data: tuple[str, str | None]) -> dict:
     """What a checkpoint goes on only with: the data (`data`: the training and dev data as
     `GivenData.known_as`) and every setting that shapes what is learned, one key per setting,
     so that a refusal names the setting that differs."""
-    options = {k: v for k, v in run_options(plan).items() if k not in _RUN_CONTROL}
+    options = {k: v for k, v in run_options(plan).items() if k not in _RUN_CONTROL
+               and not (k in _WHEN_ON and not v)}
     found = {"task": plan.task.name, "train": data[0], "dev": data[1], **options}
     return json.loads(json.dumps(found, default=str))
 
@@ -526,6 +471,9 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
     """`finetune` on the files `input_file` gives; `given`: the data as the user gave it."""
     plan = plan_run(task_of(task), model_dir, train_path, dev_path, out_dir,
                     cfg or FinetuneConfig(), backbone, given.names)
+    rank, world = rank_info()
+    if rank:  # rank 0 speaks for the run
+        plan = dataclasses.replace(plan, cfg=dataclasses.replace(plan.cfg, show_progress=False))
     task, train_examples, dev = read_data(plan)  # bad input refused before anything is said
     lesson = teacher.lesson(task) if teacher else None  # its labels, its unlabelled texts
     task = lesson.task if lesson else task
@@ -548,10 +496,11 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
         print(settings_block(settings), file=sys.stderr)
     warn_memory(plan.backbone, task, cfg.batch_size, torch.device(cfg.device))
     items = training_items(plan, task, train_examples, dev)
+    check_ranks(len(items), world, plan.names[0])
     taught = teacher.teach(lesson, plan.backbone, items, train_examples, cfg.device,
                            cfg.show_progress) if teacher else None
     batches = EpochBatches(taught.items if taught else items, taught or task, cfg.batch_size,
-                           cfg.seed)
+                           cfg.seed, rank, world)
     task = task.with_steps(plan.epochs * len(batches))
     runner = TaskModel(model, plan.backbone.tokenizer, task, torch.device(cfg.device),
                        skip_no_room=True, report_cut=False, source=str(plan.model_dir),
@@ -562,11 +511,13 @@ def _finetune(task: str | type[Task] | Task, model_dir: str | Path, train_path: 
                    train_config(plan, len(batches)), plan.out_dir, evaluate=scores.evaluate,
                    param_groups=param_groups(model, cfg.lr, cfg.head_lr, cfg.weight_decay),
                    save=scores.save, fingerprint=known,
-                   device=cfg.device, show_progress=cfg.show_progress, settings=settings)
+                   target_count=rank_targets if world > 1 else None, device=cfg.device,
+                   show_progress=cfg.show_progress, settings=settings)
     if result.stopped_by == "interrupted":  # the loop said where its checkpoint is
         return FinetuneResult(plan.out_dir, {}, result.step, result.train_seconds,
                               result.stopped_by, result.best_step, task)
-    shutil.rmtree(plan.out_dir / "checkpoints", ignore_errors=True)  # the best one is the model
+    if rank == 0:
+        shutil.rmtree(plan.out_dir / "checkpoints", ignore_errors=True)  # the best: the model
     # The step budget is the epochs: say so rather than "max_steps".
     stopped_by = "epochs" if result.stopped_by == "max_steps" else result.stopped_by
     final, saved = scores.final, scores.runner.task

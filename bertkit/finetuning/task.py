@@ -11,12 +11,14 @@ and its line in `bertkit.finetuning.tasks.TASKS`.
     read       labelled examples from a file;  read_inputs: what `bertkit predict` reads
     with_labels  the label set collected from training (checked against dev); check: on test
     encode     examples -> model inputs (`Item`s);  collate: items -> a padded batch
-    training_batch  collate's batch, with what a task draws per training batch
+    training_batch  collate's batch, with what a task draws per training batch; under
+                 torchrun, a rank's share of it
     step_inputs  the inputs a training step runs through the model at once (its memory)
     batch_order  one epoch's batches of items (length-bucketed; a bi-encoder's: no text twice)
     make_model the encoder with the task's head;  loss: one batch's loss
     load_pretrained  what of the model directory the task starts from beside the encoder
     with_steps the settings given the run's length in steps (a loss scheduled over the run)
+    target_count  how many targets a batch's loss averages over (ranks' weights)
     infer      one batch's raw outputs;  decode_outputs: outputs -> predictions
     score      metrics of predictions against labelled examples;  baseline: a trivial one's
     selection  the dev figure the best checkpoint is kept by;  tune: thresholds fitted on dev
@@ -252,10 +254,14 @@ class Task:
             batch["labels"] = torch.tensor([it.target for it in items])
         return batch
 
-    def training_batch(self, items: Sequence[Item], generator: torch.Generator) -> dict:
+    def training_batch(self, items: Sequence[Item], generator: torch.Generator,
+                       share: Sequence[int] | None = None) -> dict:
         """A training batch of items: `collate`'s, where a task draws something per batch (a
-        reranker's sampled in-batch negatives) drawn from `generator`, the batch's own."""
-        return self.collate(items)
+        reranker's sampled in-batch negatives) drawn from `generator`, the batch's own. Under
+        torchrun, `share`: this rank's positions in the global batch `items`, collated (by
+        default alone; a task whose rows meet the batch's others at collation, rerank's
+        in-batch negatives, reads them all)."""
+        return self.collate(items if share is None else [items[i] for i in share])
 
     def step_inputs(self, batch_size: int) -> int:
         """The most inputs a training step of `batch_size` items runs through the model at
@@ -285,6 +291,12 @@ class Task:
 
     def loss(self, model: nn.Module, batch: dict) -> torch.Tensor:
         return model.loss(model(*model_inputs(batch)), batch["labels"])
+
+    def target_count(self, batch: dict) -> float:
+        """How many targets `loss` averages over in `batch` (collated, on the CPU): the
+        weight of a rank's share of a global batch under torchrun, so that the ranks' losses
+        make the mean over the whole batch. By default its rows: a mean over examples."""
+        return batch["input_ids"].shape[0]
 
     def infer(self, model: nn.Module, batch: dict, items: Sequence[Item]) -> list:
         """Raw outputs of one batch, one per item, on the CPU (what `decode_outputs` reads)."""

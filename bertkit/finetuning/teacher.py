@@ -217,13 +217,19 @@ class Taught:
     def collate(self, items: Sequence[TaughtItem]) -> dict:
         return self._with_teacher(self.task.collate(items), items)
 
-    def training_batch(self, items: Sequence[TaughtItem], generator: torch.Generator) -> dict:
-        return self._with_teacher(self.task.training_batch(items, generator), items)
+    def training_batch(self, items: Sequence[TaughtItem], generator: torch.Generator,
+                       share: Sequence[int] | None = None) -> dict:
+        rows = items if share is None else [items[i] for i in share]
+        return self._with_teacher(self.task.training_batch(items, generator, share), rows)
 
     @staticmethod
     def _with_teacher(batch: dict, items: Sequence[TaughtItem]) -> dict:
         batch["teacher"] = dist.stack_outputs([it.taught for it in items])
         return batch
+
+    def target_count(self, batch: dict) -> float:
+        """The task's count (`Task.target_count`): its loss's targets where labels teach too."""
+        return self.task.target_count(batch)
 
     def loss(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         project = model.teacher_projection if self.projected else None

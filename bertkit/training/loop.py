@@ -389,6 +389,10 @@ def _accumulate_gradients(run: Run, state: State, micro: list[dict]) -> None:
             with autocast(run.device, run.cfg.precision):
                 loss, metrics = run.objective(batch)
             run.scaler.scale(loss.float() * weights[i]).backward()
+        if run.distributed and run.target_count is not None:
+            # the loss logged is the global batch's mean over its targets, not the mean of
+            # the ranks' means (ranks holding more targets weigh more): as one process logs
+            loss = loss.detach().float() * weights[i] * len(micro)
         for k, v in {"loss": loss, **metrics}.items():
             v = v.detach().float()
             state.sums[k] = state.sums[k] + v if k in state.sums else v

@@ -42,10 +42,12 @@ from bertkit.embeddings.sentence_model import (pool_tokens, read_sentence_model,
 from bertkit.files import UserError
 from bertkit.finetuning import distillation
 from bertkit.finetuning import sentence_pairs as sp
+from bertkit.finetuning.batches import RANK_ROWS
 from bertkit.finetuning.inputs import Item, length_batches, pad_inputs
 from bertkit.finetuning.task import Defaults, Task, fitted
 from bertkit.model import hub
 from bertkit.model.encoder import set_dropout
+from bertkit.training.gather import gather_rows
 
 LOSSES = ("mnrl", "simcse", "cosent", "cosine-mse")
 SIMCSE_DROPOUT = 0.1
@@ -116,6 +118,10 @@ class Embed(Task):
     """The cosines' scale in mnrl, simcse and cosent (20: a temperature of 0.05)."""
     symmetric: bool = False
     """mnrl also the other way: each positive must find its anchor."""
+    gather_across_devices: bool = False
+    """Under torchrun, each process's loss reads the vectors of every process's share of the
+    batch (gathered with their gradients): mnrl's and simcse's negatives, cosent's pairs are
+    those of the whole --batch-size, as in one process; without it, those of its own share."""
     pooling: Literal["mean", "cls", "max"] = "mean"
     """How the token vectors become the sentence vector."""
     normalize: bool = True
@@ -289,6 +295,8 @@ class Embed(Task):
         # simcse: the same sentences twice, each copy with its own dropout mask
         columns = self.columns(model, batch, repeat=2 if self.objective == "simcse" else 1)
         scores = batch.get("labels")
+        if self.gather_across_devices:
+            columns, scores = gathered(columns, scores, batch.get(RANK_ROWS))
         if not self.matryoshka_dims:
             return self.loss_of(columns, scores)
         width = columns[0].shape[-1]
@@ -317,8 +325,10 @@ class Embed(Task):
         project = project or (lambda v: v)
         taught = sum(distillation.vector_mse(project(mine), theirs.to(mine.device))
                      for mine, theirs in zip(columns, batch["teacher"])) / len(columns)
-        return distillation.mixed(settings.alpha, taught,
-                                  self.loss_of(columns, batch.get("labels")))
+        own = (columns, batch.get("labels"))
+        if self.gather_across_devices:  # the task's own loss over the whole batch
+            own = gathered(*own, batch.get(RANK_ROWS))
+        return distillation.mixed(settings.alpha, taught, self.loss_of(*own))
 
     def decode_outputs(self, outputs, items, examples) -> list:
         """Per example its texts' vectors (None for an example not scored on dev)."""
@@ -373,6 +383,14 @@ class Embed(Task):
                                      model.encoder.config.hidden_size)
         return hub.save_model(model.encoder, path, tokenizer=backbone.tokenizer,
                               extra_files=files)
+
+
+def gathered(columns: Sequence[torch.Tensor], scores: torch.Tensor | None, rows: int | None
+             ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """A batch's vectors (and scores) of every rank's share (`gather_rows`): the whole global
+    batch, in its order, its loss then that of one process."""
+    return ([gather_rows(c, rows) for c in columns],
+            None if scores is None else gather_rows(scores, rows))
 
 
 def _query_examples(queries: Sequence[sp.QueryPassages], train: bool) -> list[EmbedExample]:

@@ -109,6 +109,11 @@ class RelevanceHead(SequenceClassifier):
         return {"num_labels": 1, "sentence_transformers": {"activation_fn": IDENTITY}}
 
 
+CROSS_FIRST = "cross_first"
+"""A rank's share of a batch under torchrun: the batch row of its first row (its cross pairs'
+own positive is column first + i)."""
+
+
 @dataclass(frozen=True)
 class Rerank(Task):
     """A cross-encoder reranker: one relevance logit per (query, passage)."""
@@ -328,12 +333,24 @@ class Rerank(Task):
         (a run draws each batch's from a generator of its own)."""
         return self.training_batch(items, torch.Generator().manual_seed(0))
 
-    def training_batch(self, items, generator: torch.Generator) -> dict:
+    def training_batch(self, items, generator: torch.Generator, share=None) -> dict:
+        """With in-batch negatives under torchrun, a share's queries meet the positives of the
+        whole batch, as in one process, the whole batch's draw of them made on every rank:
+        (query, passage) pairs are scored together, so a rank builds those of its rows."""
         if not isinstance(items[0].extra, RerankRow):
-            batch = super().collate(items)
+            batch = super().training_batch(items, generator, share)
             if "labels" in batch:
                 batch["labels"] = batch["labels"].float()
             return batch
+        if share is None or items[0].extra.encode_pairs is None:
+            return self._rows(items if share is None else [items[i] for i in share], generator)
+        return {**self._rows([items[i] for i in share], generator, items, share[0]),
+                CROSS_FIRST: share[0]}
+
+    def _rows(self, items, generator: torch.Generator, batch_rows=None, first: int = 0) -> dict:
+        """Rows of (query, positive, negatives) as one batch of pairs; with in-batch
+        negatives, each row's query with positives of `batch_rows` (None: `items`) drawn from
+        `generator`, in which row i is row `first + i`."""
         pairs, positive, negative = [], [], []
         for it in items:
             positive.append(len(pairs))
@@ -345,7 +362,8 @@ class Rerank(Task):
                  "negative_index": torch.tensor([n + [-1] * (width - len(n)) for n in negative],
                                                 dtype=torch.long).view(len(items), width)}
         if items[0].extra.encode_pairs is not None:
-            batch["cross_index"] = _cross_pairs(items, pairs, self.in_batch_negatives, generator)
+            batch["cross_index"] = _cross_pairs(items, pairs, self.in_batch_negatives,
+                                                generator, batch_rows or items, first)
         batch.update(pad_inputs([Item(0, ids, types) for ids, types in pairs]))
         if items[0].target is not None:
             batch["labels"] = torch.tensor([float(it.target) for it in items])
@@ -364,11 +382,16 @@ class Rerank(Task):
         negatives = logits[index.clamp(min=0)]
         if self.objective == "margin-mse":
             return ranking.margin_mse_loss(positive, negatives[:, 0], batch["labels"])
-        cross = batch.get("cross_index")  # [B, B], -1 where row j's positive is no negative
+        cross = batch.get("cross_index")  # [B, B'], -1 where row j's positive is no negative
         return ranking.listwise_loss(
             positive, negatives, index >= 0,
             None if cross is None else logits[cross.clamp(min=0)],
-            None if cross is None else cross >= 0)
+            None if cross is None else cross >= 0, first=batch.get(CROSS_FIRST, 0))
+
+    def target_count(self, batch) -> float:
+        # the listwise and margin losses are means over queries, bce's over pairs
+        return batch["positive_index"].shape[0] if "positive_index" in batch \
+            else batch["input_ids"].shape[0]
 
     def step_inputs(self, batch_size: int) -> int:
         """The pairs of a step's rows (its positive, negatives and in-batch negatives each;
@@ -514,19 +537,21 @@ def _encode_pairs(tokenizer, max_length: int, queries: Sequence[str],
     return [(e.ids, e.type_ids, bool(cut)) for e, cut in zip(enc, enc.cut)]
 
 
-def _cross_pairs(items: Sequence[Item], pairs: list, count: int,
-                 generator: torch.Generator) -> torch.Tensor:
-    """[B, B]: where in `pairs` (appended to here) (query i, positive of row j) is, for
-    `count` rows j drawn from `generator` among those that may be a negative of row i
-    (another query, a passage not relevant to it); -1 elsewhere."""
-    rows = [it.extra for it in items]
+def _cross_pairs(items: Sequence[Item], pairs: list, count: int, generator: torch.Generator,
+                 batch: Sequence[Item], first: int = 0) -> torch.Tensor:
+    """[B, B']: where in `pairs` (appended to here) (query i, positive of row j of `batch`) is,
+    for `count` rows j drawn from `generator` among those that may be a negative of row i
+    (another query, a passage not relevant to it); -1 elsewhere. Row i of `items` is row
+    `first + i` of `batch` (a rank's share, which draws as the whole batch does)."""
+    rows, others = [it.extra for it in items], [it.extra for it in batch]
     allowed = torch.tensor([[i != j and a.query != b.query and b.positive not in a.relevant
-                             for j, b in enumerate(rows)] for i, a in enumerate(rows)],
+                             for j, b in enumerate(others)] for i, a in enumerate(others)],
                            dtype=torch.bool)
-    wanted = ranking.sample_in_batch(allowed, count, generator).nonzero().tolist()
-    index = torch.full((len(rows), len(rows)), -1, dtype=torch.long)
+    drawn = ranking.sample_in_batch(allowed, count, generator)[first:first + len(rows)]
+    wanted = drawn.nonzero().tolist()
+    index = torch.full((len(rows), len(others)), -1, dtype=torch.long)
     encoded = rows[0].encode_pairs([rows[i].query for i, _ in wanted],
-                                   [rows[j].positive for _, j in wanted])
+                                   [others[j].positive for _, j in wanted])
     for (i, j), (ids, types, _) in zip(wanted, encoded):
         index[i, j] = len(pairs)
         pairs.append((ids, types))

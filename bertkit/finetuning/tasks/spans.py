@@ -341,6 +341,17 @@ class Spans(WordTask):
                              num_words=target.shape[1], case_ids=batch.get("case_ids"))
         return span_loss(logits, target, mask, self.null_weight)
 
+    def target_count(self, batch) -> float:
+        """The spans' weights that `span_loss` divides by."""
+        if "span_target" not in batch:
+            return batch["input_ids"].shape[0]
+        target = batch["span_target"]
+        _, words = first_subword_index(batch["word_ids"], target.shape[1])
+        weight = span_mask(words, self.max_width).float()
+        if self.null_weight != 1.0:
+            weight = weight * torch.where(target == NULL, self.null_weight, 1.0)
+        return float(weight.sum().clamp(min=1e-12))
+
     def teacher_outputs(self, model, batch, items) -> list:
         """Span logits [W, L, K] per item, over its own words."""
         logits, _ = model(*model_inputs(batch), word_ids=batch["word_ids"],

@@ -27,7 +27,8 @@ from bertkit.embeddings.evaluation import retrieval_figures
 from bertkit.files import UserError
 from bertkit.finetuning import sentence_pairs as sp
 from bertkit.finetuning.task import Defaults, Task, fitted
-from bertkit.finetuning.tasks.embed import Embed, search_inputs
+from bertkit.finetuning.batches import RANK_ROWS
+from bertkit.finetuning.tasks.embed import Embed, gathered, search_inputs
 
 _RANKED = ("pairs", "triplets", "queries", "nli")
 """The training files whose rows say what a text must find: those SPLADE's ranking loss reads."""
@@ -52,6 +53,10 @@ class Sparse(Task):
     """Weight of the FLOPS regulariser on the documents' vectors (positives and negatives)."""
     reg_warmup: float = sparse.DEFAULT_REG_WARMUP
     """Share of the steps over which both weights grow quadratically from 0 to their value."""
+    gather_across_devices: bool = False
+    """Under torchrun, each process's loss reads the vectors of every process's share of the
+    batch (gathered with their gradients): the ranking loss's negatives and the FLOPS are
+    those of the whole --batch-size, as in one process; without it, those of its own share."""
     kind: str = fitted("")
     """What the training file holds (pairs, triplets, queries, nli)."""
     total_steps: int = fitted(0)
@@ -118,6 +123,8 @@ class Sparse(Task):
 
     def loss(self, model, batch) -> torch.Tensor:
         columns = self._embed.columns(model, batch)
+        if self.gather_across_devices:
+            columns, _ = gathered(columns, None, batch.get(RANK_ROWS))
         step = model.count_step()
         weights = [sparse.regulariser_weight(step, self.total_steps, self.reg_warmup, w)
                    for w in (self.query_reg, self.doc_reg)]

@@ -266,6 +266,12 @@ class Tag(WordTask):
         return model.loss(model(*model_inputs(batch), case_ids=batch.get("case_ids")),
                           batch["labels"])
 
+    def target_count(self, batch) -> float:
+        # the CRF's loss is a mean over sentences, the softmax's over the labelled pieces
+        if self.crf or "labels" not in batch:
+            return batch["input_ids"].shape[0]
+        return int((batch["labels"] != IGNORE_INDEX).sum())
+
     def teacher_outputs(self, model, batch, items) -> list:
         """The emissions [T, K] per item (a CRF tagger's too: its transitions stay the
         student's own)."""
