@@ -338,7 +338,7 @@ class Rerank(Task):
         whole batch, as in one process, the whole batch's draw of them made on every rank:
         (query, passage) pairs are scored together, so a rank builds those of its rows."""
         if not isinstance(items[0].extra, RerankRow):
-            batch = super().training_batch(items, generator, share)
+            batch = super().collate(items if share is None else [items[i] for i in share])
             if "labels" in batch:
                 batch["labels"] = batch["labels"].float()
             return batch
