@@ -16,11 +16,10 @@ import contextlib
 import os
 from pathlib import Path
 
-import torch.distributed as dist
 
 from bertkit.files import UserError
 from bertkit.finetuning.input_sources import STDIN
-from bertkit.training.distributed import peer_failure, rank_device, start_distributed
+from bertkit.training.distributed import process_group, rank_device
 
 
 @contextlib.contextmanager
@@ -34,16 +33,8 @@ def ranks_joined(device: str, timeout: float, sources: dict):
         return
     check_sources(sources)
     mine = rank_device(device)
-    joined = start_distributed(mine, timeout)
-    try:
+    with process_group(mine, timeout):
         yield mine
-    except (RuntimeError, dist.DistError) as e:
-        if not joined or (error := peer_failure(e, dist.get_rank(), timeout)) is None:
-            raise
-        raise error from None
-    finally:
-        if joined:
-            dist.destroy_process_group()
 
 
 def check_sources(sources: dict) -> None:

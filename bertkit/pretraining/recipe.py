@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch.distributed as dist
 
 from bertkit.model.card import write_card
 from bertkit.pretraining.held_out import held_out_figures
@@ -30,7 +29,7 @@ from bertkit.pretraining.options import (PretrainMasking, PretrainOptions,  # no
                                          PretrainSchedule)  # API's names, as before
 from bertkit.pretraining.plan import CARD_TITLE, PretrainPlan, launch_of
 from bertkit.runlock import RunLock
-from bertkit.training.distributed import peer_failure, rank_info, start_distributed
+from bertkit.training.distributed import process_group, rank_info
 from bertkit.training.loop import TrainResult, train
 
 
@@ -39,17 +38,9 @@ def pretrain(opts, command_line: Callable | None = None) -> TrainResult:
     `command_line(resolved options)` gives the shell line recorded in
     OUT/training_args.json (the CLI's; none from a library call)."""
     launch = launch_of(opts)
-    joined = start_distributed(launch.device, launch.timeout)
-    try:
-        with RunLock(launch.out, enabled=rank_info()[0] == 0):  # the run's one lock
-            return run(PretrainPlan.build(launch, command_line))
-    except (RuntimeError, dist.DistError) as e:
-        if not joined or (error := peer_failure(e, dist.get_rank(), launch.timeout)) is None:
-            raise
-        raise error from None
-    finally:
-        if joined:
-            dist.destroy_process_group()
+    with process_group(launch.device, launch.timeout), \
+            RunLock(launch.out, enabled=rank_info()[0] == 0):  # the run's one lock
+        return run(PretrainPlan.build(launch, command_line))
 
 
 def run(plan: PretrainPlan) -> TrainResult:

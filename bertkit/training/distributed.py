@@ -17,6 +17,7 @@ data-parallel can.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import sys
@@ -96,6 +97,23 @@ def restart_store(env, timeout: datetime.timedelta):
                             store)
 
 
+@contextlib.contextmanager
+def process_group(device: torch.device, timeout: float = 600.0):
+    """Under torchrun, the process group joined for the block (`start_distributed`) and left
+    after it, a collective whose peer is gone ending in one line (`peer_failure`); in one
+    process, nothing. Yields whether it joined."""
+    joined = start_distributed(device, timeout)
+    try:
+        yield joined
+    except (RuntimeError, dist.DistError) as e:
+        if not joined or (error := peer_failure(e, dist.get_rank(), timeout)) is None:
+            raise
+        raise error from None
+    finally:
+        if joined:
+            dist.destroy_process_group()
+
+
 def peer_failure(e: BaseException, rank: int, timeout: float) -> UserError | None:
     """The one-line error for a collective that failed because another rank is gone or
     silent, or None for any other error. gloo says so only in its message (a RuntimeError).
@@ -114,4 +132,5 @@ def peer_failure(e: BaseException, rank: int, timeout: float) -> UserError | Non
     return None
 
 
-__all__ = ["rank_device", "rank_info", "start_distributed", "restart_store", "peer_failure"]
+__all__ = ["rank_device", "rank_info", "start_distributed", "process_group", "restart_store",
+           "peer_failure"]
