@@ -64,13 +64,13 @@ def parse_phases(texts: Iterable[str]) -> list[ContextPhase]:
 def _phase(text: str) -> ContextPhase:
     """One SEQ_LEN[:ROPE_BASE]@FRACTION."""
     head, at, share = text.partition("@")
+    if not at:
+        raise UserError(f"--phases: {text!r} has no @FRACTION ({SPELLING})")
     length, colon, base = head.partition(":")
     try:
         phase = ContextPhase(int(length), float(share), float(base) if colon else None)
     except ValueError:
         raise UserError(f"--phases: {text!r} is not {SPELLING} (e.g. 1024:10000@0.9)") from None
-    if not at:
-        raise UserError(f"--phases: {text!r} has no @FRACTION ({SPELLING})")
     if phase.seq_len < MIN_SEQ_LEN:
         raise UserError(f"--phases: {text!r}: a phase's length must be at least {MIN_SEQ_LEN}")
     if not (math.isfinite(phase.fraction) and 0.0 < phase.fraction <= 1.0):
@@ -119,6 +119,9 @@ class ContextSchedule:
                             f"(0 < fraction < 1), got {self.ends}")
         self.batches, self.phases, self.rope = batches, phases, rope
         self.progress = 0.0
+
+    shapes_vary = True
+    """The loop compiles for batches of every phase's shape at once (`run_state.Feed`)."""
 
     def set_progress(self, fraction: float) -> None:
         self.progress = fraction

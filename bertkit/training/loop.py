@@ -87,7 +87,8 @@ from bertkit.training.optimizer import (default_param_groups, lr_factor, make_op
                                         micro_batches, run_progress)
 from bertkit.training.resume import (check_fresh_start, check_resume, resume_or_seed,
                                      run_fingerprint)
-from bertkit.training.run_state import Feed, Run, State, final_step, num_tokens, to_device
+from bertkit.training.run_state import (Feed, Run, State, dynamic_shapes, final_step,
+                                        num_tokens, to_device)
 from bertkit.training.runlog import plot_loss, progress_note, summary_writer
 from bertkit.training.settings import write_settings
 
@@ -335,6 +336,8 @@ def _optimisation_step(run: Run, state: State) -> None:
     micro = [run.feed.next() for _ in range(count)]
     n_tokens = sum(num_tokens(b) for b in micro) * run.world
     micro = [to_device(b, run.device) for b in micro]
+    if cfg.compile and run.feed.shapes_vary:
+        micro = [dynamic_shapes(b) for b in micro]
     state.micro_batches = count
     try:
         _accumulate_gradients(run, state, micro)
