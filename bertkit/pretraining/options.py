@@ -127,7 +127,8 @@ class PretrainSettings:
     early_fraction: float = 0.9
     """Share of the run (steps, or the clock for a time budget) at --early-seq-len; 0: --seq-len
     throughout."""
-    phases: list[str] | None = None
+    phases: list[str] | None = field(default=None,
+                                     metadata={"metavar": "SEQ_LEN[:ROPE_BASE]@FRACTION"})
     """Context phases, in place of --seq-len and --early-seq-len / --early-fraction: each
     SEQ_LEN[:ROPE_BASE]@FRACTION, the phase's tokens per sequence, for a "modern" model the
     rotary base of its global layers (none: the model's own), and its share of the run (steps,

@@ -109,6 +109,10 @@ class ContextSchedule:
     progress picks the phase again (and its base).
     """
 
+    shapes_vary = True
+    """Batches of several shapes: compiled, the loop marks their sizes dynamic, so that a
+    phase change does not compile again inside the timed run (`run_state.dynamic_shapes`)."""
+
     def __init__(self, batches: list, phases: list[ContextPhase],
                  rope: Callable[[float], None] | None = None):
         if len(batches) != len(phases) or len(phases) < 2:
@@ -119,9 +123,6 @@ class ContextSchedule:
                             f"(0 < fraction < 1), got {self.ends}")
         self.batches, self.phases, self.rope = batches, phases, rope
         self.progress = 0.0
-
-    shapes_vary = True
-    """The loop compiles for batches of every phase's shape at once (`run_state.Feed`)."""
 
     def set_progress(self, fraction: float) -> None:
         self.progress = fraction

@@ -14,7 +14,8 @@
   batches do), a checkpoint resumes on any number of ranks (`resume.rank_state`). Batches that
   change during the run (pretraining's short-then-long sequences, a scheduled masking rate)
   take `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
-  steps or by the clock).
+  steps or by the clock). Batches whose shape changes (pretraining's context phases) say
+  `shapes_vary = True`: compiled, their sizes are marked dynamic, one graph for all of them.
 * `evaluate(model) -> dict[str, float]` — called every `cfg.eval_every` steps and at the end,
   with the plain model in eval mode under `torch.no_grad()` and autocast; runs on rank 0 only
   and its result is sent to every rank. `cfg.best_metric` names one of its keys.
