@@ -4,6 +4,7 @@ as the same batches, resumes in either phase, and no compile again at a phase ch
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -242,21 +243,40 @@ def test_a_config_file_takes_the_phases_as_a_list(prepared, tmp_path):
 
 # Compiled -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dynamic", [True, False])
-def test_compiled_a_phase_change_does_not_compile_again(prepared, tmp_path, monkeypatch,
-                                                        dynamic):
-    """torch.compile's graph capture (dynamo) with its eager backend: the guards that decide
-    a recompile are the same as inductor's, without its minutes of code generation on a CPU.
-    The context schedule's batches are marked dynamic: one graph for both lengths and both
-    bases; unmarked (the check's teeth), the longer phase compiles again."""
-    from torch._dynamo.utils import counters
-
+def _compiled_with(monkeypatch, backend: str) -> None:
     compile_ = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda module, **kw: compile_(module, backend="eager"))
-    monkeypatch.setattr(ContextSchedule, "shapes_vary", dynamic)
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: compile_(module, backend=backend))
     torch._dynamo.reset()
-    counters.clear()
-    assert _pretrain(prepared, tmp_path / "c", "--max-steps", "4", "--compile", "--phases",
-                     "16:1000@0.5", "32:40000@0.5") == 0
-    assert counters["stats"]["unique_graphs"] == (1 if dynamic else 2)
+    torch._dynamo.utils.counters.clear()
+
+
+PHASED = ["--max-steps", "4", "--phases", "16:1000@0.5", "32:40000@0.5"]
+
+
+@pytest.mark.parametrize("backend", [
+    "eager", pytest.param("inductor", marks=pytest.mark.skipif(
+        not os.environ.get("BERTKIT_TEST_COMPILE"),
+        reason="inductor takes a minute or more on CPU; set BERTKIT_TEST_COMPILE=1"))])
+def test_compiled_phases_run_on_one_graph_and_train_as_the_eager_run(prepared, tmp_path,
+                                                                     monkeypatch, backend):
+    """torch.compile's graph capture (dynamo; with the eager backend, its guards, which
+    decide a recompile, without inductor's code generation): one graph for both lengths and
+    both bases, and the weights of the uncompiled run (each phase's base read by the graph)."""
+    assert _pretrain(prepared, tmp_path / "plain", *PHASED) == 0
+    _compiled_with(monkeypatch, backend)
+    assert _pretrain(prepared, tmp_path / "c", *PHASED, "--compile") == 0
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()
+    plain, compiled = _weights(tmp_path / "plain"), _weights(tmp_path / "c")
+    for k in plain:
+        torch.testing.assert_close(compiled[k], plain[k], atol=1e-5, rtol=1e-4)
+
+
+def test_compiled_unmarked_batches_would_compile_again_at_the_phase_change(prepared, tmp_path,
+                                                                          monkeypatch):
+    """The teeth of the test above: batches of fixed shapes compile a second graph."""
+    monkeypatch.setattr(ContextSchedule, "shapes_vary", False)
+    _compiled_with(monkeypatch, "eager")
+    assert _pretrain(prepared, tmp_path / "c", *PHASED, "--compile") == 0
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
     torch._dynamo.reset()
