@@ -482,12 +482,13 @@ def _resumed_model(opts: PretrainOptions, objective: Objective, latest: Path,
 
 
 def _phases_fingerprint(phases: list[ContextPhase]) -> dict:
-    """The context phases a checkpoint was trained in: none for one phase, two without a
-    rotary base as short-then-long runs recorded them (their checkpoints resume), else each
-    phase as --phases spells it."""
-    if len(phases) == 1:
+    """The context phases a checkpoint was trained in: none for one phase without a rotary
+    base, two without one as short-then-long runs recorded them (their checkpoints resume),
+    else each phase as --phases spells it."""
+    unbased = all(p.rope_base is None for p in phases)
+    if len(phases) == 1 and unbased:
         return {}
-    if len(phases) == 2 and all(p.rope_base is None for p in phases):
+    if len(phases) == 2 and unbased:
         return {"early_seq_len": phases[0].seq_len, "early_fraction": phases[0].fraction}
     return {"phases": [p.spelled() for p in phases]}
 

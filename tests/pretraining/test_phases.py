@@ -175,6 +175,10 @@ def test_a_run_stopped_in_either_phase_resumes_to_the_uninterrupted_weights(prep
     saved = json.loads((whole / "config.json").read_text())
     assert saved["global_rope_theta"] == 40000.0 and saved["local_rope_theta"] == 10000.0
     assert saved["max_position_embeddings"] >= 32
+    from transformers import AutoConfig
+    read = AutoConfig.from_pretrained(whole).rope_parameters
+    assert (read["full_attention"]["rope_theta"], read["sliding_attention"]["rope_theta"]) == (
+        40000.0, 10000.0)
     # the bases matter: the same phases at the model's own base train other weights
     assert _pretrain(prepared, tmp_path / "unbased", *args[:-3], "--phases", "16@0.5",
                      "32@0.5") == 0
@@ -193,6 +197,14 @@ def test_a_run_stopped_in_either_phase_resumes_to_the_uninterrupted_weights(prep
     capsys.readouterr()
     assert _pretrain(prepared, tmp_path / "cut-4", *args[:-3], "--phases", "16:1000@0.5",
                      "32:50000@0.5", "--resume", "--max-steps", "8") == 2
+    assert "phases" in capsys.readouterr().err
+    # one phase at its own base is a phase too: another base does not resume it
+    one = ["--architecture", "modern", "--max-steps", "2", "--seq-len", "32"]
+    assert _pretrain(prepared, tmp_path / "one", *one, "--phases", "32:1000@1") == 0
+    assert json.loads((tmp_path / "one" / "config.json").read_text())["global_rope_theta"] == 1000
+    capsys.readouterr()
+    assert _pretrain(prepared, tmp_path / "one", *one, "--phases", "32:2000@1", "--resume",
+                     "--max-steps", "3") == 2
     assert "phases" in capsys.readouterr().err
 
 
