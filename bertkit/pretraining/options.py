@@ -214,7 +214,7 @@ def _resolve_phases(opts: PretrainSettings) -> None:
     the run's --seq-len, and --early-fraction 0, so that the record reads as the run ran."""
     if opts.phases is None:
         return
-    if isinstance(opts.phases, str):  # a --config file's one string
+    if isinstance(opts.phases, str):  # a library call's "16@0.9,128@0.1": not its characters
         opts.phases = [opts.phases]
     phases = parse_phases(opts.phases)
     if opts.architecture == "bert" and opts.init is None \

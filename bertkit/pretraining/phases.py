@@ -104,14 +104,10 @@ class ContextSchedule:
     of the same corpus; give each its own seed, so that it draws its own order and cut points
     rather than replaying the first batches at another length.
 
-    `rope(base)`: told each phase's base (resolved: none where a phase keeps the model's)
-    before the phase's first batch. A resume restores every phase's position, and the loop's
-    progress picks the phase again (and its base).
+    `rope(base)`: told the base of each phase that gives one, before the phase's first batch
+    (the plan gives every phase one where any does). A resume restores every phase's
+    position, and the loop's progress picks the phase again, and its base.
     """
-
-    shapes_vary = True
-    """Batches of several shapes: compiled, the loop marks their sizes dynamic, so that a
-    phase change does not compile again inside the timed run (`run_state.dynamic_shapes`)."""
 
     def __init__(self, batches: list, phases: list[ContextPhase],
                  rope: Callable[[float], None] | None = None):
@@ -144,6 +140,21 @@ class ContextSchedule:
                 rows.close()  # stops its prefetching thread
         self._enter(len(self.ends))
         yield from self.batches[-1]
+
+    def first_batches(self) -> list[dict]:
+        """A batch of each phase, every position left where it was: the shapes a compiled
+        run compiles for before its clock starts (`training.loop`), so that a phase change
+        compiles nothing inside the timed run."""
+        made = []
+        for batches in self.batches:
+            saved = batches.state_dict()
+            rows = iter(batches)
+            try:
+                made.append(next(rows))
+            finally:
+                rows.close()
+            batches.load_state_dict(saved)
+        return made
 
     def _enter(self, i: int) -> None:
         """Phase i begins: its rotary base to the model."""

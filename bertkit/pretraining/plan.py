@@ -138,7 +138,7 @@ class PretrainPlan:
             if latest is not None:  # a checkpoint that records no vocabulary: checked now
                 check_fits(latest, run_fingerprint(model, fingerprint),
                            ignore=("world_size", GIVEN))
-        phases = phase_bases(opts.context_phases, model)
+        phases = _phase_bases(opts.context_phases, model)
         batches = _train_batches(prepared, objective, parts, rank, world, phases,
                                  rope=lambda base: set_rope_base(model, base))  # checks the sums
         # Every rank builds them (a few batches) so that all agree whether to evaluate.
@@ -219,7 +219,7 @@ def model_to_pretrain(opts: PretrainOptions, objective: Objective, vocab_size: i
     return objective.fit(model, opts.init, seed)
 
 
-def phase_bases(phases: list[ContextPhase], model: nn.Module) -> list[ContextPhase]:
+def _phase_bases(phases: list[ContextPhase], model: nn.Module) -> list[ContextPhase]:
     """`phases` with a rotary base each where any gives one: a phase that gives none keeps the
     one before's (the first, the model's own); the model's config takes the last phase's, the
     base it is saved with. Refused for a model without rotary positions ("bert")."""

@@ -14,8 +14,11 @@
   batches do), a checkpoint resumes on any number of ranks (`resume.rank_state`). Batches that
   change during the run (pretraining's short-then-long sequences, a scheduled masking rate)
   take `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
-  steps or by the clock). Batches whose shape changes (pretraining's context phases) say
-  `shapes_vary = True`: compiled, their sizes are marked dynamic, one graph for all of them.
+  steps or by the clock). Batches whose shape changes (pretraining's context phases) give
+  `first_batches()`, one batch of each shape without moving their position: compiled, their
+  sizes are marked dynamic and each shape is run (forward and backward, its gradients then
+  dropped and the random state put back) before the clock starts, so that no shape compiles
+  inside the timed run.
 * `evaluate(model) -> dict[str, float]` — called every `cfg.eval_every` steps and at the end,
   with the plain model in eval mode under `torch.no_grad()` and autocast; runs on rank 0 only
   and its result is sent to every rank. `cfg.best_metric` names one of its keys.
@@ -170,6 +173,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                      target_count, fingerprint, resolve_device(device), find_unused_parameters,
                      show_progress, settings)
         state = resume_or_seed(run, latest)  # the last refusals: OUT is still as it was
+        if cfg.compile and run.feed.shapes_vary:
+            _compile_each_shape(run)
         try:
             if run.main and run.settings is not None:
                 write_settings(out_dir, run.settings)
@@ -380,6 +385,19 @@ def _log_window(run: Run, state: State, waited: float = 0.0) -> None:
         run.cores = None  # said once
     run.progress.update(state.step, elapsed=state.train_seconds, note=progress_note(
         state.tokens, state.train_metrics, state.logged_at))
+
+
+def _compile_each_shape(run: Run) -> None:
+    """A compiled run's graphs made before its clock starts: a micro-batch of each shape its
+    batches take (`first_batches`) forward and backward as a step runs them, the gradients
+    then dropped and the random state (dropout's) put back, so that the steps are those of a
+    run without it."""
+    saved = rng_state()
+    micro = [dynamic_shapes(to_device(b, run.device)) for b in run.feed.batches.first_batches()]
+    for batch in micro:
+        _accumulate_gradients(run, State(), [batch])
+    run.optimizer.zero_grad(set_to_none=True)
+    set_rng_state(saved)
 
 
 def _accumulate_gradients(run: Run, state: State, micro: list[dict]) -> None:

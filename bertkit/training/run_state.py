@@ -43,9 +43,9 @@ class Feed:
 
     @property
     def shapes_vary(self) -> bool:
-        """Whether the batches say their shape changes during the run (`shapes_vary`:
-        pretraining's context phases)."""
-        return bool(getattr(self.batches, "shapes_vary", False))
+        """Whether the batches change shape during the run: they give `first_batches()`, one
+        of each shape (pretraining's context phases)."""
+        return hasattr(self.batches, "first_batches")
 
     def close(self) -> None:
         """Stop the iterator (and any prefetching thread behind it)."""

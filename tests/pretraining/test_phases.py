@@ -255,11 +255,28 @@ def test_a_config_file_takes_the_phases_as_a_list(prepared, tmp_path):
 
 # Compiled -----------------------------------------------------------------------------------------
 
-def _compiled_with(monkeypatch, backend: str) -> None:
+def _compiled_with(monkeypatch, backend: str) -> list[int]:
+    """torch.compile with `backend`, its counters cleared; the list returned gets the graphs
+    compiled so far as each step starts (what the timed run would compile: the last less the
+    first)."""
+    from bertkit.training import loop
+
     compile_ = torch.compile
     monkeypatch.setattr(torch, "compile", lambda module, **kw: compile_(module, backend=backend))
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
+    at_steps = []
+    step = loop._optimisation_step
+
+    def counted(run, state):
+        at_steps.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+        step(run, state)
+    monkeypatch.setattr(loop, "_optimisation_step", counted)
+    return at_steps
+
+
+def _graphs() -> int:
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
 PHASED = ["--max-steps", "4", "--phases", "16:1000@0.5", "32:40000@0.5"]
@@ -269,26 +286,52 @@ PHASED = ["--max-steps", "4", "--phases", "16:1000@0.5", "32:40000@0.5"]
     "eager", pytest.param("inductor", marks=pytest.mark.skipif(
         not os.environ.get("BERTKIT_TEST_COMPILE"),
         reason="inductor takes a minute or more on CPU; set BERTKIT_TEST_COMPILE=1"))])
-def test_compiled_phases_run_on_one_graph_and_train_as_the_eager_run(prepared, tmp_path,
-                                                                     monkeypatch, backend):
+def test_compiled_phases_run_on_one_graph_made_before_the_clock(prepared, tmp_path,
+                                                                monkeypatch, backend):
     """torch.compile's graph capture (dynamo; with the eager backend, its guards, which
-    decide a recompile, without inductor's code generation): one graph for both lengths and
-    both bases, and the weights of the uncompiled run (each phase's base read by the graph)."""
+    decide a compile, without inductor's code generation): one graph for both lengths and
+    both bases, made before the first step; and the weights of the uncompiled run (each
+    phase's base read by the graph; the shapes' run before the clock leaves no gradient)."""
     assert _pretrain(prepared, tmp_path / "plain", *PHASED) == 0
-    _compiled_with(monkeypatch, backend)
+    at_steps = _compiled_with(monkeypatch, backend)
     assert _pretrain(prepared, tmp_path / "c", *PHASED, "--compile") == 0
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert at_steps == [1] * 4 and _graphs() == 1
     torch._dynamo.reset()
     plain, compiled = _weights(tmp_path / "plain"), _weights(tmp_path / "c")
     for k in plain:
         torch.testing.assert_close(compiled[k], plain[k], atol=1e-5, rtol=1e-4)
 
 
-def test_compiled_unmarked_batches_would_compile_again_at_the_phase_change(prepared, tmp_path,
-                                                                          monkeypatch):
-    """The teeth of the test above: batches of fixed shapes compile a second graph."""
-    monkeypatch.setattr(ContextSchedule, "shapes_vary", False)
+def test_compiled_shapes_that_need_two_graphs_make_both_before_the_clock(prepared, tmp_path,
+                                                                        monkeypatch):
+    """A local layer runs blocked from 4 windows on (`model/fast.py`): 16 then 64 tokens
+    with a window of 8 cross that line, a guard of the graph, so two graphs; both are made
+    before the first step. Without the run of each shape before the clock (the test's
+    teeth), the second is made in the middle of the timed run."""
+    from bertkit.training import loop
+
+    args = ["--max-steps", "4", "--local-window", "8", "--phases", "16:1000@0.5",
+            "64:40000@0.5", "--compile"]
+    at_steps = _compiled_with(monkeypatch, "eager")
+    assert _pretrain(prepared, tmp_path / "c", *args) == 0
+    assert at_steps == [2] * 4 and _graphs() == 2
+    monkeypatch.setattr(loop, "_compile_each_shape", lambda run: None)
+    at_steps = _compiled_with(monkeypatch, "eager")
+    assert _pretrain(prepared, tmp_path / "late", *args) == 0
+    assert at_steps == [0, 1, 1, 2]  # the first graph in step 1, the second in step 3
+    # with dropout: the shapes' run before the clock draws none of the steps' (torch.compile
+    # draws dropout its own way, so the uncompiled run is no reference here)
+    for out in ("c", "late"):
+        shutil.rmtree(tmp_path / out)
+    assert _pretrain(prepared, tmp_path / "late", *args, "--dropout", "0.1") == 0
+    monkeypatch.undo()
     _compiled_with(monkeypatch, "eager")
-    assert _pretrain(prepared, tmp_path / "c", *PHASED, "--compile") == 0
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+    assert _pretrain(prepared, tmp_path / "c", *args, "--dropout", "0.1") == 0
+    assert _equal(_weights(tmp_path / "c"), _weights(tmp_path / "late"))
+    # unmarked sizes: a graph of each shape, both before the clock still
+    monkeypatch.undo()
+    monkeypatch.setattr(loop, "dynamic_shapes", lambda batch: batch)
+    at_steps = _compiled_with(monkeypatch, "eager")
+    assert _pretrain(prepared, tmp_path / "static", *PHASED, "--compile") == 0
+    assert at_steps == [2] * 4
     torch._dynamo.reset()
