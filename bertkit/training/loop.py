@@ -173,11 +173,11 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                      target_count, fingerprint, resolve_device(device), find_unused_parameters,
                      show_progress, settings)
         state = resume_or_seed(run, latest)  # the last refusals: OUT is still as it was
-        if cfg.compile and run.feed.shapes_vary:
-            _compile_each_shape(run)
         try:
             if run.main and run.settings is not None:
                 write_settings(out_dir, run.settings)
+            if cfg.compile and run.feed.shapes_vary:
+                _compile_each_shape(run)
             with StopSignal(announce=run.main and show_progress, last_checkpoint=(
                     (lambda: state.last_checkpoint_step) if run.distributed else None)) as stop:
                 while not _reached_max_steps(run, state):
@@ -332,6 +332,20 @@ def _out_of_memory(e: BaseException) -> bool:
     return "DefaultCPUAllocator: can't allocate memory" in str(e)
 
 
+@contextlib.contextmanager
+def _memory_of(batch: dict):
+    """An allocation failure of a step on batches like `batch` as one line: what to lower."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        if not _out_of_memory(e):
+            raise
+        B, T = batch["input_ids"].shape
+        raise UserError(f"out of memory for a batch of {B} x {T} tokens: lower the batch size "
+                        f"or the sequence length (raise gradient accumulation to keep the "
+                        f"effective batch)") from None
+
+
 def _optimisation_step(run: Run, state: State) -> None:
     """One optimiser step: cfg.grad_accum micro-batches forward and backward under autocast,
     then clipping, the scheduled learning rate and the update; then the progress log."""
@@ -345,16 +359,9 @@ def _optimisation_step(run: Run, state: State) -> None:
     if cfg.compile and run.feed.shapes_vary:
         micro = [dynamic_shapes(b) for b in micro]
     state.micro_batches = count
-    try:
+    with _memory_of(micro[0]):
         _accumulate_gradients(run, state, micro)
         _update(run, state)
-    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
-        if not _out_of_memory(e):
-            raise
-        B, T = micro[0]["input_ids"].shape
-        raise UserError(f"out of memory for a batch of {B} x {T} tokens: lower the batch size "
-                        f"or the sequence length (raise gradient accumulation to keep the "
-                        f"effective batch)") from None
     elapsed = time.perf_counter() - started
     state.step += 1
     state.tokens += n_tokens
@@ -395,7 +402,8 @@ def _compile_each_shape(run: Run) -> None:
     saved = rng_state()
     micro = [dynamic_shapes(to_device(b, run.device)) for b in run.feed.batches.first_batches()]
     for batch in micro:
-        _accumulate_gradients(run, State(), [batch])
+        with _memory_of(batch):
+            _accumulate_gradients(run, State(), [batch])
     run.optimizer.zero_grad(set_to_none=True)
     set_rng_state(saved)
 
