@@ -133,16 +133,21 @@ def _inverse_frequencies(head_dim: int, theta: float) -> torch.Tensor:
     return 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)
 
 
-def set_rope_base(model: nn.Module, base: float, saved: bool = False) -> None:
-    """The rotary base of the global layers of every encoder `model` holds (ELECTRA's
-    generator and discriminator alike), from its next forward: a context phase's (ModernBERT
-    extended its context with a larger base). `saved`: its config's too, and so a model
-    saved from it."""
+def set_rope_base(model: nn.Module, base: float | None, local: float | None = None,
+                  saved: bool = False) -> None:
+    """The rotary base of the global layers (`base`) and of the local layers (`local`) of
+    every encoder `model` holds (ELECTRA's generator and discriminator alike), from its next
+    forward; none: as it is. A context phase's (ModernBERT extended its context with a larger
+    global base). `saved`: its config's too, and so a model saved from it."""
     for module in model.modules():
-        if isinstance(module, Encoder) and module.rotary is not None:
-            module.rotary[0].set_theta(base)
-            if saved:
-                module.config.rope_theta = base
+        if not isinstance(module, Encoder) or module.rotary is None:
+            continue
+        for rotary, theta, name in ((module.rotary[0], base, "rope_theta"),
+                                    (module.rotary[1], local, "local_rope_theta")):
+            if theta is not None:
+                rotary.set_theta(theta)
+                if saved:
+                    setattr(module.config, name, theta)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

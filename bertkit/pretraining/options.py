@@ -128,14 +128,15 @@ class PretrainSettings:
     """Share of the run (steps, or the clock for a time budget) at --early-seq-len; 0: --seq-len
     throughout."""
     phases: list[str] | None = field(default=None,
-                                     metadata={"metavar": "SEQ_LEN[:ROPE_BASE]@FRACTION"})
+                                     metadata={"metavar": "SEQ_LEN[:BASE]@FRACTION"})
     """Context phases, in place of --seq-len and --early-seq-len / --early-fraction: each
-    SEQ_LEN[:ROPE_BASE]@FRACTION, the phase's tokens per sequence, for a "modern" model the
-    rotary base of its global layers (none: the model's own), and its share of the run (steps,
-    or the clock for a time budget); the fractions sum to 1 and no phase is shorter than the
-    one before. ModernBERT's: 1024:10000@0.9 8192:160000@0.1. Each phase has about the tokens
-    per batch of --batch-size sequences of the last one; the model is made with the last
-    phase's positions and saved with its base (docs/pretraining.md, "Context phases")."""
+    SEQ_LEN[:ROPE_BASE[/LOCAL_BASE]]@FRACTION, the phase's tokens per sequence, for a
+    "modern" model the rotary base of its global layers (and of its local layers; none: the
+    phase before's, the first's the model's own), and its share of the run (steps, or the
+    clock for a time budget); the fractions sum to 1 and no phase is shorter than the one
+    before. ModernBERT's: 1024:10000@0.9 8192:160000@0.1. Each phase has about the tokens per
+    batch of --batch-size sequences of the last one; the model is made with the last phase's
+    positions and saved with its bases (docs/pretraining.md, "Context phases")."""
     batch_size: int = 16
     """Sequences per micro-batch, all ranks together (each rank takes an equal share).
     16 learns more per minute than 32 on a 2-core CPU (docs/recipe.md); on a GPU, raise
@@ -218,7 +219,7 @@ def _resolve_phases(opts: PretrainSettings) -> None:
         opts.phases = [opts.phases]
     phases = parse_phases(opts.phases)
     if opts.architecture == "bert" and opts.init is None \
-            and any(p.rope_base is not None for p in phases):
+            and any(p.based for p in phases):
         raise UserError("--phases: a rotary base is for \"modern\" models; \"bert\" has "
                         "learned positions")
     opts.phases = [p.spelled() for p in phases]

@@ -1,5 +1,6 @@
 """Context phases: a pretraining run cut into phases of growing sequence length, each with its
-share of the run and, for a "modern" model, the rotary base of its global layers.
+share of the run and, for a "modern" model, the rotary base of its global layers (and of its
+local layers).
 
 BERT pretrained 90% of its steps at 128 tokens and the rest at 512; ModernBERT trained at
 1,024 tokens with a rotary base of 10,000, then extended its context to 8,192 tokens at a base
@@ -13,7 +14,7 @@ slowly enough to tell them apart.
 
 The training loop tells the schedule how far the run is (`set_progress`, by steps or by the
 clock); the schedule hands out the batches of the phase that share of the run falls in and,
-on entering a phase, gives its rotary base to `rope` before its first batch.
+on entering a phase, gives its rotary bases to `rope` before its first batch.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Callable, Iterable
 
 from bertkit.files import UserError
 
-SPELLING = "SEQ_LEN[:ROPE_BASE]@FRACTION"
+SPELLING = "SEQ_LEN[:ROPE_BASE[/LOCAL_BASE]]@FRACTION"
 MIN_SEQ_LEN = 8
 
 
@@ -35,12 +36,22 @@ class ContextPhase:
     fraction: float
     """Share of the run (steps, or the clock for a time budget)."""
     rope_base: float | None = None
-    """Base of the global layers' rotary frequencies ("modern"); none: the model's own."""
+    """Base of the global layers' rotary frequencies ("modern"); none: the phase before's
+    (the first phase's: the model's own)."""
+    local_rope_base: float | None = None
+    """Base of the local layers' rotary frequencies ("modern" with local attention); none:
+    the phase before's (the first phase's: the model's own)."""
+
+    @property
+    def based(self) -> bool:
+        """Whether the phase gives a rotary base, either."""
+        return self.rope_base is not None or self.local_rope_base is not None
 
     def spelled(self) -> str:
-        """As --phases takes it: "1024:10000@0.9"."""
-        base = "" if self.rope_base is None else f":{self.rope_base:.12g}"
-        return f"{self.seq_len}{base}@{self.fraction:.12g}"
+        """As --phases takes it: "1024:10000@0.9", "8192:160000/10000@0.1"."""
+        bases = ("" if self.rope_base is None else f"{self.rope_base:.12g}") + (
+            "" if self.local_rope_base is None else f"/{self.local_rope_base:.12g}")
+        return f"{self.seq_len}{':' + bases if bases else ''}@{self.fraction:.12g}"
 
 
 def parse_phases(texts: Iterable[str]) -> list[ContextPhase]:
@@ -62,22 +73,24 @@ def parse_phases(texts: Iterable[str]) -> list[ContextPhase]:
 
 
 def _phase(text: str) -> ContextPhase:
-    """One SEQ_LEN[:ROPE_BASE]@FRACTION."""
+    """One SEQ_LEN[:ROPE_BASE[/LOCAL_BASE]]@FRACTION."""
     head, at, share = text.partition("@")
     if not at:
         raise UserError(f"--phases: {text!r} has no @FRACTION ({SPELLING})")
-    length, colon, base = head.partition(":")
+    length, colon, bases = head.partition(":")
+    base, slash, local = bases.partition("/")
     try:
-        phase = ContextPhase(int(length), float(share), float(base) if colon else None)
+        phase = ContextPhase(int(length), float(share), float(base) if base else None,
+                             float(local) if slash else None)
     except ValueError:
         raise UserError(f"--phases: {text!r} is not {SPELLING} (e.g. 1024:10000@0.9)") from None
     if phase.seq_len < MIN_SEQ_LEN:
         raise UserError(f"--phases: {text!r}: a phase's length must be at least {MIN_SEQ_LEN}")
     if not (math.isfinite(phase.fraction) and 0.0 < phase.fraction <= 1.0):
         raise UserError(f"--phases: {text!r}: a phase's fraction must be above 0 and at most 1")
-    if phase.rope_base is not None and not (math.isfinite(phase.rope_base)
-                                            and phase.rope_base > 0):
-        raise UserError(f"--phases: {text!r}: a rotary base must be a positive number")
+    for value in (phase.rope_base, phase.local_rope_base):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UserError(f"--phases: {text!r}: a rotary base must be a positive number")
     return phase
 
 
@@ -104,13 +117,13 @@ class ContextSchedule:
     of the same corpus; give each its own seed, so that it draws its own order and cut points
     rather than replaying the first batches at another length.
 
-    `rope(base)`: told the base of each phase that gives one, before the phase's first batch
-    (the plan gives every phase one where any does). A resume restores every phase's
+    `rope(phase)`: told each phase that gives a base, before the phase's first batch (the
+    plan gives every phase its bases where any does). A resume restores every phase's
     position, and the loop's progress picks the phase again, and its base.
     """
 
     def __init__(self, batches: list, phases: list[ContextPhase],
-                 rope: Callable[[float], None] | None = None):
+                 rope: Callable[[ContextPhase], None] | None = None):
         if len(batches) != len(phases) or len(phases) < 2:
             raise UserError("a context schedule needs two phases or more, and batches for each")
         self.ends = phase_ends(phases)
@@ -157,9 +170,9 @@ class ContextSchedule:
         return made
 
     def _enter(self, i: int) -> None:
-        """Phase i begins: its rotary base to the model."""
-        if self.rope is not None and self.phases[i].rope_base is not None:
-            self.rope(self.phases[i].rope_base)
+        """Phase i begins: its rotary bases to the model."""
+        if self.rope is not None and self.phases[i].based:
+            self.rope(self.phases[i])
 
     def state_dict(self) -> dict:
         states = [batches.state_dict() for batches in self.batches]

@@ -140,7 +140,8 @@ class PretrainPlan:
                            ignore=("world_size", GIVEN))
         phases = _phase_bases(opts.context_phases, model)
         batches = _train_batches(prepared, objective, parts, rank, world, phases,
-                                 rope=lambda base: set_rope_base(model, base))  # checks the sums
+                                 rope=lambda p: set_rope_base(model, p.rope_base,
+                                                              p.local_rope_base))  # sums checked
         # Every rank builds them (a few batches) so that all agree whether to evaluate.
         held = _heldout_batches(prepared, _data_kwargs(prepared, objective),
                                 opts.train.seed + 1, parts)
@@ -172,12 +173,18 @@ def _shape(opts: PretrainOptions) -> str:
     rotary base where given ("1024 x 64 (base 10000) -> 8192 x 8 (base 160000, at 90%)")."""
     shapes, start = [], 0.0
     for phase in opts.context_phases:
-        notes = ([f"base {phase.rope_base:g}"] if phase.rope_base is not None else []) + (
+        notes = ([f"base {_bases(phase)}"] if phase.based else []) + (
             [f"at {start:.0%}"] if start > 0 else [])
         shapes.append(f"{phase.seq_len} x {opts.phase_batch_size(phase)}"
                       + (f" ({', '.join(notes)})" if notes else ""))
         start += phase.fraction
     return " -> ".join(shapes)
+
+
+def _bases(phase: ContextPhase) -> str:
+    """"10000", with a local base "160000/10000" (the global one "-": the phase before's)."""
+    base = "-" if phase.rope_base is None else f"{phase.rope_base:g}"
+    return base + ("" if phase.local_rope_base is None else f"/{phase.local_rope_base:g}")
 
 
 def _rate(masking: MaskingConfig) -> str:
@@ -220,20 +227,25 @@ def model_to_pretrain(opts: PretrainOptions, objective: Objective, vocab_size: i
 
 
 def _phase_bases(phases: list[ContextPhase], model: nn.Module) -> list[ContextPhase]:
-    """`phases` with a rotary base each where any gives one: a phase that gives none keeps the
-    one before's (the first, the model's own); the model's config takes the last phase's, the
-    base it is saved with. Refused for a model without rotary positions ("bert")."""
-    if all(p.rope_base is None for p in phases):
+    """`phases` with their rotary bases each where any gives one: a phase that gives none
+    keeps the one before's (the first, the model's own); the model's config takes the last
+    phase's, the bases it is saved with. Refused for a model without rotary positions
+    ("bert"), and a local base for one without local layers."""
+    if not any(p.based for p in phases):
         return phases
     cfg = model.config
     if cfg.architecture != "modern":
         raise UserError(f"--phases: a rotary base is for \"modern\" models; this "
                         f"\"{cfg.architecture}\" model has learned positions")
-    base, resolved = cfg.rope_theta, []
+    if cfg.local_window == 0 and any(p.local_rope_base is not None for p in phases):
+        raise UserError("--phases: a local rotary base (/LOCAL_BASE) is for a model with "
+                        "local layers (--local-window); this one attends globally throughout")
+    base, local, resolved = cfg.rope_theta, cfg.local_rope_theta, []
     for phase in phases:
         base = phase.rope_base if phase.rope_base is not None else base
-        resolved.append(dataclasses.replace(phase, rope_base=base))
-    set_rope_base(model, base, saved=True)
+        local = phase.local_rope_base if phase.local_rope_base is not None else local
+        resolved.append(dataclasses.replace(phase, rope_base=base, local_rope_base=local))
+    set_rope_base(model, base, local, saved=True)
     return resolved
 
 
@@ -394,7 +406,7 @@ def _data_kwargs(opts: PretrainOptions, objective: Objective) -> dict:
 
 def _train_batches(opts: PretrainOptions, objective: Objective,
                    parts: list[tuple[Path, float]], rank: int, world: int,
-                   phases: list[ContextPhase], rope: Callable[[float], None]):
+                   phases: list[ContextPhase], rope: Callable[[ContextPhase], None]):
     """The training batches: of one corpus or a mixture, in its context `phases` (`rope`
     told each one's base). Each rank takes its rows of the same global batch: any number of
     ranks trains alike."""
@@ -485,7 +497,7 @@ def _phases_fingerprint(phases: list[ContextPhase]) -> dict:
     """The context phases a checkpoint was trained in: none for one phase without a rotary
     base, two without one as short-then-long runs recorded them (their checkpoints resume),
     else each phase as --phases spells it."""
-    unbased = all(p.rope_base is None for p in phases)
+    unbased = not any(p.based for p in phases)
     if len(phases) == 1 and unbased:
         return {}
     if len(phases) == 2 and unbased:

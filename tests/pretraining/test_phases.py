@@ -31,6 +31,10 @@ def test_modernberts_schedule_is_spelled_as_its_recipe_says_it():
     assert phases == [ContextPhase(1024, 0.9, 10000.0), ContextPhase(8192, 0.1, 160000.0)]
     assert parse_phases(["1024:10000@0.9,8192:160000@0.1"]) == phases  # one text, commas
     assert [p.spelled() for p in phases] == ["1024:10000@0.9", "8192:160000@0.1"]
+    # a local layers' base after the global one's, or alone
+    assert parse_phases(["1024:10000/5000@0.9", "8192:/20000@0.1"]) == [
+        ContextPhase(1024, 0.9, 10000.0, 5000.0), ContextPhase(8192, 0.1, None, 20000.0)]
+    assert ContextPhase(8192, 0.1, None, 20000.0).spelled() == "8192:/20000@0.1"
     thirds = parse_phases(["16@0.3333333333", "32@0.3333333333", "64@0.3333333334"])
     assert parse_phases([p.spelled() for p in thirds]) == thirds  # spelled back, read alike
     # each phase about the tokens of a batch of the longest
@@ -47,7 +51,9 @@ def test_modernberts_schedule_is_spelled_as_its_recipe_says_it():
     (["128", "512@1"], "has no @FRACTION"),
     (["128@0", "512@1"], "fraction must be above 0"),
     (["4@0.5", "512@0.5"], "length must be at least 8"),
-    (["long@1"], "is not SEQ_LEN[:ROPE_BASE]@FRACTION"),
+    (["long@1"], "is not SEQ_LEN[:ROPE_BASE[/LOCAL_BASE]]@FRACTION"),
+    (["128:1000/0@1"], "a rotary base must be a positive number"),
+    (["128:1000/x@1"], "is not SEQ_LEN"),
     ([","], "at least one phase"),
 ])
 def test_a_bad_schedule_is_one_line_naming_the_phase(texts, said):
@@ -69,7 +75,7 @@ def _three(data, told):
     batches = [PretrainingBatches(data, objective="mlm", seq_len=p.seq_len,
                                   batch_size=phase_batch_size(p, 64, 2), seed=10 + i, prefetch=0)
                for i, p in enumerate(phases)]
-    return ContextSchedule(batches, phases, rope=told.append)
+    return ContextSchedule(batches, phases, rope=lambda phase: told.append(phase.rope_base))
 
 
 def _take(schedule, progress):
@@ -123,6 +129,14 @@ def test_a_base_set_on_a_model_turns_as_a_model_made_with_it():
     assert made.config.rope_theta == 160_000.0  # unsaved unless asked
     set_rope_base(made, 1000.0, saved=True)
     assert made.config.rope_theta == 1000.0
+    # the local layers' own base
+    set_rope_base(made, None, 500.0, saved=True)
+    local = Encoder(EncoderConfig(**{**cfg.__dict__, "rope_theta": 1000.0,
+                                     "local_rope_theta": 500.0}), fast=False).eval()
+    local.load_state_dict(made.state_dict())
+    assert torch.equal(made(ids).last_hidden_state, local(ids).last_hidden_state)
+    assert not torch.allclose(local(ids).last_hidden_state, other(ids).last_hidden_state)
+    assert (made.config.rope_theta, made.config.local_rope_theta) == (1000.0, 500.0)
 
 
 # End to end --------------------------------------------------------------------------------------
@@ -215,6 +229,19 @@ def _error(capsys, args) -> str:
     return err.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
+def test_local_layers_take_their_own_base_and_keep_the_one_before(prepared, tmp_path, capsys):
+    args = ["--architecture", "modern", "--local-window", "8", "--max-steps", "4"]
+    assert _pretrain(prepared, tmp_path / "local", *args, "--phases", "16:1000/500@0.5",
+                     "32:40000@0.5") == 0
+    assert "16 x 16 (base 1000/500) -> 32 x 8 (base 40000, at 50%)" in capsys.readouterr().err
+    saved = json.loads((tmp_path / "local" / "config.json").read_text())
+    assert (saved["global_rope_theta"], saved["local_rope_theta"]) == (40000.0, 500.0)
+    assert _pretrain(prepared, tmp_path / "global", *args, "--phases", "16:1000@0.5",
+                     "32:40000@0.5") == 0
+    assert not _equal(_weights(tmp_path / "local"), _weights(tmp_path / "global"))
+
+
 def test_bad_phases_are_one_line_before_anything_is_written(prepared, tmp_path, capsys):
     from bertkit.model.heads import PretrainingModel
     from bertkit.model.hub import save_model
@@ -227,6 +254,8 @@ def test_bad_phases_are_one_line_before_anything_is_written(prepared, tmp_path, 
         capsys, base + ["--phases", "16:0@0.5", "32@0.5"])
     assert "a rotary base is for \"modern\" models" in _error(
         capsys, base + ["--architecture", "bert", "--phases", "16:1000@0.5", "32@0.5"])
+    assert "a local rotary base (/LOCAL_BASE) is for a model with local layers" in _error(
+        capsys, base + ["--phases", "16:1000/500@0.5", "32@0.5"])
     tokenizer = Tokenizer.load(prepared / "tokenizer")
     short = tmp_path / "short"
     save_model(PretrainingModel(EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=32,
