@@ -128,13 +128,12 @@ class PretrainSettings:
     """Share of the run (steps, or the clock for a time budget) at --early-seq-len; 0: --seq-len
     throughout."""
     phases: list[str] | None = field(default=None,
-                                     metadata={"metavar": "SEQ_LEN[:BASE]@FRACTION"})
+                                     metadata={"metavar": "LENGTH[:BASE[/LOCAL]]@FRACTION"})
     """Context phases, in place of --seq-len and --early-seq-len / --early-fraction: each
-    SEQ_LEN[:ROPE_BASE[/LOCAL_BASE]]@FRACTION, the phase's tokens per sequence, for a
-    "modern" model the rotary base of its global layers (and of its local layers; none: the
-    phase before's, the first's the model's own), and its share of the run (steps, or the
-    clock for a time budget); the fractions sum to 1 and no phase is shorter than the one
-    before. ModernBERT's: 1024:10000@0.9 8192:160000@0.1. Each phase has about the tokens per
+    LENGTH[:BASE[/LOCAL]]@FRACTION, the phase's tokens per sequence, for a "modern" model the
+    rotary base of its global layers (and after a slash, of its local layers; none: the phase
+    before's, the first's the model's own), and its share of the run (steps, or the clock for
+    a time budget); the fractions sum to 1 and no phase is shorter than the one before. ModernBERT's: 1024:10000@0.9 8192:160000@0.1. Each phase has about the tokens per
     batch of --batch-size sequences of the last one; the model is made with the last phase's
     positions and saved with its bases (docs/pretraining.md, "Context phases")."""
     batch_size: int = 16

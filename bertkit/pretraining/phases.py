@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 
 from bertkit.files import UserError
 
-SPELLING = "SEQ_LEN[:ROPE_BASE[/LOCAL_BASE]]@FRACTION"
+SPELLING = "LENGTH[:BASE[/LOCAL]]@FRACTION"
 MIN_SEQ_LEN = 8
 
 
@@ -55,7 +55,7 @@ class ContextPhase:
 
 
 def parse_phases(texts: Iterable[str]) -> list[ContextPhase]:
-    """The phases of --phases: each text one or more SEQ_LEN[:ROPE_BASE]@FRACTION, comma
+    """The phases of --phases: each text one or more LENGTH[:BASE[/LOCAL]]@FRACTION, comma
     separated; lengths that never shrink, positive bases, fractions above 0 that sum to 1.
     Anything else is one UserError naming the phase."""
     phases = [_phase(part.strip()) for text in texts for part in str(text).split(",")
@@ -73,7 +73,7 @@ def parse_phases(texts: Iterable[str]) -> list[ContextPhase]:
 
 
 def _phase(text: str) -> ContextPhase:
-    """One SEQ_LEN[:ROPE_BASE[/LOCAL_BASE]]@FRACTION."""
+    """One LENGTH[:BASE[/LOCAL]]@FRACTION."""
     head, at, share = text.partition("@")
     if not at:
         raise UserError(f"--phases: {text!r} has no @FRACTION ({SPELLING})")

@@ -238,7 +238,7 @@ def _phase_bases(phases: list[ContextPhase], model: nn.Module) -> list[ContextPh
         raise UserError(f"--phases: a rotary base is for \"modern\" models; this "
                         f"\"{cfg.architecture}\" model has learned positions")
     if cfg.local_window == 0 and any(p.local_rope_base is not None for p in phases):
-        raise UserError("--phases: a local rotary base (/LOCAL_BASE) is for a model with "
+        raise UserError("--phases: a local rotary base (/LOCAL) is for a model with "
                         "local layers (--local-window); this one attends globally throughout")
     base, local, resolved = cfg.rope_theta, cfg.local_rope_theta, []
     for phase in phases:

@@ -51,9 +51,9 @@ def test_modernberts_schedule_is_spelled_as_its_recipe_says_it():
     (["128", "512@1"], "has no @FRACTION"),
     (["128@0", "512@1"], "fraction must be above 0"),
     (["4@0.5", "512@0.5"], "length must be at least 8"),
-    (["long@1"], "is not SEQ_LEN[:ROPE_BASE[/LOCAL_BASE]]@FRACTION"),
+    (["long@1"], "is not LENGTH[:BASE[/LOCAL]]@FRACTION"),
     (["128:1000/0@1"], "a rotary base must be a positive number"),
-    (["128:1000/x@1"], "is not SEQ_LEN"),
+    (["128:1000/x@1"], "is not LENGTH"),
     ([","], "at least one phase"),
 ])
 def test_a_bad_schedule_is_one_line_naming_the_phase(texts, said):
@@ -254,7 +254,7 @@ def test_bad_phases_are_one_line_before_anything_is_written(prepared, tmp_path, 
         capsys, base + ["--phases", "16:0@0.5", "32@0.5"])
     assert "a rotary base is for \"modern\" models" in _error(
         capsys, base + ["--architecture", "bert", "--phases", "16:1000@0.5", "32@0.5"])
-    assert "a local rotary base (/LOCAL_BASE) is for a model with local layers" in _error(
+    assert "a local rotary base (/LOCAL) is for a model with local layers" in _error(
         capsys, base + ["--phases", "16:1000/500@0.5", "32@0.5"])
     tokenizer = Tokenizer.load(prepared / "tokenizer")
     short = tmp_path / "short"
