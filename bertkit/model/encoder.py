@@ -105,8 +105,14 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim: int, theta: float):
         super().__init__()
-        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # [D/2]
+        self.register_buffer("inv_freq", _inverse_frequencies(head_dim, theta),
+                             persistent=False)  # [D/2]
+
+    def set_theta(self, theta: float) -> None:
+        """The base of the next forward's angles: the buffer's values replaced in place, so
+        that a compiled model, which reads buffers as inputs, runs on uncompiled."""
+        with torch.no_grad():
+            self.inv_freq.copy_(_inverse_frequencies(2 * self.inv_freq.numel(), theta))
 
     def angles(self, T: int, device: torch.device, positions: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,6 +126,28 @@ class Rotary(nn.Module):
             * self.inv_freq.to(device)[None, :]  # [T, D/2]
         freqs = torch.cat([freqs, freqs], dim=-1)  # [T, D]
         return freqs.cos(), freqs.sin()
+
+
+def _inverse_frequencies(head_dim: int, theta: float) -> torch.Tensor:
+    """theta^(-2j/D) for each pair j of a head's D dimensions, [D/2] in fp32."""
+    return 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)
+
+
+def set_rope_base(model: nn.Module, base: float | None, local: float | None = None,
+                  saved: bool = False) -> None:
+    """The rotary base of the global layers (`base`) and of the local layers (`local`) of
+    every encoder `model` holds (ELECTRA's generator and discriminator alike), from its next
+    forward; none: as it is. A context phase's (ModernBERT extended its context with a larger
+    global base). `saved`: its config's too, and so a model saved from it."""
+    for module in model.modules():
+        if not isinstance(module, Encoder) or module.rotary is None:
+            continue
+        for rotary, theta, name in ((module.rotary[0], base, "rope_theta"),
+                                    (module.rotary[1], local, "local_rope_theta")):
+            if theta is not None:
+                rotary.set_theta(theta)
+                if saved:
+                    setattr(module.config, name, theta)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -433,6 +461,6 @@ def num_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-__all__ = ["Embeddings", "Rotary", "rotate", "SelfAttention", "Block", "Encoder", "EncoderOutput", "attend", "set_dropout",
+__all__ = ["Embeddings", "Rotary", "rotate", "set_rope_base", "SelfAttention", "Block", "Encoder", "EncoderOutput", "attend", "set_dropout",
            "build_attention_mask", "document_positions", "cls_rows", "init_weights", "num_parameters",
            "activation_fn"]

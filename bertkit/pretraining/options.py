@@ -18,6 +18,7 @@ from bertkit.pretraining.examples import ROW_ENDS
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.objective import Objective
 from bertkit.pretraining.objectives import OBJECTIVES, objective_named
+from bertkit.pretraining.phases import ContextPhase, parse_phases, phase_batch_size
 
 DEFAULT_PRESET = "mini"
 """The size a fresh model gets without --preset: the best held-out quality for an afternoon
@@ -128,6 +129,15 @@ class PretrainSettings:
     early_fraction: float = 0.9
     """Share of the run (steps, or the clock for a time budget) at --early-seq-len; 0: --seq-len
     throughout."""
+    phases: list[str] | None = field(default=None,
+                                     metadata={"metavar": "LENGTH[:BASE[/LOCAL]]@FRACTION"})
+    """Context phases, in place of --seq-len and --early-seq-len / --early-fraction: each
+    LENGTH[:BASE[/LOCAL]]@FRACTION, the phase's tokens per sequence, for a "modern" model the
+    rotary base of its global layers (and after a slash, of its local layers; none: the phase
+    before's, the first's the model's own), and its share of the run (steps, or the clock for
+    a time budget); the fractions sum to 1 and no phase is shorter than the one before. ModernBERT's: 1024:10000@0.9 8192:160000@0.1. Each phase has about the tokens per
+    batch of --batch-size sequences of the last one; the model is made with the last phase's
+    positions and saved with its bases (docs/pretraining.md, "Context phases")."""
     batch_size: int = 16
     """Sequences per micro-batch, all ranks together (each rank takes an equal share).
     16 learns more per minute than 32 on a 2-core CPU (docs/recipe.md); on a GPU, raise
@@ -175,6 +185,7 @@ class PretrainSettings:
             raise UserError(f"unknown --row-ends {self.row_ends!r}; choose one of "
                             f"{', '.join(ROW_ENDS)}")
         _check_document_boundaries(self)
+        _resolve_phases(self)
         if self.early_seq_len < 8:
             raise UserError(f"--early-seq-len must be at least 8 (got {self.early_seq_len})")
         if not self.dist_timeout > 0:
@@ -184,16 +195,36 @@ class PretrainSettings:
                             f"{self.early_fraction})")
 
     @property
-    def short_first(self) -> bool:
-        """Whether the run starts with early_seq_len sequences."""
-        return self.early_fraction > 0 and self.early_seq_len < self.seq_len
+    def context_phases(self) -> list[ContextPhase]:
+        """The run's phases: --phases', or --early-seq-len for --early-fraction of the run
+        (where shorter than --seq-len) then --seq-len, or --seq-len throughout."""
+        if self.phases is not None:
+            return parse_phases(self.phases)
+        if self.early_fraction > 0 and self.early_seq_len < self.seq_len:
+            return [ContextPhase(self.early_seq_len, self.early_fraction),
+                    ContextPhase(self.seq_len, 1.0 - self.early_fraction)]
+        return [ContextPhase(self.seq_len, 1.0)]
 
-    @property
-    def early_batch_size(self) -> int:
-        """Sequences per early batch: about the tokens of a seq_len batch, in early_seq_len rows."""
-        if not self.short_first:
-            return self.batch_size
-        return max(1, round(self.batch_size * self.seq_len / self.early_seq_len))
+    def phase_batch_size(self, phase: ContextPhase) -> int:
+        """Sequences per batch of `phase`: about the tokens of a --batch-size batch at
+        --seq-len (the last phase's length)."""
+        return phase_batch_size(phase, self.seq_len, self.batch_size)
+
+
+def _resolve_phases(opts: PretrainSettings) -> None:
+    """--phases checked and spelled alike (`ContextPhase.spelled`); its last phase's length
+    the run's --seq-len, and --early-fraction 0, so that the record reads as the run ran."""
+    if opts.phases is None:
+        return
+    if isinstance(opts.phases, str):  # a library call's "16@0.9,128@0.1": not its characters
+        opts.phases = [opts.phases]
+    phases = parse_phases(opts.phases)
+    if opts.architecture == "bert" and opts.init is None \
+            and any(p.based for p in phases):
+        raise UserError("--phases: a rotary base is for \"modern\" models; \"bert\" has "
+                        "learned positions")
+    opts.phases = [p.spelled() for p in phases]
+    opts.seq_len, opts.early_fraction = phases[-1].seq_len, 0.0
 
 
 def _check_document_boundaries(opts: PretrainSettings) -> None:

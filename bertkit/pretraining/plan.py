@@ -30,18 +30,19 @@ from bertkit.config import ConfigError, EncoderConfig, TrainConfig, preset
 from bertkit.files import UserError
 from bertkit.model.card import card_figure, read_card
 from bertkit.model.create import local_attention_fields
-from bertkit.model.encoder import num_parameters
+from bertkit.model.encoder import num_parameters, set_rope_base
 from bertkit.model.fetch import is_hub_name, resolve_model
 from bertkit.model.hub import hub_name
 from bertkit.progress import counted
 from bertkit.pretraining.provenance import check_tokenizer
 from bertkit.pretraining.shards import load_manifest
-from bertkit.pretraining.examples import LengthSchedule, PretrainingBatches
+from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.pretraining.mixture import MixedBatches, allocate
 from bertkit.pretraining.objective import Objective
 from bertkit.pretraining.objectives import objective_type
 from bertkit.pretraining.options import PretrainOptions
+from bertkit.pretraining.phases import ContextPhase, ContextSchedule
 from bertkit.pretraining.run_data import (TEXT_DATA, check_resumed_data, data_fingerprint,
                                           DataOptions, data_parts, given_data)
 from bertkit.runtime import allocator, choose_precision, compiles_for
@@ -132,15 +133,18 @@ class PretrainPlan:
                 check_tokenizer(data, model_dir)
         # the command line keeps the text file; what follows reads its prepared directory
         prepared = dataclasses.replace(opts, data=data)
-        batches = _train_batches(prepared, objective, parts, rank, world)  # checks the sums
-        # Every rank builds them (a few batches) so that all agree whether to evaluate.
-        held = _heldout_batches(prepared, _data_kwargs(prepared, objective),
-                                opts.train.seed + 1, parts)
         if model is None:
             model = model_to_pretrain(prepared, objective, tokenizer.vocab_size)
             if latest is not None:  # a checkpoint that records no vocabulary: checked now
                 check_fits(latest, run_fingerprint(model, fingerprint),
                            ignore=("world_size", GIVEN))
+        phases = _phase_bases(opts.context_phases, model)
+        batches = _train_batches(prepared, objective, parts, rank, world, phases,
+                                 rope=lambda p: set_rope_base(model, p.rope_base,
+                                                              p.local_rope_base))  # sums checked
+        # Every rank builds them (a few batches) so that all agree whether to evaluate.
+        held = _heldout_batches(prepared, _data_kwargs(prepared, objective),
+                                opts.train.seed + 1, parts)
         resolved, why = resolve(_as_used(opts, model, parts, tokenizer.vocab_size,
                                          objective.data_tokenizer() is not None), device, world)
         recorded = run_settings({"options": dataclasses.asdict(resolved)}, device=device,
@@ -165,12 +169,22 @@ class PretrainPlan:
 
 
 def _shape(opts: PretrainOptions) -> str:
-    """"128 x 16", or with short sequences first "64 x 32 -> 128 x 16 (at 90%)"."""
-    shape = f"{opts.seq_len} x {opts.batch_size}"
-    if not opts.short_first:
-        return shape
-    return (f"{opts.early_seq_len} x {opts.early_batch_size} -> {shape} "
-            f"(at {opts.early_fraction:.0%})")
+    """"128 x 16", or with context phases "64 x 32 -> 128 x 16 (at 90%)", each phase's
+    rotary base where given ("1024 x 64 (base 10000) -> 8192 x 8 (base 160000, at 90%)")."""
+    shapes, start = [], 0.0
+    for phase in opts.context_phases:
+        notes = ([f"base {_bases(phase)}"] if phase.based else []) + (
+            [f"at {start:.0%}"] if start > 0 else [])
+        shapes.append(f"{phase.seq_len} x {opts.phase_batch_size(phase)}"
+                      + (f" ({', '.join(notes)})" if notes else ""))
+        start += phase.fraction
+    return " -> ".join(shapes)
+
+
+def _bases(phase: ContextPhase) -> str:
+    """"10000", with a local base "160000/10000" (the global one "-": the phase before's)."""
+    base = "-" if phase.rope_base is None else f"{phase.rope_base:g}"
+    return base + ("" if phase.local_rope_base is None else f"/{phase.local_rope_base:g}")
 
 
 def _rate(masking: MaskingConfig) -> str:
@@ -217,10 +231,34 @@ def model_to_pretrain(opts: PretrainOptions, objective: Objective, vocab_size: i
         model = objective.fresh_model(_fresh_config(opts, vocab_size), seed)
     cfg = model.config
     if opts.seq_len > cfg.max_positions:
-        raise UserError(f"--seq-len {opts.seq_len} is longer than the model's "
+        what = "--seq-len" if opts.phases is None else "--phases' last length"
+        raise UserError(f"{what} {opts.seq_len} is longer than the model's "
                         f"{cfg.max_positions} positions")
     objective.check_seq_len(opts.seq_len)
     return objective.fit(model, opts.init, seed)
+
+
+def _phase_bases(phases: list[ContextPhase], model: nn.Module) -> list[ContextPhase]:
+    """`phases` with their rotary bases each where any gives one: a phase that gives none
+    keeps the one before's (the first, the model's own); the model's config takes the last
+    phase's, the bases it is saved with. Refused for a model without rotary positions
+    ("bert"), and a local base for one without local layers."""
+    if not any(p.based for p in phases):
+        return phases
+    cfg = model.config
+    if cfg.architecture != "modern":
+        raise UserError(f"--phases: a rotary base is for \"modern\" models; this "
+                        f"\"{cfg.architecture}\" model has learned positions")
+    if cfg.local_window == 0 and any(p.local_rope_base is not None for p in phases):
+        raise UserError("--phases: a local rotary base (/LOCAL) is for a model with "
+                        "local layers (--local-window); this one attends globally throughout")
+    base, local, resolved = cfg.rope_theta, cfg.local_rope_theta, []
+    for phase in phases:
+        base = phase.rope_base if phase.rope_base is not None else base
+        local = phase.local_rope_base if phase.local_rope_base is not None else local
+        resolved.append(dataclasses.replace(phase, rope_base=base, local_rope_base=local))
+    set_rope_base(model, base, local, saved=True)
+    return resolved
 
 
 def _fresh_config(opts: PretrainOptions, vocab_size: int) -> EncoderConfig:
@@ -290,7 +328,7 @@ def _as_used(opts: PretrainOptions, model: torch.nn.Module, parts: list[tuple[Pa
 def check_split(opts: PretrainOptions, world: int) -> None:
     """Refuse batches that do not split over the ranks: before a text --data is prepared and
     before the ranks meet, so the refusal comes at once."""
-    for size in {opts.batch_size, opts.early_batch_size}:
+    for size in {opts.batch_size, *map(opts.phase_batch_size, opts.context_phases)}:
         if size % world:
             raise UserError(f"a batch of {size} sequences does not split over {world} ranks")
 
@@ -381,10 +419,11 @@ def _data_kwargs(opts: PretrainOptions, objective: Objective) -> dict:
 
 
 def _train_batches(opts: PretrainOptions, objective: Objective,
-                   parts: list[tuple[Path, float]], rank: int, world: int):
-    """The training batches: of one corpus or a mixture, with short sequences first when
-    asked. Each rank takes its rows of the same global batch: any number of ranks trains
-    alike."""
+                   parts: list[tuple[Path, float]], rank: int, world: int,
+                   phases: list[ContextPhase], rope: Callable[[ContextPhase], None]):
+    """The training batches: of one corpus or a mixture, in its context `phases` (`rope`
+    told each one's base). Each rank takes its rows of the same global batch: any number of
+    ranks trains alike."""
     def of_length(seq_len: int, batch_size: int, seed: int):
         made = [PretrainingBatches(part, batch_size=batch_size // world, split="train",
                                    seed=seed, rank=rank, world_size=world,
@@ -393,12 +432,11 @@ def _train_batches(opts: PretrainOptions, objective: Objective,
         return made[0] if len(made) == 1 else MixedBatches(made, [w for _, w in parts])
 
     seed = opts.train.seed
-    if not opts.short_first:
-        return of_length(opts.seq_len, opts.batch_size, seed)
-    # the long phase draws its own order, not the first batches again at another length
-    return LengthSchedule(of_length(opts.early_seq_len, opts.early_batch_size, seed),
-                          of_length(opts.seq_len, opts.batch_size, seed + 1),
-                          switch_at=opts.early_fraction)
+    if len(phases) == 1:
+        return of_length(phases[0].seq_len, opts.batch_size, seed)
+    # each phase draws its own order, not the first batches again at another length
+    return ContextSchedule([of_length(p.seq_len, opts.phase_batch_size(p), seed + i)
+                            for i, p in enumerate(phases)], phases, rope)
 
 
 def _announce(opts: PretrainOptions, model: nn.Module, parts: list[tuple[Path, float]],
@@ -469,6 +507,18 @@ def _resumed_model(opts: PretrainOptions, objective: Objective, latest: Path,
     return model
 
 
+def _phases_fingerprint(phases: list[ContextPhase]) -> dict:
+    """The context phases a checkpoint was trained in: none for one phase without a rotary
+    base, two without one as short-then-long runs recorded them (their checkpoints resume),
+    else each phase as --phases spells it."""
+    unbased = not any(p.based for p in phases)
+    if len(phases) == 1 and unbased:
+        return {}
+    if len(phases) == 2 and unbased:
+        return {"early_seq_len": phases[0].seq_len, "early_fraction": phases[0].fraction}
+    return {"phases": [p.spelled() for p in phases]}
+
+
 def _settings_fingerprint(opts: PretrainOptions, objective: Objective) -> dict:
     """The settings of `_fingerprint`: known before the data is prepared."""
     cfg = opts.train
@@ -478,8 +528,7 @@ def _settings_fingerprint(opts: PretrainOptions, objective: Objective) -> dict:
             **({"row_ends": opts.row_ends} if opts.row_ends != "anywhere" else {}),
             # only when on: checkpoints of runs before the setting resume
             **({"document_boundaries": True} if opts.document_boundaries else {}),
-            **({"early_seq_len": opts.early_seq_len, "early_fraction": opts.early_fraction}
-               if opts.short_first else {}),
+            **_phases_fingerprint(opts.context_phases),
             # mlm_prob_final only when set: earlier checkpoints still resume
             "masking": {k: v for k, v in dataclasses.asdict(opts.masking).items()
                         if k != "mlm_prob_final" or v is not None},

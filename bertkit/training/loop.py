@@ -14,7 +14,11 @@
   batches do), a checkpoint resumes on any number of ranks (`resume.rank_state`). Batches that
   change during the run (pretraining's short-then-long sequences, a scheduled masking rate)
   take `set_progress(fraction)`, called before each step with how far the run is (0 to 1, by
-  steps or by the clock).
+  steps or by the clock). Batches whose shape changes (pretraining's context phases) give
+  `first_batches()`, one batch of each shape without moving their position: compiled, their
+  sizes are marked dynamic and each shape is run (forward and backward, its gradients then
+  dropped and the random state put back) before the clock starts, so that no shape compiles
+  inside the timed run.
 * `evaluate(model) -> dict[str, float]` — called every `cfg.eval_every` steps and at the end,
   with the plain model in eval mode under `torch.no_grad()` and autocast; runs on rank 0 only
   and its result is sent to every rank. `cfg.best_metric` names one of its keys.
@@ -87,7 +91,8 @@ from bertkit.training.optimizer import (default_param_groups, lr_factor, make_op
                                         micro_batches, run_progress)
 from bertkit.training.resume import (check_fresh_start, check_resume, resume_or_seed,
                                      run_fingerprint)
-from bertkit.training.run_state import Feed, Run, State, final_step, num_tokens, to_device
+from bertkit.training.run_state import (Feed, Run, State, dynamic_shapes, final_step,
+                                        num_tokens, to_device)
 from bertkit.training.runlog import plot_loss, progress_note, summary_writer
 from bertkit.training.settings import write_settings
 
@@ -171,6 +176,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
         try:
             if run.main and run.settings is not None:
                 write_settings(out_dir, run.settings)
+            if cfg.compile and run.feed.shapes_vary:
+                _compile_each_shape(run)
             with StopSignal(announce=run.main and show_progress, last_checkpoint=(
                     (lambda: state.last_checkpoint_step) if run.distributed else None)) as stop:
                 while not _reached_max_steps(run, state):
@@ -325,6 +332,20 @@ def _out_of_memory(e: BaseException) -> bool:
     return "DefaultCPUAllocator: can't allocate memory" in str(e)
 
 
+@contextlib.contextmanager
+def _memory_of(batch: dict):
+    """An allocation failure of a step on batches like `batch` as one line: what to lower."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        if not _out_of_memory(e):
+            raise
+        B, T = batch["input_ids"].shape
+        raise UserError(f"out of memory for a batch of {B} x {T} tokens: lower the batch size "
+                        f"or the sequence length (raise gradient accumulation to keep the "
+                        f"effective batch)") from None
+
+
 def _optimisation_step(run: Run, state: State) -> None:
     """One optimiser step: cfg.grad_accum micro-batches forward and backward under autocast,
     then clipping, the scheduled learning rate and the update; then the progress log."""
@@ -335,17 +356,12 @@ def _optimisation_step(run: Run, state: State) -> None:
     micro = [run.feed.next() for _ in range(count)]
     n_tokens = sum(num_tokens(b) for b in micro) * run.world
     micro = [to_device(b, run.device) for b in micro]
+    if cfg.compile and run.feed.shapes_vary:
+        micro = [dynamic_shapes(b) for b in micro]
     state.micro_batches = count
-    try:
+    with _memory_of(micro[0]):
         _accumulate_gradients(run, state, micro)
         _update(run, state)
-    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
-        if not _out_of_memory(e):
-            raise
-        B, T = micro[0]["input_ids"].shape
-        raise UserError(f"out of memory for a batch of {B} x {T} tokens: lower the batch size "
-                        f"or the sequence length (raise gradient accumulation to keep the "
-                        f"effective batch)") from None
     elapsed = time.perf_counter() - started
     state.step += 1
     state.tokens += n_tokens
@@ -376,6 +392,20 @@ def _log_window(run: Run, state: State, waited: float = 0.0) -> None:
         run.cores = None  # said once
     run.progress.update(state.step, elapsed=state.train_seconds, note=progress_note(
         state.tokens, state.train_metrics, state.logged_at))
+
+
+def _compile_each_shape(run: Run) -> None:
+    """A compiled run's graphs made before its clock starts: a micro-batch of each shape its
+    batches take (`first_batches`) forward and backward as a step runs them, the gradients
+    then dropped and the random state (dropout's) put back, so that the steps are those of a
+    run without it."""
+    saved = rng_state()
+    micro = [dynamic_shapes(to_device(b, run.device)) for b in run.feed.batches.first_batches()]
+    for batch in micro:
+        with _memory_of(batch):
+            _accumulate_gradients(run, State(), [batch])
+    run.optimizer.zero_grad(set_to_none=True)
+    set_rng_state(saved)
 
 
 def _accumulate_gradients(run: Run, state: State, micro: list[dict]) -> None:

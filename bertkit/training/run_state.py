@@ -41,6 +41,12 @@ class Feed:
         if hasattr(self.batches, "set_progress"):
             self.batches.set_progress(fraction)
 
+    @property
+    def shapes_vary(self) -> bool:
+        """Whether the batches change shape during the run: they give `first_batches()`, one
+        of each shape (pretraining's context phases)."""
+        return hasattr(self.batches, "first_batches")
+
     def close(self) -> None:
         """Stop the iterator (and any prefetching thread behind it)."""
         if hasattr(self.it, "close"):
@@ -66,6 +72,17 @@ class Feed:
 def to_device(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
             for k, v in batch.items()}
+
+
+def dynamic_shapes(batch: dict) -> dict:
+    """`batch` with the first two sizes of its tensors marked dynamic for torch.compile: the
+    first compile then covers every shape the run's batches take, where a new shape would
+    otherwise compile again in the middle of the timed run (a phase of longer rows)."""
+    for value in batch.values():
+        if isinstance(value, torch.Tensor):
+            for dim in range(min(value.dim(), 2)):
+                torch._dynamo.maybe_mark_dynamic(value, dim)
+    return batch
 
 
 def num_tokens(batch: dict) -> int:

@@ -15,7 +15,8 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.pretraining.corpus import prepare
 from bertkit.pretraining.shards import load_split
-from bertkit.pretraining.examples import LengthSchedule, PretrainingBatches
+from bertkit.pretraining.examples import PretrainingBatches
+from bertkit.pretraining.phases import ContextPhase, ContextSchedule
 from bertkit.files import UserError
 from bertkit.pretraining.masking import MaskingConfig
 from bertkit.model.heads import IGNORE_INDEX
@@ -317,7 +318,8 @@ def _schedule(data, prefetch=2, masking=None):
     def batches(seq_len, batch_size, seed):
         return PretrainingBatches(data, objective="mlm", seq_len=seq_len, batch_size=batch_size,
                                   seed=seed, prefetch=prefetch, masking=masking)
-    return LengthSchedule(batches(16, 8, 3), batches(32, 4, 4), switch_at=0.5)
+    return ContextSchedule([batches(16, 8, 3), batches(32, 4, 4)],
+                           [ContextPhase(16, 0.5), ContextPhase(32, 0.5)])
 
 
 def _run(schedule, progress):
@@ -363,7 +365,7 @@ def test_length_schedule_needs_a_switch_inside_the_run(data):
     long = PretrainingBatches(data, objective="mlm", seq_len=32, batch_size=4)
     for at in (0.0, 1.0, 1.5):
         with pytest.raises(UserError, match="inside the run"):
-            LengthSchedule(short, long, switch_at=at)
+            ContextSchedule([short, long], [ContextPhase(16, at), ContextPhase(32, 1 - at)])
 
 
 def _targets(batch) -> torch.Tensor:
