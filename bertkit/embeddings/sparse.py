@@ -44,6 +44,11 @@ DEFAULT_DOC_REG = 3e-5
 DEFAULT_REG_WARMUP = 1 / 3
 """The share of the steps over which the FLOPS weights grow to their full value
 (sentence-transformers' SpladeRegularizerWeightSchedulerCallback)."""
+LEXICAL_COSINE = 0.2
+"""A new head's threshold (`lexical_start`): a vocabulary entry is active in a token's vector
+where the cosine of its word embedding with the token's state passes it. At 0.2 an untrained
+all-MiniLM-L6-v2 head keeps a few hundred entries a sentence (its words, their plurals and
+near neighbours); at 0 it keeps nearly all 30,522 and ranks at random."""
 
 
 # Pure tensor functions ---------------------------------------------------------------------------
@@ -167,14 +172,36 @@ def head_weights(model_dir: str | Path) -> dict[str, torch.Tensor] | None:
     return head or None
 
 
+def lexical_start(head: MaskedLMHead, cosine: float = LEXICAL_COSINE) -> None:
+    """Start a new head as a lexical matcher: the transform the identity (the norm of the
+    token's activated state, of length sqrt(H)) and each entry's bias -cosine * sqrt(H) *
+    |its word embedding|, so that an entry's logit is positive exactly where its embedding's
+    cosine with the state passes `cosine`. A sentence encoder's last states still point at
+    their own tokens (all-MiniLM-L6-v2's top entry is the token itself about half the time),
+    so the untrained vectors hold a text's words and their neighbours, where a random
+    transform gives noise over the whole vocabulary. A head whose transform changes the
+    width (ELECTRA's generator) keeps its random transform and gets the bias alone."""
+    weight, _ = head.decoder()
+    width = head.dense.out_features
+    with torch.no_grad():
+        if head.dense.in_features == width:
+            head.dense.weight.copy_(torch.eye(width))
+        if head.dense.bias is not None:
+            head.dense.bias.zero_()
+        head.norm.reset_parameters()
+        head.bias.copy_(-cosine * width ** 0.5 * weight.float().norm(dim=1))
+
+
 def load_head(model: SpladeModel, model_dir: str | Path) -> bool:
-    """`model`'s head from `model_dir`'s masked-LM head; False, and the head left as
-    initialised, when the directory has none: then the vocabulary projection is the word
-    embeddings alone, with a fresh transform and bias (said in one warning)."""
+    """`model`'s head from `model_dir`'s masked-LM head; False when the directory has none:
+    then the head is tied to the word embeddings and starts as a lexical matcher
+    (`lexical_start`), said in one warning."""
     weights = head_weights(model_dir)
     if weights is None:
+        lexical_start(model.mlm)
         warnings.warn(f"{model_dir} has no masked-LM head: the vocabulary projection is its "
-                      f"word embeddings, with a new transform and bias", stacklevel=2)
+                      f"word embeddings, with a new transform and bias that start by reading "
+                      f"each token back as its own word and its neighbours", stacklevel=2)
         return False
     own = model.mlm.state_dict()
     if set(weights) != set(own) or any(own[k].shape != v.shape for k, v in weights.items()):
@@ -216,6 +243,6 @@ def save_sparse_model(model: SpladeModel, path: str | Path, tokenizer, max_seq_l
 
 
 __all__ = ["splade_pool", "flops", "regulariser_weight", "ranking_loss", "splade_loss",
-           "active_dims", "dot_products", "SpladeModel", "new_model", "head_weights", "load_head",
-           "sparse_model_files", "save_sparse_model", "DEFAULT_QUERY_REG", "DEFAULT_DOC_REG",
-           "DEFAULT_REG_WARMUP", "POOLING_DIR"]
+           "active_dims", "dot_products", "SpladeModel", "new_model", "head_weights",
+           "lexical_start", "load_head", "sparse_model_files", "save_sparse_model", "DEFAULT_QUERY_REG", "DEFAULT_DOC_REG",
+           "DEFAULT_REG_WARMUP", "LEXICAL_COSINE", "POOLING_DIR"]

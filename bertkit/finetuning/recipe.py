@@ -32,6 +32,7 @@ import dataclasses
 import json
 import shutil
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
@@ -402,8 +403,10 @@ class DevScores:
 
     def _score_the_start(self) -> dict:
         """Dev scores of the model before fine-tuning, built again from the backbone (a
-        resumed run never held it)."""
-        start = self.plan.backbone.build(self.runner.task, self.plan.cfg.seed)
+        resumed run never held it); what the build warns of, the run said when it began."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = self.plan.backbone.build(self.runner.task, self.plan.cfg.seed)
         return dataclasses.replace(self.runner, model=start.to(self.runner.device)
                                    ).evaluate(self.dev)
 

@@ -18,11 +18,12 @@ from bertkit.cli.main import main
 from bertkit.config import EncoderConfig
 from bertkit.embeddings import sparse
 from bertkit.embeddings.sparse_encoder import SparseEncoder
+from bertkit.finetuning.backbone import Encoder
 from bertkit.finetuning.recipe import FinetuneConfig, finetune
 from bertkit.finetuning.tasks import Sparse
 from bertkit.model import hub
 from bertkit.model.encoder import init_weights
-from bertkit.model.heads import PretrainingModel
+from bertkit.model.heads import MaskedLMHead, PretrainingModel
 from bertkit.text.tokenizer import Tokenizer
 
 from tests.finetuning.conftest import WORDS
@@ -183,7 +184,8 @@ def test_a_sentence_model_gets_a_head_tied_to_its_word_embeddings(minilm_dir, tm
     err = capsys.readouterr().err
     said = [line for line in err.splitlines() if "masked-LM head" in line]
     assert said == [f"warning: {minilm_dir} has no masked-LM head: the vocabulary projection "
-                    f"is its word embeddings, with a new transform and bias"], err
+                    f"is its word embeddings, with a new transform and bias that start by "
+                    f"reading each token back as its own word and its neighbours"], err
     saved = hub.load_weights(out)
     assert "cls.predictions.transform.dense.weight" in saved
     assert "cls.predictions.decoder.weight" not in saved  # tied: the word embeddings
@@ -192,6 +194,32 @@ def test_a_sentence_model_gets_a_head_tied_to_its_word_embeddings(minilm_dir, tm
     theirs = st.SparseEncoder(str(out), device="cpu").encode(texts)
     torch.testing.assert_close(ours.to_dense(), theirs.to_dense(), atol=1e-5, rtol=0)
     assert ours.shape[1] == 30522
+
+
+def test_a_new_head_starts_by_reading_a_sentence_model_s_tokens_back(minilm_dir):
+    """Untrained, the head tied to all-MiniLM-L6-v2's word embeddings already holds a text's
+    own words among a few hundred entries (a random transform holds nearly all 30,522)."""
+    with pytest.warns(UserWarning, match="no masked-LM head"):
+        model = Encoder(minilm_dir).build(Sparse(), 0)
+    tokenizer = Tokenizer.load(minilm_dir)
+    ids = torch.tensor([tokenizer.encode("a man is playing a guitar on the stage").ids])
+    with torch.no_grad():
+        vector = model(ids)[0]
+    top = {tokenizer.id_to_token(int(i)) for i in vector.topk(12).indices}
+    assert {"man", "guitar", "stage"} <= top, top
+    assert 20 < int((vector > 0).sum()) < 2000
+
+
+def test_the_lexical_start_keeps_entries_whose_cosine_passes_the_threshold():
+    cfg = EncoderConfig(vocab_size=50, hidden_size=8, num_layers=1, num_heads=2,
+                        intermediate_size=16, max_positions=16)
+    words = torch.nn.Embedding(50, 8)
+    head = MaskedLMHead(cfg, words)
+    sparse.lexical_start(head, cosine=0.3)
+    h = torch.randn(5, 8)
+    state = torch.nn.functional.layer_norm(head.act(h), (8,))  # the identity transform
+    cosine = torch.nn.functional.cosine_similarity(state[:, None], words.weight[None], dim=-1)
+    torch.testing.assert_close(head(h) > 0, cosine > 0.3)
 
 
 def test_bad_input_is_one_error_line_and_nothing_written(tiny_mlm, tmp_path, capsys):

@@ -7,7 +7,8 @@ alike (no text twice in a batch). The loss is in-batch negatives over dot produc
 FLOPS regulariser of the queries and of the documents, each with its weight, both weights
 growing quadratically over the first `reg_warmup` of the steps. A model directory without a
 masked-LM head (a sentence model such as all-MiniLM-L6-v2) gets one tied to its word
-embeddings, with a new transform and bias. The dev figures are embed's retrieval figures
+embeddings, with a new transform and bias that start it as a lexical matcher
+(`sparse.lexical_start`). The dev figures are embed's retrieval figures
 (nDCG@10, MRR@10, recall) over dot products, and the vectors' density: the mean count of
 non-zero entries of a query's vector and of a document's.
 """
