@@ -33,6 +33,7 @@ from bertkit.model import hub
 from bertkit.model.encoder import Encoder
 from bertkit.model.heads import MaskedLMHead
 from bertkit.model.kind import SENTENCE_MODULES_FILE
+from bertkit.runtime import reads_are_free
 
 POOLING_DIR = "1_SpladePooling"
 SENTENCE_CONFIG_FILE = "sentence_bert_config.json"
@@ -60,6 +61,61 @@ def splade_pool(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     for exact ties) the same gradients. A row with no real token is zero."""
     keep = mask.bool().unsqueeze(-1)
     top = logits.masked_fill(~keep, float("-inf")).amax(1)
+    return torch.log1p(torch.relu(top))
+
+
+class _MaxLogits(torch.autograd.Function):
+    """max over real tokens of `states @ weight.T + bias`: states [B, T, H], weight [V, H],
+    bias [V], mask [B, T] bool -> [B, V], the same as the masked [B, T, V] logits' max.
+
+    The forward builds the logits `rows` texts at a time, up to their last real token, and
+    keeps each entry's winning token;
+    the backward reads only those: the gradient of the logits is one value per (text, entry),
+    a sparse [B*T, V] matrix, so the head's two backward products cost B*V*H each where the
+    dense ones cost B*T*V*H, and no [B, T, V] gradient is ever held."""
+
+    @staticmethod
+    def forward(ctx, states, weight, bias, mask, rows: int):
+        B, T, _ = states.shape
+        top = []
+        where = []
+        for start in range(0, B, rows):
+            real = mask[start:start + rows]
+            used = int(real.any(0).nonzero().max()) + 1 if real.any() else 1  # padding after
+            logits = F.linear(states[start:start + rows, :used], weight, bias)  # [r, t, V]
+            logits.masked_fill_(~real[:, :used, None], float("-inf"))
+            value, index = logits.max(1)  # [r, V] each
+            top.append(value)
+            where.append(index)
+        where = torch.cat(where)
+        ctx.save_for_backward(states, weight, where)
+        ctx.dtypes = (states.dtype, weight.dtype, bias.dtype)
+        return torch.cat(top)
+
+    @staticmethod
+    def backward(ctx, grad):
+        states, weight, where = ctx.saved_tensors
+        B, T, H = states.shape
+        V = weight.shape[0]
+        grad = grad.float()
+        text, entry = torch.nonzero(grad, as_tuple=True)  # relu's zeros stay out
+        token = text * T + where[text, entry]
+        picked = torch.sparse_coo_tensor(torch.stack([token, entry]), grad[text, entry],
+                                         (B * T, V), check_invariants=False).coalesce()
+        grad_states = torch.sparse.mm(picked, weight.float()).view(B, T, H)
+        grad_weight = torch.sparse.mm(picked.t(), states.reshape(B * T, H).float())
+        grad_bias = grad.sum(0)
+        return (grad_states.to(ctx.dtypes[0]), grad_weight.to(ctx.dtypes[1]),
+                grad_bias.to(ctx.dtypes[2]), None, None)
+
+
+def splade_head_pool(states: torch.Tensor, head: MaskedLMHead, mask: torch.Tensor,
+                     rows: int = 8) -> torch.Tensor:
+    """`splade_pool(head(states), mask)` without the [B, T, V] logits' gradient: the
+    vocabulary projection's max taken `rows` texts at a time, its backward sparse
+    (`_MaxLogits`). The same values; the same gradients but for exact ties."""
+    weight, bias = head.decoder()
+    top = _MaxLogits.apply(head.transform(states), weight, bias, mask.bool(), rows)
     return torch.log1p(torch.relu(top))
 
 
@@ -128,7 +184,10 @@ class SpladeModel(nn.Module):
     """An encoder and its masked-LM head: token ids -> [B, V] SPLADE vectors.
 
     `steps` counts the training steps taken (`count_step`), which the regulariser's warm-up
-    reads; a buffer, so that a checkpoint keeps it and a resumed run goes on where it was."""
+    reads; a buffer, so that a checkpoint keeps it and a resumed run goes on where it was.
+    With the encoder's speed paths on (`Encoder(fast=True)`, the default) and on the CPU the
+    vectors come from `splade_head_pool`, whose backward is sparse; else from the plain logits
+    (on a GPU the sparse backward would wait for the device to count its entries)."""
 
     def __init__(self, encoder: Encoder, mlm: MaskedLMHead):
         super().__init__()
@@ -139,6 +198,8 @@ class SpladeModel(nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         h = self.encoder(input_ids, token_type_ids, attention_mask).last_hidden_state
+        if self.encoder.fast and reads_are_free(h):  # it reads which tokens are padding
+            return splade_head_pool(h, self.mlm, attention_mask)
         return splade_pool(self.mlm(h), attention_mask)
 
     def count_step(self) -> torch.Tensor:
@@ -242,7 +303,7 @@ def save_sparse_model(model: SpladeModel, path: str | Path, tokenizer, max_seq_l
                           extra_files=sparse_model_files(max_seq_length))
 
 
-__all__ = ["splade_pool", "flops", "regulariser_weight", "ranking_loss", "splade_loss",
+__all__ = ["splade_pool", "splade_head_pool", "flops", "regulariser_weight", "ranking_loss", "splade_loss",
            "active_dims", "dot_products", "SpladeModel", "new_model", "head_weights",
            "lexical_start", "load_head", "sparse_model_files", "save_sparse_model", "DEFAULT_QUERY_REG", "DEFAULT_DOC_REG",
            "DEFAULT_REG_WARMUP", "LEXICAL_COSINE", "POOLING_DIR"]

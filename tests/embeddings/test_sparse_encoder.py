@@ -221,3 +221,49 @@ def test_a_pooling_bertkit_does_not_compute_is_one_error(sparse_dir, tmp_path):
         json.dumps({"pooling_strategy": "sum", "activation_function": "relu"}))
     with pytest.raises(UserError, match="max pooling of relu activations"):
         SparseEncoder.load(other)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_the_fast_pool_equals_the_plain_logits_values_and_gradients(rows):
+    """`splade_head_pool` (max first, a sparse backward) against `splade_pool` of the full
+    [B, T, V] logits: the vectors and every gradient (states, decoder, bias, transform)."""
+    from bertkit.model.heads import MaskedLMHead
+
+    torch.manual_seed(0)
+    cfg = EncoderConfig(vocab_size=97, hidden_size=16, num_layers=1, num_heads=2,
+                        intermediate_size=32, max_positions=32)
+    words = torch.nn.Embedding(97, 16)
+    head = MaskedLMHead(cfg, words)
+    torch.nn.init.normal_(head.bias)
+    states = torch.randn(5, 7, 16, requires_grad=True)
+    mask = torch.ones(5, 7, dtype=torch.long)
+    mask[1, 4:] = 0
+    mask[3, 1:] = 0
+    probe = torch.randn(5, 97)
+
+    def run(pool):
+        for p in [*head.parameters(), words.weight, states]:
+            p.grad = None
+        out = pool()
+        (out * probe).sum().backward()
+        return out.detach(), [t.grad.clone() for t in
+                              (states, words.weight, head.bias, head.dense.weight)]
+
+    plain = run(lambda: sparse.splade_pool(head(states), mask))
+    fast = run(lambda: sparse.splade_head_pool(states, head, mask, rows=rows))
+    torch.testing.assert_close(fast[0], plain[0], atol=1e-6, rtol=1e-5)
+    for ours, theirs in zip(fast[1], plain[1]):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    assert (plain[0] == 0).any() and (plain[0] > 0).any()  # relu cuts some entries, not all
+
+
+def test_the_model_s_vectors_are_the_same_with_speed_paths_on_and_off(sparse_dir):
+    model = load_model(sparse_dir)
+    ids = torch.tensor([[2, 7, 8, 9, 3, 0], [2, 10, 3, 0, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        on = model(ids, attention_mask=mask)
+        model.encoder.fast = False
+        off = model(ids, attention_mask=mask)
+    torch.testing.assert_close(on, off, atol=1e-5, rtol=1e-5)
+    assert (on > 0).any()
