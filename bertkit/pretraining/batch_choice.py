@@ -4,7 +4,6 @@ fit in memory), and the batch a resumed run keeps, the one its checkpoint record
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -12,43 +11,40 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertkit.config import TrainConfig
 from bertkit.files import UserError
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.objective import Objective
-from bertkit.pretraining.options import PretrainOptions
 from bertkit.runtime import choose_precision
 from bertkit.training.batch_probe import START, choose_batch_size, timed_steps
 from bertkit.training.checkpoint import saved_fingerprint
 
 
-def recorded_batch(opts: PretrainOptions, latest: Path | None) -> PretrainOptions:
-    """`opts` with batch auto resumed as the batch the checkpoint `latest` recorded: a
-    resume trains on as it began, not on a batch measured again (which could differ)."""
-    if opts.batch_size is not None or latest is None:
-        return opts
+def recorded_batch(latest: Path) -> int:
+    """The batch the checkpoint `latest` recorded, which batch auto resumes with: a resume
+    trains on as it began, not on a batch measured again (which could differ)."""
     recorded = saved_fingerprint(latest).get("batch_size")
     if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded < 1:
         raise UserError(f"{latest}: the checkpoint records no batch size to resume with; "
                         f"give --batch-size N")
-    return dataclasses.replace(opts, batch_size=recorded)
+    return recorded
 
 
-def measured_batch(opts: PretrainOptions, objective: Objective, model: nn.Module,
-                   data: Path, data_kwargs: dict, device: torch.device,
-                   ranks: tuple[int, int]) -> PretrainOptions:
-    """`opts` with batch auto measured on `device`: steps of `model`'s copy on batches of
-    `data` (the first corpus) at --seq-len (the last phase's, the longest rows), in the
-    precision the run will use; said in one line. Under torchrun each rank measures its share
-    of each global batch (a multiple of the ranks) and the ranks take the smallest choice."""
+def measured_batch(model: nn.Module, objective: Objective, data: Path, data_kwargs: dict,
+                   train: TrainConfig, device: torch.device, ranks: tuple[int, int]) -> int:
+    """Batch auto measured on `device`: steps of `model`'s copy on batches of `data` (the
+    first corpus) as `data_kwargs` cut them (at --seq-len, the last phase's, the longest
+    rows), in the precision the run will use; said in one line. Under torchrun each rank
+    measures its share of each global batch (a multiple of the ranks) and the ranks take the
+    smallest choice."""
     rank, world = ranks
-    precision = opts.train.precision
-    cfg = opts.train.replace(precision=choose_precision(device)[0] if precision == "auto"
-                             else precision)
+    cfg = train.replace(precision=choose_precision(device)[0] if train.precision == "auto"
+                        else train.precision)
 
     def batches_of(size: int):
         return PretrainingBatches(data, batch_size=size // world, split="train",
-                                  seed=opts.train.seed, rank=rank, world_size=world,
-                                  prefetch=0, **{**data_kwargs, "seq_len": opts.seq_len})
+                                  seed=train.seed, rank=rank, world_size=world, prefetch=0,
+                                  **data_kwargs)
 
     choice = choose_batch_size(timed_steps(model, objective.loss, batches_of, cfg, device),
                                start=world * -(-START // world))
@@ -60,7 +56,7 @@ def measured_batch(opts: PretrainOptions, objective: Objective, model: nn.Module
     if rank == 0:
         agreed_note = f"; the smallest of {world} ranks' choices: {size}" if world > 1 else ""
         print(choice.line() + agreed_note, file=sys.stderr)
-    return dataclasses.replace(opts, batch_size=size)
+    return size
 
 
 __all__ = ["measured_batch", "recorded_batch"]

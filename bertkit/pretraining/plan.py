@@ -124,7 +124,8 @@ class PretrainPlan:
         init_card = read_card(opts.init) if opts.init is not None else None
         objective = the_objective(opts)
         latest = check_fresh_start(opts.out, opts.train.resume)
-        opts = recorded_batch(opts, latest)  # auto, resumed: the batch the run recorded
+        if opts.batch_size is None and latest is not None:  # auto resumed: the run's batch
+            opts = dataclasses.replace(opts, batch_size=recorded_batch(latest))
         settings = _settings_fingerprint(opts, objective)
         model = None if latest is None else _resumed_model(opts, objective, latest, settings)
         given = given_data(opts.data)
@@ -145,9 +146,9 @@ class PretrainPlan:
                 check_fits(latest, run_fingerprint(model, fingerprint),
                            ignore=("world_size", GIVEN))
         if opts.batch_size is None:  # auto on a GPU: measured, the fingerprint made of it
-            prepared = measured_batch(prepared, objective, model, data,
-                                      _data_kwargs(prepared, objective), device, (rank, world))
-            opts = dataclasses.replace(opts, batch_size=prepared.batch_size)
+            size = measured_batch(model, objective, data, _data_kwargs(prepared, objective),
+                                  opts.train, device, (rank, world))
+            opts, prepared = (dataclasses.replace(o, batch_size=size) for o in (opts, prepared))
             fingerprint = _fingerprint(opts, parts, given, latest,
                                        _settings_fingerprint(opts, objective))
         phases = _phase_bases(opts.context_phases, model)
