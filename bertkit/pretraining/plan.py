@@ -149,6 +149,7 @@ class PretrainPlan:
             size = measured_batch(model, objective, data, _data_kwargs(prepared, objective),
                                   opts.train, device, (rank, world))
             opts, prepared = (dataclasses.replace(o, batch_size=size) for o in (opts, prepared))
+            check_split(opts, world)  # each phase's batch too
             fingerprint = _fingerprint(opts, parts, given, latest,
                                        _settings_fingerprint(opts, objective))
         phases = _phase_bases(opts.context_phases, model)
