@@ -47,6 +47,33 @@ def test_a_gpu_in_the_table_is_set_against_its_published_peak_and_others_the_mea
     assert ceiling(None, "fp32", None) is None
 
 
+def test_a_devices_rate_is_found_by_the_name_torch_gives_it(measured, monkeypatch):
+    cpu = mfu.device_ceiling(torch.device("cpu"), "bf16")  # no CPU publishes a peak here
+    assert not cpu.published and cpu.flops_per_second == MEASURED_GFLOPS * 1e9
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    gpu = mfu.device_ceiling(torch.device("cuda", 0), "bf16")
+    assert gpu.published and gpu.flops_per_second == 989e12
+    assert gpu.measured_gflops == MEASURED_GFLOPS  # the measured rate said beside it
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA B999")
+    other = mfu.device_ceiling(torch.device("cuda", 0), "bf16")
+    assert not other.published and other.flops_per_second == MEASURED_GFLOPS * 1e9
+
+
+def test_the_matmul_rate_is_measured_once_a_process_for_half_a_second(monkeypatch):
+    calls = []
+
+    def limit(dtype, device, seconds):
+        calls.append((dtype, device, seconds))
+        return 12.5
+    monkeypatch.setattr(mfu, "matmul_limit", limit)
+    mfu.measured_matmul.cache_clear()
+    try:
+        assert mfu.measured_matmul("cpu", "bf16") == mfu.measured_matmul("cpu", "bf16") == 12.5
+        assert calls == [(torch.bfloat16, "cpu", 0.5)]
+    finally:
+        mfu.measured_matmul.cache_clear()  # no made-up rate left for the next test
+
+
 def test_the_meter_is_the_window_flops_over_its_seconds_and_the_rate_per_rank():
     batch = {"input_ids": torch.zeros(2, 4, dtype=torch.long), "num_tokens": 8}
     meter = FlopMeter(lambda b: b["num_tokens"] * 1e6, ceiling(None, "fp32", 1.0), world=2)
