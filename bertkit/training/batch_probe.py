@@ -8,8 +8,9 @@ only makes fewer, larger steps of the same tokens. The search is bounded: at mos
 sizes and, once BUDGET_SECONDS have passed, no further size.
 
 `choose_batch_size` is the search over any `measure(batch_size) -> tokens/s or None` (None:
-that batch did not fit), so that it is tested with a measure made up; `timed_steps` is the
-measure of a model: a copy of it trained for a few steps on a batch of each size, then freed.
+that batch did not fit in memory, or the data holds too few rows for it), so that it is
+tested with a measure made up; `timed_steps` is the measure of a model: a copy of it trained
+for a few steps on a batch of each size, then freed.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ class BatchChoice:
     """The batch chosen and what the search measured."""
     size: int
     rates: tuple[tuple[int, float | None], ...]
-    """Each size tried, in order, with its tokens/s (None: it did not fit)."""
+    """Each size tried, in order, with its tokens/s (None: it did not fit, in memory or in
+    the data)."""
     stop: str
     """Why the search stopped there."""
 
@@ -69,8 +71,8 @@ def choose_batch_size(measure: Measure, start: int = START, min_gain: float = MI
         rate = measure(size)
         rates.append((size, rate))
         if rate is None:
-            stop = (f"{size} did not fit in memory" if best_rate is not None
-                    else f"not even {size} fitted in memory")
+            stop = (f"{size} did not fit" if best_rate is not None
+                    else f"not even {size} fitted")
             break
         if best_rate is not None and rate <= best_rate * (1 + min_gain):
             stop = f"{size} was not {min_gain:.0%} faster"

@@ -7,10 +7,12 @@ import argparse
 import json
 
 import pytest
+import torch
 
 from bertkit.cli.main import main
 from bertkit.cli.options import command_line
 from bertkit.cli.pretraining import PRETRAIN
+from bertkit.peaks import published_peak
 from bertkit.pretraining import batch_choice, plan
 from bertkit.pretraining.options import PretrainOptions
 
@@ -109,3 +111,20 @@ def test_auto_is_spelled_on_the_command_line_in_config_files_and_the_help(tmp_pa
     with pytest.raises(SystemExit):
         main(["pretrain", "--help"])
     assert "(default: auto)" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_auto_measures_the_batch_and_the_mfu_is_against_the_specification(
+        prepared, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["pretrain", "--data", str(prepared), "--out", str(out), "--preset", "tiny",
+                 "--seq-len", "32", "--max-steps", "2", "--log-every", "1", "--eval-batches",
+                 "1", "--device", "cuda", "--no-compile"]) == 0
+    err = capsys.readouterr().err
+    size = _recorded(out)["options"]["batch_size"]
+    assert f"batch {size} sequences, measured before training (16: " in err
+    assert size in (16, 32, 64, 128, 256, 512)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 < r["mfu"] < 1 for r in records if r["split"] == "train")
+    if published_peak(torch.cuda.get_device_name()) is not None:
+        assert "(specification); " in err and "matmul rate measured here" in err
