@@ -15,6 +15,7 @@ from bertkit.config import TrainConfig
 from bertkit.files import UserError
 from bertkit.pretraining.examples import PretrainingBatches
 from bertkit.pretraining.objective import Objective
+from bertkit.pretraining.shards import verify_shards
 from bertkit.runtime import choose_precision
 from bertkit.training.batch_probe import START, choose_batch_size, timed_steps
 from bertkit.training.checkpoint import saved_fingerprint
@@ -41,10 +42,13 @@ def measured_batch(model: nn.Module, objective: Objective, data: Path, data_kwar
     cfg = train.replace(precision=choose_precision(device)[0] if train.precision == "auto"
                         else train.precision)
 
+    if rank == 0:  # once here, not again for each size tried
+        verify_shards(data)
+
     def batches_of(size: int):
         return PretrainingBatches(data, batch_size=size // world, split="train",
                                   seed=train.seed, rank=rank, world_size=world, prefetch=0,
-                                  **data_kwargs)
+                                  verify=False, **data_kwargs)
 
     choice = choose_batch_size(timed_steps(model, objective.loss, batches_of, cfg, device),
                                start=world * -(-START // world))

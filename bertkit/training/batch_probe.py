@@ -63,12 +63,16 @@ def choose_batch_size(measure: Measure, start: int = START, min_gain: float = MI
                       clock: Callable[[], float] = time.monotonic) -> BatchChoice:
     """The batch `start` doubled while `measure` says it fits and its tokens/s rise by more
     than `min_gain`; see the module docstring. Where not even `start` fits, `start`: the run
-    then says what to lower."""
+    then says what to lower. `start` is measured twice, the first time only to warm the
+    process up: its first steps on a device choose kernels and grow memory pools, and on a
+    CPU were measured 20 times slower than the same steps a few seconds later."""
     began, rates = clock(), []
     best, best_rate, size = start, None, start
     stop = f"the cap of {max_sizes} sizes"
-    for _ in range(max_sizes):
+    for tried in range(max_sizes):
         rate = measure(size)
+        if tried == 0 and rate is not None:
+            rate = measure(size)
         rates.append((size, rate))
         if rate is None:
             stop = (f"{size} did not fit" if best_rate is not None

@@ -73,7 +73,7 @@ def test_auto_measures_records_the_batch_and_a_resume_keeps_it(prepared, tmp_pat
     monkeypatch.setattr(batch_choice, "timed_steps", timed)
     out = tmp_path / "run"
     assert _pretrain(prepared, out, "--max-steps", "1") == 0
-    assert asked == [16, 32, 64]
+    assert asked == [16, 16, 32, 64]
     err = capsys.readouterr().err
     assert ("batch 32 sequences, measured before training (16: 1,000 tokens/s, 32: 3,000 "
             "tokens/s, 64: 3,050 tokens/s): 64 was not 5% faster") in err
