@@ -216,8 +216,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
                        stopped_by=state.stopped_by, train_metrics=state.train_metrics,
                        eval_metrics=state.eval_metrics, best_value=state.best_value,
                        best_step=state.best_step, out_dir=out_dir,
-                       mfu=run.flops and run.flops.run_mfu,
-                       utilisation=run.flops and run.flops.run_words())
+                       mfu=None if run.flops is None else run.flops.run_mfu,
+                       utilisation=None if run.flops is None else run.flops.run_words())
 
 
 def _remove_written(out_dir: Path) -> None:
