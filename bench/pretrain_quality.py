@@ -49,6 +49,7 @@ tokens and tokens/s of each side.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -210,7 +211,9 @@ def run_bertkit(args, tokenizer: Tokenizer, hf_tokenizer, device: torch.device,
     return {"steps": result.step, "tokens": result.tokens,
             "train_seconds": result.train_seconds,
             "precision": "auto",  # its log line says which it chose
-            "batch_size": PretrainOptions.batch_size,
+            # auto: 16 on a CPU, measured on a GPU; the run's record says which
+            "batch_size": json.loads((args.out / side / "training_args.json").read_text(
+                encoding="utf-8"))["options"]["batch_size"],
             "early_seq_len": PretrainOptions.early_seq_len,
             "early_fraction": PretrainOptions.early_fraction,
             "row_ends": PretrainOptions.row_ends,

@@ -61,7 +61,8 @@ class DemoOptions:
     seq_len: int = 128
     """Tokens per training sequence."""
     batch_size: int | None = None
-    """Sequences per step; none: pretrain's default (16)."""
+    """Sequences per step; none: pretrain's default (auto: measured on a CUDA GPU, else
+    16)."""
     architecture: str = field(default="modern", metadata={"choices": ARCHITECTURES})
     """"modern" (pre-LN, gated feed-forward, rotary positions) or "bert" (as published)."""
     lr: float | None = None

@@ -124,6 +124,8 @@ def _weighted(entry) -> str | None:
 
 def _scalar(opt: Option, value, fail):
     kind = opt.kind
+    if opt.optional and opt.none_word != "none" and value == opt.none_word:
+        return None  # batch_size = "auto"
     if opt.weighted and isinstance(value, dict):  # {PATH = W, ...}: the PATH=W,... spelling
         spelled = [_weighted(w) for w in value.values()]
         if not value or None in spelled:

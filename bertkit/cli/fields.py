@@ -98,6 +98,9 @@ class Option:
     group: str | None = None
     """The heading the help lists it under (a nested dataclass's field with
     `metadata={"group": TITLE}`: pretrain's "--objective electra"); None: the command's."""
+    none_word: str = "none"
+    """How the command line and --config spell an optional number's None
+    (`metadata={"none": WORD}`: pretrain's --batch-size auto)."""
 
     @property
     def dest(self) -> str:
@@ -178,7 +181,8 @@ def options_of(cls: type, source: int, prefix: tuple[str, ...], omit: tuple[str,
                             f.metadata.get("metavar"), kind is Path and is_output(f),
                             kind is Path and f.metadata.get("output") == "directory",
                             bool(f.metadata.get("weighted")), f.metadata.get("flag"),
-                            _duration(cls, f, kind, nargs), _model(cls, f, kind), group))
+                            _duration(cls, f, kind, nargs), _model(cls, f, kind), group,
+                            f.metadata.get("none", "none")))
     return found
 
 
@@ -219,7 +223,8 @@ def show(value) -> str:
 
 def converter(opt: Option) -> Callable[[str], Any]:
     def convert(text: str):
-        if opt.optional and text.lower() == "none" and (opt.kind in (int, float) or opt.choices):
+        if opt.optional and text.lower() == opt.none_word \
+                and (opt.kind in (int, float) or opt.choices):
             return None
         if opt.duration:  # read by Command.read: a bad one is one line, not the usage
             return text

@@ -134,7 +134,8 @@ class Command:
             if opt.default is dataclasses.MISSING:
                 help += " (required)"
             elif not opt.positional:
-                help += f" (default: {show(opt.default)})"
+                default = opt.none_word if opt.default is None else show(opt.default)
+                help += f" (default: {default})"
             help = help.strip().replace("%", "%%")
             metavar = opt.metavar or (("{" + ",".join(map(str, opt.choices)) + "}")
                                       if opt.choices else
@@ -333,7 +334,7 @@ def command_line(command: Command, instances: list, program: str = "bertkit") ->
                 flags.append(opt.flag if value else "--no-" + opt.flag[2:])
         elif value is None:
             if opt.optional and (opt.kind in (int, float) or opt.choices):
-                flags += [opt.flag, "none"]
+                flags += [opt.flag, opt.none_word]
         elif opt.nargs is not None:
             if value:
                 flags += [opt.flag, *(_spelled(v) for v in value)]

@@ -110,7 +110,7 @@ class PretrainingBatches:
                  split: str = "train", seed: int = 0, rank: int = 0, world_size: int = 1,
                  masking: MaskingConfig | None = None, short_seq_prob: float = 0.1,
                  prefetch: int = 2, row_ends: str = "sentence",
-                 document_boundaries: bool = False):
+                 document_boundaries: bool = False, verify: bool = True):
         objective = objective_named(objective)
         if row_ends not in ROW_ENDS:
             raise UserError(f"row ends must be one of {', '.join(ROW_ENDS)}, got {row_ends!r}")
@@ -146,7 +146,8 @@ class PretrainingBatches:
         top_rate = max(self.masking.mlm_prob, self.masking.mlm_prob_final or 0.0)
         self.num_predictions = 8 * math.ceil(round(batch_size * seq_len * top_rate) / 8)
         """N: entries of mlm_positions / mlm_labels in every batch of this rank."""
-        if split == "train" and rank == 0:  # once per run, before training reads the shards
+        # once per run, before training reads the shards (`verify` off: checked already)
+        if split == "train" and rank == 0 and verify:
             verify_shards(data_dir)
         self.word_starts = torch.from_numpy(load_array(self.data_dir / manifest["word_starts"]))
         counts = load_array(self.data_dir / manifest["token_counts"])

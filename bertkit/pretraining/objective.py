@@ -8,6 +8,7 @@ run that differ from one objective to another, and the shape of the examples it 
     fit          the model made ready for this objective (its new heads drawn from the run's
                  seed, unused heads frozen)
     loss         one batch's (loss, metrics);  target_count: the tokens it predicts
+    flops        a batch's training FLOPs, for the run's MFU (none: not counted)
     held_out     one held-out batch's terms;  figures: the objective's own held-out figures
     untrained_parts  what is left at its initial draw and so not saved
     save         the trained model written;  saved_model: a saved directory's, as it scores it
@@ -25,6 +26,7 @@ objective overrides what it does otherwise, and may wrap another and add a loss.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ClassVar, Literal
@@ -36,7 +38,9 @@ from bertkit.config import EncoderConfig
 from bertkit.files import UserError
 from bertkit.model.create import new_pretraining_model
 from bertkit.model.encoder import init_weights
+from bertkit.model.flops import model_flops_per_token
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
+from bertkit.training.run_state import num_tokens
 from bertkit.model.hub import load_config, load_pretraining_model, save_model
 
 Rows = Literal["packed", "documents", "pairs"]
@@ -155,6 +159,13 @@ class Objective:
         """Number of predicted tokens in a batch, to weigh micro-batches and ranks exactly."""
         return (batch[self.label_key] != IGNORE_INDEX).sum()
 
+    def flops(self, cfg: EncoderConfig) -> Callable[[dict], float] | None:
+        """The training FLOPs of the model of `cfg` on a batch, for the run's model FLOP
+        utilisation: the encoder on every token and the LM head on the tokens it predicts
+        (`model.flops`), the small heads beside it not counted. None: not counted, where the
+        objective runs more than that (ELECTRA's generator, a teacher)."""
+        return functools.partial(lm_batch_flops, cfg, self.label_key)
+
     # Held-out figures ---------------------------------------------------------------------
     def held_out(self, model: nn.Module, batch: dict, add: Add, judged: list):
         """One held-out batch: its LM terms (summed loss, correct, count); the objective's
@@ -208,6 +219,16 @@ class Objective:
         return cls.name.replace("+", "_").replace("-", "_")
 
 
+def lm_batch_flops(cfg: EncoderConfig, label_key: str, batch: dict) -> float:
+    """Training FLOPs of an encoder of `cfg` and its LM head on `batch` (CPU tensors): its
+    tokens times `model_flops_per_token` at its rows' length, the head paid at the tokens
+    whose `label_key` label is set."""
+    tokens = num_tokens(batch)
+    predicted = int((batch[label_key] != IGNORE_INDEX).sum())
+    return tokens * model_flops_per_token(cfg, batch["input_ids"].shape[1],
+                                          predicted / max(tokens, 1))
+
+
 def save_pretraining_model(model: PretrainingModel, path: Path, tokenizer, *,
                            leave_out: list[str] = (), causal: bool = False,
                            extra_files: dict[str, bytes] | None = None) -> None:
@@ -223,4 +244,5 @@ def save_pretraining_model(model: PretrainingModel, path: Path, tokenizer, *,
                extra_config={"is_decoder": True} if causal else None)
 
 
-__all__ = ["Objective", "ExampleShape", "Rows", "Targets", "save_pretraining_model"]
+__all__ = ["Objective", "ExampleShape", "Rows", "Targets", "lm_batch_flops",
+           "save_pretraining_model"]

@@ -138,10 +138,12 @@ class PretrainSettings:
     a time budget); the fractions sum to 1 and no phase is shorter than the one before. ModernBERT's: 1024:10000@0.9 8192:160000@0.1. Each phase has about the tokens per
     batch of --batch-size sequences of the last one; the model is made with the last phase's
     positions and saved with its bases (docs/pretraining.md, "Context phases")."""
-    batch_size: int = 16
-    """Sequences per micro-batch, all ranks together (each rank takes an equal share).
-    16 learns more per minute than 32 on a 2-core CPU (docs/recipe.md); on a GPU, raise
-    it until the device is busy."""
+    batch_size: int | None = field(default=None, metadata={"none": "auto", "metavar": "N|auto"})
+    """Sequences per micro-batch, all ranks together (each rank takes an equal share), or
+    auto: on a CUDA GPU, measured before training, 16 doubled while a few timed steps' tokens/s
+    rise by over 5% and fit in memory (a resumed run keeps the batch it recorded;
+    docs/pretraining.md, "The batch on a GPU"); elsewhere 16, which learns more per minute
+    than 32 on a 2-core CPU (docs/recipe.md)."""
     eval_batches: int = 40
     """Held-out batches per evaluation (the same masks every time, so curves compare)."""
     device: str | None = "auto"
@@ -178,7 +180,7 @@ class PretrainSettings:
         _check_objective_settings(self)
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.seq_len < 8 or self.batch_size < 1:
+        if self.seq_len < 8 or (self.batch_size is not None and self.batch_size < 1):
             raise UserError(f"--seq-len must be at least 8 and --batch-size at least 1 (got "
                             f"{self.seq_len}, {self.batch_size})")
         if self.row_ends not in ROW_ENDS:

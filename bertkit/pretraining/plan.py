@@ -34,6 +34,7 @@ from bertkit.model.encoder import num_parameters, set_rope_base
 from bertkit.model.fetch import is_hub_name, resolve_model
 from bertkit.model.hub import hub_name
 from bertkit.progress import counted
+from bertkit.pretraining.batch_choice import measured_batch, recorded_batch
 from bertkit.pretraining.provenance import check_tokenizer
 from bertkit.pretraining.shards import load_manifest
 from bertkit.pretraining.examples import PretrainingBatches
@@ -47,6 +48,7 @@ from bertkit.pretraining.run_data import (TEXT_DATA, check_resumed_data, data_fi
                                           DataOptions, data_parts, given_data)
 from bertkit.runtime import allocator, choose_precision, compiles_for
 from bertkit.text.tokenizer import Tokenizer
+from bertkit.training.batch_probe import START, measures_batch
 from bertkit.training.checkpoint import GIVEN, check_fits, saved_fingerprint
 from bertkit.training.distributed import rank_device, rank_info
 from bertkit.training.loop import TrainResult, check_config
@@ -68,9 +70,12 @@ class Launch:
 def launch_of(opts: PretrainOptions) -> Launch:
     """The `Launch` of `opts`: batches that do not split over the ranks refused before a text
     --data is prepared and before the ranks meet."""
+    device = rank_device(opts.device)
+    if opts.batch_size is None and not measures_batch(device):  # auto off a GPU: 16
+        opts = dataclasses.replace(opts, batch_size=START)
     check_split(opts, int(os.environ.get("WORLD_SIZE", "1")))
     opts = _fetched(opts)
-    return Launch(opts, rank_device(opts.device), opts.out, opts.dist_timeout)
+    return Launch(opts, device, opts.out, opts.dist_timeout)
 
 
 @dataclass(frozen=True)
@@ -118,8 +123,10 @@ class PretrainPlan:
         # --init's card, copied into the model's at the end: one that cannot be is refused now
         init_card = read_card(opts.init) if opts.init is not None else None
         objective = the_objective(opts)
-        settings = _settings_fingerprint(opts, objective)
         latest = check_fresh_start(opts.out, opts.train.resume)
+        if opts.batch_size is None and latest is not None:  # auto resumed: the run's batch
+            opts = dataclasses.replace(opts, batch_size=recorded_batch(latest))
+        settings = _settings_fingerprint(opts, objective)
         model = None if latest is None else _resumed_model(opts, objective, latest, settings)
         given = given_data(opts.data)
         parts = data_parts(_data_options(opts, objective), rank, keep=latest is not None,
@@ -138,6 +145,13 @@ class PretrainPlan:
             if latest is not None:  # a checkpoint that records no vocabulary: checked now
                 check_fits(latest, run_fingerprint(model, fingerprint),
                            ignore=("world_size", GIVEN))
+        if opts.batch_size is None:  # auto on a GPU: measured, the fingerprint made of it
+            size = measured_batch(model, objective, data, _data_kwargs(prepared, objective),
+                                  opts.train, device, (rank, world))
+            opts, prepared = (dataclasses.replace(o, batch_size=size) for o in (opts, prepared))
+            check_split(opts, world)  # each phase's batch too
+            fingerprint = _fingerprint(opts, parts, given, latest,
+                                       _settings_fingerprint(opts, objective))
         phases = _phase_bases(opts.context_phases, model)
         batches = _train_batches(prepared, objective, parts, rank, world, phases,
                                  rope=lambda p: set_rope_base(model, p.rope_base,
@@ -328,6 +342,8 @@ def _as_used(opts: PretrainOptions, model: torch.nn.Module, parts: list[tuple[Pa
 def check_split(opts: PretrainOptions, world: int) -> None:
     """Refuse batches that do not split over the ranks: before a text --data is prepared and
     before the ranks meet, so the refusal comes at once."""
+    if opts.batch_size is None:  # auto: measured in multiples of the ranks
+        return
     for size in {opts.batch_size, *map(opts.phase_batch_size, opts.context_phases)}:
         if size % world:
             raise UserError(f"a batch of {size} sequences does not split over {world} ranks")

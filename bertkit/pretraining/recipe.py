@@ -58,7 +58,8 @@ def run(plan: PretrainPlan) -> TrainResult:
                    target_count=objective.target_count, fingerprint=plan.fingerprint,
                    device=device, settings=plan.settings,
                    find_unused_parameters=False,  # Objective.fit froze the unused heads
-                   checked=True)  # the plan holds the lock and checked the checkpoint
+                   checked=True,  # the plan holds the lock and checked the checkpoint
+                   flops=objective.flops(plan.model.config))
     if plan.rank == 0 and result.stopped_by != "interrupted":  # a model was saved: its card
         write_card(plan.out, plan.init_card, CARD_TITLE, plan.card_section(result),
                    plan.front_matter())

@@ -30,6 +30,10 @@
 * `find_unused_parameters` — under DDP, look for weights the loss leaves without a gradient
   (a pooler a tagger never reads) instead of failing on them; pass False when every
   trainable weight is used (freeze the others), to save the search and torch's warning.
+* `flops(batch) -> float` — optional training FLOPs of the model on a batch (CPU tensors):
+  each log window then writes `mfu` beside tokens_per_second, and the run's end says its MFU
+  (`bertkit.training.mfu`: against the device's published peak, else its measured matmul
+  rate).
 * `fingerprint` — a JSON-able dict describing the data and objective; a checkpoint made with
   another fingerprint (or another model shape) is refused on resume. Its entry "given"
   (`checkpoint.GIVEN`), if any, is saved with it and not compared: what the caller records
@@ -40,7 +44,7 @@
   record of the run its checkpoints belong to included.
 
 Writes into `out_dir`: `training_args.json` (given `settings`), `metrics.jsonl` (one JSON
-object per log or eval: step, split, loss, metrics, learning_rate, tokens_per_second),
+object per log or eval: step, split, loss, metrics, learning_rate, tokens_per_second, mfu),
 `loss.png`, `checkpoints/step-*/` (see checkpoint.py; one is always saved at the end, so that
 `resume` with a larger `max_steps` extends a finished run), `checkpoints/best.safetensors` when
 tracking a best metric, `tensorboard/` with `cfg.tensorboard`, and the final model files at the
@@ -87,6 +91,7 @@ from bertkit.runtime import (MAX_TIME, SharedCores, autocast, bf16_warning, choo
 from bertkit.training.best import evaluate_and_keep_best, evaluation_due, run_evaluation
 from bertkit.training.checkpoint import rng_state, save_checkpoint, set_rng_state
 from bertkit.training.interrupt import StopSignal
+from bertkit.training.mfu import BatchFlops, flop_meter
 from bertkit.training.optimizer import (default_param_groups, lr_factor, make_optimizer,
                                         micro_batches, run_progress)
 from bertkit.training.resume import (check_fresh_start, check_resume, resume_or_seed,
@@ -119,6 +124,10 @@ class TrainResult:
     best_step: int | None = None
     """Step at which best_value was reached."""
     out_dir: Path | None = None
+    mfu: float | None = None
+    """The model FLOP utilisation of this process's steps (given `flops`)."""
+    utilisation: str | None = None
+    """The same in words, against each rate known (`peaks.utilisation`)."""
 
     def summary(self) -> dict:
         """The result as one JSON-able object, in the names of the README's table: the
@@ -128,6 +137,8 @@ class TrainResult:
         train = {f"train_{k}": v for k, v in self.train_metrics.items()}
         if self.train_seconds > 0 and "tokens_per_second" in self.train_metrics:
             train["train_tokens_per_second"] = self.tokens / self.train_seconds
+        if self.mfu is not None:
+            train.update(train_mfu=round(self.mfu, 4), train_utilisation=self.utilisation)
         return {"out_dir": None if self.out_dir is None else str(self.out_dir),
                 "steps": self.step, "tokens": self.tokens,
                 "train_seconds": round(self.train_seconds, 3), "stopped_by": self.stopped_by,
@@ -156,7 +167,8 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
           target_count: Callable[[dict], torch.Tensor] | None = None,
           fingerprint: dict | None = None, device: str | torch.device = "cpu",
           find_unused_parameters: bool = True, show_progress: bool = True,
-          settings: dict | None = None, checked: bool = False) -> TrainResult:
+          settings: dict | None = None, checked: bool = False,
+          flops: BatchFlops | None = None) -> TrainResult:
     """Train `model` on `batches` with `loss_fn` per `cfg`; see the module docstring.
     `checked`: the caller holds out_dir's lock and has checked the checkpoint it resumes
     against this model and `fingerprint` (`check_resume`), which train does not do again."""
@@ -171,7 +183,7 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
             else check_resume(out_dir, cfg.resume, model, fingerprint)
         run = _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups,
                      target_count, fingerprint, resolve_device(device), find_unused_parameters,
-                     show_progress, settings)
+                     show_progress, settings, flops)
         state = resume_or_seed(run, latest)  # the last refusals: OUT is still as it was
         try:
             if run.main and run.settings is not None:
@@ -203,7 +215,9 @@ def train(model: nn.Module, loss_fn: LossFn, batches: Iterable[dict], cfg: Train
     return TrainResult(step=state.step, tokens=state.tokens, train_seconds=state.train_seconds,
                        stopped_by=state.stopped_by, train_metrics=state.train_metrics,
                        eval_metrics=state.eval_metrics, best_value=state.best_value,
-                       best_step=state.best_step, out_dir=out_dir)
+                       best_step=state.best_step, out_dir=out_dir,
+                       mfu=None if run.flops is None else run.flops.run_mfu,
+                       utilisation=None if run.flops is None else run.flops.run_words())
 
 
 def _remove_written(out_dir: Path) -> None:
@@ -249,7 +263,8 @@ def check_config(cfg: TrainConfig, device: torch.device) -> None:
 
 
 def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target_count,
-           fingerprint, device, find_unused_parameters, show_progress, settings) -> Run:
+           fingerprint, device, find_unused_parameters, show_progress, settings,
+           flops=None) -> Run:
     """Check the options, make the optimiser and the wrapped objective."""
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
@@ -284,7 +299,8 @@ def _start(model, loss_fn, batches, cfg, out_dir, evaluate, param_groups, target
                 fingerprint=run_fingerprint(model, fingerprint),
                 show_progress=show_progress, distributed=distributed, rank=rank, world=world,
                 cores=SharedCores(torch.get_num_threads())
-                if device.type == "cpu" and not distributed else None, settings=settings)
+                if device.type == "cpu" and not distributed else None, settings=settings,
+                flops=flop_meter(flops, device, cfg.precision, world))
 
 
 def _capped(cfg: TrainConfig, settings: dict | None, announce: bool):
@@ -354,6 +370,8 @@ def _optimisation_step(run: Run, state: State) -> None:
     count = micro_batches(cfg, state.step + 1, state.train_seconds)
     run.feed.set_progress(run_progress(cfg, state.step + 1, state.train_seconds))
     micro = [run.feed.next() for _ in range(count)]
+    if run.flops is not None:
+        run.flops.count(micro)
     n_tokens = sum(num_tokens(b) for b in micro) * run.world
     micro = [to_device(b, run.device) for b in micro]
     if cfg.compile and run.feed.shapes_vary:
@@ -385,6 +403,8 @@ def _log_window(run: Run, state: State, waited: float = 0.0) -> None:
     state.train_seconds += waited
     state.train_metrics["tokens_per_second"] = state.window_tokens / max(
         state.window_seconds + waited, 1e-9)
+    if run.flops is not None:
+        state.train_metrics["mfu"] = run.flops.window(state.window_seconds + waited)
     _write_training_record(run, state)
     state.logged_at = state.step
     if run.cores is not None and (warning := run.cores.warning()):
@@ -510,6 +530,8 @@ def _finish(run: Run, state: State, save: Callable[[nn.Module, Path], object] | 
     cfg, interrupted = run.cfg, state.stopped_by == "interrupted"
     run.feed.close()
     run.progress.finish(done=state.step)  # an interruption between log steps: its own step
+    if run.flops is not None and (words := run.flops.run_words()) is not None:
+        run.log.say(f"model FLOP utilisation: {words}")
     if run.evaluate is not None and state.last_eval_step != state.step and not interrupted:
         run_evaluation(run, state)
     run.log.close()

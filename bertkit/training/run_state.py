@@ -15,6 +15,7 @@ from bertkit.config import TrainConfig
 from bertkit.files import UserError
 from bertkit.progress import Progress
 from bertkit.runtime import SharedCores
+from bertkit.training.mfu import FlopMeter
 from bertkit.training.runlog import MetricsLog
 
 
@@ -123,6 +124,8 @@ class Run:
     """A run of one process on the CPU: watches for other processes on its cores."""
     settings: dict | None = None
     """The run's record, its precision resolved: written once the checkpoint is loaded."""
+    flops: FlopMeter | None = None
+    """Counts the model's FLOPs where the caller declared them: the MFU figures."""
 
     @property
     def main(self) -> bool:

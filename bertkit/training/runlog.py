@@ -100,15 +100,16 @@ def progress_note(tokens: int, metrics: dict[str, float] | None = None,
                   logged_at: int | None = None) -> str:
     """The training figures the progress shows beside step, elapsed and ETA: the tokens so far
     (counted on the host, current every step), then the mean loss and metrics of the last log
-    window, lr and tokens/s, read from the device at log step `logged_at` only (a read is a
+    window, lr, tokens/s and MFU (where the run counts its FLOPs), read from the device at log step `logged_at` only (a read is a
     host sync) and so labelled with it: between log steps they are that step's, not now's."""
     if not metrics:
         return f"{tokens:,} tokens"
     shown = {k: v for k, v in metrics.items()
-             if k not in ("learning_rate", "tokens_per_second", "grad_norm")}
+             if k not in ("learning_rate", "tokens_per_second", "grad_norm", "mfu")}
+    mfu = [f"MFU {metrics['mfu']:.1%}"] if "mfu" in metrics else []
     return f"{tokens:,} tokens, step {logged_at}: " + ", ".join(
         [*(f"{k} {v:.4g}" for k, v in shown.items()), f"lr {metrics['learning_rate']:.2e}",
-         f"{metrics['tokens_per_second']:,.0f} tokens/s"])
+         f"{metrics['tokens_per_second']:,.0f} tokens/s", *mfu])
 
 
 # Reading and drawing -----------------------------------------------------------------------

@@ -104,13 +104,16 @@ def test_the_defaults_help_spells_out_are_the_code_s():
     """Numbers the help gives instead of a constant's or another class's name."""
     from bertkit.pretraining.recipe import PretrainOptions, PretrainSchedule
     from bertkit.road.word2vec import SOFTMAX_MAX_VOCAB
+    from bertkit.training.batch_probe import START
 
     def pretrain_s(flag: str) -> float:
         help = _option_help(COMMANDS["bertkit demo"], flag)
         return float(re.search(r"pretrain's default \(([^)]*)\)", help).group(1))
 
     defaults = {f.name: f.default for f in dataclasses.fields(PretrainOptions)}
-    assert pretrain_s("--batch-size") == defaults["batch_size"]
+    assert defaults["batch_size"] is None  # auto: measured on a GPU, else START
+    assert f"pretrain's default (auto: measured on a CUDA GPU, else {START})" in _option_help(
+        COMMANDS["bertkit demo"], "--batch-size")
     assert pretrain_s("--lr") == PretrainSchedule.lr
     assert f"above {SOFTMAX_MAX_VOCAB:,} entries" in _option_help(
         COMMANDS["bertkit static train"], "--loss")

