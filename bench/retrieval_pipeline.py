@@ -12,6 +12,7 @@ figure from one encoding of each corpus by each model.
 - BM25 (bm25s), for scale;
 - dense + sparse, by reciprocal-rank fusion (k 60) and by the sum of min-max normalised scores
   (weights 1, 1), as `bertkit evaluate --model DENSE SPARSE --fusion rrf|sum` computes them;
+- dense + BM25, by reciprocal-rank fusion;
 - dense, its top 100 reranked by --reranker (`bertkit evaluate --model DENSE --rerank R`).
 
 Each figure is BEIR's over each query's top 1,000 (bertkit.retrieval.evaluation), the same
@@ -53,6 +54,7 @@ def one_set(path: Path, args) -> dict:
     for name in ("rrf", "sum"):
         rankings[f"dense+sparse {name}"] = fuse([dense, sparse], fusion_named(name, None, 2),
                                                 DEPTH)
+    rankings["dense+bm25 rrf"] = fuse([dense, bm25], fusion_named("rrf", None, 2), DEPTH)
     reranker = load_reranker(args.reranker, batch_size=args.batch_size,
                              progress=not args.quiet)
     rankings["dense, top 100 reranked"] = rerank(reranker, data.queries.texts,
