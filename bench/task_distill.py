@@ -150,8 +150,12 @@ def run_task(name: str, args, work: Path) -> dict:
     for _ in range(args.repeats):  # alternated: a busy machine slows both alike
         speeds["teacher"].append(sentences_per_second(teacher_dir, examples, 1))
         speeds["student"].append(sentences_per_second(args.out / name / "taught-0", examples, 1))
-    return {"task": name, "figure": figure, "teacher": teacher_run.dev_metrics[figure], **runs,
-            **{f"{k}_sentences_per_second": statistics.median(v) for k, v in speeds.items()}}
+    result = {"task": name, "figure": figure, "teacher": teacher_run.dev_metrics[figure], **runs,
+              **{f"{k}_sentences_per_second": statistics.median(v) for k, v in speeds.items()}}
+    # each task's figures as soon as they exist: a long run stopped later keeps them
+    (args.out / name / "result.json").write_text(json.dumps(result) + "\n")
+    print(json.dumps(result), file=sys.stderr, flush=True)
+    return result
 
 
 def main() -> int:
