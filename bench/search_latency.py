@@ -5,11 +5,11 @@ MiniLM-sized cross-encoder. One query a call, as a user types them: the time fro
 text to its ranked passages, models loaded once, p50 and p90 over --queries queries.
 
 The sparse model is --sparse-model, else all-MiniLM-L6-v2 with a masked-LM head tied to its
-word embeddings as `finetune sparse` builds it, untrained. An untrained head weighs nearly every
-term of the vocabulary (30,000 of 30,522), where a trained model's FLOPS regulariser leaves a
-few hundred: with that default the index keeps each vector's 200 heaviest terms (`bertkit index
---max-terms 200`), so scoring does about the work a trained model's would (--max-terms sets
-it; a trained --sparse-model keeps every term unless it is given). The reranker is --reranker, else
+word embeddings as `finetune sparse` starts it, untrained (a lexical matcher: a few hundred
+terms a paragraph, where a trained model's FLOPS regulariser leaves about as many): with that
+default the index keeps each vector's 200 heaviest terms (`bertkit index --max-terms 200`), so
+scoring does about the work a trained model's would (--max-terms sets it; a trained
+--sparse-model keeps every term unless it is given). The reranker is --reranker, else
 all-MiniLM-L6-v2 with a fresh one-logit head (one step of `finetune rerank`): the cost of a
 forward pass does not depend on what the weights learned.
 
@@ -72,17 +72,15 @@ def paragraphs(n: int, queries: int) -> tuple[Passages, list[str]]:
 def untrained_sparse(path: Path) -> Path:
     """all-MiniLM-L6-v2 with a head tied to its word embeddings, untrained, as a SPLADE
     directory."""
-    from bertkit.embeddings.sparse import new_model, save_sparse_model
+    from bertkit.embeddings.sparse import lexical_start, new_model, save_sparse_model
     from bertkit.model import hub
-    from bertkit.model.encoder import init_weights
     from bertkit.text.tokenizer import Tokenizer
 
     if (path / "modules.json").is_file():
         return path
     encoder = hub.load_encoder(minilm())
-    torch.manual_seed(0)
     model = new_model(encoder)
-    init_weights(model.mlm, encoder.config)  # the transform and bias; the decoder is tied
+    lexical_start(model.mlm)  # as `finetune sparse` starts it; the decoder is tied
     # passages cut at 128 tokens: the head projects every token onto the vocabulary, the
     # cost of building the index (a query is shorter either way)
     return save_sparse_model(model, path, Tokenizer.load(minilm()), 128)
