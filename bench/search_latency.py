@@ -32,9 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402  (the repository on the path first)
-
-from bertkit.retrieval.beir import Passages  # noqa: E402
+from bertkit.retrieval.beir import Passages  # noqa: E402  (the repository on the path first)
 from bertkit.retrieval.corpus_index import (INDEX_FILE, Index, Searcher, build_index,  # noqa: E402
                                      corpus_hash)
 from bertkit.retrieval.reranking import RERANK_TOP, load_reranker  # noqa: E402
@@ -114,7 +112,7 @@ def cached_index(directory: Path, passages: Passages, models: list[Path],
             print(f"index: reusing {directory}", file=sys.stderr)
             return Index.load(directory)
     start = time.perf_counter()
-    index = build_index(directory, passages, models, max_terms=max_terms)
+    build_index(directory, passages, models, max_terms=max_terms)
     print(f"index: {len(passages.ids)} passages in {time.perf_counter() - start:.0f} s",
           file=sys.stderr)
     return Index.load(directory)
