@@ -232,3 +232,21 @@ def test_a_setting_that_is_no_precision_is_one_line(monkeypatch):
     with pytest.raises(UserError, match=r"^BERTKIT_AUTO_PRECISION=fp16: not a precision "
                                         r"\(fp32 or bf16\)$"):
         runtime.choose_precision("cpu")
+
+
+def test_released_memory_goes_back_to_the_kernel():
+    """Buffers freed below a live one stay in glibc's heap (resident) until released."""
+    code = (
+        "import torch\nfrom bertkit import runtime\n"
+        "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096 >> 20\n"
+        "big = torch.ones(16 << 20, dtype=torch.uint8); del big\n"  # glibc raises its threshold
+        "held = [torch.ones(8 << 20, dtype=torch.uint8) for _ in range(60)]\n"
+        "last = held.pop(); del held\n"  # the last one pins the top of the heap
+        "before = rss(); released = runtime.release_freed_memory(); after = rss()\n"
+        "print(released, before - after)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    released, freed = out.stdout.split()
+    if platform.system() == "Linux" and runtime.allocator()[0] == "glibc malloc":
+        assert released == "True" and int(freed) > 300, out.stdout
+    else:
+        assert released == "False"

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from bertkit.progress import Progress
+from bertkit.runtime import release_freed_memory
 
 QUERY_BLOCK = 1024
 """Queries scored at once."""
@@ -44,6 +45,7 @@ def encode(embedder, texts: Sequence[str], *, batch_size: int = 64, progress: bo
     for start in range(0, len(texts), ENCODE_CHUNK):
         chunk = list(texts[start:start + ENCODE_CHUNK])
         parts.append(unit_rows(embedder.encode(chunk, batch_size=batch_size)))
+        release_freed_memory()  # else the heap grows with every chunk (runtime's note)
         bar.update(add=len(chunk))
     bar.finish()
     return torch.cat(parts) if parts else torch.empty(0, 0)
