@@ -90,11 +90,8 @@ def keep_freed_memory() -> bool:
     (mmap threshold 1 GiB, no trimming). True if it took effect; a no-op under tcmalloc /
     jemalloc or off glibc. The process keeps its peak heap size, which a training run reaches
     in its first steps anyway."""
-    if allocator()[0] != "glibc malloc" or platform.system() != "Linux":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    libc = _glibc()
+    if libc is None:
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and \
         bool(libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1))
@@ -107,14 +104,22 @@ def release_freed_memory() -> bool:
     more than a few hundred megabytes of vectors grows by hundreds of megabytes every few
     thousand texts. Called between chunks of a long encoding, it keeps the process near what
     it holds. True if it ran; a no-op under tcmalloc / jemalloc or off glibc."""
-    if allocator()[0] != "glibc malloc" or platform.system() != "Linux":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    libc = _glibc()
+    if libc is None:
         return False
     libc.malloc_trim(0)
     return True
+
+
+def _glibc():
+    """The C library when glibc's malloc is this process's allocator (Linux, no tcmalloc or
+    jemalloc preloaded), else None."""
+    if allocator()[0] != "glibc malloc" or platform.system() != "Linux":
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
 
 
 def cpu_name() -> str:
