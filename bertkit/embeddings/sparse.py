@@ -69,10 +69,10 @@ class _MaxLogits(torch.autograd.Function):
     bias [V], mask [B, T] bool -> [B, V], the same as the masked [B, T, V] logits' max.
 
     The forward builds the logits `rows` texts at a time, up to their last real token, and
-    keeps each entry's winning token;
-    the backward reads only those: the gradient of the logits is one value per (text, entry),
-    a sparse [B*T, V] matrix, so the head's two backward products cost B*V*H each where the
-    dense ones cost B*T*V*H, and no [B, T, V] gradient is ever held."""
+    keeps each entry's winning token; the backward reads only those: the gradient of the
+    logits is one value per (text, entry), a sparse [B*T, V] matrix, so the head's two
+    backward products cost B*V*H each where the dense ones cost B*T*V*H, and no [B, T, V]
+    gradient is ever held."""
 
     @staticmethod
     def forward(ctx, states, weight, bias, mask, rows: int):
@@ -303,7 +303,8 @@ def save_sparse_model(model: SpladeModel, path: str | Path, tokenizer, max_seq_l
                           extra_files=sparse_model_files(max_seq_length))
 
 
-__all__ = ["splade_pool", "splade_head_pool", "flops", "regulariser_weight", "ranking_loss", "splade_loss",
-           "active_dims", "dot_products", "SpladeModel", "new_model", "head_weights",
-           "lexical_start", "load_head", "sparse_model_files", "save_sparse_model", "DEFAULT_QUERY_REG", "DEFAULT_DOC_REG",
-           "DEFAULT_REG_WARMUP", "LEXICAL_COSINE", "POOLING_DIR"]
+__all__ = ["splade_pool", "splade_head_pool", "flops", "regulariser_weight", "ranking_loss",
+           "splade_loss", "active_dims", "dot_products", "SpladeModel", "new_model",
+           "head_weights", "lexical_start", "load_head", "sparse_model_files",
+           "save_sparse_model", "DEFAULT_QUERY_REG", "DEFAULT_DOC_REG", "DEFAULT_REG_WARMUP",
+           "LEXICAL_COSINE", "POOLING_DIR"]
