@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -122,10 +122,26 @@ def _left_out(queries: list[str], pairs: Sequence[sp.Pair], query_of: list[int],
     return out
 
 
-def _first_not_left_out(indices: torch.Tensor, scores: torch.Tensor, left_out: list[set[int]],
-                        width: int) -> Candidates:
-    """Each row's first `width` passages that its query does not leave out."""
-    return Candidates(*leave_out(indices, scores.float(), excluded_rows(left_out), width))
+def _found(search: Callable[[torch.Tensor, int], tuple], left_out: list[set[int]],
+           width: int) -> Candidates:
+    """Each query's first `width` passages that it does not leave out, from `search(rows,
+    k)`: (scores, indices), each `[len(rows), k]`, of the queries `rows`, best first.
+
+    A query must be searched `width` plus its left-out passages deep. The queries go in
+    groups by that count rounded up to a power of two, each group searched as deep as it
+    needs: one query with hundreds of positives (a first sentence such as "Mr") would
+    otherwise make every query's search, and what it holds, that deep."""
+    counts = torch.tensor([len(found) for found in left_out])
+    groups = torch.where(counts > 1, 2 ** torch.log2(counts.clamp(min=1)).ceil(), counts).long()
+    indices = torch.full((len(left_out), width), -1, dtype=torch.long)
+    scores = torch.full((len(left_out), width), -torch.inf)
+    for group in groups.unique().tolist():
+        rows = (groups == group).nonzero().squeeze(1)
+        top, where = search(rows, width + group)
+        kept = leave_out(torch.as_tensor(where), torch.as_tensor(top).float(),
+                         excluded_rows([left_out[r] for r in rows.tolist()]), width)
+        indices[rows], scores[rows] = kept
+    return Candidates(indices, scores)
 
 
 def choose(candidates: Candidates, positive: torch.Tensor | None,
@@ -201,7 +217,7 @@ def _rescored(candidates: Candidates, queries: torch.Tensor,
     return Candidates(candidates.indices, scores.masked_fill(candidates.indices < 0, -np.inf))
 
 
-def _searched(what: str, count: int, progress: bool, search) -> tuple:
+def _searched(what: str, count: int, progress: bool, search) -> Candidates:
     bar = Progress(what, count, "queries", enabled=progress)
     found = search(lambda n: bar.update(add=n))
     bar.finish()
@@ -220,29 +236,36 @@ def mine(pairs: Sequence[sp.Pair], passages: Sequence[str], settings: MiningSett
     position = {q: i for i, q in enumerate(queries)}
     query_of = torch.tensor([position[p.anchor] for p in pairs])
     left_out = _left_out(queries, pairs, query_of.tolist(), passages)
-    depth = settings.range_max + max(map(len, left_out))
-    lists, positive = [], None
+    width, lists, positive = settings.range_max, [], None
     if embedder is not None:
         q_vectors = _vectors(embedder, queries, settings, progress, "queries")
         p_vectors = _vectors(embedder, passages, settings, progress, "passages")
         positive = _positive_scores(embedder, pairs, query_of, q_vectors, p_vectors, passages,
                                     settings, progress)
-        scores, indices = _searched("search", len(queries), progress, lambda done: top_k(
-            q_vectors, p_vectors, depth, query_block=settings.query_block,
-            passage_block=settings.passage_block, done=done))
-        lists.append(_first_not_left_out(indices, scores, left_out, settings.range_max))
+        lists.append(_searched("search", len(queries), progress, lambda done: _found(
+            lambda rows, k: top_k(q_vectors, p_vectors, k, rows=rows,
+                                  query_block=settings.query_block,
+                                  passage_block=settings.passage_block, done=done),
+            left_out, width)))
     if settings.bm25:
-        scores, indices = _searched("bm25", len(queries), progress, lambda done: Bm25(
-            passages).top_k(queries, depth, done=done))
-        found = _first_not_left_out(torch.from_numpy(indices), torch.from_numpy(scores),
-                                    left_out, settings.range_max)
+        index = Bm25(passages)
+        found = _searched("bm25", len(queries), progress, lambda done: _found(
+            lambda rows, k: index.top_k([queries[r] for r in rows.tolist()], k, done=done),
+            left_out, width))
         lists.append(found if embedder is None else _rescored(found, q_vectors, p_vectors))
-    chosen = []
-    for found in lists:
-        per_pair = Candidates(found.indices[query_of], found.scores[query_of])
-        take = choose(per_pair, positive, settings)
-        chosen.append([row[kept].tolist() for row, kept in zip(per_pair.indices, take)])
+    chosen = [_kept(found, query_of, positive, settings) for found in lists]
     return [merge([c[p] for c in chosen], settings.num_negatives) for p in range(len(pairs))]
+
+
+def _kept(found: Candidates, query_of: torch.Tensor, positive: torch.Tensor | None,
+          settings: MiningSettings) -> list[list[int]]:
+    """Each pair's kept candidates of one retriever, best first. Taken from one flat list,
+    not row by row: a tensor per pair would be a hundred thousand small allocations."""
+    per_pair = Candidates(found.indices[query_of], found.scores[query_of])
+    take = choose(per_pair, positive, settings)
+    flat = per_pair.indices[take].tolist()  # row-major: pair by pair, best first
+    ends = take.sum(1).cumsum(0).tolist()
+    return [flat[start:end] for start, end in zip([0] + ends[:-1], ends)]
 
 
 def write_triplets(out: str | Path, pairs: Sequence[sp.Pair], negatives: Sequence[list[int]],

@@ -61,11 +61,13 @@ def _merge(best: tuple[torch.Tensor, torch.Tensor], block: tuple[torch.Tensor, t
 
 
 def top_k(queries: torch.Tensor, passages: torch.Tensor, k: int, *,
-          query_block: int = QUERY_BLOCK, passage_block: int = PASSAGE_BLOCK,
-          done: Callable[[int], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+          rows: torch.Tensor | None = None, query_block: int = QUERY_BLOCK,
+          passage_block: int = PASSAGE_BLOCK, done: Callable[[int], None] | None = None
+          ) -> tuple[torch.Tensor, torch.Tensor]:
     """(scores, indices), each `[Q, min(k, N)]`: the `k` passages of highest dot product with
     each query, best first, for query vectors `[Q, D]` and passage vectors `[N, D]` (unit
-    rows: cosines). `done(n)` is told after each block of n queries."""
+    rows: cosines). `rows`: only these queries (positions in `queries`), in this order,
+    gathered a block at a time. `done(n)` is told after each block of n queries."""
     if queries.dim() != 2 or passages.dim() != 2 or queries.shape[1] != passages.shape[1]:
         raise ValueError(f"expected [Q, D] and [N, D] vectors, got {tuple(queries.shape)} and "
                          f"{tuple(passages.shape)}")
@@ -73,10 +75,12 @@ def top_k(queries: torch.Tensor, passages: torch.Tensor, k: int, *,
         raise ValueError(f"k and the blocks must be at least 1, got {k}, {query_block}, "
                          f"{passage_block}")
     k = min(k, len(passages))
-    scores = torch.empty(len(queries), k, dtype=passages.dtype)
-    indices = torch.empty(len(queries), k, dtype=torch.long)
-    for start in range(0, len(queries), query_block):
-        block = queries[start:start + query_block]
+    count = len(queries) if rows is None else len(rows)
+    scores = torch.empty(count, k, dtype=passages.dtype)
+    indices = torch.empty(count, k, dtype=torch.long)
+    for start in range(0, count, query_block):
+        block = queries[start:start + query_block] if rows is None else \
+            queries[rows[start:start + query_block]]
         best = (torch.empty(len(block), 0, dtype=passages.dtype),
                 torch.empty(len(block), 0, dtype=torch.long))
         for first in range(0, len(passages), passage_block):

@@ -23,6 +23,17 @@ def test_blocks_give_the_full_matrix_top_k(query_block, passage_block):
     assert torch.allclose(scores, full.values, rtol=0, atol=1e-12)
 
 
+def test_rows_search_only_those_queries_in_their_order():
+    g = torch.Generator().manual_seed(2)
+    queries = unit_rows(torch.randn(23, 8, generator=g)).double()
+    passages = unit_rows(torch.randn(40, 8, generator=g)).double()
+    rows = torch.tensor([17, 3, 3, 22, 0, 9])
+    scores, indices = top_k(queries, passages, 5, rows=rows, query_block=4, passage_block=7)
+    full = (queries[rows] @ passages.T).topk(5, dim=1)
+    assert torch.equal(indices, full.indices)
+    assert torch.allclose(scores, full.values, rtol=0, atol=1e-12)
+
+
 def test_k_beyond_the_corpus_ranks_every_passage_and_tells_progress():
     g = torch.Generator().manual_seed(1)
     queries, passages = torch.randn(10, 4, generator=g), torch.randn(6, 4, generator=g)

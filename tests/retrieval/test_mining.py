@@ -110,6 +110,32 @@ def test_bm25_mining_equals_bm25s_own_retrieve_and_both_merge_alternately(hash_e
     assert any(set(b) - set(d) for d, b in zip(both, dense))  # BM25 brought its own
 
 
+def test_a_query_with_many_positives_is_searched_past_them_all(hash_embedder):
+    """Queries are searched in groups as deep as each needs: one anchor with nine positives
+    (left out: each query must be searched nine deeper) beside anchors with one or two, and
+    an anchor that is itself a passage."""
+    pairs = _pairs(30, 4)
+    crowded, words = sentences(1, 5)[0], sentences(9, 6)
+    # its positives: the anchor and one more sentence, which both retrievers rank first
+    pairs += [sp.Pair(crowded, f"{crowded} {more}") for more in words]
+    pairs.append(sp.Pair(pairs[0].positive, pairs[1].positive))  # an anchor among the passages
+    passages = collection(pairs) + sentences(20, 7)
+    settings = MiningSettings(num_negatives=3, range_max=4, bm25=True)
+    scores = _dense(hash_embedder, passages)
+    dense = _reference(pairs, passages, settings,
+                       lambda q: scores(q).argsort(descending=True).tolist(), None, None)
+    import bm25s
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(passages, stopwords="en", show_progress=False),
+                    show_progress=False)
+    bm25 = _reference(pairs, passages, settings, lambda q: retriever.retrieve(
+        bm25s.tokenize([q], stopwords="en", show_progress=False), k=len(passages),
+        show_progress=False)[0][0].tolist(), None, None)
+    assert mine(pairs, passages, settings, hash_embedder, progress=False) == \
+        [merge([d, b], 3) for d, b in zip(dense, bm25)]
+    assert all(len(n) == 3 for n in dense)  # the crowded query's too, past its nine
+
+
 def test_choose_filters_as_a_plain_loop():
     g = torch.Generator().manual_seed(0)
     indices = torch.randint(0, 50, (200, 12), generator=g)
