@@ -97,6 +97,20 @@ def keep_freed_memory() -> bool:
         bool(libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1))
 
 
+KERNEL_CACHE = 64
+"""oneDNN primitives kept for reuse by a long encoding (`bound_kernel_cache`)."""
+
+
+def bound_kernel_cache(capacity: int = KERNEL_CACHE) -> None:
+    """Keep at most `capacity` oneDNN primitives (PyTorch's CPU kernels for a shape) unless
+    ONEDNN_PRIMITIVE_CACHE_CAPACITY says otherwise. Encoding a corpus in length-sorted batches
+    meets a new shape every few batches; oneDNN's default cache of 1,024 holds each one's
+    primitive, and the process grows by tens of megabytes every few thousand texts. With 64
+    it stays flat at the same speed. Read when the first primitive is made: call it before
+    the first forward pass. A decision of the entry point: the library never calls it."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
+
+
 def release_freed_memory() -> bool:
     """Hand the memory glibc malloc holds free back to the kernel (`malloc_trim(0)`). Encoding
     a large corpus batch by batch frees buffers of every size; glibc raises its mmap threshold
@@ -411,6 +425,6 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
 
 
 __all__ = ["DTYPES", "SharedCores", "busy_cpu_seconds", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
-           "keep_freed_memory", "release_freed_memory", "describe", "cpu_name", "matmul_limit",
+           "keep_freed_memory", "bound_kernel_cache", "release_freed_memory", "describe", "cpu_name", "matmul_limit",
            "choose_precision",
            "MAX_TIME", "max_time_cap"]

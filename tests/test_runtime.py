@@ -250,3 +250,12 @@ def test_released_memory_goes_back_to_the_kernel():
         assert released == "True" and int(freed) > 300, out.stdout
     else:
         assert released == "False"
+
+
+def test_bound_kernel_cache_sets_onednn_capacity_unless_the_user_did(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    runtime.bound_kernel_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(runtime.KERNEL_CACHE)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "7")
+    runtime.bound_kernel_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "7"

@@ -33,7 +33,10 @@ class MineFiles:
 def run_mine(files: MineFiles, settings, encoder) -> int:
     from bertkit.retrieval.mining import collection, mine, read_training_pairs, write_triplets
 
+    from bertkit.runtime import bound_kernel_cache
+
     settings.check(encoder.model is not None)  # before anything is read or loaded
+    bound_kernel_cache()
     pairs = read_training_pairs(files.input)
     passages = collection(pairs, files.passages)
     embedder = encoder.load() if encoder.model is not None else None
@@ -73,8 +76,9 @@ class IndexOptions:
 def run_index(opts: IndexOptions) -> int:
     from bertkit.retrieval.beir import read_passages
     from bertkit.retrieval.corpus_index import build_index
-    from bertkit.runtime import resolve_device
+    from bertkit.runtime import bound_kernel_cache, resolve_device
 
+    bound_kernel_cache()
     if not opts.model and not opts.bm25:
         raise UserError("give a model to index with (--model), --bm25, or both")
     if opts.max_terms is not None and opts.max_terms < 1:
