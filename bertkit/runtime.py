@@ -8,6 +8,10 @@ stock step can spend as much time in the kernel as in the matmuls. Two remedies,
 `keep_freed_memory()` tells glibc to keep what it frees (in-process, nothing to install), and
 `allocator()` finds tcmalloc or jemalloc for the user to preload, as
 `torch.backends.xeon.run_cpu` does.
+
+A long encoding (mine, index) meets the opposite: buffers of ever-changing sizes and shapes.
+`release_freed_memory()` hands freed memory back between chunks, and `bound_kernel_cache()`
+keeps oneDNN from holding a kernel for every shape it has met.
 """
 from __future__ import annotations
 
@@ -425,6 +429,7 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
 
 
 __all__ = ["DTYPES", "SharedCores", "busy_cpu_seconds", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
-           "keep_freed_memory", "bound_kernel_cache", "release_freed_memory", "describe", "cpu_name", "matmul_limit",
+           "keep_freed_memory", "bound_kernel_cache", "release_freed_memory", "describe",
+           "cpu_name", "matmul_limit",
            "choose_precision",
            "MAX_TIME", "max_time_cap"]

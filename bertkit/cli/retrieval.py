@@ -32,7 +32,6 @@ class MineFiles:
 
 def run_mine(files: MineFiles, settings, encoder) -> int:
     from bertkit.retrieval.mining import collection, mine, read_training_pairs, write_triplets
-
     from bertkit.runtime import bound_kernel_cache
 
     settings.check(encoder.model is not None)  # before anything is read or loaded
@@ -78,12 +77,12 @@ def run_index(opts: IndexOptions) -> int:
     from bertkit.retrieval.corpus_index import build_index
     from bertkit.runtime import bound_kernel_cache, resolve_device
 
-    bound_kernel_cache()
     if not opts.model and not opts.bm25:
         raise UserError("give a model to index with (--model), --bm25, or both")
     if opts.max_terms is not None and opts.max_terms < 1:
         raise UserError(f"--max-terms must be at least 1, got {opts.max_terms}")
     passages = read_passages(opts.input)  # bad lines named before any model loads
+    bound_kernel_cache()
     index = build_index(opts.out, passages, opts.model, opts.bm25,
                         device=resolve_device(opts.device), batch_size=opts.batch_size,
                         max_terms=opts.max_terms, progress=not opts.quiet)
