@@ -68,8 +68,9 @@ class _MaxLogits(torch.autograd.Function):
     """max over real tokens of `states @ weight.T + bias`: states [B, T, H], weight [V, H],
     bias [V], mask [B, T] bool -> [B, V], the same as the masked [B, T, V] logits' max.
 
-    The forward builds the logits `rows` texts at a time, up to their last real token, and
-    keeps each entry's winning token; the backward reads only those: the gradient of the
+    The forward builds the logits `rows` texts at a time, longest first (so that texts of a
+    chunk have about the same length), up to their last real token, and keeps each entry's
+    winning token; the backward reads only those: the gradient of the
     logits is one value per (text, entry), a sparse [B*T, V] matrix, so the head's two
     backward products cost B*V*H each where the dense ones cost B*T*V*H, and no [B, T, V]
     gradient is ever held."""
@@ -77,20 +78,22 @@ class _MaxLogits(torch.autograd.Function):
     @staticmethod
     def forward(ctx, states, weight, bias, mask, rows: int):
         B, T, _ = states.shape
-        top = []
-        where = []
+        order = mask.sum(1).argsort(descending=True)  # [B]
+        top, where = [], []
         for start in range(0, B, rows):
-            real = mask[start:start + rows]
+            chunk = order[start:start + rows]
+            real = mask[chunk]
             used = int(real.any(0).nonzero().max()) + 1 if real.any() else 1  # padding after
-            logits = F.linear(states[start:start + rows, :used], weight, bias)  # [r, t, V]
+            logits = F.linear(states[chunk, :used], weight, bias)  # [r, t, V]
             logits.masked_fill_(~real[:, :used, None], float("-inf"))
             value, index = logits.max(1)  # [r, V] each
             top.append(value)
             where.append(index)
-        where = torch.cat(where)
+        back = order.argsort()  # the batch's order again
+        where = torch.cat(where)[back]
         ctx.save_for_backward(states, weight, where)
         ctx.dtypes = (states.dtype, weight.dtype, bias.dtype)
-        return torch.cat(top)
+        return torch.cat(top)[back]
 
     @staticmethod
     def backward(ctx, grad):

@@ -12,7 +12,7 @@ from Hugging Face names (BertModel, ModernBertModel). The heads (masked LM, next
 span boundary) are in `heads.py`.
 
 This file is the reference: nn.Dropout, F.scaled_dot_product_attention, every block on every
-token, a local layer's window as a dense mask. `Encoder(cfg, fast=True)` (the default) swaps in
+position (padding too), a local layer's window as a dense mask. `Encoder(cfg, fast=True)` (the default) swaps in
 the speed paths of `fast.py` (a long input's local layers block by block:
 `local_attention.py`), which compute the same function; `fast=False` runs exactly what is
 written here.
@@ -171,20 +171,31 @@ class SelfAttention(nn.Module):
         self.attend = fast_paths.Attend(attend) if fast else attend
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """x: [B, T, H] -> [B, T, H]; `rope` (cos, sin) [T, D] turns q and k ("modern")."""
-        B, T, H = x.shape
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                real: fast_paths.RealTokens | None = None) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H]; `rope` (cos, sin) [T, D] turns q and k ("modern").
+        With `real` (the speed paths' unpadded batch), x is the batch's real tokens [N, H]
+        -> [N, H]: the projections run on those, attention in the [B, T] layout."""
         p = self.dropout_p if self.training else 0.0
-        q, k, v = self.project(x, rope)
-        y = self.attend(q, k, v, mask, causal, p).transpose(1, 2).reshape(B, T, H)  # [B, T, H]
-        return self.out(y)
+        qkv = self.qkv(x)  # [B, T, 3H] or [N, 3H]
+        q, k, v = self.heads(qkv if real is None else real.scatter(qkv), rope)
+        B, A, T, D = q.shape
+        y = self.attend(q, k, v, mask, causal, p).transpose(1, 2).reshape(B, T, A * D)
+        return self.out(y if real is None else real.gather(y))  # [B, T, H] or [N, H]
 
     def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [B, T, H] -> q, k, v, each [B, A, T, D], q and k turned by `rope`."""
-        B, T, H = x.shape
-        A, D = self.num_heads, H // self.num_heads
-        q, k, v = self.qkv(x).view(B, T, 3, A, D).unbind(2)
+        return self.heads(self.qkv(x), rope)
+
+    def heads(self, qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fused projection's output [B, T, 3H] -> q, k, v, each [B, A, T, D], q and k
+        turned by `rope`."""
+        B, T, _ = qkv.shape
+        A = self.num_heads
+        D = qkv.shape[-1] // (3 * A)
+        q, k, v = qkv.view(B, T, 3, A, D).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # 3 x [B, A, T, D]
         if rope is not None:
             q, k = rotate(q, *rope), rotate(k, *rope)
@@ -218,12 +229,14 @@ class Block(nn.Module):
                              else self.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """x: [B, T, H] -> [B, T, H]."""
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                real: fast_paths.RealTokens | None = None) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H]; with `real`, the real tokens [N, H] -> [N, H] (all
+        but attention works token by token)."""
         if self.pre_norm:
-            x = x + self.attn_dropout(self.attn(self.attn_norm(x), mask, causal, rope))
+            x = x + self.attn_dropout(self.attn(self.attn_norm(x), mask, causal, rope, real))
             return x + self.ffn(self.ffn_norm(x))
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, causal)))
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, causal, real=real)))
         return self.feed_forward(x)
 
     def ffn(self, x: torch.Tensor) -> torch.Tensor:
@@ -369,14 +382,21 @@ class Encoder(nn.Module):
         inputs = self.layer_inputs(attention_mask, input_ids.shape[1], causal, x.device,
                                    documents=document_ids)
         states = [x] if output_hidden_states else None
+        # the speed paths run the blocks on the real tokens only where that pays; the
+        # outputs at padding are then zeros (as ModernBertModel's unpadded ones are)
+        real = fast_paths.real_tokens(attention_mask) if self.fast else None
+        padded = (lambda h: h) if real is None else real.scatter  # noqa: E731
+        if real is not None:
+            x = real.gather(x)  # [N, H]
         for block, (mask, rope) in zip(self.blocks, inputs):
-            x = block(x, mask, causal, rope)
+            x = block(x, mask, causal, rope, real)
             if states is not None:
-                states.append(x)
+                states.append(padded(x))
         if self.final_norm is not None:
             x = self.final_norm(x)
             if states is not None:
-                states[-1] = x  # as transformers: the last hidden state is the output
+                states[-1] = padded(x)  # as transformers: the last hidden state is the output
+        x = padded(x)  # [B, T, H]
         return EncoderOutput(x, self.pool(x[:, 0]), tuple(states) if states is not None else None)
 
     def forward_rows(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,

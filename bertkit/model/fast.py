@@ -3,7 +3,7 @@
 
 `fast=False` gives the reference model of `encoder.py` and `heads.py`: nn.Dropout,
 F.scaled_dot_product_attention, every block on every token, the vocabulary projection then
-F.cross_entropy. `fast=True` computes the same function with five shortcuts, each worth it on
+F.cross_entropy. `fast=True` computes the same function with six shortcuts, each worth it on
 the CPU bertkit is often trained on. Each is tested equal to the reference: a whole training
 step and the shortcuts one by one in tests/model/test_fast.py, `forward_rows` on both attention
 paths in tests/model/test_model.py, the fused loss in tests/pretraining/test_objectives.py.
@@ -17,6 +17,10 @@ paths in tests/model/test_model.py, the fused loss in tests/pretraining/test_obj
   (the masked positions, [CLS]); its attention still reads every token.
 * `vocab_cross_entropy`: the vocabulary projection and the cross-entropy fused, the gradient
   made in the forward pass (`objectives.vocab_terms` uses it when gradients are wanted).
+* `real_tokens`: a batch with much padding (texts of mixed lengths, as a query's passages
+  are) runs its blocks' projections and feed-forward on the real tokens only, attention in
+  the padded layout, on the CPU only. The encoder's outputs at the padding are then zeros,
+  where the reference's are values that no head reads.
 * `blocks_pay`: a local layer (a "modern" local_window) of a long input gets its mask as a
   `Band`, never built as [T, T], and `Attend` computes it block by block
   (`local_attention.local_attention`), O(T x window) instead of O(T^2), on any device.
@@ -42,6 +46,45 @@ dense path computes 2.7 times the scores the blocked one does (T^2 against 1.5 T
 the blocks' copies of the keys cost less than that saves. For `small`'s window of 128 on an AMD
 EPYC (one thread, forward and backward), 512 tokens took 1.5x as long dense as blocked, 256
 tokens 0.7x (bench/long_context.py --lengths 256 512 --encode)."""
+
+
+UNPAD_BELOW = 0.8
+"""A padded batch runs its blocks on the real tokens only when they are under this share of
+its positions: gathering them out and scattering them back for attention costs a few copies
+a layer, which a batch with little padding would not win back."""
+
+
+class RealTokens:
+    """The real (unpadded) tokens of a [B, T] batch: the rows of its flattened B*T positions
+    that the projections and the feed-forward of a block run on."""
+
+    def __init__(self, padding: torch.Tensor):
+        self.shape = tuple(padding.shape)  # (B, T)
+        self.rows = padding.reshape(-1).nonzero().squeeze(1)  # [N]
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, ...] -> the real tokens' [N, ...]."""
+        return x.reshape(-1, *x.shape[2:]).index_select(0, self.rows)
+
+    def scatter(self, y: torch.Tensor) -> torch.Tensor:
+        """The real tokens' [N, ...] -> [B, T, ...], zeros at the padding."""
+        B, T = self.shape
+        out = y.new_zeros(B * T, *y.shape[1:]).index_copy(0, self.rows, y)
+        return out.view(B, T, *y.shape[1:])
+
+
+def real_tokens(padding: torch.Tensor | None) -> RealTokens | None:
+    """A batch's real tokens when running its blocks on those only pays: padding [B, T] (1 =
+    a real token) with under UNPAD_BELOW of the positions real, on the CPU (where looking at
+    the mask waits for nothing), outside torch.compile, a trace and an ONNX export (whose
+    graphs would keep this batch's count as a constant)."""
+    if (padding is None or padding.device.type != "cpu" or torch.compiler.is_compiling()
+            or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()):
+        return None
+    real = padding.bool()
+    if int(real.sum()) >= UNPAD_BELOW * real.numel():
+        return None
+    return RealTokens(real)
 
 
 def packed_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:

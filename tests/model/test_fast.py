@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from bertkit.config import EncoderConfig
 from bertkit.model import fast
 from bertkit.model.encoder import attend as encoder_attend
-from bertkit.model.encoder import build_attention_mask, init_weights
+from bertkit.model.encoder import Encoder, build_attention_mask, init_weights
 from bertkit.model.fast import packed_dropout
 from bertkit.model.heads import IGNORE_INDEX, PretrainingModel
 from bertkit.pretraining import objectives
@@ -91,6 +91,54 @@ def test_training_step_with_the_speed_paths_equals_the_reference(padded, objecti
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
     chosen = {c for block in models[0].encoder.blocks for c in block.attn.attend.choices.values()}
     assert chosen == {attention == "matmuls"}
+
+
+@pytest.mark.parametrize("architecture", ["bert", "modern"])
+def test_a_batch_with_much_padding_runs_on_its_real_tokens_equal_to_the_reference(
+        architecture, monkeypatch):
+    """Texts of mixed lengths (a third of the positions real): the blocks run on the real
+    tokens only, and every real position's output, every layer's, the pooled vector and every
+    gradient equal the reference's; the padding's outputs are zeros."""
+    cfg = dataclasses.replace(CFG, architecture=architecture, max_positions=48)
+    quick, plain = Encoder(cfg, fast=True), Encoder(cfg, fast=False)
+    init_weights(quick, cfg, torch.Generator().manual_seed(1))
+    plain.load_state_dict(quick.state_dict())
+    ids = torch.randint(5, cfg.vocab_size, (4, 40), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    for row, length in enumerate((5, 40, 3, 9)):
+        mask[row, length:] = 0
+    assert fast.real_tokens(mask) is not None
+    gathered = []
+    monkeypatch.setattr(fast.RealTokens, "gather", lambda self, x, f=fast.RealTokens.gather:
+                        gathered.append(x.shape) or f(self, x))
+    real = mask.bool()
+    outputs, grads = [], []
+    for model in (quick, plain):
+        out = model(ids, attention_mask=mask, output_hidden_states=True)
+        (out.last_hidden_state[real].pow(2).sum() + out.pooled.sum()).backward()
+        outputs.append(out)
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    assert gathered, "the real tokens were never gathered"
+    ours, theirs = outputs
+    for a, b in zip(ours.hidden_states, theirs.hidden_states):
+        torch.testing.assert_close(a[real], b[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.pooled, theirs.pooled, atol=1e-5, rtol=1e-5)
+    assert not ours.last_hidden_state[~real].any() and theirs.last_hidden_state[~real].any()
+    for name, a in grads[0].items():
+        b = grads[1][name]
+        if a is None or b is None:
+            assert a is None and b is None, name
+            continue
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_a_batch_with_little_padding_or_none_runs_padded():
+    mask = torch.ones(4, 10, dtype=torch.long)
+    assert fast.real_tokens(None) is None and fast.real_tokens(mask) is None
+    mask[0, 9:] = 0
+    assert fast.real_tokens(mask) is None  # 39 of 40 real: the copies would not pay
+    mask[:, 3:] = 0
+    assert fast.real_tokens(mask).rows.tolist() == [0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32]
 
 
 def test_mlm_head_returns_the_logits_the_fused_loss_uses():
