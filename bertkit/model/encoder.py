@@ -293,7 +293,8 @@ def build_attention_mask(padding: torch.Tensor | None, T: int, causal: bool,
 
 class EncoderOutput(NamedTuple):
     last_hidden_state: torch.Tensor
-    """[B, T, H] output of the last block ("modern": after the final LayerNorm)."""
+    """[B, T, H] output of the last block ("modern": after the final LayerNorm). At padding
+    the values mean nothing: the reference computes some, the speed paths may leave zeros."""
     pooled: torch.Tensor
     """[B, H] the sentence vector the NSP and sentence heads read: tanh(W h_[CLS] + b) for
     "bert", h_[CLS] itself for "modern" (which has no pooler)."""
