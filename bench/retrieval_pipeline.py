@@ -54,12 +54,14 @@ def minilm() -> Path:
 
 
 def above_first_relevant(indices: torch.Tensor, data, labels: dict) -> dict:
-    """Over all queries: the passages ranked above the query's first relevant one, by the
-    label SICK gives (premise, passage), "unjudged" where it gives none."""
+    """Over the queries whose ranking holds a relevant passage: the passages ranked above the
+    first one, by the label SICK gives (premise, passage), "unjudged" where it gives none."""
     counts = {"neutral or contradiction": 0, "unjudged": 0}
     for q, (text, row) in enumerate(zip(data.queries.texts, indices.tolist())):
         relevant = set(data.qrels[q])
-        first = next(i for i, p in enumerate(row) if p in relevant)
+        first = next((i for i, p in enumerate(row) if p in relevant), None)
+        if first is None:
+            continue
         for p in row[:first]:
             judged = labels.get((text, data.corpus.texts[p]))
             counts["unjudged" if judged is None else "neutral or contradiction"] += 1
