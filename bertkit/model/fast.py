@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.model.local_attention import Band, local_attention
+from bertkit.runtime import reads_are_free
 
 BLOCKS_FROM = 4
 """A local layer is computed block by block from BLOCKS_FROM x its window tokens on: there the
@@ -78,7 +79,7 @@ def real_tokens(padding: torch.Tensor | None) -> RealTokens | None:
     a real token) with under UNPAD_BELOW of the positions real, on the CPU (where looking at
     the mask waits for nothing), outside torch.compile, a trace and an ONNX export (whose
     graphs would keep this batch's count as a constant)."""
-    if (padding is None or padding.device.type != "cpu" or torch.compiler.is_compiling()
+    if (padding is None or not reads_are_free(padding) or torch.compiler.is_compiling()
             or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()):
         return None
     real = padding.bool()
