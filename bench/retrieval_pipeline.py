@@ -21,7 +21,8 @@ functions `bertkit evaluate` runs. The CPU is printed beside the figures.
 With --sick-labels (SICK dev's NLI file), the sick set's rankings are also read for what
 stands above each query's first relevant hypothesis: a sentence SICK labels neutral or
 contradiction for that premise (a judged mistake), or a sentence no label ties to it (mostly
-another rewording of the premise, entailed but unjudged), counted over all queries.
+another rewording of the premise, entailed but unjudged), counted over the queries whose
+ranking holds a relevant passage.
 """
 from __future__ import annotations
 

@@ -25,10 +25,10 @@ out) by BEIR's figures (`bertkit.retrieval.evaluation`); nDCG@10 per set, mean Â
 over the seeds, and the vectors' density. bertkit's run keeps its best model by a small
 queries file of 16 queries of each set (`side_by_side.dev_queries`).
 
-Time (estimated, not yet measured): each model encodes both corpora (9,030 passages, 3,126 of
-them long) and the 514 queries, on 2 free cores about 2 minutes a model, training (548
-triplets) about a minute a run: about 15 minutes for 3 seeds of both sides (`--train-rows
-300` saves about a minute a seed). Run it with nothing else on the CPU:
+Time: about 50 minutes for 3 seeds of both sides on 2 free cores, most of it the trainer's
+training and each model's encoding of both corpora (9,030 passages, 3,126 of them long, and
+the 514 queries); each side's training seconds are in docs/results.toml
+(retrieval.sparse-trainer). Run it with nothing else on the CPU:
 
     flock /tmp/bertkit-cpu.lock timeout 3600 env PYTHONPATH=$PWD python bench/sparse_quality.py
     PYTHONPATH=$PWD python bench/sparse_quality.py --train-rows 64 --seeds 0   # a check

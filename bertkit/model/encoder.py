@@ -12,8 +12,8 @@ from Hugging Face names (BertModel, ModernBertModel). The heads (masked LM, next
 span boundary) are in `heads.py`.
 
 This file is the reference: nn.Dropout, F.scaled_dot_product_attention, every block on every
-position (padding too), a local layer's window as a dense mask. `Encoder(cfg, fast=True)` (the default) swaps in
-the speed paths of `fast.py` (a long input's local layers block by block:
+position (padding too), a local layer's window as a dense mask. `Encoder(cfg, fast=True)` (the
+default) swaps in the speed paths of `fast.py` (a long input's local layers block by block:
 `local_attention.py`), which compute the same function; `fast=False` runs exactly what is
 written here.
 """
