@@ -3,17 +3,8 @@ group torchrun describes in its environment (gloo on the CPU, NCCL on GPUs), and
 error for a collective whose peer is gone. Pretraining starts here; any recipe that trains
 data-parallel can.
 
-    device = rank_device(options.device)
-    joined = start_distributed(device, timeout)
-    try:
-        ...   # the run, every rank
-    except (RuntimeError, dist.DistError) as e:
-        if joined and (error := peer_failure(e, dist.get_rank(), timeout)) is not None:
-            raise error from None
-        raise
-    finally:
-        if joined:
-            dist.destroy_process_group()
+    with process_group(rank_device(options.device), timeout) as joined:
+        ...   # the run, every rank; a peer that leaves ends it in one line
 """
 from __future__ import annotations
 
@@ -101,12 +92,17 @@ def restart_store(env, timeout: datetime.timedelta):
 def process_group(device: torch.device, timeout: float = 600.0):
     """Under torchrun, the process group joined for the block (`start_distributed`) and left
     after it, a collective whose peer is gone ending in one line (`peer_failure`); in one
-    process, nothing. Yields whether it joined."""
-    joined = start_distributed(device, timeout)
+    process, nothing. Yields whether it joined. A peer that leaves while the group is being
+    joined (a fast rank refusing the data while gloo still connects the others) ends in the
+    same line."""
+    joined = False
     try:
+        joined = start_distributed(device, timeout)
         yield joined
     except (RuntimeError, dist.DistError) as e:
-        if not joined or (error := peer_failure(e, dist.get_rank(), timeout)) is None:
+        alone = int(os.environ.get("WORLD_SIZE", "1")) <= 1
+        rank = int(os.environ.get("RANK", "0"))
+        if alone or (error := peer_failure(e, rank, timeout)) is None:
             raise
         raise error from None
     finally:

@@ -46,3 +46,27 @@ def test_nccl_is_joined_on_the_ranks_gpu(four_gpus, rank_1_of_2, monkeypatch):
     assert distributed.start_distributed(torch.device("cuda", 1), timeout=5)
     assert calls["set"] == torch.device("cuda", 1) and calls["backend"] == "nccl"
     assert calls["device_id"] == torch.device("cuda", 1)
+
+
+def test_a_peer_gone_while_the_group_is_joined_ends_in_one_line(rank_1_of_2, monkeypatch):
+    """A rank that refuses its data and exits while gloo still connects the others: their
+    init_process_group fails, and that failure reads as a peer gone, not a traceback."""
+    def closed(backend, **kw):
+        raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed "
+                           "by peer [127.0.0.1]:45494")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", closed)
+    monkeypatch.delenv(distributed.SaidElsewhere.launcher, raising=False)
+    with pytest.raises(UserError, match="rank 1: another rank left the run"):
+        with distributed.process_group(torch.device("cpu"), timeout=5):
+            pass
+
+
+def test_any_other_failure_to_join_is_raised_as_it_is(rank_1_of_2, monkeypatch):
+    def broken(backend, **kw):
+        raise RuntimeError("address already in use")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", broken)
+    with pytest.raises(RuntimeError, match="address already in use"):
+        with distributed.process_group(torch.device("cpu"), timeout=5):
+            pass
