@@ -26,6 +26,7 @@ from bertkit.files import UserError
 from bertkit.progress import Progress
 from bertkit.retrieval.bm25 import Bm25
 from bertkit.retrieval.search import encode, top_k, unit_rows
+from bertkit.text.tokenizer import cut_warnings_summed
 
 SPARSE_CHUNK = 512
 """Passages a SPLADE model encodes at once before their vectors are made sparse (dense, 512
@@ -112,9 +113,10 @@ class SparseRetriever:
 
         bar = Progress("passages", len(texts), "texts", enabled=progress)
         parts = []
-        for chunk in _blocks(texts, SPARSE_CHUNK):
-            parts.append(self._vectors(chunk, batch_size))
-            bar.update(add=len(chunk))
+        with cut_warnings_summed(len(texts)):
+            for chunk in _blocks(texts, SPARSE_CHUNK):
+                parts.append(self._vectors(chunk, batch_size))
+                bar.update(add=len(chunk))
         bar.finish()
         self.matrix = scipy.sparse.vstack(parts, format="csc")
 

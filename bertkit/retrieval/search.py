@@ -19,6 +19,7 @@ import torch
 
 from bertkit.progress import Progress
 from bertkit.runtime import release_freed_memory
+from bertkit.text.tokenizer import cut_warnings_summed
 
 QUERY_BLOCK = 1024
 """Queries scored at once."""
@@ -42,11 +43,12 @@ def encode(embedder, texts: Sequence[str], *, batch_size: int = 64, progress: bo
     sentence-transformers' `encode`), `ENCODE_CHUNK` texts a call, with one progress line."""
     bar = Progress(what, len(texts), "texts", enabled=progress)
     parts = []
-    for start in range(0, len(texts), ENCODE_CHUNK):
-        chunk = list(texts[start:start + ENCODE_CHUNK])
-        parts.append(unit_rows(embedder.encode(chunk, batch_size=batch_size)))
-        release_freed_memory()  # else the heap grows with every chunk (runtime's note)
-        bar.update(add=len(chunk))
+    with cut_warnings_summed(len(texts)):
+        for start in range(0, len(texts), ENCODE_CHUNK):
+            chunk = list(texts[start:start + ENCODE_CHUNK])
+            parts.append(unit_rows(embedder.encode(chunk, batch_size=batch_size)))
+            release_freed_memory()  # else the heap grows with every chunk (runtime's note)
+            bar.update(add=len(chunk))
     bar.finish()
     return torch.cat(parts) if parts else torch.empty(0, 0)
 

@@ -21,6 +21,7 @@ scores, so loading a Unigram tokenizer needs tokenizer.json).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -516,12 +517,44 @@ def check_pairs(config, where) -> None:
                         f"takes no sentence pairs (the second text would be segment 1)")
 
 
+class CutWarning(UserWarning):
+    """Inputs cut to the model's maximum length, with their counts, so that work done chunk
+    by chunk can sum its chunks' warnings into one (`cut_warnings_summed`)."""
+
+    def __init__(self, cut: int, total: int, max_length: int, what: str = "texts",
+                 where: str | None = None):
+        super().__init__(f"{f'{where}: ' if where else ''}{cut} of {total} {what} were longer "
+                         f"than {max_length} tokens and were cut")
+        self.cut, self.total, self.max_length, self.what, self.where = (cut, total, max_length,
+                                                                        what, where)
+
+
 def cut_warning(cut: int, total: int, max_length: int, what: str = "texts",
                 where: str | None = None, stacklevel: int = 2) -> None:
     """The one warning of a command whose inputs were cut to the model's maximum length."""
     if cut:
-        warnings.warn(f"{f'{where}: ' if where else ''}{cut} of {total} {what} were longer "
-                      f"than {max_length} tokens and were cut", stacklevel=stacklevel + 1)
+        warnings.warn(CutWarning(cut, total, max_length, what, where), stacklevel=stacklevel + 1)
+
+
+@contextlib.contextmanager
+def cut_warnings_summed(total: int):
+    """The cut warnings of the block summed into one at its end, of the `total` inputs the
+    block reads: a corpus encoded 2,048 texts a call warns once, not once a call (a call with
+    nothing cut says nothing, hence the total from the caller). Other warnings pass through
+    as they came."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            cuts = [w.message for w in caught if isinstance(w.message, CutWarning)]
+            others = [w for w in caught if not isinstance(w.message, CutWarning)]
+    for w in others:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if cuts:
+        first = cuts[0]
+        cut_warning(sum(c.cut for c in cuts), total, first.max_length, first.what, first.where,
+                    stacklevel=3)
 
 
 _BERT_FLAGS = {"do_lower_case": "lowercase", "strip_accents": "strip_accents",

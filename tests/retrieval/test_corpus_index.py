@@ -5,6 +5,7 @@ line."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -131,3 +132,23 @@ def test_sparse_vectors_cut_to_their_heaviest_terms(tmp_path, tiny_sparse_model)
     scores, indices = sparse.top_k(QUERIES, 5)
     assert torch.allclose(scores, products.topk(5, dim=1).values, atol=1e-5)
     assert out.retrievers[0].max_terms == 4
+
+
+def test_a_corpus_encoded_in_chunks_warns_once_a_model(tmp_path, monkeypatch,
+                                                        tiny_sentence_model, tiny_sparse_model):
+    """Each chunk of the corpus is one call of the model: the texts cut in every chunk are
+    summed into one warning per model, not one line a chunk."""
+    from bertkit.retrieval import retrievers, search
+
+    monkeypatch.setattr(search, "ENCODE_CHUNK", 8)
+    monkeypatch.setattr(retrievers, "SPARSE_CHUNK", 8)
+    texts = sentences(30, 11)
+    long = {3, 12, 13, 29}  # in three of the four chunks
+    texts = [" ".join([t] * 12) if i in long else t for i, t in enumerate(texts)]
+    passages = Passages([f"d{i}" for i in range(30)], texts, [f"c:{i}" for i in range(30)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_index(tmp_path / "index", passages, [tiny_sentence_model, tiny_sparse_model],
+                    progress=False)
+    cut = [str(w.message) for w in caught if "were cut" in str(w.message)]
+    assert cut == ["4 of 30 texts were longer than 64 tokens and were cut"] * 2

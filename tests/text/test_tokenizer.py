@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -246,3 +247,18 @@ def test_a_batchs_tensors_unpack_as_a_mapping_as_transformers_inputs_do(tmp_path
     assert [name for name, _ in inputs.items()] == list(inputs.keys())
     ids, types, mask = inputs
     assert ids.shape == mask.shape and inputs.to("cpu")["token_type_ids"].shape == types.shape
+
+
+def test_cut_warnings_of_a_block_are_summed_into_one_and_others_pass():
+    from bertkit.text.tokenizer import CutWarning, cut_warning, cut_warnings_summed
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with cut_warnings_summed(27):
+            cut_warning(2, 10, 128, where="a.txt", what="lines")
+            warnings.warn("something else")
+            cut_warning(0, 10, 128, where="a.txt", what="lines")
+            cut_warning(5, 7, 128, where="a.txt", what="lines")
+    assert [str(w.message) for w in caught] == [
+        "something else", "a.txt: 7 of 27 lines were longer than 128 tokens and were cut"]
+    assert isinstance(caught[1].message, CutWarning) and caught[1].message.cut == 7
