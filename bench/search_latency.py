@@ -1,8 +1,9 @@
 """Per-query latency of `bertkit search` against N passages (default 100,000 paragraphs of the
 shared English books): dense (all-MiniLM-L6-v2, exact cosine over the in-memory matrix), sparse
 (a SPLADE model's inverted index, scipy CSC), and dense with the top 20 reranked by a
-MiniLM-sized cross-encoder. One query a call, as a user types them: the time from the query's
-text to its ranked passages, models loaded once, p50 and p90 over --queries queries.
+MiniLM-sized cross-encoder, in fp32 and in bf16 (`search --precision bf16`). One query a call,
+as a user types them: the time from the query's text to its ranked passages, models loaded
+once, p50 and p90 over --queries queries.
 
 The sparse model is --sparse-model, else all-MiniLM-L6-v2 with a masked-LM head tied to its
 word embeddings as `finetune sparse` starts it, untrained (a lexical matcher: a few hundred
@@ -27,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,6 +39,7 @@ from bertkit.retrieval.corpus_index import (INDEX_FILE, Index, Searcher, build_i
                                      corpus_hash)
 from bertkit.retrieval.reranking import RERANK_TOP, load_reranker  # noqa: E402
 from bertkit.runtime import describe  # noqa: E402
+from bertkit.text.tokenizer import CutWarning  # noqa: E402
 
 BOOKS = Path("/work/shared/data/corpus/english_books.txt")
 
@@ -155,24 +158,27 @@ def main(argv: list[str] | None = None) -> int:
     index = cached_index(args.index_dir or work / f"index-{len(passages.ids)}", passages,
                          [minilm(), sparse], max_terms)
     dense_only, sparse_only = ([r] for r in index.retrievers)
-    reranker = load_reranker(reranker_dir)
+    dense = Index(index.ids, index.texts, dense_only)
     runs = {
-        "dense": Searcher(Index(index.ids, index.texts, dense_only)),
+        "dense": Searcher(dense),
         "sparse": Searcher(Index(index.ids, index.texts, sparse_only)),
-        f"dense + top {RERANK_TOP} reranked": Searcher(Index(index.ids, index.texts,
-                                                             dense_only), reranker=reranker,
-                                                       rerank_top=RERANK_TOP),
     }
+    for precision in ("fp32", "bf16"):  # `search --precision`: the reranker's
+        reranker = load_reranker(reranker_dir, precision=precision)
+        runs[f"dense + top {RERANK_TOP} reranked, {precision}"] = Searcher(
+            dense, reranker=reranker, rerank_top=RERANK_TOP)
     print(describe())
     matrix = sparse_only[0].matrix
     print(f"{len(passages.ids)} passages, {len(queries)} queries, one a call; sparse: "
           f"{matrix.nnz / matrix.shape[0]:.0f} terms a passage"
           + (f" (its heaviest {max_terms} kept)" if max_terms else ""))
-    print(f"{'search':<26}{'p50 ms':>9}{'p90 ms':>9}")
+    print(f"{'search':<32}{'p50 ms':>9}{'p90 ms':>9}")
     for name, searcher in runs.items():
-        times = latencies(searcher, queries)
+        with warnings.catch_warnings():  # a paragraph cut to the reranker's length, each call
+            warnings.simplefilter("ignore", CutWarning)
+            times = latencies(searcher, queries)
         p90 = statistics.quantiles(times, n=10)[-1]
-        print(f"{name:<26}{statistics.median(times):>9.1f}{p90:>9.1f}")
+        print(f"{name:<32}{statistics.median(times):>9.1f}{p90:>9.1f}")
     return 0
 
 

@@ -388,6 +388,16 @@ def choose_precision(device: torch.device | str) -> tuple[str, str]:
     return precision_for_speedup(bf16_speedup(device))
 
 
+def inference_precision(requested: str, device: torch.device) -> tuple[str, str | None]:
+    """(precision, warning or None) for a model that only reads: `auto` is fp32 on a CPU
+    (exact) unless $BERTKIT_AUTO_PRECISION says otherwise, and bf16 on a GPU that runs it
+    natively; bf16 asked for on a CPU that emulates it comes with `bf16_warning`'s line."""
+    if requested == "auto":
+        return (auto_precision_override() or (choose_precision(device)[0]
+                                              if device.type == "cuda" else "fp32")), None
+    return requested, bf16_warning(requested, device)
+
+
 def bf16_warning(precision: str, device: torch.device | str) -> str | None:
     """A one-line warning when `precision` is bf16 on a CPU that emulates it (measured), so a
     user who asked for bf16 hears before the first step that fp32 would be ~100x faster."""
@@ -431,5 +441,5 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
 __all__ = ["DTYPES", "SharedCores", "busy_cpu_seconds", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
            "keep_freed_memory", "bound_kernel_cache", "release_freed_memory", "describe",
            "cpu_name", "matmul_limit",
-           "choose_precision",
+           "choose_precision", "inference_precision", "autocast",
            "MAX_TIME", "max_time_cap"]

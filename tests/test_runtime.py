@@ -134,6 +134,21 @@ def test_asking_for_bf16_where_it_is_emulated_warns_before_the_run(monkeypatch):
     assert runtime.bf16_warning("bf16", "cpu") is None
 
 
+def test_a_model_that_only_reads_runs_exact_on_a_cpu_unless_told(monkeypatch):
+    """`--precision auto` for predict, search and embed: fp32 on a CPU without measuring,
+    whatever bf16 would gain; the environment's setting wins; bf16 asked for where it is
+    emulated comes with the warning."""
+    monkeypatch.delenv(runtime.AUTO_PRECISION, raising=False)
+    monkeypatch.setattr(runtime, "bf16_speedup", lambda device="cpu": 0.008)
+    cpu = torch.device("cpu")
+    assert runtime.inference_precision("auto", cpu) == ("fp32", None)
+    assert runtime.inference_precision("fp32", cpu) == ("fp32", None)
+    chosen, warning = runtime.inference_precision("bf16", cpu)
+    assert chosen == "bf16" and warning.startswith("warning: bf16 matmul runs at 0.008x")
+    monkeypatch.setenv(runtime.AUTO_PRECISION, "bf16")
+    assert runtime.inference_precision("auto", cpu) == ("bf16", None)
+
+
 class _Timings:
     """Fake products: seconds per dtype, the first of each type as given, bursts by call."""
 

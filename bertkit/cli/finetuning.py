@@ -372,6 +372,9 @@ class PredictOptions:
     device: str = "auto"
     """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
     ..."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16 or AMX); auto:
+    bf16 on a GPU that runs it natively, else fp32."""
     long_inputs: Literal["cut", "windows"] = "cut"
     """An input longer than the model's --max-length: cut to it, or run in windows half a
     window apart; classify, pair and regress then predict from the mean of the windows'
@@ -384,8 +387,14 @@ class PredictOptions:
 
 def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
     from bertkit.finetuning.predict import TaskModel, predict_file
+    from bertkit.runtime import inference_precision, resolve_device
 
-    runner = TaskModel.load(opts.model, device=opts.device, batch_size=opts.batch_size)
+    device = resolve_device(opts.device)
+    precision, warning = inference_precision(opts.precision, device)
+    if warning:
+        print(warning, file=sys.stderr)
+    runner = TaskModel.load(opts.model, device=device, batch_size=opts.batch_size,
+                            precision=precision)
     runner = _with_columns(replace(runner, progress=not opts.quiet,
                                    windows=opts.long_inputs == "windows"), columns)
     n = predict_file(runner, opts.input, opts.out, opts.format)

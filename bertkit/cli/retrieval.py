@@ -117,6 +117,10 @@ class SearchOptions:
     device: str = "auto"
     """Where the models run: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
     ..."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """The reranker's: fp32 (exact) or bf16 autocast (about 2x faster on CPUs with
+    AVX512-BF16 or AMX); auto: bf16 on a GPU that runs it natively, else fp32. Queries are
+    encoded as the index's passages were, in fp32."""
     quiet: bool = False
     """No progress on stderr."""
 
@@ -152,7 +156,7 @@ def run_search(opts: SearchOptions) -> int:
     from bertkit.retrieval.fusion import fusion_named
     from bertkit.retrieval.corpus_index import Index, Searcher
     from bertkit.retrieval.reranking import load_reranker
-    from bertkit.runtime import resolve_device
+    from bertkit.runtime import inference_precision, resolve_device
 
     queries = _queries(opts)
     if opts.weights is not None and opts.fusion is None:
@@ -161,8 +165,12 @@ def run_search(opts: SearchOptions) -> int:
     index = Index.load(opts.index, device)
     fusion = None if opts.fusion is None else fusion_named(opts.fusion, opts.weights,
                                                           len(index.retrievers))
-    reranker = None if opts.rerank is None else load_reranker(opts.rerank, device,
-                                                                opts.batch_size)
+    reranker = None
+    if opts.rerank is not None:
+        precision, warning = inference_precision(opts.precision, device)
+        if warning:
+            print(warning, file=sys.stderr)
+        reranker = load_reranker(opts.rerank, device, opts.batch_size, precision=precision)
     found = Searcher(index, fusion, reranker, opts.rerank_top).search(queries, opts.top_k)
     if opts.out is None:
         for query, hits in zip(queries, found):

@@ -49,7 +49,7 @@ from bertkit.model.hub import load_encoder, save_model
 from bertkit.model.kind import EMBEDDER_KINDS, ModelKind, model_kind, require_kind
 from bertkit.model.static_encoder import load_static_encoder, load_static_tokenizer
 from bertkit.progress import Progress
-from bertkit.runtime import auto_precision_override, bf16_warning, choose_precision, resolve_device
+from bertkit.runtime import inference_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs
 from bertkit.text.windows import split, windowed_span
 
@@ -529,11 +529,9 @@ class EncoderOptions:
 
     def load(self) -> Embedder:
         """The Embedder these settings describe, on its device and precision."""
-        device, precision = resolve_device(self.device), self.precision
-        if precision == "auto":  # on a CPU fp32, exact, unless the environment settles it
-            precision = auto_precision_override() or (
-                choose_precision(device)[0] if device.type == "cuda" else "fp32")
-        elif warning := bf16_warning(precision, device):
+        device = resolve_device(self.device)
+        precision, warning = inference_precision(self.precision, device)
+        if warning:
             print(warning, file=sys.stderr)
         return Embedder.load(self.model, device=device, precision=precision,
                              max_length=self.max_length, workers=self.workers)

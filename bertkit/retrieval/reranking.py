@@ -21,16 +21,16 @@ RERANK_TOP_EVALUATION = 100
 
 
 def load_reranker(path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64,
-                  progress: bool = False):
+                  progress: bool = False, precision: str = "fp32"):
     """The cross-encoder of a directory `finetune rerank` wrote (with `progress`, each call
-    over many pairs shows how far it is on stderr); another kind of model is one error line
-    saying what it is."""
+    over many pairs shows how far it is on stderr; `precision`: fp32, or bf16 autocast);
+    another kind of model is one error line saying what it is."""
     from bertkit.finetuning.predict import TaskModel
     from bertkit.finetuning.reranker import Reranker
     from bertkit.model.kind import ModelKind, require_kind
 
     require_kind(path, ModelKind.TASK)
-    runner = TaskModel.load(path, device=device, batch_size=batch_size)
+    runner = TaskModel.load(path, device=device, batch_size=batch_size, precision=precision)
     return Reranker(replace(runner, progress=progress))
 
 

@@ -59,6 +59,24 @@ def test_search_writes_the_searchers_results(index_dir, tmp_path, tiny_reranker,
     assert table.startswith("query: river bank\n") and len(table.splitlines()) == 5
 
 
+def test_search_reranks_in_bf16_when_asked(index_dir, tmp_path, tiny_reranker):
+    """--precision bf16 is the reranker's: its logits are the library's bf16 reranker's, and
+    they are not the fp32 ones (so the flag reached the model)."""
+    out = tmp_path / "found.jsonl"
+    assert cli.main(["search", "--index", str(index_dir), "--query", "river bank",
+                     "--fusion", "rrf", "--rerank", str(tiny_reranker), "--top-k", "5",
+                     "--precision", "bf16", "--out", str(out), "--device", "cpu"]) == 0
+    row = json.loads(out.read_text())
+    index = Index.load(index_dir)
+    fast, exact = (Searcher(index, ReciprocalRank(), load_reranker(tiny_reranker,
+                                                                   precision=precision),
+                            20).search(["river bank"], 5)[0] for precision in ("bf16", "fp32"))
+    assert row["ids"] == [h.id for h in fast]
+    assert row["scores"] == pytest.approx([h.score for h in fast], abs=1e-6)
+    assert [h.score for h in fast] != pytest.approx([h.score for h in exact], abs=1e-6)
+    assert [h.score for h in fast] == pytest.approx([h.score for h in exact], abs=0.05)
+
+
 def test_evaluate_fuses_and_reranks_as_the_library_does(tmp_path, tiny_sentence_model,
                                                        tiny_sparse_model, tiny_reranker,
                                                        capsys):

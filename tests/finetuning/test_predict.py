@@ -139,6 +139,30 @@ def test_evaluate_json_and_predict_jsonl(finetuned, tmp_path, capsys):
     assert len(rows) == 30 and all(len(r["tokens"]) == len(r["tags"]) for r in rows)
 
 
+def test_bf16_predictions_run_under_autocast_and_agree_with_fp32(finetuned, tmp_path):
+    """`precision="bf16"` runs the model's matmuls in bf16 (seen at a Linear's output) and
+    gives back fp32 scores close to the exact ones; `predict --precision bf16` is that."""
+    texts = ["the film was great", "so awful a plot", "a good film", "the plot was poor"]
+    exact = TaskModel.load(finetuned["dir"] / "cls").classify(texts)
+    fast = TaskModel.load(finetuned["dir"] / "cls", precision="bf16")
+    seen = []
+    linear = next(m for m in fast.model.modules() if isinstance(m, torch.nn.Linear))
+    hook = linear.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    rows = fast.classify(texts)
+    hook.remove()
+    assert seen and set(seen) == {torch.bfloat16}
+    assert [r["label"] for r in rows] == [r["label"] for r in exact]
+    assert [r["score"] for r in rows] == pytest.approx([r["score"] for r in exact], abs=0.03)
+    given = tmp_path / "in.txt"
+    given.write_text("\n".join(texts) + "\n")
+    assert main(["predict", "--model", str(finetuned["dir"] / "cls"), "--input", str(given),
+                 "--precision", "bf16", "--out", str(tmp_path / "out.jsonl")]) == 0
+    written = [json.loads(line) for line in (tmp_path / "out.jsonl").open()]
+    assert [r["score"] for r in written] == pytest.approx([r["score"] for r in rows], abs=1e-6)
+    with pytest.raises(ValueError, match="precision 'fp16'"):
+        dataclasses.replace(fast, precision="fp16")
+
+
 @pytest.mark.slow
 def test_predict_writes_conll_for_taggers(finetuned, tmp_path, capsys):
     d = finetuned["dir"]
