@@ -525,8 +525,8 @@ class CutWarning(UserWarning):
                  where: str | None = None):
         super().__init__(f"{f'{where}: ' if where else ''}{cut} of {total} {what} were longer "
                          f"than {max_length} tokens and were cut")
-        self.cut, self.total, self.max_length, self.what, self.where = (cut, total, max_length,
-                                                                        what, where)
+        # the total is the caller's to sum (a chunk with nothing cut raises no warning)
+        self.cut, self.max_length, self.what, self.where = cut, max_length, what, where
 
 
 def cut_warning(cut: int, total: int, max_length: int, what: str = "texts",
