@@ -388,6 +388,19 @@ def choose_precision(device: torch.device | str) -> tuple[str, str]:
     return precision_for_speedup(bf16_speedup(device))
 
 
+INFERENCE_PRECISIONS = ("fp32", "bf16")
+"""What a model that only reads runs in: fp32 (exact), or the model under bf16 autocast with
+its outputs read back in fp32."""
+
+
+def check_inference_precision(precision: str) -> str:
+    """`precision` when it is one of INFERENCE_PRECISIONS (a programming error otherwise: the
+    command lines offer only those and auto, which `inference_precision` resolves)."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not one of {', '.join(INFERENCE_PRECISIONS)}")
+    return precision
+
+
 def inference_precision(requested: str, device: torch.device) -> tuple[str, str | None]:
     """(precision, warning or None) for a model that only reads: `auto` is fp32 on a CPU
     (exact) unless $BERTKIT_AUTO_PRECISION says otherwise, and bf16 on a GPU that runs it
@@ -438,7 +451,7 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     return parse_device(name)
 
 
-__all__ = ["DTYPES", "SharedCores", "busy_cpu_seconds", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
+__all__ = ["DTYPES", "INFERENCE_PRECISIONS", "check_inference_precision", "SharedCores", "busy_cpu_seconds", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
            "keep_freed_memory", "bound_kernel_cache", "release_freed_memory", "describe",
            "cpu_name", "matmul_limit",
            "choose_precision", "inference_precision", "autocast",

@@ -53,7 +53,6 @@ def run_sparse_embed(files: EmbedFiles, settings, encoder) -> int:
     from bertkit.embeddings.files import EmbedSettings
     from bertkit.embeddings.sparse_encoder import SparseEncoder, check_jsonl_out
     from bertkit.finetuning.input_sources import input_file
-    from bertkit.runtime import resolve_device
 
     check_jsonl_out(files.out)
     given = [name for name in _DENSE_ONLY
@@ -61,8 +60,9 @@ def run_sparse_embed(files: EmbedFiles, settings, encoder) -> int:
     if given:
         raise UserError(f"--{given[0].replace('_', '-')} shapes pooled token vectors; "
                         f"{encoder.model} is a sparse encoder, whose vectors are its own")
-    model = SparseEncoder.load(encoder.model, device=resolve_device(encoder.device),
-                               max_length=encoder.max_length)
+    device, precision = encoder.runs_on()
+    model = SparseEncoder.load(encoder.model, device=device, max_length=encoder.max_length,
+                               precision=precision)
     with input_file(files.input) as path:  # "-": standard input
         result = model.embed_file(path, files.out, batch_size=settings.batch_size,
                                   text_field=settings.text_field, progress=not settings.quiet)

@@ -49,7 +49,7 @@ from bertkit.model.hub import load_encoder, save_model
 from bertkit.model.kind import EMBEDDER_KINDS, ModelKind, model_kind, require_kind
 from bertkit.model.static_encoder import load_static_encoder, load_static_tokenizer
 from bertkit.progress import Progress
-from bertkit.runtime import inference_precision, resolve_device
+from bertkit.runtime import check_inference_precision, inference_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs
 from bertkit.text.windows import split, windowed_span
 
@@ -63,7 +63,6 @@ SUBWORD_POOLS = ("mean", "first")
 REDUCTIONS = ("mean", "first", "last", "max", "mean_sqrt_len_tokens", "weightedmean")
 """How the vectors of one group of positions (a word's pieces, a sentence's tokens) become one."""
 _POOL_REDUCTION = {"cls": "first", "lasttoken": "last"}
-PRECISIONS = ("fp32", "bf16")
 
 
 def resolve_layers(spec: LayerSpec, num_layers: int) -> list[int]:
@@ -106,8 +105,7 @@ class Embedder:
                  pool: str | Sequence[str] = "mean", normalize: bool = False,
                  lowercase: bool = False, known_pieces_only: bool = False,
                  windows: bool = False, source: str = "the model"):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        check_inference_precision(precision)
         self.pool = _pool_modes(pool)
         """Default sentence pooling (a sentence-transformers directory's Pooling); several
         modes give their vectors side by side."""
@@ -527,12 +525,17 @@ class EncoderOptions:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, got "
                                 f"{getattr(self, name)}")
 
-    def load(self) -> Embedder:
-        """The Embedder these settings describe, on its device and precision."""
+    def runs_on(self) -> tuple[torch.device, str]:
+        """(device, precision) resolved, with bf16's warning on stderr where it will crawl."""
         device = resolve_device(self.device)
         precision, warning = inference_precision(self.precision, device)
         if warning:
             print(warning, file=sys.stderr)
+        return device, precision
+
+    def load(self) -> Embedder:
+        """The Embedder these settings describe, on its device and precision."""
+        device, precision = self.runs_on()
         return Embedder.load(self.model, device=device, precision=precision,
                              max_length=self.max_length, workers=self.workers)
 
@@ -595,4 +598,4 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
 
 
 __all__ = ["Embedder", "embed", "word_vector", "word_vectors", "resolve_layers", "COMBINES",
-           "POOLS", "SUBWORD_POOLS", "REDUCTIONS", "PRECISIONS"]
+           "POOLS", "SUBWORD_POOLS", "REDUCTIONS"]

@@ -29,7 +29,7 @@ from bertkit.model import hub
 from bertkit.model.encoder import Encoder
 from bertkit.model.kind import SENTENCE_MODULES_FILE, ModelKind, require_kind
 from bertkit.progress import Progress
-from bertkit.runtime import resolve_device
+from bertkit.runtime import autocast, check_inference_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer, check_fits, cut_warning
 
 
@@ -38,21 +38,25 @@ class SparseEncoder:
     sentence-transformers wrote)."""
 
     def __init__(self, model: SpladeModel, tokenizer, max_seq_length: int,
-                 source: str = "the model"):
+                 source: str = "the model", precision: str = "fp32"):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_seq_length = max_seq_length
         """Texts are cut to this many tokens."""
         self.source = source
+        self.precision = check_inference_precision(precision)
+        """fp32 (exact), or bf16: the model under bf16 autocast, its vectors read back in fp32
+        (about twice as fast on a CPU with AVX512-BF16 or AMX and on a GPU since Ampere)."""
         self.device = next(model.parameters()).device
         self._tokens = [tokenizer.id_to_token(i) or f"[{i}]"
                         for i in range(model.encoder.config.vocab_size)]
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu",
-             max_length: int | None = None) -> "SparseEncoder":
+             max_length: int | None = None, precision: str = "fp32") -> "SparseEncoder":
         """The encoder of a SparseEncoder directory (modules.json: a masked-LM transformer,
-        then SpladePooling with max and relu, the only SPLADE bertkit computes)."""
+        then SpladePooling with max and relu, the only SPLADE bertkit computes), run in
+        `precision` (fp32 or bf16)."""
         path = require_kind(path, ModelKind.SPARSE)
         modules = read_json(path / SENTENCE_MODULES_FILE, "sentence-transformers modules file")
         kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] if isinstance(m, dict) else "?"
@@ -70,7 +74,7 @@ class SparseEncoder:
         tokenizer = Tokenizer.load(model_dir)
         limit = max_length or _max_seq_length(model_dir) or hub.load_config(model_dir).max_positions
         return cls(load_model(model_dir).to(resolve_device(device)), tokenizer, limit,
-                   source=str(path))
+                   source=str(path), precision=precision)
 
     # Vectors ------------------------------------------------------------------------------------
 
@@ -134,7 +138,7 @@ class SparseEncoder:
             n = len(e.ids)
             ids[row, :n], types[row, :n] = torch.tensor(e.ids), torch.tensor(e.type_ids)
             mask[row, :n] = 1
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             return self.model(ids.to(self.device), types.to(self.device),
                               mask.to(self.device)).float().cpu()
 

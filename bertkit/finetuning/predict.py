@@ -37,7 +37,7 @@ from bertkit.finetuning.tasks import TASKS, load_task
 from bertkit.model import hub
 from bertkit.model.kind import ModelKind, model_kind
 from bertkit.progress import Progress
-from bertkit.runtime import autocast, resolve_device
+from bertkit.runtime import autocast, check_inference_precision, resolve_device
 from bertkit.text.tokenizer import Tokenizer
 
 
@@ -112,8 +112,7 @@ class TaskModel:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise UserError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision {self.precision!r} is not fp32 or bf16")
+        check_inference_precision(self.precision)
         if self.windows and self.task.reads_windows is False:
             raise UserError(f"--long-inputs windows: a {self.task.name} model reads no windows "
                             f"(classify, pair, regress, tag and spans models do); leave the "

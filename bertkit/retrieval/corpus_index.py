@@ -89,15 +89,16 @@ class Index:
 def build_index(out: str | Path, passages: Passages, models: Sequence[str | Path] = (),
                 bm25: bool = False, *, device: str | torch.device = "cpu",
                 batch_size: int = 64, max_terms: int | None = None,
-                progress: bool = True) -> Index:
+                precision: str = "fp32", progress: bool = True) -> Index:
     """Index `passages` by each model (a sentence model: dense; a SPLADE model: sparse, each
-    vector cut to its heaviest `max_terms` terms when given) and BM25, written into the
-    directory `out` whole or not at all."""
+    vector cut to its heaviest `max_terms` terms when given), run in `precision` (fp32, or
+    bf16 autocast), and BM25, written into the directory `out` whole or not at all."""
     if not models and not bm25:
         raise UserError("give a model to index with (--model), --bm25, or both")
     # a directory by its absolute path: `search` may run from another folder
     retrievers: list[Retriever] = [open_model(Path(m).resolve() if Path(m).exists() else m,
-                                              device, max_terms=max_terms) for m in models]
+                                              device, precision, max_terms=max_terms)
+                                   for m in models]
     if bm25:
         retrievers.append(Bm25Retriever())
     for r in retrievers:

@@ -168,14 +168,15 @@ def open_model(path: str | Path, device: str | torch.device = "cpu",
                ) -> DenseRetriever | SparseRetriever:
     """The retriever of a model directory, not yet indexing anything: a SPLADE model's sparse
     one (its vectors cut to `max_terms`), a sentence model's (any model `embed` reads) dense
-    one."""
+    one; either runs in `precision` (fp32, or bf16 autocast)."""
     from bertkit.model.kind import EMBEDDER_KINDS, ModelKind, model_kind
 
     kind = model_kind(path)
     if kind is ModelKind.SPARSE:
         from bertkit.embeddings.sparse_encoder import SparseEncoder
 
-        return SparseRetriever(SparseEncoder.load(path, device=device), str(path),
+        return SparseRetriever(SparseEncoder.load(path, device=device, precision=precision),
+                               str(path),
                                max_terms=max_terms)
     if kind in EMBEDDER_KINDS:
         from bertkit.embeddings.embedder import Embedder

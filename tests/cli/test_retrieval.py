@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bertkit.cli import main as cli
@@ -75,6 +76,31 @@ def test_search_reranks_in_bf16_when_asked(index_dir, tmp_path, tiny_reranker):
     assert row["scores"] == pytest.approx([h.score for h in fast], abs=1e-6)
     assert [h.score for h in fast] != pytest.approx([h.score for h in exact], abs=1e-6)
     assert [h.score for h in fast] == pytest.approx([h.score for h in exact], abs=0.05)
+
+
+def test_index_encodes_passages_in_bf16_when_asked(tmp_path, tiny_sentence_model,
+                                                   tiny_sparse_model):
+    """--precision bf16 reaches both models: the index holds the bf16 library's vectors, not
+    the fp32 ones."""
+    import scipy.sparse
+
+    corpus = corpus_file(tmp_path / "corpus.jsonl", 20)
+    out = tmp_path / "index"
+    assert cli.main(["index", "--input", str(corpus), "--model", str(tiny_sentence_model),
+                     "--model", str(tiny_sparse_model), "--precision", "bf16", "--out",
+                     str(out), "--device", "cpu", "--quiet"]) == 0
+    texts = read_passages(corpus).texts
+    entries = json.loads((out / "index.json").read_text())["retrievers"]
+    dense = np.load(out / entries[0]["file"])
+    sparse = scipy.sparse.load_npz(out / entries[1]["file"]).toarray()
+    for got, model in ((dense, tiny_sentence_model), (sparse, tiny_sparse_model)):
+        fast, exact = (open_model(model, "cpu", precision) for precision in ("bf16", "fp32"))
+        for retriever in (fast, exact):
+            retriever.index(texts, progress=False)
+        want, other = (r.vectors.numpy() if r.kind == "dense" else r.matrix.toarray()
+                       for r in (fast, exact))
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert np.abs(got - other).max() > 1e-6  # fp32 twice would be equal
 
 
 def test_evaluate_fuses_and_reranks_as_the_library_does(tmp_path, tiny_sentence_model,

@@ -174,6 +174,28 @@ def test_embed_writes_json_lines_of_token_weights_and_never_pools(sparse_dir, tm
         assert not bad.exists()
 
 
+def test_bf16_vectors_are_close_to_fp32_and_the_precision_reaches_the_model(
+        sparse_dir, tmp_path, capsys):
+    """bf16 autocast changes the vectors a little (so it ran) and keeps their direction; the
+    vectors come back in fp32; `embed --precision bf16` writes the bf16 vectors; an unknown
+    precision is a programming error."""
+    exact = SparseEncoder.load(sparse_dir).encode(SENTENCES, convert_to_sparse_tensor=False)
+    encoder = SparseEncoder.load(sparse_dir, precision="bf16")
+    fast = encoder.encode(SENTENCES, convert_to_sparse_tensor=False)
+    assert fast.dtype == torch.float32 and not torch.equal(fast, exact)
+    assert torch.nn.functional.cosine_similarity(fast, exact).min() > 0.99
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES[:3]) + "\n")
+    out = tmp_path / "vectors.jsonl"
+    assert main(["embed", "--model", str(sparse_dir), "--input", str(texts), "--out", str(out),
+                 "--precision", "bf16", "--device", "cpu", "--quiet"]) == 0
+    rows = [json.loads(line)["vector"] for line in out.read_text().splitlines()]
+    for row, vector in zip(rows, fast[:3]):
+        assert list(row.values()) == pytest.approx([w for _, w in encoder.decode(vector)])
+    with pytest.raises(ValueError, match="fp16"):
+        SparseEncoder.load(sparse_dir, precision="fp16")
+
+
 def test_the_model_is_the_encoder_with_its_head_on_every_token(sparse_dir):
     """The vectors from the parts by hand: transformers' BertForMaskedLM logits, pooled."""
     transformers = pytest.importorskip("transformers")
