@@ -535,9 +535,8 @@ class EncoderOptions:
 
     def load(self) -> Embedder:
         """The Embedder these settings describe, on its device and precision."""
-        device, precision = self.runs_on()
-        return Embedder.load(self.model, device=device, precision=precision,
-                             max_length=self.max_length, workers=self.workers)
+        return Embedder.load(self.model, *self.runs_on(), max_length=self.max_length,
+                             workers=self.workers)
 
 
 @dataclass(kw_only=True)
