@@ -507,8 +507,7 @@ class EncoderOptions:
     """bertkit, Hugging Face or sentence-transformers directory (a name on the Hub: e.g.
     sentence-transformers/all-MiniLM-L6-v2)."""
     device: str = "auto"
-    """Where the model runs: auto (CUDA when there is one, else the CPU), cpu, cuda, cuda:1,
-    ..."""
+    """Where the model runs: auto (CUDA if there is one, else the CPU), cpu, cuda, cuda:1, ..."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """fp32 (exact) or bf16 autocast (about 2x faster on CPUs with AVX512-BF16); auto: bf16 on
     a GPU that runs it natively (Ampere on; a V100 or T4 emulates it), else fp32."""
@@ -535,8 +534,9 @@ class EncoderOptions:
 
     def load(self) -> Embedder:
         """The Embedder these settings describe, on its device and precision."""
-        return Embedder.load(self.model, *self.runs_on(), max_length=self.max_length,
-                             workers=self.workers)
+        device, precision = self.runs_on()
+        return Embedder.load(self.model, device=device, precision=precision,
+                             max_length=self.max_length, workers=self.workers)
 
 
 @dataclass(kw_only=True)
