@@ -6,8 +6,9 @@ This is the cost of `bertkit index` with a sparse model (and of `embed` with one
 of a passage is projected onto the whole vocabulary, so the masked-LM head's product, not the
 encoder, is most of the work. For each precision (fp32; bf16: bertkit under bf16 autocast as
 `--precision bf16` runs it, sentence-transformers cast to bf16, its own way): passages/s min /
-median / max over the repeats, the ratio of medians to sentence-transformers in fp32, the
-largest difference from sentence-transformers' fp32 vectors and the mean non-zero entries.
+median / max over the repeats, the ratio of medians to sentence-transformers in the same
+precision, the largest difference from sentence-transformers' fp32 vectors and the mean
+non-zero entries.
 
 The passages are the first --passages paragraphs of ten words or more of the shared English
 books (as bench/search_latency.py indexes them); the model is --model, else all-MiniLM-L6-v2
@@ -71,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
               f"average (cut at {probe.max_seq_length}), batch size {args.batch_size}, "
               f"model {model}")
         reference = None
-        base = None
         for precision in args.precision:
             ours = SparseEncoder.load(model, precision=precision)
             theirs = sentence_transformers.SparseEncoder(str(model), device="cpu")
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                         rates[name].append(len(texts) / (time.perf_counter() - start))
             if reference is None:
                 reference = outputs["sentence-transformers"]
-                base = statistics.median(rates["sentence-transformers"])
+            base = statistics.median(rates["sentence-transformers"])
             print(f"\n{precision} (load average "
                   f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}):")
             for name, r in rates.items():

@@ -411,6 +411,14 @@ def inference_precision(requested: str, device: torch.device) -> tuple[str, str 
     return requested, bf16_warning(requested, device)
 
 
+def warned_precision(requested: str, device: torch.device) -> str:
+    """`inference_precision`'s choice for a command, its warning (if any) on stderr first."""
+    precision, warning = inference_precision(requested, device)
+    if warning:
+        print(warning, file=sys.stderr)
+    return precision
+
+
 def bf16_warning(precision: str, device: torch.device | str) -> str | None:
     """A one-line warning when `precision` is bf16 on a CPU that emulates it (measured), so a
     user who asked for bf16 hears before the first step that fp32 would be ~100x faster."""
@@ -451,7 +459,7 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     return parse_device(name)
 
 
-__all__ = ["DTYPES", "INFERENCE_PRECISIONS", "check_inference_precision", "SharedCores", "busy_cpu_seconds", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
+__all__ = ["DTYPES", "INFERENCE_PRECISIONS", "check_inference_precision", "warned_precision", "SharedCores", "busy_cpu_seconds", "parse_device", "resolve_device", "compiles_for", "reads_are_free", "physical_cores", "allocator",
            "keep_freed_memory", "bound_kernel_cache", "release_freed_memory", "describe",
            "cpu_name", "matmul_limit",
            "choose_precision", "inference_precision", "autocast",

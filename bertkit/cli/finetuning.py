@@ -387,14 +387,11 @@ class PredictOptions:
 
 def run_predict(opts: PredictOptions, columns: ColumnOverrides) -> int:
     from bertkit.finetuning.predict import TaskModel, predict_file
-    from bertkit.runtime import inference_precision, resolve_device
+    from bertkit.runtime import resolve_device, warned_precision
 
     device = resolve_device(opts.device)
-    precision, warning = inference_precision(opts.precision, device)
-    if warning:
-        print(warning, file=sys.stderr)
     runner = TaskModel.load(opts.model, device=device, batch_size=opts.batch_size,
-                            precision=precision)
+                            precision=warned_precision(opts.precision, device))
     runner = _with_columns(replace(runner, progress=not opts.quiet,
                                    windows=opts.long_inputs == "windows"), columns)
     n = predict_file(runner, opts.input, opts.out, opts.format)

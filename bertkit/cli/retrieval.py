@@ -79,7 +79,7 @@ class IndexOptions:
 def run_index(opts: IndexOptions) -> int:
     from bertkit.retrieval.beir import read_passages
     from bertkit.retrieval.corpus_index import build_index
-    from bertkit.runtime import bound_kernel_cache, inference_precision, resolve_device
+    from bertkit.runtime import bound_kernel_cache, resolve_device, warned_precision
 
     if not opts.model and not opts.bm25:
         raise UserError("give a model to index with (--model), --bm25, or both")
@@ -88,9 +88,7 @@ def run_index(opts: IndexOptions) -> int:
     passages = read_passages(opts.input)  # bad lines named before any model loads
     bound_kernel_cache()
     device = resolve_device(opts.device)
-    precision, warning = inference_precision(opts.precision, device)
-    if warning and opts.model:
-        print(warning, file=sys.stderr)
+    precision = warned_precision(opts.precision, device) if opts.model else "fp32"
     index = build_index(opts.out, passages, opts.model, opts.bm25, device=device,
                         batch_size=opts.batch_size, max_terms=opts.max_terms,
                         precision=precision, progress=not opts.quiet)
@@ -164,7 +162,7 @@ def run_search(opts: SearchOptions) -> int:
     from bertkit.retrieval.fusion import fusion_named
     from bertkit.retrieval.corpus_index import Index, Searcher
     from bertkit.retrieval.reranking import load_reranker
-    from bertkit.runtime import inference_precision, resolve_device
+    from bertkit.runtime import resolve_device, warned_precision
 
     queries = _queries(opts)
     if opts.weights is not None and opts.fusion is None:
@@ -175,10 +173,8 @@ def run_search(opts: SearchOptions) -> int:
                                                           len(index.retrievers))
     reranker = None
     if opts.rerank is not None:
-        precision, warning = inference_precision(opts.precision, device)
-        if warning:
-            print(warning, file=sys.stderr)
-        reranker = load_reranker(opts.rerank, device, opts.batch_size, precision=precision)
+        reranker = load_reranker(opts.rerank, device, opts.batch_size,
+                                 precision=warned_precision(opts.precision, device))
     found = Searcher(index, fusion, reranker, opts.rerank_top).search(queries, opts.top_k)
     if opts.out is None:
         for query, hits in zip(queries, found):

@@ -49,7 +49,7 @@ from bertkit.model.hub import load_encoder, save_model
 from bertkit.model.kind import EMBEDDER_KINDS, ModelKind, model_kind, require_kind
 from bertkit.model.static_encoder import load_static_encoder, load_static_tokenizer
 from bertkit.progress import Progress
-from bertkit.runtime import check_inference_precision, inference_precision, resolve_device
+from bertkit.runtime import check_inference_precision, resolve_device, warned_precision
 from bertkit.text.tokenizer import Tokenizer, check_fits, check_pairs
 from bertkit.text.windows import split, windowed_span
 
@@ -527,10 +527,7 @@ class EncoderOptions:
     def runs_on(self) -> tuple[torch.device, str]:
         """(device, precision) resolved, with bf16's warning on stderr where it will crawl."""
         device = resolve_device(self.device)
-        precision, warning = inference_precision(self.precision, device)
-        if warning:
-            print(warning, file=sys.stderr)
-        return device, precision
+        return device, warned_precision(self.precision, device)
 
     def load(self) -> Embedder:
         """The Embedder these settings describe, on its device and precision."""
